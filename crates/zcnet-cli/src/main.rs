@@ -1,0 +1,118 @@
+//! The `zcnet` command.
+
+mod bench_cmd;
+mod sendrecv;
+mod units;
+
+use clap::{Args, Parser, Subcommand};
+
+/// zcnet: zero-copy networking, measured honestly.
+#[derive(Parser, Debug)]
+#[command(name = "zcnet", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(BenchCmd),
+    /// Send a stream (TCP) or datagrams (UDP) with a chosen mechanism, netcat-style.
+    Send(sendrecv::SendArgs),
+    /// Receive one TCP stream, netcat-style.
+    Recv(sendrecv::RecvArgs),
+    /// The namespace lab.
+    #[command(subcommand)]
+    Lab(LabCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCmd {
+    /// Every send backend on every lab path: MB/s, ratio to copy, % zero-copy, CPU s/GB.
+    Tx(BenchTxArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum LabCmd {
+    /// Delete lab namespaces left behind by zcnet processes that no longer exist.
+    Cleanup,
+}
+
+/// Options of `zcnet bench tx`.
+#[derive(Args, Debug)]
+pub struct BenchTxArgs {
+    /// Paths: sink (UDP+GSO into an ifb drop), veth (TCP between namespaces), loopback (TCP).
+    #[arg(long, value_delimiter = ',', default_value = "sink,veth,loopback")]
+    pub path: Vec<String>,
+    /// Send mechanisms: copy, msg-zerocopy, uring, uring-zc, auto.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "copy,msg-zerocopy,uring,uring-zc,auto"
+    )]
+    pub tx: Vec<String>,
+    /// Payload sizes (K = 1024, M = 1024²); on sink, 64K is sent as 64000 B.
+    #[arg(long, value_delimiter = ',', default_value = "4K,16K,64K")]
+    pub size: Vec<String>,
+    /// Seconds per case.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Sends (buffers) in flight.
+    #[arg(long, default_value_t = 8)]
+    pub inflight: usize,
+    /// Buffer memory: anon (4 KiB pages) or huge (2 MiB pages; THP when none reserved).
+    #[arg(long, default_value = "anon")]
+    pub mem: String,
+    /// Skip the raw SEND_ZC loop that measures zcnet's own overhead.
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = zcnet::install_interrupt_handler() {
+        eprintln!("zcnet: warning: {e}");
+    }
+    let r = match cli.cmd {
+        Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a),
+        Cmd::Send(a) => sendrecv::send(&a),
+        Cmd::Recv(a) => sendrecv::recv(&a),
+        Cmd::Lab(LabCmd::Cleanup) => lab_cleanup(),
+    };
+    if let Err(e) = r {
+        eprintln!("zcnet: {e}");
+        std::process::exit(e.exit_code());
+    }
+}
+
+fn lab_cleanup() -> zcnet::Result<()> {
+    if !zcnet_is_root() {
+        return Err(zcnet::Error::NotRoot {
+            what: "zcnet lab cleanup",
+        });
+    }
+    let removed = zcnet::lab::cleanup_stale()?;
+    if removed.is_empty() {
+        println!("no stale lab namespaces");
+    }
+    for ns in removed {
+        println!("deleted {ns}");
+    }
+    Ok(())
+}
+
+fn zcnet_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}

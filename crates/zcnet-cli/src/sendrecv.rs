@@ -1,0 +1,260 @@
+//! `zcnet send` and `zcnet recv`: netcat-style, over the same backends as the benchmark.
+
+use crate::units::parse_size;
+use clap::Args;
+use serde::Serialize;
+use std::io::{IsTerminal, Read, Write};
+use std::time::{Duration, Instant};
+use zcnet::{net, Error, MemoryKind, Pattern, Region, Sender, Socket, TxConfig, TxMode};
+
+/// Options of `zcnet send`.
+#[derive(Args, Debug)]
+pub struct SendArgs {
+    /// Where to send: HOST:PORT.
+    pub addr: String,
+    /// Mechanism: copy, msg-zerocopy, uring, uring-zc, auto.
+    #[arg(long, default_value = "auto")]
+    pub tx: String,
+    /// UDP datagrams instead of a TCP stream (sizes above 1472 B use UDP GSO).
+    #[arg(long)]
+    pub udp: bool,
+    /// Bytes per send.
+    #[arg(long, default_value = "64K")]
+    pub size: String,
+    /// Sends in flight.
+    #[arg(long, default_value_t = 8)]
+    pub inflight: usize,
+    /// Send the seeded pattern (the receiver checks it with --verify) instead of stdin.
+    #[arg(long)]
+    pub verify: bool,
+    /// Pattern seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Stop after this many bytes (pattern mode; default 1G unless --duration).
+    #[arg(long)]
+    pub bytes: Option<String>,
+    /// Stop after this many seconds (pattern mode).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Buffer memory: anon or huge.
+    #[arg(long, default_value = "anon")]
+    pub mem: String,
+    /// Print the statistics as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `zcnet recv`.
+#[derive(Args, Debug)]
+pub struct RecvArgs {
+    /// Address to listen on: HOST:PORT.
+    #[arg(long, default_value = "0.0.0.0:5201")]
+    pub listen: String,
+    /// Receive mechanism (copy; more come with the receive path).
+    #[arg(long, default_value = "copy")]
+    pub rx: String,
+    /// Check the stream against the seeded pattern; exit 1 at the first wrong byte.
+    #[arg(long)]
+    pub verify: bool,
+    /// Pattern seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Throw the data away instead of writing it to stdout.
+    #[arg(long)]
+    pub discard: bool,
+    /// Print the statistics as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct SendJson<'a> {
+    tx: &'a str,
+    proto: &'a str,
+    bytes: u64,
+    sends: u64,
+    seconds: f64,
+    mb_per_s: f64,
+    notifications: u64,
+    zerocopy_bytes: u64,
+    copied_bytes: u64,
+    cpu_seconds: f64,
+    switches: Vec<String>,
+}
+
+fn invalid(msg: String) -> Error {
+    Error::io(msg, std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}
+
+pub fn send(a: &SendArgs) -> Result<(), Error> {
+    let mode = TxMode::parse(&a.tx)?;
+    let addr = net::parse_addr(&a.addr)?;
+    let size = parse_size(&a.size)?;
+    let memory = MemoryKind::parse(&a.mem)
+        .ok_or_else(|| invalid(format!("unknown --mem '{}': use anon or huge", a.mem)))?;
+    if a.udp && size > zcnet::bench::UDP_MAX_PAYLOAD {
+        return Err(invalid(format!(
+            "--size {size} is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
+            zcnet::bench::UDP_MAX_PAYLOAD
+        )));
+    }
+    let limit = match (&a.bytes, a.duration) {
+        (Some(b), _) => Some(parse_size(b)? as u64),
+        (None, Some(_)) => None,
+        (None, None) if a.verify => Some(1 << 30),
+        (None, None) => None,
+    };
+    let deadline = a
+        .duration
+        .map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let sock: Socket = if a.udp {
+        let gso = (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500);
+        net::connect_udp(addr, gso)?.into()
+    } else {
+        net::connect_tcp(addr)?.into()
+    };
+    let mut cfg = TxConfig::new(mode);
+    cfg.inflight = a.inflight.max(1);
+    cfg.buf_size = size;
+    let region = Region::new(memory, zcnet::tx::region_len(&cfg))?;
+    let mut tx = Sender::new(sock, region, &cfg)?;
+    if let Some(n) = tx.note() {
+        eprintln!("zcnet: note: {n}");
+    }
+    let pattern = Pattern::new(a.seed);
+    let mut stdin = std::io::stdin().lock();
+    let use_stdin = !a.verify && a.duration.is_none() && a.bytes.is_none();
+    let mut offset = 0u64;
+    loop {
+        if zcnet::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
+            break;
+        }
+        let mut buf = tx.buffer()?;
+        let want = limit.map_or(size as u64, |l| (l - offset).min(size as u64)) as usize;
+        let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
+        let n = if use_stdin {
+            read_full(&mut stdin, &mut bytes[..want])?
+        } else {
+            pattern.fill(offset, &mut bytes[..want]);
+            want
+        };
+        if n == 0 {
+            tx.send(buf, 0)?;
+            break;
+        }
+        tx.send(buf, n)?;
+        offset += n as u64;
+    }
+    let st = tx.finish()?;
+    if a.json {
+        let doc = SendJson {
+            tx: mode.name(),
+            proto: if a.udp { "udp" } else { "tcp" },
+            bytes: st.bytes,
+            sends: st.sends,
+            seconds: st.seconds,
+            mb_per_s: st.mb_per_s(),
+            notifications: st.notifications,
+            zerocopy_bytes: st.zerocopy_bytes,
+            copied_bytes: st.copied_bytes,
+            cpu_seconds: st.cpu_seconds,
+            switches: st.switches.iter().map(|s| s.to_string()).collect(),
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&doc).map_err(|e| invalid(e.to_string()))?
+        );
+    } else {
+        let zc = st
+            .zerocopy_fraction()
+            .map_or("n/a".into(), |f| format!("{:.1}%", f * 100.0));
+        eprintln!(
+            "zcnet send: {} B in {:.2} s ({:.0} MB/s) with {}: zero-copy {zc} ({} B zero-copy, {} B copied, {} notifications), CPU {:.3} s",
+            st.bytes,
+            st.seconds,
+            st.mb_per_s(),
+            mode,
+            st.zerocopy_bytes,
+            st.copied_bytes,
+            st.notifications,
+            st.cpu_seconds
+        );
+        for s in &st.switches {
+            eprintln!("zcnet send: auto {s}");
+        }
+    }
+    Ok(())
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, Error> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !zcnet::interrupted() => {}
+            Err(e) => return Err(Error::io("reading stdin", e)),
+        }
+    }
+    Ok(n)
+}
+
+#[derive(Serialize)]
+struct RecvJson {
+    rx: &'static str,
+    bytes: u64,
+    reads: u64,
+    seconds: f64,
+    verified: bool,
+}
+
+pub fn recv(a: &RecvArgs) -> Result<(), Error> {
+    if a.rx != "copy" {
+        return Err(invalid(format!("unknown receive mode '{}': this build has copy (uring, zcrx and devmem come with the receive path)", a.rx)));
+    }
+    let addr = net::parse_addr(&a.listen)?;
+    let listener = net::listen_tcp(addr)?;
+    eprintln!(
+        "zcnet recv: listening on {}",
+        listener
+            .local_addr()
+            .map_err(|e| Error::io("local_addr", e))?
+    );
+    let (mut s, peer) = listener.accept().map_err(|e| Error::io("accept", e))?;
+    let stdout = std::io::stdout();
+    let discard = a.discard || a.verify || a.json || stdout.is_terminal();
+    let mut lock = stdout.lock();
+    let sink: Option<&mut dyn Write> = if discard { None } else { Some(&mut lock) };
+    let verify = a.verify.then(|| Pattern::new(a.seed));
+    let rep = net::drain_stream(&mut s, verify, sink)?;
+    drop(lock);
+    if a.json {
+        let doc = RecvJson {
+            rx: "copy",
+            bytes: rep.bytes,
+            reads: rep.reads,
+            seconds: rep.seconds,
+            verified: a.verify,
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&doc).map_err(|e| invalid(e.to_string()))?
+        );
+    } else {
+        let mbps = if rep.seconds > 0.0 {
+            rep.bytes as f64 / rep.seconds / 1e6
+        } else {
+            0.0
+        };
+        eprintln!(
+            "zcnet recv: {} B from {peer} in {:.2} s ({mbps:.0} MB/s){}",
+            rep.bytes,
+            rep.seconds,
+            if a.verify { ", pattern verified" } else { "" }
+        );
+    }
+    Ok(())
+}

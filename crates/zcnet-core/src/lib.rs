@@ -1,0 +1,31 @@
+//! # zcnet-core: the sans-IO half of zcnet
+//!
+//! Everything here is deterministic bookkeeping: no syscalls, no clocks (time is passed in as
+//! nanoseconds), no `unsafe`. The kernel-facing code in `zcnet-sys` / `zcnet` feeds this crate
+//! what the kernel said; tests feed it what a *simulated* kernel says — reordered, coalesced,
+//! duplicated — and check that every buffer is released exactly once and every byte is
+//! attributed to "zero-copy" or "copied" exactly once.
+//!
+//! ```text
+//!  send call ──► ZcRanges::push (MSG_ZEROCOPY id)      SendZc SQE ──► SendZcTracker::on_submit
+//!  errqueue  ──► ZcRanges::complete  ──► Completed     CQE       ──► SendZcTracker::on_cqe ──► CqeOutcome
+//!                         │                                               │
+//!                         └──────────────► TxStats ◄──────────────────────┘
+//!                                             │ notifications (zero-copy / copied)
+//!                                             ▼
+//!                                        AutoPolicy ──► Mode (zero-copy or copy) + Switch log
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod auto;
+pub mod pattern;
+pub mod sendzc;
+pub mod stats;
+pub mod zc_ranges;
+
+pub use auto::{AutoPolicy, Mode, Switch};
+pub use pattern::{Mismatch, Pattern};
+pub use sendzc::{CqeOutcome, SendZcTracker, TrackerError};
+pub use stats::TxStats;
+pub use zc_ranges::{Completed, RangeOutcome, ZcRanges};

@@ -1,0 +1,269 @@
+//! MSG_ZEROCOPY completion ranges.
+//!
+//! Documentation/networking/msg_zerocopy.rst: every successful `send` with `MSG_ZEROCOPY` on a
+//! socket gets the next value of a per-socket 32-bit counter (starting at 0, wrapping). The kernel
+//! reports completions on the socket error queue as `sock_extended_err` with
+//! `ee_origin == SO_EE_ORIGIN_ZEROCOPY`; the completed ids are the inclusive range
+//! `[ee_info, ee_data]`, and consecutive completions may be coalesced into one range.
+//! `ee_code & SO_EE_CODE_ZEROCOPY_COPIED` says the kernel fell back to copying.
+//!
+//! [`ZcRanges`] maps ids back to caller tokens (buffer ids) and byte counts. It tolerates ranges
+//! that arrive out of order, that leave gaps (filled later), and duplicates; it counts ids the
+//! kernel reports that were never sent ("unknown"), which would mean the id sequence drifted.
+
+use std::collections::VecDeque;
+
+#[derive(Debug, Clone)]
+struct Entry<T> {
+    bytes: u64,
+    token: T,
+}
+
+/// One send whose completion the kernel reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completed<T> {
+    /// The token given to [`ZcRanges::push`].
+    pub token: T,
+    /// Bytes that send call moved.
+    pub bytes: u64,
+    /// The kernel copied (SO_EE_CODE_ZEROCOPY_COPIED) instead of sending from user pages.
+    pub copied: bool,
+}
+
+/// What one reported range did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RangeOutcome {
+    /// Ids completed for the first time.
+    pub fresh: u64,
+    /// Ids that had already been completed.
+    pub duplicate: u64,
+    /// Ids never handed out by [`ZcRanges::push`].
+    pub unknown: u64,
+}
+
+/// Tracks MSG_ZEROCOPY send ids from `push` to their completion.
+#[derive(Debug, Clone)]
+pub struct ZcRanges<T> {
+    /// Id the next send will get.
+    next_id: u32,
+    /// Id of `pending[0]`.
+    base: u32,
+    /// `pending[i]` is id `base + i`; `None` once completed.
+    pending: VecDeque<Option<Entry<T>>>,
+    outstanding: usize,
+}
+
+impl<T> Default for ZcRanges<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> ZcRanges<T> {
+    /// A tracker for a fresh socket (ids start at 0).
+    pub fn new() -> Self {
+        Self::starting_at(0)
+    }
+
+    /// A tracker whose first id is `first` (tests use this to exercise wrap-around).
+    pub fn starting_at(first: u32) -> Self {
+        ZcRanges {
+            next_id: first,
+            base: first,
+            pending: VecDeque::new(),
+            outstanding: 0,
+        }
+    }
+
+    /// Records a send call that returned `bytes > 0` and so consumed an id; returns that id.
+    pub fn push(&mut self, bytes: u64, token: T) -> u32 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.pending.push_back(Some(Entry { bytes, token }));
+        self.outstanding += 1;
+        id
+    }
+
+    /// Sends whose completion has not been reported yet.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// The id the next send will get.
+    pub fn next_id(&self) -> u32 {
+        self.next_id
+    }
+
+    /// Applies the reported range `[lo, hi]` (inclusive, wrapping), appending each newly
+    /// completed send to `out`.
+    pub fn complete(
+        &mut self,
+        lo: u32,
+        hi: u32,
+        copied: bool,
+        out: &mut Vec<Completed<T>>,
+    ) -> RangeOutcome {
+        let mut outcome = RangeOutcome::default();
+        let count = u64::from(hi.wrapping_sub(lo)) + 1;
+        let window = self.pending.len() as u64;
+        for k in 0..count {
+            let id = lo.wrapping_add(k as u32);
+            let offset = u64::from(id.wrapping_sub(self.base));
+            if offset < window {
+                match self.pending[offset as usize].take() {
+                    Some(e) => {
+                        self.outstanding -= 1;
+                        outcome.fresh += 1;
+                        out.push(Completed {
+                            token: e.token,
+                            bytes: e.bytes,
+                            copied,
+                        });
+                    }
+                    None => outcome.duplicate += 1,
+                }
+            } else if id.wrapping_sub(self.next_id) < (1 << 31) {
+                // At or beyond next_id: never sent.
+                outcome.unknown += 1;
+            } else {
+                // Behind base: completed and retired long ago.
+                outcome.duplicate += 1;
+            }
+        }
+        while let Some(None) = self.pending.front() {
+            self.pending.pop_front();
+            self.base = self.base.wrapping_add(1);
+        }
+        outcome
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn simple_range_and_gap() {
+        let mut r = ZcRanges::new();
+        for i in 0..5u32 {
+            assert_eq!(r.push(100 + u64::from(i), i), i);
+        }
+        let mut out = Vec::new();
+        // gap: 2..=3 first, then 0..=1, then 4
+        assert_eq!(r.complete(2, 3, false, &mut out).fresh, 2);
+        assert_eq!(r.outstanding(), 3);
+        assert_eq!(r.complete(0, 1, true, &mut out).fresh, 2);
+        let o = r.complete(0, 4, false, &mut out);
+        assert_eq!(
+            o,
+            RangeOutcome {
+                fresh: 1,
+                duplicate: 4,
+                unknown: 0
+            }
+        );
+        assert_eq!(r.outstanding(), 0);
+        let tokens: Vec<u32> = out.iter().map(|c| c.token).collect();
+        assert_eq!(tokens, vec![2, 3, 0, 1, 4]);
+        assert!(out[2].copied && out[3].copied && !out[0].copied);
+        // id 5 never sent
+        assert_eq!(r.complete(5, 5, false, &mut out).unknown, 1);
+    }
+
+    #[test]
+    fn wraps_around_u32() {
+        let mut r = ZcRanges::starting_at(u32::MAX - 1);
+        let ids: Vec<u32> = (0..4).map(|i| r.push(1, i)).collect();
+        assert_eq!(ids, vec![u32::MAX - 1, u32::MAX, 0, 1]);
+        let mut out = Vec::new();
+        let o = r.complete(u32::MAX - 1, 1, false, &mut out);
+        assert_eq!(o.fresh, 4);
+        assert_eq!(r.outstanding(), 0);
+        assert_eq!(r.complete(u32::MAX, u32::MAX, false, &mut out).duplicate, 1);
+    }
+
+    /// A simulated kernel: cut the id sequence into ranges, shuffle them, add duplicates.
+    fn ranges_strategy(
+    ) -> impl Strategy<Value = (u32, Vec<u64>, Vec<(usize, bool)>, Vec<usize>, u64)> {
+        (any::<u32>(), prop::collection::vec(1u64..100_000, 1..200)).prop_flat_map(
+            |(first, sizes)| {
+                let n = sizes.len();
+                (
+                    Just(first),
+                    Just(sizes),
+                    prop::collection::vec((1usize..8, any::<bool>()), n..=n),
+                    prop::collection::vec(0..n, 0..20),
+                    any::<u64>(),
+                )
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn every_id_released_exactly_once((first, sizes, cuts, dups, seed) in ranges_strategy()) {
+            let mut r = ZcRanges::starting_at(first);
+            for (i, &b) in sizes.iter().enumerate() {
+                r.push(b, i);
+            }
+            let n = sizes.len();
+            let mut ranges = partition(&cuts, n);
+            let fresh_ranges = ranges.len();
+            for &d in &dups {
+                // a duplicate report of some range
+                let k = d % fresh_ranges;
+                ranges.push(ranges[k]);
+            }
+            // deterministic shuffle
+            let mut s = seed | 1;
+            for i in (1..ranges.len()).rev() {
+                s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+                ranges.swap(i, (s % (i as u64 + 1)) as usize);
+            }
+            let mut out = Vec::new();
+            let mut dup_seen = 0;
+            for &(lo, hi, copied) in &ranges {
+                let o = r.complete(first.wrapping_add(lo as u32), first.wrapping_add(hi as u32), copied, &mut out);
+                prop_assert_eq!(o.unknown, 0);
+                dup_seen += o.duplicate;
+            }
+            prop_assert_eq!(r.outstanding(), 0);
+            prop_assert_eq!(out.len(), n);
+            let parts = partition(&cuts, n);
+            let mut expect_copied = vec![false; n];
+            for &(lo, hi, c) in &parts {
+                for flag in &mut expect_copied[lo..=hi] { *flag = c; }
+            }
+            let mut seen = vec![false; n];
+            for c in &out {
+                prop_assert!(!seen[c.token], "token {} released twice", c.token);
+                seen[c.token] = true;
+                prop_assert_eq!(c.bytes, sizes[c.token]);
+                prop_assert_eq!(c.copied, expect_copied[c.token]);
+            }
+            // copied flag follows the range the id belonged to
+            let total: u64 = sizes.iter().sum();
+            let copied: u64 = out.iter().filter(|c| c.copied).map(|c| c.bytes).sum();
+            let zc: u64 = out.iter().filter(|c| !c.copied).map(|c| c.bytes).sum();
+            prop_assert_eq!(copied + zc, total);
+            let dup_ids: u64 = dups.iter().map(|&d| { let (lo, hi, _) = parts[d % parts.len()]; (hi - lo + 1) as u64 }).sum();
+            prop_assert_eq!(dup_seen, dup_ids);
+        }
+    }
+
+    /// Cuts ids `0..n` into consecutive inclusive ranges, lengths and copied flags from `cuts`.
+    fn partition(cuts: &[(usize, bool)], n: usize) -> Vec<(usize, usize, bool)> {
+        let mut ranges = Vec::new();
+        let mut at = 0usize;
+        let mut ci = 0;
+        while at < n {
+            let (len, copied) = cuts[ci % cuts.len()];
+            ci += 1;
+            let end = (at + len).min(n);
+            ranges.push((at, end - 1, copied));
+            at = end;
+        }
+        ranges
+    }
+}

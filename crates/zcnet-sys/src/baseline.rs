@@ -1,0 +1,124 @@
+//! The yardstick for zcnet's own overhead: the smallest loop that makes the same syscalls as the
+//! `uring-zc` backend — `inflight` IORING_OP_SEND_ZC requests from one registered buffer each,
+//! `IORING_SEND_ZC_REPORT_USAGE`, same ring flags, one `io_uring_enter` per wait — with no
+//! library around it. `zcnet bench tx` runs it next to the backend and prints the ratio.
+//! Shaped after the kernel's io_uring_zerocopy_tx selftest (tools/testing/selftests/net).
+
+use crate::uring::IORING_SEND_ZC_REPORT_USAGE;
+use io_uring::{cqueue, opcode, types, IoUring};
+use std::io;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+/// What the raw loop did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawResult {
+    /// Bytes the kernel accepted.
+    pub bytes: u64,
+    /// Notifications that said COPIED.
+    pub copied_notifications: u64,
+    /// Notifications in all.
+    pub notifications: u64,
+    /// Wall seconds.
+    pub seconds: f64,
+    /// CPU seconds of the calling thread.
+    pub cpu_seconds: f64,
+}
+
+/// Sends `len`-byte messages on the connected socket `fd` for `duration` with `inflight`
+/// SEND_ZC requests in flight, each from its own slice of one registered buffer.
+pub fn raw_send_zc(
+    fd: RawFd,
+    len: usize,
+    inflight: usize,
+    duration: Duration,
+) -> io::Result<RawResult> {
+    let map = crate::mem::Mapping::anonymous(len * inflight)?;
+    let (map, mut slots) = map.into_slots(len, inflight)?;
+    for s in &mut slots {
+        if let Some(b) = s.bytes_mut() {
+            b.fill(0x5a);
+        }
+    }
+    let mut ring = match IoUring::builder()
+        .setup_coop_taskrun()
+        .build((2 * inflight as u32).next_power_of_two())
+    {
+        Ok(r) => r,
+        Err(_) => IoUring::new((2 * inflight as u32).next_power_of_two())?,
+    };
+    let iov = libc::iovec {
+        iov_base: map.addr() as *mut libc::c_void,
+        iov_len: map.len(),
+    };
+    // SAFETY: the iovec covers `map`, which lives until after the ring is dropped (declared
+    // before it, dropped after it at the end of this function).
+    unsafe {
+        ring.submitter()
+            .register_buffers(std::slice::from_ref(&iov))?
+    };
+    let mut busy = vec![false; inflight];
+    let mut res = RawResult::default();
+    let cpu0 = crate::os::thread_cpu_seconds();
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut outstanding = 0usize;
+    let mut stop = false;
+    let mut err = None;
+    loop {
+        if !stop {
+            for (i, b) in busy.iter_mut().enumerate() {
+                if *b {
+                    continue;
+                }
+                let e =
+                    opcode::SendZc::new(types::Fd(fd), slots[i].addr() as *const u8, len as u32)
+                        .buf_index(Some(0))
+                        .flags(libc::MSG_NOSIGNAL)
+                        .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
+                        .build()
+                        .user_data(i as u64);
+                // SAFETY: the SQE points into `map`, registered and alive until the ring is gone;
+                // slot i is not reused until its final CQE (busy[i]).
+                if unsafe { ring.submission().push(&e) }.is_err() {
+                    break;
+                }
+                *b = true;
+                outstanding += 1;
+            }
+        }
+        if outstanding == 0 {
+            break;
+        }
+        ring.submit_and_wait(1)?;
+        for cqe in ring.completion() {
+            let i = cqe.user_data() as usize;
+            if cqueue::notif(cqe.flags()) {
+                res.notifications += 1;
+                if (cqe.result() as u32) & (1 << 31) != 0 {
+                    res.copied_notifications += 1;
+                }
+            } else if cqe.result() >= 0 {
+                res.bytes += cqe.result() as u64;
+            } else if err.is_none() {
+                err = Some(io::Error::from_raw_os_error(-cqe.result()));
+                stop = true;
+            }
+            if !cqueue::more(cqe.flags()) {
+                busy[i] = false;
+                outstanding -= 1;
+            }
+        }
+        if !stop && Instant::now() >= deadline {
+            stop = true;
+        }
+    }
+    res.seconds = start.elapsed().as_secs_f64();
+    res.cpu_seconds = crate::os::thread_cpu_seconds() - cpu0;
+    drop(ring);
+    drop(slots);
+    match err {
+        Some(e) => Err(e),
+        None => Ok(res),
+    }
+}

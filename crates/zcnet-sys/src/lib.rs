@@ -1,0 +1,30 @@
+//! # zcnet-sys: every `unsafe` line of zcnet
+//!
+//! Memory mappings and their disjoint slots ([`mem`]), the io_uring ring that holds a slot for
+//! exactly as long as the kernel may touch it ([`uring`]), socket options, `MSG_ZEROCOPY` sends
+//! and the error queue ([`sock`]), and process-level calls: thread CPU time, RLIMIT_MEMLOCK,
+//! network-namespace switching, the interrupt flag ([`os`]). [`baseline`] is the minimal raw
+//! SEND_ZC loop that zcnet's own overhead is measured against.
+//!
+//! Each `unsafe` block carries a `// SAFETY:` comment; the API exported is safe.
+#![warn(missing_docs)]
+
+pub mod baseline;
+pub mod mem;
+pub mod os;
+pub mod sock;
+pub mod uring;
+
+/// The last OS error as an `io::Error` (errno).
+pub(crate) fn last_err() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// Converts a libc return value (`-1` means errno) into a result.
+pub(crate) fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(last_err())
+    } else {
+        Ok(ret)
+    }
+}

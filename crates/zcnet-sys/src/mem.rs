@@ -1,0 +1,342 @@
+//! Memory the kernel can send from: page-aligned anonymous memory, 2 MiB huge pages, transparent
+//! huge pages, or memory the caller hands over.
+//!
+//! A [`Mapping`] gives no access to its bytes. It is cut once, by [`Mapping::into_slots`], into
+//! disjoint [`Slot`]s; a slot is not `Clone`, so `&mut Slot` is the only way to write its bytes
+//! and whoever holds a slot (the application, or a ring while the kernel uses it) holds it alone.
+
+use std::io;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// 2 MiB, the huge page size used here.
+pub const HUGE_2M: usize = 2 << 20;
+
+/// Where a mapping's pages come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Anonymous 4 KiB pages, pre-faulted.
+    Anonymous,
+    /// Reserved 2 MiB huge pages (`MAP_HUGETLB`).
+    HugeTlb,
+    /// Anonymous memory with `madvise(MADV_HUGEPAGE)`: transparent huge pages where the kernel
+    /// can find them.
+    TransparentHuge,
+    /// Memory the caller handed over.
+    Caller,
+}
+
+/// A span of memory, unmapped (or dropped) when the last reference goes.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+    /// For `Backing::Caller`: the allocation that owns the bytes.
+    owned: Option<Box<[u8]>>,
+}
+
+// SAFETY: `Mapping` exposes no access to its bytes through `&Mapping` (only the address, for
+// registration with the kernel); byte access goes through `Slot`s, which are disjoint and unique.
+unsafe impl Send for Mapping {}
+// SAFETY: as above: shared references give only the address and length.
+unsafe impl Sync for Mapping {}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+fn round_up(len: usize, to: usize) -> usize {
+    len.div_ceil(to) * to
+}
+
+fn mmap_anon(len: usize, extra_flags: libc::c_int) -> io::Result<NonNull<u8>> {
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing aliases no
+    // existing Rust object; the result is checked for MAP_FAILED.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | extra_flags,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(crate::last_err());
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))
+}
+
+impl Mapping {
+    /// `len` bytes (rounded up to the page size) of pre-faulted anonymous memory.
+    pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        let len = round_up(len.max(1), page_size());
+        let ptr = mmap_anon(len, libc::MAP_POPULATE)?;
+        Ok(Mapping {
+            ptr,
+            len,
+            backing: Backing::Anonymous,
+            owned: None,
+        })
+    }
+
+    /// `len` bytes (rounded up to 2 MiB) of reserved huge pages. Fails with `ENOMEM` when
+    /// `/proc/sys/vm/nr_hugepages` has too few free pages.
+    pub fn huge_tlb(len: usize) -> io::Result<Mapping> {
+        let len = round_up(len.max(1), HUGE_2M);
+        // MAP_HUGE_2MB = 21 << MAP_HUGE_SHIFT (include/uapi/asm-generic/hugetlb_encode.h).
+        let flags = libc::MAP_HUGETLB | (21 << libc::MAP_HUGE_SHIFT) | libc::MAP_POPULATE;
+        let ptr = mmap_anon(len, flags)?;
+        Ok(Mapping {
+            ptr,
+            len,
+            backing: Backing::HugeTlb,
+            owned: None,
+        })
+    }
+
+    /// `len` bytes (rounded up to 2 MiB), 2 MiB-aligned, advised as `MADV_HUGEPAGE` and then
+    /// touched, so that the kernel backs it with transparent huge pages when it can.
+    pub fn transparent_huge(len: usize) -> io::Result<Mapping> {
+        let len = round_up(len.max(1), HUGE_2M);
+        let raw = mmap_anon(len + HUGE_2M, 0)?;
+        let start = raw.as_ptr() as usize;
+        let aligned = round_up(start, HUGE_2M);
+        let head = aligned - start;
+        let tail = HUGE_2M - head;
+        // SAFETY: [start, start+head) and [aligned+len, aligned+len+tail) lie inside the mapping
+        // just made, which nothing else references yet; unmapping them leaves [aligned, +len).
+        unsafe {
+            if head > 0 {
+                crate::cvt(libc::munmap(raw.as_ptr().cast(), head))?;
+            }
+            if tail > 0 {
+                crate::cvt(libc::munmap((aligned + len) as *mut libc::c_void, tail))?;
+            }
+        }
+        // Own it before anything can fail, so it is unmapped on every path.
+        let ptr =
+            NonNull::new(aligned as *mut u8).ok_or_else(|| io::Error::other("null mapping"))?;
+        let m = Mapping {
+            ptr,
+            len,
+            backing: Backing::TransparentHuge,
+            owned: None,
+        };
+        // SAFETY: the range is our own mapping; madvise does not touch Rust-visible memory.
+        crate::cvt(unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) })?;
+        // Fault it in now so a benchmark does not measure page faults.
+        let mut off = 0;
+        while off < len {
+            // SAFETY: off < len, inside our private writable mapping, not yet shared with anyone.
+            unsafe { ptr.as_ptr().add(off).write_volatile(0) };
+            off += page_size();
+        }
+        Ok(m)
+    }
+
+    /// Memory the caller owns; dropped with the mapping.
+    pub fn from_boxed(mut bytes: Box<[u8]>) -> io::Result<Mapping> {
+        if bytes.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty buffer"));
+        }
+        let len = bytes.len();
+        let ptr =
+            NonNull::new(bytes.as_mut_ptr()).ok_or_else(|| io::Error::other("null buffer"))?;
+        Ok(Mapping {
+            ptr,
+            len,
+            backing: Backing::Caller,
+            owned: Some(bytes),
+        })
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true (mappings are at least one byte); here for API completeness.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start address, for registering with the kernel. Not for dereferencing.
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Where the pages come from.
+    pub fn backing(&self) -> Backing {
+        self.backing
+    }
+
+    /// Whether the CPU can read and write the bytes (false for device memory, later).
+    pub fn cpu_accessible(&self) -> bool {
+        true
+    }
+
+    /// Cuts the mapping into `count` disjoint slots of `slot_len` bytes (ids `0..count`), each
+    /// starting `stride` bytes after the previous (`stride >= slot_len`; a page-multiple stride
+    /// keeps every slot page-aligned, so a 64,000 B send spans 16 pages, not 17, and fits the
+    /// kernel's MAX_SKB_FRAGS for zero-copy).
+    pub fn into_slots_strided(
+        self,
+        slot_len: usize,
+        stride: usize,
+        count: usize,
+    ) -> io::Result<(Arc<Mapping>, Vec<Slot>)> {
+        let need = stride
+            .checked_mul(count - count.min(1))
+            .and_then(|v| v.checked_add(slot_len))
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        if slot_len == 0
+            || stride < slot_len
+            || count == 0
+            || need > self.len
+            || count > u32::MAX as usize
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "cannot cut {count} slots of {slot_len} B from a {} B region",
+                    self.len
+                ),
+            ));
+        }
+        let map = Arc::new(self);
+        let slots = (0..count)
+            .map(|i| Slot {
+                map: Arc::clone(&map),
+                off: i * stride,
+                len: slot_len,
+                id: i as u32,
+            })
+            .collect();
+        Ok((map, slots))
+    }
+
+    /// Cuts the mapping into `count` adjacent slots of `slot_len` bytes.
+    pub fn into_slots(
+        self,
+        slot_len: usize,
+        count: usize,
+    ) -> io::Result<(Arc<Mapping>, Vec<Slot>)> {
+        self.into_slots_strided(slot_len, slot_len, count)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.owned.is_none() {
+            // SAFETY: ptr/len describe a mapping this value created and nobody else unmaps; every
+            // Slot holds an Arc to this Mapping, so no slot outlives it.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        }
+    }
+}
+
+/// A disjoint piece of a [`Mapping`]. Unique: not `Clone`.
+#[derive(Debug)]
+pub struct Slot {
+    map: Arc<Mapping>,
+    off: usize,
+    len: usize,
+    id: u32,
+}
+
+impl Slot {
+    /// The slot's index in its mapping (`0..count`).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Capacity in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Start address (for the kernel); not for dereferencing.
+    pub fn addr(&self) -> usize {
+        self.map.addr() + self.off
+    }
+
+    /// The mapping this slot belongs to.
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+
+    /// The bytes, if the CPU can read them.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        if !self.map.cpu_accessible() {
+            return None;
+        }
+        // SAFETY: [off, off+len) lies inside the live mapping (Arc held); slots are disjoint and
+        // unique, so no `&mut` to these bytes exists while `&self` is borrowed.
+        Some(unsafe { std::slice::from_raw_parts(self.map.ptr.as_ptr().add(self.off), self.len) })
+    }
+
+    /// The bytes, writable, if the CPU can write them.
+    pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if !self.map.cpu_accessible() {
+            return None;
+        }
+        // SAFETY: as for `bytes`, and `&mut self` makes this the only reference to the range.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(self.off), self.len)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_disjoint_and_writable() {
+        let m = Mapping::anonymous(3 * 4096).unwrap();
+        assert_eq!(m.addr() % page_size(), 0);
+        let (map, mut slots) = m.into_slots(4096, 3).unwrap();
+        for (i, s) in slots.iter_mut().enumerate() {
+            s.bytes_mut().unwrap().fill(i as u8 + 1);
+        }
+        for (i, s) in slots.iter().enumerate() {
+            assert!(s.bytes().unwrap().iter().all(|&b| b == i as u8 + 1));
+            assert_eq!(s.addr(), map.addr() + i * 4096);
+        }
+    }
+
+    #[test]
+    fn too_many_slots_is_an_error() {
+        let m = Mapping::anonymous(4096).unwrap();
+        assert!(m.into_slots(4096, 2).is_err());
+    }
+
+    #[test]
+    fn transparent_huge_is_aligned() {
+        let m = Mapping::transparent_huge(3 << 20).unwrap();
+        assert_eq!(m.addr() % HUGE_2M, 0);
+        assert_eq!(m.len(), 4 << 20);
+    }
+
+    #[test]
+    fn caller_memory() {
+        let m = Mapping::from_boxed(vec![7u8; 100].into_boxed_slice()).unwrap();
+        let (_, slots) = m.into_slots(50, 2).unwrap();
+        assert!(slots[1].bytes().unwrap().iter().all(|&b| b == 7));
+    }
+}

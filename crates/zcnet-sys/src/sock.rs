@@ -1,0 +1,216 @@
+//! Socket calls: options, plain and `MSG_ZEROCOPY` sends, the error queue, poll.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// `SO_ZEROCOPY` (include/uapi/asm-generic/socket.h).
+pub const SO_ZEROCOPY: libc::c_int = 60;
+/// `UDP_SEGMENT` (include/uapi/linux/udp.h): UDP GSO segment size.
+pub const UDP_SEGMENT: libc::c_int = 103;
+/// `SO_EE_ORIGIN_ZEROCOPY` (include/uapi/linux/errqueue.h); missing from libc.
+pub const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+/// `SO_EE_CODE_ZEROCOPY_COPIED` (include/uapi/linux/errqueue.h); missing from libc.
+pub const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    val: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its size; the kernel only reads it.
+    crate::cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut val: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: val/len are live locals of the sizes the kernel is told.
+    crate::cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(val)
+}
+
+/// `setsockopt(SOL_SOCKET, SO_ZEROCOPY, 1)`: allow `MSG_ZEROCOPY` sends (Linux 4.14, UDP 5.0).
+pub fn enable_zerocopy(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, SO_ZEROCOPY, 1)
+}
+
+/// `setsockopt(SOL_UDP, UDP_SEGMENT, size)`: the kernel cuts each send into `size`-byte
+/// datagrams (UDP GSO, Linux 4.18).
+pub fn set_udp_segment(fd: RawFd, size: u16) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_UDP, UDP_SEGMENT, libc::c_int::from(size))
+}
+
+/// `SO_SNDBUF`.
+pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_SNDBUF,
+        bytes.min(i32::MAX as usize) as libc::c_int,
+    )
+}
+
+/// `SO_ERROR`: the pending socket error, cleared by reading it.
+pub fn take_error(fd: RawFd) -> io::Result<Option<io::Error>> {
+    let e = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)?;
+    Ok((e != 0).then(|| io::Error::from_raw_os_error(e)))
+}
+
+/// `send(fd, buf, flags | MSG_NOSIGNAL)`; returns bytes accepted.
+pub fn send(fd: RawFd, buf: &[u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is a live slice; the kernel reads at most buf.len() bytes from it.
+    let n = unsafe {
+        libc::send(
+            fd,
+            buf.as_ptr().cast(),
+            buf.len(),
+            flags | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        Err(crate::last_err())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `recv(fd, buf, flags)`; returns bytes read (0 at end of stream).
+pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is a live, writable slice of buf.len() bytes.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+    if n < 0 {
+        Err(crate::last_err())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `shutdown(fd, SHUT_WR)`.
+pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
+    // SAFETY: no memory is passed.
+    crate::cvt(unsafe { libc::shutdown(fd, libc::SHUT_WR) }).map(drop)
+}
+
+/// One message read from the error queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrqueueEntry {
+    /// A MSG_ZEROCOPY completion for ids `lo..=hi`.
+    Zerocopy {
+        /// `ee_info`.
+        lo: u32,
+        /// `ee_data`.
+        hi: u32,
+        /// `ee_code & SO_EE_CODE_ZEROCOPY_COPIED`.
+        copied: bool,
+    },
+    /// Any other error-queue message (ICMP error, local error, timestamp).
+    Other {
+        /// `ee_errno`.
+        errno: u32,
+        /// `ee_origin`.
+        origin: u8,
+    },
+}
+
+/// Reads everything on the socket's error queue (`recvmsg(MSG_ERRQUEUE | MSG_DONTWAIT)` until
+/// `EAGAIN`), appending to `out`. Returns how many messages were read.
+///
+/// Documentation/networking/msg_zerocopy.rst: completions arrive as a cmsg of level
+/// `SOL_IP`/`IP_RECVERR` (or `SOL_IPV6`/`IPV6_RECVERR`) holding a `sock_extended_err`.
+pub fn read_errqueue(fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+    let mut count = 0;
+    loop {
+        // Room for one cmsg with a sock_extended_err and an address (ICMP errors carry one).
+        let mut control = [0u64; 16];
+        // SAFETY: all-zero is a valid msghdr.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control);
+        // SAFETY: msg points at a live control buffer of the stated size and no iovecs.
+        let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = crate::last_err();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) => Ok(count),
+                Some(libc::EINTR) => continue,
+                _ => Err(e),
+            };
+        }
+        count += 1;
+        // SAFETY: msg was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR stay within msg_controllen.
+        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !cmsg.is_null() {
+            // SAFETY: cmsg is non-null and inside the control buffer (CMSG_* contract).
+            let hdr = unsafe { &*cmsg };
+            let is_recverr = (hdr.cmsg_level == libc::SOL_IP && hdr.cmsg_type == libc::IP_RECVERR)
+                || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
+            let need = std::mem::size_of::<libc::sock_extended_err>();
+            // SAFETY: CMSG_LEN is a pure computation.
+            if is_recverr
+                && hdr.cmsg_len as usize >= unsafe { libc::CMSG_LEN(need as u32) } as usize
+            {
+                // SAFETY: the cmsg is long enough for a sock_extended_err; read_unaligned because
+                // the control buffer gives no alignment promise for the payload.
+                let ee: libc::sock_extended_err = unsafe {
+                    std::ptr::read_unaligned(
+                        libc::CMSG_DATA(cmsg).cast::<libc::sock_extended_err>(),
+                    )
+                };
+                out.push(
+                    if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY && ee.ee_errno == 0 {
+                        ErrqueueEntry::Zerocopy {
+                            lo: ee.ee_info,
+                            hi: ee.ee_data,
+                            copied: ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                        }
+                    } else {
+                        ErrqueueEntry::Other {
+                            errno: ee.ee_errno,
+                            origin: ee.ee_origin,
+                        }
+                    },
+                );
+            }
+            // SAFETY: as for CMSG_FIRSTHDR.
+            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+        }
+    }
+}
+
+/// `poll` on one fd; returns `revents` (0 on timeout). `EINTR` returns 0.
+pub fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+    if n < 0 {
+        let e = crate::last_err();
+        return if e.raw_os_error() == Some(libc::EINTR) {
+            Ok(0)
+        } else {
+            Err(e)
+        };
+    }
+    Ok(p.revents)
+}

@@ -1,0 +1,500 @@
+//! `zcnet bench tx`: every send backend on every lab path, side by side, in one run.
+//!
+//! Paths: `sink` (UDP with GSO into an ifb that drops everything: the kernel can really avoid the
+//! copy), `veth` (TCP between two namespaces) and `loopback` (TCP on 127.0.0.1): on those two the
+//! kernel copies whatever the application asks for, and the accounting must say so.
+
+use crate::error::{Error, Result};
+use crate::lab::{self, Lab, SinkPath, VethPath};
+use crate::net;
+use crate::region::{MemoryKind, Region};
+use crate::tx::{region_len, Sender, Socket, TxConfig, TxMode, TxStats};
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+use zcnet_core::Pattern;
+
+/// Largest UDP payload in one IPv4 datagram (65,535 - 20 - 8).
+pub const UDP_MAX_PAYLOAD: usize = 65_507;
+
+/// A lab path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    /// UDP + GSO into the ifb sink.
+    Sink,
+    /// TCP over a veth pair between namespaces.
+    Veth,
+    /// TCP over loopback.
+    Loopback,
+}
+
+impl PathKind {
+    /// All paths, in table order.
+    pub const ALL: [PathKind; 3] = [PathKind::Sink, PathKind::Veth, PathKind::Loopback];
+
+    /// The `--path` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PathKind::Sink => "sink",
+            PathKind::Veth => "veth",
+            PathKind::Loopback => "loopback",
+        }
+    }
+
+    /// Parses a `--path` name.
+    pub fn parse(s: &str) -> Result<PathKind> {
+        PathKind::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| Error::UnknownPath {
+                given: s.to_string(),
+            })
+    }
+
+    /// Whether it needs the namespace lab (root).
+    pub fn needs_root(self) -> bool {
+        self != PathKind::Loopback
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct TxBenchConfig {
+    /// Paths.
+    pub paths: Vec<PathKind>,
+    /// Send modes.
+    pub modes: Vec<TxMode>,
+    /// Payload sizes (on `sink`, 65,536 is sent as 64,000 B: one UDP datagram cannot carry 64 KiB).
+    pub sizes: Vec<usize>,
+    /// Seconds per case.
+    pub duration: Duration,
+    /// Sends in flight.
+    pub inflight: usize,
+    /// Memory for the buffers.
+    pub memory: MemoryKind,
+    /// Also run the raw SEND_ZC loop on `sink` (when `uring-zc` is in `modes`) to measure zcnet's
+    /// own overhead.
+    pub baseline: bool,
+}
+
+impl Default for TxBenchConfig {
+    fn default() -> Self {
+        TxBenchConfig {
+            paths: PathKind::ALL.to_vec(),
+            modes: TxMode::ALL.to_vec(),
+            sizes: vec![4096, 16384, 65536],
+            duration: Duration::from_secs(3),
+            inflight: 8,
+            memory: MemoryKind::Anonymous,
+            baseline: true,
+        }
+    }
+}
+
+/// The `tx` name of the raw baseline rows.
+pub const RAW_BASELINE: &str = "raw-uring-zc";
+
+/// One measured case.
+#[derive(Debug, Clone, Default)]
+pub struct TxRow {
+    /// Path name.
+    pub path: &'static str,
+    /// Mode name (or [`RAW_BASELINE`]).
+    pub tx: String,
+    /// Bytes per send.
+    pub size: usize,
+    /// Sends in flight.
+    pub inflight: usize,
+    /// Bytes the kernel accepted.
+    pub bytes: u64,
+    /// Wall seconds (including the final wait for notifications).
+    pub seconds: f64,
+    /// MB/s (10^6 B/s).
+    pub mb_per_s: f64,
+    /// Bytes the kernel confirmed zero-copy.
+    pub zerocopy_bytes: u64,
+    /// Bytes copied.
+    pub copied_bytes: u64,
+    /// CPU seconds of the sending thread.
+    pub cpu_seconds: f64,
+    /// Notifications received.
+    pub notifications: u64,
+    /// Bytes the receiver got (TCP paths; `None` on the sink).
+    pub received_bytes: Option<u64>,
+    /// Mode switches of `auto`, in words.
+    pub switches: Vec<String>,
+    /// Why the case failed, if it did.
+    pub error: Option<String>,
+}
+
+impl TxRow {
+    /// Percent of confirmed bytes that were zero-copy.
+    pub fn zerocopy_percent(&self) -> Option<f64> {
+        let c = self.zerocopy_bytes + self.copied_bytes;
+        (c > 0).then(|| 100.0 * self.zerocopy_bytes as f64 / c as f64)
+    }
+
+    /// CPU seconds per GB sent.
+    pub fn cpu_seconds_per_gb(&self) -> Option<f64> {
+        (self.bytes > 0).then(|| self.cpu_seconds / (self.bytes as f64 / 1e9))
+    }
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Default)]
+pub struct TxReport {
+    /// Measured cases.
+    pub rows: Vec<TxRow>,
+    /// Things the user should know (paths skipped and why, memory fallbacks).
+    pub notes: Vec<String>,
+}
+
+impl TxReport {
+    /// `row`'s throughput divided by `copy`'s on the same path and size.
+    pub fn ratio_to(&self, row: &TxRow, tx: &str) -> Option<f64> {
+        let base = self.rows.iter().find(|r| {
+            r.path == row.path && r.size == row.size && r.tx == tx && r.error.is_none()
+        })?;
+        (base.mb_per_s > 0.0 && row.error.is_none()).then(|| row.mb_per_s / base.mb_per_s)
+    }
+}
+
+/// Progress of a run.
+#[derive(Debug)]
+pub enum Progress<'a> {
+    /// Case `index` of `total` starts.
+    Start {
+        /// 1-based.
+        index: usize,
+        /// Cases in all.
+        total: usize,
+        /// Path.
+        path: &'static str,
+        /// Mode.
+        tx: &'a str,
+        /// Size.
+        size: usize,
+    },
+    /// A case finished.
+    Done(&'a TxRow),
+}
+
+/// The payload size actually sent for `size` on `path`.
+pub fn effective_size(path: PathKind, size: usize) -> usize {
+    if path == PathKind::Sink && size == 65536 {
+        64_000
+    } else {
+        size
+    }
+}
+
+enum Env {
+    Sink(SinkPath),
+    Veth(VethPath),
+    Loopback,
+}
+
+/// Runs the benchmark. Without root, only `loopback` runs (and a note says why). The lab is torn
+/// down before this returns, whatever happens.
+pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Result<TxReport> {
+    let mut report = TxReport::default();
+    let mut paths = cfg.paths.clone();
+    if !zcnet_sys::os::is_root() && paths.iter().any(|p| p.needs_root()) {
+        report.notes.push(
+            "not root: running the loopback path only (sink and veth need network namespaces; run as root for them)".into(),
+        );
+        paths.retain(|p| !p.needs_root());
+    }
+    let mut lab = if paths.iter().any(|p| p.needs_root()) {
+        Some(Lab::new()?)
+    } else {
+        None
+    };
+    let mut envs = Vec::new();
+    for &p in &paths {
+        let env = match (p, lab.as_mut()) {
+            (PathKind::Sink, Some(l)) => Env::Sink(l.sink()?),
+            (PathKind::Veth, Some(l)) => Env::Veth(l.veth()?),
+            _ => Env::Loopback,
+        };
+        envs.push((p, env));
+    }
+    let baseline = cfg.baseline && cfg.modes.contains(&TxMode::UringZc);
+    let per_size = cfg.modes.len();
+    let total: usize = paths
+        .iter()
+        .map(|&p| cfg.sizes.len() * (per_size + usize::from(baseline && p == PathKind::Sink)))
+        .sum();
+    let mut index = 0;
+    for (path, env) in &envs {
+        for &size in &cfg.sizes {
+            let size = effective_size(*path, size);
+            let mut cases: Vec<String> = cfg.modes.iter().map(|m| m.name().to_string()).collect();
+            if baseline && *path == PathKind::Sink {
+                cases.push(RAW_BASELINE.to_string());
+            }
+            for tx in &cases {
+                if crate::interrupted() {
+                    return Err(Error::Interrupted);
+                }
+                index += 1;
+                progress(Progress::Start {
+                    index,
+                    total,
+                    path: path.name(),
+                    tx,
+                    size,
+                });
+                let mut row = TxRow {
+                    path: path.name(),
+                    tx: tx.clone(),
+                    size,
+                    inflight: cfg.inflight,
+                    ..TxRow::default()
+                };
+                let outcome = if tx == RAW_BASELINE {
+                    run_raw(env, size, cfg)
+                } else {
+                    run_case(env, TxMode::parse(tx)?, size, cfg)
+                };
+                match outcome {
+                    Ok((st, received, note)) => {
+                        fill_row(&mut row, &st, received);
+                        if let Some(n) = note {
+                            if !report.notes.contains(&n) {
+                                report.notes.push(n);
+                            }
+                        }
+                    }
+                    Err(Error::Interrupted) => return Err(Error::Interrupted),
+                    Err(e) => row.error = Some(e.to_string()),
+                }
+                progress(Progress::Done(&row));
+                report.rows.push(row);
+            }
+        }
+    }
+    drop(lab.take());
+    Ok(report)
+}
+
+fn fill_row(row: &mut TxRow, st: &TxStats, received: Option<u64>) {
+    row.bytes = st.bytes;
+    row.seconds = st.seconds;
+    row.mb_per_s = st.mb_per_s();
+    row.zerocopy_bytes = st.zerocopy_bytes;
+    row.copied_bytes = st.copied_bytes;
+    row.cpu_seconds = st.cpu_seconds;
+    row.notifications = st.notifications;
+    row.received_bytes = received;
+    row.switches = st.switches.iter().map(|s| s.to_string()).collect();
+    if let Some(r) = received {
+        if r != st.bytes {
+            row.error = Some(format!(
+                "receiver got {r} B of the {} B the kernel accepted",
+                st.bytes
+            ));
+        }
+    }
+}
+
+type CaseResult = Result<(TxStats, Option<u64>, Option<String>)>;
+
+fn gso_for(size: usize) -> Option<u16> {
+    (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500)
+}
+
+/// Sends `size`-byte messages for `duration`; the buffers hold the seeded pattern.
+pub fn send_for(
+    sock: Socket,
+    mode: TxMode,
+    size: usize,
+    inflight: usize,
+    memory: MemoryKind,
+    duration: Duration,
+) -> Result<(TxStats, Option<String>)> {
+    let mut tcfg = TxConfig::new(mode);
+    tcfg.inflight = inflight;
+    tcfg.buf_size = size;
+    let region = Region::new(memory, region_len(&tcfg))?;
+    let mut tx = Sender::new(sock, region, &tcfg)?;
+    let note = tx.note().map(str::to_string);
+    let pattern = Pattern::new(0x2c6e_6574);
+    let mut filled = vec![false; tx.buffers()];
+    let deadline = Instant::now() + duration;
+    while Instant::now() < deadline {
+        if crate::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        let mut b = tx.buffer()?;
+        let id = b.id() as usize;
+        if !filled[id] {
+            if let Some(bytes) = b.bytes_mut() {
+                pattern.fill(0, bytes);
+            }
+            filled[id] = true;
+        }
+        tx.send(b, size)?;
+    }
+    Ok((tx.finish()?, note))
+}
+
+fn run_case(env: &Env, mode: TxMode, size: usize, cfg: &TxBenchConfig) -> CaseResult {
+    match env {
+        Env::Sink(s) => std::thread::scope(|sc| {
+            sc.spawn(|| {
+                lab::enter(&s.ns)?;
+                let sock = net::connect_udp(s.dest, gso_for(size))?;
+                let (st, note) = send_for(
+                    sock.into(),
+                    mode,
+                    size,
+                    cfg.inflight,
+                    cfg.memory,
+                    cfg.duration,
+                )?;
+                Ok((st, None, note))
+            })
+            .join()
+            .unwrap_or_else(|_| {
+                Err(Error::io(
+                    "sender thread",
+                    std::io::Error::other("panicked"),
+                ))
+            })
+        }),
+        Env::Veth(v) => tcp_case(
+            Some(&v.a),
+            Some(&v.b),
+            SocketAddr::new(v.b_addr, 5201),
+            mode,
+            size,
+            cfg,
+        ),
+        Env::Loopback => tcp_case(
+            None,
+            None,
+            "127.0.0.1:0".parse().map_err(|_| Error::BadAddress {
+                given: "127.0.0.1:0".into(),
+            })?,
+            mode,
+            size,
+            cfg,
+        ),
+    }
+}
+
+/// A TCP case: a receiver thread (in `rx_ns`) that drains, a sender thread (in `tx_ns`).
+fn tcp_case(
+    tx_ns: Option<&str>,
+    rx_ns: Option<&str>,
+    bind: SocketAddr,
+    mode: TxMode,
+    size: usize,
+    cfg: &TxBenchConfig,
+) -> CaseResult {
+    std::thread::scope(|sc| {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr>>();
+        let receiver = sc.spawn(move || -> Result<u64> {
+            let listener = (|| -> Result<TcpListener> {
+                if let Some(ns) = rx_ns {
+                    lab::enter(ns)?;
+                }
+                net::listen_tcp(bind)
+            })();
+            let listener = match listener {
+                Ok(l) => l,
+                Err(e) => {
+                    let msg = e.to_string();
+                    let _ = ready_tx.send(Err(e));
+                    return Err(Error::io(msg, std::io::Error::other("receiver")));
+                }
+            };
+            let addr = listener
+                .local_addr()
+                .map_err(|e| Error::io("local_addr", e))?;
+            let _ = ready_tx.send(Ok(addr));
+            let (mut s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
+            Ok(net::drain_stream(&mut s, None, None)?.bytes)
+        });
+        let addr = ready_rx
+            .recv()
+            .map_err(|_| Error::io("receiver thread", std::io::Error::other("exited early")))??;
+        let sender = sc.spawn(move || -> Result<(TxStats, Option<String>)> {
+            if let Some(ns) = tx_ns {
+                lab::enter(ns)?;
+            }
+            let sock = net::connect_tcp(addr)?;
+            send_for(
+                sock.into(),
+                mode,
+                size,
+                cfg.inflight,
+                cfg.memory,
+                cfg.duration,
+            )
+        });
+        let sent = sender.join().unwrap_or_else(|_| {
+            Err(Error::io(
+                "sender thread",
+                std::io::Error::other("panicked"),
+            ))
+        });
+        if sent.is_err() {
+            // Unblock the receiver if the sender never connected.
+            let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+        }
+        let received = receiver.join().unwrap_or_else(|_| {
+            Err(Error::io(
+                "receiver thread",
+                std::io::Error::other("panicked"),
+            ))
+        });
+        let (st, note) = sent?;
+        Ok((st, Some(received?), note))
+    })
+}
+
+fn run_raw(env: &Env, size: usize, cfg: &TxBenchConfig) -> CaseResult {
+    let Env::Sink(s) = env else {
+        return Err(Error::UnknownPath {
+            given: "raw baseline runs on sink only".into(),
+        });
+    };
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            lab::enter(&s.ns)?;
+            let sock = net::connect_udp(s.dest, gso_for(size))?;
+            let r = zcnet_sys::baseline::raw_send_zc(
+                std::os::fd::AsRawFd::as_raw_fd(&sock),
+                size,
+                cfg.inflight,
+                cfg.duration,
+            )
+            .map_err(|e| Error::io("raw SEND_ZC loop", e))?;
+            let copied_bytes = if r.notifications > 0 {
+                r.bytes * r.copied_notifications / r.notifications
+            } else {
+                0
+            };
+            let st = TxStats {
+                bytes: r.bytes,
+                sends: r.notifications,
+                notifications: r.notifications,
+                copied_notifications: r.copied_notifications,
+                zerocopy_bytes: r.bytes - copied_bytes,
+                copied_bytes,
+                seconds: r.seconds,
+                cpu_seconds: r.cpu_seconds,
+                ..TxStats::default()
+            };
+            Ok((st, None, None))
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(Error::io(
+                "raw loop thread",
+                std::io::Error::other("panicked"),
+            ))
+        })
+    })
+}

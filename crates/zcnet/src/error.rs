@@ -1,0 +1,211 @@
+//! One error type for the whole library. Every message is one line that names the cause and,
+//! where there is one, the fix.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A `--tx` name that is not a send mode.
+    UnknownMode {
+        /// What was given.
+        given: String,
+    },
+    /// A `--path` name that is not a lab path.
+    UnknownPath {
+        /// What was given.
+        given: String,
+    },
+    /// An address that does not parse or resolve.
+    BadAddress {
+        /// What was given.
+        given: String,
+    },
+    /// Nobody listens at the address.
+    ConnectionRefused {
+        /// Where.
+        addr: SocketAddr,
+    },
+    /// The operation needs root (CAP_NET_ADMIN / CAP_SYS_ADMIN).
+    NotRoot {
+        /// What needed it.
+        what: &'static str,
+    },
+    /// Registering the region would pin more than RLIMIT_MEMLOCK allows.
+    MemlockTooSmall {
+        /// Bytes to pin.
+        need: u64,
+        /// The soft limit.
+        limit: u64,
+    },
+    /// No 2 MiB huge pages are reserved (strict huge-page regions only).
+    NoHugePages {
+        /// Pages needed.
+        pages: usize,
+    },
+    /// `MSG_ZEROCOPY` sends failed with ENOBUFS with nothing in flight: `net.core.optmem_max` is
+    /// too small to hold even one notification.
+    OptmemExhausted {
+        /// The current value, if it could be read.
+        optmem_max: Option<u64>,
+    },
+    /// The peer reset the connection (or closed it) mid-stream.
+    PeerReset {
+        /// Bytes the kernel had accepted.
+        accepted: u64,
+        /// Of those, bytes the kernel had confirmed sent (zero-copy or copied).
+        confirmed: u64,
+    },
+    /// The buffer is device memory the CPU cannot read or write.
+    NotCpuAccessible,
+    /// The region cannot hold the buffers asked for.
+    RegionTooSmall {
+        /// Bytes needed.
+        need: usize,
+        /// Bytes the region has.
+        have: usize,
+    },
+    /// The kernel refused a mechanism.
+    Unsupported {
+        /// What was refused.
+        what: String,
+        /// The errno.
+        source: io::Error,
+        /// How to get it, if there is a way.
+        fix: &'static str,
+    },
+    /// No completion arrived for too long (peer stopped reading?).
+    Stalled {
+        /// Seconds waited.
+        seconds: u64,
+        /// Buffers still held by the kernel.
+        outstanding: usize,
+    },
+    /// Received data does not match the seeded pattern.
+    Verify(zcnet_core::Mismatch),
+    /// The kernel's completions contradict the protocol (a bug here or in the kernel).
+    Protocol(zcnet_core::TrackerError),
+    /// SIGINT or SIGTERM arrived.
+    Interrupted,
+    /// A lab command (`ip ...`) failed.
+    Lab {
+        /// The command.
+        command: String,
+        /// What it printed.
+        stderr: String,
+    },
+    /// Another system call failed.
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps an `io::Error` with what was being done.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The process exit code the CLI uses for this error (130 for an interrupt).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Interrupted => 130,
+            Error::UnknownMode { .. } | Error::UnknownPath { .. } | Error::BadAddress { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::UnknownMode { given } => write!(
+                f,
+                "unknown send mode '{given}': use one of {}",
+                crate::tx::TxMode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+            ),
+            Error::UnknownPath { given } => {
+                write!(f, "unknown path '{given}': use one of sink, veth, loopback")
+            }
+            Error::BadAddress { given } => {
+                write!(f, "bad address '{given}': give HOST:PORT, e.g. 127.0.0.1:5201 or [::1]:5201")
+            }
+            Error::ConnectionRefused { addr } => {
+                write!(f, "connection refused by {addr}: start a receiver there first (zcnet recv --listen {addr})")
+            }
+            Error::NotRoot { what } => write!(f, "{what} needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run it with sudo"),
+            Error::MemlockTooSmall { need, limit } => write!(
+                f,
+                "RLIMIT_MEMLOCK ({limit} B) is too small to pin the {need} B region: raise it (ulimit -l {} or LimitMEMLOCK= in the unit) or use a smaller --inflight/--size",
+                need.div_ceil(1024)
+            ),
+            Error::NoHugePages { pages } => write!(
+                f,
+                "no free 2 MiB huge pages for {pages} page(s): reserve them with 'echo {pages} > /proc/sys/vm/nr_hugepages' or use --mem anon"
+            ),
+            Error::OptmemExhausted { optmem_max } => write!(
+                f,
+                "MSG_ZEROCOPY send failed with ENOBUFS and nothing in flight: net.core.optmem_max ({}) is too small; raise it with 'sysctl -w net.core.optmem_max=1048576'",
+                optmem_max.map_or_else(|| "unknown".to_string(), |v| v.to_string())
+            ),
+            Error::PeerReset { accepted, confirmed } => write!(
+                f,
+                "peer reset the connection: {accepted} B accepted by the kernel, {confirmed} B confirmed sent before the reset"
+            ),
+            Error::NotCpuAccessible => write!(f, "the buffer is device memory the CPU cannot access: fill it from the device"),
+            Error::RegionTooSmall { need, have } => write!(
+                f,
+                "region of {have} B cannot hold the {need} B of buffers asked for: use a larger region or fewer/smaller buffers"
+            ),
+            Error::Unsupported { what, source, fix } => {
+                write!(f, "{what} is not supported here ({source})")?;
+                if !fix.is_empty() {
+                    write!(f, ": {fix}")?;
+                }
+                Ok(())
+            }
+            Error::Stalled { seconds, outstanding } => write!(
+                f,
+                "no send completion for {seconds} s with {outstanding} buffer(s) held by the kernel: is the receiver reading?"
+            ),
+            Error::Verify(m) => write!(f, "{m}: the data was corrupted, reordered or sent with another --seed"),
+            Error::Protocol(e) => write!(f, "kernel completion protocol violated: {e} (please report this)"),
+            Error::Interrupted => write!(f, "interrupted"),
+            Error::Lab { command, stderr } => write!(f, "lab setup failed: '{command}': {}", stderr.trim()),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } | Error::Unsupported { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<zcnet_core::TrackerError> for Error {
+    fn from(e: zcnet_core::TrackerError) -> Self {
+        Error::Protocol(e)
+    }
+}
+
+impl From<zcnet_core::Mismatch> for Error {
+    fn from(m: zcnet_core::Mismatch) -> Self {
+        Error::Verify(m)
+    }
+}

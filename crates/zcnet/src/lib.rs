@@ -1,0 +1,53 @@
+//! # zcnet: zero-copy networking for Linux, with honest accounting
+//!
+//! ```no_run
+//! use zcnet::{Region, Sender, Socket, TxConfig, TxMode};
+//! let stream = std::net::TcpStream::connect("127.0.0.1:5201")?;
+//! let cfg = TxConfig::new(TxMode::UringZc);
+//! let region = Region::anonymous(zcnet::tx::region_len(&cfg))?;
+//! let mut tx = Sender::new(Socket::from(stream), region, &cfg)?;
+//! for _ in 0..1000 {
+//!     let mut buf = tx.buffer()?;            // waits until the kernel released one
+//!     let n = buf.write(b"hello")?;          // only the owner of a TxBuf can write it
+//!     tx.send(buf, n)?;                      // the kernel owns it until its notification
+//! }
+//! let stats = tx.finish()?;
+//! println!("{} B, {:?} zero-copy", stats.bytes, stats.zerocopy_fraction());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Layers: `zcnet-core` (sans-IO bookkeeping) ← `zcnet-sys` (all unsafe) ← this crate
+//! (regions, send backends, the namespace lab, benchmarks) ← `zcnet-cli` (the `zcnet` command).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod error;
+pub mod lab;
+pub mod net;
+pub mod region;
+pub mod tx;
+
+pub use error::{Error, Result};
+pub use region::{MemoryKind, Region, TxBuf};
+pub use tx::{Sender, Socket, TxConfig, TxMode, TxStats};
+pub use zcnet_core::Pattern;
+
+/// Reads an integer sysctl (`/proc/sys/<path>`), if present.
+pub fn sysctl_u64(path: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/sys/{path}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Installs the SIGINT/SIGTERM flag handler: long runs stop at their next check and clean up.
+pub fn install_interrupt_handler() -> Result<()> {
+    zcnet_sys::os::install_interrupt_handler().map_err(|e| Error::io("sigaction", e))
+}
+
+/// Whether SIGINT/SIGTERM arrived.
+pub fn interrupted() -> bool {
+    zcnet_sys::os::interrupted()
+}

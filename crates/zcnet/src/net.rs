@@ -1,0 +1,122 @@
+//! Sockets for the commands and the lab: connect with clear errors, UDP GSO, a receiver that
+//! counts or verifies what arrives.
+
+use crate::error::{Error, Result};
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
+use zcnet_core::Pattern;
+
+/// The largest UDP GSO segment that fits a 1500-byte MTU (1500 - 20 IPv4 - 8 UDP).
+pub const GSO_SEGMENT_1500: u16 = 1472;
+
+/// Parses `HOST:PORT` (a name is resolved; the first address wins).
+pub fn parse_addr(s: &str) -> Result<SocketAddr> {
+    s.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| Error::BadAddress {
+            given: s.to_string(),
+        })
+}
+
+/// Connects a TCP stream, with a clear error if nobody listens.
+pub fn connect_tcp(addr: SocketAddr) -> Result<TcpStream> {
+    TcpStream::connect(addr).map_err(|e| match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused { addr },
+        _ => Error::io(format!("connect {addr}"), e),
+    })
+}
+
+/// A UDP socket connected to `addr`; with `gso` set, the kernel cuts each send into datagrams
+/// of that size (UDP_SEGMENT). A single UDP datagram carries at most 65,507 B over IPv4.
+pub fn connect_udp(addr: SocketAddr, gso: Option<u16>) -> Result<UdpSocket> {
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    }
+    .parse()
+    .map_err(|_| Error::BadAddress {
+        given: addr.to_string(),
+    })?;
+    let s = UdpSocket::bind(bind).map_err(|e| Error::io("bind UDP socket", e))?;
+    s.connect(addr)
+        .map_err(|e| Error::io(format!("connect UDP {addr}"), e))?;
+    if let Some(seg) = gso {
+        zcnet_sys::sock::set_udp_segment(s.as_raw_fd(), seg).map_err(|e| Error::Unsupported {
+            what: "UDP GSO (UDP_SEGMENT)".into(),
+            source: e,
+            fix: "needs Linux 4.18; send datagrams of at most the MTU instead",
+        })?;
+    }
+    Ok(s)
+}
+
+/// What a receiver saw.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RecvReport {
+    /// Bytes received.
+    pub bytes: u64,
+    /// Read calls that returned data.
+    pub reads: u64,
+    /// Seconds from the first byte to end of stream.
+    pub seconds: f64,
+}
+
+/// Reads a stream to its end; with `verify`, checks every byte against the pattern, failing at
+/// the first mismatch. With `sink`, hands each chunk to it (e.g. stdout).
+pub fn drain_stream(
+    stream: &mut TcpStream,
+    verify: Option<Pattern>,
+    mut sink: Option<&mut dyn std::io::Write>,
+) -> Result<RecvReport> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut rep = RecvReport::default();
+    let mut start = None;
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {
+                continue
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                return Err(Error::Interrupted)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Err(Error::io(
+                    format!("peer reset the connection after {} B", rep.bytes),
+                    e,
+                ))
+            }
+            Err(e) => return Err(Error::io("recv", e)),
+        };
+        start.get_or_insert_with(std::time::Instant::now);
+        if let Some(p) = verify {
+            p.verify(rep.bytes, &buf[..n])?;
+        }
+        if let Some(s) = sink.as_deref_mut() {
+            s.write_all(&buf[..n])
+                .map_err(|e| Error::io("writing received data", e))?;
+        }
+        rep.bytes += n as u64;
+        rep.reads += 1;
+    }
+    rep.seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    Ok(rep)
+}
+
+/// Binds a TCP listener, with a clear error.
+pub fn listen_tcp(addr: SocketAddr) -> Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => Error::io(
+            format!("listen {addr}: address in use (pick another --listen port)"),
+            e,
+        ),
+        std::io::ErrorKind::AddrNotAvailable => Error::BadAddress {
+            given: addr.to_string(),
+        },
+        _ => Error::io(format!("listen {addr}"), e),
+    })
+}

@@ -1,0 +1,86 @@
+//! `auto`: zero-copy (io_uring SEND_ZC) until the kernel says it copies, then plain `send()`.
+//!
+//! The decision is `zcnet_core::AutoPolicy`'s; this backend feeds it the notification counts and
+//! switches engines. Before a switch to copying on a stream, every zero-copy send already handed
+//! over is allowed to reach the socket (its result CQE), so the byte stream stays in order.
+
+use super::copy::send_all;
+use super::uring::UringTx;
+use super::{Shared, TxBackend};
+use crate::error::Result;
+use crate::region::TxBuf;
+use std::sync::Arc;
+use zcnet_core::{AutoPolicy, Mode};
+use zcnet_sys::mem::Mapping;
+
+#[derive(Debug)]
+pub(crate) struct AutoTx {
+    zc: UringTx,
+    policy: AutoPolicy,
+    mode: Mode,
+    fed: (u64, u64),
+}
+
+impl AutoTx {
+    pub(crate) fn new(map: &Arc<Mapping>, buffers: usize, stream: bool) -> Result<Self> {
+        Ok(AutoTx {
+            zc: UringTx::new(map, buffers, true, stream)?,
+            policy: AutoPolicy::default(),
+            mode: Mode::ZeroCopy,
+            fed: (0, 0),
+        })
+    }
+
+    fn feed(&mut self, sh: &mut Shared) {
+        let copied = sh.stats.copied_notifications;
+        let zero = sh.stats.notifications - copied;
+        let (z0, c0) = self.fed;
+        if zero > z0 || copied > c0 {
+            self.policy
+                .on_notifications(zero - z0, copied - c0, sh.now_ns());
+            self.fed = (zero, copied);
+        }
+        if self.policy.switches().len() != sh.stats.switches.len() {
+            sh.stats.switches = self.policy.switches().to_vec();
+        }
+    }
+}
+
+impl TxBackend for AutoTx {
+    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
+        self.feed(sh);
+        let mode = self.policy.mode(sh.now_ns());
+        if mode != self.mode {
+            if mode == Mode::Copy {
+                if let Err(e) = self.zc.settle(sh) {
+                    sh.free.push(buf);
+                    return Err(e);
+                }
+            }
+            self.mode = mode;
+            sh.stats.switches = self.policy.switches().to_vec();
+        }
+        match mode {
+            Mode::ZeroCopy => self.zc.send(sh, buf, len),
+            Mode::Copy => {
+                let r = send_all(sh, &buf, len);
+                sh.free.push(buf);
+                // Late notifications from the zero-copy period still return buffers.
+                if r.is_ok() && self.zc.outstanding() > 0 {
+                    self.zc.reap(sh, false)?;
+                }
+                r
+            }
+        }
+    }
+
+    fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
+        let r = self.zc.reap(sh, wait && self.zc.outstanding() > 0);
+        self.feed(sh);
+        r
+    }
+
+    fn outstanding(&self) -> usize {
+        self.zc.outstanding()
+    }
+}

@@ -1,0 +1,378 @@
+//! Sending from registered memory, with every mechanism Linux offers behind one interface.
+//!
+//! ```text
+//!   app ── Sender::buffer() ──► TxBuf (writable) ── Sender::send(buf, len) ──► backend
+//!    ▲                                                                          │ kernel
+//!    └──────────── free list ◄── final completion / notification ◄──────────────┘
+//! ```
+//! Backends (`--tx`): `copy` (send), `msg-zerocopy` (SO_ZEROCOPY + MSG_ZEROCOPY, error-queue
+//! ranges), `uring` (IORING_OP_SEND), `uring-zc` (IORING_OP_SEND_ZC from fixed buffers with
+//! usage reports), `auto` (zero-copy until the kernel says it copies, then `copy`, re-checking).
+//! Every backend keeps [`TxStats`] honest: bytes are "zero-copy" only when the kernel said so.
+
+mod auto;
+mod copy;
+mod msgzc;
+mod uring;
+
+use crate::error::{Error, Result};
+use crate::region::{Region, TxBuf};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+pub use zcnet_core::TxStats;
+
+/// A send mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TxMode {
+    /// `send()`: the kernel copies. The baseline.
+    Copy,
+    /// `MSG_ZEROCOPY` sends; completions from the socket error queue.
+    MsgZerocopy,
+    /// io_uring `IORING_OP_SEND` (copies), several in flight.
+    Uring,
+    /// io_uring `IORING_OP_SEND_ZC` from registered buffers, several in flight.
+    UringZc,
+    /// `uring-zc` until most notifications say COPIED, then `copy`; re-checks now and then.
+    Auto,
+}
+
+impl TxMode {
+    /// Every mode, in table order.
+    pub const ALL: [TxMode; 5] = [
+        TxMode::Copy,
+        TxMode::MsgZerocopy,
+        TxMode::Uring,
+        TxMode::UringZc,
+        TxMode::Auto,
+    ];
+
+    /// The `--tx` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxMode::Copy => "copy",
+            TxMode::MsgZerocopy => "msg-zerocopy",
+            TxMode::Uring => "uring",
+            TxMode::UringZc => "uring-zc",
+            TxMode::Auto => "auto",
+        }
+    }
+
+    /// Parses a `--tx` name.
+    pub fn parse(s: &str) -> Result<TxMode> {
+        TxMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| Error::UnknownMode {
+                given: s.to_string(),
+            })
+    }
+}
+
+impl std::fmt::Display for TxMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A socket to send on: a connected TCP stream or a connected UDP socket.
+#[derive(Debug)]
+pub struct Socket {
+    fd: OwnedFd,
+    stream: bool,
+}
+
+impl Socket {
+    /// Whether it is a byte stream (ordering of sends matters).
+    pub fn is_stream(&self) -> bool {
+        self.stream
+    }
+}
+
+impl From<std::net::TcpStream> for Socket {
+    fn from(s: std::net::TcpStream) -> Self {
+        Socket {
+            fd: s.into(),
+            stream: true,
+        }
+    }
+}
+
+impl From<std::net::UdpSocket> for Socket {
+    fn from(s: std::net::UdpSocket) -> Self {
+        Socket {
+            fd: s.into(),
+            stream: false,
+        }
+    }
+}
+
+impl AsRawFd for Socket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// How to send.
+#[derive(Debug, Clone)]
+pub struct TxConfig {
+    /// The mechanism.
+    pub mode: TxMode,
+    /// Buffers (and so sends) in flight at most. Default 8.
+    pub inflight: usize,
+    /// Size of each buffer. Default 64 KiB.
+    pub buf_size: usize,
+    /// Give up with [`Error::Stalled`] after this long without any completion. Default 10 s.
+    pub stall_timeout: Duration,
+}
+
+impl TxConfig {
+    /// Defaults for `mode`: 8 in flight, 64 KiB buffers, 10 s stall timeout.
+    pub fn new(mode: TxMode) -> Self {
+        TxConfig {
+            mode,
+            inflight: 8,
+            buf_size: 64 << 10,
+            stall_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Distance between buffer starts: the buffer size rounded up to the page size, so every buffer
+/// is page-aligned (fewer pages per send, and zero-copy fits MAX_SKB_FRAGS).
+pub fn buffer_stride(buf_size: usize) -> usize {
+    let page = zcnet_sys::mem::page_size();
+    buf_size.div_ceil(page) * page
+}
+
+/// Region size a [`Sender`] needs for `cfg`.
+pub fn region_len(cfg: &TxConfig) -> usize {
+    cfg.inflight.max(1) * buffer_stride(cfg.buf_size)
+}
+
+/// What the backends share: the socket, the free buffers, the statistics, the clock.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub fd: RawFd,
+    pub free: Vec<TxBuf>,
+    pub stats: TxStats,
+    pub start: Instant,
+    pub stall_timeout: Duration,
+}
+
+impl Shared {
+    /// Nanoseconds since the sender's clock started.
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Maps a send errno to the error the user should see.
+    pub fn send_error(&self, e: io::Error) -> Error {
+        match e.raw_os_error() {
+            Some(libc::ECONNRESET) | Some(libc::EPIPE) => Error::PeerReset {
+                accepted: self.stats.bytes,
+                confirmed: self.stats.zerocopy_bytes + self.stats.copied_bytes,
+            },
+            Some(libc::ECONNREFUSED) => {
+                Error::io("send: the destination refused (ICMP port unreachable)", e)
+            }
+            Some(libc::EINTR) => Error::Interrupted,
+            _ => Error::io("send", e),
+        }
+    }
+}
+
+/// One send mechanism. Every backend runs the same conformance tests (tests/conformance.rs).
+pub(crate) trait TxBackend: Send + std::fmt::Debug {
+    /// Hands `buf[..len]` to the kernel. The buffer goes back to `sh.free` when the kernel is
+    /// done with it (at once for copying backends). On error the buffer is not lost: it is in
+    /// `sh.free` or still held for a pending completion.
+    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()>;
+    /// Processes completions; with `wait`, blocks (bounded, ~100 ms) for at least one.
+    fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()>;
+    /// Buffers the kernel still holds.
+    fn outstanding(&self) -> usize;
+}
+
+/// Sends from a region with one mechanism, keeping the accounting.
+#[derive(Debug)]
+pub struct Sender {
+    // Field order matters: the backend (which may own an io_uring holding buffers) drops before
+    // the socket it sends on.
+    backend: Box<dyn TxBackend>,
+    sh: Shared,
+    sock: Socket,
+    total: usize,
+    mode: TxMode,
+    started: bool,
+    cpu0: f64,
+    note: Option<String>,
+}
+
+impl Sender {
+    /// A sender on `sock` using `region`, cut into `cfg.inflight` buffers of `cfg.buf_size`.
+    pub fn new(sock: Socket, region: Region, cfg: &TxConfig) -> Result<Sender> {
+        let stride = buffer_stride(cfg.buf_size);
+        let need = cfg.inflight.max(1).saturating_mul(stride);
+        if need > region.len() || cfg.buf_size == 0 {
+            return Err(Error::RegionTooSmall {
+                need,
+                have: region.len(),
+            });
+        }
+        if cfg.buf_size > u32::MAX as usize {
+            return Err(Error::io(
+                "buffer size",
+                io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
+        let note = region.note().map(str::to_string);
+        let (map, slots) = region
+            .into_mapping()
+            .into_slots_strided(cfg.buf_size, stride, cfg.inflight.max(1))
+            .map_err(|e| Error::io("cutting the region into buffers", e))?;
+        let fd = sock.as_raw_fd();
+        let backend: Box<dyn TxBackend> = match cfg.mode {
+            TxMode::Copy => Box::new(copy::CopyTx),
+            TxMode::MsgZerocopy => Box::new(msgzc::MsgZcTx::new(fd, slots.len())?),
+            TxMode::Uring => Box::new(uring::UringTx::new(&map, slots.len(), false, sock.stream)?),
+            TxMode::UringZc => Box::new(uring::UringTx::new(&map, slots.len(), true, sock.stream)?),
+            TxMode::Auto => Box::new(auto::AutoTx::new(&map, slots.len(), sock.stream)?),
+        };
+        let mut free: Vec<TxBuf> = slots.into_iter().map(|slot| TxBuf { slot }).collect();
+        free.reverse(); // hand out buffer 0 first
+        Ok(Sender {
+            backend,
+            total: free.len(),
+            sh: Shared {
+                fd,
+                free,
+                stats: TxStats::default(),
+                start: Instant::now(),
+                stall_timeout: cfg.stall_timeout,
+            },
+            sock,
+            mode: cfg.mode,
+            started: false,
+            cpu0: 0.0,
+            note,
+        })
+    }
+
+    /// The mechanism.
+    pub fn mode(&self) -> TxMode {
+        self.mode
+    }
+
+    /// A fallback taken when the region was allocated (e.g. THP instead of huge pages).
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Socket {
+        &self.sock
+    }
+
+    /// Buffers the kernel still holds.
+    pub fn outstanding(&self) -> usize {
+        self.backend.outstanding()
+    }
+
+    /// Number of buffers.
+    pub fn buffers(&self) -> usize {
+        self.total
+    }
+
+    fn start_clock(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.sh.start = Instant::now();
+            self.cpu0 = zcnet_sys::os::thread_cpu_seconds();
+        }
+    }
+
+    /// A free buffer, waiting for the kernel to release one if all are in flight.
+    pub fn buffer(&mut self) -> Result<TxBuf> {
+        self.start_clock();
+        if let Some(b) = self.sh.free.pop() {
+            return Ok(b);
+        }
+        self.wait_until(|s| !s.sh.free.is_empty())?;
+        self.sh.free.pop().ok_or(Error::Stalled {
+            seconds: 0,
+            outstanding: self.backend.outstanding(),
+        })
+    }
+
+    /// A free buffer if one is ready now (completions are processed, nothing blocks).
+    pub fn try_buffer(&mut self) -> Result<Option<TxBuf>> {
+        self.start_clock();
+        if self.sh.free.is_empty() {
+            self.backend.reap(&mut self.sh, false)?;
+        }
+        Ok(self.sh.free.pop())
+    }
+
+    /// Sends `buf[..len]`. The buffer comes back from [`Sender::buffer`] once the kernel is done.
+    /// io_uring backends queue the request and submit it with the next wait (or [`Sender::flush`]).
+    pub fn send(&mut self, buf: TxBuf, len: usize) -> Result<()> {
+        self.start_clock();
+        if len > buf.capacity() {
+            self.sh.free.push(buf);
+            return Err(Error::io(
+                "send",
+                io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
+        if len == 0 {
+            self.sh.free.push(buf);
+            return Ok(());
+        }
+        self.backend.send(&mut self.sh, buf, len)
+    }
+
+    /// Waits until every buffer is back: every send completed and every notification arrived.
+    pub fn flush(&mut self) -> Result<()> {
+        self.wait_until(|s| s.backend.outstanding() == 0)
+    }
+
+    fn wait_until(&mut self, done: impl Fn(&Self) -> bool) -> Result<()> {
+        let mut last_progress = Instant::now();
+        let mut seen = self.sh.free.len();
+        while !done(self) {
+            if zcnet_sys::os::interrupted() {
+                return Err(Error::Interrupted);
+            }
+            self.backend.reap(&mut self.sh, true)?;
+            let now_free = self.sh.free.len();
+            if now_free != seen {
+                seen = now_free;
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() > self.sh.stall_timeout {
+                return Err(Error::Stalled {
+                    seconds: self.sh.stall_timeout.as_secs(),
+                    outstanding: self.backend.outstanding(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The statistics so far (wall and CPU time measured from the first buffer or send).
+    pub fn stats(&self) -> TxStats {
+        let mut s = self.sh.stats.clone();
+        if self.started {
+            s.seconds = self.sh.start.elapsed().as_secs_f64();
+            s.cpu_seconds = zcnet_sys::os::thread_cpu_seconds() - self.cpu0;
+        }
+        s
+    }
+
+    /// Flushes and returns the final statistics. CPU time is that of the calling thread: call it
+    /// on the thread that sent.
+    pub fn finish(mut self) -> Result<TxStats> {
+        self.flush()?;
+        Ok(self.stats())
+    }
+}

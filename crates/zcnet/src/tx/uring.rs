@@ -1,0 +1,236 @@
+//! `uring` and `uring-zc`: io_uring `IORING_OP_SEND` / `IORING_OP_SEND_ZC`, several in flight.
+//!
+//! Zero-copy sends come from the region registered as fixed buffer 0 and set
+//! `IORING_SEND_ZC_REPORT_USAGE`, so every notification says whether the kernel copied.
+//! `zcnet_core::SendZcTracker` interprets the CQEs; `zcnet_sys::uring::Ring` holds each buffer
+//! until its final CQE.
+//!
+//! Ordering: io_uring issues SQEs in order but a send that must wait for socket space is retried
+//! later, so two sends in flight on one *stream* socket can reach it out of order (liburing issue
+//! #1001). For streams, sends are therefore submitted as linked chains (`IOSQE_IO_LINK`, with
+//! `MSG_WAITALL` so a short send breaks the chain instead of leaving a hole), and a new chain
+//! starts only when every send of the previous one has its result. Buffers still awaiting their
+//! *notification* do not hold the next chain back, so zero-copy keeps many buffers in flight.
+//! Datagram sends are independent and go out as soon as they are queued.
+
+use super::{Shared, TxBackend};
+use crate::error::{Error, Result};
+use crate::region::TxBuf;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use zcnet_core::SendZcTracker;
+use zcnet_sys::mem::Mapping;
+use zcnet_sys::uring::{Ring, SendOp};
+
+const WAIT: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+pub(crate) struct UringTx {
+    ring: Ring,
+    tracker: SendZcTracker,
+    zero_copy: bool,
+    stream: bool,
+    staged: VecDeque<(TxBuf, u32)>,
+    error: Option<Error>,
+}
+
+impl UringTx {
+    pub(crate) fn new(
+        map: &Arc<Mapping>,
+        buffers: usize,
+        zero_copy: bool,
+        stream: bool,
+    ) -> Result<Self> {
+        let entries = (2 * buffers as u32).next_power_of_two().max(8);
+        let mut ring = Ring::new(entries, buffers).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) => Error::Unsupported {
+                what: "io_uring".into(),
+                source: e,
+                fix: "io_uring is disabled: set 'sysctl -w kernel.io_uring_disabled=0' (or join io_uring_group)",
+            },
+            Some(libc::ENOSYS) => Error::Unsupported { what: "io_uring".into(), source: e, fix: "needs Linux 5.1 or later" },
+            _ => Error::io("io_uring_setup", e),
+        })?;
+        if zero_copy {
+            let supported = ring.supports_send_zc().unwrap_or(false);
+            if !supported {
+                return Err(Error::Unsupported {
+                    what: "IORING_OP_SEND_ZC".into(),
+                    source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+                    fix: "needs Linux 6.0 (usage reports 6.2): use --tx msg-zerocopy or copy",
+                });
+            }
+            ring.register(map)
+                .map_err(|e| register_error(e, map.len()))?;
+        }
+        Ok(UringTx {
+            ring,
+            tracker: SendZcTracker::new(buffers),
+            zero_copy,
+            stream,
+            staged: VecDeque::new(),
+            error: None,
+        })
+    }
+
+    fn push(&mut self, sh: &mut Shared, buf: TxBuf, len: u32, link: bool) -> Result<()> {
+        let id = buf.id() as usize;
+        let op = SendOp {
+            fd: sh.fd,
+            len,
+            zero_copy: self.zero_copy,
+            fixed: self.zero_copy,
+            msg_flags: if self.stream { libc::MSG_WAITALL } else { 0 },
+            link,
+        };
+        if let Err((slot, e)) = self.ring.push_send(buf.slot, &op) {
+            sh.free.push(TxBuf { slot });
+            return Err(Error::io("queueing an io_uring send", e));
+        }
+        self.tracker.on_submit(id, len)?;
+        sh.stats.sends += 1;
+        Ok(())
+    }
+
+    /// Streams: submits everything staged as one linked chain, if no chain is running.
+    fn start_chain(&mut self, sh: &mut Shared) -> Result<()> {
+        if self.tracker.awaiting_result() > 0 || self.staged.is_empty() {
+            return Ok(());
+        }
+        while let Some((buf, len)) = self.staged.pop_front() {
+            let link = !self.staged.is_empty();
+            self.push(sh, buf, len, link)?;
+        }
+        self.ring
+            .submit()
+            .map_err(|e| Error::io("io_uring_enter", e))?;
+        Ok(())
+    }
+
+    /// Streams: waits until every send handed over so far has its result (the data is in the
+    /// socket, in order). Notifications may still be outstanding.
+    pub(crate) fn settle(&mut self, sh: &mut Shared) -> Result<()> {
+        while !self.staged.is_empty() || self.tracker.awaiting_result() > 0 {
+            if zcnet_sys::os::interrupted() {
+                return Err(Error::Interrupted);
+            }
+            self.start_chain(sh)?;
+            self.reap(sh, true)?;
+        }
+        Ok(())
+    }
+
+    fn on_completions(&mut self, sh: &mut Shared) -> Result<()> {
+        let zero_copy = self.zero_copy;
+        let tracker = &mut self.tracker;
+        let mut first_err: Option<Error> = None;
+        self.ring.drain(|c| {
+            let out = match tracker.on_cqe(c.slot_id as usize, c.res, c.flags) {
+                Ok(o) => o,
+                Err(e) => {
+                    first_err.get_or_insert(Error::Protocol(e));
+                    if let Some(slot) = c.slot {
+                        sh.free.push(TxBuf { slot });
+                    }
+                    return;
+                }
+            };
+            if let Some((res, len)) = out.result {
+                match res {
+                    Ok(n) => {
+                        sh.stats.bytes += u64::from(n);
+                        if !zero_copy {
+                            sh.stats.copied_bytes += u64::from(n);
+                        }
+                        if n < len && first_err.is_none() {
+                            first_err = Some(Error::io(
+                                format!("short send ({n} of {len} B)"),
+                                std::io::Error::from_raw_os_error(libc::EPIPE),
+                            ));
+                        }
+                    }
+                    // A cancelled link follows the failure that broke the chain: report that one.
+                    Err(errno) if errno == libc::ECANCELED => {}
+                    Err(errno) => {
+                        if first_err.is_none() {
+                            first_err = Some(std::io::Error::from_raw_os_error(errno))
+                                .map(|e| sh.send_error(e));
+                        }
+                    }
+                }
+            }
+            if let Some(n) = out.notification {
+                sh.stats.notifications += 1;
+                if n.copied {
+                    sh.stats.copied_notifications += 1;
+                    sh.stats.copied_bytes += n.bytes;
+                } else {
+                    sh.stats.zerocopy_bytes += n.bytes;
+                }
+            }
+            if let Some(slot) = c.slot {
+                sh.free.push(TxBuf { slot });
+            }
+        });
+        if let Some(e) = first_err {
+            // Keep the first error; later calls report it too (the stream is broken).
+            let msg = e.to_string();
+            if self.error.is_none() {
+                self.error = Some(Error::io(msg, std::io::Error::from_raw_os_error(libc::EIO)));
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+fn register_error(e: std::io::Error, len: usize) -> Error {
+    match e.raw_os_error() {
+        Some(libc::ENOMEM) => {
+            let limit = zcnet_sys::os::memlock_limit().map(|l| l.0).unwrap_or(0);
+            Error::MemlockTooSmall {
+                need: len as u64,
+                limit,
+            }
+        }
+        _ => Error::io("registering the region with io_uring", e),
+    }
+}
+
+impl TxBackend for UringTx {
+    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
+        if let Some(e) = &self.error {
+            let err = Error::io(e.to_string(), std::io::Error::from_raw_os_error(libc::EIO));
+            sh.free.push(buf);
+            return Err(err);
+        }
+        if self.stream {
+            self.staged.push_back((buf, len as u32));
+            self.start_chain(sh)
+        } else {
+            self.push(sh, buf, len as u32, false)
+        }
+    }
+
+    fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
+        if wait && self.ring.in_flight() > 0 {
+            self.ring
+                .submit_and_wait(1, WAIT)
+                .map_err(|e| Error::io("io_uring_enter", e))?;
+        } else {
+            self.ring
+                .submit()
+                .map_err(|e| Error::io("io_uring_enter", e))?;
+        }
+        self.on_completions(sh)?;
+        if self.stream {
+            self.start_chain(sh)?;
+        }
+        Ok(())
+    }
+
+    fn outstanding(&self) -> usize {
+        self.ring.in_flight() + self.staged.len()
+    }
+}
