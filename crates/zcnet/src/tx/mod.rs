@@ -338,18 +338,20 @@ impl Sender {
     }
 
     fn wait_until(&mut self, done: impl Fn(&Self) -> bool) -> Result<()> {
-        let mut last_progress = Instant::now();
-        let mut seen = self.sh.free.len();
+        // The stall clock starts only when a wait brings nothing back, so the hot path (a
+        // completion on every wait) reads no clock.
+        let mut stalled_since: Option<Instant> = None;
         while !done(self) {
             if zcnet_sys::os::interrupted() {
                 return Err(Error::Interrupted);
             }
+            let before = (self.sh.free.len(), self.backend.outstanding());
             self.backend.reap(&mut self.sh, true)?;
-            let now_free = self.sh.free.len();
-            if now_free != seen {
-                seen = now_free;
-                last_progress = Instant::now();
-            } else if last_progress.elapsed() > self.sh.stall_timeout {
+            if (self.sh.free.len(), self.backend.outstanding()) != before {
+                stalled_since = None;
+            } else if stalled_since.get_or_insert_with(Instant::now).elapsed()
+                > self.sh.stall_timeout
+            {
                 return Err(Error::Stalled {
                     seconds: self.sh.stall_timeout.as_secs(),
                     outstanding: self.backend.outstanding(),
