@@ -183,9 +183,12 @@ mod tests {
         assert_eq!(r.complete(u32::MAX, u32::MAX, false, &mut out).duplicate, 1);
     }
 
+    /// (first id, send sizes, range cuts, duplicated ranges, shuffle seed).
+    type Scenario = (u32, Vec<u64>, Vec<(usize, bool)>, Vec<usize>, u64);
+
     /// A simulated kernel: cut the id sequence into ranges, shuffle them, add duplicates.
     fn ranges_strategy(
-    ) -> impl Strategy<Value = (u32, Vec<u64>, Vec<(usize, bool)>, Vec<usize>, u64)> {
+    ) -> impl Strategy<Value = Scenario> {
         (any::<u32>(), prop::collection::vec(1u64..100_000, 1..200)).prop_flat_map(
             |(first, sizes)| {
                 let n = sizes.len();

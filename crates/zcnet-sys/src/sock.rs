@@ -162,11 +162,10 @@ pub fn read_errqueue(fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usiz
             let hdr = unsafe { &*cmsg };
             let is_recverr = (hdr.cmsg_level == libc::SOL_IP && hdr.cmsg_type == libc::IP_RECVERR)
                 || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
-            let need = std::mem::size_of::<libc::sock_extended_err>();
-            // SAFETY: CMSG_LEN is a pure computation.
-            if is_recverr
-                && hdr.cmsg_len as usize >= unsafe { libc::CMSG_LEN(need as u32) } as usize
-            {
+            let need = std::mem::size_of::<libc::sock_extended_err>() as u32;
+            // SAFETY: CMSG_LEN is a pure computation on its argument.
+            let min_len = unsafe { libc::CMSG_LEN(need) } as usize;
+            if is_recverr && hdr.cmsg_len as usize >= min_len {
                 // SAFETY: the cmsg is long enough for a sock_extended_err; read_unaligned because
                 // the control buffer gives no alignment promise for the payload.
                 let ee: libc::sock_extended_err = unsafe {

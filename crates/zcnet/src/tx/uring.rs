@@ -144,10 +144,13 @@ impl UringTx {
                             sh.stats.copied_bytes += u64::from(n);
                         }
                         if n < len && first_err.is_none() {
-                            first_err = Some(Error::io(
-                                format!("short send ({n} of {len} B)"),
-                                std::io::Error::from_raw_os_error(libc::EPIPE),
-                            ));
+                            // With MSG_WAITALL (streams) the kernel retries partial sends, so a
+                            // short result means the connection failed part-way: say why.
+                            let cause = zcnet_sys::sock::take_error(sh.fd)
+                                .ok()
+                                .flatten()
+                                .unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EPIPE));
+                            first_err = Some(sh.send_error(cause));
                         }
                     }
                     // A cancelled link follows the failure that broke the chain: report that one.

@@ -1,0 +1,304 @@
+//! The `zcnet` command as a user runs it: exit codes, one-line errors, send/recv round trips,
+//! the JSON document, and Ctrl-C during a lab benchmark leaving nothing behind.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::UdpSocket;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn zcnet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+}
+
+fn run(args: &[&str]) -> Output {
+    zcnet().args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Starts `zcnet recv` on an ephemeral port; returns the child and the port.
+fn start_recv(extra: &[&str]) -> (Child, u16) {
+    let mut child = zcnet()
+        .args(["recv", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    (child, port)
+}
+
+#[test]
+fn unknown_mode_is_a_one_line_usage_error() {
+    let o = run(&["send", "127.0.0.1:9", "--tx", "bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.contains("unknown send mode 'bogus'") && e.contains("msg-zerocopy"),
+        "{e}"
+    );
+    let o = run(&["bench", "tx", "--path", "wifi"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown path 'wifi'"));
+    let o = run(&["send", "not-an-address", "--verify"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("bad address"));
+}
+
+#[test]
+fn refused_connection_names_the_fix() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let o = run(&[
+        "send",
+        &format!("127.0.0.1:{port}"),
+        "--verify",
+        "--bytes",
+        "1M",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("connection refused") && e.contains("zcnet recv"),
+        "{e}"
+    );
+}
+
+#[test]
+fn oversized_udp_payload_is_refused() {
+    let o = run(&["send", "127.0.0.1:9", "--udp", "--size", "64K", "--verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("65507"), "{}", stderr(&o));
+}
+
+#[test]
+fn send_recv_verified_round_trip_for_every_mode() {
+    for mode in ["copy", "msg-zerocopy", "uring", "uring-zc", "auto"] {
+        let (child, port) = start_recv(&["--verify", "--seed", "9", "--json"]);
+        let s = run(&[
+            "send",
+            &format!("127.0.0.1:{port}"),
+            "--tx",
+            mode,
+            "--verify",
+            "--seed",
+            "9",
+            "--bytes",
+            "8M",
+            "--size",
+            "60000",
+            "--json",
+        ]);
+        assert!(s.status.success(), "{mode}: {}", stderr(&s));
+        let sj: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+        assert_eq!(sj["bytes"], 8 << 20, "{mode}");
+        let r = child.wait_with_output().unwrap();
+        assert!(r.status.success(), "{mode}: {}", stderr(&r));
+        let rj: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(rj["bytes"], 8 << 20, "{mode}");
+        assert_eq!(rj["verified"], true);
+    }
+}
+
+#[test]
+fn wrong_seed_fails_verification() {
+    let (child, port) = start_recv(&["--verify", "--seed", "1"]);
+    let s = run(&[
+        "send",
+        &format!("127.0.0.1:{port}"),
+        "--tx",
+        "uring-zc",
+        "--verify",
+        "--seed",
+        "2",
+        "--bytes",
+        "64K",
+    ]);
+    let r = child.wait_with_output().unwrap();
+    assert_eq!(r.status.code(), Some(1));
+    assert!(
+        stderr(&r).contains("payload mismatch at byte 0"),
+        "{}",
+        stderr(&r)
+    );
+    drop(s);
+}
+
+#[test]
+fn stdin_to_stdout_like_netcat() {
+    let (child, port) = start_recv(&[]);
+    let mut s = zcnet()
+        .args([
+            "send",
+            &format!("127.0.0.1:{port}"),
+            "--tx",
+            "msg-zerocopy",
+            "--size",
+            "7",
+        ])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text = "zero-copy is a contract between you and the kernel\n".repeat(100);
+    s.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    assert!(s.wait().unwrap().success());
+    let mut out = String::new();
+    let mut child = child;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(out, text);
+}
+
+#[test]
+fn udp_send_with_gso_reaches_a_receiver() {
+    let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let port = rx.local_addr().unwrap().port();
+    let s = run(&[
+        "send",
+        "--udp",
+        &format!("127.0.0.1:{port}"),
+        "--tx",
+        "uring-zc",
+        "--size",
+        "8000",
+        "--verify",
+        "--bytes",
+        "80000",
+        "--json",
+    ]);
+    assert!(s.status.success(), "{}", stderr(&s));
+    let sj: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+    assert_eq!(sj["bytes"], 80000);
+    assert_eq!(sj["proto"], "udp");
+    // GSO cut each 8000 B send into 1472 B datagrams: the first is 1472 B.
+    let mut buf = [0u8; 65536];
+    let n = rx.recv(&mut buf).unwrap();
+    assert_eq!(n, 1472);
+}
+
+#[test]
+fn bench_json_on_loopback_has_the_documented_schema() {
+    let o = run(&[
+        "bench",
+        "tx",
+        "--path",
+        "loopback",
+        "--tx",
+        "copy,uring-zc",
+        "--size",
+        "16K",
+        "--duration",
+        "0.3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = doc["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        for k in [
+            "path",
+            "tx",
+            "size",
+            "inflight",
+            "bytes",
+            "seconds",
+            "mb_per_s",
+            "zerocopy_bytes",
+            "copied_bytes",
+            "cpu_seconds",
+        ] {
+            assert!(r.get(k).is_some(), "missing {k} in {r}");
+        }
+        assert_eq!(r["path"], "loopback");
+        assert_eq!(r["size"], 16384);
+        assert!(r["bytes"].as_u64().unwrap() > 0);
+        assert_eq!(r["zerocopy_bytes"], 0, "loopback TCP is copied");
+    }
+    assert!(
+        stderr(&o).contains("[1/2] loopback copy"),
+        "progress lines: {}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        eprintln!("skipped ctrl_c_during_a_lab_bench_leaves_no_namespace: needs root for the lab");
+        return;
+    }
+    let mut child = zcnet()
+        .args(["bench", "tx", "--path", "sink,veth", "--duration", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let start = Instant::now();
+    // Wait until the second case runs: the lab exists and a sender is busy.
+    while !line.contains("[2/") && start.elapsed() < Duration::from_secs(30) {
+        line.clear();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+    }
+    let prefix = format!("zcnet-{pid}-");
+    let before = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(before.contains(&prefix), "lab not up: {before}");
+    assert!(Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    let after = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(!after.contains(&prefix), "namespaces left behind: {after}");
+}

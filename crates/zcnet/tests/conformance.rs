@@ -1,0 +1,266 @@
+//! The send conformance suite: the same scenarios against every backend, over loopback (no root
+//! needed). The kernel's truth on loopback TCP is that it copies: every backend must say so.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::Duration;
+use zcnet::net::{drain_stream, RecvReport};
+use zcnet::{Error, Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+
+/// Deterministic message sizes in 1..=max.
+fn sizes(seed: u64, n: usize, max: usize) -> Vec<usize> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            1 + (s % max as u64) as usize
+        })
+        .collect()
+}
+
+fn sender(stream: TcpStream, mode: TxMode, buf_size: usize, inflight: usize) -> Sender {
+    let mut cfg = TxConfig::new(mode);
+    cfg.buf_size = buf_size;
+    cfg.inflight = inflight;
+    cfg.stall_timeout = Duration::from_secs(5);
+    let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+    Sender::new(Socket::from(stream), region, &cfg).unwrap()
+}
+
+/// Sends `msgs` (sizes) of the pattern over a loopback TCP connection; the receiver verifies.
+fn send_verified(
+    mode: TxMode,
+    seed: u64,
+    msgs: &[usize],
+    buf_size: usize,
+) -> (TxStats, RecvReport) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let pattern = Pattern::new(seed);
+    let rx = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        drain_stream(&mut s, Some(pattern), None)
+    });
+    let mut tx = sender(TcpStream::connect(addr).unwrap(), mode, buf_size, 8);
+    let mut off = 0u64;
+    for &n in msgs {
+        let mut b = tx.buffer().unwrap();
+        pattern.fill(off, &mut b.bytes_mut().unwrap()[..n]);
+        tx.send(b, n).unwrap();
+        off += n as u64;
+    }
+    assert!(tx.outstanding() <= 8);
+    let st = tx.finish().unwrap();
+    let rep = rx
+        .join()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{mode}: receiver: {e}"));
+    assert_eq!(rep.bytes, off, "{mode}: receiver got every byte");
+    (st, rep)
+}
+
+#[test]
+fn every_backend_moves_verified_data_over_loopback() {
+    for mode in TxMode::ALL {
+        let msgs = sizes(mode as u64 + 7, 1500, 65536);
+        let total: u64 = msgs.iter().map(|&n| n as u64).sum();
+        let (st, _) = send_verified(mode, 42 + mode as u64, &msgs, 65536);
+        assert_eq!(st.bytes, total, "{mode}: bytes accepted");
+        assert_eq!(
+            st.zerocopy_bytes + st.copied_bytes,
+            st.bytes,
+            "{mode}: every byte confirmed after finish"
+        );
+        assert_eq!(
+            st.zerocopy_bytes, 0,
+            "{mode}: loopback TCP is always copied by the kernel"
+        );
+        assert_eq!(
+            st.unknown_completions, 0,
+            "{mode}: id sequence in step with the kernel"
+        );
+        match mode {
+            TxMode::MsgZerocopy | TxMode::UringZc => {
+                assert!(st.notifications > 0, "{mode}: notifications counted");
+                assert_eq!(
+                    st.copied_notifications, st.notifications,
+                    "{mode}: every notification said COPIED"
+                );
+            }
+            TxMode::Copy | TxMode::Uring => {
+                assert_eq!(st.notifications, 0, "{mode}: no notifications")
+            }
+            TxMode::Auto => {}
+        }
+        assert!(
+            st.sends >= msgs.len() as u64,
+            "{mode}: at least one send per message"
+        );
+    }
+}
+
+#[test]
+fn tiny_and_odd_sizes_stay_in_order() {
+    // Many small sends keep several linked io_uring chains in flight: ordering must hold.
+    for mode in TxMode::ALL {
+        let msgs = sizes(99, 4000, 700);
+        send_verified(mode, 5, &msgs, 1024);
+    }
+}
+
+#[test]
+fn auto_switches_to_copy_when_the_kernel_copies() {
+    let msgs = vec![16384; 3000];
+    let (st, _) = send_verified(TxMode::Auto, 3, &msgs, 16384);
+    let first = st
+        .switches
+        .first()
+        .expect("auto must switch on loopback, where every notification says COPIED");
+    assert_eq!(first.to, zcnet_core::Mode::Copy);
+    assert!(first.copied * 2 > first.of);
+    assert_eq!(st.zerocopy_bytes, 0);
+}
+
+#[test]
+fn peer_reset_mid_stream_is_reported_with_confirmed_bytes() {
+    for mode in TxMode::ALL {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let rx = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = vec![0u8; 1 << 16];
+            let mut got = 0;
+            while got < (1 << 20) {
+                got += std::io::Read::read(&mut s, &mut buf).unwrap();
+            }
+            thread::sleep(Duration::from_millis(50));
+            // Closing with unread data in the receive queue sends a RST (RFC 2525 2.17).
+            drop(s);
+        });
+        let mut tx = sender(TcpStream::connect(addr).unwrap(), mode, 65536, 8);
+        let mut err = None;
+        for _ in 0..200_000 {
+            let r = tx.buffer().and_then(|b| tx.send(b, 65536));
+            if let Err(e) = r {
+                err = Some(e);
+                break;
+            }
+        }
+        rx.join().unwrap();
+        match err {
+            Some(Error::PeerReset {
+                accepted,
+                confirmed,
+            }) => {
+                assert!(accepted >= 1 << 20, "{mode}: accepted {accepted}");
+                assert!(confirmed <= accepted, "{mode}");
+            }
+            other => panic!("{mode}: expected PeerReset, got {other:?}"),
+        }
+        assert!(Error::PeerReset {
+            accepted: 5,
+            confirmed: 3
+        }
+        .to_string()
+        .contains("3 B confirmed"));
+        // Dropping after the error must not hang or leak: every buffer is accounted for.
+        drop(tx);
+    }
+}
+
+#[test]
+fn refused_connection_says_so() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    match zcnet::net::connect_tcp(addr) {
+        Err(Error::ConnectionRefused { addr: a }) => assert_eq!(a, addr),
+        other => panic!("expected ConnectionRefused, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_input_is_one_line_with_the_fix() {
+    let e = TxMode::parse("zerocopy").unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("unknown send mode 'zerocopy'") && msg.contains("uring-zc"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'));
+    assert!(matches!(
+        zcnet::net::parse_addr("nohost"),
+        Err(Error::BadAddress { .. })
+    ));
+    assert!(matches!(
+        zcnet::bench::PathKind::parse("wifi"),
+        Err(Error::UnknownPath { .. })
+    ));
+}
+
+#[test]
+fn region_too_small_is_refused_before_anything_is_registered() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let mut cfg = TxConfig::new(TxMode::UringZc);
+    cfg.inflight = 4;
+    cfg.buf_size = 8192;
+    let region = Region::anonymous(8192).unwrap();
+    match Sender::new(Socket::from(s), region, &cfg) {
+        Err(Error::RegionTooSmall { need, have }) => assert!(need > have),
+        other => panic!("expected RegionTooSmall, got {other:?}"),
+    }
+}
+
+#[test]
+fn huge_pages_fall_back_to_thp_and_say_so() {
+    let free = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    if free > 0 {
+        eprintln!(
+            "skipped: {free} huge pages are free here, the no-huge-pages path cannot be exercised"
+        );
+        return;
+    }
+    match Region::huge_strict(4 << 20) {
+        Err(Error::NoHugePages { pages: 2 }) => {}
+        other => panic!("expected NoHugePages{{2}}, got {other:?}"),
+    }
+    let r = Region::huge(4 << 20).unwrap();
+    assert_eq!(r.backing(), zcnet_sys::mem::Backing::TransparentHuge);
+    assert!(r.note().unwrap().contains("transparent huge pages"));
+}
+
+#[test]
+fn caller_memory_region_sends() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rx = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        drain_stream(&mut s, Some(Pattern::new(11)), None).unwrap()
+    });
+    let mut cfg = TxConfig::new(TxMode::UringZc);
+    cfg.buf_size = 4096;
+    cfg.inflight = 2;
+    let region = Region::from_boxed(vec![0u8; 2 * 4096].into_boxed_slice()).unwrap();
+    let mut tx = Sender::new(
+        Socket::from(TcpStream::connect(addr).unwrap()),
+        region,
+        &cfg,
+    )
+    .unwrap();
+    for i in 0..100u64 {
+        let mut b = tx.buffer().unwrap();
+        Pattern::new(11).fill(i * 4096, b.bytes_mut().unwrap());
+        tx.send(b, 4096).unwrap();
+    }
+    let st = tx.finish().unwrap();
+    assert_eq!(rx.join().unwrap().bytes, 409_600);
+    assert_eq!(st.bytes, 409_600);
+}
