@@ -62,6 +62,9 @@ impl std::fmt::Display for Switch {
 pub struct AutoPolicy {
     mode: Mode,
     window: u32,
+    recheck_window: u32,
+    /// Size of the window being filled now (`recheck_window` right after a re-check starts).
+    current: u32,
     seen: u32,
     copied: u32,
     min_backoff_ns: u64,
@@ -72,9 +75,9 @@ pub struct AutoPolicy {
 }
 
 impl Default for AutoPolicy {
-    /// Window of 32 notifications; re-check after 0.5 s, doubling up to 8 s.
+    /// Window of 32 notifications (8 for a re-check); re-check after 1 s, doubling up to 8 s.
     fn default() -> Self {
-        AutoPolicy::new(32, 500_000_000, 8_000_000_000)
+        AutoPolicy::new(32, 1_000_000_000, 8_000_000_000).with_recheck_window(8)
     }
 }
 
@@ -85,6 +88,8 @@ impl AutoPolicy {
         AutoPolicy {
             mode: Mode::ZeroCopy,
             window: window.max(1),
+            recheck_window: window.max(1),
+            current: window.max(1),
             seen: 0,
             copied: 0,
             min_backoff_ns,
@@ -95,6 +100,13 @@ impl AutoPolicy {
         }
     }
 
+    /// Decide a re-check on `w` notifications instead of the full window: a re-check on a path
+    /// that still copies then costs only `w` slow zero-copy sends.
+    pub fn with_recheck_window(mut self, w: u32) -> Self {
+        self.recheck_window = w.clamp(1, self.window);
+        self
+    }
+
     /// The mode to use for a send at `now_ns`; a copy period that has lasted its back-off turns
     /// into a zero-copy re-check here.
     pub fn mode(&mut self, now_ns: u64) -> Mode {
@@ -102,6 +114,7 @@ impl AutoPolicy {
             self.mode = Mode::ZeroCopy;
             self.seen = 0;
             self.copied = 0;
+            self.current = self.recheck_window;
             self.switches.push(Switch {
                 at_ns: now_ns,
                 to: Mode::ZeroCopy,
@@ -124,14 +137,14 @@ impl AutoPolicy {
         while zero_copy + copied > 0 {
             // Fill the window one notification kind at a time, copied first (the order inside one
             // batch is unknown; counting copied first decides no earlier than the truth would).
-            let room = u64::from(self.window - self.seen);
+            let room = u64::from(self.current - self.seen);
             let c = copied.min(room);
             copied -= c;
             let z = zero_copy.min(room - c);
             zero_copy -= z;
             self.seen += (c + z) as u32;
             self.copied += c as u32;
-            if self.seen == self.window {
+            if self.seen == self.current {
                 self.decide(now_ns);
                 if self.mode == Mode::Copy {
                     return;
@@ -144,6 +157,7 @@ impl AutoPolicy {
         let (copied, of) = (self.copied, self.seen);
         self.seen = 0;
         self.copied = 0;
+        self.current = self.window;
         if copied * 2 > of {
             self.mode = Mode::Copy;
             self.next_probe_ns = now_ns.saturating_add(self.backoff_ns);
@@ -202,6 +216,28 @@ mod tests {
         assert_eq!(p.mode(3 * S + 30), Mode::ZeroCopy);
         assert_eq!(p.switches().len(), 4);
         assert!(p.switches()[0].to_string().contains("4 of the last 4"));
+    }
+
+    #[test]
+    fn recheck_uses_the_short_window() {
+        let mut p = AutoPolicy::new(32, S, S).with_recheck_window(4);
+        p.on_notifications(0, 32, 0);
+        assert_eq!(p.mode(1), Mode::Copy);
+        assert_eq!(p.mode(S + 1), Mode::ZeroCopy);
+        p.on_notifications(0, 4, S + 2);
+        assert_eq!(
+            p.mode(S + 3),
+            Mode::Copy,
+            "4 COPIED notifications end a re-check"
+        );
+        assert_eq!(p.mode(3 * S + 3), Mode::ZeroCopy);
+        p.on_notifications(4, 0, 3 * S + 4);
+        assert_eq!(p.mode(3 * S + 5), Mode::ZeroCopy);
+        // back in normal operation: the full window decides again
+        p.on_notifications(0, 31, 3 * S + 6);
+        assert_eq!(p.mode(3 * S + 7), Mode::ZeroCopy);
+        p.on_notifications(0, 1, 3 * S + 8);
+        assert_eq!(p.mode(3 * S + 9), Mode::Copy);
     }
 
     #[test]

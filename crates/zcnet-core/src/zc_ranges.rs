@@ -187,8 +187,7 @@ mod tests {
     type Scenario = (u32, Vec<u64>, Vec<(usize, bool)>, Vec<usize>, u64);
 
     /// A simulated kernel: cut the id sequence into ranges, shuffle them, add duplicates.
-    fn ranges_strategy(
-    ) -> impl Strategy<Value = Scenario> {
+    fn ranges_strategy() -> impl Strategy<Value = Scenario> {
         (any::<u32>(), prop::collection::vec(1u64..100_000, 1..200)).prop_flat_map(
             |(first, sizes)| {
                 let n = sizes.len();

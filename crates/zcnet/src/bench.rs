@@ -325,7 +325,8 @@ pub fn send_for(
     let check_every = inflight.max(1) as u64;
     let mut sends = 0u64;
     loop {
-        if sends.is_multiple_of(check_every) && (Instant::now() >= deadline || crate::interrupted()) {
+        if sends.is_multiple_of(check_every) && (Instant::now() >= deadline || crate::interrupted())
+        {
             if crate::interrupted() {
                 return Err(Error::Interrupted);
             }
@@ -478,7 +479,9 @@ fn run_raw(env: &Env, size: usize, cfg: &TxBenchConfig) -> CaseResult {
                 cfg.duration,
             )
             .map_err(|e| Error::io("raw SEND_ZC loop", e))?;
-            let copied_bytes = (r.bytes * r.copied_notifications).checked_div(r.notifications).unwrap_or(0);
+            let copied_bytes = (r.bytes * r.copied_notifications)
+                .checked_div(r.notifications)
+                .unwrap_or(0);
             let st = TxStats {
                 bytes: r.bytes,
                 sends: r.notifications,
