@@ -302,3 +302,48 @@ fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
     .into_owned();
     assert!(!after.contains(&prefix), "namespaces left behind: {after}");
 }
+
+#[test]
+fn memlock_too_small_is_named_with_the_fix() {
+    // Root has CAP_IPC_LOCK, which exempts it from RLIMIT_MEMLOCK: drop it with setpriv so the
+    // limit applies, then ask for a region larger than the limit.
+    let have_setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !have_setpriv || !root {
+        eprintln!("skipped memlock_too_small_is_named_with_the_fix: needs root and setpriv (util-linux) to drop CAP_IPC_LOCK");
+        return;
+    }
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let script = format!(
+        "ulimit -l 64 && exec {} send 127.0.0.1:{port} --tx uring-zc --size 1M --inflight 8 --verify --bytes 1M",
+        env!("CARGO_BIN_EXE_zcnet")
+    );
+    let o = Command::new("setpriv")
+        .args([
+            "--bounding-set",
+            "-ipc_lock",
+            "--inh-caps",
+            "-ipc_lock",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("RLIMIT_MEMLOCK (65536 B) is too small") && e.contains("ulimit -l"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
+    drop(l);
+}
