@@ -16,6 +16,24 @@ fn run(args: &[&str]) -> Output {
     zcnet().args(args).output().unwrap()
 }
 
+fn netns_list() -> String {
+    String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -247,10 +265,7 @@ fn bench_json_on_loopback_has_the_documented_schema() {
 
 #[test]
 fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let root = is_root();
     if !root {
         eprintln!("skipped ctrl_c_during_a_lab_bench_leaves_no_namespace: needs root for the lab");
         return;
@@ -273,14 +288,7 @@ fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
         }
     }
     let prefix = format!("zcnet-{pid}-");
-    let before = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
+    let before = netns_list();
     assert!(before.contains(&prefix), "lab not up: {before}");
     assert!(Command::new("kill")
         .args(["-INT", &pid.to_string()])
@@ -292,14 +300,7 @@ fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
     err.read_to_string(&mut rest).unwrap();
     assert_eq!(status.code(), Some(130), "{rest}");
     assert!(rest.contains("interrupted"), "{rest}");
-    let after = String::from_utf8_lossy(
-        &Command::new("ip")
-            .args(["netns", "list"])
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .into_owned();
+    let after = netns_list();
     assert!(!after.contains(&prefix), "namespaces left behind: {after}");
 }
 
@@ -311,10 +312,7 @@ fn memlock_too_small_is_named_with_the_fix() {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    let root = is_root();
     if !have_setpriv || !root {
         eprintln!("skipped memlock_too_small_is_named_with_the_fix: needs root and setpriv (util-linux) to drop CAP_IPC_LOCK");
         return;

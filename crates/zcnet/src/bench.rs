@@ -297,6 +297,11 @@ fn fill_row(row: &mut TxRow, st: &TxStats, received: Option<u64>) {
     }
 }
 
+/// The error for a lab thread that panicked (its `join` failed).
+fn panicked(what: &str) -> Error {
+    Error::io(what, std::io::Error::other("panicked"))
+}
+
 type CaseResult = Result<(TxStats, Option<u64>, Option<String>)>;
 
 fn gso_for(size: usize) -> Option<u16> {
@@ -363,12 +368,7 @@ fn run_case(env: &Env, mode: TxMode, size: usize, cfg: &TxBenchConfig) -> CaseRe
                 Ok((st, None, note))
             })
             .join()
-            .unwrap_or_else(|_| {
-                Err(Error::io(
-                    "sender thread",
-                    std::io::Error::other("panicked"),
-                ))
-            })
+            .unwrap_or_else(|_| Err(panicked("sender thread")))
         }),
         Env::Veth(v) => tcp_case(
             Some(&v.a),
@@ -441,22 +441,16 @@ fn tcp_case(
                 cfg.duration,
             )
         });
-        let sent = sender.join().unwrap_or_else(|_| {
-            Err(Error::io(
-                "sender thread",
-                std::io::Error::other("panicked"),
-            ))
-        });
+        let sent = sender
+            .join()
+            .unwrap_or_else(|_| Err(panicked("sender thread")));
         if sent.is_err() {
             // Unblock the receiver if the sender never connected.
             let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
         }
-        let received = receiver.join().unwrap_or_else(|_| {
-            Err(Error::io(
-                "receiver thread",
-                std::io::Error::other("panicked"),
-            ))
-        });
+        let received = receiver
+            .join()
+            .unwrap_or_else(|_| Err(panicked("receiver thread")));
         let (st, note) = sent?;
         Ok((st, Some(received?), note))
     })
@@ -496,11 +490,6 @@ fn run_raw(env: &Env, size: usize, cfg: &TxBenchConfig) -> CaseResult {
             Ok((st, None, None))
         })
         .join()
-        .unwrap_or_else(|_| {
-            Err(Error::io(
-                "raw loop thread",
-                std::io::Error::other("panicked"),
-            ))
-        })
+        .unwrap_or_else(|_| Err(panicked("raw loop thread")))
     })
 }
