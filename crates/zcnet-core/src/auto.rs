@@ -100,10 +100,14 @@ impl AutoPolicy {
         }
     }
 
-    /// Decide a re-check on `w` notifications instead of the full window: a re-check on a path
-    /// that still copies then costs only `w` slow zero-copy sends.
+    /// Decide the first window and every re-check on `w` notifications instead of the full
+    /// window: on a path that copies, starting and re-checking then cost only `w` slow zero-copy
+    /// sends (on TCP each may wait for a delayed ACK). Later decisions use the full window.
     pub fn with_recheck_window(mut self, w: u32) -> Self {
         self.recheck_window = w.clamp(1, self.window);
+        if self.switches.is_empty() && self.seen == 0 {
+            self.current = self.recheck_window;
+        }
         self
     }
 
@@ -221,8 +225,14 @@ mod tests {
     #[test]
     fn recheck_uses_the_short_window() {
         let mut p = AutoPolicy::new(32, S, S).with_recheck_window(4);
-        p.on_notifications(0, 32, 0);
-        assert_eq!(p.mode(1), Mode::Copy);
+        p.on_notifications(0, 3, 0);
+        assert_eq!(p.mode(1), Mode::ZeroCopy);
+        p.on_notifications(0, 1, 0);
+        assert_eq!(
+            p.mode(1),
+            Mode::Copy,
+            "the first decision uses the short window too"
+        );
         assert_eq!(p.mode(S + 1), Mode::ZeroCopy);
         p.on_notifications(0, 4, S + 2);
         assert_eq!(
