@@ -330,12 +330,13 @@ pub fn send_for(
     let check_every = inflight.max(1) as u64;
     let mut sends = 0u64;
     loop {
-        if sends.is_multiple_of(check_every) && (Instant::now() >= deadline || crate::interrupted())
-        {
+        if sends.is_multiple_of(check_every) {
             if crate::interrupted() {
                 return Err(Error::Interrupted);
             }
-            break;
+            if Instant::now() >= deadline {
+                break;
+            }
         }
         sends += 1;
         let mut b = tx.buffer()?;
