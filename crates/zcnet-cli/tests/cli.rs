@@ -34,6 +34,13 @@ fn is_root() -> bool {
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
 
+/// Runs `zcnet ARGS` (which must print one JSON document), asserts success, returns the document.
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let o = run(args);
+    assert!(o.status.success(), "zcnet {args:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -109,7 +116,7 @@ fn oversized_udp_payload_is_refused() {
 fn send_recv_verified_round_trip_for_every_mode() {
     for mode in ["copy", "msg-zerocopy", "uring", "uring-zc", "auto"] {
         let (child, port) = start_recv(&["--verify", "--seed", "9", "--json"]);
-        let s = run(&[
+        let sj = run_json(&[
             "send",
             &format!("127.0.0.1:{port}"),
             "--tx",
@@ -123,8 +130,6 @@ fn send_recv_verified_round_trip_for_every_mode() {
             "60000",
             "--json",
         ]);
-        assert!(s.status.success(), "{mode}: {}", stderr(&s));
-        let sj: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
         assert_eq!(sj["bytes"], 8 << 20, "{mode}");
         let r = child.wait_with_output().unwrap();
         assert!(r.status.success(), "{mode}: {}", stderr(&r));
@@ -194,7 +199,7 @@ fn udp_send_with_gso_reaches_a_receiver() {
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let port = rx.local_addr().unwrap().port();
-    let s = run(&[
+    let sj = run_json(&[
         "send",
         "--udp",
         &format!("127.0.0.1:{port}"),
@@ -207,8 +212,6 @@ fn udp_send_with_gso_reaches_a_receiver() {
         "80000",
         "--json",
     ]);
-    assert!(s.status.success(), "{}", stderr(&s));
-    let sj: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
     assert_eq!(sj["bytes"], 80000);
     assert_eq!(sj["proto"], "udp");
     // GSO cut each 8000 B send into 1472 B datagrams: the first is 1472 B.
