@@ -10,10 +10,15 @@
 #![warn(missing_docs)]
 
 pub mod baseline;
+pub mod ethtool;
 pub mod mem;
+pub mod netlink;
 pub mod os;
 pub mod sock;
 pub mod uring;
+pub mod uring_probe;
+pub mod xsk;
+pub mod zcrx;
 
 /// The last OS error as an `io::Error` (errno).
 pub(crate) fn last_err() -> std::io::Error {
