@@ -20,6 +20,7 @@
 
 pub mod auto;
 pub mod pattern;
+pub mod probe;
 pub mod sendzc;
 pub mod stats;
 pub mod zc_ranges;

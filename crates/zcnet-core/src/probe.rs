@@ -1,0 +1,710 @@
+//! The probe's judgement: from what was read off the machine (and, with `--active`, what the
+//! kernel answered when each mechanism was tried), a verdict per mechanism with the reason in
+//! plain words and the remedy as a command.
+//!
+//! Pure: the facts are gathered by the facade (`zcnet::probe`) through netlink, ioctls and
+//! trial registrations; here they are only weighed, so every rule is tested with made-up
+//! machines (a veth, an mlx5 with header split off, an old kernel, ...).
+//!
+//! Sources for the rules: Documentation/networking/iou-zcrx.rst and devmem.rst (header split
+//! on, hds-thresh 0, a queue with queue-management ops, flow steering), msg_zerocopy.rst
+//! (loopback and local delivery copy: `skb_orphan_frags_rx`), af_xdp.rst (XDP_COPY works on
+//! every device through generic XDP; XDP_ZEROCOPY needs driver support, advertised as
+//! NETDEV_XDP_ACT_XSK_ZEROCOPY in the netdev family's xdp-features).
+
+use std::fmt;
+
+/// Linux errno values the rules look at (asm-generic/errno-base.h, errno.h; the same on x86,
+/// arm64, riscv).
+pub mod errno {
+    /// Operation not permitted.
+    pub const EPERM: i32 = 1;
+    /// Bad file descriptor.
+    pub const EBADF: i32 = 9;
+    /// Out of memory (also: RLIMIT_MEMLOCK exceeded when pinning).
+    pub const ENOMEM: i32 = 12;
+    /// Device or resource busy.
+    pub const EBUSY: i32 = 16;
+    /// No such device.
+    pub const ENODEV: i32 = 19;
+    /// Invalid argument.
+    pub const EINVAL: i32 = 22;
+    /// Operation not supported.
+    pub const EOPNOTSUPP: i32 = 95;
+}
+
+/// `NETDEV_XDP_ACT_XSK_ZEROCOPY` (include/uapi/linux/netdev.h, enum netdev_xdp_act: basic 1,
+/// redirect 2, ndo-xmit 4, xsk-zerocopy 8, hw-offload 16, rx-sg 32, ndo-xmit-sg 64).
+pub const XDP_ACT_XSK_ZEROCOPY: u64 = 1 << 3;
+
+/// Drivers that set `netdev->netmem_tx` (devmem TX) as of Linux 6.18: mlx5, bnxt, gve (DQO
+/// queue format only). Used only when the probe is not `--active`; `--active` asks the kernel.
+const NETMEM_TX_DRIVERS: &[&str] = &["mlx5_core", "bnxt_en", "gve"];
+
+/// A zero-copy (or copying) mechanism the probe judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mechanism {
+    /// send()/recv(): the baseline; always copies.
+    Copy,
+    /// `MSG_ZEROCOPY` sends with error-queue notifications.
+    MsgZerocopy,
+    /// io_uring `SEND_ZC`.
+    UringZc,
+    /// io_uring zero-copy receive into a registered area.
+    Zcrx,
+    /// devmem TCP receive into a dma-buf bound to RX queues.
+    DevmemRx,
+    /// devmem TCP transmit from a dma-buf.
+    DevmemTx,
+    /// AF_XDP in copy mode.
+    AfXdpCopy,
+    /// AF_XDP zero-copy mode.
+    AfXdpZerocopy,
+}
+
+impl Mechanism {
+    /// Every mechanism, in report order.
+    pub const ALL: [Mechanism; 8] = [
+        Mechanism::Copy,
+        Mechanism::MsgZerocopy,
+        Mechanism::UringZc,
+        Mechanism::Zcrx,
+        Mechanism::DevmemRx,
+        Mechanism::DevmemTx,
+        Mechanism::AfXdpCopy,
+        Mechanism::AfXdpZerocopy,
+    ];
+
+    /// The name used in output and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Copy => "copy",
+            Mechanism::MsgZerocopy => "msg-zerocopy",
+            Mechanism::UringZc => "uring-zc",
+            Mechanism::Zcrx => "zcrx",
+            Mechanism::DevmemRx => "devmem-rx",
+            Mechanism::DevmemTx => "devmem-tx",
+            Mechanism::AfXdpCopy => "af-xdp-copy",
+            Mechanism::AfXdpZerocopy => "af-xdp-zerocopy",
+        }
+    }
+}
+
+/// What the probe concludes about one mechanism on one interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Works, and the kernel moves the payload without copying it.
+    ZeroCopy,
+    /// Works, but the kernel copies (loopback, veth, copy mode).
+    Copies,
+    /// Does not work here.
+    Unsupported,
+}
+
+impl Verdict {
+    /// The name used in output and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::ZeroCopy => "zero-copy",
+            Verdict::Copies => "copies",
+            Verdict::Unsupported => "unsupported",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A verdict with its reason and, where one exists, the remedy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, in plain words.
+    pub reason: String,
+    /// What to run to get zero copy, if anything would.
+    pub remedy: Option<String>,
+    /// Whether the verdict was confirmed by trying the mechanism (`--active`).
+    pub confirmed: bool,
+}
+
+impl Finding {
+    fn new(verdict: Verdict, reason: impl Into<String>) -> Finding {
+        Finding {
+            verdict,
+            reason: reason.into(),
+            remedy: None,
+            confirmed: false,
+        }
+    }
+
+    fn remedy(mut self, r: impl Into<String>) -> Finding {
+        self.remedy = Some(r.into());
+        self
+    }
+}
+
+/// What io_uring offers (IORING_REGISTER_PROBE and trial ring setups).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UringFacts {
+    /// Why io_uring cannot be used at all (disabled by sysctl, setup refused), if so.
+    pub unusable: Option<String>,
+    /// IORING_OP_SEND_ZC is supported.
+    pub send_zc: bool,
+    /// IORING_OP_RECV_ZC is supported.
+    pub recv_zc: bool,
+    /// A ring with SINGLE_ISSUER | DEFER_TASKRUN | CQE32 (what zcrx needs) can be set up.
+    pub zcrx_ring: bool,
+}
+
+/// Facts about the kernel and the process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelFacts {
+    /// (major, minor) of the running kernel.
+    pub version: (u32, u32),
+    /// io_uring.
+    pub uring: UringFacts,
+    /// The process may administer the network (root / CAP_NET_ADMIN).
+    pub net_admin: bool,
+    /// RLIMIT_MEMLOCK soft limit in bytes (`None`: unlimited).
+    pub memlock: Option<u64>,
+    /// CAP_IPC_LOCK: pinned memory is not charged to RLIMIT_MEMLOCK.
+    pub ipc_lock: bool,
+    /// The netdev generic netlink family's operations (`None`: the family is missing).
+    pub netdev_ops: Option<Vec<String>>,
+    /// AF_XDP sockets can be created.
+    pub af_xdp: bool,
+}
+
+impl KernelFacts {
+    fn netdev_has(&self, op: &str) -> bool {
+        self.netdev_ops
+            .as_ref()
+            .is_some_and(|ops| ops.iter().any(|o| o == op))
+    }
+
+    fn at_least(&self, major: u32, minor: u32) -> bool {
+        self.version >= (major, minor)
+    }
+}
+
+/// What kind of device an interface is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfaceKind {
+    /// `lo`.
+    Loopback,
+    /// One end of a veth pair.
+    Veth,
+    /// An ifb (intermediate functional block).
+    Ifb,
+    /// Another software device (tun, bridge, macvlan, ...).
+    Virtual,
+    /// A device with hardware behind it.
+    Physical,
+}
+
+/// Header/data split as ethtool reports it (ETHTOOL_A_RINGS_TCP_DATA_SPLIT).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderSplit {
+    /// The driver reports no tcp-data-split (or rings cannot be read): the text says why.
+    NotReported(String),
+    /// Reported as "unknown" (the driver may split, but does not say).
+    Unknown,
+    /// Supported, currently off.
+    Disabled,
+    /// On.
+    Enabled,
+}
+
+/// Facts about one interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IfaceFacts {
+    /// Name.
+    pub name: String,
+    /// What kind of device.
+    pub kind: IfaceKind,
+    /// Driver name (ETHTOOL_GDRVINFO), if the device has one.
+    pub driver: Option<String>,
+    /// xdp-features (netdev family), if it could be read.
+    pub xdp_features: Option<u64>,
+    /// Number of RX queues.
+    pub rx_queues: u32,
+    /// Header split.
+    pub header_split: HeaderSplit,
+    /// HDS threshold (bytes), if reported.
+    pub hds_thresh: Option<u32>,
+    /// ntuple-filters: `None` not offered by the device, `Some(on)` offered.
+    pub ntuple: Option<bool>,
+    /// tx-scatter-gather active, if reported.
+    pub scatter_gather: Option<bool>,
+}
+
+impl IfaceFacts {
+    fn driver_name(&self) -> &str {
+        match (&self.driver, self.kind) {
+            (Some(d), _) => d,
+            (None, IfaceKind::Loopback) => "loopback",
+            (None, _) => "this device",
+        }
+    }
+
+    fn is_software(&self) -> bool {
+        self.kind != IfaceKind::Physical
+    }
+
+    /// The queue zcnet would use for a trial or a setup: the last RX queue.
+    pub fn trial_queue(&self) -> u32 {
+        self.rx_queues.saturating_sub(1)
+    }
+}
+
+/// A refusal from the kernel during an `--active` trial.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The errno.
+    pub errno: i32,
+    /// The error as one line (with the kernel's extack message, if any).
+    pub message: String,
+}
+
+/// What `--active` trials found (a `None` field was not tried).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Trials {
+    /// MSG_ZEROCOPY over TCP loopback: fraction of bytes the kernel reported zero-copy.
+    pub msg_zerocopy_loopback: Option<Result<f64, Refusal>>,
+    /// SEND_ZC over TCP loopback: fraction of bytes the kernel reported zero-copy.
+    pub send_zc_loopback: Option<Result<f64, Refusal>>,
+    /// Registering a zcrx interface queue on this interface (then releasing it).
+    pub zcrx: Option<Result<(), Refusal>>,
+    /// netdev bind-rx on this interface (with a probe fd, not a real dma-buf).
+    pub devmem_rx: Option<Result<(), Refusal>>,
+    /// netdev bind-tx on this interface (with a probe fd).
+    pub devmem_tx: Option<Result<(), Refusal>>,
+    /// Binding an AF_XDP socket with XDP_COPY on the trial queue.
+    pub xsk_copy: Option<Result<(), Refusal>>,
+    /// Binding an AF_XDP socket with XDP_ZEROCOPY on the trial queue.
+    pub xsk_zerocopy: Option<Result<(), Refusal>>,
+}
+
+/// Judges every mechanism on one interface.
+pub fn judge(k: &KernelFacts, i: &IfaceFacts, t: &Trials) -> Vec<(Mechanism, Finding)> {
+    Mechanism::ALL
+        .iter()
+        .map(|&m| (m, judge_one(m, k, i, t)))
+        .collect()
+}
+
+/// Judges one mechanism on one interface.
+pub fn judge_one(m: Mechanism, k: &KernelFacts, i: &IfaceFacts, t: &Trials) -> Finding {
+    match m {
+        Mechanism::Copy => Finding::new(
+            Verdict::Copies,
+            "send()/recv() copy every byte between user memory and the kernel",
+        ),
+        Mechanism::MsgZerocopy => send_path(m, k, i, t.msg_zerocopy_loopback.as_ref()),
+        Mechanism::UringZc => send_path(m, k, i, t.send_zc_loopback.as_ref()),
+        Mechanism::Zcrx => zcrx(k, i, t.zcrx.as_ref()),
+        Mechanism::DevmemRx => devmem_rx(k, i, t.devmem_rx.as_ref()),
+        Mechanism::DevmemTx => devmem_tx(k, i, t.devmem_tx.as_ref()),
+        Mechanism::AfXdpCopy => xsk_copy(k, i, t.xsk_copy.as_ref()),
+        Mechanism::AfXdpZerocopy => xsk_zerocopy(k, i, t.xsk_zerocopy.as_ref()),
+    }
+}
+
+const UPGRADE: &str = "upgrade the kernel";
+
+/// Why the path through this interface copies, if it does (software devices deliver locally).
+fn local_delivery(i: &IfaceFacts) -> Option<String> {
+    Some(match i.kind {
+        IfaceKind::Loopback => "TCP over lo is delivered to a local socket: the kernel copies \
+                                the pages (skb_orphan_frags_rx) and reports COPIED"
+            .to_string(),
+        IfaceKind::Veth => "veth delivers to a socket on this host (another namespace): the \
+                            kernel copies the pages and reports COPIED"
+            .to_string(),
+        IfaceKind::Ifb | IfaceKind::Virtual => format!(
+            "{} is a software device: TCP through it ends in a local receive path, which copies \
+             (only traffic that is dropped or leaves through a NIC stays zero-copy)",
+            i.driver_name()
+        ),
+        IfaceKind::Physical => return None,
+    })
+}
+
+fn send_path(
+    m: Mechanism,
+    k: &KernelFacts,
+    i: &IfaceFacts,
+    trial: Option<&Result<f64, Refusal>>,
+) -> Finding {
+    let (what, min) = match m {
+        Mechanism::MsgZerocopy => ("MSG_ZEROCOPY", (4, 14)),
+        _ => ("io_uring SEND_ZC", (6, 0)),
+    };
+    if m == Mechanism::UringZc {
+        if let Some(why) = &k.uring.unusable {
+            return Finding::new(Verdict::Unsupported, format!("io_uring is unusable: {why}"))
+                .remedy("sysctl -w kernel.io_uring_disabled=0");
+        }
+        if !k.uring.send_zc {
+            return Finding::new(
+                Verdict::Unsupported,
+                "the kernel has no IORING_OP_SEND_ZC (Linux 6.0 or newer)",
+            )
+            .remedy(UPGRADE);
+        }
+    } else if !k.at_least(min.0, min.1) {
+        return Finding::new(
+            Verdict::Unsupported,
+            "the kernel has no MSG_ZEROCOPY (Linux 4.14 or newer)",
+        )
+        .remedy(UPGRADE);
+    }
+    if let Some(Err(r)) = trial {
+        let mut f = Finding::new(
+            Verdict::Unsupported,
+            format!("{what} over loopback failed: {}", r.message),
+        );
+        f.confirmed = true;
+        return f;
+    }
+    let mut f = match local_delivery(i) {
+        Some(why) => Finding::new(Verdict::Copies, why)
+            .remedy("zero copy needs a path that leaves through a NIC; `zcnet bench tx --path sink` shows it"),
+        None if i.scatter_gather == Some(false) => Finding::new(
+            Verdict::Copies,
+            format!("scatter-gather is off on {}: the stack linearizes (copies) each payload", i.name),
+        )
+        .remedy(format!("ethtool -K {} sg on", i.name)),
+        None => Finding::new(
+            Verdict::ZeroCopy,
+            format!(
+                "{what} sends from pinned user pages through {} (scatter-gather on); `zcnet bench tx` counts the kernel's COPIED reports per flow",
+                i.driver_name()
+            ),
+        ),
+    };
+    if let Some(Ok(frac)) = trial {
+        let pct = (frac * 100.0).round();
+        if i.kind == IfaceKind::Loopback {
+            // The trial ran over exactly this path: its answer is the verdict.
+            f.verdict = if *frac >= 0.5 {
+                Verdict::ZeroCopy
+            } else {
+                Verdict::Copies
+            };
+            f.reason = format!(
+                "tried {what} over TCP loopback: the kernel reported {pct}% of bytes zero-copy"
+            );
+        } else {
+            f.reason
+                .push_str(&format!(" ({what} works: tried over loopback)"));
+        }
+        f.confirmed = true;
+    }
+    f
+}
+
+/// The header-split rules shared by zcrx and devmem RX (iou-zcrx.rst, devmem.rst): the driver
+/// must split headers, hds-thresh must be 0, and the queue's flow must be steered to it.
+fn rx_split_rules(i: &IfaceFacts, what: &str) -> Finding {
+    let name = &i.name;
+    if i.is_software() {
+        return Finding::new(
+            Verdict::Unsupported,
+            format!(
+                "{} has no queue-management ops and no header split; {what} needs a NIC driver \
+                 with both (bnxt, mlx5, gve, fbnic)",
+                i.driver_name()
+            ),
+        );
+    }
+    let setup = format!(
+        "zcnet nic setup --iface {name} --queue {} --port PORT",
+        i.trial_queue()
+    );
+    match &i.header_split {
+        HeaderSplit::NotReported(why) => Finding::new(
+            Verdict::Unsupported,
+            format!("{} does not report header split ({why}); {what} needs it", i.driver_name()),
+        ),
+        HeaderSplit::Unknown | HeaderSplit::Disabled => Finding::new(
+            Verdict::Unsupported,
+            format!("header split is off on {name}; {what} needs tcp-data-split on and hds-thresh 0"),
+        )
+        .remedy(format!("ethtool -G {name} tcp-data-split on hds-thresh 0 (or: {setup})")),
+        HeaderSplit::Enabled if i.hds_thresh.unwrap_or(0) != 0 => Finding::new(
+            Verdict::Unsupported,
+            format!(
+                "hds-thresh is {} on {name}: payloads under it land in header buffers; {what} needs 0",
+                i.hds_thresh.unwrap_or(0)
+            ),
+        )
+        .remedy(format!("ethtool -G {name} hds-thresh 0")),
+        HeaderSplit::Enabled if i.rx_queues < 2 => Finding::new(
+            Verdict::Unsupported,
+            format!("{name} has one RX queue; {what} takes a queue out of RSS, so it needs two or more"),
+        )
+        .remedy(format!("ethtool -L {name} combined 2")),
+        HeaderSplit::Enabled => {
+            let mut f = Finding::new(
+                Verdict::ZeroCopy,
+                format!("header split is on, hds-thresh 0: {what} can own RX queue {}", i.trial_queue()),
+            );
+            if i.ntuple != Some(true) {
+                f.reason.push_str("; flows must still be steered to that queue");
+                f.remedy = Some(match i.ntuple {
+                    None => format!(
+                        "{name} has no ntuple filters: steer with RSS (ethtool -X {name} ...) or pick the queue the flow hashes to"
+                    ),
+                    Some(_) => format!("ethtool -K {name} ntuple on && {setup}"),
+                });
+            }
+            f
+        }
+    }
+}
+
+/// Applies an `--active` trial result: success confirms zero copy, a refusal is the verdict
+/// with the kernel's words, other errors mean "the device would, the probe fd would not".
+fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str) -> Finding {
+    match trial {
+        None => f,
+        Some(Ok(())) => {
+            f.verdict = Verdict::ZeroCopy;
+            f.reason = format!("{tried}: the kernel accepted it (released again)");
+            f.remedy = None;
+            f.confirmed = true;
+            f
+        }
+        Some(Err(r)) => {
+            f.verdict = Verdict::Unsupported;
+            f.reason = format!("{tried}: {}", r.message);
+            if r.errno == errno::EPERM {
+                f.remedy = Some("run as root (CAP_NET_ADMIN)".into());
+            } else if r.errno == errno::ENOMEM {
+                f.remedy = Some("ulimit -l unlimited (RLIMIT_MEMLOCK)".into());
+            }
+            f.confirmed = true;
+            f
+        }
+    }
+}
+
+fn zcrx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) -> Finding {
+    if let Some(why) = &k.uring.unusable {
+        return Finding::new(Verdict::Unsupported, format!("io_uring is unusable: {why}"))
+            .remedy("sysctl -w kernel.io_uring_disabled=0");
+    }
+    if !k.uring.recv_zc {
+        return Finding::new(
+            Verdict::Unsupported,
+            "the kernel has no IORING_OP_RECV_ZC (Linux 6.15 or newer, CONFIG_IO_URING_ZCRX)",
+        )
+        .remedy(UPGRADE);
+    }
+    if !k.uring.zcrx_ring {
+        return Finding::new(
+            Verdict::Unsupported,
+            "io_uring refuses a ring with SINGLE_ISSUER|DEFER_TASKRUN|CQE32, which zcrx needs",
+        )
+        .remedy(UPGRADE);
+    }
+    let f = rx_split_rules(i, "zcrx");
+    let f = apply_trial(
+        f,
+        trial,
+        &format!(
+            "registered a zcrx queue on {} rx queue {}",
+            i.name,
+            i.trial_queue()
+        ),
+    );
+    memlock_note(k, f)
+}
+
+/// Pinning an area is charged to RLIMIT_MEMLOCK without CAP_IPC_LOCK: say so when it is small.
+fn memlock_note(k: &KernelFacts, mut f: Finding) -> Finding {
+    const SMALL: u64 = 64 << 20;
+    if let (Some(limit), false) = (k.memlock, k.ipc_lock) {
+        if limit < SMALL && f.verdict == Verdict::ZeroCopy {
+            f.reason.push_str(&format!(
+                "; RLIMIT_MEMLOCK is {} KiB, which caps the area",
+                limit / 1024
+            ));
+            f.remedy.get_or_insert_with(|| "ulimit -l unlimited".into());
+        }
+    }
+    f
+}
+
+fn netdev_op_missing(k: &KernelFacts, op: &str, since: &str) -> Option<Finding> {
+    if k.netdev_ops.is_none() {
+        return Some(
+            Finding::new(
+                Verdict::Unsupported,
+                "the kernel has no netdev generic netlink family (Linux 6.5 or newer)",
+            )
+            .remedy(UPGRADE),
+        );
+    }
+    if !k.netdev_has(op) {
+        return Some(
+            Finding::new(
+                Verdict::Unsupported,
+                format!("the netdev family has no {op} operation ({since})"),
+            )
+            .remedy(UPGRADE),
+        );
+    }
+    None
+}
+
+fn devmem_rx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) -> Finding {
+    if let Some(f) = netdev_op_missing(k, "bind-rx", "devmem TCP RX needs Linux 6.12") {
+        return f;
+    }
+    let mut f = rx_split_rules(i, "devmem TCP");
+    if f.verdict == Verdict::ZeroCopy {
+        f.reason
+            .push_str("; the payload memory must be a dma-buf (GPU memory, or udmabuf)");
+    }
+    let tried = format!(
+        "bound a probe fd to {} rx queue {}",
+        i.name,
+        i.trial_queue()
+    );
+    devmem_trial(f, trial, &tried, false)
+}
+
+/// bind-rx / bind-tx trials use a probe fd that is not a dma-buf, so the kernel can only
+/// refuse. EOPNOTSUPP means the device cannot. EBADF/EINVAL about the fd means the device got
+/// past its own checks (net/core/netdev-genl.c checks the device before `dma_buf_get`): for
+/// bind-tx that is the whole device check (`netdev->netmem_tx`), so it confirms zero copy; for
+/// bind-rx the header-split check comes later, at queue binding, so the inferred verdict stays.
+fn devmem_trial(
+    f: Finding,
+    trial: Option<&Result<(), Refusal>>,
+    tried: &str,
+    device_check_is_complete: bool,
+) -> Finding {
+    match trial {
+        Some(Err(r)) if r.errno == errno::EBADF || r.errno == errno::EINVAL => {
+            let mut f = f;
+            f.reason = format!(
+                "{}; {tried}: the device passed its checks and only the probe fd (not a dma-buf) was refused ({})",
+                f.reason, r.message
+            );
+            if device_check_is_complete {
+                f.verdict = Verdict::ZeroCopy;
+                f.remedy = None;
+            }
+            f.confirmed = true;
+            f
+        }
+        other => apply_trial(f, other, tried),
+    }
+}
+
+fn devmem_tx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) -> Finding {
+    if let Some(f) = netdev_op_missing(k, "bind-tx", "devmem TCP TX needs Linux 6.15") {
+        return f;
+    }
+    let drv = i.driver_name();
+    let f = if i.is_software() {
+        Finding::new(
+            Verdict::Unsupported,
+            format!("{drv} does not support netmem TX (devmem TCP transmit)"),
+        )
+    } else if NETMEM_TX_DRIVERS.contains(&drv) {
+        Finding::new(
+            Verdict::ZeroCopy,
+            format!(
+                "{drv} supports netmem TX (inferred from the driver; --active asks the kernel)"
+            ),
+        )
+    } else {
+        Finding::new(
+            Verdict::Unsupported,
+            format!("{drv} is not known to support netmem TX (--active asks the kernel)"),
+        )
+    };
+    devmem_trial(f, trial, &format!("bind-tx on {}", i.name), true)
+}
+
+fn xsk_copy(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) -> Finding {
+    if !k.af_xdp {
+        return Finding::new(
+            Verdict::Unsupported,
+            "the kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS)",
+        )
+        .remedy("use a kernel built with CONFIG_XDP_SOCKETS=y");
+    }
+    let mut f = Finding::new(
+        Verdict::Copies,
+        "AF_XDP copy mode works on any device (generic XDP) and copies each frame into the UMEM",
+    );
+    match trial {
+        Some(Ok(())) => {
+            f.reason = format!(
+                "bound an AF_XDP socket (XDP_COPY) to {} queue {}: works, copying each frame",
+                i.name,
+                i.trial_queue()
+            );
+            f.confirmed = true;
+        }
+        Some(Err(r)) => {
+            f = Finding::new(
+                Verdict::Unsupported,
+                format!("AF_XDP bind (XDP_COPY) on {} failed: {}", i.name, r.message),
+            );
+            f.confirmed = true;
+        }
+        None => {}
+    }
+    f
+}
+
+fn xsk_zerocopy(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) -> Finding {
+    if !k.af_xdp {
+        return Finding::new(
+            Verdict::Unsupported,
+            "the kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS)",
+        );
+    }
+    let f = match i.xdp_features {
+        Some(x) if x & XDP_ACT_XSK_ZEROCOPY != 0 => Finding::new(
+            Verdict::ZeroCopy,
+            format!(
+                "{} advertises xsk-zerocopy in its xdp-features",
+                i.driver_name()
+            ),
+        ),
+        Some(_) => Finding::new(
+            Verdict::Unsupported,
+            format!(
+                "{} does not advertise xsk-zerocopy in its xdp-features",
+                i.driver_name()
+            ),
+        ),
+        None => Finding::new(
+            Verdict::Unsupported,
+            "xdp-features could not be read (no netdev netlink family)",
+        ),
+    };
+    apply_trial(
+        f,
+        trial,
+        &format!(
+            "bound an AF_XDP socket (XDP_ZEROCOPY) to {} queue {}",
+            i.name,
+            i.trial_queue()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests;
