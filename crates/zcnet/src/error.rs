@@ -100,6 +100,38 @@ pub enum Error {
         /// What it printed.
         stderr: String,
     },
+    /// No interface by that name in this network namespace.
+    UnknownInterface {
+        /// What was given.
+        given: String,
+    },
+    /// The kernel refused a control-plane request (netlink or ethtool ioctl).
+    Kernel {
+        /// What was asked, e.g. "rings-set on eth0".
+        what: String,
+        /// The kernel's answer, with its extack message where it sent one.
+        message: String,
+        /// The errno, if the kernel sent one.
+        errno: Option<i32>,
+    },
+    /// A NIC change for zero copy was refused; what had been applied was undone.
+    NicSetup {
+        /// The interface.
+        iface: String,
+        /// The step that failed, e.g. "enabling header split".
+        step: String,
+        /// Why (the kernel's own message).
+        cause: String,
+        /// What happened to the changes before it.
+        undo: String,
+    },
+    /// A NIC state file is unreadable or from another version.
+    NicState {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
     /// Another system call failed.
     Io {
         /// What was being done.
@@ -122,7 +154,10 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Interrupted => 130,
-            Error::UnknownMode { .. } | Error::UnknownPath { .. } | Error::BadAddress { .. } => 2,
+            Error::UnknownMode { .. }
+            | Error::UnknownPath { .. }
+            | Error::BadAddress { .. }
+            | Error::UnknownInterface { .. } => 2,
             _ => 1,
         }
     }
@@ -184,6 +219,19 @@ impl fmt::Display for Error {
             Error::Protocol(e) => write!(f, "kernel completion protocol violated: {e} (please report this)"),
             Error::Interrupted => write!(f, "interrupted"),
             Error::Lab { command, stderr } => write!(f, "lab setup failed: '{command}': {}", stderr.trim()),
+            Error::UnknownInterface { given } => write!(
+                f,
+                "no interface named '{given}' in this network namespace: list them with 'ip link'"
+            ),
+            Error::Kernel { what, message, .. } => write!(f, "{what}: {message}"),
+            Error::NicSetup { iface, step, cause, undo } => {
+                write!(f, "nic setup on {iface}: {step} failed: {cause}; {undo}")
+            }
+            Error::NicState { path, problem } => write!(
+                f,
+                "NIC state file {}: {problem}: check it by hand, then delete it",
+                path.display()
+            ),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
         }
     }

@@ -25,6 +25,7 @@ pub mod bench;
 pub mod error;
 pub mod lab;
 pub mod net;
+pub mod nic;
 pub mod region;
 pub mod tx;
 

@@ -1,0 +1,505 @@
+//! Setting a NIC up for zero-copy receive, and putting it back.
+//!
+//! What zcrx and devmem TCP need of the device (Documentation/networking/iou-zcrx.rst,
+//! devmem.rst): header/data split on with `hds-thresh` 0, one RX queue taken out of the RSS
+//! indirection table so that only steered flows land on it, and an ntuple rule steering the
+//! flow there. In ethtool terms:
+//!
+//! ```text
+//! ethtool -G eth0 tcp-data-split on hds-thresh 0
+//! ethtool -K eth0 ntuple on
+//! ethtool -X eth0 weight 1 1 1 0        # queue 3 out of RSS
+//! ethtool -N eth0 flow-type tcp4 dst-port 9999 action 3
+//! ```
+//!
+//! [`NicGuard::apply`] makes these changes one by one, writing each to a state file
+//! ([`state`]) before making it, and undoes them in reverse order when it is dropped, when
+//! [`NicGuard::restore`] is called, or when a later change is refused (then the error carries
+//! the kernel's message and nothing stays half-applied). [`restore_from_file`] undoes what a
+//! crashed process left. The device is reached through [`NicControl`], implemented for real
+//! devices by `LiveNic` (ethtool netlink and ioctls) and by a simulated NIC in the tests.
+
+pub mod state;
+
+use std::path::Path;
+
+use state::{Owner, Record, StateFile};
+
+use crate::{Error, Result};
+
+/// errno for "no such rule" (asm-generic/errno-base.h).
+const ENOENT: i32 = 2;
+
+/// `ETHTOOL_TCP_DATA_SPLIT_*` (include/uapi/linux/ethtool.h): the values of tcp-data-split.
+pub mod split {
+    /// Unknown / driver default.
+    pub const UNKNOWN: u8 = 0;
+    /// Off.
+    pub const DISABLED: u8 = 1;
+    /// On.
+    pub const ENABLED: u8 = 2;
+}
+
+/// Transport protocol of a steered flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proto {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl Proto {
+    /// "tcp" or "udp".
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        }
+    }
+
+    /// Parses "tcp" / "udp".
+    pub fn parse(s: &str) -> Option<Proto> {
+        match s {
+            "tcp" => Some(Proto::Tcp),
+            "udp" => Some(Proto::Udp),
+            _ => None,
+        }
+    }
+}
+
+/// An ntuple rule: flows to `dst_port` go to RX queue `queue`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowSpec {
+    /// Protocol.
+    pub proto: Proto,
+    /// IPv6 (else IPv4).
+    pub ipv6: bool,
+    /// Destination port.
+    pub dst_port: u16,
+    /// RX queue.
+    pub queue: u32,
+}
+
+/// Ring parameters that matter here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingsState {
+    /// tcp-data-split ([`split`]).
+    pub split: u8,
+    /// hds-thresh, if the driver reports one.
+    pub hds_thresh: Option<u32>,
+}
+
+/// One change made to a NIC, with what is needed to undo it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Header split turned on (and hds-thresh set to 0).
+    HeaderSplit {
+        /// tcp-data-split before.
+        prev_split: u8,
+        /// hds-thresh before, if reported.
+        prev_hds: Option<u32>,
+    },
+    /// The ntuple-filters feature turned on.
+    Ntuple {
+        /// Whether it was on before (always false when recorded).
+        prev_on: bool,
+    },
+    /// The RSS indirection table rewritten without the queue.
+    Rss {
+        /// The table before.
+        prev: Vec<u32>,
+        /// Whether that was the driver's default (restored by a reset, not a write).
+        was_default: bool,
+    },
+    /// An ntuple rule inserted.
+    Rule {
+        /// The rule.
+        spec: FlowSpec,
+        /// Where the driver put it (unknown until the insert returns).
+        location: Option<u32>,
+    },
+}
+
+impl Change {
+    /// A short description for status output.
+    pub fn describe(&self) -> String {
+        match self {
+            Change::HeaderSplit {
+                prev_split,
+                prev_hds,
+            } => format!(
+                "header split on, hds-thresh 0 (was tcp-data-split {}, hds-thresh {})",
+                split_name(*prev_split),
+                prev_hds.map_or_else(|| "n/a".into(), |v| v.to_string())
+            ),
+            Change::Ntuple { .. } => "ntuple-filters on (was off)".into(),
+            Change::Rss { prev, was_default } => format!(
+                "RSS indirection table rewritten (was {} over {} entries)",
+                if *was_default {
+                    "the default"
+                } else {
+                    "a custom table"
+                },
+                prev.len()
+            ),
+            Change::Rule { spec, location } => format!(
+                "ntuple rule flow-type {}{} dst-port {} action {}{}",
+                spec.proto.name(),
+                if spec.ipv6 { 6 } else { 4 },
+                spec.dst_port,
+                spec.queue,
+                location.map_or_else(String::new, |l| format!(" (location {l})"))
+            ),
+        }
+    }
+}
+
+/// The name of a tcp-data-split value.
+pub fn split_name(v: u8) -> &'static str {
+    match v {
+        split::DISABLED => "off",
+        split::ENABLED => "on",
+        _ => "unknown",
+    }
+}
+
+/// The device operations a setup needs; every error carries the kernel's own message.
+pub trait NicControl {
+    /// The interface name.
+    fn name(&self) -> &str;
+    /// The interface index.
+    fn ifindex(&self) -> u32;
+    /// tcp-data-split and hds-thresh.
+    fn rings(&mut self) -> Result<RingsState>;
+    /// Sets tcp-data-split and, if given, hds-thresh.
+    fn set_rings(&mut self, split: u8, hds_thresh: Option<u32>) -> Result<()>;
+    /// The ntuple-filters feature: `None` if the device does not offer it, else whether it is on.
+    fn ntuple(&mut self) -> Result<Option<bool>>;
+    /// Turns ntuple-filters on or off.
+    fn set_ntuple(&mut self, on: bool) -> Result<()>;
+    /// Number of RX rings (queues).
+    fn rx_rings(&mut self) -> Result<u32>;
+    /// The RSS indirection table.
+    fn indir(&mut self) -> Result<Vec<u32>>;
+    /// Writes the RSS indirection table (`None`: back to the driver's default).
+    fn set_indir(&mut self, table: Option<&[u32]>) -> Result<()>;
+    /// Inserts an ntuple rule; returns the location the driver chose.
+    fn insert_rule(&mut self, spec: &FlowSpec) -> Result<u32>;
+    /// Deletes the rule at `location`.
+    fn delete_rule(&mut self, location: u32) -> Result<()>;
+    /// The rules installed, with their locations.
+    fn rules(&mut self) -> Result<Vec<(u32, FlowSpec)>>;
+}
+
+/// What `zcnet nic setup` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NicSetup {
+    /// The RX queue to set aside for zero copy.
+    pub queue: u32,
+    /// The flow to steer there (no rule if `None`).
+    pub flow: Option<(Proto, bool, u16)>,
+}
+
+/// The default indirection table the kernel gives a device with `rings` RX rings
+/// (`ethtool_rxfh_indir_default`: entry i is i mod rings).
+pub fn default_indir(len: usize, rings: u32) -> Vec<u32> {
+    (0..len as u32).map(|i| i % rings.max(1)).collect()
+}
+
+/// The indirection table spreading over every ring but `queue`, same length as `current`.
+pub fn indir_without(current_len: usize, rings: u32, queue: u32) -> Vec<u32> {
+    let others: Vec<u32> = (0..rings).filter(|&q| q != queue).collect();
+    (0..current_len).map(|i| others[i % others.len()]).collect()
+}
+
+/// NIC changes for zero copy, undone on drop.
+#[derive(Debug)]
+pub struct NicGuard<C: NicControl> {
+    ctl: C,
+    state: Option<StateFile>,
+    changes: Vec<Change>,
+}
+
+impl<C: NicControl> NicGuard<C> {
+    /// Makes the changes `setup` asks for on the device behind `ctl`, recording each in a state
+    /// file under `state_dir` first. On a refusal, undoes what was made and returns the kernel's
+    /// message.
+    pub fn apply(ctl: C, setup: &NicSetup, state_dir: &Path) -> Result<NicGuard<C>> {
+        let mut g = NicGuard {
+            ctl,
+            state: None,
+            changes: Vec::new(),
+        };
+        let iface = g.ctl.name().to_string();
+        // Validate before touching anything.
+        let rings = g
+            .ctl
+            .rx_rings()
+            .map_err(|e| g.fail("reading the RX ring count", e))?;
+        if setup.queue >= rings {
+            return Err(g.fail(
+                "checking the queue",
+                Error::Kernel {
+                    what: format!("queue {}", setup.queue),
+                    message: format!(
+                        "{iface} has {rings} RX queue(s) (0..{}): pick one of them or add queues with 'ethtool -L {iface} combined N'",
+                        rings.saturating_sub(1)
+                    ),
+                    errno: None,
+                },
+            ));
+        }
+        if rings < 2 {
+            return Err(g.fail(
+                "checking the queue",
+                Error::Kernel {
+                    what: "RSS".into(),
+                    message: format!("{iface} has one RX queue; taking it out of RSS would leave none: 'ethtool -L {iface} combined 2'"),
+                    errno: None,
+                },
+            ));
+        }
+        g.state = Some(StateFile::create(
+            state_dir,
+            &Owner {
+                pid: std::process::id(),
+                iface: iface.clone(),
+                ifindex: g.ctl.ifindex(),
+                netns: state::current_netns(),
+                queue: setup.queue,
+            },
+        )?);
+        g.apply_steps(setup, rings)?;
+        Ok(g)
+    }
+
+    fn apply_steps(&mut self, setup: &NicSetup, rings: u32) -> Result<()> {
+        // 1. Header split on, hds-thresh 0.
+        let r = self
+            .ctl
+            .rings()
+            .map_err(|e| self.fail("reading ring parameters", e))?;
+        if r.split != split::ENABLED || r.hds_thresh.unwrap_or(0) != 0 {
+            let c = Change::HeaderSplit {
+                prev_split: r.split,
+                prev_hds: r.hds_thresh,
+            };
+            let hds = r.hds_thresh.map(|_| 0);
+            self.make(c, "enabling header split", |ctl| {
+                ctl.set_rings(split::ENABLED, hds).map(|()| None)
+            })?;
+        }
+        // 2. ntuple filters on (only needed for a rule).
+        if setup.flow.is_some() {
+            match self
+                .ctl
+                .ntuple()
+                .map_err(|e| self.fail("reading features", e))?
+            {
+                None => {
+                    let name = self.ctl.name().to_string();
+                    return Err(self.fail(
+                        "checking ntuple filters",
+                        Error::Kernel {
+                            what: format!("features of {name}"),
+                            message: format!("{name} does not offer ntuple-filters, so flows cannot be steered to a queue: run without --port and pick the queue RSS hashes the flow to"),
+                            errno: None,
+                        },
+                    ));
+                }
+                Some(false) => self.make(
+                    Change::Ntuple { prev_on: false },
+                    "enabling ntuple filters",
+                    |ctl| ctl.set_ntuple(true).map(|()| None),
+                )?,
+                Some(true) => {}
+            }
+        }
+        // 3. The queue out of the RSS table.
+        let prev = self
+            .ctl
+            .indir()
+            .map_err(|e| self.fail("reading the RSS table", e))?;
+        let want = indir_without(prev.len(), rings, setup.queue);
+        if !prev.is_empty() && prev != want {
+            let was_default = prev == default_indir(prev.len(), rings);
+            let c = Change::Rss { prev, was_default };
+            self.make(c, "taking the queue out of RSS", |ctl| {
+                ctl.set_indir(Some(&want)).map(|()| None)
+            })?;
+        }
+        // 4. The rule.
+        if let Some((proto, ipv6, dst_port)) = setup.flow {
+            let spec = FlowSpec {
+                proto,
+                ipv6,
+                dst_port,
+                queue: setup.queue,
+            };
+            let c = Change::Rule {
+                spec,
+                location: None,
+            };
+            self.make(c, "inserting the ntuple rule", |ctl| {
+                ctl.insert_rule(&spec).map(Some)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Records `c`, makes it, marks it done (with a rule location).
+    fn make(
+        &mut self,
+        mut c: Change,
+        step: &str,
+        f: impl FnOnce(&mut C) -> Result<Option<u32>>,
+    ) -> Result<()> {
+        let Some(st) = self.state.as_mut() else {
+            return Ok(());
+        };
+        let id = st.pending(&c).map_err(|e| self.fail(step, e))?;
+        match f(&mut self.ctl) {
+            Ok(loc) => {
+                if let (Change::Rule { location, .. }, Some(l)) = (&mut c, loc) {
+                    *location = Some(l);
+                }
+                self.changes.push(c);
+                if let Some(st) = self.state.as_mut() {
+                    st.done(id, loc).map_err(|e| self.fail(step, e))?;
+                }
+                Ok(())
+            }
+            Err(e) => Err(self.fail(step, e)),
+        }
+    }
+
+    /// Undoes everything made so far and turns `cause` into the setup error.
+    fn fail(&mut self, step: &str, cause: Error) -> Error {
+        let undo = match self.undo_all() {
+            Ok(0) => "nothing was changed".to_string(),
+            Ok(n) => format!("the {n} change(s) made before it were undone"),
+            Err(e) => format!(
+                "undoing the changes made before it also failed ({e}): run 'zcnet nic restore --iface {}'",
+                self.ctl.name()
+            ),
+        };
+        let cause = match cause {
+            Error::Kernel { what, message, .. } => format!("{what}: {message}"),
+            other => other.to_string(),
+        };
+        Error::NicSetup {
+            iface: self.ctl.name().to_string(),
+            step: step.to_string(),
+            cause,
+            undo,
+        }
+    }
+
+    /// Undoes the changes in reverse order; removes the state file when all were undone.
+    fn undo_all(&mut self) -> Result<usize> {
+        let n = self.changes.len();
+        let records: Vec<Record> = self
+            .changes
+            .drain(..)
+            .map(|change| Record { change, done: true })
+            .collect();
+        let r = undo_records(&mut self.ctl, &records);
+        match (r, self.state.take()) {
+            (Ok(()), Some(st)) => st.remove().map(|()| n),
+            (Ok(()), None) => Ok(n),
+            // The state file stays for `zcnet nic restore`.
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    /// The changes in force.
+    pub fn changes(&self) -> &[Change] {
+        &self.changes
+    }
+
+    /// The state file recording them.
+    pub fn state_path(&self) -> Option<&Path> {
+        self.state.as_ref().map(StateFile::path)
+    }
+
+    /// Undoes every change now, reporting failures.
+    pub fn restore(mut self) -> Result<usize> {
+        self.undo_all()
+    }
+
+    /// Leaves the changes applied (for `zcnet nic restore` later); returns the state file.
+    pub fn keep(mut self) -> Option<std::path::PathBuf> {
+        self.changes.clear();
+        self.state.take().map(|s| s.path().to_path_buf())
+    }
+}
+
+impl<C: NicControl> Drop for NicGuard<C> {
+    fn drop(&mut self) {
+        if self.changes.is_empty() && self.state.is_none() {
+            return;
+        }
+        if let Err(e) = self.undo_all() {
+            eprintln!("zcnet: restoring {} failed: {e}", self.ctl.name());
+        }
+    }
+}
+
+/// Undoes `records` (in the order they were made) in reverse. Pending records are undone too:
+/// their change may or may not have happened, and every undo here is safe either way. Stops
+/// at the first failure.
+pub fn undo_records<C: NicControl + ?Sized>(ctl: &mut C, records: &[Record]) -> Result<()> {
+    for r in records.iter().rev() {
+        match &r.change {
+            Change::HeaderSplit {
+                prev_split,
+                prev_hds,
+            } => ctl.set_rings(*prev_split, *prev_hds)?,
+            Change::Ntuple { prev_on } => ctl.set_ntuple(*prev_on)?,
+            Change::Rss { prev, was_default } => {
+                ctl.set_indir(if *was_default { None } else { Some(prev) })?
+            }
+            Change::Rule {
+                location: Some(l), ..
+            } => match ctl.delete_rule(*l) {
+                // Already gone (an earlier, partial restore): nothing to undo.
+                Err(Error::Kernel {
+                    errno: Some(ENOENT),
+                    ..
+                }) => {}
+                other => other?,
+            },
+            Change::Rule {
+                spec,
+                location: None,
+            } => {
+                // Crashed between insert and record: find the rule by what it matches.
+                for (loc, s) in ctl.rules()? {
+                    if s == *spec {
+                        ctl.delete_rule(loc)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Undoes what the state file at `path` records on the device behind `ctl`, then deletes the
+/// file. Refuses while the process that made the changes is alive.
+pub fn restore_from_file<C: NicControl + ?Sized>(ctl: &mut C, path: &Path) -> Result<Vec<Record>> {
+    let (owner, records) = state::read(path)?;
+    if owner.pid != std::process::id() && Path::new(&format!("/proc/{}", owner.pid)).exists() {
+        return Err(Error::NicState {
+            path: path.to_path_buf(),
+            problem: format!(
+                "pid {} that made these changes is still running (stop it and it restores them)",
+                owner.pid
+            ),
+        });
+    }
+    undo_records(ctl, &records)?;
+    std::fs::remove_file(path).map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+    Ok(records)
+}

@@ -1,0 +1,313 @@
+//! The NIC state file: every change is written here *before* it is made, and marked done after,
+//! so that `zcnet nic restore` can undo what a crashed or killed process left applied.
+//!
+//! One file per interface and network namespace, `nic-<netns inode>-<iface>.state` under
+//! `/run/zcnet` (or `$ZCNET_STATE_DIR`). Plain text, one record per line, fsynced after each:
+//!
+//! ```text
+//! zcnet-nic-state 1
+//! owner pid=4242 iface=eth0 ifindex=2 netns=4026531840 queue=7
+//! pending 0 header-split prev-split=1 prev-hds=256
+//! done 0
+//! pending 1 rss prev=0,1,2,3,4,5,6,7 default=yes
+//! done 1
+//! pending 2 rule proto=tcp ip=4 port=9999 queue=7
+//! done 2 location=1023
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::{Change, FlowSpec, Proto};
+use crate::{Error, Result};
+
+const MAGIC: &str = "zcnet-nic-state 1";
+
+/// Where state files live: `$ZCNET_STATE_DIR`, else `/run/zcnet`.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("ZCNET_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/zcnet"))
+}
+
+/// The network namespace this process is in (inode of /proc/self/ns/net).
+pub fn current_netns() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino())
+}
+
+/// The state file of `iface` in the current namespace.
+pub fn state_path(dir: &Path, iface: &str) -> PathBuf {
+    dir.join(format!("nic-{}-{iface}.state", current_netns()))
+}
+
+/// Who made the changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Process id.
+    pub pid: u32,
+    /// Interface name.
+    pub iface: String,
+    /// Interface index when the changes were made.
+    pub ifindex: u32,
+    /// Network namespace inode.
+    pub netns: u64,
+    /// The queue set aside.
+    pub queue: u32,
+}
+
+/// One change and how far it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The change (with the values to restore).
+    pub change: Change,
+    /// Whether it was confirmed made (a pending one may or may not have happened).
+    pub done: bool,
+}
+
+/// A state file being written.
+#[derive(Debug)]
+pub struct StateFile {
+    path: PathBuf,
+    file: File,
+    next: u32,
+}
+
+impl StateFile {
+    /// Creates the file for `owner`; fails if one exists (changes are already applied).
+    pub fn create(dir: &Path, owner: &Owner) -> Result<StateFile> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let path = state_path(dir, &owner.iface);
+        let file = match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let who = read(&path)
+                    .map(|(o, _)| format!("pid {}", o.pid))
+                    .unwrap_or_else(|_| "an unreadable state file".into());
+                return Err(Error::NicState {
+                    path,
+                    problem: format!(
+                        "{} already has zero-copy changes applied ({who}); undo them with 'zcnet nic restore --iface {}'",
+                        owner.iface, owner.iface
+                    ),
+                });
+            }
+            Err(e) => return Err(Error::io(format!("creating {}", path.display()), e)),
+        };
+        let mut s = StateFile {
+            path,
+            file,
+            next: 0,
+        };
+        s.line(&format!(
+            "{MAGIC}\nowner pid={} iface={} ifindex={} netns={} queue={}",
+            owner.pid, owner.iface, owner.ifindex, owner.netns, owner.queue
+        ))?;
+        Ok(s)
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn line(&mut self, text: &str) -> Result<()> {
+        let ctx = || format!("writing {}", self.path.display());
+        writeln!(self.file, "{text}").map_err(|e| Error::io(ctx(), e))?;
+        self.file.sync_data().map_err(|e| Error::io(ctx(), e))
+    }
+
+    /// Records a change about to be made; returns its id for [`StateFile::done`].
+    pub fn pending(&mut self, change: &Change) -> Result<u32> {
+        let id = self.next;
+        self.next += 1;
+        self.line(&format!("pending {id} {}", encode(change)))?;
+        Ok(id)
+    }
+
+    /// Records that change `id` was made (with the rule location the driver chose).
+    pub fn done(&mut self, id: u32, location: Option<u32>) -> Result<()> {
+        match location {
+            Some(l) => self.line(&format!("done {id} location={l}")),
+            None => self.line(&format!("done {id}")),
+        }
+    }
+
+    /// Deletes the file (everything was undone).
+    pub fn remove(self) -> Result<()> {
+        std::fs::remove_file(&self.path)
+            .map_err(|e| Error::io(format!("removing {}", self.path.display()), e))
+    }
+}
+
+fn encode(c: &Change) -> String {
+    match c {
+        Change::HeaderSplit {
+            prev_split,
+            prev_hds,
+        } => format!(
+            "header-split prev-split={prev_split} prev-hds={}",
+            prev_hds.map_or_else(|| "none".to_string(), |v| v.to_string())
+        ),
+        Change::Ntuple { prev_on } => {
+            format!("ntuple prev={}", if *prev_on { "on" } else { "off" })
+        }
+        Change::Rss { prev, was_default } => format!(
+            "rss prev={} default={}",
+            prev.iter()
+                .map(|q| q.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            if *was_default { "yes" } else { "no" }
+        ),
+        Change::Rule { spec, location } => {
+            let mut s = format!(
+                "rule proto={} ip={} port={} queue={}",
+                spec.proto.name(),
+                if spec.ipv6 { 6 } else { 4 },
+                spec.dst_port,
+                spec.queue
+            );
+            if let Some(l) = location {
+                s.push_str(&format!(" location={l}"));
+            }
+            s
+        }
+    }
+}
+
+/// `key=value` fields of a record.
+fn fields<'a>(words: &'a [&'a str]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |key: &str| {
+        words.iter().find_map(|w| {
+            w.strip_prefix(key)
+                .and_then(|r| r.strip_prefix('='))
+                .map(str::to_string)
+        })
+    }
+}
+
+fn num<T: std::str::FromStr>(v: Option<String>) -> Option<T> {
+    v?.parse().ok()
+}
+
+fn decode(words: &[&str]) -> Option<Change> {
+    let f = fields(words);
+    Some(match *words.first()? {
+        "header-split" => Change::HeaderSplit {
+            prev_split: num(f("prev-split"))?,
+            prev_hds: match f("prev-hds")?.as_str() {
+                "none" => None,
+                v => Some(v.parse().ok()?),
+            },
+        },
+        "ntuple" => Change::Ntuple {
+            prev_on: f("prev")? == "on",
+        },
+        "rss" => Change::Rss {
+            prev: f("prev")?
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .ok()?,
+            was_default: f("default")? == "yes",
+        },
+        "rule" => Change::Rule {
+            spec: FlowSpec {
+                proto: Proto::parse(&f("proto")?)?,
+                ipv6: f("ip")? == "6",
+                dst_port: num(f("port"))?,
+                queue: num(f("queue"))?,
+            },
+            location: num(f("location")),
+        },
+        _ => return None,
+    })
+}
+
+/// Reads a state file: its owner and its records in the order they were made.
+pub fn read(path: &Path) -> Result<(Owner, Vec<Record>)> {
+    let bad = |problem: String| Error::NicState {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(MAGIC) {
+        return Err(bad(format!("not a '{MAGIC}' file")));
+    }
+    let owner_line = lines.next().unwrap_or_default();
+    let words: Vec<&str> = owner_line.split_whitespace().collect();
+    let f = fields(&words);
+    let owner = (|| {
+        Some(Owner {
+            pid: num(f("pid"))?,
+            iface: f("iface")?,
+            ifindex: num(f("ifindex"))?,
+            netns: num(f("netns"))?,
+            queue: num(f("queue"))?,
+        })
+    })()
+    .ok_or_else(|| bad(format!("bad owner line '{owner_line}'")))?;
+    let mut records: Vec<(u32, Record)> = Vec::new();
+    let rest: Vec<&str> = lines.collect();
+    // The file ends in a newline unless the writer died mid-line.
+    let torn = !text.ends_with('\n');
+    for (n, line) in rest.iter().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let id: Option<u32> = words.get(1).and_then(|w| w.parse().ok());
+        match (words.first().copied(), id) {
+            // A torn last line: a pending record's change was never started (the record is
+            // written before the change), a torn 'done' leaves its change pending (undone
+            // anyway).
+            _ if torn && n + 1 == rest.len() => {}
+            (Some("pending"), Some(id)) => {
+                let change =
+                    decode(&words[2..]).ok_or_else(|| bad(format!("bad record '{line}'")))?;
+                records.push((
+                    id,
+                    Record {
+                        change,
+                        done: false,
+                    },
+                ));
+            }
+            (Some("done"), Some(id)) => {
+                let loc: Option<u32> = num(fields(&words[2..])("location"));
+                let r = records
+                    .iter_mut()
+                    .find(|(i, _)| *i == id)
+                    .ok_or_else(|| bad(format!("'done {id}' without its change")))?;
+                r.1.done = true;
+                if let (Change::Rule { location, .. }, Some(l)) = (&mut r.1.change, loc) {
+                    *location = Some(l);
+                }
+            }
+            _ if line.trim().is_empty() => {}
+            _ => return Err(bad(format!("bad line '{line}'"))),
+        }
+    }
+    Ok((owner, records.into_iter().map(|(_, r)| r).collect()))
+}
+
+/// State files in `dir` for the current network namespace.
+pub fn list(dir: &Path) -> Vec<PathBuf> {
+    let prefix = format!("nic-{}-", current_netns());
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".state"))
+        })
+        .collect();
+    v.sort();
+    v
+}
