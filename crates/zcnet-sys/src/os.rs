@@ -99,3 +99,95 @@ pub fn interrupted() -> bool {
 pub fn set_interrupted(v: bool) {
     INTERRUPTED.store(v, Ordering::SeqCst);
 }
+
+/// Moves the calling *thread* into a new, private network namespace (`unshare(CLONE_NEWNET)`):
+/// it holds only a loopback device (ifindex 1), down. Other threads keep theirs. The namespace
+/// goes away when nothing uses it any more (this thread has exited or moved, and its sockets and
+/// rings are closed). Needs CAP_SYS_ADMIN. Tests use it to touch no device of the root namespace.
+pub fn unshare_netns() -> io::Result<()> {
+    // SAFETY: unshare takes only a flag; CLONE_NEWNET changes this thread's network namespace
+    // and nothing in this process's memory.
+    crate::cvt(unsafe { libc::unshare(libc::CLONE_NEWNET) }).map(drop)
+}
+
+/// The running kernel's release as (major, minor, patch), from `/proc/sys/kernel/osrelease`
+/// (`6.18.44-fc-v669` gives `(6, 18, 44)`); `None` when unreadable.
+pub fn kernel_version() -> Option<(u32, u32, u32)> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    parse_kernel_release(s.trim())
+}
+
+fn parse_kernel_release(s: &str) -> Option<(u32, u32, u32)> {
+    let mut it = s.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    let patch = it.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    Some((major, minor, patch))
+}
+
+/// Runs `f` in a new thread that first moves into a private network namespace
+/// ([`unshare_netns`]); the namespace dies with the thread. `None` (with a printed reason) when
+/// not root, so that callers skip. A panic in `f` propagates.
+#[cfg(test)]
+pub(crate) fn in_private_netns<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    if !is_root() {
+        eprintln!("skipped: needs root (a private network namespace)");
+        return None;
+    }
+    let h = std::thread::spawn(move || {
+        unshare_netns().expect("unshare(CLONE_NEWNET)");
+        f()
+    });
+    match h.join() {
+        Ok(v) => Some(v),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+#[cfg(test)]
+mod netns_tests {
+    use super::*;
+
+    #[test]
+    fn parses_kernel_releases() {
+        assert_eq!(parse_kernel_release("6.18.44-fc-v669"), Some((6, 18, 44)));
+        assert_eq!(parse_kernel_release("6.1.0-18-amd64"), Some((6, 1, 0)));
+        assert_eq!(parse_kernel_release("6.15"), Some((6, 15, 0)));
+        assert_eq!(parse_kernel_release("6.15-rc1"), Some((6, 15, 0)));
+        assert_eq!(parse_kernel_release("garbage"), None);
+        assert!(kernel_version().is_some());
+    }
+
+    #[test]
+    fn unshare_netns_gives_a_private_loopback() {
+        if !is_root() {
+            eprintln!("skipped: unshare(CLONE_NEWNET) needs root");
+            return;
+        }
+        let ours = std::fs::read_link("/proc/thread-self/ns/net").unwrap();
+        let before = ours.clone();
+        std::thread::spawn(move || {
+            unshare_netns().unwrap();
+            let new = std::fs::read_link("/proc/thread-self/ns/net").unwrap();
+            assert_ne!(new, before);
+            // Only `lo`, ifindex 1: the root namespace's devices are not visible.
+            let index = |name: &str| {
+                let c = std::ffi::CString::new(name).unwrap();
+                // SAFETY: c is a NUL-terminated string that outlives the call.
+                unsafe { libc::if_nametoindex(c.as_ptr()) }
+            };
+            assert_eq!(index("lo"), 1);
+            assert_eq!(index("eth0"), 0);
+            assert_eq!(index("ifb0"), 0);
+        })
+        .join()
+        .unwrap();
+        // This thread is unchanged.
+        assert_eq!(
+            std::fs::read_link("/proc/thread-self/ns/net").unwrap(),
+            ours
+        );
+    }
+}
