@@ -1,6 +1,8 @@
 //! The `zcnet` command.
 
 mod bench_cmd;
+mod nic_cmd;
+mod probe_cmd;
 mod sendrecv;
 mod units;
 
@@ -16,6 +18,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Which zero-copy mechanisms work here, why the others don't, and the fix.
+    Probe(probe_cmd::ProbeArgs),
+    /// Set a NIC up for zero-copy receive (header split, a reserved queue, flow steering).
+    #[command(subcommand)]
+    Nic(nic_cmd::NicCmd),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -79,6 +86,12 @@ fn main() {
         eprintln!("zcnet: warning: {e}");
     }
     let r = match cli.cmd {
+        Cmd::Probe(a) => probe_cmd::run(&a),
+        Cmd::Nic(c) => match nic_cmd::run(&c) {
+            Ok(0) => Ok(()),
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a),
         Cmd::Send(a) => sendrecv::send(&a),
         Cmd::Recv(a) => sendrecv::recv(&a),

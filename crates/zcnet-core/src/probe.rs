@@ -317,21 +317,16 @@ pub fn judge_one(m: Mechanism, k: &KernelFacts, i: &IfaceFacts, t: &Trials) -> F
 const UPGRADE: &str = "upgrade the kernel";
 
 /// Why the path through this interface copies, if it does (software devices deliver locally).
+/// The words do not name the device, so that the report can say them once for all of them.
 fn local_delivery(i: &IfaceFacts) -> Option<String> {
-    Some(match i.kind {
-        IfaceKind::Loopback => "TCP over lo is delivered to a local socket: the kernel copies \
-                                the pages (skb_orphan_frags_rx) and reports COPIED"
-            .to_string(),
-        IfaceKind::Veth => "veth delivers to a socket on this host (another namespace): the \
-                            kernel copies the pages and reports COPIED"
-            .to_string(),
-        IfaceKind::Ifb | IfaceKind::Virtual => format!(
-            "{} is a software device: TCP through it ends in a local receive path, which copies \
-             (only traffic that is dropped or leaves through a NIC stays zero-copy)",
-            i.driver_name()
+    match i.kind {
+        IfaceKind::Physical => None,
+        _ => Some(
+            "TCP through lo, veth or another software device ends in a socket on this host: \
+             the kernel copies the pages (skb_orphan_frags_rx) and reports COPIED"
+                .to_string(),
         ),
-        IfaceKind::Physical => return None,
-    })
+    }
 }
 
 fn send_path(
@@ -416,9 +411,8 @@ fn rx_split_rules(i: &IfaceFacts, what: &str) -> Finding {
         return Finding::new(
             Verdict::Unsupported,
             format!(
-                "{} has no queue-management ops and no header split; {what} needs a NIC driver \
-                 with both (bnxt, mlx5, gve, fbnic)",
-                i.driver_name()
+                "software devices have no queue-management ops and no header split; {what} \
+                 needs a NIC driver with both (bnxt, mlx5, gve, fbnic)"
             ),
         );
     }
@@ -475,14 +469,14 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
         None => f,
         Some(Ok(())) => {
             f.verdict = Verdict::ZeroCopy;
-            f.reason = format!("{tried}: the kernel accepted it (released again)");
+            f.reason = format!("{tried} worked (and was undone)");
             f.remedy = None;
             f.confirmed = true;
             f
         }
         Some(Err(r)) => {
             f.verdict = Verdict::Unsupported;
-            f.reason = format!("{tried}: {}", r.message);
+            f.reason = format!("{tried} refused: {}", r.message);
             if r.errno == errno::EPERM {
                 f.remedy = Some("run as root (CAP_NET_ADMIN)".into());
             } else if r.errno == errno::ENOMEM {
@@ -518,7 +512,7 @@ fn zcrx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) ->
         f,
         trial,
         &format!(
-            "registered a zcrx queue on {} rx queue {}",
+            "zcrx registration on {} rx queue {}",
             i.name,
             i.trial_queue()
         ),
@@ -573,7 +567,7 @@ fn devmem_rx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>
             .push_str("; the payload memory must be a dma-buf (GPU memory, or udmabuf)");
     }
     let tried = format!(
-        "bound a probe fd to {} rx queue {}",
+        "bind-rx of a probe fd to {} rx queue {}",
         i.name,
         i.trial_queue()
     );
@@ -617,7 +611,7 @@ fn devmem_tx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>
     let f = if i.is_software() {
         Finding::new(
             Verdict::Unsupported,
-            format!("{drv} does not support netmem TX (devmem TCP transmit)"),
+            "software devices do not support netmem TX (devmem TCP transmit)",
         )
     } else if NETMEM_TX_DRIVERS.contains(&drv) {
         Finding::new(
@@ -685,10 +679,7 @@ fn xsk_zerocopy(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refus
         ),
         Some(_) => Finding::new(
             Verdict::Unsupported,
-            format!(
-                "{} does not advertise xsk-zerocopy in its xdp-features",
-                i.driver_name()
-            ),
+            "the driver does not advertise xsk-zerocopy in its xdp-features",
         ),
         None => Finding::new(
             Verdict::Unsupported,
@@ -699,7 +690,7 @@ fn xsk_zerocopy(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refus
         f,
         trial,
         &format!(
-            "bound an AF_XDP socket (XDP_ZEROCOPY) to {} queue {}",
+            "AF_XDP bind (XDP_ZEROCOPY) to {} queue {}",
             i.name,
             i.trial_queue()
         ),

@@ -26,6 +26,7 @@ pub mod error;
 pub mod lab;
 pub mod net;
 pub mod nic;
+pub mod probe;
 pub mod region;
 pub mod tx;
 

@@ -17,18 +17,22 @@
 //! [`NicGuard::restore`] is called, or when a later change is refused (then the error carries
 //! the kernel's message and nothing stays half-applied). [`restore_from_file`] undoes what a
 //! crashed process left. The device is reached through [`NicControl`], implemented for real
-//! devices by `LiveNic` (ethtool netlink and ioctls) and by a simulated NIC in the tests.
+//! devices by [`LiveNic`] (ethtool netlink and ioctls) and by a simulated NIC in the tests.
 
+mod live;
 pub mod state;
 
 use std::path::Path;
 
+pub use live::LiveNic;
 use state::{Owner, Record, StateFile};
 
 use crate::{Error, Result};
 
 /// errno for "no such rule" (asm-generic/errno-base.h).
 const ENOENT: i32 = 2;
+/// errno for "operation not supported" (asm-generic/errno.h).
+const EOPNOTSUPP: i32 = 95;
 
 /// `ETHTOOL_TCP_DATA_SPLIT_*` (include/uapi/linux/ethtool.h): the values of tcp-data-split.
 pub mod split {
@@ -276,10 +280,20 @@ impl<C: NicControl> NicGuard<C> {
 
     fn apply_steps(&mut self, setup: &NicSetup, rings: u32) -> Result<()> {
         // 1. Header split on, hds-thresh 0.
-        let r = self
-            .ctl
-            .rings()
-            .map_err(|e| self.fail("reading ring parameters", e))?;
+        let r = match self.ctl.rings() {
+            Ok(r) => r,
+            // No ring parameters to read (veth, lo, ifb...). Asking for the change anyway gets
+            // the kernel's own reason (ethtool netlink validates the attributes it cannot set
+            // before anything else, and refuses every set without get_ringparam).
+            Err(Error::Kernel {
+                errno: Some(EOPNOTSUPP),
+                ..
+            }) => RingsState {
+                split: split::UNKNOWN,
+                hds_thresh: None,
+            },
+            Err(e) => return Err(self.fail("reading ring parameters", e)),
+        };
         if r.split != split::ENABLED || r.hds_thresh.unwrap_or(0) != 0 {
             let c = Change::HeaderSplit {
                 prev_split: r.split,

@@ -1,0 +1,262 @@
+//! `zcnet nic setup | restore | status`.
+
+use clap::{Args, Subcommand};
+use serde_json::json;
+use std::time::Duration;
+use zcnet::nic::{self, state, LiveNic, NicControl, NicGuard, NicSetup, Proto};
+use zcnet::Error;
+
+/// `zcnet nic ...`.
+#[derive(Subcommand, Debug)]
+pub enum NicCmd {
+    /// Header split on, queue Q out of RSS, the flow steered to Q; undone on exit or Ctrl-C.
+    Setup(SetupArgs),
+    /// Undo what a crashed or killed `zcnet nic setup` left applied (from its state file).
+    Restore(RestoreArgs),
+    /// What zcnet applied (state files) and what the device reports now.
+    Status(StatusArgs),
+}
+
+/// Options of `zcnet nic setup`.
+#[derive(Args, Debug)]
+pub struct SetupArgs {
+    /// The interface.
+    #[arg(long)]
+    pub iface: String,
+    /// The RX queue to set aside for zero-copy receive.
+    #[arg(long)]
+    pub queue: u32,
+    /// Steer flows to this destination port to the queue (ntuple rule); without it, no rule.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Protocol of the steered flow: tcp or udp.
+    #[arg(long, default_value = "tcp")]
+    pub proto: String,
+    /// Steer IPv6 flows (flow-type tcp6/udp6) instead of IPv4.
+    #[arg(long)]
+    pub ipv6: bool,
+    /// Leave the changes applied when zcnet exits; undo them later with `zcnet nic restore`.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print what was applied as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// A command to run while the NIC is set up; the changes are undone when it exits.
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+/// Options of `zcnet nic restore`.
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// Only this interface (default: every state file of this network namespace).
+    #[arg(long)]
+    pub iface: Option<String>,
+}
+
+/// Options of `zcnet nic status`.
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Only this interface (default: those with state files).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// One JSON document.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs a `zcnet nic` command; returns the exit code for a wrapped command.
+pub fn run(cmd: &NicCmd) -> zcnet::Result<i32> {
+    match cmd {
+        NicCmd::Setup(a) => setup(a),
+        NicCmd::Restore(a) => restore(a).map(|()| 0),
+        NicCmd::Status(a) => status(a).map(|()| 0),
+    }
+}
+
+fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
+    let proto = Proto::parse(&a.proto).ok_or_else(|| {
+        Error::io(
+            format!("unknown --proto '{}': use tcp or udp", a.proto),
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        )
+    })?;
+    let ctl = LiveNic::open(&a.iface)?;
+    let want = NicSetup {
+        queue: a.queue,
+        flow: a.port.map(|p| (proto, a.ipv6, p)),
+    };
+    let guard = NicGuard::apply(ctl, &want, &state::state_dir())?;
+    let changes: Vec<String> = guard.changes().iter().map(|c| c.describe()).collect();
+    let path = guard.state_path().map(|p| p.display().to_string());
+    if a.json {
+        println!(
+            "{}",
+            json!({"iface": a.iface, "queue": a.queue, "changes": changes, "state_file": path, "kept": a.keep})
+        );
+    } else {
+        if changes.is_empty() {
+            println!(
+                "{}: already set up for zero copy on queue {}: nothing to change",
+                a.iface, a.queue
+            );
+        }
+        for c in &changes {
+            println!("{}: {c}", a.iface);
+        }
+    }
+    if a.keep {
+        if let Some(p) = guard.keep() {
+            eprintln!(
+                "changes kept; undo them with 'zcnet nic restore --iface {}' (state: {})",
+                a.iface,
+                p.display()
+            );
+        }
+        return Ok(0);
+    }
+    let code = if a.command.is_empty() {
+        eprintln!("holding the setup; Ctrl-C restores it");
+        while !zcnet::interrupted() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        0
+    } else {
+        run_child(&a.command)?
+    };
+    let n = guard.restore()?;
+    eprintln!("{}: restored ({n} change(s) undone)", a.iface);
+    Ok(code)
+}
+
+/// Runs `argv` to completion (Ctrl-C reaches it too, as part of the foreground group).
+fn run_child(argv: &[String]) -> zcnet::Result<i32> {
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .spawn()
+        .map_err(|e| Error::io(format!("starting '{}'", argv[0]), e))?;
+    let st = child
+        .wait()
+        .map_err(|e| Error::io(format!("waiting for '{}'", argv[0]), e))?;
+    Ok(st.code().unwrap_or(130))
+}
+
+/// A read as JSON: the value, or `{"error": "..."}`.
+fn txt<T: serde::Serialize>(r: &Result<T, Error>) -> serde_json::Value {
+    match r {
+        Ok(v) => serde_json::to_value(v).unwrap_or_default(),
+        Err(e) => json!({"error": e.to_string()}),
+    }
+}
+
+fn state_files(iface: Option<&str>) -> Vec<std::path::PathBuf> {
+    state::list(&state::state_dir())
+        .into_iter()
+        .filter(|p| {
+            iface.is_none_or(|i| state::read(p).map(|(o, _)| o.iface == i).unwrap_or(false))
+        })
+        .collect()
+}
+
+fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
+    let files = state_files(a.iface.as_deref());
+    if files.is_empty() {
+        println!("nothing to restore: no zcnet NIC state in this network namespace");
+        return Ok(());
+    }
+    for p in files {
+        let (owner, _) = state::read(&p)?;
+        let mut ctl = LiveNic::open(&owner.iface)?;
+        let undone = nic::restore_from_file(&mut ctl, &p)?;
+        for r in undone.iter().rev() {
+            println!("{}: undid {}", owner.iface, r.change.describe());
+        }
+    }
+    Ok(())
+}
+
+fn status(a: &StatusArgs) -> zcnet::Result<()> {
+    let files = state_files(a.iface.as_deref());
+    let mut ifaces: Vec<String> = a.iface.iter().cloned().collect();
+    let mut applied = Vec::new();
+    for p in &files {
+        let (owner, recs) = state::read(p)?;
+        let alive = std::path::Path::new(&format!("/proc/{}", owner.pid)).exists();
+        if !ifaces.contains(&owner.iface) {
+            ifaces.push(owner.iface.clone());
+        }
+        applied.push(json!({
+            "iface": owner.iface, "pid": owner.pid, "process_alive": alive, "queue": owner.queue,
+            "state_file": p.display().to_string(),
+            "changes": recs.iter().map(|r| json!({"change": r.change.describe(), "done": r.done})).collect::<Vec<_>>(),
+        }));
+        if !a.json {
+            println!(
+                "{}: set up by pid {} ({}), queue {}, state {}",
+                owner.iface,
+                owner.pid,
+                if alive {
+                    "running"
+                } else {
+                    "gone: run 'zcnet nic restore'"
+                },
+                owner.queue,
+                p.display()
+            );
+            for r in &recs {
+                println!(
+                    "  {}{}",
+                    r.change.describe(),
+                    if r.done { "" } else { " (may be half-made)" }
+                );
+            }
+        }
+    }
+    let mut live = Vec::new();
+    for i in &ifaces {
+        let mut ctl = LiveNic::open(i)?;
+        let rings = ctl.rings().map(
+            |r| json!({"tcp_data_split": nic::split_name(r.split), "hds_thresh": r.hds_thresh}),
+        );
+        let ntuple = ctl.ntuple();
+        let rules = ctl.rules().map(|v| {
+            v.iter()
+                .map(|(l, s)| {
+                    format!(
+                        "location {l}: flow-type {}{} dst-port {} action {}",
+                        s.proto.name(),
+                        if s.ipv6 { 6 } else { 4 },
+                        s.dst_port,
+                        s.queue
+                    )
+                })
+                .collect::<Vec<_>>()
+        });
+        let indir = ctl.indir();
+        let doc = json!({
+            "iface": i,
+            "rings": txt(&rings),
+            "ntuple": txt(&ntuple),
+            "rules": txt(&rules),
+            "rss_indirection": txt(&indir),
+        });
+        if !a.json {
+            println!("{i} now:");
+            for (k, v) in doc
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| *k != "iface")
+            {
+                println!("  {k}: {v}");
+            }
+        }
+        live.push(doc);
+    }
+    if a.json {
+        println!("{}", json!({"applied": applied, "devices": live}));
+    } else if files.is_empty() && ifaces.is_empty() {
+        println!("no zcnet NIC changes applied in this network namespace");
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! [`NicControl`] for a real device: ethtool netlink for rings and features, the ethtool
+//! ioctl for the RSS indirection table and ntuple rules (which have no netlink interface).
+
+use zcnet_netlink::ethtool::{Dev, Ethtool, RingsSet, TcpDataSplit};
+use zcnet_netlink::ntuple::{self, FlowRule, FlowType};
+
+use super::{FlowSpec, NicControl, Proto, RingsState};
+use crate::{Error, Result};
+
+/// A network device of this namespace, reached through ethtool netlink and ioctls.
+#[derive(Debug)]
+pub struct LiveNic {
+    name: String,
+    ifindex: u32,
+    ethtool: Ethtool,
+}
+
+/// A netlink/ioctl error as the facade's error, keeping the kernel's message and errno.
+pub(crate) fn kernel_err(what: impl Into<String>, e: zcnet_netlink::Error) -> Error {
+    Error::Kernel {
+        what: what.into(),
+        errno: e.errno(),
+        message: e.to_string(),
+    }
+}
+
+impl LiveNic {
+    /// Opens `name` (which must exist in this network namespace).
+    pub fn open(name: &str) -> Result<LiveNic> {
+        let ifindex = std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .filter(|_| !name.is_empty() && !name.contains('/'))
+            .ok_or_else(|| Error::UnknownInterface {
+                given: name.to_string(),
+            })?;
+        let ethtool = Ethtool::open().map_err(|e| kernel_err("ethtool netlink", e))?;
+        Ok(LiveNic {
+            name: name.to_string(),
+            ifindex,
+            ethtool,
+        })
+    }
+
+    fn dev(&self) -> Dev<'static> {
+        Dev::Index(self.ifindex)
+    }
+}
+
+fn flow_type(s: &FlowSpec) -> FlowType {
+    match (s.proto, s.ipv6) {
+        (Proto::Tcp, false) => FlowType::TcpV4,
+        (Proto::Udp, false) => FlowType::UdpV4,
+        (Proto::Tcp, true) => FlowType::TcpV6,
+        (Proto::Udp, true) => FlowType::UdpV6,
+    }
+}
+
+fn spec_of(r: &FlowRule) -> Option<FlowSpec> {
+    let (proto, ipv6) = match r.flow {
+        FlowType::TcpV4 => (Proto::Tcp, false),
+        FlowType::UdpV4 => (Proto::Udp, false),
+        FlowType::TcpV6 => (Proto::Tcp, true),
+        FlowType::UdpV6 => (Proto::Udp, true),
+        FlowType::Other(_) => return None,
+    };
+    // Only rules of the shape zcnet inserts (destination port only) are "ours" to match.
+    if r.dst_ip.is_some() || r.src_ip.is_some() || r.src_port.is_some() {
+        return None;
+    }
+    Some(FlowSpec {
+        proto,
+        ipv6,
+        dst_port: r.dst_port?,
+        queue: r.queue,
+    })
+}
+
+impl NicControl for LiveNic {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    fn rings(&mut self) -> Result<RingsState> {
+        let dev = self.dev();
+        let r = self
+            .ethtool
+            .rings_get(dev)
+            .map_err(|e| kernel_err(format!("rings-get on {}", self.name), e))?;
+        Ok(RingsState {
+            split: r.tcp_data_split.map_or(0, |t| t.value()),
+            hds_thresh: r.hds_thresh,
+        })
+    }
+
+    fn set_rings(&mut self, split: u8, hds_thresh: Option<u32>) -> Result<()> {
+        let set = RingsSet {
+            tcp_data_split: Some(TcpDataSplit::from_value(split)),
+            hds_thresh,
+            ..RingsSet::default()
+        };
+        let dev = self.dev();
+        self.ethtool
+            .rings_set(dev, &set)
+            .map_err(|e| kernel_err(format!("rings-set on {}", self.name), e))
+    }
+
+    fn ntuple(&mut self) -> Result<Option<bool>> {
+        let dev = self.dev();
+        let f = self
+            .ethtool
+            .features_get(dev)
+            .map_err(|e| kernel_err(format!("features-get on {}", self.name), e))?;
+        Ok(f.feature("ntuple-filters")
+            .filter(|x| x.changeable || x.active)
+            .map(|x| x.active))
+    }
+
+    fn set_ntuple(&mut self, on: bool) -> Result<()> {
+        let dev = self.dev();
+        self.ethtool
+            .feature_set(dev, "ntuple-filters", on)
+            .map_err(|e| kernel_err(format!("features-set on {}", self.name), e))
+    }
+
+    fn rx_rings(&mut self) -> Result<u32> {
+        match ntuple::rx_rings(&self.name) {
+            Ok(n) => Ok(n),
+            // Drivers without get_rxnfc (no RSS control): the queues the kernel set up.
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
+                Ok(crate::probe::sysfs_rx_queues(&self.name))
+            }
+            Err(e) => Err(kernel_err(format!("ETHTOOL_GRXRINGS on {}", self.name), e)),
+        }
+    }
+
+    fn indir(&mut self) -> Result<Vec<u32>> {
+        ntuple::indir_get(&self.name)
+            .map_err(|e| kernel_err(format!("ETHTOOL_GRXFHINDIR on {}", self.name), e))
+    }
+
+    fn set_indir(&mut self, table: Option<&[u32]>) -> Result<()> {
+        match table {
+            Some(t) => ntuple::indir_set(&self.name, t),
+            None => ntuple::indir_reset(&self.name),
+        }
+        .map_err(|e| kernel_err(format!("ETHTOOL_SRXFHINDIR on {}", self.name), e))
+    }
+
+    fn insert_rule(&mut self, spec: &FlowSpec) -> Result<u32> {
+        let rule = FlowRule {
+            flow: flow_type(spec),
+            dst_ip: None,
+            dst_port: Some(spec.dst_port),
+            src_ip: None,
+            src_port: None,
+            queue: spec.queue,
+            location: None,
+        };
+        ntuple::rule_insert(&self.name, &rule)
+            .map_err(|e| kernel_err(format!("ETHTOOL_SRXCLSRLINS on {}", self.name), e))
+    }
+
+    fn delete_rule(&mut self, location: u32) -> Result<()> {
+        ntuple::rule_delete(&self.name, location)
+            .map_err(|e| kernel_err(format!("ETHTOOL_SRXCLSRLDEL on {}", self.name), e))
+    }
+
+    fn rules(&mut self) -> Result<Vec<(u32, FlowSpec)>> {
+        let rules = ntuple::rule_list(&self.name)
+            .map_err(|e| kernel_err(format!("ETHTOOL_GRXCLSRLALL on {}", self.name), e))?;
+        Ok(rules
+            .iter()
+            .filter_map(|r| Some((r.location?, spec_of(r)?)))
+            .collect())
+    }
+}

@@ -1,0 +1,239 @@
+//! `zcnet probe`: what this machine and its NICs can do for zero copy, why not, and the fix.
+//!
+//! Facts are read through io_uring's probe, trial ring setups, `/proc` and `/sys`, the netdev
+//! and ethtool netlink families and the ethtool ioctl; the verdicts come from the pure rules in
+//! [`zcnet_core::probe`]. With `active`, each mechanism is also tried and undone: a zcrx queue
+//! registered and released, AF_XDP sockets bound and closed, netdev bindings made with a
+//! probe fd (refused, since it is no dma-buf) and MSG_ZEROCOPY / SEND_ZC sends over TCP
+//! loopback whose notifications say whether the kernel copied. Nothing outlives the call:
+//! every trial's resource is an owned value dropped before the next one.
+//!
+//! Reading a fact never fails the probe: what cannot be read becomes a note on the report.
+
+mod iface;
+mod trials;
+
+pub(crate) use iface::sysfs_rx_queues;
+
+use zcnet_core::probe::{judge, Finding};
+pub use zcnet_core::probe::{
+    HeaderSplit, IfaceFacts, IfaceKind, KernelFacts, Mechanism, Refusal, Trials, UringFacts,
+    Verdict,
+};
+use zcnet_sys::uring_probe as up;
+
+use crate::{Error, Result};
+
+/// What to probe.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeOptions {
+    /// One interface (default: every interface of this network namespace).
+    pub iface: Option<String>,
+    /// Confirm verdicts by trying each mechanism (and undoing it).
+    pub active: bool,
+}
+
+/// The probe's whole answer.
+#[derive(Debug, Clone)]
+pub struct ProbeReport {
+    /// The kernel and the process.
+    pub kernel: KernelReport,
+    /// Interfaces, in ifindex order.
+    pub interfaces: Vec<IfaceReport>,
+    /// Whether trials ran.
+    pub active: bool,
+}
+
+/// Kernel-wide facts.
+#[derive(Debug, Clone)]
+pub struct KernelReport {
+    /// `uname -r`.
+    pub release: String,
+    /// `kernel.io_uring_disabled` (0 allowed, 1 privileged only, 2 off).
+    pub io_uring_disabled: Option<u32>,
+    /// io_uring opcodes zcnet uses, and whether the kernel supports each.
+    pub uring_ops: Vec<(&'static str, bool)>,
+    /// io_uring features (params.features) zcnet looks at.
+    pub uring_features: Vec<(&'static str, bool)>,
+    /// Ring setup flags tried, with the kernel's answer (`Err`: the errno text).
+    pub setup_flags: Vec<(&'static str, std::result::Result<(), String>)>,
+    /// RLIMIT_MEMLOCK (soft, hard); `None` is unlimited.
+    pub memlock: (Option<u64>, Option<u64>),
+    /// Huge pages: (reserved, free, size in KiB).
+    pub hugepages: (u64, u64, u64),
+    /// `net.core.optmem_max` (bounds MSG_ZEROCOPY notifications in flight).
+    pub optmem_max: Option<u64>,
+    /// The netdev family: its operations, or why it is unusable.
+    pub netdev_family: std::result::Result<Vec<String>, String>,
+    /// The ethtool netlink family: its version, or why it is unusable.
+    pub ethtool_family: std::result::Result<u32, String>,
+    /// What the judgement uses.
+    pub facts: KernelFacts,
+    /// Kernel-level trials (`--active`): MSG_ZEROCOPY / SEND_ZC over loopback.
+    pub loopback_trials: Trials,
+}
+
+/// One interface.
+#[derive(Debug, Clone)]
+pub struct IfaceReport {
+    /// Name.
+    pub name: String,
+    /// Index.
+    pub ifindex: u32,
+    /// Administratively up.
+    pub up: bool,
+    /// Queues: ("rx" | "tx", id, NAPI id).
+    pub queues: Vec<(&'static str, u32, Option<u32>)>,
+    /// NAPI instance ids.
+    pub napi_ids: Vec<u32>,
+    /// xdp-features by name.
+    pub xdp_features: Vec<String>,
+    /// xsk-features by name.
+    pub xsk_features: Vec<String>,
+    /// hds-thresh maximum, if reported.
+    pub hds_thresh_max: Option<u32>,
+    /// Channels: (kind, current, max) for rx, tx, other, combined.
+    pub channels: Vec<(&'static str, u32, u32)>,
+    /// RSS contexts besides the default (`None`: unknown).
+    pub rss_contexts: Option<usize>,
+    /// Memory-provider bindings in force (dma-buf or io_uring on queues, page pools).
+    pub bindings: Vec<String>,
+    /// What could not be read, and why.
+    pub notes: Vec<String>,
+    /// What the judgement uses.
+    pub facts: IfaceFacts,
+    /// Trials on this interface (`--active`).
+    pub trials: Trials,
+    /// The verdicts.
+    pub mechanisms: Vec<(Mechanism, Finding)>,
+}
+
+/// Probes the kernel and the interfaces.
+pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
+    let all = iface::list()?;
+    let chosen: Vec<(String, u32)> = match &opts.iface {
+        Some(name) => vec![all.into_iter().find(|(n, _)| n == name).ok_or_else(|| {
+            Error::UnknownInterface {
+                given: name.clone(),
+            }
+        })?],
+        None => all,
+    };
+    let mut kernel = kernel()?;
+    if opts.active {
+        kernel.loopback_trials = trials::loopback();
+    }
+    let mut interfaces = Vec::new();
+    for (name, ifindex) in chosen {
+        let mut r = iface::gather(&name, ifindex, &kernel);
+        if opts.active {
+            r.trials = trials::on_iface(&r.facts, ifindex, &kernel.facts);
+        }
+        let mut t = r.trials.clone();
+        t.msg_zerocopy_loopback = kernel.loopback_trials.msg_zerocopy_loopback.clone();
+        t.send_zc_loopback = kernel.loopback_trials.send_zc_loopback.clone();
+        r.mechanisms = judge(&kernel.facts, &r.facts, &t);
+        interfaces.push(r);
+    }
+    Ok(ProbeReport {
+        kernel,
+        interfaces,
+        active: opts.active,
+    })
+}
+
+fn errno_text(e: &std::io::Error) -> String {
+    e.to_string()
+}
+
+fn meminfo(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix(key)?
+                    .trim_start_matches(':')
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+        })
+        .unwrap_or(0)
+}
+
+fn kernel() -> Result<KernelReport> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    let (maj, min, _) = zcnet_sys::os::kernel_version().unwrap_or((0, 0, 0));
+    let io_uring_disabled = up::io_uring_disabled();
+    let mut uring = UringFacts::default();
+    let (mut uring_ops, mut uring_features) = (Vec::new(), Vec::new());
+    match up::probe() {
+        Ok(p) => {
+            uring.send_zc = p.supports(up::IORING_OP_SEND_ZC);
+            uring.recv_zc = p.supports(up::IORING_OP_RECV_ZC);
+            uring_ops = p.probed_ops();
+            // Multishot receive is a flag of RECV (Linux 6.0), not an opcode.
+            uring_ops.push((
+                "recv-multishot",
+                p.supports(up::IORING_OP_RECV) && (maj, min) >= (6, 0),
+            ));
+            uring_features = p.probed_features();
+        }
+        Err(e) => {
+            uring.unusable = Some(match io_uring_disabled {
+                Some(d) if d > 0 => format!("kernel.io_uring_disabled is {d} ({e})"),
+                _ => format!("io_uring_setup failed: {e}"),
+            })
+        }
+    }
+    let flags: [(&str, u32); 4] = [
+        ("single-issuer", up::IORING_SETUP_SINGLE_ISSUER),
+        (
+            "defer-taskrun",
+            up::IORING_SETUP_SINGLE_ISSUER | up::IORING_SETUP_DEFER_TASKRUN,
+        ),
+        ("cqe32", up::IORING_SETUP_CQE32),
+        ("zcrx-ring", up::ZCRX_SETUP_FLAGS),
+    ];
+    let setup_flags: Vec<_> = flags
+        .iter()
+        .map(|&(n, f)| (n, up::try_setup(f).map_err(|e| errno_text(&e))))
+        .collect();
+    uring.zcrx_ring = uring.unusable.is_none() && setup_flags[3].1.is_ok();
+    let unlimited = |v: u64| (v != u64::MAX).then_some(v);
+    let memlock = zcnet_sys::os::memlock_limit()
+        .map(|(s, h)| (unlimited(s), unlimited(h)))
+        .unwrap_or((None, None));
+    let netdev_family = iface::netdev_ops();
+    let ethtool_family = iface::ethtool_version();
+    let facts = KernelFacts {
+        version: (maj, min),
+        uring,
+        net_admin: zcnet_sys::os::is_root(),
+        memlock: memlock.0,
+        ipc_lock: zcnet_sys::os::has_cap_ipc_lock(),
+        netdev_ops: netdev_family.as_ref().ok().cloned(),
+        af_xdp: trials::af_xdp_available(),
+    };
+    Ok(KernelReport {
+        release,
+        io_uring_disabled,
+        uring_ops,
+        uring_features,
+        setup_flags,
+        memlock,
+        hugepages: (
+            meminfo("HugePages_Total"),
+            meminfo("HugePages_Free"),
+            meminfo("Hugepagesize"),
+        ),
+        optmem_max: crate::sysctl_u64("net/core/optmem_max"),
+        netdev_family,
+        ethtool_family,
+        facts,
+        loopback_trials: Trials::default(),
+    })
+}

@@ -1,0 +1,133 @@
+//! `--active`: try each mechanism and undo it at once. Every resource a trial takes (a zcrx
+//! registration, an XSK socket, a netlink binding, a loopback connection) is an owned value
+//! dropped before the trial returns.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use zcnet_core::probe::{errno, IfaceFacts, KernelFacts, Refusal, Trials};
+use zcnet_sys::xsk::{self, XskBindMode};
+use zcnet_sys::zcrx::ZcrxIfq;
+
+use crate::tx::{region_len, Sender, Socket, TxConfig, TxMode};
+use crate::Region;
+
+/// Bytes each loopback send trial moves: enough notifications to be sure, short enough to be
+/// instant.
+const TRIAL_BYTES: usize = 4 << 20;
+
+fn refusal(e: &io::Error) -> Refusal {
+    Refusal {
+        errno: e.raw_os_error().unwrap_or(0),
+        message: e.to_string(),
+    }
+}
+
+fn nl_refusal(e: &zcnet_netlink::Error) -> Refusal {
+    Refusal {
+        errno: e.errno().unwrap_or(0),
+        message: e.to_string(),
+    }
+}
+
+/// Whether AF_XDP sockets exist: a bind to ifindex 0 fails with ENODEV after the socket was
+/// made, or with EAFNOSUPPORT when the kernel has no AF_XDP.
+pub(super) fn af_xdp_available() -> bool {
+    match xsk::try_bind(0, 0, XskBindMode::Copy) {
+        Err(e) => e.raw_os_error() != Some(libc::EAFNOSUPPORT),
+        Ok(()) => true,
+    }
+}
+
+/// MSG_ZEROCOPY and SEND_ZC over TCP loopback: the fraction of bytes the kernel reported
+/// zero-copy.
+pub(super) fn loopback() -> Trials {
+    Trials {
+        msg_zerocopy_loopback: Some(send_trial(TxMode::MsgZerocopy)),
+        send_zc_loopback: Some(send_trial(TxMode::UringZc)),
+        ..Trials::default()
+    }
+}
+
+fn send_trial(mode: TxMode) -> Result<f64, Refusal> {
+    let to_refusal = |e: crate::Error| Refusal {
+        errno: match &e {
+            crate::Error::Io { source, .. } | crate::Error::Unsupported { source, .. } => {
+                source.raw_os_error().unwrap_or(0)
+            }
+            _ => 0,
+        },
+        message: e.to_string(),
+    };
+    let listener = crate::net::listen_tcp("127.0.0.1:0".parse().map_err(|_| Refusal {
+        errno: errno::EINVAL,
+        message: "bad loopback address".into(),
+    })?)
+    .map_err(to_refusal)?;
+    let addr = listener.local_addr().map_err(|e| refusal(&e))?;
+    let reader = std::thread::spawn(move || -> io::Result<u64> {
+        let (mut s, _) = listener.accept()?;
+        io::copy(&mut s, &mut io::sink())
+    });
+    let run = || -> crate::Result<f64> {
+        let stream = crate::net::connect_tcp(addr)?;
+        let mut cfg = TxConfig::new(mode);
+        // Enough in flight that delayed ACKs do not stall the trial (docs/perf.md).
+        cfg.inflight = 64;
+        let region = Region::anonymous(region_len(&cfg))?;
+        let mut tx = Sender::new(Socket::from(stream), region, &cfg)?;
+        let mut sent = 0;
+        while sent < TRIAL_BYTES {
+            let b = tx.buffer()?;
+            let n = b.capacity();
+            tx.send(b, n)?;
+            sent += n;
+        }
+        let stats = tx.finish()?;
+        Ok(stats.zerocopy_fraction().unwrap_or(0.0))
+    };
+    let r = run().map_err(to_refusal);
+    // The reader ends when the sender's socket closes (finish or drop above).
+    let _ = reader.join();
+    r
+}
+
+/// The per-interface trials, on the interface's last RX queue.
+pub(super) fn on_iface(f: &IfaceFacts, ifindex: u32, k: &KernelFacts) -> Trials {
+    let q = f.trial_queue();
+    let mut t = Trials::default();
+    if k.uring.unusable.is_none() && k.uring.recv_zc {
+        t.zcrx = Some(
+            ZcrxIfq::register(ifindex, q, 2 << 20, 64)
+                .map(drop)
+                .map_err(|e| refusal(&e)),
+        );
+    }
+    if k.af_xdp {
+        t.xsk_copy = Some(xsk::try_bind(ifindex, q, XskBindMode::Copy).map_err(|e| refusal(&e)));
+        t.xsk_zerocopy =
+            Some(xsk::try_bind(ifindex, q, XskBindMode::ZeroCopy).map_err(|e| refusal(&e)));
+    }
+    if let Some(ops) = &k.netdev_ops {
+        // A probe fd that is no dma-buf: the kernel checks the device before the fd, so the
+        // answer says whether the device could take a binding, and nothing gets bound.
+        let probe_fd = std::fs::File::open("/dev/null");
+        if let Ok(fd) = &probe_fd {
+            if ops.iter().any(|o| o == "bind-rx") {
+                t.devmem_rx = Some(
+                    zcnet_netlink::netdev::RxBinding::bind(ifindex, fd.as_raw_fd(), &[q])
+                        .map(drop)
+                        .map_err(|e| nl_refusal(&e)),
+                );
+            }
+            if ops.iter().any(|o| o == "bind-tx") {
+                t.devmem_tx = Some(
+                    zcnet_netlink::netdev::TxBinding::bind(ifindex, fd.as_raw_fd())
+                        .map(drop)
+                        .map_err(|e| nl_refusal(&e)),
+                );
+            }
+        }
+    }
+    t
+}
