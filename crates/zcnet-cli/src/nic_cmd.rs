@@ -74,7 +74,16 @@ pub fn run(cmd: &NicCmd) -> zcnet::Result<i32> {
     }
 }
 
+fn need_root(what: &'static str) -> zcnet::Result<()> {
+    if crate::zcnet_is_root() {
+        Ok(())
+    } else {
+        Err(Error::NotRoot { what })
+    }
+}
+
 fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
+    need_root("zcnet nic setup")?;
     let proto = Proto::parse(&a.proto).ok_or_else(|| {
         Error::io(
             format!("unknown --proto '{}': use tcp or udp", a.proto),
@@ -159,6 +168,7 @@ fn state_files(iface: Option<&str>) -> Vec<std::path::PathBuf> {
 }
 
 fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
+    need_root("zcnet nic restore")?;
     let files = state_files(a.iface.as_deref());
     if files.is_empty() {
         println!("nothing to restore: no zcnet NIC state in this network namespace");

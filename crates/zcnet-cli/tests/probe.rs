@@ -275,3 +275,40 @@ fn nic_setup_on_veth_fails_with_the_kernels_message_and_changes_nothing() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("nothing to restore"));
     let _ = std::fs::remove_dir_all(&st);
 }
+
+#[test]
+fn without_privileges_probe_still_answers_and_nic_setup_says_why_not() {
+    let have_setpriv = Command::new("setpriv").arg("--help").output().is_ok();
+    if !is_root() || !have_setpriv {
+        eprintln!("skipped: needs root and setpriv to run zcnet as an unprivileged user");
+        return;
+    }
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_zcnet"),
+            ])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = as_nobody(&["probe", "--iface", "lo", "--active", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let lo = iface(&doc, "lo");
+    // Refused trials (EPERM) confirm nothing and do not change the verdicts.
+    assert_software_verdicts(lo, false);
+    let zcrx = &lo["mechanisms"]["zcrx"];
+    assert_eq!(zcrx["confirmed"], false, "{zcrx}");
+    assert!(
+        zcrx["reason"].as_str().unwrap().contains("not confirmed"),
+        "{zcrx}"
+    );
+    let o = as_nobody(&["nic", "setup", "--iface", "lo", "--queue", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("needs root") && e.lines().count() == 1, "{e}");
+}

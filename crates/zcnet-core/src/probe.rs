@@ -358,7 +358,7 @@ fn send_path(
         )
         .remedy(UPGRADE);
     }
-    if let Some(Err(r)) = trial {
+    if let Some(Err(r)) = trial.filter(|r| !matches!(r, Err(r) if r.errno == errno::EPERM)) {
         let mut f = Finding::new(
             Verdict::Unsupported,
             format!("{what} over loopback failed: {}", r.message),
@@ -467,6 +467,7 @@ fn rx_split_rules(i: &IfaceFacts, what: &str) -> Finding {
 fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str) -> Finding {
     match trial {
         None => f,
+        Some(Err(r)) if r.errno == errno::EPERM => not_permitted(f, tried, r),
         Some(Ok(())) => {
             f.verdict = Verdict::ZeroCopy;
             f.reason = format!("{tried} worked (and was undone)");
@@ -477,15 +478,26 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
         Some(Err(r)) => {
             f.verdict = Verdict::Unsupported;
             f.reason = format!("{tried} refused: {}", r.message);
-            if r.errno == errno::EPERM {
-                f.remedy = Some("run as root (CAP_NET_ADMIN)".into());
-            } else if r.errno == errno::ENOMEM {
+            if r.errno == errno::ENOMEM {
                 f.remedy = Some("ulimit -l unlimited (RLIMIT_MEMLOCK)".into());
             }
             f.confirmed = true;
             f
         }
     }
+}
+
+/// A trial this process was not allowed to make says nothing about the machine: the inferred
+/// verdict stays, unconfirmed, and the report says how to confirm it.
+fn not_permitted(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
+    f.reason = format!(
+        "{}; not confirmed: {tried} needs root or CAP_NET_ADMIN ({})",
+        f.reason, r.message
+    );
+    f.remedy
+        .get_or_insert_with(|| "run 'zcnet probe --active' as root to confirm".into());
+    f.confirmed = false;
+    f
 }
 
 fn zcrx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) -> Finding {
@@ -649,6 +661,9 @@ fn xsk_copy(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>
                 i.trial_queue()
             );
             f.confirmed = true;
+        }
+        Some(Err(r)) if r.errno == errno::EPERM => {
+            f = not_permitted(f, &format!("AF_XDP bind (XDP_COPY) on {}", i.name), r);
         }
         Some(Err(r)) => {
             f = Finding::new(

@@ -107,7 +107,7 @@ pub enum Error {
     },
     /// The kernel refused a control-plane request (netlink or ethtool ioctl).
     Kernel {
-        /// What was asked, e.g. "rings-set on eth0".
+        /// What was asked, e.g. "rings-set on eth0" (empty when the message already says it).
         what: String,
         /// The kernel's answer, with its extack message where it sent one.
         message: String,
@@ -223,6 +223,7 @@ impl fmt::Display for Error {
                 f,
                 "no interface named '{given}' in this network namespace: list them with 'ip link'"
             ),
+            Error::Kernel { what, message, .. } if what.is_empty() => f.write_str(message),
             Error::Kernel { what, message, .. } => write!(f, "{what}: {message}"),
             Error::NicSetup { iface, step, cause, undo } => {
                 write!(f, "nic setup on {iface}: {step} failed: {cause}; {undo}")

@@ -381,3 +381,37 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn trials_this_process_may_not_make_leave_the_inferred_verdict() {
+    let k = kernel_618();
+    let i = soft("v0", IfaceKind::Veth, Some("veth"), 0x23);
+    let eperm = || {
+        Some(Err(Refusal {
+            errno: errno::EPERM,
+            message: "Operation not permitted".into(),
+        }))
+    };
+    let t = Trials {
+        zcrx: eperm(),
+        xsk_copy: eperm(),
+        xsk_zerocopy: eperm(),
+        devmem_rx: eperm(),
+        ..Trials::default()
+    };
+    assert_eq!(verdicts(&k, &i, &t), SOFTWARE_VERDICTS);
+    for m in [
+        Mechanism::Zcrx,
+        Mechanism::AfXdpCopy,
+        Mechanism::AfXdpZerocopy,
+        Mechanism::DevmemRx,
+    ] {
+        let f = judge_one(m, &k, &i, &t);
+        assert!(!f.confirmed, "{m:?}: a refused permission confirms nothing");
+        assert!(f.reason.contains("not confirmed"), "{m:?}: {}", f.reason);
+    }
+    // On a NIC whose driver advertises AF_XDP zero copy, EPERM must not turn it unsupported.
+    let nic = nic(HeaderSplit::Enabled, 0, 8, Some(true));
+    let f = judge_one(Mechanism::AfXdpZerocopy, &k, &nic, &t);
+    assert_eq!((f.verdict, f.confirmed), (Verdict::ZeroCopy, false));
+}

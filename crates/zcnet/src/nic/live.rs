@@ -15,10 +15,11 @@ pub struct LiveNic {
     ethtool: Ethtool,
 }
 
-/// A netlink/ioctl error as the facade's error, keeping the kernel's message and errno.
-pub(crate) fn kernel_err(what: impl Into<String>, e: zcnet_netlink::Error) -> Error {
+/// A netlink/ioctl error as the facade's error, keeping the kernel's message and errno. The
+/// netlink error already names the operation and the device, so nothing is prefixed.
+pub(crate) fn kernel_err(e: zcnet_netlink::Error) -> Error {
     Error::Kernel {
-        what: what.into(),
+        what: String::new(),
         errno: e.errno(),
         message: e.to_string(),
     }
@@ -34,7 +35,7 @@ impl LiveNic {
             .ok_or_else(|| Error::UnknownInterface {
                 given: name.to_string(),
             })?;
-        let ethtool = Ethtool::open().map_err(|e| kernel_err("ethtool netlink", e))?;
+        let ethtool = Ethtool::open().map_err(kernel_err)?;
         Ok(LiveNic {
             name: name.to_string(),
             ifindex,
@@ -87,10 +88,7 @@ impl NicControl for LiveNic {
 
     fn rings(&mut self) -> Result<RingsState> {
         let dev = self.dev();
-        let r = self
-            .ethtool
-            .rings_get(dev)
-            .map_err(|e| kernel_err(format!("rings-get on {}", self.name), e))?;
+        let r = self.ethtool.rings_get(dev).map_err(kernel_err)?;
         Ok(RingsState {
             split: r.tcp_data_split.map_or(0, |t| t.value()),
             hds_thresh: r.hds_thresh,
@@ -104,17 +102,12 @@ impl NicControl for LiveNic {
             ..RingsSet::default()
         };
         let dev = self.dev();
-        self.ethtool
-            .rings_set(dev, &set)
-            .map_err(|e| kernel_err(format!("rings-set on {}", self.name), e))
+        self.ethtool.rings_set(dev, &set).map_err(kernel_err)
     }
 
     fn ntuple(&mut self) -> Result<Option<bool>> {
         let dev = self.dev();
-        let f = self
-            .ethtool
-            .features_get(dev)
-            .map_err(|e| kernel_err(format!("features-get on {}", self.name), e))?;
+        let f = self.ethtool.features_get(dev).map_err(kernel_err)?;
         Ok(f.feature("ntuple-filters")
             .filter(|x| x.changeable || x.active)
             .map(|x| x.active))
@@ -124,7 +117,7 @@ impl NicControl for LiveNic {
         let dev = self.dev();
         self.ethtool
             .feature_set(dev, "ntuple-filters", on)
-            .map_err(|e| kernel_err(format!("features-set on {}", self.name), e))
+            .map_err(kernel_err)
     }
 
     fn rx_rings(&mut self) -> Result<u32> {
@@ -134,13 +127,12 @@ impl NicControl for LiveNic {
             Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
                 Ok(crate::probe::sysfs_rx_queues(&self.name))
             }
-            Err(e) => Err(kernel_err(format!("ETHTOOL_GRXRINGS on {}", self.name), e)),
+            Err(e) => Err(kernel_err(e)),
         }
     }
 
     fn indir(&mut self) -> Result<Vec<u32>> {
-        ntuple::indir_get(&self.name)
-            .map_err(|e| kernel_err(format!("ETHTOOL_GRXFHINDIR on {}", self.name), e))
+        ntuple::indir_get(&self.name).map_err(kernel_err)
     }
 
     fn set_indir(&mut self, table: Option<&[u32]>) -> Result<()> {
@@ -148,7 +140,7 @@ impl NicControl for LiveNic {
             Some(t) => ntuple::indir_set(&self.name, t),
             None => ntuple::indir_reset(&self.name),
         }
-        .map_err(|e| kernel_err(format!("ETHTOOL_SRXFHINDIR on {}", self.name), e))
+        .map_err(kernel_err)
     }
 
     fn insert_rule(&mut self, spec: &FlowSpec) -> Result<u32> {
@@ -161,18 +153,15 @@ impl NicControl for LiveNic {
             queue: spec.queue,
             location: None,
         };
-        ntuple::rule_insert(&self.name, &rule)
-            .map_err(|e| kernel_err(format!("ETHTOOL_SRXCLSRLINS on {}", self.name), e))
+        ntuple::rule_insert(&self.name, &rule).map_err(kernel_err)
     }
 
     fn delete_rule(&mut self, location: u32) -> Result<()> {
-        ntuple::rule_delete(&self.name, location)
-            .map_err(|e| kernel_err(format!("ETHTOOL_SRXCLSRLDEL on {}", self.name), e))
+        ntuple::rule_delete(&self.name, location).map_err(kernel_err)
     }
 
     fn rules(&mut self) -> Result<Vec<(u32, FlowSpec)>> {
-        let rules = ntuple::rule_list(&self.name)
-            .map_err(|e| kernel_err(format!("ETHTOOL_GRXCLSRLALL on {}", self.name), e))?;
+        let rules = ntuple::rule_list(&self.name).map_err(kernel_err)?;
         Ok(rules
             .iter()
             .filter_map(|r| Some((r.location?, spec_of(r)?)))

@@ -398,10 +398,7 @@ impl<C: NicControl> NicGuard<C> {
                 self.ctl.name()
             ),
         };
-        let cause = match cause {
-            Error::Kernel { what, message, .. } => format!("{what}: {message}"),
-            other => other.to_string(),
-        };
+        let cause = cause.to_string();
         Error::NicSetup {
             iface: self.ctl.name().to_string(),
             step: step.to_string(),
