@@ -121,12 +121,7 @@ impl Ethtool {
         dump: bool,
         build: &dyn Fn(&mut MsgBuilder),
     ) -> Result<Vec<Vec<u8>>> {
-        self.family.require(op)?;
-        let v = self.family.version_u8();
-        let replies = self
-            .conn
-            .exchange(self.family.id, v, op, target, dump, build)?;
-        Ok(replies.into_iter().map(|r| r.attrs).collect())
+        self.conn.request(&self.family, op, target, dump, build)
     }
 
     fn get<T>(
