@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod baseline;
+pub mod bufring;
 pub mod ethtool;
 pub mod mem;
 pub mod netlink;
