@@ -14,19 +14,28 @@
 //!                                             │ notifications (zero-copy / copied)
 //!                                             ▼
 //!                                        AutoPolicy ──► Mode (zero-copy or copy) + Switch log
+//!
+//!  RECV_ZC CQE32 ──► ZcrxRx::on_cqe ──► Frag (app holds) ──► release ──► RefillEntry ──► refill ring
+//!  devmem cmsgs  ──► DevmemRx::on_cmsg ──► DeviceFrag (token) ──► release ──► SO_DEVMEM_DONTNEED batch
 //! ```
+//!
+//! [`probe`] holds the probe's verdict rules: facts in, a verdict, reason and remedy out.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod auto;
+pub mod devmem;
 pub mod pattern;
 pub mod probe;
+pub mod rxring;
 pub mod sendzc;
 pub mod stats;
 pub mod zc_ranges;
 
 pub use auto::{AutoPolicy, Mode, Switch};
+pub use devmem::{DeviceFrag, DevmemRx};
 pub use pattern::{Mismatch, Pattern};
+pub use rxring::{Frag, RefillEntry, RxEvent, ZcrxRx};
 pub use sendzc::{CqeOutcome, SendZcTracker, TrackerError};
 pub use stats::TxStats;
 pub use zc_ranges::{Completed, RangeOutcome, ZcRanges};
