@@ -96,13 +96,13 @@ fn iface_json(i: &IfaceReport) -> Value {
         "name": i.name,
         "ifindex": i.ifindex,
         "driver": f.driver,
-        "kind": kind_name(f.kind),
+        "kind": f.kind.name(),
         "up": i.up,
         "queues": i.queues.iter().map(|(t, id, napi)| json!({"type": t, "id": id, "napi_id": napi})).collect::<Vec<_>>(),
         "napi_ids": i.napi_ids,
         "xdp_features": i.xdp_features,
         "xsk_features": i.xsk_features,
-        "header_split": split_name(&f.header_split),
+        "header_split": f.header_split.name(),
         "hds_thresh": f.hds_thresh,
         "hds_thresh_max": i.hds_thresh_max,
         "channels": i.channels.iter().map(|(k, c, m)| (k.to_string(), json!({"current": c, "max": m}))).collect::<Map<_, _>>(),
@@ -121,25 +121,6 @@ pub fn to_json(r: &ProbeReport) -> Value {
         "active": r.active,
         "interfaces": r.interfaces.iter().map(iface_json).collect::<Vec<_>>(),
     })
-}
-
-fn kind_name(k: probe::IfaceKind) -> &'static str {
-    match k {
-        probe::IfaceKind::Loopback => "loopback",
-        probe::IfaceKind::Veth => "veth",
-        probe::IfaceKind::Ifb => "ifb",
-        probe::IfaceKind::Virtual => "virtual",
-        probe::IfaceKind::Physical => "physical",
-    }
-}
-
-fn split_name(h: &probe::HeaderSplit) -> &'static str {
-    match h {
-        probe::HeaderSplit::NotReported(_) => "not-reported",
-        probe::HeaderSplit::Unknown => "unknown",
-        probe::HeaderSplit::Disabled => "off",
-        probe::HeaderSplit::Enabled => "on",
-    }
 }
 
 fn mib(v: Option<u64>) -> String {
@@ -214,7 +195,7 @@ pub fn table(r: &ProbeReport) -> String {
                 i.name.clone(),
                 f.driver.clone().unwrap_or_else(|| "-".into()),
                 format!("{rxq}/{txq}"),
-                split_name(&f.header_split).replace("not-reported", "n/a"),
+                f.header_split.name().replace("not-reported", "n/a"),
                 match f.ntuple {
                     None => "n/a",
                     Some(true) => "on",

@@ -11,10 +11,6 @@ use serde_json::Value;
 use zcnet::lab::Lab;
 
 fn is_root() -> bool {
-    zcnet_is_root()
-}
-
-fn zcnet_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .unwrap()
         .lines()

@@ -180,7 +180,8 @@ pub struct KernelFacts {
 }
 
 impl KernelFacts {
-    fn netdev_has(&self, op: &str) -> bool {
+    /// Whether the netdev family offers operation `op` (e.g. "bind-rx").
+    pub fn netdev_has(&self, op: &str) -> bool {
         self.netdev_ops
             .as_ref()
             .is_some_and(|ops| ops.iter().any(|o| o == op))
@@ -206,6 +207,19 @@ pub enum IfaceKind {
     Physical,
 }
 
+impl IfaceKind {
+    /// The name used in output and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            IfaceKind::Loopback => "loopback",
+            IfaceKind::Veth => "veth",
+            IfaceKind::Ifb => "ifb",
+            IfaceKind::Virtual => "virtual",
+            IfaceKind::Physical => "physical",
+        }
+    }
+}
+
 /// Header/data split as ethtool reports it (ETHTOOL_A_RINGS_TCP_DATA_SPLIT).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderSplit {
@@ -217,6 +231,18 @@ pub enum HeaderSplit {
     Disabled,
     /// On.
     Enabled,
+}
+
+impl HeaderSplit {
+    /// The name used in output and JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            HeaderSplit::NotReported(_) => "not-reported",
+            HeaderSplit::Unknown => "unknown",
+            HeaderSplit::Disabled => "off",
+            HeaderSplit::Enabled => "on",
+        }
+    }
 }
 
 /// Facts about one interface.

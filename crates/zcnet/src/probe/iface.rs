@@ -7,7 +7,7 @@ use zcnet_netlink::ethtool::{Dev, Ethtool, TcpDataSplit};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
 use zcnet_netlink::ntuple;
 
-use super::{IfaceReport, KernelReport};
+use super::IfaceReport;
 use crate::{Error, Result};
 
 /// `IFF_UP` and `IFF_LOOPBACK` (include/uapi/linux/if.h).
@@ -53,22 +53,40 @@ pub(crate) fn sysfs_rx_queues(name: &str) -> u32 {
         .unwrap_or(0)
 }
 
-/// The netdev family's operations by name.
-pub(super) fn netdev_ops() -> std::result::Result<Vec<String>, String> {
-    Netdev::open()
-        .map(|n| n.op_names())
-        .map_err(|e| e.to_string())
+/// The two netlink families, opened once per probe and shared by every interface (each open
+/// resolves the family through nlctrl); `Err` holds why one is unusable.
+pub(super) struct Families {
+    pub(super) netdev: std::result::Result<Netdev, String>,
+    pub(super) ethtool: std::result::Result<Ethtool, String>,
 }
 
-/// The ethtool netlink family's version.
-pub(super) fn ethtool_version() -> std::result::Result<u32, String> {
-    Ethtool::open()
-        .map(|e| e.family().version)
-        .map_err(|e| e.to_string())
+impl Families {
+    pub(super) fn open() -> Families {
+        Families {
+            netdev: Netdev::open().map_err(|e| e.to_string()),
+            ethtool: Ethtool::open().map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The netdev family's operations by name.
+    pub(super) fn netdev_ops(&self) -> std::result::Result<Vec<String>, String> {
+        self.netdev
+            .as_ref()
+            .map(Netdev::op_names)
+            .map_err(Clone::clone)
+    }
+
+    /// The ethtool netlink family's version.
+    pub(super) fn ethtool_version(&self) -> std::result::Result<u32, String> {
+        self.ethtool
+            .as_ref()
+            .map(|e| e.family().version)
+            .map_err(Clone::clone)
+    }
 }
 
-fn kind(name: &str, driver: Option<&str>) -> IfaceKind {
-    if flags(name) & IFF_LOOPBACK != 0 {
+fn kind(name: &str, flags: u32, driver: Option<&str>) -> IfaceKind {
+    if flags & IFF_LOOPBACK != 0 {
         return IfaceKind::Loopback;
     }
     match driver {
@@ -83,17 +101,18 @@ fn kind(name: &str, driver: Option<&str>) -> IfaceKind {
 }
 
 /// Reads everything the probe reports about one interface.
-pub(super) fn gather(name: &str, ifindex: u32, k: &KernelReport) -> IfaceReport {
+pub(super) fn gather(name: &str, ifindex: u32, fam: &mut Families) -> IfaceReport {
     let mut notes = Vec::new();
+    let flags = flags(name);
     let driver = ntuple::driver_info(name)
         .ok()
         .map(|d| d.driver)
         .filter(|d| !d.is_empty());
-    let kind = kind(name, driver.as_deref());
+    let kind = kind(name, flags, driver.as_deref());
     let mut r = IfaceReport {
         name: name.to_string(),
         ifindex,
-        up: flags(name) & IFF_UP != 0,
+        up: flags & IFF_UP != 0,
         queues: Vec::new(),
         napi_ids: Vec::new(),
         xdp_features: Vec::new(),
@@ -117,11 +136,11 @@ pub(super) fn gather(name: &str, ifindex: u32, k: &KernelReport) -> IfaceReport 
         trials: Trials::default(),
         mechanisms: Vec::new(),
     };
-    if k.netdev_family.is_ok() {
-        netdev_facts(&mut r, &mut notes);
+    if let Ok(nd) = &mut fam.netdev {
+        netdev_facts(nd, &mut r, &mut notes);
     }
-    match Ethtool::open() {
-        Ok(mut et) => ethtool_facts(&mut et, &mut r, &mut notes),
+    match &mut fam.ethtool {
+        Ok(et) => ethtool_facts(et, &mut r, &mut notes),
         Err(e) => {
             r.facts.header_split = HeaderSplit::NotReported(format!("no ethtool netlink: {e}"));
             notes.push(format!("ethtool netlink: {e}"));
@@ -131,11 +150,7 @@ pub(super) fn gather(name: &str, ifindex: u32, k: &KernelReport) -> IfaceReport 
     r
 }
 
-fn netdev_facts(r: &mut IfaceReport, notes: &mut Vec<String>) {
-    let mut nd = match Netdev::open() {
-        Ok(n) => n,
-        Err(e) => return notes.push(format!("netdev family: {e}")),
-    };
+fn netdev_facts(nd: &mut Netdev, r: &mut IfaceReport, notes: &mut Vec<String>) {
     match nd.dev_get(r.ifindex) {
         Ok(d) => {
             r.facts.xdp_features = Some(d.xdp_features);

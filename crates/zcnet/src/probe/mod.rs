@@ -119,13 +119,14 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
         })?],
         None => all,
     };
-    let mut kernel = kernel()?;
+    let mut fam = iface::Families::open();
+    let mut kernel = kernel(&fam);
     if opts.active {
         kernel.loopback_trials = trials::loopback();
     }
     let mut interfaces = Vec::new();
     for (name, ifindex) in chosen {
-        let mut r = iface::gather(&name, ifindex, &kernel);
+        let mut r = iface::gather(&name, ifindex, &mut fam);
         if opts.active {
             r.trials = trials::on_iface(&r.facts, ifindex, &kernel.facts);
         }
@@ -140,10 +141,6 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
         interfaces,
         active: opts.active,
     })
-}
-
-fn errno_text(e: &std::io::Error) -> String {
-    e.to_string()
 }
 
 fn meminfo(key: &str) -> u64 {
@@ -162,7 +159,7 @@ fn meminfo(key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn kernel() -> Result<KernelReport> {
+fn kernel(fam: &iface::Families) -> KernelReport {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());
@@ -200,15 +197,15 @@ fn kernel() -> Result<KernelReport> {
     ];
     let setup_flags: Vec<_> = flags
         .iter()
-        .map(|&(n, f)| (n, up::try_setup(f).map_err(|e| errno_text(&e))))
+        .map(|&(n, f)| (n, up::try_setup(f).map_err(|e| e.to_string())))
         .collect();
     uring.zcrx_ring = uring.unusable.is_none() && setup_flags[3].1.is_ok();
     let unlimited = |v: u64| (v != u64::MAX).then_some(v);
     let memlock = zcnet_sys::os::memlock_limit()
         .map(|(s, h)| (unlimited(s), unlimited(h)))
         .unwrap_or((None, None));
-    let netdev_family = iface::netdev_ops();
-    let ethtool_family = iface::ethtool_version();
+    let netdev_family = fam.netdev_ops();
+    let ethtool_family = fam.ethtool_version();
     let facts = KernelFacts {
         version: (maj, min),
         uring,
@@ -218,7 +215,7 @@ fn kernel() -> Result<KernelReport> {
         netdev_ops: netdev_family.as_ref().ok().cloned(),
         af_xdp: trials::af_xdp_available(),
     };
-    Ok(KernelReport {
+    KernelReport {
         release,
         io_uring_disabled,
         uring_ops,
@@ -235,5 +232,5 @@ fn kernel() -> Result<KernelReport> {
         ethtool_family,
         facts,
         loopback_trials: Trials::default(),
-    })
+    }
 }

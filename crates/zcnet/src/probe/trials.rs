@@ -108,25 +108,22 @@ pub(super) fn on_iface(f: &IfaceFacts, ifindex: u32, k: &KernelFacts) -> Trials 
         t.xsk_zerocopy =
             Some(xsk::try_bind(ifindex, q, XskBindMode::ZeroCopy).map_err(|e| refusal(&e)));
     }
-    if let Some(ops) = &k.netdev_ops {
-        // A probe fd that is no dma-buf: the kernel checks the device before the fd, so the
-        // answer says whether the device could take a binding, and nothing gets bound.
-        let probe_fd = std::fs::File::open("/dev/null");
-        if let Ok(fd) = &probe_fd {
-            if ops.iter().any(|o| o == "bind-rx") {
-                t.devmem_rx = Some(
-                    zcnet_netlink::netdev::RxBinding::bind(ifindex, fd.as_raw_fd(), &[q])
-                        .map(drop)
-                        .map_err(|e| nl_refusal(&e)),
-                );
-            }
-            if ops.iter().any(|o| o == "bind-tx") {
-                t.devmem_tx = Some(
-                    zcnet_netlink::netdev::TxBinding::bind(ifindex, fd.as_raw_fd())
-                        .map(drop)
-                        .map_err(|e| nl_refusal(&e)),
-                );
-            }
+    // A probe fd that is no dma-buf: the kernel checks the device before the fd, so the answer
+    // says whether the device could take a binding, and nothing gets bound.
+    if let Ok(fd) = std::fs::File::open("/dev/null") {
+        if k.netdev_has("bind-rx") {
+            t.devmem_rx = Some(
+                zcnet_netlink::netdev::RxBinding::bind(ifindex, fd.as_raw_fd(), &[q])
+                    .map(drop)
+                    .map_err(|e| nl_refusal(&e)),
+            );
+        }
+        if k.netdev_has("bind-tx") {
+            t.devmem_tx = Some(
+                zcnet_netlink::netdev::TxBinding::bind(ifindex, fd.as_raw_fd())
+                    .map(drop)
+                    .map_err(|e| nl_refusal(&e)),
+            );
         }
     }
     t
