@@ -552,6 +552,42 @@ impl RecvRing {
         Ok(())
     }
 
+    /// Asks the kernel to cancel the armed request `user_data` (`IORING_OP_ASYNC_CANCEL` by
+    /// user_data) and submits. Its final completion (`ECANCELED`, or whatever ended it first)
+    /// arrives through [`drain`](Self::drain) as usual; until then the socket must stay open.
+    /// `ENOENT` if no such request is armed (it has already ended).
+    pub fn cancel(&mut self, user_data: u64) -> io::Result<()> {
+        if !self.armed.iter().any(|a| a.user_data == user_data) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(user_data))
+            .build()
+            .user_data(CANCEL_TAG);
+        self.push(&e)?;
+        match self.ring.submit() {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether request `user_data` is armed (its final completion has not been drained).
+    pub fn is_armed(&self, user_data: u64) -> bool {
+        self.armed.iter().any(|a| a.user_data == user_data)
+    }
+
+    /// Buffers published to the kernel and not yet taken by a drained completion.
+    pub fn available(&self) -> usize {
+        self.nbufs() - self.held_count()
+    }
+
     /// Cancels every armed request (`IORING_ASYNC_CANCEL_ANY`) and waits up to `timeout` for
     /// their final completions, which are drained and dropped. Returns whether none is left.
     pub fn cancel_all(&mut self, timeout: Duration) -> bool {

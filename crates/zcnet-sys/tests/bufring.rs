@@ -500,3 +500,42 @@ fn stale_completion_is_refused_after_its_buffer_is_reused() {
     ring.recycle_completion(&c2).unwrap();
     assert_eq!(ring.held_count(), 0);
 }
+
+#[test]
+fn cancel_one_request_leaves_the_other_armed() {
+    let (mut tx1, rx1) = tcp_pair();
+    let (mut tx2, rx2) = tcp_pair();
+    let mut ring = RecvRing::new(8, 16, 4096, 0).unwrap();
+    ring.arm(rx1.as_raw_fd(), 1, false).unwrap();
+    ring.arm(rx2.as_raw_fd(), 2, false).unwrap();
+    assert_eq!(
+        ring.cancel(9).unwrap_err().raw_os_error(),
+        Some(libc::ENOENT)
+    );
+    ring.cancel(1).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut ended = None;
+    while ended.is_none() && Instant::now() < deadline {
+        ring.wait(1, Duration::from_millis(100)).unwrap();
+        ring.drain(|c| {
+            assert_eq!(c.user_data, 1, "only the cancelled request completes");
+            assert!(!c.more);
+            ended = Some(c.result.as_ref().map_err(|e| e.raw_os_error()).map(|n| *n));
+        });
+    }
+    assert_eq!(ended, Some(Err(Some(libc::ECANCELED))));
+    assert!(!ring.is_armed(1));
+    assert!(ring.is_armed(2));
+    // The cancelled socket's data stays in the socket; the other still receives.
+    tx1.write_all(b"ignored").unwrap();
+    tx2.write_all(b"hello").unwrap();
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < deadline {
+        ring.wait(1, Duration::from_millis(100)).unwrap();
+        ring.drain(|c| got.push((c.user_data, c.result.as_ref().map(|n| *n).ok(), c.buf_id)));
+    }
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].0, got[0].1), (2, Some(5)));
+    ring.recycle(got[0].2.unwrap()).unwrap();
+    assert_eq!(ring.available(), 16);
+}

@@ -17,6 +17,11 @@ pub enum Error {
         /// What was given.
         given: String,
     },
+    /// A `--rx` name that is not a receive mode.
+    UnknownRxMode {
+        /// What was given.
+        given: String,
+    },
     /// A `--path` name that is not a lab path.
     UnknownPath {
         /// What was given.
@@ -155,6 +160,7 @@ impl Error {
         match self {
             Error::Interrupted => 130,
             Error::UnknownMode { .. }
+            | Error::UnknownRxMode { .. }
             | Error::UnknownPath { .. }
             | Error::BadAddress { .. }
             | Error::UnknownInterface { .. } => 2,
@@ -170,6 +176,11 @@ impl fmt::Display for Error {
                 f,
                 "unknown send mode '{given}': use one of {}",
                 crate::tx::TxMode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+            ),
+            Error::UnknownRxMode { given } => write!(
+                f,
+                "unknown receive mode '{given}': use one of {}",
+                crate::rx::RxMode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
             ),
             Error::UnknownPath { given } => {
                 write!(f, "unknown path '{given}': use one of sink, veth, loopback")

@@ -28,10 +28,12 @@ pub mod net;
 pub mod nic;
 pub mod probe;
 pub mod region;
+pub mod rx;
 pub mod tx;
 
 pub use error::{Error, Result};
 pub use region::{MemoryKind, Region, TxBuf};
+pub use rx::{ConnId, Receiver, RxBuf, RxConfig, RxEvent, RxMode, RxStats};
 pub use tx::{Sender, Socket, TxConfig, TxMode, TxStats};
 pub use zcnet_core::Pattern;
 

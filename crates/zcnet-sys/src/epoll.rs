@@ -1,0 +1,118 @@
+//! A level-triggered epoll set keyed by caller tokens (epoll(7)).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// Readable (`EPOLLIN`).
+pub const IN: u32 = libc::EPOLLIN as u32;
+/// Writable (`EPOLLOUT`).
+pub const OUT: u32 = libc::EPOLLOUT as u32;
+/// The peer closed its writing half (`EPOLLRDHUP`, Linux 2.6.17).
+pub const RDHUP: u32 = libc::EPOLLRDHUP as u32;
+/// Hang-up (`EPOLLHUP`, always reported).
+pub const HUP: u32 = libc::EPOLLHUP as u32;
+/// Error (`EPOLLERR`, always reported).
+pub const ERR: u32 = libc::EPOLLERR as u32;
+
+/// An epoll instance. Tokens are the caller's; the set does not own the watched fds.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl Epoll {
+    /// A new set (`epoll_create1(EPOLL_CLOEXEC)`) returning up to `batch` events per wait.
+    pub fn new(batch: usize) -> io::Result<Epoll> {
+        // SAFETY: no pointer arguments; the fd returned is new and owned below.
+        let fd = crate::cvt(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+        Ok(Epoll {
+            // SAFETY: `fd` was just returned by epoll_create1 and nothing else owns it.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; batch.max(1)],
+        })
+    }
+
+    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: `ev` is a live epoll_event; the kernel copies it (and ignores it for DEL).
+        crate::cvt(unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) }).map(drop)
+    }
+
+    /// Watches `fd` for `events` (a mask of [`IN`], [`OUT`], [`RDHUP`]), reported as `token`.
+    pub fn add(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd, token, events)
+    }
+
+    /// Changes the events (and token) of a watched fd.
+    pub fn modify(&self, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, token, events)
+    }
+
+    /// Stops watching `fd`.
+    pub fn delete(&self, fd: RawFd) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, 0)
+    }
+
+    /// Waits up to `timeout_ms` (-1: forever, 0: poll) and appends `(token, events)` of every
+    /// ready fd to `out`. `EINTR` returns with nothing appended.
+    pub fn wait(&mut self, out: &mut Vec<(u64, u32)>, timeout_ms: i32) -> io::Result<()> {
+        let cap = self.events.len().min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: `events` holds `cap` initialised entries the kernel may overwrite.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                cap,
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            let e = crate::last_err();
+            return if e.raw_os_error() == Some(libc::EINTR) {
+                Ok(())
+            } else {
+                Err(e)
+            };
+        }
+        out.extend(
+            self.events[..n as usize]
+                .iter()
+                .map(|e| ({ e.u64 }, { e.events })),
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn reports_readable_and_hangup_by_token() {
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut ep = Epoll::new(4).unwrap();
+        ep.add(b.as_raw_fd(), 42, IN | RDHUP).unwrap();
+        let mut out = Vec::new();
+        ep.wait(&mut out, 0).unwrap();
+        assert!(out.is_empty(), "nothing written yet: {out:?}");
+        a.write_all(b"x").unwrap();
+        ep.wait(&mut out, 1000).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, 42);
+        assert_ne!(out[0].1 & IN, 0);
+        drop(a);
+        out.clear();
+        ep.wait(&mut out, 1000).unwrap();
+        assert_ne!(out[0].1 & RDHUP, 0, "{out:?}");
+        ep.delete(b.as_raw_fd()).unwrap();
+        out.clear();
+        ep.wait(&mut out, 0).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(
+            ep.delete(b.as_raw_fd()).unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+    }
+}

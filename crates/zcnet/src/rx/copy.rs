@@ -1,0 +1,251 @@
+//! `copy`: epoll + `recv()` into a pool of user buffers. The pool and the epoll set of
+//! connections are shared with `devmem`, whose linear data lands in the same kind of pool.
+
+use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+use zcnet_sys::epoll::{self, Epoll};
+
+/// Reads per ready connection per poll at most, so one busy peer cannot starve the others.
+pub(super) const READS_PER_CONN: usize = 16;
+
+/// Fixed-size host buffers lent to the application by index.
+#[derive(Debug)]
+pub(super) struct Pool {
+    mem: Vec<u8>,
+    buf_size: usize,
+    free: Vec<u32>,
+    held: Vec<bool>,
+}
+
+impl Pool {
+    /// `count` buffers of `buf_size` bytes.
+    pub fn new(count: usize, buf_size: usize) -> Result<Pool> {
+        let count = count.max(1);
+        if buf_size == 0 || count > u32::MAX as usize {
+            return Err(Error::io(
+                "receive buffers",
+                io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
+        let total = count.checked_mul(buf_size).ok_or_else(|| {
+            Error::io(
+                "receive buffers",
+                io::Error::from_raw_os_error(libc::EOVERFLOW),
+            )
+        })?;
+        Ok(Pool {
+            mem: vec![0; total],
+            buf_size,
+            free: (0..count as u32).rev().collect(),
+            held: vec![false; count],
+        })
+    }
+
+    /// A free buffer's index, if any.
+    pub fn take(&mut self) -> Option<u32> {
+        self.free.pop()
+    }
+
+    /// Puts back a buffer that was taken and not lent (nothing was read into it).
+    pub fn untake(&mut self, idx: u32) {
+        self.free.push(idx);
+    }
+
+    /// Whether any buffer is free.
+    pub fn has_free(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// The writable bytes of a taken buffer.
+    pub fn buf_mut(&mut self, idx: u32) -> &mut [u8] {
+        let s = idx as usize * self.buf_size;
+        &mut self.mem[s..s + self.buf_size]
+    }
+
+    /// Marks a taken buffer as lent to the application.
+    pub fn lend(&mut self, idx: u32) {
+        self.held[idx as usize] = true;
+    }
+
+    /// Gives back a lent buffer; ignores one that is not lent.
+    pub fn give_back(&mut self, idx: u64) {
+        if let Some(h) = self.held.get_mut(idx as usize).filter(|h| **h) {
+            *h = false;
+            self.free.push(idx as u32);
+        }
+    }
+
+    /// The first `len` bytes of a lent buffer.
+    pub fn bytes(&self, idx: u64, len: usize) -> Option<&[u8]> {
+        if !*self.held.get(idx as usize)? || len > self.buf_size {
+            return None;
+        }
+        let s = idx as usize * self.buf_size;
+        Some(&self.mem[s..s + len])
+    }
+
+    /// Lent buffers.
+    pub fn held(&self) -> usize {
+        self.held.len() - self.free.len()
+    }
+}
+
+/// The connections an epoll-driven backend reads from.
+#[derive(Debug)]
+pub(super) struct ConnSet {
+    ep: Epoll,
+    fds: HashMap<ConnId, RawFd>,
+    ready: Vec<(u64, u32)>,
+}
+
+impl ConnSet {
+    pub fn new() -> Result<ConnSet> {
+        Ok(ConnSet {
+            ep: Epoll::new(256).map_err(|e| Error::io("epoll_create1", e))?,
+            fds: HashMap::new(),
+            ready: Vec::new(),
+        })
+    }
+
+    pub fn add(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
+        self.ep
+            .add(fd, conn.0, epoll::IN | epoll::RDHUP)
+            .map_err(|e| Error::io("epoll_ctl(ADD) of the connection", e))?;
+        self.fds.insert(conn, fd);
+        Ok(())
+    }
+
+    /// Stops watching `conn` (after end of stream, failure, or removal).
+    pub fn remove(&mut self, conn: ConnId) {
+        if let Some(fd) = self.fds.remove(&conn) {
+            // The fd is still open (the receiver closes it after this), so DEL cannot fail
+            // with EBADF; ENOENT cannot happen either: added once, removed once.
+            let _ = self.ep.delete(fd);
+        }
+    }
+
+    /// The connections ready to read, waiting up to `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Result<Vec<(ConnId, RawFd)>> {
+        self.ready.clear();
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        self.ep
+            .wait(&mut self.ready, ms)
+            .map_err(|e| Error::io("epoll_wait", e))?;
+        Ok(self
+            .ready
+            .iter()
+            .filter_map(|&(t, _)| self.fds.get(&ConnId(t)).map(|&fd| (ConnId(t), fd)))
+            .collect())
+    }
+}
+
+/// The error a failed receive on a connection reports.
+pub(super) fn recv_error(conn: ConnId, e: io::Error) -> Error {
+    match e.raw_os_error() {
+        Some(libc::ECONNRESET) => Error::io(format!("connection {conn}: reset by the peer"), e),
+        _ => Error::io(format!("recv on connection {conn}"), e),
+    }
+}
+
+/// The `copy` backend.
+#[derive(Debug)]
+pub(super) struct CopyRx {
+    pool: Pool,
+    conns: ConnSet,
+    /// Receiving is paused for want of a buffer (counted once per pause).
+    starving: bool,
+}
+
+impl CopyRx {
+    pub fn new(cfg: &RxConfig) -> Result<CopyRx> {
+        Ok(CopyRx {
+            pool: Pool::new(cfg.buffers, cfg.buf_size)?,
+            conns: ConnSet::new()?,
+            starving: false,
+        })
+    }
+
+    /// Reads from one ready connection until it has nothing more, the pool is empty, or its
+    /// share of reads is used.
+    fn read_conn(&mut self, ctx: &mut Ctx<'_>, conn: ConnId, fd: RawFd) {
+        for _ in 0..READS_PER_CONN {
+            let Some(idx) = self.pool.take() else {
+                ctx.stats.starved += u64::from(!self.starving);
+                self.starving = true;
+                return;
+            };
+            self.starving = false;
+            match zcnet_sys::sock::recv(fd, self.pool.buf_mut(idx), libc::MSG_DONTWAIT) {
+                Ok(0) => {
+                    self.pool.untake(idx);
+                    self.conns.remove(conn);
+                    ctx.eof(conn);
+                    return;
+                }
+                Ok(n) => {
+                    self.pool.lend(idx);
+                    ctx.deliver(conn, u64::from(idx), n, Location::Host, true);
+                    if n < self.pool.buf_size {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.pool.untake(idx);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.pool.untake(idx),
+                Err(e) => {
+                    self.pool.untake(idx);
+                    self.conns.remove(conn);
+                    ctx.failed(conn, recv_error(conn, e));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl RxBackend for CopyRx {
+    fn mode(&self) -> RxMode {
+        RxMode::Copy
+    }
+
+    fn add(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
+        self.conns.add(conn, fd)
+    }
+
+    fn remove(&mut self, conn: ConnId) -> bool {
+        self.conns.remove(conn);
+        true
+    }
+
+    fn release(&mut self, key: u64, _len: usize) {
+        self.pool.give_back(key);
+    }
+
+    fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
+        // With every buffer lent, only look (no wait): data stays in the sockets until the
+        // application gives buffers back, and each connection that had some counts as starved.
+        let timeout = if self.pool.has_free() {
+            timeout
+        } else {
+            Duration::ZERO
+        };
+        for (conn, fd) in self.conns.wait(timeout)? {
+            self.read_conn(ctx, conn, fd);
+        }
+        Ok(())
+    }
+
+    fn bytes(&self, key: u64, len: usize) -> Option<&[u8]> {
+        self.pool.bytes(key, len)
+    }
+
+    fn held(&self) -> usize {
+        self.pool.held()
+    }
+}

@@ -1,0 +1,41 @@
+//! `devmem` backend (being written).
+
+use super::{ConnId, Ctx, RxBackend, RxConfig, RxMode};
+use crate::error::{Error, Result};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+#[derive(Debug)]
+pub(super) struct DevmemBackend {}
+
+impl DevmemBackend {
+    pub fn new(_cfg: &RxConfig) -> Result<DevmemBackend> {
+        Err(Error::Unsupported {
+            what: "devmem receive".into(),
+            source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            fix: "not built yet",
+        })
+    }
+}
+
+impl RxBackend for DevmemBackend {
+    fn mode(&self) -> RxMode {
+        RxMode::Devmem
+    }
+    fn add(&mut self, _conn: ConnId, _fd: RawFd) -> Result<()> {
+        Ok(())
+    }
+    fn remove(&mut self, _conn: ConnId) -> bool {
+        true
+    }
+    fn release(&mut self, _key: u64, _len: usize) {}
+    fn poll(&mut self, _ctx: &mut Ctx<'_>, _timeout: Duration) -> Result<()> {
+        Ok(())
+    }
+    fn bytes(&self, _key: u64, _len: usize) -> Option<&[u8]> {
+        None
+    }
+    fn held(&self) -> usize {
+        0
+    }
+}

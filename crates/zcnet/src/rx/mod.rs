@@ -1,0 +1,516 @@
+//! Receiving into registered memory, with every mechanism Linux offers behind one interface.
+//!
+//! ```text
+//!   add(stream) ─► backend arms the socket ─► kernel fills a buffer ─► poll() ─► RxEvent::Data(RxBuf)
+//!                     ▲                                                              │ app reads
+//!                     └─── poll() recycles ◄── return queue ◄── drop(RxBuf) ◄────────┘
+//! ```
+//! Backends (`--rx`): `copy` (epoll + `recv()` into a pool of user buffers, the baseline),
+//! `uring` (io_uring multishot receive into a provided buffer ring, with bundles),
+//! `zcrx` (io_uring zero-copy receive into an area registered with a NIC queue),
+//! `devmem` (devmem TCP: payload in a dma-buf bound to NIC queues, tokens returned with
+//! `SO_DEVMEM_DONTNEED`), and `auto` (the best that works, with the reasons for what did not).
+//!
+//! # Buffers
+//! Every backend delivers data as [`RxBuf`] handles. Each is one buffer (or fragment, or
+//! token) lent by the receiver; the application reads host bytes with [`Receiver::bytes`]
+//! (the slice borrows the receiver, so it cannot outlive it) and device data through
+//! [`RxBuf::device`]'s descriptor. Dropping the handle gives the buffer back: it goes on a return
+//! queue that the next [`Receiver::poll`] hands to the kernel (recycle into the buffer ring,
+//! zcrx refill entry, devmem token). Handles can be kept across polls, moved to other threads
+//! (the return queue is shared), and outlive the receiver (their return is then a no-op).
+//!
+//! # Slow consumers
+//! A receiver has a fixed number of buffers. When the application holds all of them, the
+//! backend cannot receive: the kernel leaves the data in the socket and TCP flow control slows
+//! the peer. This is never silent: [`RxStats::starved`] counts every time receiving paused for
+//! want of a buffer, and receiving resumes (re-arms) by itself once buffers come back.
+
+mod copy;
+mod devmem;
+mod uring;
+mod zcrx;
+
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A receive mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RxMode {
+    /// epoll + `recv()`: the kernel copies into the application's buffers. The baseline.
+    Copy,
+    /// io_uring multishot receive into a provided buffer ring (the kernel still copies, but one
+    /// request serves a connection for its lifetime and completions come in batches).
+    Uring,
+    /// io_uring zero-copy receive (zcrx): the NIC writes payload into a registered area.
+    Zcrx,
+    /// devmem TCP: the NIC writes payload into a dma-buf (device memory) bound to its queues.
+    Devmem,
+    /// The best of zcrx, uring and copy that works here; the reasons for the others are kept.
+    Auto,
+}
+
+impl RxMode {
+    /// Every mode, in table order.
+    pub const ALL: [RxMode; 5] = [
+        RxMode::Copy,
+        RxMode::Uring,
+        RxMode::Zcrx,
+        RxMode::Devmem,
+        RxMode::Auto,
+    ];
+
+    /// The `--rx` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            RxMode::Copy => "copy",
+            RxMode::Uring => "uring",
+            RxMode::Zcrx => "zcrx",
+            RxMode::Devmem => "devmem",
+            RxMode::Auto => "auto",
+        }
+    }
+
+    /// Parses a `--rx` name.
+    pub fn parse(s: &str) -> Result<RxMode> {
+        RxMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| Error::UnknownRxMode {
+                given: s.to_string(),
+            })
+    }
+
+    /// Whether the data lands in device memory the CPU may not read (only `devmem`).
+    pub fn is_device(self) -> bool {
+        self == RxMode::Devmem
+    }
+}
+
+impl std::fmt::Display for RxMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How to receive.
+#[derive(Debug, Clone)]
+pub struct RxConfig {
+    /// The mechanism.
+    pub mode: RxMode,
+    /// Bytes per buffer (`copy`, `uring`, devmem's linear buffers). Default 16 KiB.
+    pub buf_size: usize,
+    /// Buffers (`copy`, `uring`: rounded up to a power of two). Default 1024.
+    pub buffers: usize,
+    /// `uring`: use bundles (one completion for several buffers) when the kernel has them.
+    /// Default true.
+    pub bundle: bool,
+    /// `zcrx`, `devmem`: the interface the connections arrive on (they must be steered to
+    /// `queue`, see `zcnet nic setup`). `auto` tries zcrx only when it is set.
+    pub iface: Option<String>,
+    /// `zcrx`, `devmem`: the receive queue. Default: the interface's last queue (the one
+    /// `zcnet nic setup` reserves).
+    pub queue: Option<u32>,
+    /// `zcrx`: bytes of host memory registered as the receive area. Default 64 MiB.
+    pub area_len: usize,
+    /// `devmem`: the dma-buf to bind (e.g. exported by a GPU driver). `None`: a udmabuf of
+    /// `area_len` bytes is made from host memory (needs `/dev/udmabuf`).
+    pub dmabuf: Option<Arc<std::os::fd::OwnedFd>>,
+}
+
+impl RxConfig {
+    /// Defaults for `mode`.
+    pub fn new(mode: RxMode) -> Self {
+        RxConfig {
+            mode,
+            buf_size: 16 << 10,
+            buffers: 1024,
+            bundle: true,
+            iface: None,
+            queue: None,
+            area_len: 64 << 20,
+            dmabuf: None,
+        }
+    }
+}
+
+/// A connection added to a [`Receiver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Where a received buffer's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// Host memory: read it with [`Receiver::bytes`].
+    Host,
+    /// Device memory: `len` bytes at `offset` in the dma-buf the kernel calls `dmabuf_id`.
+    Device(DeviceSlice),
+}
+
+/// A range of device memory that holds received payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSlice {
+    /// The binding's dma-buf id (as returned by the netdev `bind-rx`).
+    pub dmabuf_id: u32,
+    /// Offset in the dma-buf.
+    pub offset: u64,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// Handles returned by the application, waiting for the next poll.
+type Returns = Mutex<Vec<(u64, usize)>>;
+
+/// One received buffer, lent to the application until dropped.
+#[derive(Debug)]
+pub struct RxBuf {
+    conn: ConnId,
+    key: u64,
+    len: usize,
+    loc: Location,
+    copied: bool,
+    ret: Arc<Returns>,
+}
+
+impl RxBuf {
+    /// The connection it came from.
+    pub fn conn(&self) -> ConnId {
+        self.conn
+    }
+
+    /// Bytes received into it.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: the kernel never delivers an empty buffer (end of stream is
+    /// [`RxEvent::Eof`]).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the bytes are.
+    pub fn location(&self) -> Location {
+        self.loc
+    }
+
+    /// The device range, for device memory.
+    pub fn device(&self) -> Option<DeviceSlice> {
+        match self.loc {
+            Location::Device(d) => Some(d),
+            Location::Host => None,
+        }
+    }
+
+    /// Whether the kernel copied these bytes (true for `copy`/`uring`, for zcrx's copy fallback
+    /// when the kernel reports it, and for devmem's linear data).
+    pub fn copied(&self) -> bool {
+        self.copied
+    }
+}
+
+impl Drop for RxBuf {
+    fn drop(&mut self) {
+        // A poisoned lock means a panic elsewhere while pushing; the pair is lost then, and the
+        // receiver's held count shows it.
+        if let Ok(mut q) = self.ret.lock() {
+            q.push((self.key, self.len));
+        }
+    }
+}
+
+/// What [`Receiver::poll`] reports.
+#[derive(Debug)]
+pub enum RxEvent {
+    /// Data, in order per connection.
+    Data(RxBuf),
+    /// The peer closed its sending half: no more data on this connection. It stays added (to
+    /// write replies) until [`Receiver::close`].
+    Eof(ConnId),
+    /// Receiving on the connection failed (e.g. reset by the peer) and has stopped; what was
+    /// delivered before stays valid. Close it with [`Receiver::close`].
+    Failed(ConnId, Error),
+}
+
+/// Counters since the receiver was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxStats {
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    /// Buffers (handles) delivered.
+    pub buffers: u64,
+    /// Of `bytes`, those the kernel copied (all of them for copy/uring).
+    pub copied_bytes: u64,
+    /// Of `bytes`, those the NIC wrote directly into registered memory (zcrx, devmem frags).
+    pub zerocopy_bytes: u64,
+    /// Times receiving paused because the application held every buffer (refill starvation);
+    /// it resumes by itself once buffers come back.
+    pub starved: u64,
+    /// Multishot requests re-armed after the kernel ended them (buffer ring empty, ENOSPC).
+    pub rearms: u64,
+    /// Connections that reached end of stream.
+    pub eofs: u64,
+    /// Connections whose receive failed.
+    pub failures: u64,
+    /// devmem: data that arrived as `SCM_DEVMEM_LINEAR` (copied into host memory) instead of
+    /// device memory.
+    pub linear_fallbacks: u64,
+    /// Buffers returned by the application.
+    pub returned: u64,
+}
+
+/// A mechanism that was tried and refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fallback {
+    /// What was tried.
+    pub tried: RxMode,
+    /// The kernel's (or the machine's) reason, one line.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} refused: {}", self.tried, self.reason)
+    }
+}
+
+/// What the backends share with the receiver while polling.
+pub(crate) struct Ctx<'a> {
+    /// Events for the caller.
+    pub out: &'a mut Vec<RxEvent>,
+    /// Counters.
+    pub stats: &'a mut RxStats,
+    /// The return queue new handles point to.
+    ret: &'a Arc<Returns>,
+    /// Connections whose fd the backend no longer uses (after [`RxBackend::remove`]).
+    pub closable: &'a mut Vec<ConnId>,
+}
+
+impl Ctx<'_> {
+    /// Delivers one buffer.
+    pub fn deliver(&mut self, conn: ConnId, key: u64, len: usize, loc: Location, copied: bool) {
+        self.stats.bytes += len as u64;
+        self.stats.buffers += 1;
+        if copied {
+            self.stats.copied_bytes += len as u64;
+        } else {
+            self.stats.zerocopy_bytes += len as u64;
+        }
+        self.out.push(RxEvent::Data(RxBuf {
+            conn,
+            key,
+            len,
+            loc,
+            copied,
+            ret: Arc::clone(self.ret),
+        }));
+    }
+
+    /// Reports end of stream.
+    pub fn eof(&mut self, conn: ConnId) {
+        self.stats.eofs += 1;
+        self.out.push(RxEvent::Eof(conn));
+    }
+
+    /// Reports a failed connection.
+    pub fn failed(&mut self, conn: ConnId, e: Error) {
+        self.stats.failures += 1;
+        self.out.push(RxEvent::Failed(conn, e));
+    }
+}
+
+/// One receive mechanism. Every backend runs the same conformance tests (tests/rx.rs).
+pub(crate) trait RxBackend: std::fmt::Debug {
+    /// The mechanism.
+    fn mode(&self) -> RxMode;
+    /// Starts receiving on `fd` for `conn`.
+    fn add(&mut self, conn: ConnId, fd: RawFd) -> Result<()>;
+    /// Stops receiving on `conn`. Returns true when the fd is no longer used; otherwise the
+    /// backend lists the connection in [`Ctx::closable`] from a later poll.
+    fn remove(&mut self, conn: ConnId) -> bool;
+    /// Gives back the buffer `key` of `len` bytes (a dropped [`RxBuf`]).
+    fn release(&mut self, key: u64, len: usize);
+    /// Receives what is ready, waiting up to `timeout` for something to happen.
+    fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()>;
+    /// The host bytes of held buffer `key`; `None` for device memory or a key not held.
+    fn bytes(&self, key: u64, len: usize) -> Option<&[u8]>;
+    /// Buffers the application holds.
+    fn held(&self) -> usize;
+}
+
+/// Receives on many connections with one mechanism, lending buffers to the application.
+///
+/// Not `Send`: the zcrx ring accepts submissions only from the thread that made it. Make the
+/// receiver on the thread that polls it.
+#[derive(Debug)]
+pub struct Receiver {
+    // Field order: the backend (which may hold kernel requests on the sockets) drops first.
+    backend: Box<dyn RxBackend>,
+    conns: HashMap<ConnId, TcpStream>,
+    closing: Vec<(ConnId, TcpStream)>,
+    next_conn: u64,
+    ret: Arc<Returns>,
+    stats: RxStats,
+    fallbacks: Vec<Fallback>,
+    scratch: Vec<(u64, usize)>,
+    closable: Vec<ConnId>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Receiver {
+    /// A receiver with `cfg.mode`. `auto` takes the first of zcrx (when `cfg.iface` is set),
+    /// uring and copy that the kernel accepts; [`Receiver::fallbacks`] says why the others were
+    /// not taken. An explicit mode the kernel refuses is an error naming the cause and fix.
+    pub fn new(cfg: &RxConfig) -> Result<Receiver> {
+        let mut fallbacks = Vec::new();
+        let backend: Box<dyn RxBackend> = match cfg.mode {
+            RxMode::Copy => Box::new(copy::CopyRx::new(cfg)?),
+            RxMode::Uring => Box::new(uring::UringRx::new(cfg)?),
+            RxMode::Zcrx => Box::new(zcrx::ZcrxBackend::new(cfg)?),
+            RxMode::Devmem => Box::new(devmem::DevmemBackend::new(cfg)?),
+            RxMode::Auto => auto(cfg, &mut fallbacks)?,
+        };
+        Ok(Receiver {
+            backend,
+            conns: HashMap::new(),
+            closing: Vec::new(),
+            next_conn: 1,
+            ret: Arc::new(Mutex::new(Vec::new())),
+            stats: RxStats::default(),
+            fallbacks,
+            scratch: Vec::new(),
+            closable: Vec::new(),
+            _not_send: std::marker::PhantomData,
+        })
+    }
+
+    /// The mechanism in use (for `auto`, the one it chose).
+    pub fn mode(&self) -> RxMode {
+        self.backend.mode()
+    }
+
+    /// Mechanisms `auto` tried and the kernel refused, in the order tried.
+    pub fn fallbacks(&self) -> &[Fallback] {
+        &self.fallbacks
+    }
+
+    /// Starts receiving on `stream`. The receiver owns it from now on: reply through
+    /// [`Receiver::stream`], end it with [`Receiver::close`].
+    pub fn add(&mut self, stream: TcpStream) -> Result<ConnId> {
+        let id = ConnId(self.next_conn);
+        self.next_conn += 1;
+        self.backend.add(id, stream.as_raw_fd())?;
+        self.conns.insert(id, stream);
+        Ok(id)
+    }
+
+    /// The stream of a connection (e.g. to write a reply; `&TcpStream` implements `Write`).
+    pub fn stream(&self, conn: ConnId) -> Option<&TcpStream> {
+        self.conns.get(&conn)
+    }
+
+    /// Connections added and not closed.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Stops receiving on `conn` and closes its socket as soon as the kernel no longer uses it
+    /// (at once, or during a later poll for io_uring backends). Buffers already delivered stay
+    /// valid. Unknown ids are ignored.
+    pub fn close(&mut self, conn: ConnId) {
+        let Some(stream) = self.conns.remove(&conn) else {
+            return;
+        };
+        if !self.backend.remove(conn) {
+            self.closing.push((conn, stream));
+        }
+    }
+
+    /// Hands returned buffers back to the kernel, then receives what is ready (waiting up to
+    /// `timeout` when nothing is), appending events to `out`.
+    pub fn poll(&mut self, out: &mut Vec<RxEvent>, timeout: Duration) -> Result<()> {
+        self.recycle();
+        let mut ctx = Ctx {
+            out,
+            stats: &mut self.stats,
+            ret: &self.ret,
+            closable: &mut self.closable,
+        };
+        let r = self.backend.poll(&mut ctx, timeout);
+        if !self.closable.is_empty() {
+            let done = std::mem::take(&mut self.closable);
+            self.closing.retain(|(c, _)| !done.contains(c));
+        }
+        r
+    }
+
+    fn recycle(&mut self) {
+        {
+            let Ok(mut q) = self.ret.lock() else {
+                return;
+            };
+            if q.is_empty() {
+                return;
+            }
+            std::mem::swap(&mut *q, &mut self.scratch);
+        }
+        for (key, len) in self.scratch.drain(..) {
+            self.backend.release(key, len);
+            self.stats.returned += 1;
+        }
+    }
+
+    /// The host bytes of `buf`. `None` for device memory, or a buffer of another receiver.
+    pub fn bytes<'a>(&'a self, buf: &'a RxBuf) -> Option<&'a [u8]> {
+        if !Arc::ptr_eq(&buf.ret, &self.ret) || buf.loc != Location::Host {
+            return None;
+        }
+        self.backend.bytes(buf.key, buf.len)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> RxStats {
+        self.stats
+    }
+
+    /// Buffers the application holds now (delivered, not yet dropped or not yet recycled).
+    pub fn held(&self) -> usize {
+        self.backend.held()
+    }
+
+    /// Connections closed by the application whose sockets wait for the kernel to let go.
+    pub fn closing(&self) -> usize {
+        self.closing.len()
+    }
+}
+
+/// `auto`: zcrx when an interface is named, then uring, then copy.
+fn auto(cfg: &RxConfig, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn RxBackend>> {
+    let mut note = |tried: RxMode, reason: String| fallbacks.push(Fallback { tried, reason });
+    if cfg.iface.is_some() {
+        match zcrx::ZcrxBackend::new(cfg) {
+            Ok(b) => return Ok(Box::new(b)),
+            Err(e) => note(RxMode::Zcrx, e.to_string()),
+        }
+    } else {
+        note(
+            RxMode::Zcrx,
+            "no interface given: zero-copy receive needs the NIC queue the flows arrive on (--iface)".into(),
+        );
+    }
+    match uring::UringRx::new(cfg) {
+        Ok(b) => return Ok(Box::new(b)),
+        Err(e) => note(RxMode::Uring, e.to_string()),
+    }
+    Ok(Box::new(copy::CopyRx::new(cfg)?))
+}

@@ -1,0 +1,216 @@
+//! `uring`: one multishot `IORING_OP_RECV` per connection into a shared provided buffer ring
+//! (zcnet_sys::bufring), with bundles where the kernel has them.
+//!
+//! A multishot ends without an error when the ring runs dry (with bundles, the data CQE that
+//! emptied it just lacks `F_MORE`; without, `ENOBUFS`). The connection then waits for buffers
+//! on a re-arm list: every poll first re-arms what it can, and counts a starvation when
+//! connections wait while the application holds every buffer.
+
+use super::copy::recv_error;
+use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
+use crate::error::{Error, Result};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+use zcnet_sys::bufring::{RecvCompletion, RecvRing, MAX_BUFS};
+
+/// Submission-queue entries: arms and cancels only, submitted when full.
+const SQ_ENTRIES: u32 = 64;
+
+#[derive(Debug)]
+pub(super) struct UringRx {
+    ring: RecvRing,
+    bundle: bool,
+    /// Connections receiving (armed, or waiting to be re-armed).
+    fds: HashMap<ConnId, RawFd>,
+    /// Connections whose multishot ended for want of buffers, oldest first.
+    rearm: Vec<ConnId>,
+    /// Connections cancelled by `remove`, waiting for their final completion.
+    removing: HashSet<ConnId>,
+    starving: bool,
+    done: Vec<RecvCompletion>,
+}
+
+impl UringRx {
+    pub fn new(cfg: &RxConfig) -> Result<UringRx> {
+        let nbufs = cfg
+            .buffers
+            .max(1)
+            .next_power_of_two()
+            .min(MAX_BUFS as usize) as u32;
+        let buf_size = u32::try_from(cfg.buf_size).map_err(|_| {
+            Error::io(
+                "receive buffer size above 4 GiB",
+                io::Error::from_raw_os_error(libc::EINVAL),
+            )
+        })?;
+        let ring = RecvRing::new(SQ_ENTRIES, nbufs, buf_size, 0).map_err(|e| {
+            let fix = match e.raw_os_error() {
+                Some(libc::EPERM) => "io_uring is disabled: set 'sysctl -w kernel.io_uring_disabled=0', or use --rx copy",
+                Some(libc::ENOMEM) => "raise RLIMIT_MEMLOCK (ulimit -l) or use fewer/smaller --buffers, or use --rx copy",
+                _ => "needs Linux 5.19 (provided buffer rings) with io_uring enabled; use --rx copy",
+            };
+            Error::Unsupported {
+                what: "io_uring multishot receive into a provided buffer ring".into(),
+                source: e,
+                fix,
+            }
+        })?;
+        let bundle = cfg.bundle && ring.bundle_supported();
+        Ok(UringRx {
+            ring,
+            bundle,
+            fds: HashMap::new(),
+            rearm: Vec::new(),
+            removing: HashSet::new(),
+            starving: false,
+            done: Vec::new(),
+        })
+    }
+
+    fn arm(&mut self, conn: ConnId) -> Result<()> {
+        let fd = *self.fds.get(&conn).ok_or_else(|| {
+            Error::io(
+                format!("arming connection {conn}"),
+                io::Error::from_raw_os_error(libc::ENOENT),
+            )
+        })?;
+        self.ring
+            .arm(fd, conn.0, self.bundle)
+            .map_err(|e| Error::io(format!("arming multishot receive on connection {conn}"), e))
+    }
+
+    /// Re-arms waiting connections while the ring has buffers.
+    fn rearm_waiting(&mut self, ctx: &mut Ctx<'_>) -> Result<()> {
+        if self.rearm.is_empty() {
+            return Ok(());
+        }
+        if self.ring.available() == 0 {
+            ctx.stats.starved += u64::from(!self.starving);
+            self.starving = true;
+            return Ok(());
+        }
+        self.starving = false;
+        for conn in std::mem::take(&mut self.rearm) {
+            self.arm(conn)?;
+            ctx.stats.rearms += 1;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, ctx: &mut Ctx<'_>, c: RecvCompletion) {
+        let conn = ConnId(c.user_data);
+        if self.removing.contains(&conn) {
+            // Data that raced the cancel goes back at once; the socket is closed anyway.
+            let _ = self.ring.recycle_completion(&c);
+            if !c.more {
+                self.removing.remove(&conn);
+                ctx.closable.push(conn);
+            }
+            return;
+        }
+        match &c.result {
+            Ok(0) => {
+                self.fds.remove(&conn);
+                ctx.eof(conn);
+            }
+            Ok(_) => {
+                match self.ring.segments(&c) {
+                    Ok(segs) => {
+                        for (id, bytes) in segs {
+                            ctx.deliver(conn, u64::from(id), bytes.len(), Location::Host, true);
+                        }
+                    }
+                    Err(e) => {
+                        // Cannot happen: the completion was drained just now and nothing
+                        // recycled since. Treat it as the connection failing, loudly.
+                        let _ = self.ring.recycle_completion(&c);
+                        self.fds.remove(&conn);
+                        ctx.failed(
+                            conn,
+                            Error::io("receive completion names buffers not held", e),
+                        );
+                        return;
+                    }
+                }
+                if !c.more {
+                    self.rearm.push(conn);
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.rearm.push(conn),
+            Err(e) if c.more => {
+                // Transient per-CQE error with the request still armed: report, keep going.
+                let kind = io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO));
+                ctx.failed(conn, recv_error(conn, kind));
+            }
+            Err(e) => {
+                let e = io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO));
+                self.fds.remove(&conn);
+                ctx.failed(conn, recv_error(conn, e));
+            }
+        }
+    }
+}
+
+impl RxBackend for UringRx {
+    fn mode(&self) -> RxMode {
+        RxMode::Uring
+    }
+
+    fn add(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
+        self.fds.insert(conn, fd);
+        if self.ring.available() == 0 {
+            // Armed once buffers come back.
+            self.rearm.push(conn);
+            return Ok(());
+        }
+        if let Err(e) = self.arm(conn) {
+            self.fds.remove(&conn);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, conn: ConnId) -> bool {
+        self.fds.remove(&conn);
+        self.rearm.retain(|&c| c != conn);
+        if self.ring.is_armed(conn.0) && self.ring.cancel(conn.0).is_ok() {
+            self.removing.insert(conn);
+            return false;
+        }
+        true
+    }
+
+    fn release(&mut self, key: u64, _len: usize) {
+        // A key that is not held cannot come from a live RxBuf; ignore rather than panic.
+        let _ = u16::try_from(key).map(|id| self.ring.recycle(id));
+    }
+
+    fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
+        self.rearm_waiting(ctx)?;
+        let timeout = if self.starving {
+            Duration::ZERO
+        } else {
+            timeout
+        };
+        self.ring
+            .wait(1, timeout)
+            .map_err(|e| Error::io("io_uring_enter (receive)", e))?;
+        let mut done = std::mem::take(&mut self.done);
+        self.ring.drain(|c| done.push(c));
+        for c in done.drain(..) {
+            self.complete(ctx, c);
+        }
+        self.done = done;
+        Ok(())
+    }
+
+    fn bytes(&self, key: u64, len: usize) -> Option<&[u8]> {
+        self.ring.buf(u16::try_from(key).ok()?, len).ok()
+    }
+
+    fn held(&self) -> usize {
+        self.ring.held_count()
+    }
+}

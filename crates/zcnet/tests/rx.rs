@@ -1,0 +1,174 @@
+//! Receive conformance: every backend that runs here delivers every byte, in order, per
+//! connection; buffers go back when dropped; slow consumers are counted, not stalled silently.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+use zcnet::rx::{ConnId, Receiver, RxConfig, RxEvent, RxMode};
+use zcnet::Pattern;
+
+/// The backends that run on this machine (zcrx and devmem are refused by every device here).
+const HOST_MODES: [RxMode; 3] = [RxMode::Copy, RxMode::Uring, RxMode::Auto];
+
+fn pair(l: &TcpListener) -> (TcpStream, TcpStream) {
+    let tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (rx, _) = l.accept().unwrap();
+    (tx, rx)
+}
+
+/// xorshift64: message sizes.
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// Sends `msgs` messages of the seeded pattern, then shuts down. Sizes are log-uniform from
+/// 1 B to `max` (every order of magnitude equally often), so thousands of messages stay quick.
+fn sender(mut s: TcpStream, seed: u64, msgs: usize, max: u64) -> thread::JoinHandle<u64> {
+    thread::spawn(move || {
+        let p = Pattern::new(seed);
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut off = 0u64;
+        let mut buf = Vec::new();
+        for _ in 0..msgs {
+            let bits = 64 - max.leading_zeros() as u64;
+            let n = (1 + next(&mut x) % (1u64 << (next(&mut x) % bits))).min(max);
+            buf.resize(n as usize, 0);
+            p.fill(off, &mut buf);
+            s.write_all(&buf).unwrap();
+            off += n;
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        off
+    })
+}
+
+/// Receives every connection to its end, verifying the pattern. With `hold` > 0 it is a slow
+/// consumer: it keeps every buffer until it holds `hold` of them or a poll brings nothing, and
+/// only then drops them all.
+fn receive_all(
+    rx: &mut Receiver,
+    seeds: &HashMap<ConnId, u64>,
+    hold: usize,
+) -> HashMap<ConnId, u64> {
+    let mut got: HashMap<ConnId, u64> = seeds.keys().map(|&c| (c, 0)).collect();
+    let mut open = seeds.len();
+    let mut events = Vec::new();
+    let mut held = std::collections::VecDeque::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while open > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "timed out; got {got:?}, stats {:?}",
+            rx.stats()
+        );
+        rx.poll(&mut events, Duration::from_millis(50)).unwrap();
+        if events.is_empty() || held.len() >= hold {
+            held.clear();
+        }
+        for ev in events.drain(..) {
+            match ev {
+                RxEvent::Data(b) => {
+                    let c = b.conn();
+                    let bytes = rx.bytes(&b).expect("host bytes");
+                    assert_eq!(bytes.len(), b.len());
+                    let off = got.get_mut(&c).unwrap();
+                    Pattern::new(seeds[&c]).verify(*off, bytes).unwrap();
+                    *off += b.len() as u64;
+                    if hold > 0 {
+                        held.push_back(b);
+                    }
+                }
+                RxEvent::Eof(c) => {
+                    open -= 1;
+                    rx.close(c);
+                }
+                RxEvent::Failed(c, e) => panic!("connection {c} failed: {e}"),
+            }
+        }
+    }
+    drop(held);
+    got
+}
+
+fn integrity(
+    mode: RxMode,
+    conns: usize,
+    msgs: usize,
+    max: u64,
+    cfg_fn: impl Fn(&mut RxConfig),
+    hold: usize,
+) -> Receiver {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut cfg = RxConfig::new(mode);
+    cfg_fn(&mut cfg);
+    let mut rx = Receiver::new(&cfg).unwrap();
+    let mut seeds = HashMap::new();
+    let mut senders = Vec::new();
+    for i in 0..conns {
+        let (tx, s) = pair(&l);
+        let id = rx.add(s).unwrap();
+        let seed = 1000 + i as u64;
+        seeds.insert(id, seed);
+        senders.push((id, sender(tx, seed, msgs, max)));
+    }
+    let got = receive_all(&mut rx, &seeds, hold);
+    for (id, h) in senders {
+        assert_eq!(got[&id], h.join().unwrap(), "{mode} connection {id}: bytes");
+    }
+    // One more poll hands back the buffers dropped last.
+    rx.poll(&mut Vec::new(), Duration::ZERO).unwrap();
+    assert_eq!(rx.held(), 0, "{mode}: every buffer is back");
+    let st = rx.stats();
+    assert_eq!(st.returned, st.buffers, "{mode}: {st:?}");
+    assert_eq!(st.eofs as usize, conns);
+    rx
+}
+
+#[test]
+fn every_byte_arrives_in_order_on_every_backend() {
+    for mode in HOST_MODES {
+        let rx = integrity(mode, 4, 1000, 1 << 20, |_| {}, 0);
+        let st = rx.stats();
+        assert_eq!(st.copied_bytes, st.bytes, "{mode}: host backends copy");
+        assert_eq!(st.zerocopy_bytes, 0);
+        if mode == RxMode::Auto {
+            assert_eq!(
+                rx.mode(),
+                RxMode::Uring,
+                "auto picks uring here: {:?}",
+                rx.fallbacks()
+            );
+            assert_eq!(rx.fallbacks()[0].tried, RxMode::Zcrx);
+        }
+    }
+}
+
+#[test]
+fn slow_consumer_starves_the_ring_and_it_resumes() {
+    for mode in [RxMode::Copy, RxMode::Uring] {
+        // 8 buffers of 4 KiB, the consumer keeps all it gets until a poll brings nothing: every
+        // pause is counted, nothing is lost.
+        let rx = integrity(
+            mode,
+            3,
+            300,
+            64 << 10,
+            |c| {
+                c.buffers = 8;
+                c.buf_size = 4096;
+            },
+            8,
+        );
+        let st = rx.stats();
+        assert!(st.starved > 0, "{mode}: {st:?}");
+        if mode == RxMode::Uring {
+            assert!(st.rearms > 0, "{mode}: {st:?}");
+        }
+    }
+}
