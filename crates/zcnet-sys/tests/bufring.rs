@@ -520,7 +520,7 @@ fn cancel_one_request_leaves_the_other_armed() {
         ring.drain(|c| {
             assert_eq!(c.user_data, 1, "only the cancelled request completes");
             assert!(!c.more);
-            ended = Some(c.result.as_ref().map_err(|e| e.raw_os_error()).map(|n| *n));
+            ended = Some(c.result.as_ref().map_err(|e| e.raw_os_error()).copied());
         });
     }
     assert_eq!(ended, Some(Err(Some(libc::ECANCELED))));
