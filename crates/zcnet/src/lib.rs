@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod echo;
 pub mod error;
 pub mod lab;
 pub mod net;
@@ -29,6 +30,7 @@ pub mod nic;
 pub mod probe;
 pub mod region;
 pub mod rx;
+pub mod rxbench;
 pub mod tx;
 
 pub use error::{Error, Result};

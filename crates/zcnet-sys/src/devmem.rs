@@ -1,0 +1,1 @@
+//! devmem TCP socket calls (being written).

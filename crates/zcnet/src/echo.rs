@@ -1,0 +1,1 @@
+//! RPC echo server and client (being written).

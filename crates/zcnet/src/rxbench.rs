@@ -1,0 +1,1 @@
+//! `zcnet bench rx` (being written).
