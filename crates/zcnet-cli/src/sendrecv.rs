@@ -5,7 +5,10 @@ use clap::Args;
 use serde::Serialize;
 use std::io::{IsTerminal, Read, Write};
 use std::time::{Duration, Instant};
-use zcnet::{net, Error, MemoryKind, Pattern, Region, Sender, Socket, TxConfig, TxMode};
+use zcnet::{
+    net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig,
+    TxMode,
+};
 
 /// Options of `zcnet send`.
 #[derive(Args, Debug)]
@@ -50,9 +53,26 @@ pub struct RecvArgs {
     /// Address to listen on: HOST:PORT.
     #[arg(long, default_value = "0.0.0.0:5201")]
     pub listen: String,
-    /// Receive mechanism (copy; more come with the receive path).
-    #[arg(long, default_value = "copy")]
+    /// Receive mechanism: copy, uring, zcrx, devmem, auto (auto says what it chose and why).
+    #[arg(long, default_value = "auto")]
     pub rx: String,
+    /// zcrx/devmem: the interface the stream arrives on (steer it to --queue first, see
+    /// `zcnet nic setup`); auto tries zcrx only with it.
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// zcrx/devmem: the receive queue (default: the interface's last).
+    #[arg(long)]
+    pub queue: Option<u32>,
+    /// copy/uring: bytes per receive buffer.
+    #[arg(long, default_value = "16K")]
+    pub buf_size: String,
+    /// copy/uring: number of receive buffers.
+    #[arg(long, default_value_t = 1024)]
+    pub buffers: usize,
+    /// zcrx: bytes of registered receive area; devmem: size of the udmabuf made when no
+    /// dma-buf is given.
+    #[arg(long, default_value = "64M")]
+    pub area: String,
     /// Check the stream against the seeded pattern; exit 1 at the first wrong byte.
     #[arg(long)]
     pub verify: bool,
@@ -203,19 +223,44 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, Error> {
 }
 
 #[derive(Serialize)]
+struct FallbackJson {
+    tried: &'static str,
+    reason: String,
+}
+
+#[derive(Serialize)]
 struct RecvJson {
     rx: &'static str,
+    requested: &'static str,
+    fallbacks: Vec<FallbackJson>,
     bytes: u64,
     reads: u64,
     seconds: f64,
     verified: bool,
+    zerocopy_bytes: u64,
+    copied_bytes: u64,
+    device_bytes: u64,
+    starved: u64,
+    rearms: u64,
+    linear_fallbacks: u64,
 }
 
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
-    if a.rx != "copy" {
-        return Err(invalid(format!("unknown receive mode '{}': this build has copy (uring, zcrx and devmem come with the receive path)", a.rx)));
-    }
+    let mode = RxMode::parse(&a.rx)?;
     let addr = net::parse_addr(&a.listen)?;
+    let mut cfg = RxConfig::new(mode);
+    cfg.iface = a.iface.clone();
+    cfg.queue = a.queue;
+    cfg.buf_size = parse_size(&a.buf_size)?;
+    cfg.buffers = a.buffers;
+    cfg.area_len = parse_size(&a.area)?;
+    if mode.is_device() && a.verify {
+        return Err(invalid(
+            "--verify reads the payload, but devmem puts it in device memory: drop --verify or use --rx auto".into(),
+        ));
+    }
+    // Made before listening: a refused mechanism fails before any peer connects.
+    let mut rx = Receiver::new(&cfg)?;
     let listener = net::listen_tcp(addr)?;
     eprintln!(
         "zcnet recv: listening on {}",
@@ -223,36 +268,66 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             .local_addr()
             .map_err(|e| Error::io("local_addr", e))?
     );
-    let (mut s, peer) = listener.accept().map_err(|e| Error::io("accept", e))?;
+    if !a.json {
+        for f in rx.fallbacks() {
+            eprintln!("zcnet recv: {f}");
+        }
+        if mode == RxMode::Auto {
+            eprintln!("zcnet recv: auto chose {}", rx.mode());
+        }
+    }
+    let (s, peer) = listener.accept().map_err(|e| Error::io("accept", e))?;
     let stdout = std::io::stdout();
     let discard = a.discard || a.verify || a.json || stdout.is_terminal();
     let mut lock = stdout.lock();
     let sink: Option<&mut dyn Write> = if discard { None } else { Some(&mut lock) };
     let verify = a.verify.then(|| Pattern::new(a.seed));
-    let rep = net::drain_stream(&mut s, verify, sink)?;
+    let rep = net::receive_stream(&mut rx, s, verify, sink)?;
     drop(lock);
+    let st = &rep.stats;
     if a.json {
         let doc = RecvJson {
-            rx: "copy",
-            bytes: rep.bytes,
-            reads: rep.reads,
-            seconds: rep.seconds,
+            rx: rx.mode().name(),
+            requested: mode.name(),
+            fallbacks: rx
+                .fallbacks()
+                .iter()
+                .map(|f| FallbackJson {
+                    tried: f.tried.name(),
+                    reason: f.reason.clone(),
+                })
+                .collect(),
+            bytes: rep.recv.bytes,
+            reads: rep.recv.reads,
+            seconds: rep.recv.seconds,
             verified: a.verify,
+            zerocopy_bytes: st.zerocopy_bytes,
+            copied_bytes: st.copied_bytes,
+            device_bytes: rep.device_bytes,
+            starved: st.starved,
+            rearms: st.rearms,
+            linear_fallbacks: st.linear_fallbacks,
         };
         println!(
             "{}",
             serde_json::to_string(&doc).map_err(|e| invalid(e.to_string()))?
         );
     } else {
-        let mbps = if rep.seconds > 0.0 {
-            rep.bytes as f64 / rep.seconds / 1e6
+        let secs = rep.recv.seconds;
+        let mbps = if secs > 0.0 {
+            rep.recv.bytes as f64 / secs / 1e6
         } else {
             0.0
         };
         eprintln!(
-            "zcnet recv: {} B from {peer} in {:.2} s ({mbps:.0} MB/s){}",
-            rep.bytes,
-            rep.seconds,
+            "zcnet recv: {} B from {peer} in {secs:.2} s ({mbps:.0} MB/s) with {}: {} B zero-copy, {} B copied, {} buffers, starved {}x, re-armed {}x{}",
+            rep.recv.bytes,
+            rx.mode(),
+            st.zerocopy_bytes,
+            st.copied_bytes,
+            rep.recv.reads,
+            st.starved,
+            st.rearms,
             if a.verify { ", pattern verified" } else { "" }
         );
     }

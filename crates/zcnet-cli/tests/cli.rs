@@ -140,6 +140,83 @@ fn send_recv_verified_round_trip_for_every_mode() {
 }
 
 #[test]
+fn recv_every_host_rx_mode_verifies_and_says_what_it_used() {
+    for (rx, used) in [("copy", "copy"), ("uring", "uring"), ("auto", "uring")] {
+        let (child, port) = start_recv(&["--rx", rx, "--verify", "--seed", "5", "--json"]);
+        run_json(&[
+            "send",
+            &format!("127.0.0.1:{port}"),
+            "--tx",
+            "copy",
+            "--verify",
+            "--seed",
+            "5",
+            "--bytes",
+            "6M",
+            "--size",
+            "100000",
+            "--json",
+        ]);
+        let r = child.wait_with_output().unwrap();
+        assert!(r.status.success(), "{rx}: {}", stderr(&r));
+        let rj: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(rj["bytes"], 6 << 20, "{rx}");
+        assert_eq!(rj["verified"], true);
+        assert_eq!(rj["rx"], used, "{rx}: {rj}");
+        assert_eq!(rj["requested"], rx);
+        assert_eq!(
+            rj["copied_bytes"],
+            6 << 20,
+            "{rx}: the kernel copies on loopback"
+        );
+        assert_eq!(rj["zerocopy_bytes"], 0);
+        if rx == "auto" {
+            assert_eq!(rj["fallbacks"][0]["tried"], "zcrx", "{rj}");
+            assert!(
+                rj["fallbacks"][0]["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("--iface"),
+                "{rj}"
+            );
+        }
+    }
+}
+
+#[test]
+fn recv_refusals_are_one_line_errors() {
+    let o = run(&["recv", "--listen", "127.0.0.1:0", "--rx", "bogus"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("unknown receive mode 'bogus'") && e.contains("uring"),
+        "{e}"
+    );
+    for rx in ["zcrx", "devmem"] {
+        let o = run(&["recv", "--listen", "127.0.0.1:0", "--rx", rx]);
+        assert_eq!(o.status.code(), Some(1), "{rx}");
+        let e = stderr(&o);
+        assert_eq!(e.lines().count(), 1, "{rx}: {e}");
+        assert!(e.contains("--iface"), "{rx}: {e}");
+    }
+    let o = run(&[
+        "recv",
+        "--listen",
+        "127.0.0.1:0",
+        "--rx",
+        "zcrx",
+        "--iface",
+        "nosuch0",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("no interface named 'nosuch0'"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
 fn wrong_seed_fails_verification() {
     let (child, port) = start_recv(&["--verify", "--seed", "1"]);
     let s = run(&[

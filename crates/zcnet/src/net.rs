@@ -120,3 +120,85 @@ pub fn listen_tcp(addr: SocketAddr) -> Result<TcpListener> {
         _ => Error::io(format!("listen {addr}"), e),
     })
 }
+
+/// What [`receive_stream`] saw: the byte counts and the receiver's own statistics.
+#[derive(Debug, Clone)]
+pub struct StreamReport {
+    /// Bytes, reads (buffers delivered) and seconds from the first byte to end of stream.
+    pub recv: RecvReport,
+    /// The receiver's counters (zero-copy vs copied bytes, starvation, re-arms).
+    pub stats: crate::rx::RxStats,
+    /// Bytes that landed in device memory (not verified nor written: the CPU may not read them).
+    pub device_bytes: u64,
+}
+
+/// Reads `stream` to its end through `rx` (any receive backend); with `verify`, checks every
+/// host byte against the pattern; with `sink`, writes host bytes to it. Device-memory buffers
+/// are counted, never read. Buffers are given back as soon as they are consumed.
+pub fn receive_stream(
+    rx: &mut crate::rx::Receiver,
+    stream: TcpStream,
+    verify: Option<Pattern>,
+    mut sink: Option<&mut dyn std::io::Write>,
+) -> Result<StreamReport> {
+    use crate::rx::RxEvent;
+    let conn = rx.add(stream)?;
+    let mut rep = RecvReport::default();
+    let mut device_bytes = 0u64;
+    let mut start = None;
+    let mut events = Vec::new();
+    let mut result = Ok(());
+    'outer: loop {
+        if crate::interrupted() {
+            result = Err(Error::Interrupted);
+            break;
+        }
+        if let Err(e) = rx.poll(&mut events, std::time::Duration::from_millis(100)) {
+            result = Err(e);
+            break;
+        }
+        for ev in events.drain(..) {
+            match ev {
+                RxEvent::Data(b) => {
+                    start.get_or_insert_with(std::time::Instant::now);
+                    match rx.bytes(&b) {
+                        Some(bytes) => {
+                            if let Some(p) = verify {
+                                if let Err(m) = p.verify(rep.bytes, bytes) {
+                                    result = Err(m.into());
+                                    break 'outer;
+                                }
+                            }
+                            if let Some(s) = sink.as_deref_mut() {
+                                if let Err(e) = s.write_all(bytes) {
+                                    result = Err(Error::io("writing received data", e));
+                                    break 'outer;
+                                }
+                            }
+                        }
+                        None => device_bytes += b.len() as u64,
+                    }
+                    rep.bytes += b.len() as u64;
+                    rep.reads += 1;
+                }
+                RxEvent::Eof(_) => break 'outer,
+                RxEvent::Failed(_, e) => {
+                    result = Err(e);
+                    break 'outer;
+                }
+            }
+        }
+    }
+    // Events not looked at (after an error) give their buffers back here.
+    events.clear();
+    rx.close(conn);
+    rep.seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    result?;
+    // Hand the last buffers back so the statistics are final.
+    rx.poll(&mut events, std::time::Duration::ZERO)?;
+    Ok(StreamReport {
+        recv: rep,
+        stats: rx.stats(),
+        device_bytes,
+    })
+}
