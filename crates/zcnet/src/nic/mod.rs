@@ -369,8 +369,14 @@ impl<C: NicControl> NicGuard<C> {
         step: &str,
         f: impl FnOnce(&mut C) -> Result<Option<u32>>,
     ) -> Result<()> {
+        // `apply` creates the state file before any step: without one, a change could not be
+        // undone after a crash, so it is refused (a bug, loudly) rather than made or skipped.
         let Some(st) = self.state.as_mut() else {
-            return Ok(());
+            let e = Error::io(
+                "recording the change",
+                std::io::Error::other("no state file is open (internal error, please report)"),
+            );
+            return Err(self.fail(step, e));
         };
         let id = st.pending(&c).map_err(|e| self.fail(step, e))?;
         match f(&mut self.ctl) {
