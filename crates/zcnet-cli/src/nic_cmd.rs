@@ -185,6 +185,27 @@ fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
     Ok(())
 }
 
+/// A JSON value as a person reads it: strings without quotes, objects as `k v, k v`, lists
+/// joined with `; `, null as `n/a`.
+fn plain(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => "n/a".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) if a.is_empty() => "none".into(),
+        Value::Array(a) => a.iter().map(plain).collect::<Vec<_>>().join("; "),
+        Value::Object(o) if o.len() == 1 && o.contains_key("error") => {
+            format!("unavailable ({})", plain(&o["error"]))
+        }
+        Value::Object(o) => o
+            .iter()
+            .map(|(k, v)| format!("{} {}", k.replace('_', "-"), plain(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
 fn status(a: &StatusArgs) -> zcnet::Result<()> {
     let files = state_files(a.iface.as_deref());
     let mut ifaces: Vec<String> = a.iface.iter().cloned().collect();
@@ -258,7 +279,7 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
                 .flatten()
                 .filter(|(k, _)| *k != "iface")
             {
-                println!("  {k}: {v}");
+                println!("  {k}: {}", plain(v));
             }
         }
         live.push(doc);
