@@ -161,6 +161,17 @@ impl ZcrxRx {
         self.queue.len()
     }
 
+    /// Whether the application holds exactly `frag` (delivered by a data completion and not
+    /// released since). Only such bytes may be read: the kernel does not write a buffer while
+    /// one of its fragments is held, and a released fragment may already be back in its hands.
+    pub fn is_held(&self, frag: Frag) -> bool {
+        self.locate(frag).is_ok_and(|(b, start)| {
+            self.bufs[b]
+                .iter()
+                .any(|l| l.state == Ref::Held && l.start == start && l.len == frag.len)
+        })
+    }
+
     /// Whether `conn` has a RECV_ZC request running.
     pub fn is_armed(&self, conn: u64) -> bool {
         self.conns.contains_key(&conn)
@@ -370,5 +381,44 @@ impl ZcrxRx {
     fn reject<T>(&mut self, e: RxError) -> Result<T, RxError> {
         self.stats.rejected += 1;
         Err(e)
+    }
+}
+
+#[cfg(test)]
+mod is_held_tests {
+    use super::*;
+    use crate::sendzc::IORING_CQE_F_MORE as MORE;
+
+    #[test]
+    fn only_delivered_unreleased_fragments_are_held() {
+        let mut rx = ZcrxRx::new(4 * 4096, 0).unwrap();
+        rx.arm(1, 0).unwrap();
+        let a = Frag { off: 100, len: 50 };
+        let b = Frag { off: 200, len: 10 };
+        assert!(!rx.is_held(a), "never delivered");
+        assert!(matches!(
+            rx.on_cqe(1, 50, MORE, 100),
+            Ok(RxEvent::Data { .. })
+        ));
+        assert!(matches!(
+            rx.on_cqe(1, 10, MORE, 200),
+            Ok(RxEvent::Data { .. })
+        ));
+        assert!(rx.is_held(a) && rx.is_held(b));
+        // Exactly the fragment: no sub-range, no other length, nothing outside the area.
+        assert!(!rx.is_held(Frag { off: 100, len: 49 }));
+        assert!(!rx.is_held(Frag { off: 101, len: 49 }));
+        assert!(!rx.is_held(Frag {
+            off: 1 << 20,
+            len: 1
+        }));
+        rx.release(a).unwrap();
+        assert!(!rx.is_held(a), "released (queued)");
+        assert!(rx.is_held(b));
+        assert_eq!(rx.flush_refills(|_| true), 1);
+        assert!(!rx.is_held(a), "returned");
+        rx.release(b).unwrap();
+        assert!(!rx.is_held(b));
+        rx.check().unwrap();
     }
 }

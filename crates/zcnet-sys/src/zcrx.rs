@@ -846,3 +846,321 @@ mod tests {
         assert_eq!(explain_register_errno(12345), "unexpected error");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Receiving: multishot RECV_ZC requests on a registered ifq, their 32-byte completions, and the
+// fragments the application reads until it gives them back.
+// ---------------------------------------------------------------------------------------------
+
+use io_uring::{opcode, types};
+use std::time::Duration;
+use zcnet_core::rxring::{Frag, RecvZcCqe, RxError, RxEvent, ZcrxRx};
+
+/// `user_data` of the cancel requests [`ZcrxReceiver`] submits; never a connection's.
+pub const ZCRX_CANCEL_TAG: u64 = u64::MAX;
+
+/// The index of interface `name` in the *calling thread's* network namespace
+/// (`if_nametoindex(3)`, an ioctl on a socket of that namespace); `None` when there is none.
+/// Unlike `/sys/class/net`, which shows the namespace sysfs was mounted in, this follows a
+/// thread that moved with `setns`.
+pub fn if_index(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: `c` is a NUL-terminated string that outlives the call; if_nametoindex only reads it.
+    let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (idx != 0).then_some(idx)
+}
+
+/// Completion-queue entries of the ring [`ZcrxIfq::register_for_receive`] creates: every
+/// received fragment is one CQE, and a RECV_ZC request that finds the CQ full ends with
+/// `-ENOSPC` (io_uring/zcrx.c `io_zcrx_queue_cqe`), so the CQ is sized for a burst.
+pub const RECEIVE_CQ_ENTRIES: u32 = 4096;
+/// Submission-queue entries of that ring (arms and cancels only).
+pub const RECEIVE_SQ_ENTRIES: u32 = 64;
+
+impl ZcrxIfq {
+    /// As [`Self::register`], with a ring sized for receiving: [`RECEIVE_SQ_ENTRIES`] SQEs and
+    /// [`RECEIVE_CQ_ENTRIES`] CQEs (SINGLE_ISSUER|DEFER_TASKRUN|CQE32). On error nothing stays
+    /// pinned or open.
+    pub fn register_for_receive(
+        ifindex: u32,
+        rx_queue: u32,
+        area_len: usize,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        if area_len == 0 {
+            return Err(einval());
+        }
+        let ring = ZcrxRing::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_cqsize(RECEIVE_CQ_ENTRIES)
+            .build(RECEIVE_SQ_ENTRIES)?;
+        let area = Mapping::anonymous(area_len)?;
+        Self::register_on(ring, ifindex, rx_queue, area, rq_entries)
+    }
+}
+
+/// One RECV_ZC completion read by [`ZcrxReceiver::drain`]: the raw fields and what the
+/// bookkeeping ([`ZcrxRx::on_cqe32`]) made of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZcrxCompletion {
+    /// `user_data`, `res`, `flags` and the `io_uring_zcrx_cqe` offset.
+    pub cqe: RecvZcCqe,
+    /// A fragment now held by the application, the end of the request (EOF, re-arm, error), or
+    /// a completion that contradicts the protocol (nothing changed then).
+    pub event: Result<RxEvent, RxError>,
+}
+
+impl ZcrxCompletion {
+    /// Whether the kernel will post more completions for this request (`IORING_CQE_F_MORE`).
+    pub fn more(&self) -> bool {
+        self.cqe.flags & zcnet_core::sendzc::IORING_CQE_F_MORE != 0
+    }
+}
+
+/// What [`ZcrxReceiver::flush_refills`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RefillFlush {
+    /// Entries pushed into the refill ring and published.
+    pub pushed: usize,
+    /// Released fragments still waiting because the refill ring was full.
+    pub waiting: usize,
+}
+
+/// Zero-copy receive on a registered [`ZcrxIfq`] with its bookkeeping ([`ZcrxRx`]): arms
+/// multishot RECV_ZC requests on sockets, reads their 32-byte completions, lends the received
+/// fragments and returns them through the refill ring.
+///
+/// The one rule memory safety rests on lives here: [`Self::bytes`] gives a fragment's bytes only
+/// while the bookkeeping says the application holds it (delivered by a data completion, not
+/// released). Its refill entry — after which the NIC may write the buffer again — can only be
+/// pushed by [`Self::flush_refills`], which takes `&mut self`, so no slice from `bytes` outlives
+/// the fragment's return.
+///
+/// Requests are `IORING_OP_RECV_ZC` with `IORING_RECV_MULTISHOT` and `len` 0 (6.18 rejects
+/// RECV_ZC without the multishot flag, io_uring/net.c `io_recvzc_prep`; `len` 0 means no byte
+/// limit) and `zcrx_ifq_idx` = [`ZcrxIfq::id`]. The request runs until the stream ends
+/// (`res` 0), fails, is cancelled, or the kernel ends it with `-ENOSPC` (no CQ room), `-ENOMEM`
+/// (no free buffer for the copy fallback) or `-EINTR`: then re-arm ([`RxEvent::Rearm`]).
+/// Data arriving on another queue than the registered one (flow not steered) is *copied* into
+/// the area by the kernel (`io_zcrx_copy_chunk`), indistinguishably in 6.18's completions.
+///
+/// dma-buf areas (`IORING_ZCRX_AREA_DMABUF`, 6.16+: `area.flags`, `area.dmabuf_fd`, `addr` the
+/// offset in the dma-buf) fit the same shape: completions carry offsets into the dma-buf, the
+/// refill ring is the same, and only `bytes` changes — it returns `None` (device memory) and
+/// callers describe the fragment as a device range instead. zcnet registers host areas only.
+///
+/// Like the ring, it must stay on the thread that made it (SINGLE_ISSUER; `!Send`).
+pub struct ZcrxReceiver {
+    ifq: ZcrxIfq,
+    core: ZcrxRx,
+}
+
+impl std::fmt::Debug for ZcrxReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZcrxReceiver")
+            .field("ifq", &self.ifq)
+            .field("stats", self.core.stats())
+            .finish()
+    }
+}
+
+/// `io_uring_enter` errors after which the queued SQE is simply submitted with the next call.
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+    )
+}
+
+impl ZcrxReceiver {
+    /// Receiving on `ifq`: its whole area in page-sized buffers (one `net_iov` per page in
+    /// 6.18, `io_zcrx_create_area`), every one the kernel's.
+    pub fn new(ifq: ZcrxIfq) -> io::Result<ZcrxReceiver> {
+        let page = u32::try_from(crate::mem::page_size()).map_err(|_| einval())?;
+        let core = ZcrxRx::with_buf_size(ifq.area_len() as u64, page, ifq.area_token())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        Ok(ZcrxReceiver { ifq, core })
+    }
+
+    /// The registration (interface, queue, area, refill ring).
+    pub fn ifq(&self) -> &ZcrxIfq {
+        &self.ifq
+    }
+
+    /// The bookkeeping: counters, held fragments, queued refills.
+    pub fn core(&self) -> &ZcrxRx {
+        &self.core
+    }
+
+    /// Arms a multishot RECV_ZC on socket `fd` for `user_data` (unique among armed requests,
+    /// else `EBUSY`; not [`ZCRX_CANCEL_TAG`], else `EINVAL`) and submits it. The caller keeps
+    /// `fd` open until the request's final completion. If `io_uring_enter` fails for good the
+    /// error is returned but the SQE stays queued and counts as armed: it goes in with the next
+    /// [`Self::wait`].
+    pub fn arm(&mut self, fd: std::os::fd::RawFd, user_data: u64) -> io::Result<()> {
+        if user_data == ZCRX_CANCEL_TAG {
+            return Err(einval());
+        }
+        if self.core.is_armed(user_data) {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        let sqe = opcode::RecvZc::new(types::Fd(fd), 0)
+            .ifq(self.ifq.id())
+            .build()
+            .user_data(user_data);
+        self.push(&sqe)?;
+        // Cannot fail: not armed (checked above) and len 0.
+        self.core.arm(user_data, 0).map_err(|_| einval())?;
+        match self.ifq.ring().submit() {
+            Err(e) if !transient(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Asks the kernel to cancel request `user_data` (`IORING_OP_ASYNC_CANCEL` by user_data) and
+    /// submits. Its final completion (`-ECANCELED`, or whatever ended it first) arrives through
+    /// [`Self::drain`]. `ENOENT` when no such request is armed.
+    pub fn cancel(&mut self, user_data: u64) -> io::Result<()> {
+        if !self.core.is_armed(user_data) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let sqe = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(user_data))
+            .build()
+            .user_data(ZCRX_CANCEL_TAG);
+        self.push(&sqe)?;
+        match self.ifq.ring().submit() {
+            Err(e) if !transient(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether request `user_data` is armed (its final completion not yet drained).
+    pub fn is_armed(&self, user_data: u64) -> bool {
+        self.core.is_armed(user_data)
+    }
+
+    /// Queues an SQE that references no user memory.
+    fn push(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
+        let ring = self.ifq.ring_mut();
+        if ring.submission().is_full() {
+            ring.submit()?;
+        }
+        // SAFETY: RECV_ZC and cancel SQEs carry no pointer: the kernel writes into the area
+        // registered with the ifq, which `self` owns until the ring is closed.
+        unsafe { ring.submission().push(sqe) }
+            .map_err(|_| io::Error::from_raw_os_error(libc::EAGAIN))
+    }
+
+    /// Pushes released fragments' refill entries, oldest first, into the refill ring and
+    /// publishes them. Entries that do not fit wait for the next flush (counted in the
+    /// bookkeeping's `refill_starved`).
+    pub fn flush_refills(&mut self) -> RefillFlush {
+        let ZcrxReceiver { ifq, core } = self;
+        let pushed = core.flush_refills(|e| ifq.refill_push(e.off, e.len));
+        if pushed > 0 {
+            ifq.refill_commit();
+        }
+        RefillFlush {
+            pushed,
+            waiting: core.queued_refills(),
+        }
+    }
+
+    /// Submits what is queued and waits for at least `min` completions or `timeout`. With
+    /// DEFER_TASKRUN the kernel does the receive work inside this call. A timeout or `EINTR`
+    /// is not an error.
+    pub fn wait(&mut self, min: usize, timeout: Duration) -> io::Result<()> {
+        let ts = types::Timespec::new()
+            .sec(timeout.as_secs())
+            .nsec(timeout.subsec_nanos());
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ifq.ring().submitter().submit_with_args(min, &args) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Hands every available RECV_ZC completion to `f`, interpreted by the bookkeeping: a data
+    /// completion's fragment is held by the application from then on, until
+    /// [`Self::release`]d. Cancel completions are consumed here.
+    pub fn drain(&mut self, mut f: impl FnMut(ZcrxCompletion)) {
+        let ZcrxReceiver { ifq, core } = self;
+        let mut cq = ifq.ring_mut().completion();
+        cq.sync();
+        for cqe in &mut cq {
+            if cqe.user_data() == ZCRX_CANCEL_TAG {
+                continue;
+            }
+            let c = RecvZcCqe {
+                user_data: cqe.user_data(),
+                res: cqe.result(),
+                flags: cqe.flags(),
+                off: cqe.big_cqe()[0],
+            };
+            let event = core.on_cqe32(&c);
+            f(ZcrxCompletion { cqe: c, event });
+        }
+    }
+
+    /// The bytes of `frag` while the application holds it (see the type's docs); `None` for
+    /// anything else (never delivered, released, a sub-range, outside the area).
+    pub fn bytes(&self, frag: Frag) -> Option<&[u8]> {
+        if !self.core.is_held(frag) {
+            return None;
+        }
+        // SAFETY: the bookkeeping says `frag` was delivered by a RECV_ZC data completion and has
+        // not been released since, so its refill entry has not been pushed and the kernel does
+        // not write those bytes; pushing one needs `&mut self`, which the returned borrow of
+        // `self` excludes until the slice is gone.
+        unsafe { self.ifq.area_bytes(frag.off, frag.len as usize) }
+    }
+
+    /// The application is done with `frag`: its refill entry is queued for the next
+    /// [`Self::flush_refills`]. Refuses a fragment not held (never delivered, or released).
+    pub fn release(&mut self, frag: Frag) -> Result<(), RxError> {
+        self.core.release(frag)
+    }
+}
+
+fn einval() -> io::Error {
+    io::Error::from_raw_os_error(libc::EINVAL)
+}
+
+#[cfg(test)]
+mod receive_tests {
+    use super::*;
+
+    #[test]
+    fn if_index_follows_the_thread_namespace() {
+        assert_eq!(if_index("lo"), Some(1));
+        assert_eq!(if_index("zcnet-no-such-if"), None);
+        assert_eq!(if_index("bad\0name"), None);
+        // In a private namespace only `lo` exists (and has index 1 there).
+        let r = crate::os::in_private_netns(|| (if_index("lo"), if_index("eth0")));
+        if let Some(r) = r {
+            assert_eq!(r, (Some(1), None));
+        }
+    }
+
+    #[test]
+    fn receive_ring_is_one_the_kernel_takes() {
+        if crate::os::kernel_version().is_none_or(|(a, b, _)| (a, b) < (6, 15)) {
+            eprintln!("skipped: zcrx needs Linux 6.15");
+            return;
+        }
+        // The larger CQ must not cost a flag the kernel needs: on lo the ring passes the flag
+        // checks (EINVAL otherwise) and the device is what refuses.
+        let r = crate::os::in_private_netns(|| {
+            [
+                ZcrxIfq::register_for_receive(1, 0, 1 << 20, 256),
+                ZcrxIfq::register_for_receive(1, 0, 0, 256),
+            ]
+            .map(|r| r.err().and_then(|e| e.raw_os_error()))
+        });
+        if let Some(e) = r {
+            assert_eq!(e, [Some(libc::EOPNOTSUPP), Some(libc::EINVAL)]);
+        }
+    }
+}
