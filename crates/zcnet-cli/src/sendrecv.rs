@@ -243,6 +243,7 @@ struct RecvJson {
     starved: u64,
     rearms: u64,
     linear_fallbacks: u64,
+    unsteered: u64,
 }
 
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
@@ -307,6 +308,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             starved: st.starved,
             rearms: st.rearms,
             linear_fallbacks: st.linear_fallbacks,
+            unsteered: st.unsteered,
         };
         println!(
             "{}",

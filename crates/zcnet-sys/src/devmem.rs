@@ -61,36 +61,77 @@ pub struct Received {
     pub ctrl_truncated: bool,
 }
 
+/// Buffers one [`recvmsg_ctrl_vectored`] call takes at most (the iovec array lives on the stack;
+/// the kernel's own limit, `UIO_MAXIOV`, is 1024).
+pub const MAX_IOVECS: usize = 64;
+
 /// `recvmsg(fd)` into `buf` with `ctrl` as the control buffer and `flags` (e.g.
 /// [`MSG_SOCK_DEVMEM_FLAG`]` | MSG_DONTWAIT`). Walk the control messages with
-/// [`cmsgs`]`(&ctrl[..r.ctrl_len])`.
+/// [`cmsgs`]`(&ctrl[..r.ctrl_len])`. One buffer of [`recvmsg_ctrl_vectored`].
 pub fn recvmsg_ctrl(
     fd: RawFd,
     buf: &mut [u8],
     ctrl: &mut [u8],
     flags: libc::c_int,
 ) -> io::Result<Received> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
+    recvmsg_ctrl_vectored(fd, [buf], ctrl, flags)
+}
+
+/// `recvmsg(fd)` into several buffers (an iovec array, filled in the order given) with `ctrl`
+/// as the control buffer. With `MSG_SOCK_DEVMEM`, every byte the call takes counts against the
+/// buffers' total length, device bytes included, while only linear bytes are written, packed
+/// from the start of the first buffer on (crossing into the next ones as they fill).
+///
+/// `EINVAL` without a call for more than [`MAX_IOVECS`] buffers, or for a total length of 0:
+/// TCP answers an empty read with 0, which would be indistinguishable from end of stream.
+pub fn recvmsg_ctrl_vectored<'a, I>(
+    fd: RawFd,
+    bufs: I,
+    ctrl: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<Received>
+where
+    I: IntoIterator<Item = &'a mut [u8]>,
+{
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
     };
+    let mut iov = [empty; MAX_IOVECS];
+    let (mut n, mut total) = (0usize, 0usize);
+    for b in bufs {
+        let slot = iov
+            .get_mut(n)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        *slot = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        };
+        n += 1;
+        total = total.saturating_add(b.len());
+    }
+    if total == 0 {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     // SAFETY: msghdr is a plain C struct for which all-zero bytes are a valid value (null
     // pointers, zero lengths).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n as _;
     if !ctrl.is_empty() {
         msg.msg_control = ctrl.as_mut_ptr().cast();
         msg.msg_controllen = ctrl.len() as _;
     }
-    // SAFETY: `msg` points at `iov` (which describes `buf`) and at `ctrl`, all live and
-    // exclusively borrowed for the call; the kernel writes at most their lengths into them.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
-    if n < 0 {
+    // SAFETY: `msg` points at the first `n` entries of `iov`, each describing a slice borrowed
+    // mutably for `'a` (which outlives this call, so nothing else can touch those bytes during
+    // it; safe slices are disjoint), and at `ctrl`, exclusively borrowed; the kernel writes at
+    // most each entry's length into it and at most `ctrl.len()` control bytes.
+    let r = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    if r < 0 {
         return Err(crate::last_err());
     }
     Ok(Received {
-        bytes: n as usize,
+        bytes: r as usize,
         ctrl_len: (msg.msg_controllen as usize).min(ctrl.len()),
         ctrl_truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
     })
@@ -425,9 +466,22 @@ mod tests {
         // kernel adds a real control message to walk.
         let (mut a, b) = tcp_pair();
         set_int(b.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
-        a.write_all(b"hello devmem").unwrap();
         let mut buf = [0u8; 64];
         let mut ctrl = [0u8; 256];
+        // The first socket to ask for timestamps turns them on for the whole system from a
+        // work item (net_enable_timestamp: the static key is flipped later), so packets of the
+        // next moments may come unstamped: wait until one comes stamped.
+        for i in 0.. {
+            a.write_all(b"w").unwrap();
+            let r = recvmsg_ctrl(b.as_raw_fd(), &mut buf, &mut ctrl, 0).unwrap();
+            assert_eq!(r.bytes, 1);
+            if r.ctrl_len > 0 {
+                break;
+            }
+            assert!(i < 500, "no timestamp after 5 s");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        a.write_all(b"hello devmem").unwrap();
         let r = recvmsg_ctrl(b.as_raw_fd(), &mut buf, &mut ctrl, MSG_SOCK_DEVMEM_FLAG).unwrap();
         assert_eq!(&buf[..r.bytes], b"hello devmem");
         assert!(!r.ctrl_truncated);
@@ -456,6 +510,47 @@ mod tests {
         drop(a);
         let r = recvmsg_ctrl(b.as_raw_fd(), &mut buf, &mut ctrl, MSG_SOCK_DEVMEM_FLAG).unwrap();
         assert_eq!(r.bytes, 0);
+    }
+
+    #[test]
+    fn one_read_fills_several_buffers_in_order() {
+        let (mut a, b) = tcp_pair();
+        a.write_all(b"abcdefghij").unwrap();
+        let (mut x, mut y, mut z) = ([0u8; 4], [0u8; 3], [0u8; 8]);
+        let mut ctrl = [0u8; 64];
+        // Wait for all ten bytes to be there (loopback delivers them at once, but be sure).
+        let mut peek = [0u8; 16];
+        while crate::sock::recv(b.as_raw_fd(), &mut peek, libc::MSG_PEEK).unwrap() < 10 {}
+        let bufs: [&mut [u8]; 3] = [&mut x, &mut y, &mut z];
+        let r =
+            recvmsg_ctrl_vectored(b.as_raw_fd(), bufs, &mut ctrl, MSG_SOCK_DEVMEM_FLAG).unwrap();
+        assert_eq!(r.bytes, 10);
+        assert_eq!((&x, &y, &z[..3]), (b"abcd", b"efg", &b"hij"[..]));
+        // Nothing to read into, or too many buffers: refused before the call (a 0-byte TCP
+        // read would look like end of stream).
+        let e = recvmsg_ctrl_vectored(b.as_raw_fd(), [&mut [][..]], &mut ctrl, 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        let none: [&mut [u8]; 0] = [];
+        let e = recvmsg_ctrl_vectored(b.as_raw_fd(), none, &mut ctrl, 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        let mut many = [[0u8; 1]; MAX_IOVECS + 1];
+        let e = recvmsg_ctrl_vectored(
+            b.as_raw_fd(),
+            many.iter_mut().map(|m| &mut m[..]),
+            &mut ctrl,
+            libc::MSG_DONTWAIT,
+        )
+        .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        // Exactly the limit is fine (and there is nothing to read: EAGAIN, not EINVAL).
+        let e = recvmsg_ctrl_vectored(
+            b.as_raw_fd(),
+            many[..MAX_IOVECS].iter_mut().map(|m| &mut m[..]),
+            &mut ctrl,
+            libc::MSG_DONTWAIT,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     }
 
     #[test]

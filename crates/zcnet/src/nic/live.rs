@@ -26,15 +26,13 @@ pub(crate) fn kernel_err(e: zcnet_netlink::Error) -> Error {
 }
 
 impl LiveNic {
-    /// Opens `name` (which must exist in this network namespace).
+    /// Opens `name`, which must exist in the calling thread's network namespace (looked up
+    /// with `if_nametoindex`, which follows a thread that entered a namespace with `setns`;
+    /// `/sys/class/net` would show the namespace sysfs was mounted in).
     pub fn open(name: &str) -> Result<LiveNic> {
-        let ifindex = std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .filter(|_| !name.is_empty() && !name.contains('/'))
-            .ok_or_else(|| Error::UnknownInterface {
-                given: name.to_string(),
-            })?;
+        let ifindex = zcnet_sys::zcrx::if_index(name).ok_or_else(|| Error::UnknownInterface {
+            given: name.to_string(),
+        })?;
         let ethtool = Ethtool::open().map_err(kernel_err)?;
         Ok(LiveNic {
             name: name.to_string(),
@@ -125,7 +123,7 @@ impl NicControl for LiveNic {
             Ok(n) => Ok(n),
             // Drivers without get_rxnfc (no RSS control): the queues the kernel set up.
             Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
-                Ok(crate::probe::sysfs_rx_queues(&self.name))
+                Ok(crate::probe::rx_queues(self.ifindex, &mut self.ethtool))
             }
             Err(e) => Err(kernel_err(e)),
         }

@@ -1,11 +1,23 @@
-//! Reading an interface: sysfs for the list and flags, the netdev family for XDP features,
-//! queues, NAPI and bindings, ethtool netlink for rings, channels, features and RSS, the
-//! ethtool ioctl for the driver name. Each read that fails becomes a note, not an error.
+//! Reading an interface: rtnetlink for the list, indexes and flags, the netdev family for XDP
+//! features, queues, NAPI and bindings, ethtool netlink for rings, channels, features and RSS,
+//! the ethtool ioctl for the driver name. Each read that fails becomes a note, not an error.
+//!
+//! Nothing here reads `/sys/class/net`: sysfs shows the network namespace of whoever mounted
+//! it, not the one of the calling thread, so a thread that entered a lab namespace with
+//! `setns` would see (and probe) the root namespace's devices. Netlink and ioctl sockets are
+//! made in the calling thread's namespace, so every source used here follows it.
+
+use std::io;
 
 use zcnet_core::probe::{HeaderSplit, IfaceFacts, IfaceKind, Trials};
 use zcnet_netlink::ethtool::{Dev, Ethtool, TcpDataSplit};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
 use zcnet_netlink::ntuple;
+use zcnet_netlink::wire::{
+    messages, parse_done, parse_error, Attrs, NLA_HDRLEN, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN,
+    NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use zcnet_sys::netlink::{NlSocket, NETLINK_ROUTE};
 
 use super::IfaceReport;
 use crate::{Error, Result};
@@ -14,42 +26,173 @@ use crate::{Error, Result};
 const IFF_UP: u32 = 0x1;
 const IFF_LOOPBACK: u32 = 0x8;
 
-fn sys(name: &str, file: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/sys/class/net/{name}/{file}"))
+/// `RTM_NEWLINK`, `RTM_GETLINK` (include/uapi/linux/rtnetlink.h).
+const RTM_NEWLINK: u16 = 16;
+const RTM_GETLINK: u16 = 18;
+/// `struct ifinfomsg`: family, pad, type (u16), index (i32), flags (u32), change (u32).
+const IFINFOMSG_LEN: usize = 16;
+/// `IFLA_*` attributes (include/uapi/linux/if_link.h).
+const IFLA_IFNAME: u16 = 3;
+const IFLA_EXT_MASK: u16 = 29;
+const IFLA_NUM_RX_QUEUES: u16 = 32;
+const IFLA_PARENT_DEV_NAME: u16 = 56;
+/// `RTEXT_FILTER_SKIP_STATS`: no statistics in the dump (they are most of its bytes).
+const RTEXT_FILTER_SKIP_STATS: u32 = 1 << 3;
+/// A dump the kernel marks inconsistent (a device came or went meanwhile) is retried this often.
+const DUMP_TRIES: usize = 3;
+
+/// One interface of the calling thread's network namespace, as rtnetlink describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Link {
+    pub(super) name: String,
+    pub(super) ifindex: u32,
+    /// `ifi_flags` (`IFF_*`).
+    pub(super) flags: u32,
+    /// A bus device is behind it (`IFLA_PARENT_DEV_NAME`, what sysfs shows as `device`).
+    pub(super) parent: bool,
+    /// `IFLA_NUM_RX_QUEUES`: RX queues allocated (the ones in use may be fewer).
+    pub(super) num_rx_queues: Option<u32>,
+}
+
+fn bad(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what)
+}
+
+/// An `RTM_GETLINK` dump request for every interface, without statistics.
+fn link_dump_request(seq: u32) -> Vec<u8> {
+    let attr_len = NLA_HDRLEN + 4;
+    let len = NLMSG_HDRLEN + IFINFOMSG_LEN + attr_len;
+    let mut m = Vec::with_capacity(len);
+    m.extend_from_slice(&(len as u32).to_ne_bytes());
+    m.extend_from_slice(&RTM_GETLINK.to_ne_bytes());
+    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    m.extend_from_slice(&seq.to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes());
+    // AF_UNSPEC, no filter: every link.
+    m.extend_from_slice(&[0u8; IFINFOMSG_LEN]);
+    m.extend_from_slice(&(attr_len as u16).to_ne_bytes());
+    m.extend_from_slice(&IFLA_EXT_MASK.to_ne_bytes());
+    m.extend_from_slice(&RTEXT_FILTER_SKIP_STATS.to_ne_bytes());
+    m
+}
+
+/// Parses the payload of one `RTM_NEWLINK` message: `struct ifinfomsg`, then attributes.
+fn parse_link(payload: &[u8]) -> io::Result<Link> {
+    let hdr = payload.get(..IFINFOMSG_LEN).ok_or_else(|| {
+        bad(format!(
+            "rtnetlink: RTM_NEWLINK of {} bytes cannot hold struct ifinfomsg",
+            payload.len()
+        ))
+    })?;
+    let u32_at = |i: usize| u32::from_ne_bytes([hdr[i], hdr[i + 1], hdr[i + 2], hdr[i + 3]]);
+    let mut link = Link {
+        name: String::new(),
+        ifindex: u32_at(4),
+        flags: u32_at(8),
+        parent: false,
+        num_rx_queues: None,
+    };
+    for a in Attrs::new(&payload[IFINFOMSG_LEN..]) {
+        let a = a.map_err(|e| bad(format!("rtnetlink: {e}")))?;
+        match a.kind() {
+            IFLA_IFNAME => link.name = a.str(),
+            IFLA_NUM_RX_QUEUES => link.num_rx_queues = a.u32().ok(),
+            IFLA_PARENT_DEV_NAME => link.parent = true,
+            _ => {}
+        }
+    }
+    if link.name.is_empty() || link.ifindex == 0 {
+        return Err(bad(format!(
+            "rtnetlink: a link without a name or index ({:?}, {})",
+            link.name, link.ifindex
+        )));
+    }
+    Ok(link)
+}
+
+/// Feeds one datagram of the dump with sequence number `seq` into `out`. `Ok(true)` at the end
+/// of the dump; `interrupted` is set when the kernel marked a message `NLM_F_DUMP_INTR`.
+fn feed_links(
+    datagram: &[u8],
+    seq: u32,
+    out: &mut Vec<Link>,
+    interrupted: &mut bool,
+) -> io::Result<bool> {
+    for m in messages(datagram) {
+        let m = m.map_err(|e| bad(format!("rtnetlink: {e}")))?;
+        if m.header.seq != seq {
+            continue;
+        }
+        *interrupted |= m.header.flags & NLM_F_DUMP_INTR != 0;
+        let errno = match m.header.kind {
+            NLMSG_DONE => parse_done(m.header.flags, m.payload).map(|(e, _)| e),
+            NLMSG_ERROR => parse_error(m.header.flags, m.payload).map(|e| e.errno),
+            RTM_NEWLINK => {
+                out.push(parse_link(m.payload)?);
+                continue;
+            }
+            _ => continue,
+        }
+        .map_err(|e| bad(format!("rtnetlink: {e}")))?;
+        if errno != 0 {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Every interface of the calling thread's network namespace (an `RTM_GETLINK` dump on a
+/// route netlink socket, which belongs to the namespace it was made in), in ifindex order.
+fn links() -> io::Result<Vec<Link>> {
+    let sock = NlSocket::open(NETLINK_ROUTE)?;
+    let mut buf = vec![0u8; 64 << 10];
+    let mut out = Vec::new();
+    for seq in 1..=DUMP_TRIES as u32 {
+        sock.send(&link_dump_request(seq))?;
+        out.clear();
+        let mut interrupted = false;
+        loop {
+            let n = sock.recv(&mut buf)?;
+            if feed_links(&buf[..n], seq, &mut out, &mut interrupted)? {
+                break;
+            }
+        }
+        if !interrupted {
+            break;
+        }
+    }
+    out.sort_by_key(|l| l.ifindex);
+    Ok(out)
+}
+
+/// Interfaces of the calling thread's network namespace, in ifindex order.
+pub(super) fn list() -> Result<Vec<Link>> {
+    links().map_err(|e| Error::io("listing interfaces (rtnetlink RTM_GETLINK dump)", e))
+}
+
+/// Number of RX queues of interface `ifindex` in the calling thread's namespace: the ones the
+/// netdev family lists (exact, but only for a device that is up), else the RX and combined
+/// channels ethtool reports, else the queues rtnetlink says are allocated; 0 when none answers.
+pub(crate) fn rx_queues(ifindex: u32, et: &mut Ethtool) -> u32 {
+    let listed = Netdev::open()
+        .and_then(|mut nd| nd.queue_dump(ifindex))
+        .map(|qs| qs.iter().filter(|q| q.kind == QueueKind::Rx).count() as u32)
+        .unwrap_or(0);
+    if listed > 0 {
+        return listed;
+    }
+    let channels = et
+        .channels_get(Dev::Index(ifindex))
+        .map(|c| c.rx_count.unwrap_or(0) + c.combined_count.unwrap_or(0))
+        .unwrap_or(0);
+    if channels > 0 {
+        return channels;
+    }
+    links()
         .ok()
-        .map(|s| s.trim().to_string())
-}
-
-fn flags(name: &str) -> u32 {
-    sys(name, "flags")
-        .and_then(|f| u32::from_str_radix(f.trim_start_matches("0x"), 16).ok())
-        .unwrap_or(0)
-}
-
-/// Interfaces of this network namespace as (name, ifindex), in ifindex order.
-pub(super) fn list() -> Result<Vec<(String, u32)>> {
-    let dir =
-        std::fs::read_dir("/sys/class/net").map_err(|e| Error::io("listing /sys/class/net", e))?;
-    let mut v: Vec<(String, u32)> = dir
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let idx = sys(&name, "ifindex")?.parse().ok()?;
-            Some((name, idx))
-        })
-        .collect();
-    v.sort_by_key(|(_, i)| *i);
-    Ok(v)
-}
-
-/// Number of RX queues the kernel set up (`real_num_rx_queues`, as sysfs lists them).
-pub(crate) fn sysfs_rx_queues(name: &str) -> u32 {
-    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                .count() as u32
-        })
+        .and_then(|ls| ls.into_iter().find(|l| l.ifindex == ifindex))
+        .and_then(|l| l.num_rx_queues)
         .unwrap_or(0)
 }
 
@@ -85,34 +228,32 @@ impl Families {
     }
 }
 
-fn kind(name: &str, flags: u32, driver: Option<&str>) -> IfaceKind {
-    if flags & IFF_LOOPBACK != 0 {
+fn kind(link: &Link, driver: Option<&str>) -> IfaceKind {
+    if link.flags & IFF_LOOPBACK != 0 {
         return IfaceKind::Loopback;
     }
     match driver {
         Some("veth") => IfaceKind::Veth,
         Some("ifb") => IfaceKind::Ifb,
         // A device with hardware (or a hypervisor's virtual NIC) behind it has a bus device.
-        _ if std::path::Path::new(&format!("/sys/class/net/{name}/device")).exists() => {
-            IfaceKind::Physical
-        }
+        _ if link.parent => IfaceKind::Physical,
         _ => IfaceKind::Virtual,
     }
 }
 
 /// Reads everything the probe reports about one interface.
-pub(super) fn gather(name: &str, ifindex: u32, fam: &mut Families) -> IfaceReport {
+pub(super) fn gather(link: &Link, fam: &mut Families) -> IfaceReport {
     let mut notes = Vec::new();
-    let flags = flags(name);
+    let (name, ifindex) = (link.name.as_str(), link.ifindex);
     let driver = ntuple::driver_info(name)
         .ok()
         .map(|d| d.driver)
         .filter(|d| !d.is_empty());
-    let kind = kind(name, flags, driver.as_deref());
+    let kind = kind(link, driver.as_deref());
     let mut r = IfaceReport {
         name: name.to_string(),
         ifindex,
-        up: flags & IFF_UP != 0,
+        up: link.flags & IFF_UP != 0,
         queues: Vec::new(),
         napi_ids: Vec::new(),
         xdp_features: Vec::new(),
@@ -127,7 +268,8 @@ pub(super) fn gather(name: &str, ifindex: u32, fam: &mut Families) -> IfaceRepor
             kind,
             driver,
             xdp_features: None,
-            rx_queues: sysfs_rx_queues(name),
+            // Until a better source answers (netdev queues, then ethtool channels, below).
+            rx_queues: link.num_rx_queues.unwrap_or(0),
             header_split: HeaderSplit::NotReported("not read".into()),
             hds_thresh: None,
             ntuple: None,
@@ -228,6 +370,11 @@ fn ethtool_facts(et: &mut Ethtool, r: &mut IfaceReport, notes: &mut Vec<String>)
     };
     match et.channels_get(dev) {
         Ok(c) => {
+            // The queue count, unless the netdev family listed the queues (exact).
+            let rx = c.rx_count.unwrap_or(0) + c.combined_count.unwrap_or(0);
+            if rx > 0 && !r.queues.iter().any(|q| q.0 == "rx") {
+                r.facts.rx_queues = rx;
+            }
             for (n, cur, max) in [
                 ("rx", c.rx_count, c.rx_max),
                 ("tx", c.tx_count, c.tx_max),
@@ -263,5 +410,175 @@ fn ethtool_facts(et: &mut Ethtool, r: &mut IfaceReport, notes: &mut Vec<String>)
 fn note(notes: &mut Vec<String>, what: &str, e: &zcnet_netlink::Error) {
     if e.errno() != Some(libc::EOPNOTSUPP) {
         notes.push(format!("{what}: {e}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// One netlink message as the kernel writes it.
+    fn msg(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::new();
+        m.extend_from_slice(&((NLMSG_HDRLEN + payload.len()) as u32).to_ne_bytes());
+        m.extend_from_slice(&kind.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&7u32.to_ne_bytes());
+        m.extend_from_slice(payload);
+        m.resize(m.len().next_multiple_of(4), 0);
+        m
+    }
+
+    fn attr(kind: u16, data: &[u8]) -> Vec<u8> {
+        let mut a = Vec::new();
+        a.extend_from_slice(&((NLA_HDRLEN + data.len()) as u16).to_ne_bytes());
+        a.extend_from_slice(&kind.to_ne_bytes());
+        a.extend_from_slice(data);
+        a.resize(a.len().next_multiple_of(4), 0);
+        a
+    }
+
+    /// An RTM_NEWLINK payload: ifinfomsg, then the name and other attributes.
+    fn newlink(index: u32, flags: u32, name: &str, more: &[Vec<u8>]) -> Vec<u8> {
+        let mut p = vec![0u8, 0];
+        p.extend_from_slice(&1u16.to_ne_bytes()); // ARPHRD_ETHER
+        p.extend_from_slice(&index.to_ne_bytes());
+        p.extend_from_slice(&flags.to_ne_bytes());
+        p.extend_from_slice(&0u32.to_ne_bytes());
+        p.extend(attr(IFLA_IFNAME, format!("{name}\0").as_bytes()));
+        for m in more {
+            p.extend_from_slice(m);
+        }
+        p
+    }
+
+    #[test]
+    fn request_is_a_dump_of_every_link_without_stats() {
+        let r = link_dump_request(9);
+        let m: Vec<_> = messages(&r).map(|m| m.unwrap()).collect();
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].header.kind, RTM_GETLINK);
+        assert_eq!(m[0].header.flags, NLM_F_REQUEST | NLM_F_DUMP);
+        assert_eq!(m[0].header.seq, 9);
+        assert_eq!(&m[0].payload[..IFINFOMSG_LEN], &[0u8; IFINFOMSG_LEN]);
+        let a: Vec<_> = Attrs::new(&m[0].payload[IFINFOMSG_LEN..])
+            .map(|a| a.unwrap())
+            .collect();
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].kind(), a[0].u32().unwrap()),
+            (IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)
+        );
+    }
+
+    #[test]
+    fn parses_a_link_dump() {
+        let mut d = msg(
+            RTM_NEWLINK,
+            2,
+            5,
+            &newlink(1, IFF_UP | IFF_LOOPBACK | 0x40, "lo", &[]),
+        );
+        // A late answer to another request: skipped.
+        d.extend(msg(RTM_NEWLINK, 2, 4, &newlink(9, 0, "old", &[])));
+        d.extend(msg(
+            RTM_NEWLINK,
+            2,
+            5,
+            &newlink(
+                2,
+                0x1003,
+                "eth0",
+                &[
+                    attr(IFLA_NUM_RX_QUEUES, &4u32.to_ne_bytes()),
+                    attr(IFLA_PARENT_DEV_NAME, b"virtio0\0"),
+                ],
+            ),
+        ));
+        let (mut out, mut intr) = (Vec::new(), false);
+        assert!(!feed_links(&d, 5, &mut out, &mut intr).unwrap());
+        let done = msg(NLMSG_DONE, 2 | NLM_F_DUMP_INTR, 5, &0i32.to_ne_bytes());
+        assert!(feed_links(&done, 5, &mut out, &mut intr).unwrap());
+        assert!(intr, "NLM_F_DUMP_INTR is noticed");
+        assert_eq!(
+            out,
+            [
+                Link {
+                    name: "lo".into(),
+                    ifindex: 1,
+                    flags: IFF_UP | IFF_LOOPBACK | 0x40,
+                    parent: false,
+                    num_rx_queues: None,
+                },
+                Link {
+                    name: "eth0".into(),
+                    ifindex: 2,
+                    flags: 0x1003,
+                    parent: true,
+                    num_rx_queues: Some(4),
+                },
+            ]
+        );
+        let fake = Link {
+            name: "x".into(),
+            ifindex: 3,
+            flags: 0,
+            parent: false,
+            num_rx_queues: None,
+        };
+        assert_eq!(kind(&out[0], None), IfaceKind::Loopback);
+        assert_eq!(kind(&out[1], Some("virtio_net")), IfaceKind::Physical);
+        assert_eq!(kind(&fake, Some("veth")), IfaceKind::Veth);
+        assert_eq!(kind(&fake, Some("tun")), IfaceKind::Virtual);
+    }
+
+    #[test]
+    fn dump_errors_and_bad_replies_are_errors() {
+        let (mut out, mut intr) = (Vec::new(), false);
+        let e = msg(NLMSG_DONE, 2, 1, &(-libc::EPERM).to_ne_bytes());
+        let e = feed_links(&e, 1, &mut out, &mut intr).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EPERM));
+        // Too short for struct ifinfomsg; a link without a name.
+        for payload in [vec![0u8; 8], newlink(3, 0, "", &[])] {
+            let d = msg(RTM_NEWLINK, 2, 1, &payload);
+            let e = feed_links(&d, 1, &mut out, &mut intr).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        }
+        // A length that runs past the datagram.
+        let mut d = msg(RTM_NEWLINK, 2, 1, &newlink(3, 0, "a", &[]));
+        d[0] = 200;
+        assert!(feed_links(&d, 1, &mut out, &mut intr).is_err());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn lists_the_calling_threads_namespace() {
+        let ls = links().unwrap();
+        let lo = ls.iter().find(|l| l.name == "lo").unwrap();
+        assert!(lo.flags & IFF_LOOPBACK != 0);
+        for l in &ls {
+            assert_eq!(zcnet_sys::zcrx::if_index(&l.name), Some(l.ifindex), "{l:?}");
+        }
+        if !zcnet_sys::os::is_root() {
+            eprintln!("skipped the private namespace part: unshare(CLONE_NEWNET) needs root");
+            return;
+        }
+        let (ls, lo_queues) = std::thread::spawn(|| {
+            zcnet_sys::os::unshare_netns().unwrap();
+            let ls = links().unwrap();
+            let mut et = Ethtool::open().unwrap();
+            (ls, rx_queues(1, &mut et))
+        })
+        .join()
+        .unwrap();
+        // A new namespace holds only its own loopback device, down.
+        assert_eq!(ls.len(), 1, "{ls:?}");
+        assert_eq!((ls[0].name.as_str(), ls[0].ifindex), ("lo", 1));
+        assert_eq!(ls[0].flags & (IFF_UP | IFF_LOOPBACK), IFF_LOOPBACK);
+        // Down, so the netdev family lists no queue and lo has no channels: what is allocated.
+        assert_eq!(lo_queues, 1);
     }
 }

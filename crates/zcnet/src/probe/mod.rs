@@ -13,7 +13,7 @@
 mod iface;
 mod trials;
 
-pub(crate) use iface::sysfs_rx_queues;
+pub(crate) use iface::rx_queues;
 
 use zcnet_core::probe::{judge, Finding};
 pub use zcnet_core::probe::{
@@ -27,7 +27,7 @@ use crate::{Error, Result};
 /// What to probe.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeOptions {
-    /// One interface (default: every interface of this network namespace).
+    /// One interface (default: every interface of the calling thread's network namespace).
     pub iface: Option<String>,
     /// Confirm verdicts by trying each mechanism (and undoing it).
     pub active: bool,
@@ -111,8 +111,8 @@ pub struct IfaceReport {
 /// Probes the kernel and the interfaces.
 pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
     let all = iface::list()?;
-    let chosen: Vec<(String, u32)> = match &opts.iface {
-        Some(name) => vec![all.into_iter().find(|(n, _)| n == name).ok_or_else(|| {
+    let chosen: Vec<iface::Link> = match &opts.iface {
+        Some(name) => vec![all.into_iter().find(|l| &l.name == name).ok_or_else(|| {
             Error::UnknownInterface {
                 given: name.clone(),
             }
@@ -125,10 +125,10 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
         kernel.loopback_trials = trials::loopback();
     }
     let mut interfaces = Vec::new();
-    for (name, ifindex) in chosen {
-        let mut r = iface::gather(&name, ifindex, &mut fam);
+    for link in chosen {
+        let mut r = iface::gather(&link, &mut fam);
         if opts.active {
-            r.trials = trials::on_iface(&r.facts, ifindex, &kernel.facts);
+            r.trials = trials::on_iface(&r.facts, link.ifindex, &kernel.facts);
         }
         let mut t = r.trials.clone();
         t.msg_zerocopy_loopback = kernel.loopback_trials.msg_zerocopy_loopback.clone();

@@ -50,6 +50,15 @@ impl Pool {
         self.free.pop()
     }
 
+    /// Up to `max` free buffers, into `out` (cleared first) in ascending index order, the order
+    /// [`Pool::bufs_mut`] wants.
+    pub fn take_many(&mut self, max: usize, out: &mut Vec<u32>) {
+        out.clear();
+        let n = max.min(self.free.len());
+        out.extend(self.free.drain(self.free.len() - n..));
+        out.sort_unstable();
+    }
+
     /// Puts back a buffer that was taken and not lent (nothing was read into it).
     pub fn untake(&mut self, idx: u32) {
         self.free.push(idx);
@@ -64,6 +73,30 @@ impl Pool {
     pub fn buf_mut(&mut self, idx: u32) -> &mut [u8] {
         let s = idx as usize * self.buf_size;
         &mut self.mem[s..s + self.buf_size]
+    }
+
+    /// The writable bytes of several taken buffers at once, disjoint, in the order of `idxs`,
+    /// which must be strictly ascending (as [`Pool::take_many`] gives them): each is split off
+    /// the rest of the memory after the one before. Ends early at an index that is out of
+    /// range or not above the previous one.
+    pub fn bufs_mut<'a>(&'a mut self, idxs: &'a [u32]) -> impl Iterator<Item = &'a mut [u8]> {
+        let bs = self.buf_size;
+        // `rest` starts at buffer `next`.
+        let mut rest: &'a mut [u8] = &mut self.mem;
+        let mut next = 0usize;
+        let mut idxs = idxs.iter();
+        std::iter::from_fn(move || {
+            let i = *idxs.next()? as usize;
+            let skip = i.checked_sub(next)?.checked_mul(bs)?;
+            if rest.len() < skip.checked_add(bs)? {
+                return None;
+            }
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+            let (buf, tail) = tail.split_at_mut(bs);
+            rest = tail;
+            next = i + 1;
+            Some(buf)
+        })
     }
 
     /// Marks a taken buffer as lent to the application.
@@ -247,5 +280,44 @@ impl RxBackend for CopyRx {
 
     fn held(&self) -> usize {
         self.pool.held()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::Pool;
+
+    #[test]
+    fn several_buffers_at_once_are_disjoint_and_in_order() {
+        let mut p = Pool::new(6, 4).unwrap();
+        let mut idxs = Vec::new();
+        p.take_many(3, &mut idxs);
+        assert_eq!(idxs, [0, 1, 2]);
+        for (n, b) in p.bufs_mut(&idxs).enumerate() {
+            b.fill(n as u8 + 1);
+        }
+        for &i in &idxs {
+            p.lend(i);
+        }
+        assert_eq!(p.bytes(1, 4), Some(&[2u8; 4][..]));
+        p.give_back(1);
+        // Whatever the free list's order, they come sorted; never more than are free.
+        p.take_many(10, &mut idxs);
+        assert_eq!(idxs, [1, 3, 4, 5]);
+        let lens: Vec<usize> = p.bufs_mut(&idxs).map(|b| b.len()).collect();
+        assert_eq!(lens, [4; 4]);
+        p.bufs_mut(&[5]).next().unwrap().fill(9);
+        p.lend(5);
+        assert_eq!(p.bytes(5, 4), Some(&[9u8; 4][..]));
+        assert_eq!(p.bytes(0, 4), Some(&[1u8; 4][..]), "others untouched");
+        // Out of order, repeated or out of range: the iterator ends there.
+        assert_eq!(p.bufs_mut(&[3, 1]).count(), 1);
+        assert_eq!(p.bufs_mut(&[2, 2]).count(), 1);
+        assert_eq!(p.bufs_mut(&[4, 6]).count(), 1);
+        assert_eq!(p.bufs_mut(&[u32::MAX]).count(), 0);
+        p.take_many(0, &mut idxs);
+        assert!(idxs.is_empty());
     }
 }

@@ -265,6 +265,9 @@ pub struct RxStats {
     /// devmem: data that arrived as `SCM_DEVMEM_LINEAR` (copied into host memory) instead of
     /// device memory.
     pub linear_fallbacks: u64,
+    /// devmem/zcrx: bytes that arrived as plain host data because the flow was not steered to
+    /// the bound queue.
+    pub unsteered: u64,
     /// Buffers returned by the application.
     pub returned: u64,
 }
