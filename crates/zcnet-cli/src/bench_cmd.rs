@@ -1,12 +1,13 @@
-//! `zcnet bench tx`: the table, the JSON document, the progress line.
+//! `zcnet bench tx` and `zcnet bench rx`: the tables, the JSON documents, the progress lines.
 
 use crate::units::parse_size;
-use crate::BenchTxArgs;
+use crate::{BenchRxArgs, BenchTxArgs};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 use zcnet::bench::{self, PathKind, Progress, TxBenchConfig, TxReport, RAW_BASELINE};
-use zcnet::{Error, MemoryKind, TxMode};
+use zcnet::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
+use zcnet::{Error, MemoryKind, RxMode, TxMode};
 
 /// One result in `--json` (schema in docs/cli.md).
 #[derive(Serialize)]
@@ -180,4 +181,234 @@ fn print_table(r: &TxReport) {
             println!("zcnet overhead: {} {} B: uring-zc / raw SEND_ZC loop = {x:.3} (1.000 = no overhead)", row.path, row.size);
         }
     }
+}
+
+/// One result of `bench rx --json` (schema in docs/cli.md).
+#[derive(Serialize)]
+struct RxJsonRow<'a> {
+    path: &'a str,
+    rx: &'a str,
+    size: usize,
+    connections: usize,
+    threads: usize,
+    qps: Option<f64>,
+    gbps: Option<f64>,
+    server_cpu_us_per_req: Option<f64>,
+    p50_us: Option<f64>,
+    p99_us: Option<f64>,
+    ratio_to_copy: Option<f64>,
+    chosen: Option<&'a str>,
+    refused: Option<&'a str>,
+    fallbacks: &'a [String],
+    requests: u64,
+    seconds: f64,
+    server_cpu: Option<usize>,
+    server_cpu_seconds: f64,
+    client_cpu_seconds: f64,
+    polls_per_req: Option<f64>,
+    sends_per_req: Option<f64>,
+    buffers_per_req: Option<f64>,
+    partial_sends: u64,
+    starved: u64,
+    rearms: u64,
+    server_failures: &'a [String],
+    client_errors: &'a [String],
+    other_cpu_seconds: Option<f64>,
+    error: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct RxJsonDoc<'a> {
+    results: Vec<RxJsonRow<'a>>,
+    notes: &'a [String],
+}
+
+fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
+    let paths = a
+        .path
+        .iter()
+        .map(|p| PathKind::parse(p.trim()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let modes =
+        a.rx.iter()
+            .map(|m| RxMode::parse(m.trim()))
+            .collect::<Result<Vec<_>, _>>()?;
+    let size = parse_size(&a.size)?;
+    let buf_size = a.buf_size.as_deref().map(parse_size).transpose()?;
+    if !(a.duration > 0.0 && a.duration.is_finite())
+        || a.connections == 0
+        || a.threads == 0
+        || a.buffers == Some(0)
+    {
+        return Err(Error::io(
+            "bad --duration, --connections, --threads or --buffers: give positive values",
+            std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        ));
+    }
+    Ok(RxBenchConfig {
+        paths,
+        modes,
+        size,
+        connections: a.connections,
+        threads: a.threads,
+        duration: Duration::from_secs_f64(a.duration),
+        cpu: a.cpu,
+        full_check: a.verify,
+        buf_size,
+        buffers: a.buffers,
+        bundle: !a.no_bundle,
+        steer_rx: a.steer_rx,
+    })
+}
+
+pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {
+    let cfg = rx_config(a)?;
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = |p: RxProgress<'_>| match p {
+        RxProgress::Start {
+            index,
+            total,
+            path,
+            rx,
+        } => {
+            let line = format!("[{index}/{total}] {path} {rx} ...");
+            if tty {
+                eprint!("\r\x1b[K{line}");
+            } else {
+                eprintln!("{line}");
+            }
+            let _ = std::io::stderr().flush();
+        }
+        RxProgress::Done(row) => {
+            if tty {
+                eprint!("\r\x1b[K");
+            }
+            if let Some(e) = &row.error {
+                eprintln!("  {} {}: {e}", row.path, row.rx);
+            }
+        }
+    };
+    let report = rxbench::run_rx(&cfg, &mut progress)?;
+    if a.json {
+        print_rx_json(&report);
+    } else {
+        print_rx_table(&report);
+    }
+    Ok(())
+}
+
+fn print_rx_json(r: &RxReport) {
+    let results = r
+        .rows
+        .iter()
+        .map(|row| {
+            let measured = row.refused.is_none();
+            RxJsonRow {
+                path: row.path,
+                rx: row.rx,
+                size: row.size,
+                connections: row.connections,
+                threads: row.threads,
+                qps: measured.then_some(row.qps),
+                gbps: measured.then_some(row.gbps),
+                server_cpu_us_per_req: row.server_cpu_us_per_req,
+                p50_us: row.p50_us,
+                p99_us: row.p99_us,
+                ratio_to_copy: r.ratio_to_copy(row),
+                chosen: row.chosen,
+                refused: row.refused.as_deref(),
+                fallbacks: &row.fallbacks,
+                requests: row.requests,
+                seconds: row.seconds,
+                server_cpu: row.server_cpu,
+                server_cpu_seconds: row.server_cpu_seconds,
+                client_cpu_seconds: row.client_cpu_seconds,
+                polls_per_req: row.polls_per_req,
+                sends_per_req: row.sends_per_req,
+                buffers_per_req: row.buffers_per_req,
+                partial_sends: row.partial_sends,
+                starved: row.starved,
+                rearms: row.rearms,
+                server_failures: &row.server_failures,
+                client_errors: &row.client_errors,
+                other_cpu_seconds: row.other_cpu_seconds,
+                error: row.error.as_deref(),
+            }
+        })
+        .collect();
+    let doc = RxJsonDoc {
+        results,
+        notes: &r.notes,
+    };
+    match serde_json::to_string_pretty(&doc) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("zcnet: JSON: {e}"),
+    }
+}
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".to_string(), |v| format!("{v:.digits$}"))
+}
+
+fn print_rx_table(r: &RxReport) {
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    println!(
+        "{:<9} {:<13} {:>7} {:>9} {:>8} {:>12} {:>8} {:>8} {:>7}",
+        "path", "rx", "size", "qps", "Gbit/s", "CPU µs/req", "p50 µs", "p99 µs", "x copy"
+    );
+    for row in &r.rows {
+        let name = match row.chosen {
+            Some(c) if c != row.rx => format!("{}→{c}", row.rx),
+            _ => row.rx.to_string(),
+        };
+        if let Some(why) = &row.refused {
+            println!(
+                "{:<9} {:<13} {:>7} refused: {why}",
+                row.path, name, row.size
+            );
+            continue;
+        }
+        if row.requests == 0 {
+            println!(
+                "{:<9} {:<13} {:>7} failed: {}",
+                row.path,
+                name,
+                row.size,
+                row.error.as_deref().unwrap_or("no round trip completed")
+            );
+            continue;
+        }
+        println!(
+            "{:<9} {:<13} {:>7} {:>9.0} {:>8.2} {:>12} {:>8} {:>8} {:>7}",
+            row.path,
+            name,
+            row.size,
+            row.qps,
+            row.gbps,
+            opt(row.server_cpu_us_per_req, 1),
+            opt(row.p50_us, 0),
+            opt(row.p99_us, 0),
+            opt(r.ratio_to_copy(row), 2)
+        );
+        for f in &row.fallbacks {
+            println!(
+                "{:<9}   {} chose {}: {f}",
+                "",
+                row.rx,
+                row.chosen.unwrap_or("?")
+            );
+        }
+        if let Some(e) = &row.error {
+            println!("{:<9}   warning: {e}", "");
+        }
+        if let Some(o) = row.other_cpu_seconds.filter(|&o| o > 0.1 * row.seconds) {
+            println!(
+                "{:<9}   warning: other processes used {o:.2} CPU-s during these {:.1} s: the machine was not quiet",
+                "", row.seconds
+            );
+        }
+    }
+    println!("Gbit/s: request payload, one direction (the echo carries as much back); CPU µs/req: the pinned server thread's CPU time / round trips");
 }

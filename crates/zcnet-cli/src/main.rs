@@ -39,6 +39,9 @@ enum Cmd {
 enum BenchCmd {
     /// Every send backend on every lab path: MB/s, ratio to copy, % zero-copy, CPU s/GB.
     Tx(BenchTxArgs),
+    /// RPC echo (seed 004): every receive backend on veth and loopback: qps, Gbit/s, server
+    /// CPU µs per request, p50/p99 latency, ratio to copy.
+    Rx(BenchRxArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -80,6 +83,55 @@ pub struct BenchTxArgs {
     pub json: bool,
 }
 
+/// Options of `zcnet bench rx`.
+#[derive(Args, Debug)]
+pub struct BenchRxArgs {
+    /// Paths: veth (server and clients in two lab namespaces, root only), loopback.
+    #[arg(long, value_delimiter = ',', default_value = "veth,loopback")]
+    pub path: Vec<String>,
+    /// Receive mechanisms: copy, uring, zcrx, devmem, auto (refused ones are reported as such).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "copy,uring,zcrx,devmem,auto"
+    )]
+    pub rx: Vec<String>,
+    /// Bytes per request and per response (K = 1024, M = 1024²).
+    #[arg(long, default_value = "64K")]
+    pub size: String,
+    /// Client connections, each a closed loop (one request in flight).
+    #[arg(long, default_value_t = 24)]
+    pub connections: usize,
+    /// Client threads the connections are spread over.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Seconds per case.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// CPU the server thread is pinned to (default: the last one); clients use the others.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// Check every byte of every response (default: length, first and last 16 bytes).
+    #[arg(long)]
+    pub verify: bool,
+    /// Receive buffer size of the server (default 16K).
+    #[arg(long)]
+    pub buf_size: Option<String>,
+    /// Receive buffers of the server (default 1024).
+    #[arg(long)]
+    pub buffers: Option<usize>,
+    /// uring: one completion per buffer instead of bundles.
+    #[arg(long)]
+    pub no_bundle: bool,
+    /// veth: steer each end's receive processing (RPS) to the receiving side's CPUs, as two
+    /// hosts' NICs would (default: veth runs it on the sending CPU).
+    #[arg(long)]
+    pub steer_rx: bool,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = zcnet::install_interrupt_handler() {
@@ -93,6 +145,7 @@ fn main() {
             Err(e) => Err(e),
         },
         Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a),
+        Cmd::Bench(BenchCmd::Rx(a)) => bench_cmd::run_rx(&a),
         Cmd::Send(a) => sendrecv::send(&a),
         Cmd::Recv(a) => sendrecv::recv(&a),
         Cmd::Lab(LabCmd::Cleanup) => lab_cleanup(),

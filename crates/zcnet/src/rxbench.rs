@@ -1,1 +1,469 @@
-//! `zcnet bench rx` (being written).
+//! `zcnet bench rx`: the RPC echo benchmark of seed 004 (64 KB echo, one pinned server thread,
+//! 24 closed-loop connections) for every receive mode on every TCP path, with the same client.
+//!
+//! Paths: `veth` (server in lab namespace b on 10.10.0.2, clients in namespace a: root only) and
+//! `loopback` (127.0.0.1, port chosen by the kernel). The server thread is pinned to one CPU
+//! (default: the last one this process may use) and the client threads to the others, so that
+//! the server's CPU time per request is the server's alone.
+//!
+//! A mode the kernel refuses is a row that says so, with the kernel's reason; `auto` rows say
+//! what was chosen and why the others were not.
+
+use crate::bench::PathKind;
+use crate::echo::{run_clients, Check, ClientConfig, EchoConfig, EchoServer, StartError};
+use crate::error::{Error, Result};
+use crate::lab::{Lab, VethPath};
+use crate::rx::RxMode;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RxBenchConfig {
+    /// Paths (`veth`, `loopback`).
+    pub paths: Vec<PathKind>,
+    /// Receive modes, in table order.
+    pub modes: Vec<RxMode>,
+    /// Bytes per request (and response).
+    pub size: usize,
+    /// Client connections.
+    pub connections: usize,
+    /// Client threads.
+    pub threads: usize,
+    /// Seconds per case.
+    pub duration: Duration,
+    /// The server's CPU (`None`: the last CPU this process may use).
+    pub cpu: Option<usize>,
+    /// Check every byte of every response (default: length, first and last 16 bytes).
+    pub full_check: bool,
+    /// Receive buffer size (`None`: the receiver's default, 16 KiB).
+    pub buf_size: Option<usize>,
+    /// Receive buffers (`None`: the receiver's default, 1024).
+    pub buffers: Option<usize>,
+    /// `uring`: use bundles.
+    pub bundle: bool,
+    /// `veth`: steer each end's receive processing (RPS) to the CPUs of the side that receives
+    /// (vB → the server's CPU, vA → the clients'), as a NIC's interrupts would on two hosts.
+    /// Without it (the default), veth runs a packet's receive path on the sending CPU. On the
+    /// 2-vCPU VM steering costs an inter-processor interrupt per batch and cuts qps by ~2.7×
+    /// (docs/perf.md).
+    pub steer_rx: bool,
+}
+
+impl Default for RxBenchConfig {
+    fn default() -> Self {
+        RxBenchConfig {
+            paths: vec![PathKind::Veth, PathKind::Loopback],
+            modes: RxMode::ALL.to_vec(),
+            size: 64 << 10,
+            connections: 24,
+            threads: 4,
+            duration: Duration::from_secs(3),
+            cpu: None,
+            full_check: false,
+            buf_size: None,
+            buffers: None,
+            bundle: true,
+            steer_rx: false,
+        }
+    }
+}
+
+/// One case.
+#[derive(Debug, Clone, Default)]
+pub struct RxRow {
+    /// Path name.
+    pub path: &'static str,
+    /// The mode asked for.
+    pub rx: &'static str,
+    /// The mode used (for `auto`, the one it chose); `None` when refused.
+    pub chosen: Option<&'static str>,
+    /// Why the kernel (or the machine) refused the mode; no numbers then.
+    pub refused: Option<String>,
+    /// What `auto` tried before its choice, and why each was refused.
+    pub fallbacks: Vec<String>,
+    /// Bytes per request.
+    pub size: usize,
+    /// Client connections.
+    pub connections: usize,
+    /// Client threads.
+    pub threads: usize,
+    /// The server's CPU.
+    pub server_cpu: Option<usize>,
+    /// Round trips completed in the window.
+    pub requests: u64,
+    /// The window, seconds.
+    pub seconds: f64,
+    /// Round trips per second.
+    pub qps: f64,
+    /// Gbit/s of request payload (one direction; as much again goes back).
+    pub gbps: f64,
+    /// Server thread CPU seconds while serving.
+    pub server_cpu_seconds: f64,
+    /// Server CPU µs per request (server thread CPU / round trips completed).
+    pub server_cpu_us_per_req: Option<f64>,
+    /// Client threads' CPU seconds.
+    pub client_cpu_seconds: f64,
+    /// Median round trip, µs.
+    pub p50_us: Option<f64>,
+    /// 99th percentile round trip, µs.
+    pub p99_us: Option<f64>,
+    /// Receiver polls per request.
+    pub polls_per_req: Option<f64>,
+    /// Server write calls per request.
+    pub sends_per_req: Option<f64>,
+    /// Receive buffers delivered per request.
+    pub buffers_per_req: Option<f64>,
+    /// Echoes the socket did not take whole.
+    pub partial_sends: u64,
+    /// Times receiving paused for want of a buffer.
+    pub starved: u64,
+    /// Multishot re-arms.
+    pub rearms: u64,
+    /// Connections the server gave up on, and why.
+    pub server_failures: Vec<String>,
+    /// Client connections that failed, and why.
+    pub client_errors: Vec<String>,
+    /// CPU seconds (user + system) that other processes used on this machine during the case
+    /// (from /proc/stat and /proc/self/stat): a busy machine makes the numbers meaningless.
+    pub other_cpu_seconds: Option<f64>,
+    /// Why the case failed, if it did (not a refusal).
+    pub error: Option<String>,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Default)]
+pub struct RxReport {
+    /// The cases.
+    pub rows: Vec<RxRow>,
+    /// Things to know (paths skipped and why, CPU placement).
+    pub notes: Vec<String>,
+}
+
+impl RxReport {
+    /// `row`'s qps divided by `copy`'s on the same path and size.
+    pub fn ratio_to_copy(&self, row: &RxRow) -> Option<f64> {
+        let base = self.rows.iter().find(|r| {
+            r.path == row.path
+                && r.size == row.size
+                && r.rx == "copy"
+                && r.refused.is_none()
+                && r.error.is_none()
+        })?;
+        (base.qps > 0.0 && row.refused.is_none() && row.error.is_none()).then(|| row.qps / base.qps)
+    }
+}
+
+/// Progress of a run.
+#[derive(Debug)]
+pub enum RxProgress<'a> {
+    /// Case `index` of `total` starts.
+    Start {
+        /// 1-based.
+        index: usize,
+        /// Cases in all.
+        total: usize,
+        /// Path.
+        path: &'static str,
+        /// Mode.
+        rx: &'static str,
+    },
+    /// A case finished.
+    Done(&'a RxRow),
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::io(msg, io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Where the server goes on one path.
+enum Place {
+    Veth(VethPath),
+    Loopback,
+}
+
+/// Runs every mode on every path. Without root, only `loopback` runs (a note says why); asking
+/// for `veth` alone without root is an error. The lab is gone when this returns.
+pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> Result<RxReport> {
+    if cfg.size == 0 || cfg.connections == 0 || cfg.threads == 0 || cfg.duration.is_zero() {
+        return Err(invalid(
+            "bench rx: size, connections, threads and duration must be positive",
+        ));
+    }
+    if let Some(p) = cfg.paths.iter().find(|p| **p == PathKind::Sink) {
+        return Err(invalid(format!(
+            "bench rx: path '{}' has no echo peer (UDP into a drop device): use veth or loopback",
+            p.name()
+        )));
+    }
+    let mut report = RxReport::default();
+    let mut paths = cfg.paths.clone();
+    paths.dedup();
+    if !zcnet_sys::os::is_root() && paths.contains(&PathKind::Veth) {
+        if paths.iter().all(|p| *p == PathKind::Veth) {
+            return Err(Error::NotRoot {
+                what: "bench rx over veth (the namespace lab)",
+            });
+        }
+        report.notes.push(
+            "not root: running the loopback path only (veth needs network namespaces; run as root for it)".into(),
+        );
+        paths.retain(|p| *p != PathKind::Veth);
+    }
+    let allowed =
+        zcnet_sys::os::thread_affinity().map_err(|e| Error::io("sched_getaffinity", e))?;
+    let server_cpu = match cfg.cpu {
+        Some(c) if allowed.contains(&c) => c,
+        Some(c) => {
+            return Err(invalid(format!(
+                "--cpu {c}: this process may run on CPUs {allowed:?} only: pick one of them"
+            )))
+        }
+        None => *allowed
+            .last()
+            .ok_or_else(|| invalid("sched_getaffinity returned no CPU"))?,
+    };
+    let client_cpus: Vec<usize> = allowed
+        .iter()
+        .copied()
+        .filter(|&c| c != server_cpu)
+        .collect();
+    report.notes.push(if client_cpus.is_empty() {
+        format!("server pinned to CPU {server_cpu}; only one CPU here, so the clients share it")
+    } else {
+        format!("server pinned to CPU {server_cpu}, clients on CPUs {client_cpus:?}")
+    });
+    let mut lab = if paths.contains(&PathKind::Veth) {
+        Some(Lab::new()?)
+    } else {
+        None
+    };
+    let mut places = Vec::new();
+    for &p in &paths {
+        let place = match (p, lab.as_mut()) {
+            (PathKind::Veth, Some(l)) => {
+                let v = l.veth()?;
+                if cfg.steer_rx && !client_cpus.is_empty() {
+                    let steered = steer_rx(&v.b, "vB", &[server_cpu])
+                        .and_then(|()| steer_rx(&v.a, "vA", &client_cpus));
+                    report.notes.push(match steered {
+                        Ok(()) => format!(
+                            "veth: receive processing steered (RPS) to the receiving side: vB -> CPU {server_cpu}, vA -> CPUs {client_cpus:?}"
+                        ),
+                        Err(e) => format!("veth: receive processing not steered ({e}): each packet's receive path runs on the sending CPU"),
+                    });
+                }
+                Place::Veth(v)
+            }
+            _ => Place::Loopback,
+        };
+        places.push((p, place));
+    }
+    let total = places.len() * cfg.modes.len();
+    let mut index = 0;
+    for (path, place) in &places {
+        for &mode in &cfg.modes {
+            if crate::interrupted() {
+                return Err(Error::Interrupted);
+            }
+            index += 1;
+            progress(RxProgress::Start {
+                index,
+                total,
+                path: path.name(),
+                rx: mode.name(),
+            });
+            let mut row = RxRow {
+                path: path.name(),
+                rx: mode.name(),
+                size: cfg.size,
+                connections: cfg.connections,
+                threads: cfg.threads.min(cfg.connections),
+                server_cpu: Some(server_cpu),
+                ..RxRow::default()
+            };
+            let before = cpu_ticks();
+            let outcome = run_case(cfg, place, mode, server_cpu, &client_cpus, &mut row);
+            row.other_cpu_seconds = before.zip(cpu_ticks()).map(|((m0, s0), (m1, s1))| {
+                let other = (m1 - m0) as f64 - (s1 - s0) as f64;
+                (other / ticks_per_second()).max(0.0)
+            });
+            match outcome {
+                Ok(()) => {}
+                Err(Error::Interrupted) => return Err(Error::Interrupted),
+                Err(e) => row.error = Some(e.to_string()),
+            }
+            progress(RxProgress::Done(&row));
+            report.rows.push(row);
+        }
+    }
+    drop(lab.take());
+    Ok(report)
+}
+
+/// Sets `dev`'s receive packet steering (`/sys/class/net/DEV/queues/rx-0/rps_cpus`, seen from
+/// inside namespace `ns`) to `cpus`.
+fn steer_rx(ns: &str, dev: &str, cpus: &[usize]) -> Result<()> {
+    let mask = cpus
+        .iter()
+        .filter(|&&c| c < 64)
+        .fold(0u64, |m, &c| m | (1 << c));
+    let script = format!("echo {mask:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus");
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", &script])
+        .output()
+        .map_err(|e| Error::io("running 'ip netns exec'", e))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Lab {
+            command: format!("ip netns exec {ns} sh -c '{script}'"),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+}
+
+/// (busy ticks of the whole machine: user, nice, system, irq, softirq; utime + stime ticks of
+/// this process, whose softirq work done in its threads counts as its own).
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(7)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq: all but idle and iowait.
+    let busy = cpu.get(..3)?.iter().sum::<u64>() + cpu.get(5..7)?.iter().sum::<u64>();
+    let me = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
+    let rest = &me[me.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let own = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some((busy, own))
+}
+
+/// `USER_HZ`, the unit of /proc/stat (100 on Linux for every architecture zcnet runs on).
+fn ticks_per_second() -> f64 {
+    100.0
+}
+
+fn run_case(
+    cfg: &RxBenchConfig,
+    place: &Place,
+    mode: RxMode,
+    server_cpu: usize,
+    client_cpus: &[usize],
+    row: &mut RxRow,
+) -> Result<()> {
+    let (bind, server_ns, client_ns, iface) = match place {
+        Place::Veth(v) => (
+            SocketAddr::new(v.b_addr, 0),
+            Some(v.b.clone()),
+            Some(v.a.clone()),
+            "vB",
+        ),
+        Place::Loopback => (
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            None,
+            None,
+            "lo",
+        ),
+    };
+    let mut ecfg = EchoConfig::new(mode, bind);
+    ecfg.netns = server_ns;
+    ecfg.cpu = Some(server_cpu);
+    // zcrx/devmem (and auto's zcrx attempt) need the interface the flows arrive on; on these
+    // paths the kernel refuses them, and the row says why in the kernel's words.
+    ecfg.rx.iface = Some(iface.to_string());
+    if let Some(b) = cfg.buf_size {
+        ecfg.rx.buf_size = b;
+    }
+    if let Some(n) = cfg.buffers {
+        ecfg.rx.buffers = n;
+    }
+    ecfg.rx.bundle = cfg.bundle;
+    let server = match EchoServer::start_classified(ecfg) {
+        Ok(s) => s,
+        Err(StartError::Refused(e)) => {
+            row.refused = Some(e.to_string());
+            return Ok(());
+        }
+        Err(StartError::Other(e)) => return Err(e),
+    };
+    row.chosen = Some(server.mode().name());
+    row.fallbacks = server.fallbacks().iter().map(|f| f.to_string()).collect();
+    let mut ccfg = ClientConfig::new(server.addr());
+    ccfg.netns = client_ns;
+    ccfg.size = cfg.size;
+    ccfg.connections = cfg.connections;
+    ccfg.threads = cfg.threads;
+    ccfg.duration = cfg.duration;
+    ccfg.check = if cfg.full_check {
+        Check::Full
+    } else {
+        Check::Cheap
+    };
+    ccfg.cpus = (!client_cpus.is_empty()).then(|| client_cpus.to_vec());
+    let clients = run_clients(&ccfg);
+    let srv = server.stop()?;
+    let clients = clients?;
+    row.requests = clients.requests;
+    row.seconds = clients.seconds;
+    row.qps = clients.qps();
+    row.gbps = clients.gbps();
+    row.p50_us = clients.percentile_us(50.0);
+    row.p99_us = clients.percentile_us(99.0);
+    row.client_cpu_seconds = clients.cpu_seconds;
+    row.client_errors = clients.errors.clone();
+    row.server_cpu_seconds = srv.cpu_seconds;
+    // Server counters cover its whole life (the drain after the window too): per request, they
+    // are divided by every round trip it served (counted + late).
+    let served = (clients.requests + clients.late) as f64;
+    let per = |x: f64| (served > 0.0).then(|| x / served);
+    row.server_cpu_us_per_req = per(srv.cpu_seconds * 1e6);
+    row.polls_per_req = per(srv.polls as f64);
+    row.sends_per_req = per(srv.send_calls as f64);
+    row.buffers_per_req = per(srv.rx.buffers as f64);
+    row.partial_sends = srv.partial_sends;
+    row.starved = srv.rx.starved;
+    row.rearms = srv.rx.rearms;
+    row.server_failures = srv.failures.iter().map(|f| f.to_string()).collect();
+    if srv.mode != mode {
+        row.chosen = Some(srv.mode.name());
+    }
+    let mut problems = Vec::new();
+    if let Some(e) = &srv.error {
+        problems.push(format!("server: {e}"));
+    }
+    if !clients.errors.is_empty() {
+        problems.push(format!(
+            "{} client connection(s) failed, first: {}",
+            clients.errors.len(),
+            clients.errors[0]
+        ));
+    }
+    if !srv.failures.is_empty() {
+        problems.push(format!(
+            "server gave up on {} connection(s), first: {}",
+            srv.failures.len(),
+            srv.failures[0]
+        ));
+    }
+    if srv.held_at_stop != 0 || srv.open_at_stop != 0 {
+        problems.push(format!(
+            "after stop the receiver still held {} buffer(s) and {} connection(s)",
+            srv.held_at_stop, srv.open_at_stop
+        ));
+    }
+    if clients.requests == 0 {
+        problems.push("no round trip completed".into());
+    }
+    if !problems.is_empty() {
+        row.error = Some(problems.join("; "));
+    }
+    Ok(())
+}
