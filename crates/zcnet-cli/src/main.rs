@@ -117,7 +117,7 @@ pub struct BenchRxArgs {
     /// Receive buffer size of the server (default 16K).
     #[arg(long)]
     pub buf_size: Option<String>,
-    /// Receive buffers of the server (default 1024).
+    /// Receive buffers of the server (default 64).
     #[arg(long)]
     pub buffers: Option<usize>,
     /// uring: one completion per buffer instead of bundles.

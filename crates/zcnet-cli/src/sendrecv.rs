@@ -67,7 +67,7 @@ pub struct RecvArgs {
     #[arg(long, default_value = "16K")]
     pub buf_size: String,
     /// copy/uring: number of receive buffers.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 64)]
     pub buffers: usize,
     /// zcrx: bytes of registered receive area; devmem: size of the udmabuf made when no
     /// dma-buf is given.

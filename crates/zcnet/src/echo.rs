@@ -73,7 +73,7 @@ pub struct EchoConfig {
 }
 
 impl EchoConfig {
-    /// Defaults: `mode` with 16 KiB × 1024 buffers, 4 MiB outbox cap, 10 s stall timeout,
+    /// Defaults: `mode` with 16 KiB × 64 buffers, 4 MiB outbox cap, 10 s stall timeout,
     /// 10 ms idle poll, 1 ms flush poll, not pinned, no keepalive.
     pub fn new(mode: RxMode, bind: SocketAddr) -> EchoConfig {
         EchoConfig {

@@ -39,7 +39,7 @@ pub struct RxBenchConfig {
     pub full_check: bool,
     /// Receive buffer size (`None`: the receiver's default, 16 KiB).
     pub buf_size: Option<usize>,
-    /// Receive buffers (`None`: the receiver's default, 1024).
+    /// Receive buffers (`None`: the receiver's default, 64).
     pub buffers: Option<usize>,
     /// `uring`: use bundles.
     pub bundle: bool,

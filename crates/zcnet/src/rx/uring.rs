@@ -2,9 +2,10 @@
 //! (zcnet_sys::bufring), with bundles where the kernel has them.
 //!
 //! A multishot ends without an error when the ring runs dry (with bundles, the data CQE that
-//! emptied it just lacks `F_MORE`; without, `ENOBUFS`). The connection then waits for buffers
-//! on a re-arm list: every poll first re-arms what it can, and counts a starvation when
-//! connections wait while the application holds every buffer.
+//! emptied it just lacks `F_MORE`; without, `ENOBUFS`): each such end counts as a starvation.
+//! The connection then waits on a re-arm list; every poll first re-arms (queued, submitted by
+//! its wait) what it can, and does not block while connections wait for buffers the
+//! application holds.
 
 use super::copy::recv_error;
 use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
@@ -28,7 +29,10 @@ pub(super) struct UringRx {
     rearm: Vec<ConnId>,
     /// Connections cancelled by `remove`, waiting for their final completion.
     removing: HashSet<ConnId>,
+    /// Connections wait for buffers the application holds: poll without blocking.
     starving: bool,
+    /// Re-arms not yet added to the statistics.
+    rearms: u64,
     done: Vec<RecvCompletion>,
 }
 
@@ -65,6 +69,7 @@ impl UringRx {
             rearm: Vec::new(),
             removing: HashSet::new(),
             starving: false,
+            rearms: 0,
             done: Vec::new(),
         })
     }
@@ -76,25 +81,21 @@ impl UringRx {
                 io::Error::from_raw_os_error(libc::ENOENT),
             )
         })?;
+        // Queued only: the poll's wait submits it together with everything else.
         self.ring
-            .arm(fd, conn.0, self.bundle)
+            .arm_queued(fd, conn.0, self.bundle)
             .map_err(|e| Error::io(format!("arming multishot receive on connection {conn}"), e))
     }
 
     /// Re-arms waiting connections while the ring has buffers.
-    fn rearm_waiting(&mut self, ctx: &mut Ctx<'_>) -> Result<()> {
-        if self.rearm.is_empty() {
+    fn rearm_waiting(&mut self) -> Result<()> {
+        self.starving = !self.rearm.is_empty() && self.ring.available() == 0;
+        if self.rearm.is_empty() || self.starving {
             return Ok(());
         }
-        if self.ring.available() == 0 {
-            ctx.stats.starved += u64::from(!self.starving);
-            self.starving = true;
-            return Ok(());
-        }
-        self.starving = false;
         for conn in std::mem::take(&mut self.rearm) {
             self.arm(conn)?;
-            ctx.stats.rearms += 1;
+            self.rearms += 1;
         }
         Ok(())
     }
@@ -135,10 +136,15 @@ impl UringRx {
                     }
                 }
                 if !c.more {
+                    // The bundle that emptied the ring (no ENOBUFS with bundles).
+                    ctx.stats.starved += 1;
                     self.rearm.push(conn);
                 }
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.rearm.push(conn),
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                ctx.stats.starved += 1;
+                self.rearm.push(conn);
+            }
             Err(e) if c.more => {
                 // Transient per-CQE error with the request still armed: report, keep going.
                 let kind = io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO));
@@ -188,7 +194,8 @@ impl RxBackend for UringRx {
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
-        self.rearm_waiting(ctx)?;
+        self.rearm_waiting()?;
+        ctx.stats.rearms += std::mem::take(&mut self.rearms);
         let timeout = if self.starving {
             Duration::ZERO
         } else {
