@@ -73,6 +73,23 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
     })
 }
 
+/// A progress line on stderr: rewritten in place on a terminal, one line per case otherwise.
+fn show_progress(tty: bool, line: &str) {
+    if tty {
+        eprint!("\r\x1b[K{line}");
+    } else {
+        eprintln!("{line}");
+    }
+    let _ = std::io::stderr().flush();
+}
+
+/// Clears the progress line on a terminal (before printing a result).
+fn clear_progress(tty: bool) {
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+}
+
 pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
     let cfg = config(a)?;
     let tty = std::io::stderr().is_terminal();
@@ -84,18 +101,10 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
             tx,
             size,
         } => {
-            let line = format!("[{index}/{total}] {path} {tx} {size} B ...");
-            if tty {
-                eprint!("\r\x1b[K{line}");
-            } else {
-                eprintln!("{line}");
-            }
-            let _ = std::io::stderr().flush();
+            show_progress(tty, &format!("[{index}/{total}] {path} {tx} {size} B ..."));
         }
         Progress::Done(row) => {
-            if tty {
-                eprint!("\r\x1b[K");
-            }
+            clear_progress(tty);
             if let Some(e) = &row.error {
                 eprintln!("  {} {} {} B failed: {e}", row.path, row.tx, row.size);
             }
@@ -271,18 +280,10 @@ pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {
             path,
             rx,
         } => {
-            let line = format!("[{index}/{total}] {path} {rx} ...");
-            if tty {
-                eprint!("\r\x1b[K{line}");
-            } else {
-                eprintln!("{line}");
-            }
-            let _ = std::io::stderr().flush();
+            show_progress(tty, &format!("[{index}/{total}] {path} {rx} ..."));
         }
         RxProgress::Done(row) => {
-            if tty {
-                eprint!("\r\x1b[K");
-            }
+            clear_progress(tty);
             if let Some(e) = &row.error {
                 eprintln!("  {} {}: {e}", row.path, row.rx);
             }
