@@ -51,15 +51,11 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         .map(|s| parse_size(s))
         .collect::<Result<Vec<_>, _>>()?;
     let memory = MemoryKind::parse(&a.mem).ok_or_else(|| {
-        Error::io(
-            format!("unknown --mem '{}': use anon or huge", a.mem),
-            std::io::Error::from(std::io::ErrorKind::InvalidInput),
-        )
+        Error::invalid_input(format!("unknown --mem '{}': use anon or huge", a.mem))
     })?;
     if !(a.duration > 0.0 && a.duration.is_finite()) || a.inflight == 0 || a.inflight > 4096 {
-        return Err(Error::io(
+        return Err(Error::invalid_input(
             "bad --duration or --inflight: give a positive duration and 1..=4096 in flight",
-            std::io::Error::from(std::io::ErrorKind::InvalidInput),
         ));
     }
     Ok(TxBenchConfig {
@@ -249,9 +245,8 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
         || a.threads == 0
         || a.buffers == Some(0)
     {
-        return Err(Error::io(
+        return Err(Error::invalid_input(
             "bad --duration, --connections, --threads or --buffers: give positive values",
-            std::io::Error::from(std::io::ErrorKind::InvalidInput),
         ));
     }
     Ok(RxBenchConfig {

@@ -85,10 +85,7 @@ fn need_root(what: &'static str) -> zcnet::Result<()> {
 fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
     need_root("zcnet nic setup")?;
     let proto = Proto::parse(&a.proto).ok_or_else(|| {
-        Error::io(
-            format!("unknown --proto '{}': use tcp or udp", a.proto),
-            std::io::Error::from(std::io::ErrorKind::InvalidInput),
-        )
+        Error::invalid_input(format!("unknown --proto '{}': use tcp or udp", a.proto))
     })?;
     let ctl = LiveNic::open(&a.iface)?;
     let want = NicSetup {

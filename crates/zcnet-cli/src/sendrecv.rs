@@ -102,18 +102,15 @@ struct SendJson<'a> {
     switches: Vec<String>,
 }
 
-fn invalid(msg: String) -> Error {
-    Error::io(msg, std::io::Error::from(std::io::ErrorKind::InvalidInput))
-}
-
 pub fn send(a: &SendArgs) -> Result<(), Error> {
     let mode = TxMode::parse(&a.tx)?;
     let addr = net::parse_addr(&a.addr)?;
     let size = parse_size(&a.size)?;
-    let memory = MemoryKind::parse(&a.mem)
-        .ok_or_else(|| invalid(format!("unknown --mem '{}': use anon or huge", a.mem)))?;
+    let memory = MemoryKind::parse(&a.mem).ok_or_else(|| {
+        Error::invalid_input(format!("unknown --mem '{}': use anon or huge", a.mem))
+    })?;
     if a.udp && size > zcnet::bench::UDP_MAX_PAYLOAD {
-        return Err(invalid(format!(
+        return Err(Error::invalid_input(format!(
             "--size {size} is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
             zcnet::bench::UDP_MAX_PAYLOAD
         )));
@@ -185,7 +182,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
         };
         println!(
             "{}",
-            serde_json::to_string(&doc).map_err(|e| invalid(e.to_string()))?
+            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
         );
     } else {
         let zc = st
@@ -256,8 +253,8 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     cfg.buffers = a.buffers;
     cfg.area_len = parse_size(&a.area)?;
     if mode.is_device() && a.verify {
-        return Err(invalid(
-            "--verify reads the payload, but devmem puts it in device memory: drop --verify or use --rx auto".into(),
+        return Err(Error::invalid_input(
+            "--verify reads the payload, but devmem puts it in device memory: drop --verify or use --rx auto",
         ));
     }
     // Made before listening: a refused mechanism fails before any peer connects.
@@ -312,7 +309,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         };
         println!(
             "{}",
-            serde_json::to_string(&doc).map_err(|e| invalid(e.to_string()))?
+            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
         );
     } else {
         let secs = rep.recv.seconds;

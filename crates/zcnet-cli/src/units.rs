@@ -23,10 +23,7 @@ pub fn parse_size(s: &str) -> Result<usize, Error> {
         .and_then(|n| n.checked_mul(mult))
         .filter(|&n| n > 0)
         .ok_or_else(|| {
-            Error::io(
-                format!("bad size '{s}': give bytes like 4096, 16K or 1M"),
-                std::io::Error::from(std::io::ErrorKind::InvalidInput),
-            )
+            Error::invalid_input(format!("bad size '{s}': give bytes like 4096, 16K or 1M"))
         })
 }
 

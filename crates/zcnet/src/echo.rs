@@ -1087,9 +1087,8 @@ struct ThreadResult {
 /// [`ClientReport::errors`]; the others go on. Connecting failures are errors.
 pub fn run_clients(cfg: &ClientConfig) -> Result<ClientReport> {
     if cfg.size == 0 || cfg.connections == 0 || cfg.threads == 0 {
-        return Err(Error::io(
+        return Err(Error::invalid_input(
             "echo clients: size, connections and threads must be positive",
-            io::Error::from(io::ErrorKind::InvalidInput),
         ));
     }
     let threads = cfg.threads.min(cfg.connections);

@@ -155,6 +155,12 @@ impl Error {
         }
     }
 
+    /// A bad argument or option: `what` names it and the fix (shown as
+    /// "`what`: invalid input parameter").
+    pub fn invalid_input(what: impl Into<String>) -> Error {
+        Error::io(what, io::Error::from(io::ErrorKind::InvalidInput))
+    }
+
     /// The process exit code the CLI uses for this error (130 for an interrupt).
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -14,7 +14,6 @@ use crate::echo::{run_clients, Check, ClientConfig, EchoConfig, EchoServer, Star
 use crate::error::{Error, Result};
 use crate::lab::{Lab, VethPath};
 use crate::rx::RxMode;
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -173,10 +172,6 @@ pub enum RxProgress<'a> {
     Done(&'a RxRow),
 }
 
-fn invalid(msg: impl Into<String>) -> Error {
-    Error::io(msg, io::Error::from(io::ErrorKind::InvalidInput))
-}
-
 /// Where the server goes on one path.
 enum Place {
     Veth(VethPath),
@@ -187,12 +182,12 @@ enum Place {
 /// for `veth` alone without root is an error. The lab is gone when this returns.
 pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> Result<RxReport> {
     if cfg.size == 0 || cfg.connections == 0 || cfg.threads == 0 || cfg.duration.is_zero() {
-        return Err(invalid(
+        return Err(Error::invalid_input(
             "bench rx: size, connections, threads and duration must be positive",
         ));
     }
     if let Some(p) = cfg.paths.iter().find(|p| **p == PathKind::Sink) {
-        return Err(invalid(format!(
+        return Err(Error::invalid_input(format!(
             "bench rx: path '{}' has no echo peer (UDP into a drop device): use veth or loopback",
             p.name()
         )));
@@ -216,13 +211,13 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     let server_cpu = match cfg.cpu {
         Some(c) if allowed.contains(&c) => c,
         Some(c) => {
-            return Err(invalid(format!(
+            return Err(Error::invalid_input(format!(
                 "--cpu {c}: this process may run on CPUs {allowed:?} only: pick one of them"
             )))
         }
         None => *allowed
             .last()
-            .ok_or_else(|| invalid("sched_getaffinity returned no CPU"))?,
+            .ok_or_else(|| Error::invalid_input("sched_getaffinity returned no CPU"))?,
     };
     let client_cpus: Vec<usize> = allowed
         .iter()
