@@ -356,8 +356,8 @@ pub(crate) trait RxBackend: std::fmt::Debug {
 
 /// Receives on many connections with one mechanism, lending buffers to the application.
 ///
-/// Not `Send`: the zcrx ring accepts submissions only from the thread that made it. Make the
-/// receiver on the thread that polls it.
+/// Not `Send` (its backend is not: the zcrx and uring rings accept submissions only from the
+/// thread that made them). Make the receiver on the thread that polls it.
 #[derive(Debug)]
 pub struct Receiver {
     // Field order: the backend (which may hold kernel requests on the sockets) drops first.
@@ -370,7 +370,6 @@ pub struct Receiver {
     fallbacks: Vec<Fallback>,
     scratch: Vec<(u64, usize)>,
     closable: Vec<ConnId>,
-    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Receiver {
@@ -396,7 +395,6 @@ impl Receiver {
             fallbacks,
             scratch: Vec::new(),
             closable: Vec::new(),
-            _not_send: std::marker::PhantomData,
         })
     }
 

@@ -145,14 +145,13 @@ impl UringRx {
                 ctx.stats.starved += 1;
                 self.rearm.push(conn);
             }
-            Err(e) if c.more => {
-                // Transient per-CQE error with the request still armed: report, keep going.
-                let kind = io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO));
-                ctx.failed(conn, recv_error(conn, kind));
-            }
             Err(e) => {
+                // With F_MORE the request stays armed (a transient per-CQE error): report and
+                // keep receiving; without, receiving on the connection has ended.
+                if !c.more {
+                    self.fds.remove(&conn);
+                }
                 let e = io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO));
-                self.fds.remove(&conn);
                 ctx.failed(conn, recv_error(conn, e));
             }
         }
