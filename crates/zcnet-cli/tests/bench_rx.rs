@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+use common::{can_run_as_nobody, is_root, stderr, zcnet_as_nobody};
+
 use serde_json::Value;
 use std::process::{Command, Output};
 
@@ -11,17 +14,6 @@ fn zcnet(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
 
 fn json(args: &[&str]) -> Value {
@@ -206,23 +198,10 @@ fn veth_as_root_runs_in_a_lab_that_is_gone_afterwards() {
 
 #[test]
 fn without_root_veth_is_refused_and_loopback_still_runs() {
-    let have_setpriv = Command::new("setpriv").arg("--help").output().is_ok();
-    if !is_root() || !have_setpriv {
-        eprintln!("skipped: needs root and setpriv to run zcnet as an unprivileged user");
+    if !can_run_as_nobody() {
         return;
     }
-    let as_nobody = |args: &[&str]| {
-        Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                env!("CARGO_BIN_EXE_zcnet"),
-            ])
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let as_nobody = zcnet_as_nobody;
     let o = as_nobody(&["bench", "rx", "--path", "veth", "--rx", "copy"]);
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);

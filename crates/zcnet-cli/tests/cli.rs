@@ -3,6 +3,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+use common::{is_root, stderr};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::UdpSocket;
 use std::process::{Child, Command, Output, Stdio};
@@ -27,22 +30,11 @@ fn netns_list() -> String {
     .into_owned()
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
-
 /// Runs `zcnet ARGS` (which must print one JSON document), asserts success, returns the document.
 fn run_json(args: &[&str]) -> serde_json::Value {
     let o = run(args);
     assert!(o.status.success(), "zcnet {args:?}: {}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Starts `zcnet recv` on an ephemeral port; returns the child and the port.

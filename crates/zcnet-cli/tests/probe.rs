@@ -4,18 +4,14 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+use common::{can_run_as_nobody, is_root, zcnet_as_nobody};
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
 use zcnet::lab::Lab;
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-}
 
 /// A lab, or `None` (with the reason printed) when not root.
 fn lab() -> Option<Lab> {
@@ -274,23 +270,10 @@ fn nic_setup_on_veth_fails_with_the_kernels_message_and_changes_nothing() {
 
 #[test]
 fn without_privileges_probe_still_answers_and_nic_setup_says_why_not() {
-    let have_setpriv = Command::new("setpriv").arg("--help").output().is_ok();
-    if !is_root() || !have_setpriv {
-        eprintln!("skipped: needs root and setpriv to run zcnet as an unprivileged user");
+    if !can_run_as_nobody() {
         return;
     }
-    let as_nobody = |args: &[&str]| {
-        Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                env!("CARGO_BIN_EXE_zcnet"),
-            ])
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let as_nobody = zcnet_as_nobody;
     let o = as_nobody(&["probe", "--iface", "lo", "--active", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
