@@ -11,6 +11,7 @@
 
 pub mod baseline;
 pub mod bufring;
+pub mod cuda;
 pub mod devmem;
 pub mod epoll;
 pub mod ethtool;

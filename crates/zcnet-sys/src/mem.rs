@@ -24,6 +24,8 @@ pub enum Backing {
     TransparentHuge,
     /// Memory the caller handed over.
     Caller,
+    /// GPU memory (CUDA): the addresses are device addresses the CPU cannot dereference.
+    Device,
 }
 
 /// A span of memory, unmapped (or dropped) when the last reference goes.
@@ -34,6 +36,8 @@ pub struct Mapping {
     backing: Backing,
     /// For `Backing::Caller`: the allocation that owns the bytes.
     owned: Option<Box<[u8]>>,
+    /// For `Backing::Device`: the device allocation, freed when the last holder goes.
+    device: Option<Arc<crate::cuda::DeviceMem>>,
 }
 
 // SAFETY: `Mapping` exposes no access to its bytes through `&Mapping` (only the address, for
@@ -86,6 +90,7 @@ impl Mapping {
             len,
             backing: Backing::Anonymous,
             owned: None,
+            device: None,
         })
     }
 
@@ -101,6 +106,7 @@ impl Mapping {
             len,
             backing: Backing::HugeTlb,
             owned: None,
+            device: None,
         })
     }
 
@@ -131,6 +137,7 @@ impl Mapping {
             len,
             backing: Backing::TransparentHuge,
             owned: None,
+            device: None,
         };
         // SAFETY: the range is our own mapping; madvise does not touch Rust-visible memory.
         crate::cvt(unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_HUGEPAGE) })?;
@@ -157,7 +164,27 @@ impl Mapping {
             len,
             backing: Backing::Caller,
             owned: Some(bytes),
+            device: None,
         })
+    }
+
+    /// A mapping over device memory: slots carry device addresses and no byte access.
+    pub(crate) fn device(mem: Arc<crate::cuda::DeviceMem>, len: usize) -> Mapping {
+        // A device address is an integer the CPU never dereferences; NonNull only stores it.
+        let ptr =
+            NonNull::new(mem.device_addr() as usize as *mut u8).unwrap_or(NonNull::dangling());
+        Mapping {
+            ptr,
+            len,
+            backing: Backing::Device,
+            owned: None,
+            device: Some(mem),
+        }
+    }
+
+    /// The device memory behind a `Backing::Device` mapping.
+    pub fn device_mem(&self) -> Option<&Arc<crate::cuda::DeviceMem>> {
+        self.device.as_ref()
     }
 
     /// Length in bytes.
@@ -180,9 +207,9 @@ impl Mapping {
         self.backing
     }
 
-    /// Whether the CPU can read and write the bytes (false for device memory, later).
+    /// Whether the CPU can read and write the bytes (false for device memory).
     pub fn cpu_accessible(&self) -> bool {
-        true
+        self.device.is_none()
     }
 
     /// Cuts the mapping into `count` disjoint slots of `slot_len` bytes (ids `0..count`), each
@@ -237,7 +264,7 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if self.owned.is_none() {
+        if self.owned.is_none() && self.device.is_none() {
             // SAFETY: ptr/len describe a mapping this value created and nobody else unmaps; every
             // Slot holds an Arc to this Mapping, so no slot outlives it.
             unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };

@@ -137,6 +137,18 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
+    /// CUDA memory could not be had or used: no driver, no such device, out of GPU memory, an
+    /// export or copy the driver refused.
+    Gpu {
+        /// What was being done, e.g. "allocating 64 MiB on cuda:0".
+        what: String,
+        /// The driver's answer (or what is missing).
+        cause: String,
+        /// How to get it working, or the alternative.
+        fix: String,
+        /// The request itself was wrong (e.g. `cuda:7` with two GPUs): exit code 2.
+        bad_argument: bool,
+    },
     /// Another system call failed.
     Io {
         /// What was being done.
@@ -169,7 +181,10 @@ impl Error {
             | Error::UnknownRxMode { .. }
             | Error::UnknownPath { .. }
             | Error::BadAddress { .. }
-            | Error::UnknownInterface { .. } => 2,
+            | Error::UnknownInterface { .. }
+            | Error::Gpu {
+                bad_argument: true, ..
+            } => 2,
             _ => 1,
         }
     }
@@ -250,6 +265,7 @@ impl fmt::Display for Error {
                 "NIC state file {}: {problem}: check it by hand, then delete it",
                 path.display()
             ),
+            Error::Gpu { what, cause, fix, .. } => write!(f, "{what}: {cause}: {fix}"),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
         }
     }

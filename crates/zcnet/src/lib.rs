@@ -24,6 +24,7 @@
 pub mod bench;
 pub mod echo;
 pub mod error;
+pub mod gpu;
 pub mod lab;
 pub mod net;
 pub mod nic;

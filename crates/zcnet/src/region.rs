@@ -1,12 +1,15 @@
 //! Registered memory: where the bytes that are sent without copying live.
 //!
 //! A [`Region`] is anonymous pages, 2 MiB huge pages (falling back to transparent huge pages,
-//! and saying so), or memory the caller hands over. A [`crate::Sender`] cuts it into
-//! [`TxBuf`]s and registers it once with io_uring as fixed buffers. The shape is ready for
-//! device memory (a dma-buf the CPU cannot read): [`TxBuf::bytes_mut`] returns `None` there,
-//! and nothing else changes for callers.
+//! and saying so), memory the caller hands over, or GPU memory ([`Region::cuda`]). A
+//! [`crate::Sender`] cuts it into [`TxBuf`]s and registers it once with io_uring as fixed
+//! buffers. Device memory is a region the CPU cannot read: [`TxBuf::bytes_mut`] returns `None`
+//! there, [`TxBuf::write`] copies to the device, and [`Region::dmabuf`] exports it as a dma-buf
+//! for devmem TCP.
 
 use crate::error::{Error, Result};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 use zcnet_sys::mem::{Backing, Mapping, Slot, HUGE_2M};
 
 /// Which memory to allocate.
@@ -16,16 +19,40 @@ pub enum MemoryKind {
     Anonymous,
     /// 2 MiB huge pages; transparent huge pages (madvise) when none are reserved.
     Huge,
+    /// Memory of CUDA device `N` (`cuda:N`).
+    Cuda(u32),
 }
 
 impl MemoryKind {
-    /// Parses `anon` or `huge`.
+    /// The `--mem` values, for messages.
+    pub const NAMES: &'static str = "host, hugepage, cuda[:N]";
+
+    /// Parses a `--mem` value: `host` (alias `anon`), `hugepage` (alias `huge`), `cuda` or
+    /// `cuda:N`.
     pub fn parse(s: &str) -> Option<MemoryKind> {
         match s {
-            "anon" | "anonymous" | "pages" => Some(MemoryKind::Anonymous),
-            "huge" | "hugepages" => Some(MemoryKind::Huge),
-            _ => None,
+            "host" | "anon" | "anonymous" | "pages" => Some(MemoryKind::Anonymous),
+            "hugepage" | "huge" | "hugepages" => Some(MemoryKind::Huge),
+            "cuda" | "gpu" => Some(MemoryKind::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(MemoryKind::Cuda),
         }
+    }
+
+    /// The `--mem` name.
+    pub fn name(self) -> String {
+        match self {
+            MemoryKind::Anonymous => "host".into(),
+            MemoryKind::Huge => "hugepage".into(),
+            MemoryKind::Cuda(n) => format!("cuda:{n}"),
+        }
+    }
+
+    /// Whether it is device memory.
+    pub fn is_device(self) -> bool {
+        matches!(self, MemoryKind::Cuda(_))
     }
 }
 
@@ -34,13 +61,14 @@ impl MemoryKind {
 pub struct Region {
     map: Mapping,
     note: Option<String>,
+    dmabuf: Option<Arc<OwnedFd>>,
 }
 
 impl Region {
     /// `len` bytes of page-aligned anonymous memory.
     pub fn anonymous(len: usize) -> Result<Region> {
         let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mmap {len} B"), e))?;
-        Ok(Region { map, note: None })
+        Ok(Region::of(map))
     }
 
     /// `len` bytes (rounded up to 2 MiB) of reserved 2 MiB huge pages; when none are free,
@@ -52,6 +80,7 @@ impl Region {
                 let map = Mapping::transparent_huge(len)
                     .map_err(|e| Error::io(format!("mmap {len} B (THP)"), e))?;
                 Ok(Region {
+                    dmabuf: None,
                     map,
                     note: Some(format!(
                         "no free 2 MiB huge pages for {pages} page(s) (vm.nr_hugepages): using transparent huge pages via madvise; reserve with 'echo {pages} > /proc/sys/vm/nr_hugepages'"
@@ -65,7 +94,7 @@ impl Region {
     /// Reserved 2 MiB huge pages only: [`Error::NoHugePages`] when none are free.
     pub fn huge_strict(len: usize) -> Result<Region> {
         match Mapping::huge_tlb(len) {
-            Ok(map) => Ok(Region { map, note: None }),
+            Ok(map) => Ok(Region::of(map)),
             Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => Err(Error::NoHugePages {
                 pages: len.max(1).div_ceil(HUGE_2M),
             }),
@@ -76,7 +105,7 @@ impl Region {
     /// Memory the caller owns, handed over for the region's lifetime.
     pub fn from_boxed(bytes: Box<[u8]>) -> Result<Region> {
         let map = Mapping::from_boxed(bytes).map_err(|e| Error::io("caller memory", e))?;
-        Ok(Region { map, note: None })
+        Ok(Region::of(map))
     }
 
     /// Allocates `len` bytes of the given kind.
@@ -84,7 +113,83 @@ impl Region {
         match kind {
             MemoryKind::Anonymous => Region::anonymous(len),
             MemoryKind::Huge => Region::huge(len),
+            MemoryKind::Cuda(n) => Region::cuda(n, len),
         }
+    }
+
+    fn of(map: Mapping) -> Region {
+        Region {
+            map,
+            note: None,
+            dmabuf: None,
+        }
+    }
+
+    /// `len` bytes (rounded up to the page size) of memory on CUDA device `ordinal`, page-aligned
+    /// so that it can be exported as a dma-buf. The CPU cannot read it; the driver is opened now.
+    pub fn cuda(ordinal: u32, len: usize) -> Result<Region> {
+        let ctx = crate::gpu::context(ordinal)?;
+        let mem = zcnet_sys::cuda::DeviceMem::alloc(&ctx, len).map_err(|e| {
+            crate::gpu::gpu_error(
+                format!(
+                    "allocating {} on cuda:{ordinal}",
+                    crate::gpu::size_words(len)
+                ),
+                e,
+            )
+        })?;
+        Ok(Region::of(Arc::new(mem).into_mapping()))
+    }
+
+    /// The CUDA device the memory is on (`None` for host memory).
+    pub fn device_ordinal(&self) -> Option<u32> {
+        self.map.device_mem().map(|m| m.context().ordinal())
+    }
+
+    /// The region as a dma-buf whose offset 0 is the region's start: exported from CUDA device
+    /// memory on first use (`cuMemGetHandleForAddressRange`), or the one given with
+    /// [`Region::with_dmabuf`]. Host memory without one: [`Error::Unsupported`].
+    pub fn dmabuf(&mut self) -> Result<Arc<OwnedFd>> {
+        if let Some(d) = &self.dmabuf {
+            return Ok(Arc::clone(d));
+        }
+        let Some(mem) = self.map.device_mem() else {
+            return Err(Error::Unsupported {
+                what: "a dma-buf of host memory".into(),
+                source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+                fix: "use device memory (--mem cuda) or pass a dma-buf (a udmabuf of a memfd where /dev/udmabuf exists)",
+            });
+        };
+        let fd = mem.export_dmabuf().map_err(|e| {
+            crate::gpu::gpu_error(
+                format!(
+                    "exporting cuda:{} memory as a dma-buf",
+                    mem.context().ordinal()
+                ),
+                e,
+            )
+        })?;
+        let fd = Arc::new(fd);
+        self.dmabuf = Some(Arc::clone(&fd));
+        Ok(fd)
+    }
+
+    /// Declares that `dmabuf` is this region's memory (offset 0 = the region's start), e.g. a
+    /// udmabuf made from the memfd the region maps.
+    pub fn with_dmabuf(mut self, dmabuf: Arc<OwnedFd>) -> Region {
+        self.dmabuf = Some(dmabuf);
+        self
+    }
+
+    /// Copies `data` to `off` (for device memory a synchronous copy to the GPU): for filling a
+    /// region before it is cut into buffers, and for tests.
+    pub fn write_at(&mut self, off: usize, data: &[u8]) -> Result<()> {
+        write_mapping(&self.map, off, data)
+    }
+
+    /// Copies from `off` into `out` (device memory: copied back from the GPU).
+    pub fn read_at(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        read_mapping(&self.map, off, out)
     }
 
     /// Length in bytes.
@@ -142,11 +247,70 @@ impl TxBuf {
         self.slot.bytes()
     }
 
-    /// Copies `data` into the start of the buffer; returns how many bytes fit.
+    /// Copies `data` into the start of the buffer; returns how many bytes fit. For device
+    /// memory this is a synchronous copy to the GPU.
     pub fn write(&mut self, data: &[u8]) -> Result<usize> {
-        let b = self.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-        let n = data.len().min(b.len());
-        b[..n].copy_from_slice(&data[..n]);
+        let n = data.len().min(self.capacity());
+        if let Some(b) = self.bytes_mut() {
+            b[..n].copy_from_slice(&data[..n]);
+            return Ok(n);
+        }
+        let off = self.slot.addr() - self.slot.mapping().addr();
+        write_mapping(self.slot.mapping(), off, &data[..n])?;
         Ok(n)
+    }
+
+    /// Copies the first `out.len()` bytes of the buffer into `out` (device memory: from the GPU).
+    pub fn read(&self, out: &mut [u8]) -> Result<()> {
+        if out.len() > self.capacity() {
+            return Err(Error::invalid_input(
+                "TxBuf::read: more bytes than the buffer holds",
+            ));
+        }
+        if let Some(b) = self.bytes() {
+            out.copy_from_slice(&b[..out.len()]);
+            return Ok(());
+        }
+        let off = self.slot.addr() - self.slot.mapping().addr();
+        read_mapping(self.slot.mapping(), off, out)
+    }
+}
+
+fn out_of_range(off: usize, len: usize, have: usize) -> Error {
+    Error::invalid_input(format!(
+        "{len} B at offset {off} does not fit the {have} B region"
+    ))
+}
+
+fn device_error(map: &Mapping, what: &str, e: zcnet_sys::cuda::CudaError) -> Error {
+    let ord = map.device_mem().map_or(0, |m| m.context().ordinal());
+    crate::gpu::gpu_error(format!("{what} cuda:{ord}"), e)
+}
+
+fn write_mapping(map: &Mapping, off: usize, data: &[u8]) -> Result<()> {
+    if off.checked_add(data.len()).is_none_or(|e| e > map.len()) {
+        return Err(out_of_range(off, data.len(), map.len()));
+    }
+    match map.device_mem() {
+        Some(mem) => mem
+            .write(off as u64, data)
+            .map_err(|e| device_error(map, "copying to", e)),
+        None => Err(Error::invalid_input(
+            "Region::write_at on host memory: write through the region's buffers (TxBuf::write)",
+        )),
+    }
+}
+
+fn read_mapping(map: &Mapping, off: usize, out: &mut [u8]) -> Result<()> {
+    if off.checked_add(out.len()).is_none_or(|e| e > map.len()) {
+        return Err(out_of_range(off, out.len(), map.len()));
+    }
+    match map.device_mem() {
+        Some(mem) => mem
+            .read(off as u64, out)
+            .map_err(|e| device_error(map, "copying from", e)),
+        None => Err(Error::invalid_input(
+            "Region::read_at on host memory: read through the region's buffers",
+        )),
     }
 }

@@ -1,0 +1,168 @@
+//! GPU (CUDA) memory: what the devices are, device regions, and the errors a user can act on.
+//!
+//! CUDA is opened at run time (`zcnet_sys::cuda`): nothing here needs a GPU, a driver or a
+//! toolkit until CUDA memory is asked for, and then a missing piece is one [`Error::Gpu`] line
+//! with the cause and the fix. Device memory is a [`crate::Region`] like any other
+//! ([`crate::Region::cuda`]): it can be exported as a dma-buf for devmem TCP, and its send
+//! buffers are written with a copy to the device ([`crate::TxBuf::write`]).
+//!
+//! Where the NIC cannot reach GPU memory, data is staged through pinned host memory
+//! ([`staging`]): receives land in host buffers and are copied to the GPU asynchronously, sends
+//! copy from the GPU into host buffers that are then sent with zero copy.
+
+use crate::error::{Error, Result};
+use std::sync::Arc;
+use zcnet_sys::cuda::{self, Context, CudaError};
+
+pub use zcnet_sys::cuda::DeviceInfo;
+
+/// The CUDA driver's version as (major, minor), e.g. (13, 0).
+pub fn driver_version() -> Result<(u32, u32)> {
+    let v = cuda::driver_version().map_err(|e| gpu_error("reading the CUDA driver version", e))?;
+    Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
+}
+
+/// Every CUDA device with its capabilities. An error when there is no usable driver.
+pub fn devices() -> Result<Vec<DeviceInfo>> {
+    let n = cuda::device_count().map_err(|e| gpu_error("counting CUDA devices", e))?;
+    (0..n as u32)
+        .map(|i| cuda::device_info(i).map_err(|e| gpu_error(format!("reading cuda:{i}"), e)))
+        .collect()
+}
+
+/// The primary context of `cuda:ordinal`, after checking that the device exists.
+pub(crate) fn context(ordinal: u32) -> Result<Arc<Context>> {
+    let n = cuda::device_count().map_err(|e| gpu_error(format!("opening cuda:{ordinal}"), e))?;
+    if ordinal as usize >= n {
+        return Err(no_such_device(ordinal, n));
+    }
+    Context::new(ordinal).map_err(|e| gpu_error(format!("opening cuda:{ordinal}"), e))
+}
+
+fn no_such_device(ordinal: u32, count: usize) -> Error {
+    Error::Gpu {
+        what: format!("cuda:{ordinal}"),
+        cause: match count {
+            0 => "this machine has no CUDA device".to_string(),
+            1 => "this machine has one CUDA device (cuda:0)".to_string(),
+            n => format!(
+                "this machine has {n} CUDA devices (cuda:0 to cuda:{})",
+                n - 1
+            ),
+        },
+        fix: if count == 0 {
+            "use --mem host (nvidia-smi lists the GPUs the driver sees)".into()
+        } else {
+            "pick one of those (nvidia-smi lists them)".into()
+        },
+        bad_argument: true,
+    }
+}
+
+/// Turns a CUDA failure into the one-line error users see, with the fix for the common causes.
+pub(crate) fn gpu_error(what: impl Into<String>, e: CudaError) -> Error {
+    let what = what.into();
+    let (cause, fix, bad_argument) = match &e {
+        CudaError::NoLibrary { .. } => (
+            e.to_string(),
+            "install the NVIDIA driver (or set ZCNET_LIBCUDA to libcuda.so.1's path), or use --mem host".to_string(),
+            false,
+        ),
+        CudaError::MissingSymbol { .. } => (
+            e.to_string(),
+            "update the NVIDIA driver to r515 or newer, or use --mem host".to_string(),
+            false,
+        ),
+        CudaError::Call { code, .. } => {
+            let fix = match *code {
+                cuda::ERR_NO_DEVICE => "check that nvidia-smi sees a GPU, or use --mem host",
+                cuda::ERR_INVALID_DEVICE => "pick a device that exists (nvidia-smi lists them)",
+                cuda::ERR_OUT_OF_MEMORY => {
+                    "use a smaller buffer (--size, --inflight, --ring) or free GPU memory (nvidia-smi shows who holds it)"
+                }
+                cuda::ERR_NOT_SUPPORTED => {
+                    "this driver or kernel refuses it: dma-buf export needs the open NVIDIA kernel modules (r515+) and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; zcnet stages through host memory instead"
+                }
+                _ => "see the CUDA error above; zcnet probe shows what the GPU supports",
+            };
+            (e.to_string(), fix.to_string(), *code == cuda::ERR_INVALID_DEVICE)
+        }
+    };
+    Error::Gpu {
+        what,
+        cause,
+        fix,
+        bad_argument,
+    }
+}
+
+/// Human size for messages: "64 MiB", "4 KiB", "100 B".
+pub(crate) fn size_words(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_driver_reads_as_cause_and_fix() {
+        let e = gpu_error(
+            "allocating 64 MiB on cuda:0",
+            CudaError::NoLibrary {
+                tried: "libcuda.so.1, libcuda.so".into(),
+                reason: "libcuda.so.1: cannot open shared object file".into(),
+            },
+        );
+        let s = e.to_string();
+        assert!(
+            s.starts_with("allocating 64 MiB on cuda:0: no CUDA driver library"),
+            "{s}"
+        );
+        assert!(s.contains("--mem host"), "{s}");
+        assert!(!s.contains('\n'));
+        assert_eq!(e.exit_code(), 1);
+    }
+
+    #[test]
+    fn a_device_that_does_not_exist_is_a_bad_argument() {
+        let e = no_such_device(7, 2);
+        assert_eq!(
+            e.to_string(),
+            "cuda:7: this machine has 2 CUDA devices (cuda:0 to cuda:1): pick one of those (nvidia-smi lists them)"
+        );
+        assert_eq!(e.exit_code(), 2);
+        assert!(no_such_device(0, 0).to_string().contains("no CUDA device"));
+    }
+
+    #[test]
+    fn out_of_memory_names_the_knobs() {
+        let e = gpu_error(
+            "allocating 1 GiB on cuda:0",
+            CudaError::Call {
+                call: "cuMemAlloc",
+                code: cuda::ERR_OUT_OF_MEMORY,
+                text: "CUDA_ERROR_OUT_OF_MEMORY: out of memory".into(),
+            },
+        );
+        let s = e.to_string();
+        assert!(
+            s.contains("CUresult 2") && s.contains("smaller buffer"),
+            "{s}"
+        );
+        assert_eq!(e.exit_code(), 1);
+    }
+
+    #[test]
+    fn sizes_in_words() {
+        assert_eq!(size_words(64 << 20), "64 MiB");
+        assert_eq!(size_words(4096), "4 KiB");
+        assert_eq!(size_words(100), "100 B");
+    }
+}
