@@ -13,6 +13,7 @@ pub mod baseline;
 pub mod bufring;
 pub mod cuda;
 pub mod devmem;
+pub mod devmem_tx;
 pub mod epoll;
 pub mod ethtool;
 pub mod mem;

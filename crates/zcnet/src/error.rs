@@ -196,7 +196,7 @@ impl fmt::Display for Error {
             Error::UnknownMode { given } => write!(
                 f,
                 "unknown send mode '{given}': use one of {}",
-                crate::tx::TxMode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+                crate::tx::TxMode::NAMED.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
             ),
             Error::UnknownRxMode { given } => write!(
                 f,

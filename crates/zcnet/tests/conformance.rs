@@ -95,6 +95,7 @@ fn every_backend_moves_verified_data_over_loopback() {
                 assert_eq!(st.notifications, 0, "{mode}: no notifications")
             }
             TxMode::Auto => {}
+            TxMode::Devmem => unreachable!("devmem is not in TxMode::ALL"),
         }
         assert!(
             st.sends >= msgs.len() as u64,

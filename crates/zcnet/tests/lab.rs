@@ -74,6 +74,7 @@ fn sink_zero_copy_is_confirmed_by_the_kernel() {
                     st.switches
                 );
             }
+            TxMode::Devmem => unreachable!("devmem is not in TxMode::ALL"),
         }
     }
 }

@@ -7,11 +7,14 @@
 //! ```
 //! Backends (`--tx`): `copy` (send), `msg-zerocopy` (SO_ZEROCOPY + MSG_ZEROCOPY, error-queue
 //! ranges), `uring` (IORING_OP_SEND), `uring-zc` (IORING_OP_SEND_ZC from fixed buffers with
-//! usage reports), `auto` (zero-copy until the kernel says it copies, then `copy`, re-checking).
+//! usage reports), `auto` (zero-copy until the kernel says it copies, then `copy`, re-checking),
+//! `devmem` (devmem TCP transmit: `MSG_ZEROCOPY` from a dma-buf bound to the egress NIC; not in
+//! [`TxMode::ALL`], the benchmark's set, because it needs a dma-buf and a NIC with netmem TX).
 //! Every backend keeps [`TxStats`] honest: bytes are "zero-copy" only when the kernel said so.
 
 mod auto;
 mod copy;
+mod devmem;
 mod msgzc;
 mod uring;
 
@@ -19,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::region::{Region, TxBuf};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use zcnet_core::TxStats;
 
@@ -35,16 +39,30 @@ pub enum TxMode {
     UringZc,
     /// `uring-zc` until most notifications say COPIED, then `copy`; re-checks now and then.
     Auto,
+    /// devmem TCP transmit: `sendmsg(MSG_ZEROCOPY)` from a dma-buf ([`TxConfig::dmabuf`])
+    /// bound to the egress interface with netdev `bind-tx`; completions as `msg-zerocopy`.
+    Devmem,
 }
 
 impl TxMode {
-    /// Every mode, in table order.
+    /// The modes `zcnet bench tx` compares by default, in table order: every mode that works
+    /// on host memory. [`TxMode::Devmem`] is not among them (see [`TxMode::NAMED`]).
     pub const ALL: [TxMode; 5] = [
         TxMode::Copy,
         TxMode::MsgZerocopy,
         TxMode::Uring,
         TxMode::UringZc,
         TxMode::Auto,
+    ];
+
+    /// Every mode `--tx` accepts: [`TxMode::ALL`] and [`TxMode::Devmem`].
+    pub const NAMED: [TxMode; 6] = [
+        TxMode::Copy,
+        TxMode::MsgZerocopy,
+        TxMode::Uring,
+        TxMode::UringZc,
+        TxMode::Auto,
+        TxMode::Devmem,
     ];
 
     /// The `--tx` name.
@@ -55,12 +73,13 @@ impl TxMode {
             TxMode::Uring => "uring",
             TxMode::UringZc => "uring-zc",
             TxMode::Auto => "auto",
+            TxMode::Devmem => "devmem",
         }
     }
 
     /// Parses a `--tx` name.
     pub fn parse(s: &str) -> Result<TxMode> {
-        TxMode::ALL
+        TxMode::NAMED
             .into_iter()
             .find(|m| m.name() == s)
             .ok_or_else(|| Error::UnknownMode {
@@ -124,6 +143,15 @@ pub struct TxConfig {
     pub buf_size: usize,
     /// Give up with [`Error::Stalled`] after this long without any completion. Default 10 s.
     pub stall_timeout: Duration,
+    /// `devmem`: the dma-buf to send from, whose offset 0 is the region's first byte (for host
+    /// memory, a udmabuf made from the region's memfd). Default none: the region's own
+    /// ([`Region::dmabuf`]: a CUDA region exports one; a host region has none, and `devmem`
+    /// then fails saying so). Ignored by the other modes.
+    pub dmabuf: Option<Arc<OwnedFd>>,
+    /// `devmem`: the interface to bind the dma-buf to (`bind-tx`); the socket's route must
+    /// leave through it. Default: the device the socket is bound to (`SO_BINDTODEVICE`), else
+    /// the interface that owns the socket's local address.
+    pub iface: Option<String>,
 }
 
 impl TxConfig {
@@ -134,6 +162,8 @@ impl TxConfig {
             inflight: 8,
             buf_size: 64 << 10,
             stall_timeout: Duration::from_secs(10),
+            dmabuf: None,
+            iface: None,
         }
     }
 }
@@ -211,7 +241,7 @@ pub struct Sender {
 
 impl Sender {
     /// A sender on `sock` using `region`, cut into `cfg.inflight` buffers of `cfg.buf_size`.
-    pub fn new(sock: Socket, region: Region, cfg: &TxConfig) -> Result<Sender> {
+    pub fn new(sock: Socket, mut region: Region, cfg: &TxConfig) -> Result<Sender> {
         let stride = buffer_stride(cfg.buf_size);
         let need = cfg.inflight.max(1).saturating_mul(stride);
         if need > region.len() || cfg.buf_size == 0 {
@@ -226,6 +256,11 @@ impl Sender {
                 io::Error::from_raw_os_error(libc::EINVAL),
             ));
         }
+        // devmem sends from the region's dma-buf: found (or exported) before the region is cut.
+        let dmabuf = match cfg.mode {
+            TxMode::Devmem => Some(devmem::dmabuf_for(&mut region, sock.stream, cfg)?),
+            _ => None,
+        };
         let note = region.note().map(str::to_string);
         let (map, slots) = region
             .into_mapping()
@@ -238,6 +273,7 @@ impl Sender {
             TxMode::Uring => Box::new(uring::UringTx::new(&map, slots.len(), false, sock.stream)?),
             TxMode::UringZc => Box::new(uring::UringTx::new(&map, slots.len(), true, sock.stream)?),
             TxMode::Auto => Box::new(auto::AutoTx::new(&map, slots.len(), sock.stream)?),
+            TxMode::Devmem => Box::new(devmem::new(fd, dmabuf, &map, slots.len(), cfg)?),
         };
         let mut free: Vec<TxBuf> = slots.into_iter().map(|slot| TxBuf { slot }).collect();
         free.reverse(); // hand out buffer 0 first

@@ -6,10 +6,16 @@
 //! memory (`net.core.optmem_max`) is full of pending notifications: read the error queue and
 //! retry. A stream send may be partial; each partial call has its own id, and a buffer is free
 //! only when every id of its sends has completed.
+//!
+//! The bookkeeping ([`ErrqueueTx`]) is generic over [`ZcKernel`], "how one send call is made
+//! and how the error queue is read": [`MsgZcKernel`] here (`send(MSG_ZEROCOPY)` from the
+//! buffer's bytes), `super::devmem` (`sendmsg` with `SCM_DEVMEM_DMABUF` from a dma-buf offset),
+//! and a simulated kernel in the tests.
 
 use super::{Shared, TxBackend};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
+use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 use zcnet_core::{Completed, ZcRanges};
@@ -17,8 +23,70 @@ use zcnet_sys::sock::{self, ErrqueueEntry};
 
 const POLL_MS: i32 = 100;
 
+/// The kernel side of an error-queue zero-copy backend.
+pub(crate) trait ZcKernel: Send + std::fmt::Debug {
+    /// Refuses a buffer this kernel cannot send from, before any call (the buffer is not lost:
+    /// the caller puts it back).
+    fn check(&self, _buf: &TxBuf) -> Result<()> {
+        Ok(())
+    }
+    /// One send call of `buf[off..len]` with zero copy; the bytes the kernel accepted (a
+    /// successful call consumes one completion id, a failed one none).
+    fn send(&mut self, fd: RawFd, buf: &TxBuf, off: usize, len: usize) -> io::Result<usize>;
+    /// Appends every message queued on the error queue to `out`; returns how many.
+    fn read_errqueue(&mut self, fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+        sock::read_errqueue(fd, out)
+    }
+    /// `poll` for `events` (POLLERR and POLLHUP always come); 0 on timeout.
+    fn poll(&mut self, fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
+        sock::poll_one(fd, events, timeout_ms)
+    }
+    /// The pending socket error (`SO_ERROR`), cleared by reading it.
+    fn take_error(&mut self, fd: RawFd) -> io::Result<Option<io::Error>> {
+        sock::take_error(fd)
+    }
+    /// The error a failed send call means to the user.
+    fn send_error(&self, sh: &Shared, e: io::Error) -> Error {
+        sh.send_error(e)
+    }
+}
+
+/// `send(MSG_ZEROCOPY)` from the buffer's bytes.
 #[derive(Debug)]
-pub(crate) struct MsgZcTx {
+pub(crate) struct MsgZcKernel;
+
+impl ZcKernel for MsgZcKernel {
+    fn check(&self, buf: &TxBuf) -> Result<()> {
+        buf.bytes().map(drop).ok_or(Error::NotCpuAccessible)
+    }
+
+    fn send(&mut self, fd: RawFd, buf: &TxBuf, off: usize, len: usize) -> io::Result<usize> {
+        let b = buf
+            .bytes()
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+        sock::send(fd, &b[off..len], libc::MSG_ZEROCOPY)
+    }
+}
+
+/// The `msg-zerocopy` backend.
+pub(crate) type MsgZcTx = ErrqueueTx<MsgZcKernel>;
+
+impl MsgZcTx {
+    pub(crate) fn new(fd: RawFd, buffers: usize) -> Result<Self> {
+        sock::enable_zerocopy(fd).map_err(|e| Error::Unsupported {
+            what: "SO_ZEROCOPY".into(),
+            source: e,
+            fix: "MSG_ZEROCOPY needs Linux 4.14 for TCP and 5.0 for UDP",
+        })?;
+        Ok(ErrqueueTx::with_kernel(MsgZcKernel, buffers))
+    }
+}
+
+/// Held buffers, pending ids and completion accounting of a backend whose completions come on
+/// the socket error queue (MSG_ZEROCOPY ids and ranges).
+#[derive(Debug)]
+pub(crate) struct ErrqueueTx<K> {
+    kernel: K,
     ranges: ZcRanges<u32>,
     held: Vec<Option<TxBuf>>,
     /// Ids not yet completed, per buffer.
@@ -28,23 +96,27 @@ pub(crate) struct MsgZcTx {
     outstanding: usize,
 }
 
-impl MsgZcTx {
-    pub(crate) fn new(fd: RawFd, buffers: usize) -> Result<Self> {
-        sock::enable_zerocopy(fd).map_err(|e| Error::Unsupported {
-            what: "SO_ZEROCOPY".into(),
-            source: e,
-            fix: "MSG_ZEROCOPY needs Linux 4.14 for TCP and 5.0 for UDP",
-        })?;
+impl<K: ZcKernel> ErrqueueTx<K> {
+    /// Bookkeeping for `buffers` buffers (ids `0..buffers`) over `kernel`. The socket must
+    /// already have `SO_ZEROCOPY`.
+    pub(crate) fn with_kernel(kernel: K, buffers: usize) -> Self {
         let mut held = Vec::with_capacity(buffers);
         held.resize_with(buffers, || None);
-        Ok(MsgZcTx {
+        ErrqueueTx {
+            kernel,
             ranges: ZcRanges::new(),
             held,
             pending: vec![0; buffers],
             entries: Vec::new(),
             done: Vec::new(),
             outstanding: 0,
-        })
+        }
+    }
+
+    /// The kernel side.
+    #[cfg(test)]
+    fn kernel(&self) -> &K {
+        &self.kernel
     }
 
     fn park(&mut self, sh: &mut Shared, buf: TxBuf) {
@@ -59,7 +131,8 @@ impl MsgZcTx {
 
     fn read_completions(&mut self, sh: &mut Shared) -> Result<usize> {
         self.entries.clear();
-        sock::read_errqueue(sh.fd, &mut self.entries)
+        self.kernel
+            .read_errqueue(sh.fd, &mut self.entries)
             .map_err(|e| Error::io("reading the error queue", e))?;
         let n = self.entries.len();
         for i in 0..n {
@@ -92,7 +165,7 @@ impl MsgZcTx {
                 ErrqueueEntry::Other { errno, origin } => {
                     return Err(Error::io(
                         format!("error queue (origin {origin})"),
-                        std::io::Error::from_raw_os_error(errno as i32),
+                        io::Error::from_raw_os_error(errno as i32),
                     ));
                 }
             }
@@ -101,20 +174,17 @@ impl MsgZcTx {
     }
 }
 
-impl TxBackend for MsgZcTx {
+impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
     fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
         let id = buf.id();
+        if let Err(e) = self.kernel.check(&buf) {
+            self.park(sh, buf);
+            return Err(e);
+        }
         let mut off = 0;
         let mut waited = std::time::Instant::now();
         while off < len {
-            let r = match buf.bytes() {
-                Some(b) => sock::send(sh.fd, &b[off..len], libc::MSG_ZEROCOPY),
-                None => {
-                    self.park(sh, buf);
-                    return Err(Error::NotCpuAccessible);
-                }
-            };
-            match r {
+            match self.kernel.send(sh.fd, &buf, off, len) {
                 Ok(n) => {
                     self.ranges.push(n as u64, id);
                     self.pending[id as usize] += 1;
@@ -139,7 +209,7 @@ impl TxBackend for MsgZcTx {
                 Err(e)
                     if e.raw_os_error() == Some(libc::EINTR) && !zcnet_sys::os::interrupted() => {}
                 Err(e) => {
-                    let err = sh.send_error(e);
+                    let err = self.kernel.send_error(sh, e);
                     self.park(sh, buf);
                     return Err(err);
                 }
@@ -157,27 +227,327 @@ impl TxBackend for MsgZcTx {
             return Ok(());
         }
         // POLLERR is always reported, whatever the requested events: it signals the error queue.
-        let rev = sock::poll_one(sh.fd, 0, POLL_MS).map_err(|e| Error::io("poll", e))?;
+        let rev = self
+            .kernel
+            .poll(sh.fd, 0, POLL_MS)
+            .map_err(|e| Error::io("poll", e))?;
         if rev & libc::POLLERR != 0 {
             let got = self.read_completions(sh)?;
             if got == 0 {
                 // POLLERR without queued messages: a socket error (e.g. reset).
-                if let Ok(Some(e)) = sock::take_error(sh.fd) {
-                    return Err(sh.send_error(e));
+                if let Ok(Some(e)) = self.kernel.take_error(sh.fd) {
+                    return Err(self.kernel.send_error(sh, e));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
         } else if rev & libc::POLLHUP != 0 {
-            let e = sock::take_error(sh.fd)
+            let e = self
+                .kernel
+                .take_error(sh.fd)
                 .ok()
                 .flatten()
-                .unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EPIPE));
-            return Err(sh.send_error(e));
+                .unwrap_or_else(|| io::Error::from_raw_os_error(libc::EPIPE));
+            return Err(self.kernel.send_error(sh, e));
         }
         Ok(())
     }
 
     fn outstanding(&self) -> usize {
         self.outstanding
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The bookkeeping against a simulated kernel: partial sends, `EINTR`, one `ENOBUFS`,
+    //! completions coalesced, out of order, withheld, duplicated, some COPIED. The simulation
+    //! also checks the zero-copy contract from the kernel's side: a buffer must not be sent
+    //! again while any id of its earlier sends is still unreported.
+
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::time::Instant;
+    use zcnet_core::TxStats;
+    use zcnet_sys::mem::Mapping;
+
+    /// xorshift64*: deterministic, no dependency.
+    #[derive(Debug)]
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    /// What the simulated kernel did, to compare the backend's statistics with.
+    #[derive(Debug, Default)]
+    struct Truth {
+        accepted: u64,
+        calls_accepted: u64,
+        zerocopy_bytes: u64,
+        copied_bytes: u64,
+        ranges: u64,
+        copied_ranges: u64,
+        duplicate_ids: u64,
+        enobufs: u64,
+    }
+
+    #[derive(Debug)]
+    struct SimKernel {
+        rng: Rng,
+        next_id: u32,
+        /// Ids sent and not reported yet: id -> (buffer, bytes).
+        unreported: BTreeMap<u32, (u32, u64)>,
+        /// Ranges reported, for duplicates.
+        reported: Vec<(u32, u32)>,
+        /// A POLLERR was signalled: the next read delivers something.
+        must_deliver: bool,
+        /// Call number at which to fail once with ENOBUFS (with ids in flight).
+        enobufs_at: u64,
+        calls: u64,
+        truth: Truth,
+    }
+
+    impl SimKernel {
+        fn new(seed: u64) -> SimKernel {
+            let mut rng = Rng(seed | 1);
+            let enobufs_at = 50 + rng.below(200);
+            SimKernel {
+                rng,
+                next_id: 0,
+                unreported: BTreeMap::new(),
+                reported: Vec::new(),
+                must_deliver: false,
+                enobufs_at,
+                calls: 0,
+                truth: Truth::default(),
+            }
+        }
+
+        /// Reports `lo..=hi` (all unreported) with a COPIED flag.
+        fn report(&mut self, lo: u32, hi: u32, out: &mut Vec<ErrqueueEntry>) {
+            let copied = self.rng.chance(30);
+            for id in lo..=hi {
+                let (_, bytes) = self.unreported.remove(&id).expect("reported once");
+                if copied {
+                    self.truth.copied_bytes += bytes;
+                } else {
+                    self.truth.zerocopy_bytes += bytes;
+                }
+            }
+            self.truth.ranges += 1;
+            self.truth.copied_ranges += u64::from(copied);
+            self.reported.push((lo, hi));
+            out.push(ErrqueueEntry::Zerocopy { lo, hi, copied });
+        }
+    }
+
+    impl ZcKernel for SimKernel {
+        fn send(&mut self, _fd: RawFd, buf: &TxBuf, off: usize, len: usize) -> io::Result<usize> {
+            self.calls += 1;
+            if off == 0 {
+                let held: Vec<u32> = self
+                    .unreported
+                    .iter()
+                    .filter(|(_, (b, _))| *b == buf.id())
+                    .map(|(id, _)| *id)
+                    .collect();
+                assert!(
+                    held.is_empty(),
+                    "buffer {} sent again while the kernel still holds it (ids {held:?})",
+                    buf.id()
+                );
+            }
+            if self.calls >= self.enobufs_at
+                && self.truth.enobufs == 0
+                && !self.unreported.is_empty()
+            {
+                self.truth.enobufs += 1;
+                return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+            }
+            if self.rng.chance(3) {
+                return Err(io::Error::from_raw_os_error(libc::EINTR));
+            }
+            let left = (len - off) as u64;
+            let n = if self.rng.chance(30) {
+                1 + self.rng.below(left)
+            } else {
+                left
+            };
+            self.unreported.insert(self.next_id, (buf.id(), n));
+            self.next_id += 1;
+            self.truth.accepted += n;
+            self.truth.calls_accepted += 1;
+            Ok(n as usize)
+        }
+
+        fn read_errqueue(&mut self, _fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+            let before = out.len();
+            let must = std::mem::take(&mut self.must_deliver);
+            if !self.unreported.is_empty() && (must || self.rng.chance(50)) {
+                // Cut the unreported ids into runs of consecutive ids, cut the runs into
+                // pieces (coalesced ranges), withhold some, deliver the rest shuffled.
+                let ids: Vec<u32> = self.unreported.keys().copied().collect();
+                let mut pieces = Vec::new();
+                let mut start = 0;
+                for i in 1..=ids.len() {
+                    let run_ends = i == ids.len() || ids[i] != ids[i - 1] + 1;
+                    if run_ends || self.rng.chance(25) {
+                        pieces.push((ids[start], ids[i - 1]));
+                        start = i;
+                    }
+                }
+                let mut chosen: Vec<(u32, u32)> =
+                    pieces.into_iter().filter(|_| self.rng.chance(60)).collect();
+                if chosen.is_empty() {
+                    let (&lo, _) = self.unreported.iter().next().expect("non-empty");
+                    chosen.push((lo, lo));
+                }
+                for i in (1..chosen.len()).rev() {
+                    let j = self.rng.below(i as u64 + 1) as usize;
+                    chosen.swap(i, j);
+                }
+                for (lo, hi) in chosen {
+                    self.report(lo, hi, out);
+                }
+            }
+            if !self.reported.is_empty() && self.rng.chance(10) {
+                let k = self.rng.below(self.reported.len() as u64) as usize;
+                let (lo, hi) = self.reported[k];
+                let copied = self.rng.chance(50);
+                self.truth.ranges += 1;
+                self.truth.copied_ranges += u64::from(copied);
+                self.truth.duplicate_ids += u64::from(hi - lo) + 1;
+                out.push(ErrqueueEntry::Zerocopy { lo, hi, copied });
+            }
+            Ok(out.len() - before)
+        }
+
+        fn poll(&mut self, _fd: RawFd, _events: i16, _timeout_ms: i32) -> io::Result<i16> {
+            // Only asked while ids are in flight: the error queue will have something.
+            assert!(!self.unreported.is_empty(), "poll with nothing in flight");
+            self.must_deliver = true;
+            Ok(libc::POLLERR)
+        }
+
+        fn take_error(&mut self, _fd: RawFd) -> io::Result<Option<io::Error>> {
+            Ok(None)
+        }
+    }
+
+    fn shared(buffers: usize, buf_size: usize) -> Shared {
+        let (_, slots) = Mapping::anonymous(buffers * buf_size)
+            .unwrap()
+            .into_slots(buf_size, buffers)
+            .unwrap();
+        Shared {
+            fd: -1,
+            free: slots.into_iter().map(|slot| TxBuf { slot }).collect(),
+            stats: TxStats::default(),
+            start: Instant::now(),
+            stall_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn free_ids(sh: &Shared) -> Vec<u32> {
+        let mut ids: Vec<u32> = sh.free.iter().map(TxBuf::id).collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    #[test]
+    fn buffers_come_back_once_and_bytes_are_attributed_as_the_kernel_said() {
+        const BUFFERS: usize = 6;
+        const SIZE: usize = 8192;
+        for seed in 1..=24u64 {
+            let mut sh = shared(BUFFERS, SIZE);
+            let mut tx = ErrqueueTx::with_kernel(SimKernel::new(seed), BUFFERS);
+            let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut requested = 0u64;
+            let mut sent = 0;
+            while sent < 1500 {
+                let Some(buf) = sh.free.pop() else {
+                    tx.reap(&mut sh, true).unwrap();
+                    continue;
+                };
+                let len = 1 + rng.below(SIZE as u64) as usize;
+                tx.send(&mut sh, buf, len).unwrap();
+                requested += len as u64;
+                sent += 1;
+                // Every buffer is either free or held for a completion, never both or lost.
+                assert_eq!(sh.free.len() + tx.outstanding(), BUFFERS, "seed {seed}");
+                let ids = free_ids(&sh);
+                assert!(ids.windows(2).all(|w| w[0] < w[1]), "seed {seed}: {ids:?}");
+            }
+            while tx.outstanding() > 0 {
+                tx.reap(&mut sh, true).unwrap();
+            }
+            let t = &tx.kernel().truth;
+            let st = &sh.stats;
+            assert_eq!(free_ids(&sh), (0..BUFFERS as u32).collect::<Vec<_>>());
+            assert_eq!(tx.ranges.outstanding(), 0);
+            assert!(tx.kernel().unreported.is_empty(), "seed {seed}");
+            assert_eq!(t.enobufs, 1, "seed {seed}: the ENOBUFS was injected");
+            assert_eq!(st.enobufs_waits, 1, "seed {seed}");
+            assert_eq!(
+                (st.bytes, t.accepted),
+                (requested, requested),
+                "seed {seed}"
+            );
+            assert_eq!(st.sends, t.calls_accepted, "seed {seed}");
+            assert_eq!(st.zerocopy_bytes, t.zerocopy_bytes, "seed {seed}");
+            assert_eq!(st.copied_bytes, t.copied_bytes, "seed {seed}");
+            assert_eq!(st.zerocopy_bytes + st.copied_bytes, st.bytes, "seed {seed}");
+            assert!(st.zerocopy_bytes > 0 && st.copied_bytes > 0, "seed {seed}");
+            assert_eq!(st.notifications, t.ranges, "seed {seed}");
+            assert_eq!(st.copied_notifications, t.copied_ranges, "seed {seed}");
+            assert_eq!(st.duplicate_completions, t.duplicate_ids, "seed {seed}");
+            assert!(
+                t.duplicate_ids > 0,
+                "seed {seed}: duplicates were exercised"
+            );
+            assert_eq!(st.unknown_completions, 0, "seed {seed}");
+        }
+    }
+
+    /// A kernel that refuses every send with `errno`.
+    #[derive(Debug)]
+    struct Refusing(i32);
+
+    impl ZcKernel for Refusing {
+        fn send(&mut self, _: RawFd, _: &TxBuf, _: usize, _: usize) -> io::Result<usize> {
+            Err(io::Error::from_raw_os_error(self.0))
+        }
+        fn read_errqueue(&mut self, _: RawFd, _: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn a_failed_send_keeps_the_buffer_and_consumes_no_id() {
+        // ENOBUFS with nothing in flight: optmem cannot hold even one notification.
+        let mut sh = shared(2, 4096);
+        let mut tx = ErrqueueTx::with_kernel(Refusing(libc::ENOBUFS), 2);
+        let b = sh.free.pop().unwrap();
+        let e = tx.send(&mut sh, b, 100).unwrap_err();
+        assert!(matches!(e, Error::OptmemExhausted { .. }), "{e:?}");
+        // A reset peer: the errno is the user's error, the buffer is free again.
+        let mut tx = ErrqueueTx::with_kernel(Refusing(libc::ECONNRESET), 2);
+        let b = sh.free.pop().unwrap();
+        let e = tx.send(&mut sh, b, 100).unwrap_err();
+        assert!(matches!(e, Error::PeerReset { .. }), "{e:?}");
+        assert_eq!(free_ids(&sh), [0, 1]);
+        assert_eq!((tx.outstanding(), tx.ranges.next_id()), (0, 0));
+        assert_eq!(sh.stats.bytes, 0);
     }
 }
