@@ -1,5 +1,7 @@
 //! `zcnet probe`: the one-screen table and the JSON document (schema in docs/cli.md).
 
+mod gpu;
+
 use clap::Args;
 use serde_json::{json, Map, Value};
 use zcnet::probe::{self, IfaceReport, KernelReport, Mechanism, ProbeOptions, ProbeReport};
@@ -120,6 +122,7 @@ pub fn to_json(r: &ProbeReport) -> Value {
         "kernel": kernel_json(&r.kernel),
         "active": r.active,
         "interfaces": r.interfaces.iter().map(iface_json).collect::<Vec<_>>(),
+        "gpu": gpu::gpu_json(&r.gpu),
     })
 }
 
@@ -266,5 +269,7 @@ pub fn table(r: &ProbeReport) -> String {
     for i in r.interfaces.iter().filter(|i| !i.notes.is_empty()) {
         out.push_str(&format!("note {}: {}\n", i.name, i.notes.join("; ")));
     }
+    out.push('\n');
+    out.push_str(&gpu::gpu_table(&r.gpu));
     out
 }

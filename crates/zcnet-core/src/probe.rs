@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+pub mod gpu;
+
 /// Linux errno values the rules look at (asm-generic/errno-base.h, errno.h; the same on x86,
 /// arm64, riscv).
 pub mod errno {

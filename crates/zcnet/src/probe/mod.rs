@@ -9,7 +9,9 @@
 //! every trial's resource is an owned value dropped before the next one.
 //!
 //! Reading a fact never fails the probe: what cannot be read becomes a note on the report.
+//! The GPU part ([`gpu`]) works the same way: no CUDA driver is a reason on the report.
 
+pub mod gpu;
 mod iface;
 mod trials;
 
@@ -42,6 +44,8 @@ pub struct ProbeReport {
     pub interfaces: Vec<IfaceReport>,
     /// Whether trials ran.
     pub active: bool,
+    /// The GPUs, and per interface the best path between the NIC and GPU memory.
+    pub gpu: gpu::GpuReport,
 }
 
 /// Kernel-wide facts.
@@ -124,6 +128,7 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
     if opts.active {
         kernel.loopback_trials = trials::loopback();
     }
+    let mut gpu = gpu::gather(opts.active);
     let mut interfaces = Vec::new();
     for link in chosen {
         let mut r = iface::gather(&link, &mut fam);
@@ -134,12 +139,14 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
         t.msg_zerocopy_loopback = kernel.loopback_trials.msg_zerocopy_loopback.clone();
         t.send_zc_loopback = kernel.loopback_trials.send_zc_loopback.clone();
         r.mechanisms = judge(&kernel.facts, &r.facts, &t);
+        gpu::add_iface(&mut gpu, &kernel.facts, &r);
         interfaces.push(r);
     }
     Ok(ProbeReport {
         kernel,
         interfaces,
         active: opts.active,
+        gpu,
     })
 }
 
