@@ -17,6 +17,8 @@
 //!
 //!  RECV_ZC CQE32 ──► ZcrxRx::on_cqe ──► Frag (app holds) ──► release ──► RefillEntry ──► refill ring
 //!  devmem cmsgs  ──► DevmemRx::on_cmsg ──► DeviceFrag (token) ──► release ──► SO_DEVMEM_DONTNEED batch
+//!  recv host buf ──► StagingRx::on_recv ──► CopyCmd (H2D) ──► on_copy_done ──► delivered ──► release
+//!  GPU source    ──► StagingTx::push_source ──► CopyCmd (D2H) ──► on_copy_done ──► SendCmd ──► on_send_done
 //! ```
 //!
 //! [`probe`] holds the probe's verdict rules: facts in, a verdict, reason and remedy out.
@@ -29,6 +31,7 @@ pub mod pattern;
 pub mod probe;
 pub mod rxring;
 pub mod sendzc;
+pub mod staging;
 pub mod stats;
 pub mod zc_ranges;
 
@@ -37,5 +40,8 @@ pub use devmem::{DeviceFrag, DevmemRx};
 pub use pattern::{Mismatch, Pattern};
 pub use rxring::{Frag, RefillEntry, RxEvent, ZcrxRx};
 pub use sendzc::{CqeOutcome, SendZcTracker, TrackerError};
+pub use staging::{
+    CopyCmd, CopyId, Pause, SendCmd, StagingConfig, StagingError, StagingRx, StagingTx,
+};
 pub use stats::TxStats;
 pub use zc_ranges::{Completed, RangeOutcome, ZcRanges};
