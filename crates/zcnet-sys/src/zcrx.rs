@@ -33,14 +33,32 @@
 //!   without queue-management ops, `ERANGE` for a queue index past the device's, `EINVAL` when
 //!   tcp-data-split is off, `EEXIST` when the queue already has a provider). A failed
 //!   registration frees everything the kernel took before returning.
+//! - dma-buf areas (`IORING_ZCRX_AREA_DMABUF`, 6.16; [`ZcrxArea::Dmabuf`],
+//!   [`ZcrxIfq::register_dmabuf_for_receive`]): `area.flags` = [`IORING_ZCRX_AREA_DMABUF`],
+//!   `area.dmabuf_fd` the dma-buf, `area.addr` the *offset* into it (not a pointer) and
+//!   `area.len` the length. The kernel takes its own reference (`dma_buf_get`), attaches the
+//!   dma-buf to the NIC's DMA device and maps it (`io_import_dmabuf`); completions carry offsets
+//!   within the area exactly as for host memory (area id in the bits of
+//!   [`IORING_ZCRX_AREA_MASK`], `io_zcrx_queue_cqe`) and the refill ring is the same. The CPU
+//!   cannot read the data, and the kernel cannot copy into the area: data it would have to copy
+//!   (a flow not steered to the queue, payload left in an skb's linear part) ends the RECV_ZC
+//!   request with `-EFAULT` (`io_zcrx_copy_chunk`). The device check comes first, so on lo,
+//!   veth, ifb and tun a dma-buf area is `EOPNOTSUPP` like a host one, whatever the fd. Past
+//!   it, 6.18's `io_import_area`/`io_import_dmabuf` refuse, in order: a length of 0 or above
+//!   1 GiB (`EFAULT`, `io_validate_user_buf_range`; the 1 GiB limit was dropped later), an
+//!   offset or length not page-aligned (`EINVAL`), an offset other than 0 (`EINVAL`), an fd that is not
+//!   open (`EBADF`) or not a dma-buf (`EINVAL`, `dma_buf_get`), an exporter that cannot attach
+//!   or map it for the NIC (its errno), and a length other than the dma-buf's mapped size
+//!   (`EINVAL`): in 6.18 the area is the whole dma-buf.
 
 use crate::mem::{Backing, Mapping};
 use crate::uring_probe::io_uring_register_raw;
 use io_uring::{cqueue, squeue, IoUring};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// `IORING_REGISTER_ZCRX_IFQ` (6.15).
 pub const IORING_REGISTER_ZCRX_IFQ: u32 = 32;
@@ -221,11 +239,40 @@ unsafe fn register_raw(
     area: &Mapping,
     rq_mem: &Mapping,
 ) -> io::Result<Registered> {
-    let mut area_reg = IoUringZcrxAreaReg {
+    let area_reg = IoUringZcrxAreaReg {
         addr: area.addr() as u64,
         len: area.len() as u64,
         ..IoUringZcrxAreaReg::default()
     };
+    // SAFETY: the caller's contract covers `area` (the memory `area_reg` describes) and `rq_mem`.
+    unsafe { register_area_raw(ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem) }
+}
+
+/// The `IORING_ZCRX_AREA_DMABUF` area registration for `len` bytes at `offset` of `dmabuf`.
+fn dmabuf_area_reg(dmabuf: BorrowedFd<'_>, offset: u64, len: u64) -> IoUringZcrxAreaReg {
+    IoUringZcrxAreaReg {
+        addr: offset,
+        len,
+        flags: IORING_ZCRX_AREA_DMABUF,
+        // An open fd is never negative.
+        dmabuf_fd: dmabuf.as_raw_fd() as u32,
+        ..IoUringZcrxAreaReg::default()
+    }
+}
+
+/// As [`register_raw`] with the area registration given as is (host memory or a dma-buf).
+///
+/// # Safety
+/// As for [`register_raw`], for the memory `area_reg` describes when it is host memory; a
+/// dma-buf fd in it must be open for the call (the kernel takes its own reference).
+unsafe fn register_area_raw(
+    ring: BorrowedFd<'_>,
+    if_idx: u32,
+    if_rxq: u32,
+    rq_entries: u32,
+    mut area_reg: IoUringZcrxAreaReg,
+    rq_mem: &Mapping,
+) -> io::Result<Registered> {
     let mut region = IoUringRegionDesc {
         user_addr: rq_mem.addr() as u64,
         size: rq_mem.len() as u64,
@@ -352,12 +399,63 @@ impl RefillRing {
     }
 }
 
+/// The memory of a zcrx area: host memory the kernel pins, or a dma-buf it attaches to the NIC.
+#[derive(Debug)]
+pub enum ZcrxArea {
+    /// Page-aligned host memory (anonymous or huge pages), readable by the CPU.
+    Host(Mapping),
+    /// `len` bytes at `offset` of a dma-buf (`IORING_ZCRX_AREA_DMABUF`, 6.16+): device memory
+    /// the CPU does not read. The fd stays open as long as the registration.
+    Dmabuf {
+        /// The dma-buf.
+        fd: Arc<OwnedFd>,
+        /// Where the area starts in the dma-buf (6.18 accepts only 0).
+        offset: u64,
+        /// Bytes (6.18: the dma-buf's whole mapped size).
+        len: u64,
+    },
+}
+
+impl ZcrxArea {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            ZcrxArea::Host(m) => m.len() as u64,
+            ZcrxArea::Dmabuf { len, .. } => *len,
+        }
+    }
+
+    /// Whether the area has no bytes (never, once registered).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether it is a dma-buf.
+    pub fn is_dmabuf(&self) -> bool {
+        matches!(self, ZcrxArea::Dmabuf { .. })
+    }
+}
+
+/// Where a RECV_ZC fragment of a dma-buf area is in the dma-buf: `cqe_off` is the
+/// [`IoUringZcrxCqe::off`] (area-id bits ignored: the offset below them is relative to the
+/// area's start, `io_zcrx_queue_cqe`), `len` the CQE's `res`; the area is `area_len` bytes at
+/// `area_offset` of the dma-buf. `(offset in the dma-buf, len)`, or `None` when the fragment
+/// does not lie inside the area.
+pub fn dmabuf_range(area_offset: u64, area_len: u64, cqe_off: u64, len: u32) -> Option<(u64, u64)> {
+    let off = cqe_off & !IORING_ZCRX_AREA_MASK;
+    if off.checked_add(u64::from(len))? > area_len {
+        return None;
+    }
+    Some((area_offset.checked_add(off)?, u64::from(len)))
+}
+
 /// A registered zero-copy receive interface queue, with its ring, area and refill ring.
 ///
 /// Fields are dropped in declaration order: the ring is closed first (the kernel then releases
 /// the ifq and unpins the area and refill region), then the memory is unmapped. The pages stay
 /// pinned by the kernel until its asynchronous teardown finishes, so even if it writes to them
-/// late it writes to pages no longer mapped here, never to reused memory.
+/// late it writes to pages no longer mapped here, never to reused memory. A dma-buf area's fd
+/// is closed last; the kernel holds its own reference to the dma-buf until its teardown.
 ///
 /// The ring is SINGLE_ISSUER|DEFER_TASKRUN: only the thread that created it may submit and wait
 /// (other threads get `EEXIST`). The raw pointers of the refill ring keep this type `!Send`.
@@ -365,7 +463,7 @@ pub struct ZcrxIfq {
     ring: ZcrxRing,
     refill: RefillRing,
     rq_mem: Mapping,
-    area: Mapping,
+    area: ZcrxArea,
     zcrx_id: u32,
     if_idx: u32,
     if_rxq: u32,
@@ -426,8 +524,6 @@ impl ZcrxIfq {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let rq_mem = Mapping::anonymous(refill_region_len(rq_entries))?;
-        let base = NonNull::new(rq_mem.addr() as *mut u8)
-            .ok_or_else(|| io::Error::other("refill region at address 0"))?;
         // SAFETY: the ring (and so its fd) is alive for the whole call. (io-uring's `AsFd` impl
         // is behind its `io_safety` feature.)
         let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
@@ -436,6 +532,64 @@ impl ZcrxIfq {
         // caller-backed, so no Rust reference to their bytes exists, and ZcrxIfq touches them
         // only through raw pointers and atomics.
         let done = unsafe { register_raw(ring_fd, ifindex, rx_queue, rq_entries, &area, &rq_mem) }?;
+        Self::assemble(ring, rq_mem, ZcrxArea::Host(area), ifindex, rx_queue, done)
+    }
+
+    /// As [`Self::register_on`] with a dma-buf area: `len` bytes at `offset` of `dmabuf`
+    /// (`IORING_ZCRX_AREA_DMABUF`, Linux 6.16+; 6.18 wants `offset` 0 and `len` the dma-buf's
+    /// whole size, see the module docs for the errnos). The ifq keeps `dmabuf` open as long as
+    /// the registration. Nothing is checked here: the kernel checks the device first, so its
+    /// errno says what is wrong first. On error nothing stays registered or open (the caller's
+    /// `dmabuf` aside).
+    pub fn register_dmabuf_on(
+        ring: ZcrxRing,
+        ifindex: u32,
+        rx_queue: u32,
+        dmabuf: Arc<OwnedFd>,
+        offset: u64,
+        len: u64,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        let rq_mem = Mapping::anonymous(refill_region_len(rq_entries))?;
+        let area_reg = {
+            use std::os::fd::AsFd;
+            dmabuf_area_reg(dmabuf.as_fd(), offset, len)
+        };
+        // SAFETY: the ring (and so its fd) is alive for the whole call.
+        let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        // SAFETY: `rq_mem` is owned here and moves into the ZcrxIfq below (on error the kernel
+        // has released everything before returning), never cut into slots, and used afterwards
+        // only through raw pointers and atomics; the dma-buf fd in `area_reg` is open (`dmabuf`
+        // is held) for the call and, moved into the ZcrxIfq, for the registration's life.
+        let done = unsafe {
+            register_area_raw(ring_fd, ifindex, rx_queue, rq_entries, area_reg, &rq_mem)
+        }?;
+        Self::assemble(
+            ring,
+            rq_mem,
+            ZcrxArea::Dmabuf {
+                fd: dmabuf,
+                offset,
+                len,
+            },
+            ifindex,
+            rx_queue,
+            done,
+        )
+    }
+
+    /// The refill ring over `rq_mem` as the kernel described it, and the ifq; on error the ring
+    /// is closed first (ending the registration), then the memory is released.
+    fn assemble(
+        ring: ZcrxRing,
+        rq_mem: Mapping,
+        area: ZcrxArea,
+        ifindex: u32,
+        rx_queue: u32,
+        done: Registered,
+    ) -> io::Result<ZcrxIfq> {
+        let base = NonNull::new(rq_mem.addr() as *mut u8)
+            .ok_or_else(|| io::Error::other("refill region at address 0"))?;
         // SAFETY: rq_mem is mapped read-write and moves into the ZcrxIfq together with the ring,
         // its only user besides the kernel; on error the ring is closed first (below).
         let refill =
@@ -487,14 +641,52 @@ impl ZcrxIfq {
         &mut self.ring
     }
 
-    /// Start address of the area (for offsets; read received bytes with [`Self::area_bytes`]).
+    /// Start address of the area (for offsets; read received bytes with [`Self::area_bytes`]);
+    /// 0 for a dma-buf area, which has no address here.
     pub fn area_addr(&self) -> usize {
-        self.area.addr()
+        match &self.area {
+            ZcrxArea::Host(m) => m.addr(),
+            ZcrxArea::Dmabuf { .. } => 0,
+        }
     }
 
     /// Length of the area in bytes.
     pub fn area_len(&self) -> usize {
-        self.area.len()
+        match &self.area {
+            ZcrxArea::Host(m) => m.len(),
+            // A registered dma-buf area's length was accepted by the kernel for this machine's
+            // address space (it is below 1 GiB in 6.18).
+            ZcrxArea::Dmabuf { len, .. } => usize::try_from(*len).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The area: host memory or a dma-buf.
+    pub fn area(&self) -> &ZcrxArea {
+        &self.area
+    }
+
+    /// Whether the area is a dma-buf (fragments are device memory: [`Self::area_bytes`] is
+    /// `None`, [`Self::dmabuf_range`] says where they are).
+    pub fn is_dmabuf(&self) -> bool {
+        self.area.is_dmabuf()
+    }
+
+    /// The id of the area in completions and refill entries (`rq_area_token >>`
+    /// [`IORING_ZCRX_AREA_SHIFT`]; always 0 in 6.18, which has one area per ifq).
+    pub fn area_id(&self) -> u32 {
+        (self.area_token >> IORING_ZCRX_AREA_SHIFT) as u32
+    }
+
+    /// For a dma-buf area: where the fragment of a RECV_ZC completion (`cqe_off`, `len`) is
+    /// in the dma-buf, as `(offset, len)` ([`dmabuf_range`]); `None` for host areas and
+    /// fragments outside the area.
+    pub fn dmabuf_range(&self, cqe_off: u64, len: u32) -> Option<(u64, u64)> {
+        match &self.area {
+            ZcrxArea::Dmabuf {
+                offset, len: alen, ..
+            } => dmabuf_range(*offset, *alen, cqe_off, len),
+            ZcrxArea::Host(_) => None,
+        }
     }
 
     /// The area token the kernel returned (`rq_area_token`), ORed into refill entries.
@@ -539,20 +731,24 @@ impl ZcrxIfq {
     }
 
     /// The `len` received bytes at `cqe_off` (an [`IoUringZcrxCqe::off`]; the area-id bits are
-    /// ignored); `None` when the range is outside the area.
+    /// ignored); `None` when the range is outside the area, and always for a dma-buf area (the
+    /// CPU cannot read device memory).
     ///
     /// # Safety
     /// The kernel writes into area buffers it owns. The range must be (part of) a buffer the
     /// kernel handed over in a RECV_ZC completion and that has not been returned with
     /// [`Self::refill_push`] since: only then does nothing write it while the slice lives.
     pub unsafe fn area_bytes(&self, cqe_off: u64, len: usize) -> Option<&[u8]> {
+        let ZcrxArea::Host(area) = &self.area else {
+            return None;
+        };
         let off = usize::try_from(cqe_off & !IORING_ZCRX_AREA_MASK).ok()?;
-        if off.checked_add(len)? > self.area.len() {
+        if off.checked_add(len)? > area.len() {
             return None;
         }
         // SAFETY: [off, off+len) is inside the area, mapped for as long as `self`; the caller
         // guarantees the kernel does not write it while the borrow of `self` lasts.
-        Some(unsafe { std::slice::from_raw_parts((self.area.addr() + off) as *const u8, len) })
+        Some(unsafe { std::slice::from_raw_parts((area.addr() + off) as *const u8, len) })
     }
 }
 
@@ -898,6 +1094,26 @@ impl ZcrxIfq {
         let area = Mapping::anonymous(area_len)?;
         Self::register_on(ring, ifindex, rx_queue, area, rq_entries)
     }
+
+    /// As [`Self::register_for_receive`] with a dma-buf area of `len` bytes at `offset` of
+    /// `dmabuf` ([`Self::register_dmabuf_on`]: Linux 6.16+; 6.18 wants `offset` 0 and `len`
+    /// the dma-buf's size). On error nothing stays registered or open (`dmabuf` is the
+    /// caller's).
+    pub fn register_dmabuf_for_receive(
+        ifindex: u32,
+        rx_queue: u32,
+        dmabuf: Arc<OwnedFd>,
+        offset: u64,
+        len: u64,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        let ring = ZcrxRing::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_cqsize(RECEIVE_CQ_ENTRIES)
+            .build(RECEIVE_SQ_ENTRIES)?;
+        Self::register_dmabuf_on(ring, ifindex, rx_queue, dmabuf, offset, len, rq_entries)
+    }
 }
 
 /// One RECV_ZC completion read by [`ZcrxReceiver::drain`]: the raw fields and what the
@@ -946,9 +1162,11 @@ pub struct RefillFlush {
 /// the area by the kernel (`io_zcrx_copy_chunk`), indistinguishably in 6.18's completions.
 ///
 /// dma-buf areas (`IORING_ZCRX_AREA_DMABUF`, 6.16+: `area.flags`, `area.dmabuf_fd`, `addr` the
-/// offset in the dma-buf) fit the same shape: completions carry offsets into the dma-buf, the
-/// refill ring is the same, and only `bytes` changes — it returns `None` (device memory) and
-/// callers describe the fragment as a device range instead. zcnet registers host areas only.
+/// offset in the dma-buf; [`ZcrxIfq::register_dmabuf_for_receive`]) fit the same shape:
+/// completions carry offsets within the area, the refill ring and the bookkeeping are the same,
+/// and only `bytes` changes — it returns `None` (device memory) and callers describe the
+/// fragment as a device range instead ([`ZcrxIfq::dmabuf_range`]). Data the kernel would have
+/// to copy ends the request with `-EFAULT` instead of being copied (see the module docs).
 ///
 /// Like the ring, it must stay on the thread that made it (SINGLE_ISSUER; `!Send`).
 pub struct ZcrxReceiver {
@@ -1105,7 +1323,8 @@ impl ZcrxReceiver {
     }
 
     /// The bytes of `frag` while the application holds it (see the type's docs); `None` for
-    /// anything else (never delivered, released, a sub-range, outside the area).
+    /// anything else (never delivered, released, a sub-range, outside the area) and for every
+    /// fragment of a dma-buf area.
     pub fn bytes(&self, frag: Frag) -> Option<&[u8]> {
         if !self.core.is_held(frag) {
             return None;
@@ -1161,6 +1380,159 @@ mod receive_tests {
         });
         if let Some(e) = r {
             assert_eq!(e, [Some(libc::EOPNOTSUPP), Some(libc::EINVAL)]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod dmabuf_tests {
+    use super::*;
+    use std::os::fd::{AsFd, FromRawFd};
+
+    fn zcrx_dmabuf_kernel() -> bool {
+        if crate::os::kernel_version().is_some_and(|(a, b, _)| (a, b) >= (6, 16)) {
+            true
+        } else {
+            eprintln!("skipped: zcrx dma-buf areas need Linux 6.16");
+            false
+        }
+    }
+
+    /// A memfd of `len` bytes: a file that is not a dma-buf, but has a size.
+    fn memfd(len: u64) -> Arc<OwnedFd> {
+        // SAFETY: the name is a NUL-terminated literal; memfd_create only reads it.
+        let fd = unsafe { libc::memfd_create(c"zcnet-zcrx-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "memfd_create: {}", io::Error::last_os_error());
+        // SAFETY: memfd_create returned a fresh fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate takes an open fd and an integer; it touches no memory of ours.
+        let r = unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) };
+        assert_eq!(r, 0, "ftruncate: {}", io::Error::last_os_error());
+        Arc::new(fd)
+    }
+
+    fn dev_null() -> Arc<OwnedFd> {
+        Arc::new(std::fs::File::open("/dev/null").unwrap().into())
+    }
+
+    fn open_fds() -> usize {
+        std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+    }
+
+    /// The errno of a dma-buf registration that must fail; the ifq must not keep `fd`.
+    fn dmabuf_errno(ifindex: u32, fd: &Arc<OwnedFd>, offset: u64, len: u64) -> Option<i32> {
+        let r = ZcrxIfq::register_dmabuf_for_receive(ifindex, 0, Arc::clone(fd), offset, len, 128);
+        let e = match r {
+            Ok(ifq) => panic!("dma-buf registration unexpectedly succeeded: {ifq:?}"),
+            Err(e) => e.raw_os_error(),
+        };
+        assert_eq!(
+            Arc::strong_count(fd),
+            1,
+            "a failed registration kept the dma-buf"
+        );
+        e
+    }
+
+    #[test]
+    fn dmabuf_area_registration_fields() {
+        let fd = memfd(1 << 20);
+        let reg = dmabuf_area_reg(fd.as_fd(), 8192, 1 << 20);
+        assert_eq!(reg.flags, IORING_ZCRX_AREA_DMABUF);
+        assert_eq!(reg.dmabuf_fd, fd.as_raw_fd() as u32);
+        assert_eq!(
+            (reg.addr, reg.len),
+            (8192, 1 << 20),
+            "addr is the offset, not a pointer"
+        );
+        assert_eq!((reg.rq_area_token, reg.resv2), (0, [0; 2]));
+    }
+
+    #[test]
+    fn dmabuf_ranges_are_area_offsets_plus_the_area_start() {
+        // Area id bits are ignored; the offset below them is relative to the area.
+        let id1 = 1u64 << IORING_ZCRX_AREA_SHIFT;
+        assert_eq!(
+            dmabuf_range(0, 1 << 20, 4096 + 100, 1400),
+            Some((4196, 1400))
+        );
+        assert_eq!(
+            dmabuf_range(0, 1 << 20, id1 | 8192, 4096),
+            Some((8192, 4096))
+        );
+        assert_eq!(
+            dmabuf_range(1 << 21, 1 << 20, 4096, 10),
+            Some(((1 << 21) + 4096, 10))
+        );
+        // The last byte of the area, and one past it.
+        assert_eq!(dmabuf_range(0, 8192, 8191, 1), Some((8191, 1)));
+        assert_eq!(dmabuf_range(0, 8192, 8191, 2), None);
+        assert_eq!(dmabuf_range(0, 8192, 8192, 0), Some((8192, 0)));
+        assert_eq!(dmabuf_range(u64::MAX - 10, 1 << 20, 4096, 1), None);
+    }
+
+    #[test]
+    fn dmabuf_area_on_loopback_is_refused_by_the_device_first() {
+        if !zcrx_dmabuf_kernel() {
+            return;
+        }
+        // lo of a private namespace (ifindex 1) has no DMA device: the kernel refuses before it
+        // looks at the area, so neither a file that is not a dma-buf, nor an offset other than
+        // 0, nor a length of 0 changes the answer. A missing interface is ENODEV, earlier still.
+        let r = crate::os::in_private_netns(|| {
+            let (null, mem) = (dev_null(), memfd(1 << 20));
+            [
+                dmabuf_errno(1, &null, 0, 1 << 20),
+                dmabuf_errno(1, &mem, 0, 1 << 20),
+                dmabuf_errno(1, &mem, 4096, 4096),
+                dmabuf_errno(1, &mem, 0, 0),
+                dmabuf_errno(4242, &mem, 0, 1 << 20),
+            ]
+        });
+        if let Some(e) = r {
+            let op = Some(libc::EOPNOTSUPP);
+            assert_eq!(e, [op, op, op, op, Some(libc::ENODEV)]);
+        }
+    }
+
+    #[test]
+    fn dmabuf_area_on_veth_is_not_supported_and_leaks_nothing() {
+        if !zcrx_dmabuf_kernel() {
+            return;
+        }
+        let r = crate::os::in_private_netns(|| {
+            // A child process inherits this thread's network namespace.
+            let ok = std::process::Command::new("ip")
+                .args([
+                    "link", "add", "zdv0", "type", "veth", "peer", "name", "zdv1",
+                ])
+                .status()
+                .is_ok_and(|s| s.success());
+            let Some(idx) = ok.then(|| if_index("zdv0")).flatten() else {
+                eprintln!("skipped: could not create a veth pair with ip(8)");
+                return None;
+            };
+            let (null, mem) = (dev_null(), memfd(4 << 20));
+            let _ = dmabuf_errno(idx, &mem, 0, 4 << 20);
+            let before = open_fds();
+            let mut errs = Vec::new();
+            for _ in 0..16 {
+                errs.push(dmabuf_errno(idx, &null, 0, 4 << 20));
+                errs.push(dmabuf_errno(idx, &mem, 0, 4 << 20));
+            }
+            Some((errs, open_fds().saturating_sub(before)))
+        });
+        if let Some(Some((errs, leaked))) = r {
+            assert!(
+                errs.iter().all(|e| *e == Some(libc::EOPNOTSUPP)),
+                "{errs:?}"
+            );
+            // Other tests of this binary open fds concurrently: 32 failures leaking one each
+            // would be far above this.
+            assert!(
+                leaked < 16,
+                "{leaked} more fds after 32 failed registrations"
+            );
         }
     }
 }

@@ -13,15 +13,25 @@
 //! another queue is copied into the area by the kernel (6.18 does not flag it, so it is counted
 //! as zero-copy; zcnet cannot tell).
 //!
-//! dma-buf areas (`IORING_ZCRX_AREA_DMABUF`, 6.16+) would deliver [`Location::Device`]
-//! ranges with the same refill protocol; zcnet registers host areas only (see ZcrxReceiver).
+//! With `cfg.dmabuf` set and `cfg.mode` `zcrx` (not `auto`) the area is that dma-buf instead (`IORING_ZCRX_AREA_DMABUF`, Linux
+//! 6.16+; e.g. GPU memory): the whole dma-buf, offset 0 and its size (`lseek(SEEK_END)`, which
+//! is what 6.18 accepts; `cfg.area_len` is not used). Fragments are lent as
+//! [`Location::Device`] ranges (key = offset in the area, `copied` false, counted as zero-copy
+//! bytes) with the same refill protocol; the CPU cannot read them ([`super::Receiver::bytes`]
+//! is `None`). Their [`super::DeviceSlice::dmabuf_id`] is the ifq's area id (the bits above
+//! `IORING_ZCRX_AREA_SHIFT` of the kernel's area token: 0 in 6.18, one area per ifq), not a
+//! netdev binding id as with devmem: the dma-buf is the one the caller passed, and `offset` is
+//! relative to its start. The kernel cannot copy into device memory, so data it would have to
+//! copy (an unsteered flow, payload left in an skb's linear part) ends the connection's
+//! request with `EFAULT`: that connection fails with the reason and the fix.
 
 use super::copy::recv_error;
-use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
+use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 use zcnet_core::rxring::{Frag, RxEvent, ZcrxRx};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
@@ -71,8 +81,54 @@ fn last_rx_queue(ifindex: u32) -> u32 {
         .unwrap_or(0)
 }
 
+/// Why `IORING_REGISTER_ZCRX_IFQ` with a dma-buf area of `len` bytes was refused, where the
+/// reason (or the fix) differs from a host area's: the dma-buf's own checks (6.18
+/// `io_import_area`/`io_import_dmabuf`, reached only once the device passed), and a device
+/// refusal, whose fix for device memory is staging rather than another host mechanism; `None`
+/// for errnos that mean what they mean for host areas.
+fn dmabuf_reason(errno: i32, len: u64) -> Option<(String, &'static str)> {
+    let fix_fd = "pass the dma-buf of the memory to receive into (RxConfig::dmabuf, e.g. exported by the GPU driver), or use --rx devmem or staging (--rx auto)";
+    Some(match errno {
+        libc::EOPNOTSUPP => (
+            "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them; or the dma-buf's exporter cannot attach it to this NIC (no peer-to-peer DMA path)".into(),
+            "use a NIC with header split (mlx5, bnxt, gve, fbnic) that can reach the dma-buf's memory, run 'zcnet nic setup --iface IFACE', or receive by staging (--rx auto)",
+        ),
+        libc::EBADF => ("the dma-buf fd is not open".into(), fix_fd),
+        libc::EINVAL if len == 0 => (
+            "the fd has size 0: it is not a dma-buf".into(),
+            fix_fd,
+        ),
+        libc::EINVAL => (
+            format!("the kernel refused the dma-buf area ({len} bytes at offset 0): the fd is not a dma-buf, its size is not a page multiple or not what the exporter maps, header split (tcp-data-split) is off on the queue, or the kernel predates dma-buf areas (Linux 6.16)"),
+            "pass a whole dma-buf of page-multiple size and run 'zcnet nic setup --iface IFACE' (header split on); or use --rx devmem or staging (--rx auto)",
+        ),
+        libc::EFAULT | libc::EOVERFLOW => (
+            format!("a dma-buf area of {len} bytes is out of range: 0, or above Linux 6.18's 1 GiB limit for areas (io_validate_user_buf_range)"),
+            "use a dma-buf of 1 GiB or less (--area), or use --rx devmem or staging (--rx auto)",
+        ),
+        libc::ENOMEM => (
+            "mapping the dma-buf for the NIC failed (out of memory or IOMMU space)".into(),
+            "use a smaller dma-buf (--area), or use --rx devmem or staging (--rx auto)",
+        ),
+        _ => return None,
+    })
+}
+
 /// Why `IORING_REGISTER_ZCRX_IFQ` (or the ring it needs) was refused, and the way out.
-fn refusal(t: &Target, e: io::Error) -> Error {
+/// `dmabuf`: the length of the dma-buf area tried, `None` for host memory.
+fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
+    if let (Some(len), Some(errno)) = (dmabuf, e.raw_os_error()) {
+        if let Some((reason, fix)) = dmabuf_reason(errno, len) {
+            return Error::Unsupported {
+                what: format!(
+                    "io_uring zero-copy receive (zcrx) into a dma-buf on {} queue {} ({reason})",
+                    t.iface, t.queue
+                ),
+                source: e,
+                fix,
+            };
+        }
+    }
     let (reason, fix) = match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) => (
             "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them",
@@ -115,14 +171,50 @@ fn refusal(t: &Target, e: io::Error) -> Error {
             "please report this; use --rx uring",
         ),
     };
+    let into = if dmabuf.is_some() {
+        " into a dma-buf"
+    } else {
+        ""
+    };
     Error::Unsupported {
         what: format!(
-            "io_uring zero-copy receive (zcrx) on {} queue {} ({reason})",
+            "io_uring zero-copy receive (zcrx){into} on {} queue {} ({reason})",
             t.iface, t.queue
         ),
         source: e,
         fix,
     }
+}
+
+/// The device range of fragment `frag` of a dma-buf area of `area_len` bytes at `area_offset`
+/// of the dma-buf, whose area id is `area_id` (the [`DeviceSlice::dmabuf_id`] zcnet reports for
+/// zcrx); `None` when the fragment is not inside the area (the bookkeeping never delivers one).
+fn device_slice(area_id: u32, area_offset: u64, area_len: u64, frag: Frag) -> Option<DeviceSlice> {
+    let (offset, len) = zcnet_sys::zcrx::dmabuf_range(area_offset, area_len, frag.off, frag.len)?;
+    Some(DeviceSlice {
+        dmabuf_id: area_id,
+        offset,
+        len: usize::try_from(len).ok()?,
+    })
+}
+
+/// The connection's request ended with `errno`: the error to report.
+fn request_error(conn: ConnId, errno: i32, dmabuf: bool) -> Error {
+    if dmabuf && errno == libc::EFAULT {
+        return Error::Unsupported {
+            what: format!("zero-copy receive into a dma-buf on connection {conn}: the kernel had data it would have to copy (the flow is not steered to the queue, or header split left payload in the packet's linear part), and it cannot copy into device memory"),
+            source: io::Error::from_raw_os_error(errno),
+            fix: "steer the flow to the queue and turn header split on ('zcnet nic setup --iface IFACE --queue Q --port P'), or use staging (--rx auto)",
+        };
+    }
+    recv_error(conn, io::Error::from_raw_os_error(errno))
+}
+
+/// One refill entry per buffer (page) of an area of `len` bytes, as a power of two the kernel
+/// accepts.
+fn rq_entries_for(len: u64) -> u32 {
+    let pages = len.div_ceil(zcnet_sys::mem::page_size() as u64);
+    (pages.clamp(1, u64::from(ZCRX_MAX_RQ_ENTRIES)) as u32).next_power_of_two()
 }
 
 /// What happens to the completions of a connection that is no longer received.
@@ -148,24 +240,39 @@ pub(super) struct ZcrxBackend {
     /// Receiving is paused for want of buffers (counted once per pause).
     starving: bool,
     done: Vec<ZcrxCompletion>,
+    /// For a dma-buf area: (area id, offset of the area in the dma-buf, area length).
+    device: Option<(u32, u64, u64)>,
 }
 
 impl ZcrxBackend {
     pub fn new(cfg: &RxConfig) -> Result<ZcrxBackend> {
         let target = target(cfg, RxMode::Zcrx)?;
-        if cfg.area_len == 0 {
-            return Err(Error::io(
-                "zcrx receive area of 0 bytes: give --area a size (default 64M)",
-                io::Error::from_raw_os_error(libc::EINVAL),
-            ));
-        }
-        // One refill entry per buffer (page) of the area, as a power of two the kernel accepts.
-        let pages = cfg.area_len.div_ceil(zcnet_sys::mem::page_size());
-        let rq_entries = (pages.min(ZCRX_MAX_RQ_ENTRIES as usize) as u32).next_power_of_two();
-        let ifq =
-            ZcrxIfq::register_for_receive(target.ifindex, target.queue, cfg.area_len, rq_entries)
-                .map_err(|e| refusal(&target, e))?;
-        // On error the ifq drops here: the ring closes, the kernel unpins everything.
+        // Only an explicit zcrx takes the dma-buf: `auto` never chooses device memory, which an
+        // application that asked for bytes cannot read (it registers host memory, as before).
+        let dmabuf = cfg.dmabuf.as_ref().filter(|_| cfg.mode == RxMode::Zcrx);
+        let ifq = match dmabuf {
+            Some(dmabuf) => Self::register_dmabuf(&target, dmabuf)?,
+            None => {
+                if cfg.area_len == 0 {
+                    return Err(Error::io(
+                        "zcrx receive area of 0 bytes: give --area a size (default 64M)",
+                        io::Error::from_raw_os_error(libc::EINVAL),
+                    ));
+                }
+                ZcrxIfq::register_for_receive(
+                    target.ifindex,
+                    target.queue,
+                    cfg.area_len,
+                    rq_entries_for(cfg.area_len as u64),
+                )
+                .map_err(|e| refusal(&target, e, None))?
+            }
+        };
+        let device = ifq
+            .is_dmabuf()
+            .then(|| (ifq.area_id(), 0, ifq.area().len()));
+        // On error the ifq drops here: the ring closes, the kernel unpins everything (and lets
+        // go of the dma-buf).
         let rx =
             ZcrxReceiver::new(ifq).map_err(|e| Error::io("zcrx receive area bookkeeping", e))?;
         Ok(ZcrxBackend {
@@ -176,7 +283,24 @@ impl ZcrxBackend {
             detached: HashMap::new(),
             starving: false,
             done: Vec::new(),
+            device,
         })
+    }
+
+    /// Registers the queue with the whole of `dmabuf` as the area (offset 0, its size: what
+    /// Linux 6.18 accepts). A size that cannot be read is passed as 0: the kernel checks the
+    /// device first, so a device that cannot do zcrx is still what the error says.
+    fn register_dmabuf(target: &Target, dmabuf: &Arc<std::os::fd::OwnedFd>) -> Result<ZcrxIfq> {
+        let len = zcnet_sys::devmem::dmabuf_size(dmabuf.as_fd()).unwrap_or(0);
+        ZcrxIfq::register_dmabuf_for_receive(
+            target.ifindex,
+            target.queue,
+            Arc::clone(dmabuf),
+            0,
+            len,
+            rq_entries_for(len),
+        )
+        .map_err(|e| refusal(target, e, Some(len)))
     }
 
     fn arm(&mut self, conn: ConnId) -> Result<()> {
@@ -254,7 +378,18 @@ impl ZcrxBackend {
                     let _ = self.rx.release(frag);
                     return;
                 }
-                ctx.deliver(conn, frag.off, frag.len as usize, Location::Host, false);
+                let loc = match self.device {
+                    None => Location::Host,
+                    Some((id, off, len)) => match device_slice(id, off, len, frag) {
+                        Some(d) => Location::Device(d),
+                        // Cannot happen: the bookkeeping checked it against the area.
+                        None => {
+                            let _ = self.rx.release(frag);
+                            return;
+                        }
+                    },
+                };
+                ctx.deliver(conn, frag.off, frag.len as usize, loc, false);
                 if !more {
                     self.rearm.push(conn);
                 }
@@ -268,7 +403,7 @@ impl ZcrxBackend {
             Ok(RxEvent::Rearm { .. }) | Ok(RxEvent::Done { .. }) => self.rearm.push(conn),
             Ok(RxEvent::Error { errno, .. }) => {
                 if self.fds.remove(&conn).is_some() {
-                    ctx.failed(conn, recv_error(conn, io::Error::from_raw_os_error(errno)));
+                    ctx.failed(conn, request_error(conn, errno, self.device.is_some()));
                 }
             }
             Err(e) => {
@@ -359,5 +494,109 @@ impl RxBackend for ZcrxBackend {
 
     fn held(&self) -> usize {
         self.rx.core().stats().held_fragments as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn veth() -> Target {
+        Target {
+            iface: "vB".into(),
+            ifindex: 2,
+            queue: 0,
+        }
+    }
+
+    #[test]
+    fn dmabuf_fragments_become_device_ranges() {
+        // A fragment 100 bytes into the second page of a 1 MiB area at the start of the
+        // dma-buf: the CQE's offset (area id bits removed by the bookkeeping) is the offset in
+        // the dma-buf.
+        let f = Frag {
+            off: 4096 + 100,
+            len: 1400,
+        };
+        assert_eq!(
+            device_slice(0, 0, 1 << 20, f),
+            Some(DeviceSlice {
+                dmabuf_id: 0,
+                offset: 4196,
+                len: 1400
+            })
+        );
+        // An area further into the dma-buf (later kernels allow an offset) shifts it.
+        assert_eq!(
+            device_slice(3, 1 << 21, 1 << 20, f).map(|d| (d.dmabuf_id, d.offset, d.len)),
+            Some((3, (1 << 21) + 4196, 1400))
+        );
+        // The last bytes of the area, and past its end.
+        let last = Frag {
+            off: (1 << 20) - 10,
+            len: 10,
+        };
+        assert_eq!(
+            device_slice(0, 0, 1 << 20, last).map(|d| (d.offset, d.len)),
+            Some(((1 << 20) - 10, 10))
+        );
+        let past = Frag { len: 11, ..last };
+        assert_eq!(device_slice(0, 0, 1 << 20, past), None);
+    }
+
+    #[test]
+    fn refill_entries_follow_the_area() {
+        let page = zcnet_sys::mem::page_size() as u64;
+        assert_eq!(rq_entries_for(0), 1);
+        assert_eq!(rq_entries_for(page), 1);
+        assert_eq!(rq_entries_for(3 * page), 4);
+        assert_eq!(rq_entries_for(1 << 40), ZCRX_MAX_RQ_ENTRIES);
+    }
+
+    #[test]
+    fn dmabuf_refusals_say_why_in_one_line() {
+        let cases = [
+            (
+                libc::EOPNOTSUPP,
+                4 << 20,
+                "queue-management ops or header split",
+            ),
+            (libc::EOPNOTSUPP, 4 << 20, "exporter cannot attach"),
+            (libc::EINVAL, 0, "size 0: it is not a dma-buf"),
+            (libc::EINVAL, 4 << 20, "not a dma-buf"),
+            (libc::EBADF, 4 << 20, "not open"),
+            (libc::EFAULT, 2 << 30, "1 GiB"),
+            (libc::ENODEV, 4 << 20, "not in this network namespace"),
+        ];
+        for (errno, len, want) in cases {
+            let e = refusal(&veth(), io::Error::from_raw_os_error(errno), Some(len));
+            let msg = e.to_string();
+            assert!(msg.contains("zcrx) into a dma-buf on vB queue 0"), "{msg}");
+            assert!(msg.contains(want), "missing '{want}' in: {msg}");
+            assert!(!msg.contains('\n'), "one line: {msg}");
+            match e {
+                Error::Unsupported { source, .. } => assert_eq!(source.raw_os_error(), Some(errno)),
+                e => panic!("{e:?}"),
+            }
+        }
+        // Host areas keep their wording.
+        let msg = refusal(
+            &veth(),
+            io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            None,
+        )
+        .to_string();
+        assert!(msg.contains("(zcrx) on vB queue 0"), "{msg}");
+        assert!(!msg.contains("dma-buf"), "{msg}");
+    }
+
+    #[test]
+    fn efault_on_a_dmabuf_area_means_the_kernel_had_to_copy() {
+        let msg = request_error(ConnId(7), libc::EFAULT, true).to_string();
+        assert!(msg.contains("cannot copy into device memory"), "{msg}");
+        assert!(msg.contains("zcnet nic setup"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
+        let host = request_error(ConnId(7), libc::EFAULT, false).to_string();
+        assert!(!host.contains("device memory"), "{host}");
     }
 }
