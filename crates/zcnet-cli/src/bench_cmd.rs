@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 use zcnet::bench::{self, PathKind, Progress, TxBenchConfig, TxReport, RAW_BASELINE};
 use zcnet::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
-use zcnet::{Error, MemoryKind, RxMode, TxMode};
+use zcnet::{Error, RxMode, TxMode};
 
 /// One result in `--json` (schema in docs/cli.md).
 #[derive(Serialize)]
@@ -50,9 +50,14 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         .iter()
         .map(|s| parse_size(s))
         .collect::<Result<Vec<_>, _>>()?;
-    let memory = MemoryKind::parse(&a.mem).ok_or_else(|| {
-        Error::invalid_input(format!("unknown --mem '{}': use anon or huge", a.mem))
-    })?;
+    let memory = crate::sendrecv::parse_mem(&a.mem)?;
+    if memory.is_device() {
+        // Not measured here yet: the GPU paths are measured by scripts/gpu-check.sh.
+        return Err(Error::invalid_input(format!(
+            "bench tx --mem {}: the benchmark table covers host memory; measure GPU memory with zcnet send/recv --mem cuda or scripts/gpu-check.sh",
+            memory.name()
+        )));
+    }
     if !(a.duration > 0.0 && a.duration.is_finite()) || a.inflight == 0 || a.inflight > 4096 {
         return Err(Error::invalid_input(
             "bad --duration or --inflight: give a positive duration and 1..=4096 in flight",

@@ -1,6 +1,7 @@
 //! The `zcnet` command.
 
 mod bench_cmd;
+mod gpu_cmd;
 mod nic_cmd;
 mod probe_cmd;
 mod sendrecv;
@@ -56,7 +57,8 @@ pub struct BenchTxArgs {
     /// Paths: sink (UDP+GSO into an ifb drop), veth (TCP between namespaces), loopback (TCP).
     #[arg(long, value_delimiter = ',', default_value = "sink,veth,loopback")]
     pub path: Vec<String>,
-    /// Send mechanisms: copy, msg-zerocopy, uring, uring-zc, auto.
+    /// Send mechanisms: copy, msg-zerocopy, uring, uring-zc, auto; also devmem (devmem TCP
+    /// transmit from a dma-buf: not in the default set, it needs a NIC with netmem TX).
     #[arg(
         long,
         value_delimiter = ',',
@@ -72,7 +74,8 @@ pub struct BenchTxArgs {
     /// Sends (buffers) in flight.
     #[arg(long, default_value_t = 8)]
     pub inflight: usize,
-    /// Buffer memory: anon (4 KiB pages) or huge (2 MiB pages; THP when none reserved).
+    /// Buffer memory: host (4 KiB pages) or hugepage (2 MiB pages; THP when none reserved).
+    /// GPU memory (cuda[:N]) is measured by `zcnet send/recv --mem cuda` and scripts/gpu-check.sh.
     #[arg(long, default_value = "anon")]
     pub mem: String,
     /// Skip the raw SEND_ZC loop that measures zcnet's own overhead.

@@ -15,7 +15,8 @@ use zcnet::{
 pub struct SendArgs {
     /// Where to send: HOST:PORT.
     pub addr: String,
-    /// Mechanism: copy, msg-zerocopy, uring, uring-zc, auto.
+    /// Mechanism: copy, msg-zerocopy, uring, uring-zc, auto, devmem (devmem TCP transmit from
+    /// a dma-buf: with --mem cuda the GPU memory's export; needs a NIC with netmem TX).
     #[arg(long, default_value = "auto")]
     pub tx: String,
     /// UDP datagrams instead of a TCP stream (sizes above 1472 B use UDP GSO).
@@ -39,9 +40,14 @@ pub struct SendArgs {
     /// Stop after this many seconds (pattern mode).
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Buffer memory: anon or huge.
-    #[arg(long, default_value = "anon")]
+    /// Buffer memory: host (alias anon), hugepage (alias huge), or cuda[:N] (GPU memory N:
+    /// sent by devmem TX where the NIC can, else staged through pinned host memory).
+    #[arg(long, default_value = "host")]
     pub mem: String,
+    /// With --mem cuda: the loop people write first instead (a synchronous copy from the GPU
+    /// into pageable memory, then send()), to compare with.
+    #[arg(long)]
+    pub naive: bool,
     /// Print the statistics as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -82,6 +88,14 @@ pub struct RecvArgs {
     /// Throw the data away instead of writing it to stdout.
     #[arg(long)]
     pub discard: bool,
+    /// Where the data lands: host, or cuda[:N] (GPU memory N, a ring of --area bytes: devmem
+    /// TCP where the NIC can, else staged through pinned host memory; --verify copies back).
+    #[arg(long, default_value = "host")]
+    pub mem: String,
+    /// With --mem cuda: the loop people write first instead (recv() into pageable memory,
+    /// then a synchronous copy to the GPU), to compare with.
+    #[arg(long)]
+    pub naive: bool,
     /// Print the statistics as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -106,9 +120,10 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let mode = TxMode::parse(&a.tx)?;
     let addr = net::parse_addr(&a.addr)?;
     let size = parse_size(&a.size)?;
-    let memory = MemoryKind::parse(&a.mem).ok_or_else(|| {
-        Error::invalid_input(format!("unknown --mem '{}': use anon or huge", a.mem))
-    })?;
+    let memory = parse_mem(&a.mem)?;
+    if memory.is_device() {
+        crate::gpu_cmd::check_send(a)?;
+    }
     if a.udp && size > zcnet::bench::UDP_MAX_PAYLOAD {
         return Err(Error::invalid_input(format!(
             "--size {size} is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
@@ -124,15 +139,18 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let deadline = a
         .duration
         .map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let mut cfg = TxConfig::new(mode);
+    cfg.inflight = a.inflight.max(1);
+    cfg.buf_size = size;
+    if memory.is_device() {
+        return crate::gpu_cmd::send(a, addr, memory, &cfg, limit, deadline);
+    }
     let sock: Socket = if a.udp {
         let gso = (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500);
         net::connect_udp(addr, gso)?.into()
     } else {
         net::connect_tcp(addr)?.into()
     };
-    let mut cfg = TxConfig::new(mode);
-    cfg.inflight = a.inflight.max(1);
-    cfg.buf_size = size;
     let region = Region::new(memory, zcnet::tx::region_len(&cfg))?;
     let mut tx = Sender::new(sock, region, &cfg)?;
     if let Some(n) = tx.note() {
@@ -206,6 +224,16 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Parses `--mem`.
+pub fn parse_mem(s: &str) -> Result<MemoryKind, Error> {
+    MemoryKind::parse(s).ok_or_else(|| {
+        Error::invalid_input(format!(
+            "unknown --mem '{s}': use one of {}",
+            MemoryKind::NAMES
+        ))
+    })
+}
+
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, Error> {
     let mut n = 0;
     while n < buf.len() {
@@ -252,6 +280,10 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     cfg.buf_size = parse_size(&a.buf_size)?;
     cfg.buffers = a.buffers;
     cfg.area_len = parse_size(&a.area)?;
+    let memory = parse_mem(&a.mem)?;
+    if memory.is_device() {
+        return crate::gpu_cmd::recv(a, memory, &cfg);
+    }
     if mode.is_device() && a.verify {
         return Err(Error::invalid_input(
             "--verify reads the payload, but devmem puts it in device memory: drop --verify or use --rx auto",

@@ -52,6 +52,7 @@ use io_uring::{cqueue, opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The largest buffer ring the kernel accepts (io_register_pbuf_ring(): `ring_entries` must be a
@@ -476,6 +477,11 @@ impl RecvRing {
                 seq: if buf_id.is_some() { self.seq } else { 0 },
             });
         }
+    }
+
+    /// The mapping that holds the buffers (to register it with a copy engine, e.g. CUDA).
+    pub fn buffers_mapping(&self) -> Option<&Arc<Mapping>> {
+        self.bufs.first().map(|s| s.mapping())
     }
 
     /// The first `len` bytes of held buffer `buf_id`. `EINVAL` if the application does not hold

@@ -840,6 +840,11 @@ impl PendingSlot {
         }
     }
 
+    /// Whether the copy finished (or failed: [`Self::poll`] then says how).
+    pub fn ready(&self) -> bool {
+        self.event.query().unwrap_or(true)
+    }
+
     /// Blocks until the copy completed.
     pub fn wait(self) -> std::result::Result<crate::mem::Slot, (crate::mem::Slot, CudaError)> {
         match self.event.wait() {

@@ -54,6 +54,11 @@ pub fn install_interrupt_handler() -> Result<()> {
     zcnet_sys::os::install_interrupt_handler().map_err(|e| Error::io("sigaction", e))
 }
 
+/// CPU seconds the calling thread has used (user + system).
+pub fn thread_cpu_seconds() -> f64 {
+    zcnet_sys::os::thread_cpu_seconds()
+}
+
 /// Whether SIGINT/SIGTERM arrived.
 pub fn interrupted() -> bool {
     zcnet_sys::os::interrupted()

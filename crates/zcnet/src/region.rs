@@ -141,6 +141,11 @@ impl Region {
         Ok(Region::of(Arc::new(mem).into_mapping()))
     }
 
+    /// The device memory behind a CUDA region.
+    pub(crate) fn device_mem(&self) -> Option<Arc<zcnet_sys::cuda::DeviceMem>> {
+        self.map.device_mem().cloned()
+    }
+
     /// The CUDA device the memory is on (`None` for host memory).
     pub fn device_ordinal(&self) -> Option<u32> {
         self.map.device_mem().map(|m| m.context().ordinal())

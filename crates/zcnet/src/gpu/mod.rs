@@ -10,6 +10,13 @@
 //! ([`staging`]): receives land in host buffers and are copied to the GPU asynchronously, sends
 //! copy from the GPU into host buffers that are then sent with zero copy.
 
+mod engine;
+pub mod path;
+pub mod staging;
+
+pub use path::{prepare_receive, GpuPath, GpuSendStats, GpuSender, Refusal};
+pub use staging::{StagedReceiver, StagedSender, StagedStats, StagingOptions};
+
 use crate::error::{Error, Result};
 use std::sync::Arc;
 use zcnet_sys::cuda::{self, Context, CudaError};

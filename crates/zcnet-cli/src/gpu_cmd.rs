@@ -1,0 +1,381 @@
+//! `zcnet send` and `zcnet recv` with `--mem cuda[:N]`: the stream comes from or goes to GPU
+//! memory, by the best path (devmem TCP, zcrx with a dma-buf area, staging), and the output
+//! says which one ran and why the better ones were refused.
+
+use crate::sendrecv::{RecvArgs, SendArgs};
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use zcnet::gpu::{prepare_receive, GpuPath, GpuSender, Refusal, StagedReceiver, StagingOptions};
+use zcnet::{net, Error, MemoryKind, Pattern, Region, RxConfig, TxConfig};
+
+#[derive(Serialize)]
+struct RefusalJson {
+    path: &'static str,
+    reason: String,
+}
+
+fn refusals_json(r: &[Refusal]) -> Vec<RefusalJson> {
+    r.iter()
+        .map(|r| RefusalJson {
+            path: r.path.name(),
+            reason: r.reason.clone(),
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct GpuSendJson {
+    mem: String,
+    path: &'static str,
+    refused: Vec<RefusalJson>,
+    tx: &'static str,
+    bytes: u64,
+    seconds: f64,
+    mb_per_s: f64,
+    zerocopy_bytes: u64,
+    copied_bytes: u64,
+    notifications: u64,
+    copies: u64,
+    cpu_seconds: f64,
+}
+
+/// Checks what `--mem cuda` cannot do, before anything is connected or allocated.
+pub fn check_send(a: &SendArgs) -> Result<(), Error> {
+    if a.udp {
+        return Err(Error::invalid_input(
+            "--mem cuda with --udp: zcnet sends TCP streams from GPU memory; drop --udp or use --mem host",
+        ));
+    }
+    if !a.verify && a.duration.is_none() && a.bytes.is_none() {
+        return Err(Error::invalid_input(
+            "--mem cuda sends what is in GPU memory, not stdin: give --bytes, --duration or --verify",
+        ));
+    }
+    Ok(())
+}
+
+/// `zcnet send --mem cuda[:N]`.
+pub fn send(
+    a: &SendArgs,
+    addr: SocketAddr,
+    memory: MemoryKind,
+    cfg: &TxConfig,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+) -> Result<(), Error> {
+    if a.naive {
+        return naive_send(a, addr, memory, cfg.buf_size, limit, deadline);
+    }
+    // The GPU memory first: a missing driver or device fails before any connection.
+    let region = Region::new(memory, zcnet::tx::region_len(cfg))?;
+    let stream = net::connect_tcp(addr)?;
+    let (mut tx, refused) = GpuSender::open(stream, region, cfg)?;
+    if !a.json {
+        for r in &refused {
+            eprintln!("zcnet send: {r}");
+        }
+        eprintln!("zcnet send: from {} by {}", memory.name(), tx.path());
+    }
+    let pattern = Pattern::new(a.seed);
+    let fill = a.verify.then_some(&pattern);
+    let mut scratch = Vec::new();
+    let mut offset = 0u64;
+    loop {
+        if zcnet::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
+            break;
+        }
+        let n = limit.map_or(cfg.buf_size as u64, |l| {
+            (l - offset).min(cfg.buf_size as u64)
+        });
+        tx.send_chunk(offset, n as usize, fill, &mut scratch)?;
+        offset += n;
+    }
+    let st = tx.finish()?;
+    if a.json {
+        let doc = GpuSendJson {
+            mem: memory.name(),
+            path: st.path.name(),
+            refused: refusals_json(&refused),
+            tx: cfg.mode.name(),
+            bytes: st.tx.bytes,
+            seconds: st.tx.seconds,
+            mb_per_s: st.tx.mb_per_s(),
+            zerocopy_bytes: st.tx.zerocopy_bytes,
+            copied_bytes: st.tx.copied_bytes,
+            notifications: st.tx.notifications,
+            copies: st.staged.pipeline.copies_completed,
+            cpu_seconds: st.tx.cpu_seconds,
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
+        );
+    } else {
+        eprintln!(
+            "zcnet send: {} B in {:.2} s ({:.0} MB/s) from {} by {}: {} B zero-copy, {} B copied, {} device-to-host copies, CPU {:.3} s",
+            st.tx.bytes,
+            st.tx.seconds,
+            st.tx.mb_per_s(),
+            memory.name(),
+            st.path,
+            st.tx.zerocopy_bytes,
+            st.tx.copied_bytes,
+            st.staged.pipeline.copies_completed,
+            st.tx.cpu_seconds
+        );
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct GpuRecvJson {
+    mem: String,
+    path: &'static str,
+    refused: Vec<RefusalJson>,
+    bytes: u64,
+    seconds: f64,
+    verified: bool,
+    copies: u64,
+    ring_full: u64,
+}
+
+/// `zcnet recv --mem cuda[:N]`: the GPU memory is a ring of `--area` bytes.
+pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Error> {
+    let addr = net::parse_addr(&a.listen)?;
+    let mut region = Region::new(memory, cfg.area_len)?;
+    if a.naive {
+        return naive_recv(a, addr, memory, region);
+    }
+    if a.verify && cfg.mode.is_device() {
+        return Err(Error::invalid_input(
+            "--verify with --rx devmem: devmem hands out device descriptors; use --rx auto (staging verifies by copying back)",
+        ));
+    }
+    let (direct, refused) = prepare_receive(&mut region, cfg)?;
+    if let (true, Some((_, path))) = (a.verify, &direct) {
+        return Err(Error::invalid_input(format!(
+            "--verify reads the data back, but {path} hands out device descriptors: drop --verify, or leave out --iface to stage (staging verifies)"
+        )));
+    }
+    let listener = net::listen_tcp(addr)?;
+    eprintln!(
+        "zcnet recv: listening on {}",
+        listener
+            .local_addr()
+            .map_err(|e| Error::io("local_addr", e))?
+    );
+    if !a.json {
+        for r in &refused {
+            eprintln!("zcnet recv: {r}");
+        }
+    }
+    let (s, peer) = listener.accept().map_err(|e| Error::io("accept", e))?;
+    let opts = StagingOptions::default();
+    let t0 = Instant::now();
+    let pattern = a.verify.then(|| Pattern::new(a.seed));
+    let (path, bytes, copies, ring_full) = match direct {
+        Some((mut rx, path)) => {
+            let rep = net::receive_stream(&mut rx, s, None, None)?;
+            (path, rep.recv.bytes, 0, 0)
+        }
+        None => {
+            let mut rx = StagedReceiver::new(s, &region, &opts)?;
+            let mut buf = Vec::new();
+            let mut at = 0u64;
+            while !rx.finished() || rx.readable()[0].1 > 0 {
+                if zcnet::interrupted() {
+                    return Err(Error::Interrupted);
+                }
+                rx.poll(Duration::from_millis(100))?;
+                for (off, len) in rx.readable() {
+                    if len == 0 {
+                        continue;
+                    }
+                    if let Some(p) = &pattern {
+                        buf.resize(len as usize, 0);
+                        region.read_at(off as usize, &mut buf)?;
+                        p.verify(at, &buf)?;
+                    }
+                    at += len;
+                    rx.release(len)?;
+                }
+            }
+            let st = rx.stats();
+            (
+                GpuPath::Staging,
+                st.bytes,
+                st.pipeline.copies_completed,
+                st.pipeline.ring_full,
+            )
+        }
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    if a.json {
+        let doc = GpuRecvJson {
+            mem: memory.name(),
+            path: path.name(),
+            refused: refusals_json(&refused),
+            bytes,
+            seconds: secs,
+            verified: a.verify,
+            copies,
+            ring_full,
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
+        );
+    } else {
+        eprintln!(
+            "zcnet recv: {bytes} B from {peer} in {secs:.2} s ({:.0} MB/s) into {} by {path}: {copies} host-to-device copies, ring full {ring_full}x{}",
+            if secs > 0.0 { bytes as f64 / secs / 1e6 } else { 0.0 },
+            memory.name(),
+            if a.verify { ", pattern verified" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct NaiveJson {
+    mem: String,
+    path: &'static str,
+    bytes: u64,
+    seconds: f64,
+    mb_per_s: f64,
+    cpu_seconds: f64,
+    verified: bool,
+}
+
+fn report_naive(
+    a_json: bool,
+    what: &str,
+    memory: MemoryKind,
+    bytes: u64,
+    t0: Instant,
+    cpu0: f64,
+    verified: bool,
+) -> Result<(), Error> {
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = zcnet::thread_cpu_seconds() - cpu0;
+    let mbps = if secs > 0.0 {
+        bytes as f64 / secs / 1e6
+    } else {
+        0.0
+    };
+    if a_json {
+        let doc = NaiveJson {
+            mem: memory.name(),
+            path: "naive",
+            bytes,
+            seconds: secs,
+            mb_per_s: mbps,
+            cpu_seconds: cpu,
+            verified,
+        };
+        println!(
+            "{}",
+            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
+        );
+    } else {
+        eprintln!(
+            "zcnet {what}: {bytes} B in {secs:.2} s ({mbps:.0} MB/s) with {} by the naive loop (synchronous copies through pageable memory), CPU {cpu:.3} s",
+            memory.name()
+        );
+    }
+    Ok(())
+}
+
+/// The loop people write first: a synchronous copy out of the GPU into pageable memory, then
+/// `send()`. For comparison with the staged path.
+fn naive_send(
+    a: &SendArgs,
+    addr: SocketAddr,
+    memory: MemoryKind,
+    size: usize,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+) -> Result<(), Error> {
+    use std::io::Write;
+    let mut region = Region::new(memory, size)?;
+    let mut stream = net::connect_tcp(addr)?;
+    let pattern = Pattern::new(a.seed);
+    let mut host = vec![0u8; size];
+    let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
+    let mut offset = 0u64;
+    loop {
+        if zcnet::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
+            break;
+        }
+        let n = limit.map_or(size as u64, |l| (l - offset).min(size as u64)) as usize;
+        if a.verify {
+            pattern.fill(offset, &mut host[..n]);
+            region.write_at(0, &host[..n])?;
+        }
+        region.read_at(0, &mut host[..n])?;
+        stream
+            .write_all(&host[..n])
+            .map_err(|e| Error::io("send", e))?;
+        offset += n as u64;
+    }
+    drop(stream);
+    report_naive(a.json, "send", memory, offset, t0, cpu0, a.verify)
+}
+
+/// The loop people write first: `recv()` into pageable memory, then a synchronous copy into
+/// the GPU ring. For comparison with the staged path.
+fn naive_recv(
+    a: &RecvArgs,
+    addr: SocketAddr,
+    memory: MemoryKind,
+    mut region: Region,
+) -> Result<(), Error> {
+    use std::io::Read;
+    let listener = net::listen_tcp(addr)?;
+    eprintln!(
+        "zcnet recv: listening on {}",
+        listener
+            .local_addr()
+            .map_err(|e| Error::io("local_addr", e))?
+    );
+    let (mut s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
+    let ring = region.len() as u64;
+    let pattern = a.verify.then(|| Pattern::new(a.seed));
+    let mut host = vec![0u8; 256 << 10];
+    let mut back = Vec::new();
+    let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
+    let mut at = 0u64;
+    loop {
+        if zcnet::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        let n = match s.read(&mut host) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("recv", e)),
+        };
+        // Into the ring at the stream position, in two pieces where it wraps.
+        let mut done = 0;
+        while done < n {
+            let off = (at + done as u64) % ring;
+            let k = ((ring - off) as usize).min(n - done);
+            region.write_at(off as usize, &host[done..done + k])?;
+            if let Some(p) = &pattern {
+                back.resize(k, 0);
+                region.read_at(off as usize, &mut back)?;
+                p.verify(at + done as u64, &back)?;
+            }
+            done += k;
+        }
+        at += n as u64;
+    }
+    report_naive(a.json, "recv", memory, at, t0, cpu0, a.verify)
+}

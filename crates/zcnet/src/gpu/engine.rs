@@ -1,0 +1,293 @@
+//! Copy engines for the staging pipelines: the GPU's (a CUDA stream, an event per copy) and a
+//! host one (the "device" is host memory) that runs the same pipelines where there is no GPU,
+//! completing copies out of order and failing on request, so the drivers are tested in CI.
+
+use crate::error::{Error, Result};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use zcnet_core::staging::CopyId;
+use zcnet_sys::cuda::{DeviceMem, Event, HostRegistration, PendingSlot, Stream};
+use zcnet_sys::mem::{Mapping, Slot};
+
+/// A finished copy: its id, its outcome, and (device-to-host) the host slot it wrote.
+#[derive(Debug)]
+pub(crate) struct Done {
+    pub id: CopyId,
+    pub result: Result<()>,
+    pub slot: Option<Slot>,
+}
+
+/// Runs asynchronous copies between pinned host memory and a device buffer.
+pub(crate) trait CopyEngine: Send + std::fmt::Debug {
+    /// Starts copying `src` (inside the host memory the engine was made for) to `dst_off` of
+    /// the device buffer. The caller keeps `src` unwritten until the copy is reported done.
+    fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()>;
+    /// Starts copying `len` bytes at `src_off` of the device buffer into `dst`, which the engine
+    /// keeps until the copy is reported done (with it).
+    // The slot must come back with the error so that no buffer is lost; a cold path.
+    #[allow(clippy::result_large_err)]
+    fn to_host(
+        &mut self,
+        id: CopyId,
+        src_off: u64,
+        dst: Slot,
+        len: usize,
+    ) -> std::result::Result<(), (Slot, Error)>;
+    /// Copies that finished since the last call, in any order.
+    fn poll(&mut self, done: &mut Vec<Done>);
+    /// Blocks up to `timeout` until at least one copy finished (returns at once with none in
+    /// flight).
+    fn wait(&mut self, timeout: Duration);
+    /// Copies started and not yet reported.
+    fn in_flight(&self) -> usize;
+}
+
+enum Pending {
+    ToDevice(Event),
+    ToHost(PendingSlot),
+}
+
+/// The GPU's engine: every copy on one CUDA stream (so they complete in order), an event
+/// after each.
+pub(crate) struct CudaEngine {
+    pending: VecDeque<(CopyId, Pending)>,
+    stream: Stream,
+    reg: HostRegistration,
+    dev: Arc<DeviceMem>,
+}
+
+impl std::fmt::Debug for CudaEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaEngine")
+            .field("in_flight", &self.pending.len())
+            .field("device", &self.dev.context().ordinal())
+            .finish()
+    }
+}
+
+impl CudaEngine {
+    /// An engine between `host` (registered with CUDA here) and `dev`.
+    pub(crate) fn new(dev: Arc<DeviceMem>, host: Arc<Mapping>) -> Result<CudaEngine> {
+        let ctx = Arc::clone(dev.context());
+        let ord = ctx.ordinal();
+        let reg = HostRegistration::new(&ctx, host).map_err(|e| {
+            super::gpu_error(format!("pinning the staging buffers for cuda:{ord}"), e)
+        })?;
+        let stream = Stream::new(&ctx)
+            .map_err(|e| super::gpu_error(format!("creating a copy stream on cuda:{ord}"), e))?;
+        Ok(CudaEngine {
+            pending: VecDeque::new(),
+            stream,
+            reg,
+            dev,
+        })
+    }
+
+    fn err(&self, what: &str, e: zcnet_sys::cuda::CudaError) -> Error {
+        super::gpu_error(format!("{what} cuda:{}", self.dev.context().ordinal()), e)
+    }
+}
+
+#[allow(clippy::result_large_err)] // see CopyEngine::to_host
+impl CopyEngine for CudaEngine {
+    fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()> {
+        let ev = self
+            .stream
+            .copy_to_device(&self.reg, src, &self.dev, dst_off)
+            .map_err(|e| self.err("copying to", e))?;
+        self.pending.push_back((id, Pending::ToDevice(ev)));
+        Ok(())
+    }
+
+    fn to_host(
+        &mut self,
+        id: CopyId,
+        src_off: u64,
+        dst: Slot,
+        len: usize,
+    ) -> std::result::Result<(), (Slot, Error)> {
+        match self
+            .stream
+            .copy_to_host(&self.reg, &self.dev, src_off, dst, len)
+        {
+            Ok(p) => {
+                self.pending.push_back((id, Pending::ToHost(p)));
+                Ok(())
+            }
+            Err((slot, e)) => Err((slot, self.err("copying from", e))),
+        }
+    }
+
+    fn poll(&mut self, done: &mut Vec<Done>) {
+        // One stream: copies finish in order, so stop at the first one still running.
+        while let Some((id, p)) = self.pending.pop_front() {
+            match p {
+                Pending::ToDevice(ev) => match ev.query() {
+                    Ok(false) => {
+                        self.pending.push_front((id, Pending::ToDevice(ev)));
+                        return;
+                    }
+                    Ok(true) => done.push(Done {
+                        id,
+                        result: Ok(()),
+                        slot: None,
+                    }),
+                    Err(e) => {
+                        let _ = ev.wait();
+                        let result = Err(self.err("copying to", e));
+                        done.push(Done {
+                            id,
+                            result,
+                            slot: None,
+                        });
+                    }
+                },
+                Pending::ToHost(ps) => match ps.poll() {
+                    Ok(Err(still)) => {
+                        self.pending.push_front((id, Pending::ToHost(still)));
+                        return;
+                    }
+                    Ok(Ok(slot)) => done.push(Done {
+                        id,
+                        result: Ok(()),
+                        slot: Some(slot),
+                    }),
+                    Err((slot, e)) => {
+                        let result = Err(self.err("copying from", e));
+                        done.push(Done {
+                            id,
+                            result,
+                            slot: Some(slot),
+                        });
+                    }
+                },
+            }
+        }
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        // An event wait would block past `timeout`, and copies of a few hundred KiB take
+        // microseconds: poll the oldest copy (the stream finishes them in order) in short steps.
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let ready = match self.pending.front() {
+                None => return,
+                Some((_, Pending::ToDevice(ev))) => ev.query().unwrap_or(true),
+                Some((_, Pending::ToHost(p))) => p.ready(),
+            };
+            if ready || std::time::Instant::now() >= deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+/// What the host engine does, for tests: complete copies newest first (out of order), and
+/// fail the copy with a given id.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct HostEngineFaults {
+    /// Report completions in reverse order of issue.
+    pub reorder: bool,
+    /// Report this copy as failed.
+    pub fail: Option<u64>,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+/// An engine whose "device" is host memory (`dev`): the copy happens when it is started, the
+/// completion is reported at the next poll, in the order the faults say.
+#[derive(Debug)]
+pub(crate) struct HostEngine {
+    dev: Arc<Mutex<Vec<u8>>>,
+    pending: Vec<(CopyId, Option<Slot>)>,
+    faults: HostEngineFaults,
+}
+
+#[cfg_attr(not(test), allow(dead_code))]
+impl HostEngine {
+    pub(crate) fn new(dev: Arc<Mutex<Vec<u8>>>, faults: HostEngineFaults) -> HostEngine {
+        HostEngine {
+            dev,
+            pending: Vec::new(),
+            faults,
+        }
+    }
+
+    fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>> {
+        let have = self.dev.lock().map(|d| d.len()).unwrap_or(0);
+        let start = usize::try_from(off).unwrap_or(usize::MAX);
+        match start.checked_add(len) {
+            Some(end) if end <= have => Ok(start..end),
+            _ => Err(Error::invalid_input(format!(
+                "host engine: {len} B at {off} outside the {have} B buffer"
+            ))),
+        }
+    }
+}
+
+#[allow(clippy::result_large_err)] // see CopyEngine::to_host
+impl CopyEngine for HostEngine {
+    fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()> {
+        let r = self.range(dst_off, src.len())?;
+        if let Ok(mut d) = self.dev.lock() {
+            d[r].copy_from_slice(src);
+        }
+        self.pending.push((id, None));
+        Ok(())
+    }
+
+    fn to_host(
+        &mut self,
+        id: CopyId,
+        src_off: u64,
+        mut dst: Slot,
+        len: usize,
+    ) -> std::result::Result<(), (Slot, Error)> {
+        let r = match self.range(src_off, len) {
+            Ok(r) => r,
+            Err(e) => return Err((dst, e)),
+        };
+        match (dst.bytes_mut(), self.dev.lock()) {
+            (Some(b), Ok(d)) if len <= b.len() => b[..len].copy_from_slice(&d[r]),
+            _ => {
+                return Err((
+                    dst,
+                    Error::invalid_input("host engine: bad destination slot"),
+                ))
+            }
+        }
+        self.pending.push((id, Some(dst)));
+        Ok(())
+    }
+
+    fn poll(&mut self, done: &mut Vec<Done>) {
+        if self.faults.reorder {
+            self.pending.reverse();
+        }
+        for (id, slot) in self.pending.drain(..) {
+            let result = if self.faults.fail == Some(id.0) {
+                Err(Error::Gpu {
+                    what: format!("{id}"),
+                    cause: "injected copy failure".into(),
+                    fix: "none (test)".into(),
+                    bad_argument: false,
+                })
+            } else {
+                Ok(())
+            };
+            done.push(Done { id, result, slot });
+        }
+    }
+
+    fn wait(&mut self, _timeout: Duration) {}
+
+    fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The GPU suite: run it on any Linux machine with an NVIDIA GPU, in one command, as root for the
+# veth part:
+#
+#     scripts/gpu-check.sh [path/to/zcnet]       (default: target/release/zcnet)
+#
+# It checks what the CPU-only CI cannot: CUDA allocation and dma-buf export, staged receive into
+# and staged send from GPU memory with --verify over loopback and over a lab veth pair, the
+# devmem refusals with the kernel's exact errors, and the performance ratios of docs/perf.md
+# (staged vs host memory, staged vs the naive loop). It prints a table to paste into an issue and
+# exits non-zero if a check failed. Results also go to $OUT/gpu-check.txt when OUT is set.
+#
+# Nothing is left behind: namespaces are deleted on every exit path; GPU memory is freed when
+# each zcnet process exits.
+set -u
+ZCNET=${1:-target/release/zcnet}
+BYTES=${GPU_CHECK_BYTES:-4G}
+SECS=${GPU_CHECK_SECONDS:-5}
+PORT=${GPU_CHECK_PORT:-25201}
+out=$(mktemp -d)
+ns="zcnet-gpucheck-$$"
+cleanup() {
+  ip netns del "${ns}a" 2>/dev/null
+  ip netns del "${ns}b" 2>/dev/null
+  rm -rf "$out"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ ! -x "$ZCNET" ]; then
+  echo "gpu-check: no zcnet binary at $ZCNET: build it with 'cargo build --release -p zcnet-cli' (or pass its path)" >&2
+  exit 2
+fi
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: SKIP: no NVIDIA GPU here (nvidia-smi -L failed)"
+  exit 77
+fi
+
+fails=0
+rows=()
+row() { rows+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && fails=$((fails + 1)); }
+json_field() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d.get('$1',''))"; }
+
+# 1. Devices, driver, dma-buf export tried for real.
+if "$ZCNET" probe --active --json >"$out/probe.json" 2>"$out/probe.err"; then
+  gpu=$(python3 -c "import json; d=json.load(open('$out/probe.json')).get('gpu',{}); ds=d.get('devices',[]); print(ds[0].get('name','?') if ds else 'none: '+str(d.get('error','')))" 2>/dev/null)
+  row "probe: GPU" PASS "$gpu"
+else
+  row "probe --active" FAIL "$(tail -1 "$out/probe.err")"
+fi
+
+# One transfer: receiver in the background, sender in front; both with --verify.
+# $1 label, $2 receiver prefix (e.g. "ip netns exec X"), $3 sender prefix, $4 address to send to,
+# $5 listen address, $6 recv options, $7 send options.
+transfer() {
+  local label=$1 rpre=$2 spre=$3 to=$4 listen=$5 ropt=$6 sopt=$7
+  $rpre "$ZCNET" recv --listen "$listen" --verify --json $ropt >"$out/r.json" 2>"$out/r.err" &
+  local rp=$!
+  sleep 1
+  $spre "$ZCNET" send "$to" --verify --bytes "$BYTES" --json $sopt >"$out/s.json" 2>"$out/s.err"
+  local src=$?
+  wait $rp
+  local rrc=$?
+  if [ $src -eq 0 ] && [ $rrc -eq 0 ]; then
+    local mbs path
+    mbs=$(json_field mb_per_s <"$out/s.json")
+    path=$(json_field path <"$out/r.json")$(json_field path <"$out/s.json")
+    row "$label" PASS "$(printf '%.0f MB/s (sender), path %s' "${mbs:-0}" "${path:-host}")"
+    last=${mbs:-0}
+  else
+    row "$label" FAIL "recv rc=$rrc: $(tail -1 "$out/r.err"); send rc=$src: $(tail -1 "$out/s.err")"
+    last=0
+  fi
+}
+
+# 2. Loopback: into GPU memory (staged), from GPU memory (staged), host baselines, naive loops.
+transfer "loopback: host -> host (uring)" "" "" 127.0.0.1:$PORT 127.0.0.1:$PORT "--rx uring" "--tx uring-zc"; host_rx=$last
+transfer "loopback: host -> cuda:0 (staged)" "" "" 127.0.0.1:$PORT 127.0.0.1:$PORT "--mem cuda:0" "--tx uring-zc"; gpu_rx=$last
+transfer "loopback: host -> cuda:0 (naive loop)" "" "" 127.0.0.1:$PORT 127.0.0.1:$PORT "--mem cuda:0 --naive" "--tx uring-zc"; naive_rx=$last
+transfer "loopback: cuda:0 (staged) -> host" "" "" 127.0.0.1:$PORT 127.0.0.1:$PORT "--rx uring" "--mem cuda:0 --tx uring-zc"; gpu_tx=$last
+transfer "loopback: cuda:0 (naive loop) -> host" "" "" 127.0.0.1:$PORT 127.0.0.1:$PORT "--rx uring" "--mem cuda:0 --naive"; naive_tx=$last
+
+ratio() { python3 -c "a=float('$1' or 0); b=float('$2' or 0); print(f'{a/b:.2f}x' if b > 0 else 'n/a')"; }
+row "ratio: staged rx / host rx (>= 0.9)" INFO "$(ratio "$gpu_rx" "$host_rx")"
+row "ratio: staged rx / naive rx (>= 2)" INFO "$(ratio "$gpu_rx" "$naive_rx")"
+row "ratio: staged tx / host tx (>= 0.9)" INFO "$(ratio "$gpu_tx" "$host_rx")"
+row "ratio: staged tx / naive tx (>= 2)" INFO "$(ratio "$gpu_tx" "$naive_tx")"
+
+# 3. A veth pair between two namespaces (root only), and the devmem refusals there.
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
+  ip netns add "${ns}a" && ip netns add "${ns}b" &&
+    ip link add "${ns:0:6}a" type veth peer name "${ns:0:6}b" &&
+    ip link set "${ns:0:6}a" netns "${ns}a" && ip link set "${ns:0:6}b" netns "${ns}b" &&
+    ip -n "${ns}a" addr add 10.77.0.1/24 dev "${ns:0:6}a" && ip -n "${ns}b" addr add 10.77.0.2/24 dev "${ns:0:6}b" &&
+    ip -n "${ns}a" link set "${ns:0:6}a" up && ip -n "${ns}b" link set "${ns:0:6}b" up &&
+    ip -n "${ns}a" link set lo up && ip -n "${ns}b" link set lo up
+  A="ip netns exec ${ns}a" B="ip netns exec ${ns}b"
+  transfer "veth: host -> cuda:0 (staged)" "$B" "$A" 10.77.0.2:$PORT 10.77.0.2:$PORT "--mem cuda:0" "--tx uring-zc"
+  transfer "veth: cuda:0 (staged) -> host" "$B" "$A" 10.77.0.2:$PORT 10.77.0.2:$PORT "--rx uring" "--mem cuda:0"
+  e=$($B "$ZCNET" recv --listen 10.77.0.2:$PORT --mem cuda:0 --rx devmem --iface "${ns:0:6}b" 2>&1 >/dev/null)
+  case "$e" in *"not supported"*|*EOPNOTSUPP*|*"Operation not supported"*) row "veth: devmem rx refused" PASS "$e" ;; *) row "veth: devmem rx refused" FAIL "$e" ;; esac
+  e=$($A "$ZCNET" send 10.77.0.2:9 --mem cuda:0 --tx devmem --bytes 1M 2>&1 >/dev/null)
+  case "$e" in *"not supported"*|*"netmem TX"*|*refused*) row "veth: devmem tx refused" PASS "$e" ;; *) row "veth: devmem tx refused" FAIL "$e" ;; esac
+else
+  row "veth" SKIP "needs root and iproute2"
+fi
+
+# 4. Bad input: a device that does not exist.
+e=$("$ZCNET" send 127.0.0.1:9 --mem cuda:99 --bytes 1M 2>&1); rc=$?
+[ $rc -eq 2 ] && row "cuda:99 refused (exit 2)" PASS "$e" || row "cuda:99 refused (exit 2)" FAIL "rc=$rc $e"
+
+{
+  echo "zcnet gpu-check on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), kernel $(uname -r)"
+  printf '%s\n' "${rows[@]}"
+  echo "failed: $fails"
+} | tee "${OUT:-$out}/gpu-check.txt"
+[ $fails -eq 0 ]
