@@ -10,48 +10,16 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
+use common::{in_ns, open_fds, serial, veth_lab};
+
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, MutexGuard};
-use zcnet::lab::{self, Lab, VethPath};
+use std::sync::Arc;
+
 use zcnet::tx::region_len;
 use zcnet::{Error, Region, Sender, Socket, TxConfig, TxMode};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
-fn veth_lab(test: &str) -> Option<(Lab, VethPath)> {
-    match Lab::new() {
-        Ok(mut lab) => {
-            let p = lab.veth().unwrap();
-            Some((lab, p))
-        }
-        Err(Error::NotRoot { .. }) => {
-            eprintln!("skipped {test}: needs root to create network namespaces");
-            None
-        }
-        Err(e) => panic!("lab: {e}"),
-    }
-}
-
-/// Runs `f` on a thread inside namespace `ns` (the test thread's namespace stays as it is).
-fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            lab::enter(ns).unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
-    })
-}
 
 fn cfg(dmabuf: Option<&Arc<OwnedFd>>, iface: Option<&str>) -> TxConfig {
     let mut c = TxConfig::new(TxMode::Devmem);

@@ -9,49 +9,17 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
+use common::{in_ns, open_fds, serial, veth_lab};
+
 use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
-use zcnet::lab::{self, Lab, VethPath};
+use zcnet::lab;
 use zcnet::rx::{Receiver, RxConfig, RxMode};
 use zcnet::{Error, Pattern};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn veth_lab(test: &str) -> Option<(Lab, VethPath)> {
-    match Lab::new() {
-        Ok(mut lab) => {
-            let p = lab.veth().unwrap();
-            Some((lab, p))
-        }
-        Err(Error::NotRoot { .. }) => {
-            eprintln!("skipped {test}: needs root to create network namespaces");
-            None
-        }
-        Err(e) => panic!("lab: {e}"),
-    }
-}
-
-/// Runs `f` on a thread inside namespace `ns` (the test thread's namespace stays as it is).
-fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            lab::enter(ns).unwrap();
-            f()
-        })
-        .join()
-        .unwrap()
-    })
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
 
 fn cfg(mode: RxMode, iface: Option<&str>) -> RxConfig {
     let mut c = RxConfig::new(mode);
