@@ -2,7 +2,7 @@
 //! memory, by the best path (devmem TCP, zcrx with a dma-buf area, staging), and the output
 //! says which one ran and why the better ones were refused.
 
-use crate::sendrecv::{RecvArgs, SendArgs};
+use crate::sendrecv::{print_json, RecvArgs, SendArgs};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -110,10 +110,7 @@ pub fn send(
             copies: st.staged.pipeline.copies_completed,
             cpu_seconds: st.tx.cpu_seconds,
         };
-        println!(
-            "{}",
-            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
-        );
+        print_json(&doc)?;
     } else {
         eprintln!(
             "zcnet send: {} B in {:.2} s ({:.0} MB/s) from {} by {}: {} B zero-copy, {} B copied, {} device-to-host copies, CPU {:.3} s",
@@ -225,10 +222,7 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
             copies,
             ring_full,
         };
-        println!(
-            "{}",
-            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
-        );
+        print_json(&doc)?;
     } else {
         eprintln!(
             "zcnet recv: {bytes} B from {peer} in {secs:.2} s ({:.0} MB/s) into {} by {path}: {copies} host-to-device copies, ring full {ring_full}x{}",
@@ -277,10 +271,7 @@ fn report_naive(
             cpu_seconds: cpu,
             verified,
         };
-        println!(
-            "{}",
-            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
-        );
+        print_json(&doc)?;
     } else {
         eprintln!(
             "zcnet {what}: {bytes} B in {secs:.2} s ({mbps:.0} MB/s) with {} by the naive loop (synchronous copies through pageable memory), CPU {cpu:.3} s",

@@ -198,10 +198,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             cpu_seconds: st.cpu_seconds,
             switches: st.switches.iter().map(|s| s.to_string()).collect(),
         };
-        println!(
-            "{}",
-            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
-        );
+        print_json(&doc)?;
     } else {
         let zc = st
             .zerocopy_fraction()
@@ -221,6 +218,13 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             eprintln!("zcnet send: auto {s}");
         }
     }
+    Ok(())
+}
+
+/// Prints `doc` as one line of JSON on stdout (the `--json` output of send and recv).
+pub fn print_json(doc: &impl Serialize) -> Result<(), Error> {
+    let line = serde_json::to_string(doc).map_err(|e| Error::invalid_input(e.to_string()))?;
+    println!("{line}");
     Ok(())
 }
 
@@ -339,10 +343,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             linear_fallbacks: st.linear_fallbacks,
             unsteered: st.unsteered,
         };
-        println!(
-            "{}",
-            serde_json::to_string(&doc).map_err(|e| Error::invalid_input(e.to_string()))?
-        );
+        print_json(&doc)?;
     } else {
         let secs = rep.recv.seconds;
         let mbps = if secs > 0.0 {
