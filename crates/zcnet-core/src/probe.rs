@@ -644,7 +644,7 @@ fn devmem_trial(
 }
 
 fn devmem_tx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) -> Finding {
-    if let Some(f) = netdev_op_missing(k, "bind-tx", "devmem TCP TX needs Linux 6.15") {
+    if let Some(f) = netdev_op_missing(k, "bind-tx", "devmem TCP TX needs Linux 6.16") {
         return f;
     }
     let drv = i.driver_name();

@@ -39,7 +39,7 @@ pub const CMD_QSTATS_GET: u8 = 12;
 pub const CMD_BIND_RX: u8 = 13;
 /// `NETDEV_CMD_NAPI_SET` (Linux 6.13).
 pub const CMD_NAPI_SET: u8 = 14;
-/// `NETDEV_CMD_BIND_TX` (Linux 6.15).
+/// `NETDEV_CMD_BIND_TX` (Linux 6.16: the devmem TX series, 8802087d20c0 "TCP tx netlink api").
 pub const CMD_BIND_TX: u8 = 15;
 
 /// The spec names of the netdev commands, by number (Documentation/netlink/specs/netdev.yaml).
@@ -165,7 +165,7 @@ pub const OP_BIND_RX: Op = Op {
 pub const OP_BIND_TX: Op = Op {
     name: "bind-tx",
     cmd: CMD_BIND_TX,
-    needs: "Linux 6.15 or newer",
+    needs: "Linux 6.16 or newer",
     attr_name: dmabuf_attr_name,
 };
 
