@@ -52,11 +52,8 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         .collect::<Result<Vec<_>, _>>()?;
     let memory = crate::sendrecv::parse_mem(&a.mem)?;
     if memory.is_device() {
-        // Not measured here yet: the GPU paths are measured by scripts/gpu-check.sh.
-        return Err(Error::invalid_input(format!(
-            "bench tx --mem {}: the benchmark table covers host memory; measure GPU memory with zcnet send/recv --mem cuda or scripts/gpu-check.sh",
-            memory.name()
-        )));
+        // Fail before any lab is made when there is no GPU (one line, with the fix).
+        zcnet::gpu::devices()?;
     }
     if !(a.duration > 0.0 && a.duration.is_finite()) || a.inflight == 0 || a.inflight > 4096 {
         return Err(Error::invalid_input(

@@ -70,7 +70,7 @@ pub fn send(
     // The GPU memory first: a missing driver or device fails before any connection.
     let region = Region::new(memory, zcnet::tx::region_len(cfg))?;
     let stream = net::connect_tcp(addr)?;
-    let (mut tx, refused) = GpuSender::open(stream, region, cfg)?;
+    let (mut tx, refused) = GpuSender::open(stream.into(), region, cfg)?;
     if !a.json {
         for r in &refused {
             eprintln!("zcnet send: {r}");

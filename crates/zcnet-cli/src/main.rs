@@ -74,8 +74,8 @@ pub struct BenchTxArgs {
     /// Sends (buffers) in flight.
     #[arg(long, default_value_t = 8)]
     pub inflight: usize,
-    /// Buffer memory: host (4 KiB pages) or hugepage (2 MiB pages; THP when none reserved).
-    /// GPU memory (cuda[:N]) is measured by `zcnet send/recv --mem cuda` and scripts/gpu-check.sh.
+    /// Buffer memory: host (4 KiB pages), hugepage (2 MiB pages; THP when none reserved), or
+    /// cuda[:N] (GPU memory: devmem TX where the NIC can, else staged through pinned host memory).
     #[arg(long, default_value = "anon")]
     pub mem: String,
     /// Skip the raw SEND_ZC loop that measures zcnet's own overhead.

@@ -106,9 +106,20 @@ fn bad_mem_values_are_refused_before_anything_happens() {
 }
 
 #[test]
-fn bench_tx_with_cuda_memory_points_to_the_gpu_suite() {
+fn bench_tx_from_cuda_without_a_driver_fails_before_making_a_lab() {
+    let before = lab_namespaces();
     let o = zcnet(&["bench", "tx", "--path", "loopback", "--mem", "cuda"]);
-    assert_ne!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let line = one_line(&o);
-    assert!(line.contains("scripts/gpu-check.sh"), "{line}");
+    assert!(
+        line.contains("no CUDA driver library") && line.contains(NO_LIB),
+        "{line}"
+    );
+    assert_eq!(lab_namespaces(), before);
+}
+
+fn lab_namespaces() -> usize {
+    std::fs::read_dir("/run/netns")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }

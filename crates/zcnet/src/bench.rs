@@ -5,6 +5,7 @@
 //! kernel copies whatever the application asks for, and the accounting must say so.
 
 use crate::error::{Error, Result};
+use crate::gpu::GpuSender;
 use crate::lab::{self, Lab, SinkPath, VethPath};
 use crate::net;
 use crate::region::{MemoryKind, Region};
@@ -321,6 +322,9 @@ pub fn send_for(
     tcfg.inflight = inflight;
     tcfg.buf_size = size;
     let region = Region::new(memory, region_len(&tcfg))?;
+    if memory.is_device() {
+        return send_gpu_for(sock, region, &tcfg, memory, duration);
+    }
     let mut tx = Sender::new(sock, region, &tcfg)?;
     let note = tx.note().map(str::to_string);
     let pattern = Pattern::new(0x2c6e_6574);
@@ -350,6 +354,32 @@ pub fn send_for(
         tx.send(b, size)?;
     }
     Ok((tx.finish()?, note))
+}
+
+/// [`send_for`] from GPU memory: devmem TX or staging (whichever [`GpuSender`] takes); the note
+/// names the path and why the better one was refused. Sends what the GPU memory holds.
+fn send_gpu_for(
+    sock: Socket,
+    region: Region,
+    tcfg: &TxConfig,
+    memory: MemoryKind,
+    duration: Duration,
+) -> Result<(TxStats, Option<String>)> {
+    let (mut tx, refused) = GpuSender::open(sock, region, tcfg)?;
+    let mut note = format!("from {} by {}", memory.name(), tx.path());
+    for r in &refused {
+        note.push_str(&format!("; {r}"));
+    }
+    let deadline = Instant::now() + duration;
+    let (mut off, mut scratch) = (0u64, Vec::new());
+    while Instant::now() < deadline {
+        if crate::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        tx.send_chunk(off, tcfg.buf_size, None, &mut scratch)?;
+        off += tcfg.buf_size as u64;
+    }
+    Ok((tx.finish()?.tx, Some(note)))
 }
 
 fn run_case(env: &Env, mode: TxMode, size: usize, cfg: &TxBenchConfig) -> CaseResult {

@@ -9,7 +9,6 @@ use crate::error::{Error, Result};
 use crate::region::Region;
 use crate::rx::{Receiver, RxConfig, RxMode};
 use crate::tx::{Sender, Socket, TxConfig, TxMode, TxStats};
-use std::net::TcpStream;
 use zcnet_core::Pattern;
 
 /// A way between the network and GPU memory.
@@ -68,10 +67,10 @@ pub enum GpuSender {
 }
 
 impl GpuSender {
-    /// Opens a sender on `stream` from `region` (device memory), with the refusals of the
+    /// Opens a sender on `sock` from `region` (device memory), with the refusals of the
     /// paths better than the one taken.
     pub fn open(
-        stream: TcpStream,
+        sock: Socket,
         mut region: Region,
         cfg: &TxConfig,
     ) -> Result<(GpuSender, Vec<Refusal>)> {
@@ -82,10 +81,7 @@ impl GpuSender {
                 let mut c = cfg.clone();
                 c.mode = TxMode::Devmem;
                 c.dmabuf = Some(fd);
-                let s = stream
-                    .try_clone()
-                    .map_err(|e| Error::io("duplicating the socket", e))?;
-                Sender::new(Socket::from(s), region, &c)
+                Sender::new(sock.try_clone()?, region, &c)
             });
             match attempt {
                 Ok(tx) => return Ok((GpuSender::Devmem(Box::new(tx)), refused)),
@@ -109,7 +105,7 @@ impl GpuSender {
         if matches!(c.mode, TxMode::Auto | TxMode::Devmem) {
             c.mode = TxMode::UringZc;
         }
-        let tx = StagedSender::from_device(Socket::from(stream), dev, &c)?;
+        let tx = StagedSender::from_device(sock, dev, &c)?;
         Ok((GpuSender::Staged(Box::new(tx)), refused))
     }
 

@@ -126,6 +126,20 @@ impl From<std::net::UdpSocket> for Socket {
     }
 }
 
+impl Socket {
+    /// A second handle on the same socket (`dup`): for trying a mechanism that may refuse it
+    /// without giving the socket up.
+    pub fn try_clone(&self) -> Result<Socket> {
+        Ok(Socket {
+            fd: self
+                .fd
+                .try_clone()
+                .map_err(|e| Error::io("duplicating the socket", e))?,
+            stream: self.stream,
+        })
+    }
+}
+
 impl AsRawFd for Socket {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
