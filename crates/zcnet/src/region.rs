@@ -165,6 +165,22 @@ impl Region {
                 fix: "use device memory (--mem cuda) or pass a dma-buf (a udmabuf of a memfd where /dev/udmabuf exists)",
             });
         };
+        let ord = mem.context().ordinal();
+        // cuda.h: export is defined only where CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is set;
+        // asking first gives the reason instead of the driver's generic NOT_SUPPORTED.
+        let info = zcnet_sys::cuda::device_info(ord)
+            .map_err(|e| crate::gpu::gpu_error(format!("reading cuda:{ord}"), e))?;
+        if !info.dma_buf {
+            return Err(Error::Gpu {
+                what: format!("exporting cuda:{ord} memory as a dma-buf"),
+                cause: format!(
+                    "{} does not report CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED",
+                    info.name
+                ),
+                fix: "use the open NVIDIA kernel modules (r515+) on a kernel with dma-buf support; staging works without it".into(),
+                bad_argument: false,
+            });
+        }
         let fd = mem.export_dmabuf().map_err(|e| {
             crate::gpu::gpu_error(
                 format!(
