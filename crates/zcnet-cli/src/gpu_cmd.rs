@@ -2,7 +2,7 @@
 //! memory, by the best path (devmem TCP, zcrx with a dma-buf area, staging), and the output
 //! says which one ran and why the better ones were refused.
 
-use crate::sendrecv::{print_json, RecvArgs, SendArgs};
+use crate::sendrecv::{listen_announced, next_chunk, print_json, RecvArgs, SendArgs};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -81,18 +81,9 @@ pub fn send(
     let fill = a.verify.then_some(&pattern);
     let mut scratch = Vec::new();
     let mut offset = 0u64;
-    loop {
-        if zcnet::interrupted() {
-            return Err(Error::Interrupted);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
-            break;
-        }
-        let n = limit.map_or(cfg.buf_size as u64, |l| {
-            (l - offset).min(cfg.buf_size as u64)
-        });
-        tx.send_chunk(offset, n as usize, fill, &mut scratch)?;
-        offset += n;
+    while let Some(n) = next_chunk(offset, cfg.buf_size, limit, deadline)? {
+        tx.send_chunk(offset, n, fill, &mut scratch)?;
+        offset += n as u64;
     }
     let st = tx.finish()?;
     if a.json {
@@ -158,13 +149,7 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
             "--verify reads the data back, but {path} hands out device descriptors: drop --verify, or leave out --iface to stage (staging verifies)"
         )));
     }
-    let listener = net::listen_tcp(addr)?;
-    eprintln!(
-        "zcnet recv: listening on {}",
-        listener
-            .local_addr()
-            .map_err(|e| Error::io("local_addr", e))?
-    );
+    let listener = listen_announced(addr)?;
     if !a.json {
         for r in &refused {
             eprintln!("zcnet recv: {r}");
@@ -298,14 +283,7 @@ fn naive_send(
     let mut host = vec![0u8; size];
     let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
     let mut offset = 0u64;
-    loop {
-        if zcnet::interrupted() {
-            return Err(Error::Interrupted);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
-            break;
-        }
-        let n = limit.map_or(size as u64, |l| (l - offset).min(size as u64)) as usize;
+    while let Some(n) = next_chunk(offset, size, limit, deadline)? {
         if a.verify {
             pattern.fill(offset, &mut host[..n]);
             region.write_at(0, &host[..n])?;
@@ -329,13 +307,7 @@ fn naive_recv(
     mut region: Region,
 ) -> Result<(), Error> {
     use std::io::Read;
-    let listener = net::listen_tcp(addr)?;
-    eprintln!(
-        "zcnet recv: listening on {}",
-        listener
-            .local_addr()
-            .map_err(|e| Error::io("local_addr", e))?
-    );
+    let listener = listen_announced(addr)?;
     let (mut s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
     let ring = region.len() as u64;
     let pattern = a.verify.then(|| Pattern::new(a.seed));

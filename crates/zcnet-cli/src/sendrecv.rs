@@ -160,15 +160,8 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let mut stdin = std::io::stdin().lock();
     let use_stdin = !a.verify && a.duration.is_none() && a.bytes.is_none();
     let mut offset = 0u64;
-    loop {
-        if zcnet::interrupted() {
-            return Err(Error::Interrupted);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
-            break;
-        }
+    while let Some(want) = next_chunk(offset, size, limit, deadline)? {
         let mut buf = tx.buffer()?;
-        let want = limit.map_or(size as u64, |l| (l - offset).min(size as u64)) as usize;
         let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
         let n = if use_stdin {
             read_full(&mut stdin, &mut bytes[..want])?
@@ -219,6 +212,36 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// The size of the next chunk to send at stream `offset` (at most `size`), or `None` once
+/// `--bytes` (`limit`) are sent or `--duration` (`deadline`) is over; SIGINT/SIGTERM ends the
+/// run with [`Error::Interrupted`].
+pub fn next_chunk(
+    offset: u64,
+    size: usize,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+) -> Result<Option<usize>, Error> {
+    if zcnet::interrupted() {
+        return Err(Error::Interrupted);
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
+        return Ok(None);
+    }
+    Ok(Some(
+        limit.map_or(size as u64, |l| (l - offset).min(size as u64)) as usize,
+    ))
+}
+
+/// Listens on `addr` and says where on stderr (the port, when 0 was asked for).
+pub fn listen_announced(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, Error> {
+    let listener = net::listen_tcp(addr)?;
+    let at = listener
+        .local_addr()
+        .map_err(|e| Error::io("local_addr", e))?;
+    eprintln!("zcnet recv: listening on {at}");
+    Ok(listener)
 }
 
 /// Prints `doc` as one line of JSON on stdout (the `--json` output of send and recv).
@@ -295,13 +318,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     }
     // Made before listening: a refused mechanism fails before any peer connects.
     let mut rx = Receiver::new(&cfg)?;
-    let listener = net::listen_tcp(addr)?;
-    eprintln!(
-        "zcnet recv: listening on {}",
-        listener
-            .local_addr()
-            .map_err(|e| Error::io("local_addr", e))?
-    );
+    let listener = listen_announced(addr)?;
     if !a.json {
         for f in rx.fallbacks() {
             eprintln!("zcnet recv: {f}");
