@@ -1,10 +1,11 @@
-//! Copy engines for the staging pipelines: the GPU's (a CUDA stream, an event per copy) and a
-//! host one (the "device" is host memory) that runs the same pipelines where there is no GPU,
-//! completing copies out of order and failing on request, so the drivers are tested in CI.
+//! Copy engines for the staging pipelines: the GPU's (a CUDA stream, an event per copy) and, for
+//! tests, a host one (the "device" is host memory) that runs the same pipelines where there is
+//! no GPU, completing copies out of order and failing on request, so the drivers are tested in
+//! CI.
 
 use crate::error::{Error, Result};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use zcnet_core::staging::CopyId;
 use zcnet_sys::cuda::{DeviceMem, Event, HostRegistration, PendingSlot, Stream};
@@ -188,106 +189,117 @@ impl CopyEngine for CudaEngine {
     }
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
-/// What the host engine does, for tests: complete copies newest first (out of order), and
-/// fail the copy with a given id.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct HostEngineFaults {
-    /// Report completions in reverse order of issue.
-    pub reorder: bool,
-    /// Report this copy as failed.
-    pub fail: Option<u64>,
-}
+#[cfg(test)]
+pub(crate) use host::{HostEngine, HostEngineFaults};
 
-#[cfg_attr(not(test), allow(dead_code))]
-/// An engine whose "device" is host memory (`dev`): the copy happens when it is started, the
-/// completion is reported at the next poll, in the order the faults say.
-#[derive(Debug)]
-pub(crate) struct HostEngine {
-    dev: Arc<Mutex<Vec<u8>>>,
-    pending: Vec<(CopyId, Option<Slot>)>,
-    faults: HostEngineFaults,
-}
+/// The test engine.
+#[cfg(test)]
+mod host {
+    use super::{CopyEngine, Done};
+    use crate::error::{Error, Result};
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use zcnet_core::staging::CopyId;
+    use zcnet_sys::mem::Slot;
 
-#[cfg_attr(not(test), allow(dead_code))]
-impl HostEngine {
-    pub(crate) fn new(dev: Arc<Mutex<Vec<u8>>>, faults: HostEngineFaults) -> HostEngine {
-        HostEngine {
-            dev,
-            pending: Vec::new(),
-            faults,
-        }
+    /// What the host engine does, for tests: complete copies newest first (out of order), and
+    /// fail the copy with a given id.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub(crate) struct HostEngineFaults {
+        /// Report completions in reverse order of issue.
+        pub reorder: bool,
+        /// Report this copy as failed.
+        pub fail: Option<u64>,
     }
 
-    fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>> {
-        let have = self.dev.lock().map(|d| d.len()).unwrap_or(0);
-        let start = usize::try_from(off).unwrap_or(usize::MAX);
-        match start.checked_add(len) {
-            Some(end) if end <= have => Ok(start..end),
-            _ => Err(Error::invalid_input(format!(
-                "host engine: {len} B at {off} outside the {have} B buffer"
-            ))),
-        }
-    }
-}
-
-#[allow(clippy::result_large_err)] // see CopyEngine::to_host
-impl CopyEngine for HostEngine {
-    fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()> {
-        let r = self.range(dst_off, src.len())?;
-        if let Ok(mut d) = self.dev.lock() {
-            d[r].copy_from_slice(src);
-        }
-        self.pending.push((id, None));
-        Ok(())
+    /// An engine whose "device" is host memory (`dev`): the copy happens when it is started, the
+    /// completion is reported at the next poll, in the order the faults say.
+    #[derive(Debug)]
+    pub(crate) struct HostEngine {
+        dev: Arc<Mutex<Vec<u8>>>,
+        pending: Vec<(CopyId, Option<Slot>)>,
+        faults: HostEngineFaults,
     }
 
-    fn to_host(
-        &mut self,
-        id: CopyId,
-        src_off: u64,
-        mut dst: Slot,
-        len: usize,
-    ) -> std::result::Result<(), (Slot, Error)> {
-        let r = match self.range(src_off, len) {
-            Ok(r) => r,
-            Err(e) => return Err((dst, e)),
-        };
-        match (dst.bytes_mut(), self.dev.lock()) {
-            (Some(b), Ok(d)) if len <= b.len() => b[..len].copy_from_slice(&d[r]),
-            _ => {
-                return Err((
-                    dst,
-                    Error::invalid_input("host engine: bad destination slot"),
-                ))
+    impl HostEngine {
+        pub(crate) fn new(dev: Arc<Mutex<Vec<u8>>>, faults: HostEngineFaults) -> HostEngine {
+            HostEngine {
+                dev,
+                pending: Vec::new(),
+                faults,
             }
         }
-        self.pending.push((id, Some(dst)));
-        Ok(())
+
+        fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>> {
+            let have = self.dev.lock().map(|d| d.len()).unwrap_or(0);
+            let start = usize::try_from(off).unwrap_or(usize::MAX);
+            match start.checked_add(len) {
+                Some(end) if end <= have => Ok(start..end),
+                _ => Err(Error::invalid_input(format!(
+                    "host engine: {len} B at {off} outside the {have} B buffer"
+                ))),
+            }
+        }
     }
 
-    fn poll(&mut self, done: &mut Vec<Done>) {
-        if self.faults.reorder {
-            self.pending.reverse();
+    #[allow(clippy::result_large_err)] // see CopyEngine::to_host
+    impl CopyEngine for HostEngine {
+        fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()> {
+            let r = self.range(dst_off, src.len())?;
+            if let Ok(mut d) = self.dev.lock() {
+                d[r].copy_from_slice(src);
+            }
+            self.pending.push((id, None));
+            Ok(())
         }
-        for (id, slot) in self.pending.drain(..) {
-            let result = if self.faults.fail == Some(id.0) {
-                Err(Error::Gpu {
-                    what: format!("{id}"),
-                    cause: "injected copy failure".into(),
-                    fix: "none (test)".into(),
-                    bad_argument: false,
-                })
-            } else {
-                Ok(())
+
+        fn to_host(
+            &mut self,
+            id: CopyId,
+            src_off: u64,
+            mut dst: Slot,
+            len: usize,
+        ) -> std::result::Result<(), (Slot, Error)> {
+            let r = match self.range(src_off, len) {
+                Ok(r) => r,
+                Err(e) => return Err((dst, e)),
             };
-            done.push(Done { id, result, slot });
+            match (dst.bytes_mut(), self.dev.lock()) {
+                (Some(b), Ok(d)) if len <= b.len() => b[..len].copy_from_slice(&d[r]),
+                _ => {
+                    return Err((
+                        dst,
+                        Error::invalid_input("host engine: bad destination slot"),
+                    ))
+                }
+            }
+            self.pending.push((id, Some(dst)));
+            Ok(())
         }
-    }
 
-    fn wait(&mut self, _timeout: Duration) {}
+        fn poll(&mut self, done: &mut Vec<Done>) {
+            if self.faults.reorder {
+                self.pending.reverse();
+            }
+            for (id, slot) in self.pending.drain(..) {
+                let result = if self.faults.fail == Some(id.0) {
+                    Err(Error::Gpu {
+                        what: format!("{id}"),
+                        cause: "injected copy failure".into(),
+                        fix: "none (test)".into(),
+                        bad_argument: false,
+                    })
+                } else {
+                    Ok(())
+                };
+                done.push(Done { id, result, slot });
+            }
+        }
 
-    fn in_flight(&self) -> usize {
-        self.pending.len()
+        fn wait(&mut self, _timeout: Duration) {}
+
+        fn in_flight(&self) -> usize {
+            self.pending.len()
+        }
     }
 }
