@@ -86,6 +86,13 @@ row "ratio: staged rx / naive rx (>= 2)" INFO "$(ratio "$gpu_rx" "$naive_rx")"
 row "ratio: staged tx / host tx (>= 0.9)" INFO "$(ratio "$gpu_tx" "$host_rx")"
 row "ratio: staged tx / naive tx (>= 2)" INFO "$(ratio "$gpu_tx" "$naive_tx")"
 
+# 2b. The same ratios from one command (host, staged and naive receive side by side per path).
+if "$ZCNET" bench rx --mem cuda:0 --path loopback --duration "$SECS" >"$out/benchrx.txt" 2>"$out/benchrx.err"; then
+  while read -r line; do row "bench rx --mem cuda:0" INFO "$line"; done < <(grep -E '^(loopback|veth) ' "$out/benchrx.txt")
+else
+  row "bench rx --mem cuda:0" FAIL "$(tail -1 "$out/benchrx.err")"
+fi
+
 # 3. A veth pair between two namespaces (root only), and the devmem refusals there.
 if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
   ip netns add "${ns}a" && ip netns add "${ns}b" &&

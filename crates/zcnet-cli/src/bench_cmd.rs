@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 use zcnet::bench::{self, PathKind, Progress, TxBenchConfig, TxReport, RAW_BASELINE};
 use zcnet::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
-use zcnet::{Error, RxMode, TxMode};
+use zcnet::{Error, MemoryKind, RxMode, TxMode};
 
 /// One result in `--json` (schema in docs/cli.md).
 #[derive(Serialize)]
@@ -72,7 +72,7 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
 }
 
 /// A progress line on stderr: rewritten in place on a terminal, one line per case otherwise.
-fn show_progress(tty: bool, line: &str) {
+pub(crate) fn show_progress(tty: bool, line: &str) {
     if tty {
         eprint!("\r\x1b[K{line}");
     } else {
@@ -82,7 +82,7 @@ fn show_progress(tty: bool, line: &str) {
 }
 
 /// Clears the progress line on a terminal (before printing a result).
-fn clear_progress(tty: bool) {
+pub(crate) fn clear_progress(tty: bool) {
     if tty {
         eprint!("\r\x1b[K");
     }
@@ -268,6 +268,16 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
 }
 
 pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {
+    match crate::sendrecv::parse_mem(&a.mem)? {
+        MemoryKind::Anonymous => {}
+        m @ MemoryKind::Cuda(_) => return crate::bench_gpu::run_rx(a, m),
+        m => {
+            return Err(Error::invalid_input(format!(
+                "bench rx --mem {}: the echo server receives into its own host buffers: use --mem host, or --mem cuda[:N] for GPU memory",
+                m.name()
+            )))
+        }
+    }
     let cfg = rx_config(a)?;
     let tty = std::io::stderr().is_terminal();
     let mut progress = |p: RxProgress<'_>| match p {

@@ -5,8 +5,8 @@
 use crate::sendrecv::{listen_announced, next_chunk, print_json, RecvArgs, SendArgs};
 use serde::Serialize;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
-use zcnet::gpu::{prepare_receive, GpuPath, GpuSender, Refusal, StagedReceiver, StagingOptions};
+use std::time::Instant;
+use zcnet::gpu::{self, GpuSender, Refusal, StagingOptions};
 use zcnet::{net, Error, MemoryKind, Pattern, Region, RxConfig, TxConfig};
 
 #[derive(Serialize)]
@@ -143,77 +143,45 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
             "--verify with --rx devmem: devmem hands out device descriptors; use --rx auto (staging verifies by copying back)",
         ));
     }
-    let (direct, refused) = prepare_receive(&mut region, cfg)?;
-    if let (true, Some((_, path))) = (a.verify, &direct) {
+    let prepared = gpu::PreparedReceive::new(&mut region, cfg)?;
+    if a.verify && prepared.path() != gpu::GpuPath::Staging {
         return Err(Error::invalid_input(format!(
-            "--verify reads the data back, but {path} hands out device descriptors: drop --verify, or leave out --iface to stage (staging verifies)"
+            "--verify reads the data back, but {} hands out device descriptors: drop --verify, or leave out --iface to stage (staging verifies)",
+            prepared.path()
         )));
     }
-    let listener = listen_announced(addr)?;
     if !a.json {
-        for r in &refused {
+        for r in prepared.refused() {
             eprintln!("zcnet recv: {r}");
         }
     }
+    let listener = listen_announced(addr)?;
     let (s, peer) = listener.accept().map_err(|e| Error::io("accept", e))?;
-    let opts = StagingOptions::default();
-    let t0 = Instant::now();
     let pattern = a.verify.then(|| Pattern::new(a.seed));
-    let (path, bytes, copies, ring_full) = match direct {
-        Some((mut rx, path)) => {
-            let rep = net::receive_stream(&mut rx, s, None, None)?;
-            (path, rep.recv.bytes, 0, 0)
-        }
-        None => {
-            let mut rx = StagedReceiver::new(s, &region, &opts)?;
-            let mut buf = Vec::new();
-            let mut at = 0u64;
-            while !rx.finished() || rx.readable()[0].1 > 0 {
-                if zcnet::interrupted() {
-                    return Err(Error::Interrupted);
-                }
-                rx.poll(Duration::from_millis(100))?;
-                for (off, len) in rx.readable() {
-                    if len == 0 {
-                        continue;
-                    }
-                    if let Some(p) = &pattern {
-                        buf.resize(len as usize, 0);
-                        region.read_at(off as usize, &mut buf)?;
-                        p.verify(at, &buf)?;
-                    }
-                    at += len;
-                    rx.release(len)?;
-                }
-            }
-            let st = rx.stats();
-            (
-                GpuPath::Staging,
-                st.bytes,
-                st.pipeline.copies_completed,
-                st.pipeline.ring_full,
-            )
-        }
-    };
-    let secs = t0.elapsed().as_secs_f64();
+    let rep = prepared.run(s, &region, &StagingOptions::default(), pattern)?;
     if a.json {
         let doc = GpuRecvJson {
             mem: memory.name(),
-            path: path.name(),
-            refused: refusals_json(&refused),
-            bytes,
-            seconds: secs,
-            verified: a.verify,
-            copies,
-            ring_full,
+            path: rep.path,
+            refused: refusals_json(&rep.refused),
+            bytes: rep.bytes,
+            seconds: rep.seconds,
+            verified: rep.verified,
+            copies: rep.copies,
+            ring_full: rep.ring_full,
         };
         print_json(&doc)?;
     } else {
         eprintln!(
-            "zcnet recv: {bytes} B from {peer} in {secs:.2} s ({:.0} MB/s) into {} by {path}: {copies} host-to-device copies, ring full {ring_full}x{}",
-            if secs > 0.0 { bytes as f64 / secs / 1e6 } else { 0.0 },
+            "zcnet recv: {} B from {peer} in {:.2} s ({:.0} MB/s) into {} by {}: {} host-to-device copies, ring full {}x{}",
+            rep.bytes,
+            rep.seconds,
+            rep.mb_per_s(),
             memory.name(),
-            if a.verify { ", pattern verified" } else { "" }
+            rep.path,
+            rep.copies,
+            rep.ring_full,
+            if rep.verified { ", pattern verified" } else { "" }
         );
     }
     Ok(())
@@ -235,12 +203,10 @@ fn report_naive(
     what: &str,
     memory: MemoryKind,
     bytes: u64,
-    t0: Instant,
-    cpu0: f64,
+    secs: f64,
+    cpu: f64,
     verified: bool,
 ) -> Result<(), Error> {
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = zcnet::thread_cpu_seconds() - cpu0;
     let mbps = if secs > 0.0 {
         bytes as f64 / secs / 1e6
     } else {
@@ -295,7 +261,11 @@ fn naive_send(
         offset += n as u64;
     }
     drop(stream);
-    report_naive(a.json, "send", memory, offset, t0, cpu0, a.verify)
+    let (secs, cpu) = (
+        t0.elapsed().as_secs_f64(),
+        zcnet::thread_cpu_seconds() - cpu0,
+    );
+    report_naive(a.json, "send", memory, offset, secs, cpu, a.verify)
 }
 
 /// The loop people write first: `recv()` into pageable memory, then a synchronous copy into
@@ -306,39 +276,17 @@ fn naive_recv(
     memory: MemoryKind,
     mut region: Region,
 ) -> Result<(), Error> {
-    use std::io::Read;
     let listener = listen_announced(addr)?;
-    let (mut s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
-    let ring = region.len() as u64;
+    let (s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
     let pattern = a.verify.then(|| Pattern::new(a.seed));
-    let mut host = vec![0u8; 256 << 10];
-    let mut back = Vec::new();
-    let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
-    let mut at = 0u64;
-    loop {
-        if zcnet::interrupted() {
-            return Err(Error::Interrupted);
-        }
-        let n = match s.read(&mut host) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("recv", e)),
-        };
-        // Into the ring at the stream position, in two pieces where it wraps.
-        let mut done = 0;
-        while done < n {
-            let off = (at + done as u64) % ring;
-            let k = ((ring - off) as usize).min(n - done);
-            region.write_at(off as usize, &host[done..done + k])?;
-            if let Some(p) = &pattern {
-                back.resize(k, 0);
-                region.read_at(off as usize, &mut back)?;
-                p.verify(at + done as u64, &back)?;
-            }
-            done += k;
-        }
-        at += n as u64;
-    }
-    report_naive(a.json, "recv", memory, at, t0, cpu0, a.verify)
+    let rep = gpu::receive_naive(s, &mut region, pattern)?;
+    report_naive(
+        a.json,
+        "recv",
+        memory,
+        rep.bytes,
+        rep.seconds,
+        rep.cpu_seconds,
+        a.verify,
+    )
 }

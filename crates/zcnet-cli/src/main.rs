@@ -1,6 +1,7 @@
 //! The `zcnet` command.
 
 mod bench_cmd;
+mod bench_gpu;
 mod gpu_cmd;
 mod nic_cmd;
 mod probe_cmd;
@@ -130,6 +131,11 @@ pub struct BenchRxArgs {
     /// hosts' NICs would (default: veth runs it on the sending CPU).
     #[arg(long)]
     pub steer_rx: bool,
+    /// Where requests land: host (the echo benchmark), or cuda[:N]: one stream per case received
+    /// into host memory, into GPU memory by the best path, and by the naive loop, side by side
+    /// (--rx, --connections, --threads, --cpu, --buf-size, --buffers do not apply then).
+    #[arg(long, default_value = "host")]
+    pub mem: String,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,

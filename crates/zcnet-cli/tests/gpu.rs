@@ -118,6 +118,32 @@ fn bench_tx_from_cuda_without_a_driver_fails_before_making_a_lab() {
     assert_eq!(lab_namespaces(), before);
 }
 
+#[test]
+fn bench_rx_into_cuda_without_a_driver_fails_before_making_a_lab() {
+    let before = lab_namespaces();
+    let o = zcnet(&["bench", "rx", "--path", "veth,loopback", "--mem", "cuda:1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let line = one_line(&o);
+    assert!(
+        line.contains("no CUDA driver library") && line.contains(NO_LIB),
+        "{line}"
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "no table: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(lab_namespaces(), before);
+    // Memory the echo bench cannot use is refused with the choices.
+    let o = zcnet(&["bench", "rx", "--path", "loopback", "--mem", "hugepage"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let line = one_line(&o);
+    assert!(
+        line.contains("--mem host") && line.contains("cuda"),
+        "{line}"
+    );
+}
+
 fn lab_namespaces() -> usize {
     std::fs::read_dir("/run/netns")
         .map(|d| d.count())

@@ -12,9 +12,12 @@
 
 mod engine;
 pub mod path;
+pub mod receive;
+pub mod rxbench;
 pub mod staging;
 
 pub use path::{prepare_receive, GpuPath, GpuSendStats, GpuSender, Refusal};
+pub use receive::{receive, receive_naive, GpuRecvReport, PreparedReceive};
 pub use staging::{StagedReceiver, StagedSender, StagedStats, StagingOptions};
 
 use crate::error::{Error, Result};

@@ -299,7 +299,7 @@ impl Drop for StagedReceiver {
     }
 }
 
-fn new_ring(opts: &StagingOptions) -> Result<RecvRing> {
+pub(crate) fn new_ring(opts: &StagingOptions) -> Result<RecvRing> {
     let n = opts.host_bufs.max(1).next_power_of_two() as u32;
     RecvRing::new(64, n, opts.host_buf_size, 0)
         .map_err(|e| Error::io("creating the staging receive ring", e))

@@ -1,0 +1,164 @@
+//! `zcnet bench rx --mem cuda[:N]`: the table and JSON of the GPU receive bench
+//! (`zcnet::gpu::rxbench`): host memory, GPU memory by the best path, and the naive loop, with
+//! the ratios of docs/perf.md measured in one run.
+
+use crate::bench_cmd::{clear_progress, show_progress};
+use crate::units::parse_size;
+use crate::BenchRxArgs;
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::time::Duration;
+use zcnet::bench::PathKind;
+use zcnet::gpu::rxbench::{self, GpuRxBenchConfig, GpuRxProgress, GpuRxReport};
+use zcnet::{Error, MemoryKind};
+
+#[derive(Serialize)]
+struct Refused<'a> {
+    path: &'static str,
+    reason: &'a str,
+}
+
+/// One result of `bench rx --mem cuda --json` (schema in docs/cli.md).
+#[derive(Serialize)]
+struct Row<'a> {
+    path: &'static str,
+    case: &'a str,
+    via: &'static str,
+    bytes: u64,
+    sent: u64,
+    seconds: f64,
+    mb_per_s: f64,
+    cpu_seconds: f64,
+    cpu_seconds_per_gb: Option<f64>,
+    copies: u64,
+    ring_full: u64,
+    verified: bool,
+    ratio_to_host: Option<f64>,
+    ratio_to_naive: Option<f64>,
+    refused: Vec<Refused<'a>>,
+    error: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Doc<'a> {
+    mem: String,
+    results: Vec<Row<'a>>,
+    notes: &'a [String],
+}
+
+fn config(a: &BenchRxArgs, memory: MemoryKind) -> Result<GpuRxBenchConfig, Error> {
+    let paths = a
+        .path
+        .iter()
+        .map(|p| PathKind::parse(p.trim()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let size = parse_size(&a.size)?;
+    if !(a.duration > 0.0 && a.duration.is_finite()) || size == 0 {
+        return Err(Error::invalid_input(
+            "bad --duration or --size: give positive values",
+        ));
+    }
+    Ok(GpuRxBenchConfig {
+        paths,
+        memory,
+        size,
+        duration: Duration::from_secs_f64(a.duration),
+        verify: a.verify,
+        ..GpuRxBenchConfig::default()
+    })
+}
+
+pub fn run_rx(a: &BenchRxArgs, memory: MemoryKind) -> Result<(), Error> {
+    let cfg = config(a, memory)?;
+    let tty = std::io::stderr().is_terminal();
+    let mut progress = |p: GpuRxProgress<'_>| match p {
+        GpuRxProgress::Start {
+            index,
+            total,
+            path,
+            case,
+        } => show_progress(tty, &format!("[{index}/{total}] {path} {case} ...")),
+        GpuRxProgress::Done(row) => {
+            clear_progress(tty);
+            if let Some(e) = &row.error {
+                eprintln!("  {} {}: {e}", row.path, row.case);
+            }
+        }
+    };
+    let report = rxbench::run(&cfg, &mut progress)?;
+    if a.json {
+        print_json(&report, memory)
+    } else {
+        print_table(&report);
+        Ok(())
+    }
+}
+
+fn print_json(r: &GpuRxReport, memory: MemoryKind) -> Result<(), Error> {
+    let results = r
+        .rows
+        .iter()
+        .map(|row| Row {
+            path: row.path,
+            case: &row.case,
+            via: row.via,
+            bytes: row.report.bytes,
+            sent: row.sent,
+            seconds: row.report.seconds,
+            mb_per_s: row.mb_per_s(),
+            cpu_seconds: row.report.cpu_seconds,
+            cpu_seconds_per_gb: row.cpu_seconds_per_gb(),
+            copies: row.report.copies,
+            ring_full: row.report.ring_full,
+            verified: row.report.verified,
+            ratio_to_host: r.ratio(row, "host"),
+            ratio_to_naive: r.ratio(row, "naive"),
+            refused: row
+                .report
+                .refused
+                .iter()
+                .map(|x| Refused {
+                    path: x.path.name(),
+                    reason: &x.reason,
+                })
+                .collect(),
+            error: row.error.as_deref(),
+        })
+        .collect();
+    crate::sendrecv::print_json(&Doc {
+        mem: memory.name(),
+        results,
+        notes: &r.notes,
+    })
+}
+
+fn print_table(r: &GpuRxReport) {
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    println!(
+        "{:<9} {:<8} {:<12} {:>9} {:>9} {:>7} {:>8}",
+        "path", "case", "via", "MB/s", "CPU s/GB", "x host", "x naive"
+    );
+    let opt = |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
+    for row in &r.rows {
+        if let Some(e) = &row.error {
+            println!("{:<9} {:<8} failed: {e}", row.path, row.case);
+            continue;
+        }
+        println!(
+            "{:<9} {:<8} {:<12} {:>9.0} {:>9} {:>7} {:>8}",
+            row.path,
+            row.case,
+            row.via,
+            row.mb_per_s(),
+            opt(row.cpu_seconds_per_gb(), 3),
+            opt(r.ratio(row, "host"), 2),
+            opt(r.ratio(row, "naive"), 2)
+        );
+        for x in &row.report.refused {
+            println!("{:<9}   not {}: {}", "", x.path, x.reason);
+        }
+    }
+    println!("targets (issue 9): GPU row >= 0.90 x host and >= 2.00 x naive on each path");
+}

@@ -1,0 +1,217 @@
+//! Whole-stream receives into GPU memory: by the best path ([`receive`]: devmem, zcrx-dmabuf or
+//! staging, as [`prepare_receive`] decides) and by the loop people write first
+//! ([`receive_naive`]: `recv()` into pageable memory, then a synchronous copy), so that the two
+//! can be compared on the same stream.
+//!
+//! The GPU memory is a ring: stream byte `p` lands at `p % region.len()`. With a pattern, every
+//! byte is read back from the GPU and checked (verification only: it costs a device-to-host copy
+//! per chunk).
+
+use super::path::{prepare_receive, GpuPath, Refusal};
+use super::staging::{StagedReceiver, StagingOptions};
+use crate::error::{Error, Result};
+use crate::region::Region;
+use crate::rx::RxConfig;
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use zcnet_core::Pattern;
+
+/// What a receive into GPU memory did.
+#[derive(Debug, Clone, Default)]
+pub struct GpuRecvReport {
+    /// The path that ran: `devmem`, `zcrx-dmabuf`, `staging` or `naive`.
+    pub path: &'static str,
+    /// Why the better paths were not taken.
+    pub refused: Vec<Refusal>,
+    /// Stream bytes that reached GPU memory.
+    pub bytes: u64,
+    /// Seconds from the first poll to the end of the stream.
+    pub seconds: f64,
+    /// CPU seconds of the receiving thread (user + system) over those seconds.
+    pub cpu_seconds: f64,
+    /// Host-to-device copies completed (staging and naive; none on the direct paths).
+    pub copies: u64,
+    /// Times staging waited for GPU ring space.
+    pub ring_full: u64,
+    /// Every byte was checked against the pattern.
+    pub verified: bool,
+}
+
+impl GpuRecvReport {
+    /// Megabytes (10⁶ B) per second.
+    pub fn mb_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 / self.seconds / 1e6
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Reads `stream` to its end into `region` (GPU memory) by the best path `cfg` allows (see
+/// [`prepare_receive`]); with `verify`, checks every byte by copying it back. A direct path
+/// (devmem, zcrx-dmabuf) hands out device descriptors the CPU cannot read, so `verify` is
+/// refused there with the fix.
+pub fn receive(
+    stream: TcpStream,
+    region: &mut Region,
+    cfg: &RxConfig,
+    opts: &StagingOptions,
+    verify: Option<Pattern>,
+) -> Result<GpuRecvReport> {
+    PreparedReceive::new(region, cfg)?.run(stream, region, opts, verify)
+}
+
+/// A receive into GPU memory whose path is chosen (and whose kernel resources, for a direct
+/// path, are set up) before any connection arrives, so that a refusal is reported first.
+#[derive(Debug)]
+pub struct PreparedReceive {
+    direct: Option<super::path::DirectReceive>,
+    refused: Vec<Refusal>,
+}
+
+impl PreparedReceive {
+    /// Chooses the path for `region` as [`prepare_receive`] does.
+    pub fn new(region: &mut Region, cfg: &RxConfig) -> Result<PreparedReceive> {
+        let (direct, refused) = prepare_receive(region, cfg)?;
+        Ok(PreparedReceive { direct, refused })
+    }
+
+    /// The path it will take.
+    pub fn path(&self) -> GpuPath {
+        self.direct.as_ref().map_or(GpuPath::Staging, |d| d.1)
+    }
+
+    /// Why the better paths were refused.
+    pub fn refused(&self) -> &[Refusal] {
+        &self.refused
+    }
+
+    /// Reads `stream` to its end into `region` (the region it was prepared for).
+    pub fn run(
+        self,
+        stream: TcpStream,
+        region: &Region,
+        opts: &StagingOptions,
+        verify: Option<Pattern>,
+    ) -> Result<GpuRecvReport> {
+        let path = self.path();
+        if verify.is_some() && path != GpuPath::Staging {
+            return Err(Error::invalid_input(format!(
+                "verifying reads the data back, but {path} hands out device descriptors: leave out --iface to stage (staging verifies), or do not verify"
+            )));
+        }
+        let (t0, cpu0) = (Instant::now(), crate::thread_cpu_seconds());
+        let mut rep = match self.direct {
+            Some((mut rx, path)) => {
+                let r = crate::net::receive_stream(&mut rx, stream, None, None)?;
+                GpuRecvReport {
+                    path: path.name(),
+                    bytes: r.recv.bytes,
+                    ..GpuRecvReport::default()
+                }
+            }
+            None => {
+                let mut rx = StagedReceiver::new(stream, region, opts)?;
+                let mut back = Vec::new();
+                drain_staged(&mut rx, |at, off, len| match &verify {
+                    Some(p) => {
+                        back.resize(len as usize, 0);
+                        region.read_at(off as usize, &mut back)?;
+                        Ok(p.verify(at, &back)?)
+                    }
+                    None => Ok(()),
+                })?;
+                let st = rx.stats();
+                GpuRecvReport {
+                    path: GpuPath::Staging.name(),
+                    bytes: st.bytes,
+                    copies: st.pipeline.copies_completed,
+                    ring_full: st.pipeline.ring_full,
+                    ..GpuRecvReport::default()
+                }
+            }
+        };
+        rep.refused = self.refused;
+        rep.seconds = t0.elapsed().as_secs_f64();
+        rep.cpu_seconds = crate::thread_cpu_seconds() - cpu0;
+        rep.verified = verify.is_some();
+        Ok(rep)
+    }
+}
+
+/// Runs a staged receive to the end of its stream, handing each delivered range to `on_data`
+/// as (stream position, ring offset, length) before releasing it. Returns the bytes delivered.
+pub fn drain_staged(
+    rx: &mut StagedReceiver,
+    mut on_data: impl FnMut(u64, u64, u64) -> Result<()>,
+) -> Result<u64> {
+    let mut at = 0u64;
+    while !rx.finished() || rx.readable()[0].1 > 0 {
+        if crate::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        rx.poll(Duration::from_millis(100))?;
+        for (off, len) in rx.readable() {
+            if len == 0 {
+                continue;
+            }
+            on_data(at, off, len)?;
+            at += len;
+            rx.release(len)?;
+        }
+    }
+    Ok(at)
+}
+
+/// The loop people write first: `recv()` into pageable memory, then a synchronous copy into
+/// the GPU ring (in two pieces where it wraps). For comparison with [`receive`].
+pub fn receive_naive(
+    mut stream: TcpStream,
+    region: &mut Region,
+    verify: Option<Pattern>,
+) -> Result<GpuRecvReport> {
+    let ring = region.len() as u64;
+    if ring == 0 {
+        return Err(Error::invalid_input(
+            "naive receive: the GPU region is empty: give it a length",
+        ));
+    }
+    let mut host = vec![0u8; 256 << 10];
+    let mut back = Vec::new();
+    let (t0, cpu0) = (Instant::now(), crate::thread_cpu_seconds());
+    let mut rep = GpuRecvReport {
+        path: "naive",
+        verified: verify.is_some(),
+        ..GpuRecvReport::default()
+    };
+    loop {
+        if crate::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        let n = match stream.read(&mut host) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("recv", e)),
+        };
+        let mut done = 0;
+        while done < n {
+            let off = (rep.bytes + done as u64) % ring;
+            let k = ((ring - off) as usize).min(n - done);
+            region.write_at(off as usize, &host[done..done + k])?;
+            rep.copies += 1;
+            if let Some(p) = &verify {
+                back.resize(k, 0);
+                region.read_at(off as usize, &mut back)?;
+                p.verify(rep.bytes + done as u64, &back)?;
+            }
+            done += k;
+        }
+        rep.bytes += n as u64;
+    }
+    rep.seconds = t0.elapsed().as_secs_f64();
+    rep.cpu_seconds = crate::thread_cpu_seconds() - cpu0;
+    Ok(rep)
+}
