@@ -1,0 +1,207 @@
+//! The receiver behind the handle: the library's [`Receiver`], its listening socket, the
+//! buffers lent to the caller and the events its array had no room for.
+
+use super::{
+    rx_config, stats, zcnet_rx_config, zcnet_rx_event, zcnet_rx_stats, zcnet_stream_report,
+    ZCNET_RX_DATA, ZCNET_RX_EOF, ZCNET_RX_FAILED,
+};
+use crate::error::{invalid, status_of, Result};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CString;
+use std::mem::MaybeUninit;
+use std::net::TcpListener;
+use std::thread::ThreadId;
+use std::time::Duration;
+use zcnet::{ConnId, Receiver, RxBuf, RxEvent};
+
+fn one_line(s: String) -> CString {
+    CString::new(s.replace(['\0', '\n'], " ")).unwrap_or_default()
+}
+
+/// A receiver with its listening socket and the buffers lent to the caller. It belongs to the
+/// thread that made it: calls from another thread fail with `ZCNET_E_INVALID`.
+#[allow(non_camel_case_types)]
+#[derive(Debug)]
+pub struct zcnet_receiver {
+    rx: Receiver,
+    thread: ThreadId,
+    listener: Option<TcpListener>,
+    /// Events polled and not yet handed to the caller (whose array was full).
+    pending: VecDeque<RxEvent>,
+    scratch: Vec<RxEvent>,
+    /// Buffers lent to the caller, by the id in their event.
+    held: HashMap<u64, RxBuf>,
+    next_buf: u64,
+    /// Messages of failed connections, until closed.
+    failures: HashMap<u64, CString>,
+    fallbacks: CString,
+}
+
+impl zcnet_receiver {
+    pub(crate) fn new(cfg: Option<&zcnet_rx_config>) -> Result<zcnet_receiver> {
+        let rx = Receiver::new(&rx_config(cfg)?)?;
+        let fallbacks = rx
+            .fallbacks()
+            .iter()
+            .map(|f| f.to_string())
+            .collect::<Vec<_>>();
+        Ok(zcnet_receiver {
+            fallbacks: one_line(fallbacks.join("; ")),
+            rx,
+            thread: std::thread::current().id(),
+            listener: None,
+            pending: VecDeque::new(),
+            scratch: Vec::new(),
+            held: HashMap::new(),
+            next_buf: 1,
+            failures: HashMap::new(),
+        })
+    }
+
+    /// The receiver, if this is the thread that made it.
+    pub(super) fn on_thread(&mut self) -> Result<&mut Self> {
+        if std::thread::current().id() != self.thread {
+            return Err(invalid(
+                "the receiver is used on another thread than the one that made it (a receiver stays on its thread)",
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The mode in use (for auto, the one it chose).
+    pub(super) fn mode(&self) -> zcnet::RxMode {
+        self.rx.mode()
+    }
+
+    /// The modes auto tried and the kernel refused, in one line.
+    pub(super) fn fallbacks(&self) -> &std::ffi::CStr {
+        &self.fallbacks
+    }
+
+    pub(super) fn listen(&mut self, addr: &str) -> Result<()> {
+        if self.listener.is_some() {
+            return Err(invalid("the receiver is already listening"));
+        }
+        let addr = crate::tx::parse_addr(addr)?;
+        self.listener = Some(zcnet::net::listen_tcp(addr)?);
+        Ok(())
+    }
+
+    fn listener(&self) -> Result<&TcpListener> {
+        self.listener
+            .as_ref()
+            .ok_or_else(|| invalid("the receiver is not listening: call zcnet_receiver_listen"))
+    }
+
+    pub(super) fn local_port(&self) -> Result<u16> {
+        let at = self.listener()?.local_addr();
+        Ok(at.map_err(|e| zcnet::Error::io("local_addr", e))?.port())
+    }
+
+    fn accept_stream(&self) -> Result<std::net::TcpStream> {
+        let (s, _) = self
+            .listener()?
+            .accept()
+            .map_err(|e| zcnet::Error::io("accept", e))?;
+        Ok(s)
+    }
+
+    pub(super) fn accept(&mut self) -> Result<u64> {
+        let s = self.accept_stream()?;
+        Ok(self.rx.add(s)?.0)
+    }
+
+    /// The C event for `ev`; a data buffer is kept as lent, a failure's message until close.
+    pub(crate) fn event(&mut self, ev: RxEvent) -> zcnet_rx_event {
+        let mut out = zcnet_rx_event {
+            kind: ZCNET_RX_EOF,
+            ..Default::default()
+        };
+        match ev {
+            RxEvent::Data(b) => {
+                let id = self.next_buf;
+                self.next_buf += 1;
+                let dev = b.device();
+                out.kind = ZCNET_RX_DATA;
+                out.conn = b.conn().0;
+                out.buf = id;
+                out.data = self.rx.bytes(&b).map_or(std::ptr::null(), <[u8]>::as_ptr);
+                out.len = b.len() as u64;
+                out.dmabuf_offset = dev.map_or(0, |d| d.offset);
+                out.dmabuf_id = dev.map_or(0, |d| d.dmabuf_id);
+                out.copied = u32::from(b.copied());
+                self.held.insert(id, b);
+            }
+            RxEvent::Eof(c) => out.conn = c.0,
+            RxEvent::Failed(c, e) => {
+                let msg = one_line(e.to_string());
+                out.kind = ZCNET_RX_FAILED;
+                out.conn = c.0;
+                out.status = status_of(&e);
+                out.error = msg.as_ptr();
+                self.failures.insert(c.0, msg);
+            }
+        }
+        out
+    }
+
+    pub(super) fn poll(
+        &mut self,
+        events: &mut [MaybeUninit<zcnet_rx_event>],
+        timeout_ms: u32,
+    ) -> Result<usize> {
+        if events.is_empty() {
+            return Err(invalid("cap is 0"));
+        }
+        if self.pending.is_empty() {
+            let r = self
+                .rx
+                .poll(&mut self.scratch, Duration::from_millis(timeout_ms.into()));
+            self.pending.extend(self.scratch.drain(..));
+            r?;
+        }
+        let mut n = 0;
+        while n < events.len() {
+            let Some(ev) = self.pending.pop_front() else {
+                break;
+            };
+            events[n].write(self.event(ev));
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    pub(super) fn release(&mut self, buf: u64) -> Result<()> {
+        self.held
+            .remove(&buf)
+            .map(drop)
+            .ok_or_else(|| invalid(format!("buffer {buf} is not lent to the caller")))
+    }
+
+    pub(crate) fn close(&mut self, conn: u64) {
+        self.rx.close(ConnId(conn));
+        self.failures.remove(&conn);
+    }
+
+    pub(super) fn stats(&self) -> zcnet_rx_stats {
+        stats(&self.rx.stats(), self.held.len())
+    }
+
+    pub(super) fn recv_stream(&mut self, verify: bool, seed: u64) -> Result<zcnet_stream_report> {
+        if self.rx.connections() != 0 || !self.pending.is_empty() {
+            return Err(invalid(
+                "the receiver has other connections: zcnet_receiver_recv_stream needs it to itself",
+            ));
+        }
+        let s = self.accept_stream()?;
+        let pattern = verify.then(|| zcnet::Pattern::new(seed));
+        let rep = zcnet::net::receive_stream(&mut self.rx, s, pattern, None)?;
+        Ok(zcnet_stream_report {
+            bytes: rep.recv.bytes,
+            reads: rep.recv.reads,
+            device_bytes: rep.device_bytes,
+            seconds: rep.recv.seconds,
+            stats: stats(&rep.stats, self.held.len()),
+        })
+    }
+}
