@@ -16,6 +16,7 @@ pub mod devmem;
 pub mod devmem_tx;
 pub mod epoll;
 pub mod ethtool;
+pub mod foreign;
 pub mod mem;
 pub mod netlink;
 pub mod os;

@@ -1,0 +1,104 @@
+//! Memory that foreign code owns and lends to zcnet for a while: NCCL's send and receive buffers
+//! (and, through the C ABI, an application's). The one `unsafe` promise is made where the
+//! pointer arrives ([`ForeignBuf::new`]); after that the bytes are reached through bounds-checked
+//! safe methods.
+
+use std::ptr::NonNull;
+
+/// `len` bytes at `ptr`, lent by foreign code until this value is dropped.
+#[derive(Debug)]
+pub struct ForeignBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a ForeignBuf is a lease on plain bytes; whoever created it promised (see `new`) that
+// nobody else touches them while it lives, so moving it to another thread is sound.
+unsafe impl Send for ForeignBuf {}
+
+impl ForeignBuf {
+    /// Wraps `len` bytes at `ptr`. `None` when `ptr` is null and `len` is not zero. A zero-length
+    /// buffer may have any pointer (it is never dereferenced).
+    ///
+    /// # Safety
+    /// Until the returned value is dropped, `ptr..ptr + len` must be valid for reads and writes
+    /// (reads only if only [`Self::slice`] is used) and must not be accessed by anyone else in a
+    /// way that conflicts: this is the contract of NCCL's `isend`/`irecv` (the buffer belongs to
+    /// the plugin until `test` reports the request done).
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Option<ForeignBuf> {
+        if len == 0 {
+            return Some(ForeignBuf {
+                ptr: NonNull::dangling(),
+                len: 0,
+            });
+        }
+        NonNull::new(ptr).map(|ptr| ForeignBuf { ptr, len })
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its address (for registration and logs).
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// `len` bytes from `off`, if inside.
+    pub fn slice(&self, off: usize, len: usize) -> Option<&[u8]> {
+        let end = off.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        if len == 0 {
+            return Some(&[]);
+        }
+        // SAFETY: off..end lies inside the lent range, which `new`'s caller promised is valid
+        // for reads while self lives; the borrow of self bounds the slice's life.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) })
+    }
+
+    /// `len` bytes from `off` for writing, if inside.
+    pub fn slice_mut(&mut self, off: usize, len: usize) -> Option<&mut [u8]> {
+        let end = off.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        if len == 0 {
+            return Some(&mut []);
+        }
+        // SAFETY: as in `slice`, and for writes; `&mut self` makes this the only live view.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds_are_checked_and_null_is_refused() {
+        let mut v = vec![1u8, 2, 3, 4];
+        // SAFETY: v outlives b and is not touched while b lives.
+        let mut b = unsafe { ForeignBuf::new(v.as_mut_ptr(), v.len()) }.expect("buf");
+        assert_eq!(b.slice(1, 2), Some(&[2u8, 3][..]));
+        assert_eq!(b.slice(3, 2), None);
+        assert_eq!(b.slice(usize::MAX, 2), None);
+        b.slice_mut(0, 1).expect("in")[0] = 9;
+        assert!(b.slice_mut(4, 1).is_none());
+        assert_eq!(b.slice(4, 0), Some(&[][..]));
+        let _ = b;
+        assert_eq!(v[0], 9);
+        // SAFETY: null is refused before any use.
+        assert!(unsafe { ForeignBuf::new(std::ptr::null_mut(), 8) }.is_none());
+        // SAFETY: zero length is never dereferenced.
+        let z = unsafe { ForeignBuf::new(std::ptr::null_mut(), 0) }.expect("empty");
+        assert!(z.is_empty() && z.slice(0, 0).is_some());
+    }
+}
