@@ -1,0 +1,373 @@
+//! The conformance harness: drives the built plugin (`dlopen`ed, through each exported table
+//! version) the way NCCL does, across two processes over loopback: this process sends, a child
+//! (this binary again, `ZCNET_NCCL_ROLE=recv`) receives and checks every byte. Random scripts
+//! (seeded, the same in both processes) of grouped transfers with sizes from 0 B to 8 MiB,
+//! receive buffers larger than the send, tags matched to slots in a shuffled order, up to 32
+//! receives and 256 sends outstanding, random test() polling. Then the faults: a peer that dies,
+//! a close in the middle, garbage on a data socket, and bad arguments, each with its
+//! ncclResult and no hang. No file descriptor or thread may be left behind.
+//!
+//! It runs with `harness = false` (it needs a `main` to be the child too) and prints the
+//! `test result:` line cargo's own harness prints.
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod common;
+
+use common::*;
+use nccl_net_zcnet::abi::*;
+use std::ffi::c_int;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NULLP: P = std::ptr::null_mut();
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> [u8; NET_HANDLE_MAXSIZE] {
+    let mut h = [0u8; NET_HANDLE_MAXSIZE];
+    for (i, c) in s.as_bytes().chunks(2).enumerate().take(NET_HANDLE_MAXSIZE) {
+        h[i] = u8::from_str_radix(std::str::from_utf8(c).unwrap_or("00"), 16).unwrap_or(0);
+    }
+    h
+}
+
+fn init(t: &Table) -> P {
+    let (rc, ctx) = t.init();
+    assert_eq!(rc, NCCL_SUCCESS, "init");
+    let (rc, n) = t.devices();
+    assert_eq!((rc, n > 0), (NCCL_SUCCESS, true), "devices");
+    let (rc, ptr, max_recvs, name) = t.props(0);
+    assert_eq!(rc, NCCL_SUCCESS);
+    assert_eq!(ptr, PTR_HOST, "never a capability the machine lacks");
+    assert_eq!(max_recvs, 8);
+    assert_eq!(name, "lo");
+    ctx
+}
+
+/// The receiving child: listen, print the handle, accept, run the script, verify.
+fn child() -> Result<u64, String> {
+    let v: u32 = std::env::var("ZCNET_NCCL_VERSION")
+        .map_err(|e| e.to_string())?
+        .parse()
+        .map_err(|_| "version")?;
+    let seed: u64 = std::env::var("ZCNET_NCCL_SEED")
+        .map_err(|e| e.to_string())?
+        .parse()
+        .map_err(|_| "seed")?;
+    let max: usize = std::env::var("ZCNET_NCCL_MAX")
+        .map_err(|e| e.to_string())?
+        .parse()
+        .map_err(|_| "max")?;
+    let t = load(v);
+    let ctx = init(&t);
+    let mut h = [0u8; NET_HANDLE_MAXSIZE];
+    let (rc, l) = t.listen(ctx, 0, &mut h);
+    if rc != 0 || l.is_null() {
+        return Err(format!("listen rc {rc}"));
+    }
+    println!("HANDLE {}", hex(&h));
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let r = loop {
+        let (rc, r) = t.accept(l);
+        if rc != 0 {
+            return Err(format!("accept rc {rc}"));
+        }
+        if !r.is_null() {
+            break r;
+        }
+        if start.elapsed() > LIMIT {
+            return Err("accept timed out".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let groups = script(seed, 60, max);
+    let mut rng = Rng(seed ^ 0xabc);
+    // Buffers per group, slots in a shuffled order (tags choose the slot).
+    let mut bufs: Vec<Vec<(c_int, usize, Vec<u8>)>> = groups
+        .iter()
+        .map(|g| {
+            let mut s: Vec<(c_int, usize, Vec<u8>)> = g
+                .iter()
+                .map(|(tag, size, cap)| (*tag, *size, vec![0xeeu8; *cap]))
+                .collect();
+            for i in (1..s.len()).rev() {
+                s.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            s
+        })
+        .collect();
+    let mut pending: Vec<(usize, P)> = Vec::new();
+    let mut next = 0;
+    let mut bytes = 0u64;
+    let mut seq_base = vec![0u64; groups.len()];
+    for i in 1..groups.len() {
+        seq_base[i] = seq_base[i - 1] + groups[i - 1].len() as u64;
+    }
+    while next < groups.len() || !pending.is_empty() {
+        if start.elapsed() > LIMIT {
+            return Err(format!(
+                "receiver stuck: {next} posted, {} pending",
+                pending.len()
+            ));
+        }
+        if next < groups.len() && pending.len() < 32 && rng.below(3) != 0 {
+            let g = &mut bufs[next];
+            let slots: Vec<(*mut u8, usize)> = g
+                .iter_mut()
+                .map(|s| (s.2.as_mut_ptr(), s.2.len()))
+                .collect();
+            let tags: Vec<c_int> = g.iter().map(|s| s.0).collect();
+            let (rc, req) = t.irecv(r, &slots, &tags, &vec![NULLP; slots.len()]);
+            if rc != 0 {
+                return Err(format!("irecv rc {rc}"));
+            }
+            if !req.is_null() {
+                pending.push((next, req));
+                next += 1;
+            }
+        }
+        if pending.is_empty() {
+            continue;
+        }
+        let k = rng.below(pending.len() as u64) as usize;
+        let (gi, req) = pending[k];
+        let mut sizes = [-1 as c_int; 8];
+        let (rc, done) = t.test(req, &mut sizes);
+        if rc != 0 {
+            return Err(format!("test rc {rc} on group {gi}"));
+        }
+        if !done {
+            continue;
+        }
+        pending.swap_remove(k);
+        for (slot, (tag, size, buf)) in bufs[gi].iter().enumerate() {
+            if sizes[slot] as usize != *size {
+                return Err(format!(
+                    "group {gi} slot {slot} (tag {tag}): size {} != {size}",
+                    sizes[slot]
+                ));
+            }
+            let pos = groups[gi].iter().position(|x| x.0 == *tag).unwrap_or(0);
+            let seq = seq_base[gi] + pos as u64;
+            if let Some(off) = (0..*size).find(|&o| buf[o] != pattern(seq, o)) {
+                return Err(format!(
+                    "group {gi} tag {tag}: byte {off} of message {seq} wrong"
+                ));
+            }
+            if buf[*size..].iter().any(|&b| b != 0xee) {
+                return Err(format!(
+                    "group {gi} tag {tag}: bytes written past the message"
+                ));
+            }
+            bytes += *size as u64;
+        }
+        bufs[gi] = Vec::new();
+    }
+    assert_eq!(t.close_recv(r), 0);
+    assert_eq!(t.close_listen(l), 0);
+    assert_eq!(t.finalize(ctx), 0);
+    Ok(bytes)
+}
+
+fn spawn_receiver(
+    v: u32,
+    seed: u64,
+    max: usize,
+) -> (
+    std::process::Child,
+    [u8; NET_HANDLE_MAXSIZE],
+    BufReader<std::process::ChildStdout>,
+) {
+    let mut c = Command::new(std::env::current_exe().expect("exe"))
+        .env("ZCNET_NCCL_ROLE", "recv")
+        .env("ZCNET_NCCL_VERSION", v.to_string())
+        .env("ZCNET_NCCL_SEED", seed.to_string())
+        .env("ZCNET_NCCL_MAX", max.to_string())
+        .env("ZCNET_NCCL_IFACE", "=lo")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn receiver");
+    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("handle line");
+    let h = unhex(
+        line.trim()
+            .strip_prefix("HANDLE ")
+            .unwrap_or_else(|| panic!("child said {line:?}")),
+    );
+    (c, h, out)
+}
+
+fn connect(t: &Table, ctx: P, h: &mut [u8; NET_HANDLE_MAXSIZE]) -> P {
+    let start = Instant::now();
+    loop {
+        let (rc, s) = t.connect(ctx, 0, h);
+        assert_eq!(rc, 0, "connect");
+        if !s.is_null() {
+            return s;
+        }
+        assert!(start.elapsed() < LIMIT, "connect never finished");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// One two-process run through table `v`: the script, every byte checked by the child.
+fn transfer(v: u32, seed: u64, max: usize) {
+    let t = load(v);
+    let ctx = init(&t);
+    let (mut child, mut h, mut out) = spawn_receiver(v, seed, max);
+    let s = connect(&t, ctx, &mut h);
+    let groups = script(seed, 60, max);
+    let msgs: Vec<(c_int, usize)> = groups
+        .iter()
+        .flatten()
+        .map(|(tag, size, _)| (*tag, *size))
+        .collect();
+    let total: usize = msgs.iter().map(|m| m.1).sum();
+    let mut arena = vec![0u8; total.max(1)];
+    let mut at = 0;
+    let mut offs = Vec::new();
+    for (seq, (_, size)) in msgs.iter().enumerate() {
+        for o in 0..*size {
+            arena[at + o] = pattern(seq as u64, o);
+        }
+        offs.push(at);
+        at += size;
+    }
+    let (rc, mr) = t.reg_mr(s, arena.as_mut_ptr(), arena.len(), PTR_HOST);
+    assert_eq!(rc, 0, "regMr");
+    let mut rng = Rng(seed ^ 0x5e4d);
+    let mut pending: Vec<(usize, P)> = Vec::new();
+    let mut next = 0;
+    let start = Instant::now();
+    while next < msgs.len() || !pending.is_empty() {
+        assert!(
+            start.elapsed() < LIMIT,
+            "v{v} seed {seed}: sender stuck at {next}, {} pending",
+            pending.len()
+        );
+        if next < msgs.len() && rng.below(4) != 0 {
+            let (tag, size) = msgs[next];
+            let (rc, req) = t.isend(s, arena[offs[next]..].as_mut_ptr(), size, tag, mr);
+            assert_eq!(rc, 0, "isend");
+            if !req.is_null() {
+                pending.push((next, req));
+                next += 1;
+                assert!(pending.len() <= 256);
+            }
+        }
+        if pending.is_empty() {
+            continue;
+        }
+        let k = rng.below(pending.len() as u64) as usize;
+        let mut sz = [-1 as c_int; 1];
+        let (rc, done) = t.test(pending[k].1, &mut sz);
+        assert_eq!(rc, 0, "test");
+        if done {
+            assert_eq!(sz[0] as usize, msgs[pending[k].0].1, "send size");
+            pending.swap_remove(k);
+        }
+    }
+    assert_eq!(t.dereg_mr(s, mr), 0);
+    assert_eq!(t.close_send(s), 0);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("child output");
+    let st = child.wait().expect("child");
+    assert!(st.success(), "v{v} seed {seed}: receiver failed: {rest}");
+    assert!(rest.contains(&format!("OK {total}")), "v{v}: {rest}");
+    assert_eq!(t.finalize(ctx), 0);
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+fn main() {
+    if std::env::var("ZCNET_NCCL_ROLE").as_deref() == Ok("recv") {
+        match child() {
+            Ok(b) => {
+                println!("OK {b}");
+                std::process::exit(0);
+            }
+            Err(e) => {
+                println!("FAIL {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    std::env::set_var("ZCNET_NCCL_IFACE", "=lo");
+    let tests: Vec<(&str, fn())> = vec![
+        (
+            "every_version_moves_random_scripts_verified_byte_for_byte",
+            every_version,
+        ),
+        ("large_messages_over_several_sockets", large_messages),
+        (
+            "faults_give_the_matching_result_and_never_hang",
+            faults::all,
+        ),
+    ];
+    let (fds0, threads0) = (open_fds(), threads());
+    let mut failed = 0;
+    for (name, f) in &tests {
+        let r = std::panic::catch_unwind(f);
+        println!(
+            "test {name} ... {}",
+            if r.is_ok() { "ok" } else { "FAILED" }
+        );
+        failed += usize::from(r.is_err());
+    }
+    // Connect threads end with their connect; give the last one a moment.
+    std::thread::sleep(Duration::from_millis(100));
+    let leak = (open_fds() > fds0, threads() > threads0);
+    println!(
+        "test nothing_is_left_behind ... {}",
+        if leak == (false, false) {
+            "ok"
+        } else {
+            "FAILED"
+        }
+    );
+    if leak != (false, false) {
+        eprintln!(
+            "fds {fds0} -> {}, threads {threads0} -> {}",
+            open_fds(),
+            threads()
+        );
+        failed += 1;
+    }
+    println!(
+        "\ntest result: {}. {} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
+        if failed == 0 { "ok" } else { "FAILED" },
+        tests.len() + 1 - failed
+    );
+    std::process::exit(i32::from(failed > 0));
+}
+
+fn every_version() {
+    for v in VERSIONS {
+        for seed in 1..=3u64 {
+            transfer(v, seed * 7919 + u64::from(v), 1 << 20);
+        }
+    }
+}
+
+fn large_messages() {
+    transfer(12, 4242, 8 << 20);
+}
+
+#[path = "conformance/faults.rs"]
+mod faults;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the NCCL net plugin and puts it where NCCL looks for it, under NCCL's name:
+#
+#     scripts/nccl-plugin.sh [DIR]        (default DIR: target/release)
+#
+# then run NCCL programs with LD_LIBRARY_PATH=DIR NCCL_NET_PLUGIN=zcnet (or
+# NCCL_NET_PLUGIN=DIR/libnccl-net-zcnet.so). Cargo names the library libnccl_net_zcnet.so;
+# NCCL loads libnccl-net-<NCCL_NET_PLUGIN>.so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-target/release}
+cargo build --release -p zcnet-nccl
+mkdir -p "$dir"
+cp -f target/release/libnccl_net_zcnet.so "$dir/libnccl-net-zcnet.so"
+echo "built $dir/libnccl-net-zcnet.so: LD_LIBRARY_PATH=$dir NCCL_NET_PLUGIN=zcnet"
