@@ -3,8 +3,7 @@
 mod gpu;
 
 use clap::Args;
-use serde_json::{json, Map, Value};
-use zcnet::probe::{self, IfaceReport, KernelReport, Mechanism, ProbeOptions, ProbeReport};
+use zcnet::probe::{self, Mechanism, ProbeOptions, ProbeReport};
 
 /// Options of `zcnet probe`.
 #[derive(Args, Debug)]
@@ -31,99 +30,12 @@ pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&to_json(&r)).unwrap_or_default()
+            serde_json::to_string_pretty(&probe::json::to_json(&r)).unwrap_or_default()
         );
     } else {
         print!("{}", table(&r));
     }
     Ok(())
-}
-
-fn on_off(v: &[(&str, bool)]) -> Value {
-    Value::Object(v.iter().map(|(k, b)| (k.to_string(), json!(b))).collect())
-}
-
-fn kernel_json(k: &KernelReport) -> Value {
-    let setup: Map<String, Value> = k
-        .setup_flags
-        .iter()
-        .map(|(n, r)| {
-            let v = match r {
-                Ok(()) => json!(true),
-                Err(e) => json!(e),
-            };
-            (n.to_string(), v)
-        })
-        .collect();
-    json!({
-        "release": k.release,
-        "version": [k.facts.version.0, k.facts.version.1],
-        "io_uring": {
-            "disabled": k.io_uring_disabled,
-            "usable": k.facts.uring.unusable.is_none(),
-            "unusable_reason": k.facts.uring.unusable,
-            "ops": on_off(&k.uring_ops),
-            "features": on_off(&k.uring_features),
-            "setup_flags": setup,
-        },
-        "memlock": {"soft": k.memlock.0, "hard": k.memlock.1, "cap_ipc_lock": k.facts.ipc_lock},
-        "hugepages": {"total": k.hugepages.0, "free": k.hugepages.1, "size_kib": k.hugepages.2},
-        "optmem_max": k.optmem_max,
-        "netdev_family": match &k.netdev_family {
-            Ok(ops) => json!({"present": true, "ops": ops}),
-            Err(e) => json!({"present": false, "error": e}),
-        },
-        "ethtool_netlink": match &k.ethtool_family {
-            Ok(v) => json!({"present": true, "version": v}),
-            Err(e) => json!({"present": false, "error": e}),
-        },
-        "root": k.facts.net_admin,
-        "af_xdp": k.facts.af_xdp,
-    })
-}
-
-fn iface_json(i: &IfaceReport) -> Value {
-    let f = &i.facts;
-    let mechanisms: Map<String, Value> = i
-        .mechanisms
-        .iter()
-        .map(|(m, x)| {
-            (
-                m.name().to_string(),
-                json!({"verdict": x.verdict.name(), "reason": x.reason, "remedy": x.remedy, "confirmed": x.confirmed}),
-            )
-        })
-        .collect();
-    json!({
-        "name": i.name,
-        "ifindex": i.ifindex,
-        "driver": f.driver,
-        "kind": f.kind.name(),
-        "up": i.up,
-        "queues": i.queues.iter().map(|(t, id, napi)| json!({"type": t, "id": id, "napi_id": napi})).collect::<Vec<_>>(),
-        "napi_ids": i.napi_ids,
-        "xdp_features": i.xdp_features,
-        "xsk_features": i.xsk_features,
-        "header_split": f.header_split.name(),
-        "hds_thresh": f.hds_thresh,
-        "hds_thresh_max": i.hds_thresh_max,
-        "channels": i.channels.iter().map(|(k, c, m)| (k.to_string(), json!({"current": c, "max": m}))).collect::<Map<_, _>>(),
-        "ntuple": f.ntuple,
-        "rss_contexts": i.rss_contexts,
-        "bindings": i.bindings,
-        "notes": i.notes,
-        "mechanisms": mechanisms,
-    })
-}
-
-/// The `--json` document.
-pub fn to_json(r: &ProbeReport) -> Value {
-    json!({
-        "kernel": kernel_json(&r.kernel),
-        "active": r.active,
-        "interfaces": r.interfaces.iter().map(iface_json).collect::<Vec<_>>(),
-        "gpu": gpu::gpu_json(&r.gpu),
-    })
 }
 
 fn mib(v: Option<u64>) -> String {

@@ -1,72 +1,6 @@
 //! The GPU section of `zcnet probe`: the table's lines and the `gpu` object of `--json`.
 
-use serde_json::{json, Value};
 use zcnet::probe::gpu::{ExportTrial, GpuDriver, GpuFinding, GpuReport};
-
-fn export_words(e: &ExportTrial) -> (&'static str, Option<&str>) {
-    match e {
-        ExportTrial::NotTried => ("not-tried", None),
-        ExportTrial::Confirmed => ("confirmed", None),
-        ExportTrial::Refused(m) => ("refused", Some(m)),
-        ExportTrial::Inconclusive(m) => ("inconclusive", Some(m)),
-    }
-}
-
-fn gpu_finding_json(f: &GpuFinding) -> Value {
-    json!({"verdict": f.verdict.name(), "reason": f.reason, "remedy": f.remedy,
-           "warning": f.warning, "confirmed": f.confirmed})
-}
-
-/// The `gpu` object of the `--json` document.
-pub(super) fn gpu_json(g: &GpuReport) -> Value {
-    let driver = match &g.driver {
-        GpuDriver::Missing { .. } => Value::Null,
-        GpuDriver::Present {
-            version,
-            open_modules,
-        } => json!({
-            "cuda": version.map(|(a, b)| [a, b]),
-            "module": g.module,
-            "open_modules": open_modules,
-        }),
-    };
-    let devices: Vec<Value> = g
-        .devices
-        .iter()
-        .map(|d| {
-            let (export, export_error) = export_words(&d.facts.export);
-            json!({
-                "ordinal": d.info.ordinal, "name": d.info.name, "pci_bus_id": d.info.pci_bus_id,
-                "pci_path": d.facts.pci_path, "total_mem": d.info.total_mem,
-                "dma_buf": d.info.dma_buf, "gpudirect_rdma": d.info.gpudirect_rdma,
-                "vmm": d.info.vmm, "gpudirect_rdma_vmm": d.info.gpudirect_rdma_vmm,
-                "export": export, "export_error": export_error,
-            })
-        })
-        .collect();
-    let interfaces: Vec<Value> = g
-        .interfaces
-        .iter()
-        .map(|i| {
-            let paths: Vec<Value> = i
-                .paths
-                .iter()
-                .map(|p| {
-                    json!({
-                        "gpu": p.gpu,
-                        "pcie": p.relation.as_ref().map(|r| json!({
-                            "relation": r.name(), "common": r.common(), "text": r.describe(),
-                        })),
-                        "gpu-rx": gpu_finding_json(&p.rx),
-                        "gpu-tx": gpu_finding_json(&p.tx),
-                    })
-                })
-                .collect();
-            json!({"name": i.name, "pci_path": i.pci_path, "paths": paths})
-        })
-        .collect();
-    json!({"driver": driver, "error": g.error, "devices": devices, "interfaces": interfaces})
-}
 
 fn yes_no(b: bool) -> &'static str {
     if b {
@@ -166,8 +100,10 @@ pub(super) fn gpu_table(g: &GpuReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
     use zcnet::gpu::DeviceInfo;
     use zcnet::probe::gpu::{GpuDevice, GpuFacts, GpuPaths, GpuVerdict, IfaceGpu, PciRelation};
+    use zcnet::probe::json::gpu_json;
 
     fn finding(verdict: GpuVerdict, reason: &str) -> GpuFinding {
         GpuFinding {

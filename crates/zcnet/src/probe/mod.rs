@@ -13,6 +13,7 @@
 
 pub mod gpu;
 mod iface;
+pub mod json;
 mod trials;
 
 pub(crate) use iface::rx_queues;

@@ -1,0 +1,158 @@
+//! The probe report as the JSON document `zcnet probe --json` prints (schema in docs/cli.md);
+//! the one builder the command and the C ABI (`zcnet_probe_json`) share.
+
+use super::gpu::{ExportTrial, GpuDriver, GpuFinding, GpuReport};
+use super::{IfaceReport, KernelReport, ProbeReport};
+use serde_json::{json, Map, Value};
+
+fn on_off(v: &[(&str, bool)]) -> Value {
+    Value::Object(v.iter().map(|(k, b)| (k.to_string(), json!(b))).collect())
+}
+
+fn kernel_json(k: &KernelReport) -> Value {
+    let setup: Map<String, Value> = k
+        .setup_flags
+        .iter()
+        .map(|(n, r)| {
+            let v = match r {
+                Ok(()) => json!(true),
+                Err(e) => json!(e),
+            };
+            (n.to_string(), v)
+        })
+        .collect();
+    json!({
+        "release": k.release,
+        "version": [k.facts.version.0, k.facts.version.1],
+        "io_uring": {
+            "disabled": k.io_uring_disabled,
+            "usable": k.facts.uring.unusable.is_none(),
+            "unusable_reason": k.facts.uring.unusable,
+            "ops": on_off(&k.uring_ops),
+            "features": on_off(&k.uring_features),
+            "setup_flags": setup,
+        },
+        "memlock": {"soft": k.memlock.0, "hard": k.memlock.1, "cap_ipc_lock": k.facts.ipc_lock},
+        "hugepages": {"total": k.hugepages.0, "free": k.hugepages.1, "size_kib": k.hugepages.2},
+        "optmem_max": k.optmem_max,
+        "netdev_family": match &k.netdev_family {
+            Ok(ops) => json!({"present": true, "ops": ops}),
+            Err(e) => json!({"present": false, "error": e}),
+        },
+        "ethtool_netlink": match &k.ethtool_family {
+            Ok(v) => json!({"present": true, "version": v}),
+            Err(e) => json!({"present": false, "error": e}),
+        },
+        "root": k.facts.net_admin,
+        "af_xdp": k.facts.af_xdp,
+    })
+}
+
+fn iface_json(i: &IfaceReport) -> Value {
+    let f = &i.facts;
+    let mechanisms: Map<String, Value> = i
+        .mechanisms
+        .iter()
+        .map(|(m, x)| {
+            (
+                m.name().to_string(),
+                json!({"verdict": x.verdict.name(), "reason": x.reason, "remedy": x.remedy, "confirmed": x.confirmed}),
+            )
+        })
+        .collect();
+    json!({
+        "name": i.name,
+        "ifindex": i.ifindex,
+        "driver": f.driver,
+        "kind": f.kind.name(),
+        "up": i.up,
+        "queues": i.queues.iter().map(|(t, id, napi)| json!({"type": t, "id": id, "napi_id": napi})).collect::<Vec<_>>(),
+        "napi_ids": i.napi_ids,
+        "xdp_features": i.xdp_features,
+        "xsk_features": i.xsk_features,
+        "header_split": f.header_split.name(),
+        "hds_thresh": f.hds_thresh,
+        "hds_thresh_max": i.hds_thresh_max,
+        "channels": i.channels.iter().map(|(k, c, m)| (k.to_string(), json!({"current": c, "max": m}))).collect::<Map<_, _>>(),
+        "ntuple": f.ntuple,
+        "rss_contexts": i.rss_contexts,
+        "bindings": i.bindings,
+        "notes": i.notes,
+        "mechanisms": mechanisms,
+    })
+}
+
+/// The `--json` document.
+pub fn to_json(r: &ProbeReport) -> Value {
+    json!({
+        "kernel": kernel_json(&r.kernel),
+        "active": r.active,
+        "interfaces": r.interfaces.iter().map(iface_json).collect::<Vec<_>>(),
+        "gpu": gpu_json(&r.gpu),
+    })
+}
+
+pub(crate) fn export_words(e: &ExportTrial) -> (&'static str, Option<&str>) {
+    match e {
+        ExportTrial::NotTried => ("not-tried", None),
+        ExportTrial::Confirmed => ("confirmed", None),
+        ExportTrial::Refused(m) => ("refused", Some(m)),
+        ExportTrial::Inconclusive(m) => ("inconclusive", Some(m)),
+    }
+}
+
+fn gpu_finding_json(f: &GpuFinding) -> Value {
+    json!({"verdict": f.verdict.name(), "reason": f.reason, "remedy": f.remedy,
+           "warning": f.warning, "confirmed": f.confirmed})
+}
+
+/// The `gpu` object of the `--json` document.
+pub fn gpu_json(g: &GpuReport) -> Value {
+    let driver = match &g.driver {
+        GpuDriver::Missing { .. } => Value::Null,
+        GpuDriver::Present {
+            version,
+            open_modules,
+        } => json!({
+            "cuda": version.map(|(a, b)| [a, b]),
+            "module": g.module,
+            "open_modules": open_modules,
+        }),
+    };
+    let devices: Vec<Value> = g
+        .devices
+        .iter()
+        .map(|d| {
+            let (export, export_error) = export_words(&d.facts.export);
+            json!({
+                "ordinal": d.info.ordinal, "name": d.info.name, "pci_bus_id": d.info.pci_bus_id,
+                "pci_path": d.facts.pci_path, "total_mem": d.info.total_mem,
+                "dma_buf": d.info.dma_buf, "gpudirect_rdma": d.info.gpudirect_rdma,
+                "vmm": d.info.vmm, "gpudirect_rdma_vmm": d.info.gpudirect_rdma_vmm,
+                "export": export, "export_error": export_error,
+            })
+        })
+        .collect();
+    let interfaces: Vec<Value> = g
+        .interfaces
+        .iter()
+        .map(|i| {
+            let paths: Vec<Value> = i
+                .paths
+                .iter()
+                .map(|p| {
+                    json!({
+                        "gpu": p.gpu,
+                        "pcie": p.relation.as_ref().map(|r| json!({
+                            "relation": r.name(), "common": r.common(), "text": r.describe(),
+                        })),
+                        "gpu-rx": gpu_finding_json(&p.rx),
+                        "gpu-tx": gpu_finding_json(&p.tx),
+                    })
+                })
+                .collect();
+            json!({"name": i.name, "pci_path": i.pci_path, "paths": paths})
+        })
+        .collect();
+    json!({"driver": driver, "error": g.error, "devices": devices, "interfaces": interfaces})
+}
