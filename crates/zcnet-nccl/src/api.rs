@@ -28,7 +28,7 @@ enum Obj {
     Recv(RecvComm),
     Mr { addr: usize, len: usize },
     SendReq { comm: u64, id: u64 },
-    RecvReq { comm: u64, id: u64, n: usize },
+    RecvReq { comm: u64, id: u64 },
     Done,
 }
 
@@ -276,14 +276,12 @@ pub fn irecv(comm: u64, bufs: Vec<ForeignBuf>, tags: &[i32], mrs: &[u64]) -> Res
     for (b, m) in bufs.iter().zip(mrs) {
         check_mr(*m, b)?;
     }
-    let n = bufs.len();
     let o = get(comm, "receive comm")?;
     let id = match &mut *lock(&o)? {
         Obj::Recv(r) => r.irecv(bufs, tags)?,
         _ => return Err(PluginError::Usage("irecv: not a receive comm".into())),
     };
-    id.map(|id| insert(Obj::RecvReq { comm, id, n }))
-        .transpose()
+    id.map(|id| insert(Obj::RecvReq { comm, id })).transpose()
 }
 
 /// A request that is already complete (a flush of host memory).
@@ -295,16 +293,15 @@ pub fn done_request() -> Result<u64> {
 /// failed request is forgotten.
 pub fn test(req: u64) -> Result<Option<Vec<u64>>> {
     let r = get(req, "request")?;
-    let kind = match &*lock(&r)? {
-        Obj::SendReq { comm, id } => (true, *comm, *id, 1),
-        Obj::RecvReq { comm, id, n } => (false, *comm, *id, *n),
+    let (is_send, comm, id) = match &*lock(&r)? {
+        Obj::SendReq { comm, id } => (true, *comm, *id),
+        Obj::RecvReq { comm, id } => (false, *comm, *id),
         Obj::Done => {
             remove(req, "request")?;
             return Ok(Some(Vec::new()));
         }
         _ => return Err(PluginError::Usage("test: not a request".into())),
     };
-    let (is_send, comm, id, _) = kind;
     let out = match get(comm, "comm") {
         Ok(c) => match &mut *lock(&c)? {
             Obj::Send(s) if is_send => s.test(id).map(|o| o.map(|n| vec![n])),

@@ -431,9 +431,40 @@ fn tcp_case(
     size: usize,
     cfg: &TxBenchConfig,
 ) -> CaseResult {
+    let (sent, received) = tcp_stream(
+        tx_ns,
+        rx_ns,
+        bind,
+        |mut s| Ok(net::drain_stream(&mut s, None, None)?.bytes),
+        |sock| {
+            send_for(
+                sock.into(),
+                mode,
+                size,
+                cfg.inflight,
+                cfg.memory,
+                cfg.duration,
+            )
+        },
+    )?;
+    let (st, note) = sent?;
+    Ok((st, Some(received?), note))
+}
+
+/// One TCP stream between two threads: the receiver (in `rx_ns`) listens on `bind` and runs
+/// `recv` on the accepted stream; the sender (in `tx_ns`) connects and runs `send`. Returns
+/// (what the sender did, what the receiver did); the outer error is set-up failing before the
+/// sender could start (e.g. the listen).
+pub(crate) fn tcp_stream<S: Send, R: Send>(
+    tx_ns: Option<&str>,
+    rx_ns: Option<&str>,
+    bind: SocketAddr,
+    recv: impl FnOnce(std::net::TcpStream) -> Result<R> + Send,
+    send: impl FnOnce(std::net::TcpStream) -> Result<S> + Send,
+) -> Result<(Result<S>, Result<R>)> {
     std::thread::scope(|sc| {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr>>();
-        let receiver = sc.spawn(move || -> Result<u64> {
+        let receiver = sc.spawn(move || -> Result<R> {
             let listener = (|| -> Result<TcpListener> {
                 if let Some(ns) = rx_ns {
                     lab::enter(ns)?;
@@ -452,25 +483,17 @@ fn tcp_case(
                 .local_addr()
                 .map_err(|e| Error::io("local_addr", e))?;
             let _ = ready_tx.send(Ok(addr));
-            let (mut s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
-            Ok(net::drain_stream(&mut s, None, None)?.bytes)
+            let (s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
+            recv(s)
         });
         let addr = ready_rx
             .recv()
             .map_err(|_| Error::io("receiver thread", std::io::Error::other("exited early")))??;
-        let sender = sc.spawn(move || -> Result<(TxStats, Option<String>)> {
+        let sender = sc.spawn(move || -> Result<S> {
             if let Some(ns) = tx_ns {
                 lab::enter(ns)?;
             }
-            let sock = net::connect_tcp(addr)?;
-            send_for(
-                sock.into(),
-                mode,
-                size,
-                cfg.inflight,
-                cfg.memory,
-                cfg.duration,
-            )
+            send(net::connect_tcp(addr)?)
         });
         let sent = sender
             .join()
@@ -482,8 +505,7 @@ fn tcp_case(
         let received = receiver
             .join()
             .unwrap_or_else(|_| Err(panicked("receiver thread")));
-        let (st, note) = sent?;
-        Ok((st, Some(received?), note))
+        Ok((sent, received))
     })
 }
 

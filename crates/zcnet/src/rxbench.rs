@@ -193,19 +193,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
         )));
     }
     let mut report = RxReport::default();
-    let mut paths = cfg.paths.clone();
-    paths.dedup();
-    if !zcnet_sys::os::is_root() && paths.contains(&PathKind::Veth) {
-        if paths.iter().all(|p| *p == PathKind::Veth) {
-            return Err(Error::NotRoot {
-                what: "bench rx over veth (the namespace lab)",
-            });
-        }
-        report.notes.push(
-            "not root: running the loopback path only (veth needs network namespaces; run as root for it)".into(),
-        );
-        paths.retain(|p| *p != PathKind::Veth);
-    }
+    let paths = runnable_paths(&cfg.paths, &mut report.notes)?;
     let allowed =
         zcnet_sys::os::thread_affinity().map_err(|e| Error::io("sched_getaffinity", e))?;
     let server_cpu = match cfg.cpu {
@@ -295,6 +283,25 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     }
     drop(lab.take());
     Ok(report)
+}
+
+/// The paths of `asked` this process can run: without root, veth is dropped with a note (an
+/// error when it was the only one).
+pub(crate) fn runnable_paths(asked: &[PathKind], notes: &mut Vec<String>) -> Result<Vec<PathKind>> {
+    let mut paths = asked.to_vec();
+    paths.dedup();
+    if !zcnet_sys::os::is_root() && paths.contains(&PathKind::Veth) {
+        if paths.iter().all(|p| *p == PathKind::Veth) {
+            return Err(Error::NotRoot {
+                what: "bench rx over veth (the namespace lab)",
+            });
+        }
+        notes.push(
+            "not root: running the loopback path only (veth needs network namespaces; run as root for it)".into(),
+        );
+        paths.retain(|p| *p != PathKind::Veth);
+    }
+    Ok(paths)
 }
 
 /// Sets `dev`'s receive packet steering (`/sys/class/net/DEV/queues/rx-0/rps_cpus`, seen from

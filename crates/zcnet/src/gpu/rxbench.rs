@@ -15,10 +15,11 @@ use super::receive::{receive, receive_naive, GpuRecvReport};
 use super::staging::StagingOptions;
 use crate::bench::PathKind;
 use crate::error::{Error, Result};
-use crate::lab::{self, Lab};
+use crate::lab::Lab;
 use crate::net;
 use crate::region::{MemoryKind, Region};
 use crate::rx::{Receiver, RxConfig, RxMode};
+use crate::rxbench::runnable_paths;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -213,19 +214,7 @@ pub(crate) fn run_cases(
         ));
     }
     let mut report = GpuRxReport::default();
-    let mut paths = cfg.paths.clone();
-    paths.dedup();
-    if !zcnet_sys::os::is_root() && paths.contains(&PathKind::Veth) {
-        if paths.iter().all(|p| *p == PathKind::Veth) {
-            return Err(Error::NotRoot {
-                what: "bench rx over veth (the namespace lab)",
-            });
-        }
-        report.notes.push(
-            "not root: running the loopback path only (veth needs network namespaces; run as root for it)".into(),
-        );
-        paths.retain(|p| *p != PathKind::Veth);
-    }
+    let paths = runnable_paths(&cfg.paths, &mut report.notes)?;
     let mut lab = None;
     let total = paths.len() * cases.len();
     let mut index = 0;
@@ -290,54 +279,15 @@ fn stream_case(
     cfg: &GpuRxBenchConfig,
     recv: &RecvFn<'_>,
 ) -> Result<(GpuRecvReport, u64)> {
-    let panicked = |what: &str| Error::io(what, std::io::Error::other("panicked"));
-    std::thread::scope(|sc| {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<SocketAddr>>();
-        let receiver = sc.spawn(move || -> Result<GpuRecvReport> {
-            let listener = (|| -> Result<(std::net::TcpListener, SocketAddr)> {
-                if let Some(ns) = rx_ns {
-                    lab::enter(ns)?;
-                }
-                let l = net::listen_tcp(*bind)?;
-                let a = l.local_addr().map_err(|e| Error::io("local_addr", e))?;
-                Ok((l, a))
-            })();
-            let (listener, addr) = match listener {
-                Ok(x) => x,
-                Err(e) => {
-                    let msg = e.to_string();
-                    let _ = ready_tx.send(Err(e));
-                    return Err(Error::io(msg, std::io::Error::other("receiver")));
-                }
-            };
-            let _ = ready_tx.send(Ok(addr));
-            let (s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
-            recv(s)
-        });
-        let addr = ready_rx
-            .recv()
-            .map_err(|_| Error::io("receiver thread", std::io::Error::other("exited early")))??;
-        let sender = sc.spawn(move || -> Result<u64> {
-            if let Some(ns) = tx_ns {
-                lab::enter(ns)?;
-            }
-            let mut s = net::connect_tcp(addr)?;
+    let (sent, got) =
+        crate::bench::tcp_stream(tx_ns.as_deref(), rx_ns.as_deref(), *bind, recv, |mut s| {
             send_for(&mut s, cfg)
-        });
-        let sent = sender.join().unwrap_or_else(|_| Err(panicked("sender")));
-        if sent.is_err() {
-            // Unblock the receiver if the sender never connected.
-            let _ = TcpStream::connect_timeout(&addr, Duration::from_millis(200));
-        }
-        let got = receiver
-            .join()
-            .unwrap_or_else(|_| Err(panicked("receiver")));
-        match (got, sent) {
-            (Ok(g), Ok(s)) => Ok((g, s)),
-            // The receiver's error is the cause when both failed (the sender then sees a reset).
-            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-        }
-    })
+        })?;
+    match (got, sent) {
+        (Ok(g), Ok(s)) => Ok((g, s)),
+        // The receiver's error is the cause when both failed (the sender then sees a reset).
+        (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+    }
 }
 
 /// Writes `size`-byte chunks (pattern bytes when verifying) for the duration, then closes.
