@@ -26,7 +26,13 @@ enum Obj {
     Listen(Listen),
     Send(SendComm),
     Recv(RecvComm),
-    Mr { addr: usize, len: usize },
+    /// A registration; `fixed` is its io_uring fixed buffer in `comm`'s ring, if it became one.
+    Mr {
+        addr: usize,
+        len: usize,
+        comm: u64,
+        fixed: Option<u16>,
+    },
     SendReq { comm: u64, id: u64 },
     RecvReq { comm: u64, id: u64 },
     Done,
@@ -185,8 +191,8 @@ pub fn connect(dev: i32, handle_buf: &mut [u8]) -> Result<Option<u64>> {
         Ok(Some(s)) => {
             t.dialing.remove(&stage);
             drop(g);
-            let chunk = engine()?.knobs.chunk;
-            insert(Obj::Send(SendComm::new(s, chunk))).map(Some)
+            let k = &engine()?.knobs;
+            insert(Obj::Send(SendComm::new(s, k.chunk, k.tx)?)).map(Some)
         }
         Err(e) => {
             t.dialing.remove(&stage);
@@ -204,32 +210,49 @@ pub fn accept(listen_comm: u64) -> Result<Option<u64>> {
     };
     match socks {
         Some(s) => {
-            let chunk = engine()?.knobs.chunk;
+            let k = &engine()?.knobs;
             // The receiver accepts any chunk size up to the largest knob value, so both sides
             // need not agree on ZCNET_NCCL_CHUNK.
-            insert(Obj::Recv(RecvComm::new(s, chunk.max(16 << 20)))).map(Some)
+            insert(Obj::Recv(RecvComm::new(s, k.chunk.max(16 << 20), k.rx)?)).map(Some)
         }
         None => Ok(None),
     }
 }
 
-/// Registers memory: host memory only (ptrSupport says so).
+/// Registers memory: host memory only (ptrSupport says so). On a send comm sending with
+/// io_uring the range also becomes a fixed buffer of its ring where the kernel allows.
 pub fn reg_mr(comm: u64, addr: usize, len: usize, ptr_type: i32) -> Result<u64> {
-    get(comm, "comm")?;
+    let c = get(comm, "comm")?;
     if ptr_type != crate::abi::PTR_HOST {
         return Err(PluginError::Invalid(format!(
             "regMr of pointer type {ptr_type}: this plugin announced host memory only (ptrSupport NCCL_PTR_HOST); CUDA buffers need a NIC with devmem TCP"
         )));
     }
-    insert(Obj::Mr { addr, len })
+    let fixed = match &mut *lock(&c)? {
+        Obj::Send(s) if len > 0 => s.register(addr, len),
+        Obj::Send(_) | Obj::Recv(_) => None,
+        _ => return Err(PluginError::Usage("regMr: not a send or receive comm".into())),
+    };
+    insert(Obj::Mr {
+        addr,
+        len,
+        comm,
+        fixed,
+    })
 }
 
-/// Drops a registration.
+/// Drops a registration (and its fixed buffer, if its comm is still open).
 pub fn dereg_mr(mr: u64) -> Result<()> {
-    match &*lock(&remove(mr, "memory handle")?)? {
-        Obj::Mr { .. } => Ok(()),
-        _ => Err(PluginError::Usage("deregMr: not a memory handle".into())),
+    let (comm, fixed) = match &*lock(&remove(mr, "memory handle")?)? {
+        Obj::Mr { comm, fixed, .. } => (*comm, *fixed),
+        _ => return Err(PluginError::Usage("deregMr: not a memory handle".into())),
+    };
+    if let (Some(idx), Ok(c)) = (fixed, get(comm, "comm")) {
+        if let Obj::Send(s) = &mut *lock(&c)? {
+            s.unregister(idx);
+        }
     }
+    Ok(())
 }
 
 fn check_mr(mr: u64, buf: &ForeignBuf) -> Result<()> {
@@ -237,7 +260,7 @@ fn check_mr(mr: u64, buf: &ForeignBuf) -> Result<()> {
         return Ok(());
     }
     match &*lock(&get(mr, "memory handle")?)? {
-        Obj::Mr { addr, len } => {
+        Obj::Mr { addr, len, .. } => {
             let inside = buf.is_empty()
                 || (buf.addr() >= *addr && buf.addr() + buf.len() <= addr.saturating_add(*len));
             if inside {

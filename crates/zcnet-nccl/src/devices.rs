@@ -28,6 +28,75 @@ pub struct Knobs {
     pub nsocks: u16,
     /// Chunk size in bytes (`ZCNET_NCCL_CHUNK`, 4 KiB..=16 MiB, default 512 KiB).
     pub chunk: u32,
+    /// How sends move (`ZCNET_NCCL_TX`).
+    pub tx: TxMode,
+    /// How receives move (`ZCNET_NCCL_RX`).
+    pub rx: RxMode,
+}
+
+/// `ZCNET_NCCL_TX`: how the plugin sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxMode {
+    /// `send()` on non-blocking sockets, driven from `isend`/`test`.
+    Copy,
+    /// io_uring `IORING_OP_SEND` (the kernel copies).
+    Uring,
+    /// io_uring `SEND_ZC` from NCCL's buffers (fixed buffers where `regMr` could register).
+    UringZc,
+    /// `uring-zc`, switching to `uring` while the kernel reports that it copies anyway (TCP over
+    /// loopback and veth), with periodic re-checks (`zcnet_core::AutoPolicy`).
+    Auto,
+}
+
+/// `ZCNET_NCCL_RX`: how the plugin receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxMode {
+    /// `recv()` on non-blocking sockets, driven from `irecv`/`test`.
+    Copy,
+    /// io_uring `IORING_OP_RECV` straight into NCCL's buffers (one request per socket, posted
+    /// ahead, so data lands while NCCL does other work).
+    Uring,
+}
+
+impl TxMode {
+    /// The knob's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxMode::Copy => "copy",
+            TxMode::Uring => "uring",
+            TxMode::UringZc => "uring-zc",
+            TxMode::Auto => "auto",
+        }
+    }
+}
+
+impl RxMode {
+    /// The knob's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            RxMode::Copy => "copy",
+            RxMode::Uring => "uring",
+        }
+    }
+}
+
+fn parse_choice<T: Copy>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    default: T,
+    choices: &[(&str, T)],
+) -> Result<T> {
+    let Some(v) = get(name) else {
+        return Ok(default);
+    };
+    choices
+        .iter()
+        .find(|(n, _)| *n == v.trim())
+        .map(|(_, t)| *t)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            PluginError::Invalid(format!("{name}={v}: give one of {}", names.join(", ")))
+        })
 }
 
 impl Knobs {
@@ -36,9 +105,28 @@ impl Knobs {
     pub fn from(get: impl Fn(&str) -> Option<String>) -> Result<Knobs> {
         let nsocks = parse_knob(&get, "ZCNET_NCCL_NSOCKS", 2, 1, 16)?;
         let chunk = parse_knob(&get, "ZCNET_NCCL_CHUNK", 512 << 10, 4 << 10, 16 << 20)?;
+        let tx = parse_choice(
+            &get,
+            "ZCNET_NCCL_TX",
+            TxMode::Auto,
+            &[
+                ("copy", TxMode::Copy),
+                ("uring", TxMode::Uring),
+                ("uring-zc", TxMode::UringZc),
+                ("auto", TxMode::Auto),
+            ],
+        )?;
+        let rx = parse_choice(
+            &get,
+            "ZCNET_NCCL_RX",
+            RxMode::Uring,
+            &[("copy", RxMode::Copy), ("uring", RxMode::Uring)],
+        )?;
         Ok(Knobs {
             nsocks: nsocks as u16,
             chunk: chunk as u32,
+            tx,
+            rx,
         })
     }
 }
@@ -162,20 +250,27 @@ mod tests {
             Knobs::from(env(&[])).expect("defaults"),
             Knobs {
                 nsocks: 2,
-                chunk: 512 << 10
+                chunk: 512 << 10,
+                tx: TxMode::Auto,
+                rx: RxMode::Uring,
             }
         );
         let k = Knobs::from(env(&[
             ("ZCNET_NCCL_NSOCKS", "4"),
             ("ZCNET_NCCL_CHUNK", "1M"),
+            ("ZCNET_NCCL_TX", "uring-zc"),
+            ("ZCNET_NCCL_RX", "copy"),
         ]))
         .expect("set");
         assert_eq!((k.nsocks, k.chunk), (4, 1 << 20));
+        assert_eq!((k.tx, k.rx), (TxMode::UringZc, RxMode::Copy));
         for (n, v) in [
             ("ZCNET_NCCL_NSOCKS", "0"),
             ("ZCNET_NCCL_NSOCKS", "17"),
             ("ZCNET_NCCL_CHUNK", "1K"),
             ("ZCNET_NCCL_CHUNK", "lots"),
+            ("ZCNET_NCCL_TX", "zerocopy"),
+            ("ZCNET_NCCL_RX", "zcrx"),
         ] {
             let e = Knobs::from(env(&[(n, v)])).expect_err(v).to_string();
             assert!(e.contains(n) && e.contains(v), "{e}");

@@ -1,11 +1,14 @@
 //! The conformance harness: drives the built plugin (`dlopen`ed, through each exported table
-//! version) the way NCCL does, across two processes over loopback: this process sends, a child
-//! (this binary again, `ZCNET_NCCL_ROLE=recv`) receives and checks every byte. Random scripts
-//! (seeded, the same in both processes) of grouped transfers with sizes from 0 B to 8 MiB,
-//! receive buffers larger than the send, tags matched to slots in a shuffled order, up to 32
-//! receives and 256 sends outstanding, random test() polling. Then the faults: a peer that dies,
-//! a close in the middle, garbage on a data socket, and bad arguments, each with its
-//! ncclResult and no hang. No file descriptor or thread may be left behind.
+//! version) the way NCCL does, across two processes: this process sends, a child (this binary
+//! again, `ZCNET_NCCL_ROLE=recv`) receives and checks every byte. Random scripts (seeded, the
+//! same in both processes) of grouped transfers with sizes from 0 B to 8 MiB and messages of
+//! 64 MiB, receive buffers larger than the send, tags matched to slots in a shuffled order, up
+//! to 32 receives and 256 sends outstanding, random test() polling. Over loopback with the
+//! default modes here, with every other `ZCNET_NCCL_TX`/`ZCNET_NCCL_RX` pair in a sender
+//! process of its own (`ZCNET_NCCL_ROLE=send`; the knobs are read once per process), and, as
+//! root, between two lab namespaces over veth. Then the faults: a peer killed with SIGKILL, a
+//! close in the middle, garbage on a data socket, and bad arguments, each with its ncclResult
+//! and no hang. No file descriptor or thread may be left behind.
 //!
 //! It runs with `harness = false` (it needs a `main` to be the child too) and prints the
 //! `test result:` line cargo's own harness prints.
@@ -44,7 +47,8 @@ fn init(t: &Table) -> P {
     assert_eq!(rc, NCCL_SUCCESS);
     assert_eq!(ptr, PTR_HOST, "never a capability the machine lacks");
     assert_eq!(max_recvs, 8);
-    assert_eq!(name, "lo");
+    let want = std::env::var("ZCNET_NCCL_IFACE").unwrap_or_default();
+    assert_eq!(format!("={name}"), want, "the device ZCNET_NCCL_IFACE names");
     ctx
 }
 
@@ -62,6 +66,10 @@ fn child() -> Result<u64, String> {
         .map_err(|e| e.to_string())?
         .parse()
         .map_err(|_| "max")?;
+    let ngroups: usize = std::env::var("ZCNET_NCCL_GROUPS")
+        .map_err(|e| e.to_string())?
+        .parse()
+        .map_err(|_| "groups")?;
     let t = load(v);
     let ctx = init(&t);
     let mut h = [0u8; NET_HANDLE_MAXSIZE];
@@ -85,7 +93,7 @@ fn child() -> Result<u64, String> {
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    let groups = script(seed, 60, max);
+    let groups = script(seed, ngroups, max);
     let mut rng = Rng(seed ^ 0xabc);
     // Buffers per group, slots in a shuffled order (tags choose the slot).
     let mut bufs: Vec<Vec<(c_int, usize, Vec<u8>)>> = groups
@@ -178,29 +186,53 @@ fn spawn_receiver(
     v: u32,
     seed: u64,
     max: usize,
+    groups: usize,
 ) -> (
     std::process::Child,
     [u8; NET_HANDLE_MAXSIZE],
     BufReader<std::process::ChildStdout>,
 ) {
-    let mut c = Command::new(std::env::current_exe().expect("exe"))
-        .env("ZCNET_NCCL_ROLE", "recv")
+    let mut c = receiver_command("recv")
         .env("ZCNET_NCCL_VERSION", v.to_string())
         .env("ZCNET_NCCL_SEED", seed.to_string())
         .env("ZCNET_NCCL_MAX", max.to_string())
-        .env("ZCNET_NCCL_IFACE", "=lo")
+        .env("ZCNET_NCCL_GROUPS", groups.to_string())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn receiver");
     let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+    let h = read_handle(&mut out);
+    (c, h, out)
+}
+
+/// This binary as a receiving child in `role`: in namespace `ZCNET_NCCL_RECV_NETNS` on
+/// `ZCNET_NCCL_RECV_IFACE` when the lab leg set them, else beside us on our interface.
+fn receiver_command(role: &str) -> Command {
+    let exe = std::env::current_exe().expect("exe");
+    let mut c = match std::env::var("ZCNET_NCCL_RECV_NETNS") {
+        Ok(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns]).arg(exe);
+            c
+        }
+        Err(_) => Command::new(exe),
+    };
+    let iface = std::env::var("ZCNET_NCCL_RECV_IFACE")
+        .or_else(|_| std::env::var("ZCNET_NCCL_IFACE"))
+        .unwrap_or_else(|_| "=lo".into());
+    c.env("ZCNET_NCCL_ROLE", role).env("ZCNET_NCCL_IFACE", iface);
+    c
+}
+
+/// Reads the child's `HANDLE` line.
+fn read_handle(out: &mut impl BufRead) -> [u8; NET_HANDLE_MAXSIZE] {
     let mut line = String::new();
     out.read_line(&mut line).expect("handle line");
-    let h = unhex(
+    unhex(
         line.trim()
             .strip_prefix("HANDLE ")
             .unwrap_or_else(|| panic!("child said {line:?}")),
-    );
-    (c, h, out)
+    )
 }
 
 fn connect(t: &Table, ctx: P, h: &mut [u8; NET_HANDLE_MAXSIZE]) -> P {
@@ -218,11 +250,15 @@ fn connect(t: &Table, ctx: P, h: &mut [u8; NET_HANDLE_MAXSIZE]) -> P {
 
 /// One two-process run through table `v`: the script, every byte checked by the child.
 fn transfer(v: u32, seed: u64, max: usize) {
+    transfer_groups(v, seed, max, 60)
+}
+
+fn transfer_groups(v: u32, seed: u64, max: usize, ngroups: usize) {
     let t = load(v);
     let ctx = init(&t);
-    let (mut child, mut h, mut out) = spawn_receiver(v, seed, max);
+    let (mut child, mut h, mut out) = spawn_receiver(v, seed, max, ngroups);
     let s = connect(&t, ctx, &mut h);
-    let groups = script(seed, 60, max);
+    let groups = script(seed, ngroups, max);
     let msgs: Vec<(c_int, usize)> = groups
         .iter()
         .flatten()
@@ -296,8 +332,8 @@ fn threads() -> usize {
 }
 
 fn main() {
-    if std::env::var("ZCNET_NCCL_ROLE").as_deref() == Ok("recv") {
-        match child() {
+    match std::env::var("ZCNET_NCCL_ROLE").as_deref() {
+        Ok("recv") => match child() {
             Ok(b) => {
                 println!("OK {b}");
                 std::process::exit(0);
@@ -306,15 +342,30 @@ fn main() {
                 println!("FAIL {e}");
                 std::process::exit(1);
             }
+        },
+        Ok("recv-then-hang") => faults::recv_then_hang(),
+        Ok("send-then-hang") => faults::send_then_hang(),
+        Ok("send") => {
+            // A sender process of its own for one (ZCNET_NCCL_TX, ZCNET_NCCL_RX) pair.
+            every_version_once();
+            huge_messages();
+            println!("OK");
+            std::process::exit(0);
         }
+        _ => {}
     }
-    std::env::set_var("ZCNET_NCCL_IFACE", "=lo");
+    if std::env::var("ZCNET_NCCL_IFACE").is_err() {
+        std::env::set_var("ZCNET_NCCL_IFACE", "=lo");
+    }
     let tests: Vec<(&str, fn())> = vec![
         (
             "every_version_moves_random_scripts_verified_byte_for_byte",
             every_version,
         ),
         ("large_messages_over_several_sockets", large_messages),
+        ("messages_of_64_mib", huge_messages),
+        ("every_tx_and_rx_mode_in_a_process_of_its_own", every_mode),
+        ("between_lab_namespaces_over_veth", lab_namespaces),
         (
             "faults_give_the_matching_result_and_never_hang",
             faults::all,
@@ -365,8 +416,79 @@ fn every_version() {
     }
 }
 
+fn every_version_once() {
+    for v in VERSIONS {
+        transfer(v, 31 * u64::from(v), 1 << 20);
+    }
+}
+
 fn large_messages() {
     transfer(12, 4242, 8 << 20);
+}
+
+/// Messages of exactly 64 MiB (and smaller ones around them), every byte checked: the first
+/// seed whose short script has one.
+fn huge_messages() {
+    const MAX: usize = 64 << 20;
+    let seed = (1..)
+        .find(|s| script(*s, 6, MAX).iter().flatten().any(|m| m.1 == MAX))
+        .expect("a seed");
+    transfer_groups(12, seed, MAX, 6);
+}
+
+/// The (ZCNET_NCCL_TX, ZCNET_NCCL_RX) pairs run in processes of their own; the default pair
+/// (auto, uring) runs in this one.
+const MODES: &[(&str, &str)] = &[
+    ("copy", "copy"),
+    ("uring", "uring"),
+    ("uring-zc", "uring"),
+    ("uring-zc", "copy"),
+    ("copy", "uring"),
+    ("auto", "copy"),
+];
+
+/// Runs this binary as a sender with `envs`, the receiver children inheriting them; panics
+/// with its output unless it printed OK in time.
+fn run_sender(what: &str, cmd: &mut Command) {
+    let out = cmd
+        .env("ZCNET_NCCL_ROLE", "send")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("spawn sender");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("OK"),
+        "{what}: {}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn every_mode() {
+    for (tx, rx) in MODES {
+        let mut c = Command::new(std::env::current_exe().expect("exe"));
+        c.env("ZCNET_NCCL_TX", tx).env("ZCNET_NCCL_RX", rx);
+        run_sender(&format!("ZCNET_NCCL_TX={tx} ZCNET_NCCL_RX={rx}"), &mut c);
+    }
+}
+
+/// As root: the sender in one lab namespace, the receiver in another, over veth.
+fn lab_namespaces() {
+    if !zcnet_sys::os::is_root() {
+        println!("skipped: the lab leg needs root (network namespaces)");
+        return;
+    }
+    let mut lab = zcnet::lab::Lab::new().expect("lab");
+    let v = lab.veth().expect("veth");
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", &v.a])
+        .arg(std::env::current_exe().expect("exe"))
+        .env("ZCNET_NCCL_IFACE", "=vA")
+        .env("ZCNET_NCCL_RECV_NETNS", &v.b)
+        .env("ZCNET_NCCL_RECV_IFACE", "=vB");
+    run_sender("over veth between lab namespaces", &mut c);
+    drop(lab);
 }
 
 #[path = "conformance/faults.rs"]

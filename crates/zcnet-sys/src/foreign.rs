@@ -10,11 +10,27 @@ use std::ptr::NonNull;
 pub struct ForeignBuf {
     ptr: NonNull<u8>,
     len: usize,
+    /// The bytes are our own (from [`ForeignBuf::owned`]) and are freed with the value.
+    owned: bool,
 }
 
 // SAFETY: a ForeignBuf is a lease on plain bytes; whoever created it promised (see `new`) that
 // nobody else touches them while it lives, so moving it to another thread is sound.
 unsafe impl Send for ForeignBuf {}
+// SAFETY: shared access only reads (`slice`); writing needs `&mut` (`slice_mut`), so sharing a
+// ForeignBuf between threads cannot race through it.
+unsafe impl Sync for ForeignBuf {}
+
+impl Drop for ForeignBuf {
+    fn drop(&mut self) {
+        if self.owned {
+            let raw = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+            // SAFETY: `owned` is set only by `owned()`, where ptr/len came from Box::into_raw of a
+            // Box<[u8]> of this length; this is the one place it is freed.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+    }
+}
 
 impl ForeignBuf {
     /// Wraps `len` bytes at `ptr`. `None` when `ptr` is null and `len` is not zero. A zero-length
@@ -30,9 +46,27 @@ impl ForeignBuf {
             return Some(ForeignBuf {
                 ptr: NonNull::dangling(),
                 len: 0,
+                owned: false,
             });
         }
-        NonNull::new(ptr).map(|ptr| ForeignBuf { ptr, len })
+        NonNull::new(ptr).map(|ptr| ForeignBuf {
+            ptr,
+            len,
+            owned: false,
+        })
+    }
+
+    /// Bytes of our own in the same shape (a chunk header an io_uring request reads or fills),
+    /// freed when the value is dropped.
+    pub fn owned(bytes: Box<[u8]>) -> ForeignBuf {
+        let len = bytes.len();
+        // Box::into_raw never returns null; the block is given back to a Box in Drop.
+        let ptr = NonNull::new(Box::into_raw(bytes).cast::<u8>()).unwrap_or(NonNull::dangling());
+        ForeignBuf {
+            ptr,
+            len,
+            owned: true,
+        }
     }
 
     /// Its length.
@@ -100,5 +134,15 @@ mod tests {
         // SAFETY: zero length is never dereferenced.
         let z = unsafe { ForeignBuf::new(std::ptr::null_mut(), 0) }.expect("empty");
         assert!(z.is_empty() && z.slice(0, 0).is_some());
+    }
+
+    #[test]
+    fn owned_bytes_move_with_the_value() {
+        let mut b = ForeignBuf::owned(vec![7u8; 40].into_boxed_slice());
+        b.slice_mut(39, 1).expect("in")[0] = 1;
+        let moved = std::sync::Arc::new(b);
+        assert_eq!(moved.len(), 40);
+        assert_eq!(moved.slice(38, 2), Some(&[7u8, 1][..]));
+        assert!(moved.slice(40, 1).is_none());
     }
 }

@@ -17,6 +17,7 @@ pub mod devmem_tx;
 pub mod epoll;
 pub mod ethtool;
 pub mod foreign;
+pub mod foreign_ring;
 pub mod mem;
 pub mod netlink;
 pub mod os;

@@ -9,10 +9,19 @@ const RUSAGE_THREAD: libc::c_int = 1;
 
 /// CPU seconds (user + system) the calling thread has used.
 pub fn thread_cpu_seconds() -> f64 {
+    cpu_seconds(RUSAGE_THREAD)
+}
+
+/// CPU seconds (user + system) every thread of this process has used.
+pub fn process_cpu_seconds() -> f64 {
+    cpu_seconds(libc::RUSAGE_SELF)
+}
+
+fn cpu_seconds(who: libc::c_int) -> f64 {
     // SAFETY: all-zero is a valid rusage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: ru is a live rusage the kernel fills.
-    if unsafe { libc::getrusage(RUSAGE_THREAD, &mut ru) } != 0 {
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
         return 0.0;
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;

@@ -330,6 +330,7 @@ pub fn script(seed: u64, groups: usize, max: usize) -> Vec<Group> {
                         0 => 0,
                         1 => 512 << 10,
                         2 => r.below(64) as usize,
+                        3 if r.below(4) == 0 => max,
                         3 => r.below(max as u64 + 1) as usize,
                         _ => r.below((max as u64 / 16).max(1)) as usize,
                     };

@@ -1,5 +1,7 @@
-//! Faults and bad input through the v12 and v9 tables, in one process: each gives its
-//! ncclResult (invalid argument 4, invalid usage 5, remote error 6) and nothing hangs.
+//! Faults and bad input through the v12 and v9 tables: each gives its ncclResult (invalid
+//! argument 4, invalid usage 5, system error 2, remote error 6) and nothing hangs. A peer that
+//! dies is a child process (this binary, `ZCNET_NCCL_ROLE=recv-then-hang` or
+//! `send-then-hang`) killed with SIGKILL.
 
 use super::*;
 use nccl_net_zcnet::handle::{Handle, Hello};
@@ -9,6 +11,127 @@ pub fn all() {
     bad_arguments();
     garbage_on_a_data_socket_is_a_remote_error();
     closing_one_side_mid_transfer_fails_the_other();
+    a_receiver_killed_mid_transfer_fails_the_sender();
+    a_sender_killed_mid_message_fails_the_receiver();
+}
+
+fn sleep_forever() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Child: accept, post a receive, say READY, then hang until killed.
+pub fn recv_then_hang() -> ! {
+    let t = load(12);
+    let ctx = init(&t);
+    let mut h = [0u8; NET_HANDLE_MAXSIZE];
+    let (rc, l) = t.listen(ctx, 0, &mut h);
+    assert_eq!(rc, 0);
+    println!("HANDLE {}", hex(&h));
+    let start = Instant::now();
+    let r = loop {
+        let (rc, r) = t.accept(l);
+        assert_eq!(rc, 0);
+        if !r.is_null() {
+            break r;
+        }
+        assert!(start.elapsed() < LIMIT);
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    let (rc, _req) = t.irecv(r, &[(buf.as_mut_ptr(), buf.len())], &[0], &[NULLP]);
+    assert_eq!(rc, 0);
+    println!("READY");
+    sleep_forever()
+}
+
+/// Child: connect to the handle in ZCNET_NCCL_HANDLE, queue a 64 MiB send, say SENDING, push it
+/// along for a moment, then hang until killed.
+pub fn send_then_hang() -> ! {
+    let t = load(12);
+    let ctx = init(&t);
+    let mut h = unhex(&std::env::var("ZCNET_NCCL_HANDLE").expect("handle"));
+    let s = connect(&t, ctx, &mut h);
+    let mut big = vec![3u8; 64 << 20];
+    let (rc, req) = t.isend(s, big.as_mut_ptr(), big.len(), 0, NULLP);
+    assert_eq!((rc, req.is_null()), (0, false));
+    println!("SENDING");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(200) {
+        let mut sz = [0 as c_int; 1];
+        let _ = t.test(req, &mut sz);
+    }
+    sleep_forever()
+}
+
+fn kill9(c: &mut std::process::Child) {
+    c.kill().expect("SIGKILL");
+    c.wait().expect("reap");
+}
+
+fn wait_line(out: &mut impl BufRead, want: &str) {
+    let mut line = String::new();
+    out.read_line(&mut line).expect("child line");
+    assert_eq!(line.trim(), want, "the child said {line:?}");
+}
+
+fn a_receiver_killed_mid_transfer_fails_the_sender() {
+    let t = load(12);
+    let ctx = init(&t);
+    let mut c = receiver_command("recv-then-hang")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+    let mut h = read_handle(&mut out);
+    let s = connect(&t, ctx, &mut h);
+    wait_line(&mut out, "READY");
+    let mut big = vec![9u8; 64 << 20];
+    let (rc, req) = t.isend(s, big.as_mut_ptr(), big.len(), 0, NULLP);
+    assert_eq!((rc, req.is_null()), (0, false));
+    kill9(&mut c);
+    // The dead peer's kernel resets the connection: the send fails, it does not hang.
+    let rc = until_failure(&t, req);
+    assert!(rc == NCCL_REMOTE_ERROR || rc == NCCL_SYSTEM_ERROR, "{rc}");
+    assert_eq!(t.close_send(s), 0);
+    assert_eq!(t.finalize(ctx), 0);
+    drop(big);
+}
+
+fn a_sender_killed_mid_message_fails_the_receiver() {
+    let t = load(12);
+    let ctx = init(&t);
+    let mut h = [0u8; NET_HANDLE_MAXSIZE];
+    let (rc, l) = t.listen(ctx, 0, &mut h);
+    assert_eq!(rc, 0);
+    let mut c = receiver_command("send-then-hang")
+        .env("ZCNET_NCCL_HANDLE", hex(&h))
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+    let start = Instant::now();
+    let r = loop {
+        let (rc, r) = t.accept(l);
+        assert_eq!(rc, 0);
+        if !r.is_null() {
+            break r;
+        }
+        assert!(start.elapsed() < LIMIT, "the child never connected");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    wait_line(&mut out, "SENDING");
+    std::thread::sleep(Duration::from_millis(50));
+    kill9(&mut c);
+    // Part of the 64 MiB message is in our socket buffers, the rest died with the sender.
+    let mut dst = vec![0u8; 64 << 20];
+    let (rc, req) = t.irecv(r, &[(dst.as_mut_ptr(), dst.len())], &[0], &[NULLP]);
+    assert_eq!(rc, 0);
+    assert_eq!(until_failure(&t, req), NCCL_REMOTE_ERROR);
+    assert_eq!(t.close_recv(r), 0);
+    assert_eq!(t.close_listen(l), 0);
+    assert_eq!(t.finalize(ctx), 0);
 }
 
 fn pair(t: &Table, ctx: P) -> (P, P, P) {

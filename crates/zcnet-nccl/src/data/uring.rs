@@ -1,0 +1,620 @@
+//! The io_uring backend: requests on NCCL's own buffers, driven from `isend`/`irecv`/`test`.
+//!
+//! Sends: each socket carries one chunk at a time as two linked requests, the 40-byte header
+//! (`MSG_MORE`) then the payload straight from NCCL's buffer, both `MSG_WAITALL` so a short
+//! result means the connection failed. The payload is `IORING_OP_SEND` (`uring`), or `SEND_ZC`
+//! (`uring-zc`, from a fixed buffer when `regMr` registered the memory), or whichever
+//! `zcnet_core::AutoPolicy` picks from the kernel's notifications (`auto`). The next chunk goes
+//! onto a socket once the payload's result arrives (its bytes are in the socket); a send request
+//! completes only when every chunk is in a socket *and* every zero-copy notification for it has
+//! arrived, since until then the kernel may still read NCCL's buffer.
+//!
+//! Receives: each socket has one request posted ahead at all times when it can: a header read
+//! into a 40-byte buffer of our own, then, once `RecvMatch` placed the chunk, the payload read
+//! straight into NCCL's buffer. Data lands while NCCL does other work; `test` only reaps
+//! completions. (A multishot receive would need a provided-buffer ring and a copy out of it;
+//! reading into the destination directly is the copy-free choice for TCP.)
+//!
+//! The sockets are blocking (io_uring returns `EAGAIN` to us on `O_NONBLOCK` files instead of
+//! waiting): io_uring waits for them, the calling thread never does.
+
+use super::{check_closed, post_recv, post_send, Requests, MAX_MESSAGE, MAX_RECVS};
+use crate::devices::TxMode;
+use crate::error::{PluginError, Result};
+use std::collections::{HashMap, HashSet};
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zcnet_core::nccl::{ChunkHeader, Placement, RecvMatch, SendChunk, SendSched, HEADER_LEN};
+use zcnet_core::sendzc::{IORING_CQE_F_NOTIF, IORING_NOTIF_USAGE_ZC_COPIED};
+use zcnet_core::AutoPolicy;
+use zcnet_sys::foreign::ForeignBuf;
+use zcnet_sys::foreign_ring::{Cqe, ForeignMr, ForeignRing, Op, Request};
+
+/// Fixed-buffer slots per send comm (NCCL registers a few buffers per connection).
+const FIXED_SLOTS: u32 = 64;
+
+/// A ring for a comm of `nsocks` sockets (two requests per socket at most, plus room).
+pub fn new_ring(nsocks: usize) -> std::io::Result<ForeignRing> {
+    ForeignRing::new((4 * nsocks as u32).next_power_of_two().max(16), FIXED_SLOTS)
+}
+
+fn blocking(socks: &[TcpStream]) -> Result<()> {
+    for s in socks {
+        s.set_nonblocking(false)
+            .map_err(|e| PluginError::io("making a data socket blocking for io_uring", &e))?;
+    }
+    Ok(())
+}
+
+fn header_buf(bytes: [u8; HEADER_LEN]) -> Arc<ForeignBuf> {
+    Arc::new(ForeignBuf::owned(Box::new(bytes)))
+}
+
+fn errno_text(res: i32) -> String {
+    std::io::Error::from_raw_os_error(-res).to_string()
+}
+
+/// What a send request in flight was.
+#[derive(Debug, Clone, Copy)]
+enum SendOp {
+    /// The header of a chunk whose payload follows (linked).
+    Header { sock: usize },
+    /// The request that completes a chunk (the payload, or the header of an empty chunk).
+    Chunk {
+        sock: usize,
+        chunk: SendChunk,
+        len: u32,
+    },
+}
+
+/// How payloads go out.
+#[derive(Debug)]
+enum Policy {
+    Copy,
+    ZeroCopy,
+    Auto(Box<AutoPolicy>),
+}
+
+/// The sending side over io_uring.
+pub struct UringSend {
+    /// First: dropped (cancel, wait) while the sockets are still open.
+    ring: ForeignRing,
+    socks: Vec<TcpStream>,
+    /// Whether socket `i` has a chunk whose payload result is pending.
+    busy: Vec<bool>,
+    ops: HashMap<u64, SendOp>,
+    next_tag: u64,
+    sched: SendSched,
+    reqs: Requests<Arc<ForeignBuf>, u64>,
+    /// Requests whose chunks are all in sockets, waiting for notifications.
+    finished: HashSet<u64>,
+    /// Requests in flight per send request id (until their final CQE).
+    refs: HashMap<u64, usize>,
+    policy: Policy,
+    start: Instant,
+    /// Zero-copy notifications, and how many said the kernel copied.
+    notifs: (u64, u64),
+}
+
+impl std::fmt::Debug for UringSend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringSend")
+            .field("ring", &self.ring)
+            .field("policy", &self.policy)
+            .field("notifs", &self.notifs)
+            .finish()
+    }
+}
+
+impl UringSend {
+    /// Over `socks` with `ring`, payloads sent as `mode` says (`uring`, `uring-zc` or `auto`).
+    pub fn new(
+        ring: ForeignRing,
+        socks: Vec<TcpStream>,
+        chunk: u32,
+        mode: TxMode,
+    ) -> Result<UringSend> {
+        blocking(&socks)?;
+        let zc = ring.supports_send_zc();
+        let policy = match mode {
+            TxMode::Uring | TxMode::Copy => Policy::Copy,
+            _ if !zc => {
+                crate::log::warn(&format!(
+                    "ZCNET_NCCL_TX={}: this kernel has no IORING_OP_SEND_ZC (Linux 6.0); sending with IORING_OP_SEND",
+                    mode.name()
+                ));
+                Policy::Copy
+            }
+            TxMode::UringZc => Policy::ZeroCopy,
+            TxMode::Auto => Policy::Auto(Box::default()),
+        };
+        let n = socks.len();
+        Ok(UringSend {
+            ring,
+            socks,
+            busy: vec![false; n],
+            ops: HashMap::new(),
+            next_tag: 1,
+            sched: SendSched::new(chunk, crate::abi::NET_MAX_REQUESTS * MAX_RECVS),
+            reqs: Requests::default(),
+            finished: HashSet::new(),
+            refs: HashMap::new(),
+            policy,
+            start: Instant::now(),
+            notifs: (0, 0),
+        })
+    }
+
+    /// Makes `addr..addr + len` a fixed buffer (`regMr`); its index, or `None` (logged) when
+    /// the kernel refused (RLIMIT_MEMLOCK, table full): sends from it then pin per request.
+    pub fn register(&mut self, addr: usize, len: usize) -> Option<u16> {
+        // SAFETY: NCCL keeps a registered range mapped until deregMr, which unregisters it
+        // (api::dereg_mr) before the range may go away.
+        let mr = unsafe { ForeignMr::new(addr, len) };
+        match self.ring.register(mr) {
+            Ok(i) => Some(i),
+            Err(e) => {
+                crate::log::info(&format!(
+                    "regMr {addr:#x}+{len}: not an io_uring fixed buffer ({e}); zero-copy sends from it pin pages per request"
+                ));
+                None
+            }
+        }
+    }
+
+    /// Drops fixed buffer `idx` (`deregMr`).
+    pub fn unregister(&mut self, idx: u16) {
+        if let Err(e) = self.ring.unregister(idx) {
+            crate::log::warn(&format!("deregMr: fixed buffer {idx}: {e}"));
+        }
+    }
+
+    /// Queues `buf` (tagged `tag`); `None` when too many sends are outstanding.
+    pub fn isend(&mut self, buf: ForeignBuf, tag: i32) -> Result<Option<u64>> {
+        self.reqs.check()?;
+        if !post_send(&mut self.sched, self.reqs.next_id(), tag, buf.len())? {
+            return Ok(None);
+        }
+        let id = self.reqs.add(Arc::new(buf));
+        self.progress();
+        Ok(Some(id))
+    }
+
+    /// Whether send `id` is complete (and its size); forgets it when it is.
+    pub fn test(&mut self, id: u64) -> Result<Option<u64>> {
+        self.progress();
+        self.reqs.test(id, "send")
+    }
+
+    fn progress(&mut self) {
+        if self.reqs.error.is_none() {
+            if let Err(e) = self.pump() {
+                self.reqs.fail(e);
+            }
+        }
+    }
+
+    fn pump(&mut self) -> Result<()> {
+        loop {
+            let mut moved = false;
+            for i in 0..self.socks.len() {
+                if !self.busy[i] {
+                    if let Some(chunk) = self.sched.next_chunk() {
+                        self.push_chunk(i, chunk)?;
+                        moved = true;
+                    }
+                }
+            }
+            self.ring
+                .submit()
+                .map_err(|e| PluginError::io("io_uring submit", &e))?;
+            let mut cqes = Vec::new();
+            self.ring.drain(|c| cqes.push(c));
+            for c in cqes {
+                self.complete(c)?;
+                moved = true;
+            }
+            if !moved {
+                return Ok(());
+            }
+        }
+    }
+
+    fn tag(&mut self, op: SendOp) -> u64 {
+        let t = self.next_tag;
+        self.next_tag += 1;
+        self.ops.insert(t, op);
+        t
+    }
+
+    fn zero_copy_now(&mut self) -> bool {
+        let now = self.start.elapsed().as_nanos() as u64;
+        match &mut self.policy {
+            Policy::Copy => false,
+            Policy::ZeroCopy => true,
+            Policy::Auto(p) => p.mode(now) == zcnet_core::auto::Mode::ZeroCopy,
+        }
+    }
+
+    /// Queues chunk `chunk` on socket `i`: header, then payload (linked).
+    fn push_chunk(&mut self, i: usize, chunk: SendChunk) -> Result<()> {
+        let h = chunk.header;
+        let buf = self
+            .reqs
+            .bufs
+            .get(&chunk.id)
+            .cloned()
+            .ok_or_else(|| PluginError::Internal(format!("send {}: buffer gone", chunk.id)))?;
+        let fd = self.socks[i].as_raw_fd();
+        let empty = h.len == 0;
+        let header = Request {
+            fd,
+            buf: header_buf(h.encode()),
+            off: 0,
+            len: HEADER_LEN as u32,
+            op: Op::Send,
+            flags: libc::MSG_WAITALL | if empty { 0 } else { libc::MSG_MORE },
+            link: !empty,
+        };
+        let zero_copy = !empty && self.zero_copy_now();
+        let head_op = if empty {
+            SendOp::Chunk {
+                sock: i,
+                chunk,
+                len: HEADER_LEN as u32,
+            }
+        } else {
+            SendOp::Header { sock: i }
+        };
+        let t = self.tag(head_op);
+        self.ring
+            .push(t, &header)
+            .map_err(|e| PluginError::io("io_uring: queueing a chunk header", &e))?;
+        *self.refs.entry(chunk.id).or_default() += usize::from(empty);
+        if !empty {
+            let off = h.offset as usize;
+            let op = if zero_copy {
+                Op::SendZc {
+                    fixed: self.ring.fixed_index(buf.addr() + off, h.len as usize),
+                }
+            } else {
+                Op::Send
+            };
+            let payload = Request {
+                fd,
+                buf,
+                off,
+                len: h.len,
+                op,
+                flags: libc::MSG_WAITALL,
+                link: false,
+            };
+            let t = self.tag(SendOp::Chunk {
+                sock: i,
+                chunk,
+                len: h.len,
+            });
+            self.ring
+                .push(t, &payload)
+                .map_err(|e| PluginError::io("io_uring: queueing a payload", &e))?;
+            *self.refs.entry(chunk.id).or_default() += 1;
+        }
+        self.busy[i] = true;
+        Ok(())
+    }
+
+    fn complete(&mut self, c: Cqe) -> Result<()> {
+        let op = *self
+            .ops
+            .get(&c.tag)
+            .ok_or_else(|| PluginError::Internal(format!("completion for unknown tag {}", c.tag)))?;
+        if c.last {
+            self.ops.remove(&c.tag);
+        }
+        match op {
+            SendOp::Header { sock } => {
+                if c.res != HEADER_LEN as i32 {
+                    return Err(send_failed(sock, c.res, "a chunk header"));
+                }
+            }
+            SendOp::Chunk { sock, chunk, len } => {
+                if c.flags & IORING_CQE_F_NOTIF != 0 {
+                    self.notified(c.res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0);
+                } else {
+                    if c.res != len as i32 {
+                        return Err(send_failed(sock, c.res, "a payload"));
+                    }
+                    self.busy[sock] = false;
+                    let finished = self
+                        .sched
+                        .chunk_done(&chunk)
+                        .map_err(|e| PluginError::Internal(format!("send: {e}")))?;
+                    if let Some(id) = finished {
+                        self.finished.insert(id);
+                    }
+                }
+                if c.last {
+                    self.release(chunk.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn notified(&mut self, copied: bool) {
+        self.notifs.0 += 1;
+        self.notifs.1 += u64::from(copied);
+        let now = self.start.elapsed().as_nanos() as u64;
+        if let Policy::Auto(p) = &mut self.policy {
+            let before = p.switches().len();
+            p.on_notifications(u64::from(!copied), u64::from(copied), now);
+            if let Some(s) = p.switches().get(before) {
+                crate::log::info(&format!("ZCNET_NCCL_TX=auto: {s}"));
+            }
+        }
+    }
+
+    /// A request on send `id`'s buffer ended; the send completes when it was the last one and
+    /// all its chunks are in sockets.
+    fn release(&mut self, id: u64) {
+        let left = self.refs.get_mut(&id).map(|r| {
+            *r -= 1;
+            *r
+        });
+        if left == Some(0) && self.finished.contains(&id) {
+            self.refs.remove(&id);
+            self.finished.remove(&id);
+            let len = self.reqs.bufs.get(&id).map_or(0, |b| b.len() as u64);
+            self.reqs.finish(id, len);
+        }
+    }
+}
+
+fn send_failed(sock: usize, res: i32, what: &str) -> PluginError {
+    let why = if res < 0 {
+        errno_text(res)
+    } else {
+        format!("{res} B accepted")
+    };
+    PluginError::Remote(format!(
+        "sending {what} on socket {sock}: {why} (the peer closed or died)"
+    ))
+}
+
+impl Drop for UringSend {
+    fn drop(&mut self) {
+        if self.ring.in_flight() == 0 {
+            return;
+        }
+        // Requests still running when NCCL closes (a transfer abandoned mid-way): cancel them,
+        // then reset the sockets so the kernel frees the data it holds and sends the last
+        // zero-copy notifications; the ring's drop waits for those.
+        self.ring.cancel_all(Duration::from_millis(500), drop);
+        for s in &self.socks {
+            let _ = zcnet_sys::os::set_linger_zero(s.as_raw_fd());
+        }
+        self.socks.clear();
+    }
+}
+
+/// A socket's receive state.
+#[derive(Debug)]
+enum Reading {
+    /// Nothing posted (a new socket, or one the peer closed).
+    Idle,
+    /// A header read is posted.
+    Header(Arc<ForeignBuf>),
+    /// The header names a message no receive is posted for yet.
+    Parked(ChunkHeader),
+    /// A payload read into receive `recv`'s buffer is posted.
+    Payload(ChunkHeader),
+}
+
+/// The receiving side over io_uring.
+pub struct UringRecv {
+    /// First: dropped (cancel, wait) while the sockets are still open.
+    ring: ForeignRing,
+    socks: Vec<TcpStream>,
+    reading: Vec<Reading>,
+    matcher: RecvMatch,
+    chunk: u32,
+    closed: Vec<bool>,
+    reqs: Requests<Vec<Arc<ForeignBuf>>, Vec<u64>>,
+}
+
+impl std::fmt::Debug for UringRecv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringRecv")
+            .field("ring", &self.ring)
+            .field("reading", &self.reading)
+            .finish()
+    }
+}
+
+impl UringRecv {
+    /// Over `socks` with `ring`; chunks larger than `max_chunk` are garbage.
+    pub fn new(ring: ForeignRing, socks: Vec<TcpStream>, max_chunk: u32) -> Result<UringRecv> {
+        blocking(&socks)?;
+        let n = socks.len();
+        let mut r = UringRecv {
+            ring,
+            socks,
+            reading: (0..n).map(|_| Reading::Idle).collect(),
+            matcher: RecvMatch::new(crate::abi::NET_MAX_REQUESTS, MAX_RECVS),
+            chunk: max_chunk,
+            closed: vec![false; n],
+            reqs: Requests::default(),
+        };
+        r.progress();
+        r.reqs.check()?;
+        Ok(r)
+    }
+
+    /// Posts a grouped receive of `bufs` with `tags`; `None` when 32 are already posted.
+    pub fn irecv(&mut self, bufs: Vec<ForeignBuf>, tags: &[i32]) -> Result<Option<u64>> {
+        self.reqs.check()?;
+        let lens: Vec<usize> = bufs.iter().map(ForeignBuf::len).collect();
+        if !post_recv(&mut self.matcher, self.reqs.next_id(), tags, &lens)? {
+            return Ok(None);
+        }
+        let id = self.reqs.add(bufs.into_iter().map(Arc::new).collect());
+        self.progress();
+        Ok(Some(id))
+    }
+
+    /// The sizes received by `id` once complete (and forgets it).
+    pub fn test(&mut self, id: u64) -> Result<Option<Vec<u64>>> {
+        self.progress();
+        self.reqs.test(id, "receive")
+    }
+
+    fn progress(&mut self) {
+        if self.reqs.error.is_none() {
+            if let Err(e) = self.pump() {
+                self.reqs.fail(e);
+            }
+        }
+    }
+
+    fn pump(&mut self) -> Result<()> {
+        loop {
+            let mut moved = false;
+            for i in 0..self.socks.len() {
+                moved |= self.post(i)?;
+            }
+            self.ring
+                .submit()
+                .map_err(|e| PluginError::io("io_uring submit", &e))?;
+            let mut cqes = Vec::new();
+            self.ring.drain(|c| cqes.push(c));
+            for c in cqes {
+                self.complete(c)?;
+                moved = true;
+            }
+            if !moved {
+                return check_closed(&self.closed, self.reqs.bufs.len());
+            }
+        }
+    }
+
+    /// Posts the next read on socket `i` if it has none; whether anything changed.
+    fn post(&mut self, i: usize) -> Result<bool> {
+        let fd = self.socks[i].as_raw_fd();
+        match &self.reading[i] {
+            Reading::Idle if !self.closed[i] => {
+                let buf = header_buf([0; HEADER_LEN]);
+                let req = Request {
+                    fd,
+                    buf: Arc::clone(&buf),
+                    off: 0,
+                    len: HEADER_LEN as u32,
+                    op: Op::Recv,
+                    flags: libc::MSG_WAITALL,
+                    link: false,
+                };
+                self.ring
+                    .push(i as u64, &req)
+                    .map_err(|e| PluginError::io("io_uring: posting a header read", &e))?;
+                self.reading[i] = Reading::Header(buf);
+                Ok(true)
+            }
+            Reading::Parked(h) => {
+                let h = *h;
+                let placed = self
+                    .matcher
+                    .place(&h)
+                    .map_err(|e| PluginError::Remote(format!("data socket {i}: {e}")))?;
+                let Placement::Into { recv, slot, offset } = placed else {
+                    return Ok(false);
+                };
+                if h.len == 0 {
+                    self.reading[i] = Reading::Idle;
+                    self.payload_done(i, &h)?;
+                    return Ok(true);
+                }
+                let buf = self
+                    .reqs
+                    .bufs
+                    .get(&recv)
+                    .and_then(|b| b.get(slot))
+                    .cloned()
+                    .ok_or_else(|| PluginError::Internal("placement outside its buffer".into()))?;
+                let req = Request {
+                    fd,
+                    buf,
+                    off: offset as usize,
+                    len: h.len,
+                    op: Op::Recv,
+                    flags: libc::MSG_WAITALL,
+                    link: false,
+                };
+                self.ring
+                    .push(i as u64, &req)
+                    .map_err(|e| PluginError::io("io_uring: posting a payload read", &e))?;
+                self.reading[i] = Reading::Payload(h);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn complete(&mut self, c: Cqe) -> Result<()> {
+        let i = c.tag as usize;
+        let state = std::mem::replace(&mut self.reading[i], Reading::Idle);
+        match state {
+            Reading::Header(buf) => match c.res {
+                0 => self.closed[i] = true,
+                n if n == HEADER_LEN as i32 => {
+                    let mut bytes = [0u8; HEADER_LEN];
+                    bytes.copy_from_slice(buf.slice(0, HEADER_LEN).unwrap_or(&[0; HEADER_LEN]));
+                    let h = ChunkHeader::decode(&bytes, self.chunk, MAX_MESSAGE).map_err(|e| {
+                        PluginError::Remote(format!("garbage on data socket {i}: {e}"))
+                    })?;
+                    self.reading[i] = Reading::Parked(h);
+                }
+                n if n > 0 => {
+                    return Err(PluginError::Remote(format!(
+                        "socket {i} closed by the peer in the middle of a chunk header"
+                    )))
+                }
+                n => {
+                    return Err(PluginError::Remote(format!(
+                        "receive on socket {i}: {}",
+                        errno_text(n)
+                    )))
+                }
+            },
+            Reading::Payload(h) => {
+                if c.res != h.len as i32 {
+                    let why = if c.res < 0 {
+                        errno_text(c.res)
+                    } else {
+                        "closed by the peer in the middle of a message".to_string()
+                    };
+                    return Err(PluginError::Remote(format!("receive on socket {i}: {why}")));
+                }
+                self.payload_done(i, &h)?;
+            }
+            other => {
+                return Err(PluginError::Internal(format!(
+                    "a completion on socket {i} in state {other:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn payload_done(&mut self, i: usize, h: &ChunkHeader) -> Result<()> {
+        let completed = self
+            .matcher
+            .payload_done(h)
+            .map_err(|e| PluginError::Remote(format!("data socket {i}: {e}")))?;
+        for id in completed {
+            let sizes = self.matcher.take_sizes(id).unwrap_or_default();
+            self.reqs.finish(id, sizes);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,247 @@
+//! The plugin's overhead, measured in one run: throughput through the plugin (`dlopen`ed, the
+//! v12 table, driven as NCCL drives it: `outstanding` isends and irecvs, test() polling) against
+//! zcnet's own sender on the same path (loopback TCP), the same mode and message size
+//! (`zcnet::bench::send_for`, the loop behind `zcnet send` and `bench tx`, into a receiver
+//! draining the stream with recv()). Each plugin configuration runs in a process of its own
+//! (the `ZCNET_NCCL_*` knobs are read once per process); CPU is the process's user + system
+//! time per GB moved, both ends together.
+//!
+//! Not part of the default test run (it measures, it asserts nothing about speed); run
+//! `cargo test --release -p zcnet-nccl --test overhead` (see docs/perf.md). Environment:
+//! `ZCNET_OVERHEAD_SECS` (default 3) per case.
+#![allow(clippy::undocumented_unsafe_blocks)]
+
+mod common;
+
+use common::*;
+use nccl_net_zcnet::abi::*;
+use std::ffi::c_int;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const NULLP: P = std::ptr::null_mut();
+
+fn secs() -> f64 {
+    std::env::var("ZCNET_OVERHEAD_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0)
+}
+
+/// Messages in flight: NCCL keeps up to 8 per connection; fewer for 64 MiB to bound memory.
+fn outstanding(size: usize) -> usize {
+    if size >= 16 << 20 {
+        4
+    } else {
+        8
+    }
+}
+
+/// (MB/s, CPU s/GB).
+type Rate = (f64, f64);
+
+fn rate(bytes: u64, secs: f64, cpu: f64) -> Rate {
+    let gb = bytes as f64 / 1e9;
+    (bytes as f64 / secs / 1e6, if gb > 0.0 { cpu / gb } else { 0.0 })
+}
+
+/// zcnet's own sender with `tx` into a draining receiver over loopback.
+fn baseline(tx: &str, size: usize) -> Rate {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let addr = l.local_addr().expect("addr");
+    let cpu0 = zcnet_sys::os::process_cpu_seconds();
+    let drain = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().expect("accept");
+        zcnet::net::drain_stream(&mut s, None, None)
+            .expect("drain")
+            .bytes
+    });
+    let sock = std::net::TcpStream::connect(addr).expect("connect");
+    let mode = zcnet::TxMode::parse(tx).expect("mode");
+    let t = Instant::now();
+    let (st, _) = zcnet::bench::send_for(
+        sock.into(),
+        mode,
+        size,
+        outstanding(size),
+        zcnet::MemoryKind::Anonymous,
+        Duration::from_secs_f64(secs()),
+    )
+    .expect("send");
+    let got = drain.join().expect("drain thread");
+    let wall = t.elapsed().as_secs_f64();
+    assert_eq!(got, st.bytes, "the receiver got what was sent");
+    rate(st.bytes, wall, zcnet_sys::os::process_cpu_seconds() - cpu0)
+}
+
+/// In this process: a sender and a receiver thread through the plugin; prints `RATE mbps cpu`.
+fn plugin(size: usize) {
+    let t = load(12);
+    let (rc, ctx) = t.init();
+    assert_eq!(rc, 0, "init");
+    let mut h = [0u8; NET_HANDLE_MAXSIZE];
+    let (rc, l) = t.listen(ctx, 0, &mut h);
+    assert_eq!(rc, 0, "listen");
+    let (mut s, mut r) = (NULLP, NULLP);
+    while s.is_null() || r.is_null() {
+        if s.is_null() {
+            s = t.connect(ctx, 0, &mut h).1;
+        }
+        if r.is_null() {
+            r = t.accept(l).1;
+        }
+    }
+    let k = outstanding(size);
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(u64::MAX));
+    let cpu0 = zcnet_sys::os::process_cpu_seconds();
+    let start = Instant::now();
+    let (rs, rstop, rsent) = (r as usize, Arc::clone(&stop), Arc::clone(&sent));
+    let receiver = std::thread::spawn(move || {
+        let t = load(12);
+        let r = rs as P;
+        let mut bufs: Vec<Vec<u8>> = (0..k).map(|_| vec![0u8; size]).collect();
+        let mrs: Vec<P> = bufs
+            .iter_mut()
+            .map(|b| t.reg_mr(r, b.as_mut_ptr(), b.len(), PTR_HOST).1)
+            .collect();
+        let mut slots: Vec<Option<P>> = vec![None; k];
+        let mut got = 0u64;
+        loop {
+            let total = rsent.load(Ordering::Acquire);
+            if got == total {
+                break;
+            }
+            for (i, slot) in slots.iter_mut().enumerate() {
+                match slot {
+                    None if !rstop.load(Ordering::Relaxed) => {
+                        let b = &mut bufs[i];
+                        let (rc, req) = t.irecv(r, &[(b.as_mut_ptr(), size)], &[1], &[mrs[i]]);
+                        assert_eq!(rc, 0, "irecv");
+                        *slot = (!req.is_null()).then_some(req);
+                    }
+                    Some(req) => {
+                        let mut sz = [0 as c_int; 1];
+                        let (rc, done) = t.test(*req, &mut sz);
+                        assert_eq!(rc, 0, "test recv");
+                        if done {
+                            assert_eq!(sz[0] as usize, size);
+                            got += 1;
+                            *slot = None;
+                        }
+                    }
+                    None => {}
+                }
+            }
+        }
+        // Receives posted beyond the last message are abandoned with the comm.
+        assert_eq!(t.close_recv(r), 0);
+        for m in mrs {
+            let _ = t.dereg_mr(r, m);
+        }
+        got
+    });
+    let mut buf = vec![0x5au8; size];
+    let (_, mr) = t.reg_mr(s, buf.as_mut_ptr(), buf.len(), PTR_HOST);
+    let deadline = start + Duration::from_secs_f64(secs());
+    let mut pending: Vec<P> = Vec::new();
+    let mut n = 0u64;
+    while Instant::now() < deadline || !pending.is_empty() {
+        if Instant::now() < deadline && pending.len() < k {
+            let (rc, req) = t.isend(s, buf.as_mut_ptr(), size, 1, mr);
+            assert_eq!(rc, 0, "isend");
+            if !req.is_null() {
+                pending.push(req);
+                n += 1;
+            }
+        }
+        pending.retain(|req| {
+            let mut sz = [0 as c_int; 1];
+            let (rc, done) = t.test(*req, &mut sz);
+            assert_eq!(rc, 0, "test send");
+            !done
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    sent.store(n, Ordering::Release);
+    let got = receiver.join().expect("receiver");
+    let wall = start.elapsed().as_secs_f64();
+    assert_eq!(got, n);
+    let (mbps, cpu) = rate(
+        n * size as u64,
+        wall,
+        zcnet_sys::os::process_cpu_seconds() - cpu0,
+    );
+    assert_eq!(t.dereg_mr(s, mr), 0);
+    assert_eq!(t.close_send(s), 0);
+    assert_eq!(t.close_listen(l), 0);
+    println!("RATE {mbps} {cpu}");
+}
+
+fn run_plugin(size: usize, tx: &str, rx: &str, nsocks: u32) -> Rate {
+    let out = Command::new(std::env::current_exe().expect("exe"))
+        .env("ZCNET_OVERHEAD_ROLE", "plugin")
+        .env("ZCNET_OVERHEAD_SIZE", size.to_string())
+        .env("ZCNET_NCCL_TX", tx)
+        .env("ZCNET_NCCL_RX", rx)
+        .env("ZCNET_NCCL_NSOCKS", nsocks.to_string())
+        .env("ZCNET_NCCL_IFACE", "=lo")
+        .output()
+        .expect("spawn");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("RATE "))
+        .unwrap_or_else(|| {
+            panic!(
+                "plugin run failed: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let v: Vec<f64> = line
+        .split(' ')
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    (v[0], v[1])
+}
+
+fn main() {
+    if std::env::var("ZCNET_OVERHEAD_ROLE").as_deref() == Ok("plugin") {
+        let size = std::env::var("ZCNET_OVERHEAD_SIZE")
+            .expect("size")
+            .parse()
+            .expect("size");
+        plugin(size);
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    println!("plugin overhead over loopback TCP, {} s per case", secs());
+    println!(
+        "{:>6} {:>9} {:>6} {:>6} | {:>9} {:>8} | {:>9} {:>8} | {:>6}",
+        "size", "tx", "rx", "socks", "zcnet MB/s", "CPU s/GB", "plugin MB/s", "CPU s/GB", "ratio"
+    );
+    for size in [1usize << 20, 64 << 20] {
+        for tx in ["copy", "uring", "uring-zc", "auto"] {
+            let base = baseline(tx, size);
+            for (rx, nsocks) in [("copy", 1), ("uring", 1), ("uring", 2)] {
+                let p = run_plugin(size, tx, rx, nsocks);
+                println!(
+                    "{:>5}M {:>9} {:>6} {:>6} | {:>10.0} {:>8.3} | {:>11.0} {:>8.3} | {:>5.2}x",
+                    size >> 20,
+                    tx,
+                    rx,
+                    nsocks,
+                    base.0,
+                    base.1,
+                    p.0,
+                    p.1,
+                    p.0 / base.0
+                );
+            }
+        }
+    }
+}
