@@ -1,0 +1,52 @@
+//! # zcnet-tools: applications built on zcnet
+//!
+//! The measurement tools are applications of the library, not the library: they live here,
+//! above `zcnet`, so that a program embedding zcnet does not carry them.
+//!
+//! Today this crate holds [`perf::proto`], iperf3's control and data protocol as sans-IO state
+//! machines: no sockets, no syscalls, no clock (time is passed in). `zcnet perf` will drive it
+//! with real sockets so that it can run against an unmodified `iperf3 -s`, and an unmodified
+//! `iperf3 -c` against it.
+//!
+//! ```text
+//!  zcnet perf (CLI) ─► sockets, timers, zcnet Sender/Receiver   (the caller: all I/O)
+//!                          │ bytes in, time, events      ▲ actions: bytes out, start, stop…
+//!                          ▼                             │
+//!                  perf::proto::{ClientControl, ServerControl}
+//!                  perf::proto::{TestParams, TestResults, Cookie, State, FrameDecoder}
+//!                  perf::proto::udp::{UdpHeader, UdpRecvStats}
+//! ```
+//!
+//! The first steps of a test, the client machine's writes handed to the server machine and
+//! back (the crate's tests play whole conversations this way, faults included):
+//!
+//! ```
+//! use std::time::Duration;
+//! use zcnet_tools::perf::proto::*;
+//!
+//! let now = Duration::ZERO;
+//! let cookie = Cookie::from_random(&[42; 36]); // the caller draws the random bytes
+//! let params = TestParams { time: 5, parallel: 2, ..TestParams::default() };
+//! let mut client = ClientControl::new(ClientConfig::default(), cookie, params).unwrap();
+//! let mut server = ServerControl::new(ServerConfig::default(), now);
+//!
+//! let sent = |actions: Vec<ClientAction>| -> Vec<u8> {
+//!     actions.into_iter().flat_map(|a| match a { ClientAction::Send(b) => b, _ => vec![] }).collect()
+//! };
+//! // cookie → PARAM_EXCHANGE
+//! let answer = server.on_bytes(now, &sent(client.connected(now)));
+//! let ServerAction::Send(param_exchange) = &answer[0] else { panic!() };
+//! // PARAM_EXCHANGE → parameter block → the server has the parameters
+//! let block = sent(client.on_bytes(now, param_exchange));
+//! let answer = server.on_bytes(now, &block);
+//! let ServerAction::Params(got) = &answer[0] else { panic!() };
+//! assert_eq!((got.time, got.parallel), (5, 2));
+//! // the caller opens the data listener → CREATE_STREAMS → the client connects two streams
+//! let ServerAction::Send(create) = &server.listening(now)[0] else { panic!() };
+//! let actions = client.on_bytes(now, create);
+//! assert_eq!(actions, vec![ClientAction::CreateStreams(stream_plan(client.params()))]);
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod perf;
