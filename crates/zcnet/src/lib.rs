@@ -1,8 +1,13 @@
 //! # zcnet: zero-copy networking for Linux, with honest accounting
 //!
-//! ```no_run
+//! ```
 //! use zcnet::{Region, Sender, Socket, TxConfig, TxMode};
-//! let stream = std::net::TcpStream::connect("127.0.0.1:5201")?;
+//! # let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+//! # let addr = listener.local_addr()?;
+//! # let drain = std::thread::spawn(move || -> std::io::Result<u64> {
+//! #     std::io::copy(&mut listener.accept()?.0, &mut std::io::sink())
+//! # });
+//! let stream = std::net::TcpStream::connect(addr)?; // a receiver on loopback
 //! let cfg = TxConfig::new(TxMode::UringZc);
 //! let region = Region::anonymous(zcnet::tx::region_len(&cfg))?;
 //! let mut tx = Sender::new(Socket::from(stream), region, &cfg)?;
@@ -13,6 +18,7 @@
 //! }
 //! let stats = tx.finish()?;
 //! println!("{} B, {:?} zero-copy", stats.bytes, stats.zerocopy_fraction());
+//! # assert_eq!(drain.join().expect("drain")?, 5000);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -20,6 +26,11 @@
 //! (regions, send backends, the namespace lab, benchmarks) ← `zcnet-cli` (the `zcnet` command).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+/// The code blocks of README.md, compiled and run as doctests (`cargo test --doc -p zcnet`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
 
 pub mod bench;
 pub mod echo;
