@@ -107,7 +107,11 @@ pub(crate) fn post_recv(m: &mut RecvMatch, id: u64, tags: &[i32], lens: &[usize]
     if m.pending() >= crate::abi::NET_MAX_REQUESTS {
         return Ok(false);
     }
-    let slots: Vec<(i32, u64)> = tags.iter().zip(lens).map(|(t, l)| (*t, *l as u64)).collect();
+    let slots: Vec<(i32, u64)> = tags
+        .iter()
+        .zip(lens)
+        .map(|(t, l)| (*t, *l as u64))
+        .collect();
     m.post(id, &slots)
         .map_err(|e| PluginError::Invalid(format!("irecv: {e}")))?;
     Ok(true)
@@ -122,6 +126,77 @@ pub(crate) fn check_closed(closed: &[bool], pending: usize) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// What the four backends (send and receive, over sockets or io_uring) share: the requests, and
+/// a pump that moves whatever can move without blocking. The calls NCCL makes are written once,
+/// below, in terms of these.
+pub(crate) trait Backend {
+    /// What a request lends (a buffer, or the buffers of a grouped receive).
+    type Buf;
+    /// What `test` reports when a request is done.
+    type Out;
+    /// The requests.
+    fn reqs(&mut self) -> &mut Requests<Self::Buf, Self::Out>;
+    /// Moves what can move now; an error fails the comm.
+    fn pump(&mut self) -> Result<()>;
+
+    /// Pumps unless the comm already failed, recording the first failure.
+    fn progress(&mut self) {
+        if self.reqs().error.is_none() {
+            if let Err(e) = self.pump() {
+                self.reqs().fail(e);
+            }
+        }
+    }
+
+    /// Records a request the scheduler accepted, and makes progress; its id.
+    fn start(&mut self, b: Self::Buf) -> u64 {
+        let id = self.reqs().add(b);
+        self.progress();
+        id
+    }
+
+    /// `test` of request `id` (`what`: "send" or "receive").
+    fn test_request(&mut self, id: u64, what: &str) -> Result<Option<Self::Out>> {
+        self.progress();
+        self.reqs().test(id, what)
+    }
+}
+
+/// A sending backend.
+pub(crate) trait SendBackend: Backend<Out = u64> {
+    /// Its chunk scheduler.
+    fn sched(&mut self) -> &mut SendSched;
+    /// The request's buffer as this backend keeps it.
+    fn lend(buf: ForeignBuf) -> Self::Buf;
+}
+
+/// A receiving backend.
+pub(crate) trait RecvBackend: Backend<Out = Vec<u64>> {
+    /// Its matcher.
+    fn matcher(&mut self) -> &mut RecvMatch;
+    /// The request's buffers as this backend keeps them.
+    fn lend(bufs: Vec<ForeignBuf>) -> Self::Buf;
+}
+
+fn isend_on<B: SendBackend>(b: &mut B, buf: ForeignBuf, tag: i32) -> Result<Option<u64>> {
+    b.reqs().check()?;
+    let id = b.reqs().next_id();
+    if !post_send(b.sched(), id, tag, buf.len())? {
+        return Ok(None);
+    }
+    Ok(Some(b.start(B::lend(buf))))
+}
+
+fn irecv_on<B: RecvBackend>(b: &mut B, bufs: Vec<ForeignBuf>, tags: &[i32]) -> Result<Option<u64>> {
+    b.reqs().check()?;
+    let id = b.reqs().next_id();
+    let lens: Vec<usize> = bufs.iter().map(ForeignBuf::len).collect();
+    if !post_recv(b.matcher(), id, tags, &lens)? {
+        return Ok(None);
+    }
+    Ok(Some(b.start(B::lend(bufs))))
 }
 
 pub(crate) fn would_block(e: &std::io::Error) -> bool {
@@ -164,16 +239,16 @@ impl SendComm {
     /// Queues `buf` (tagged `tag`); `None` when too many sends are outstanding (NCCL retries).
     pub fn isend(&mut self, buf: ForeignBuf, tag: i32) -> Result<Option<u64>> {
         match self {
-            SendComm::Sock(s) => s.isend(buf, tag),
-            SendComm::Uring(u) => u.isend(buf, tag),
+            SendComm::Sock(s) => isend_on(&mut **s, buf, tag),
+            SendComm::Uring(u) => isend_on(&mut **u, buf, tag),
         }
     }
 
     /// Whether send `id` is complete (and its size); forgets it when it is.
     pub fn test(&mut self, id: u64) -> Result<Option<u64>> {
         match self {
-            SendComm::Sock(s) => s.test(id),
-            SendComm::Uring(u) => u.test(id),
+            SendComm::Sock(s) => s.test_request(id, "send"),
+            SendComm::Uring(u) => u.test_request(id, "send"),
         }
     }
 
@@ -208,7 +283,9 @@ impl RecvComm {
     /// `uring` falls back to `copy`, with a log line.
     pub fn new(socks: Vec<TcpStream>, max_chunk: u32, mode: RxMode) -> Result<RecvComm> {
         if mode == RxMode::Copy {
-            return Ok(RecvComm::Sock(Box::new(sock::SockRecv::new(socks, max_chunk))));
+            return Ok(RecvComm::Sock(Box::new(sock::SockRecv::new(
+                socks, max_chunk,
+            ))));
         }
         match uring::new_ring(socks.len()) {
             Ok(ring) => Ok(RecvComm::Uring(Box::new(uring::UringRecv::new(
@@ -218,7 +295,9 @@ impl RecvComm {
                 crate::log::warn(&format!(
                     "ZCNET_NCCL_RX=uring: io_uring unavailable ({e}); receiving with recv()"
                 ));
-                Ok(RecvComm::Sock(Box::new(sock::SockRecv::new(socks, max_chunk))))
+                Ok(RecvComm::Sock(Box::new(sock::SockRecv::new(
+                    socks, max_chunk,
+                ))))
             }
         }
     }
@@ -226,16 +305,16 @@ impl RecvComm {
     /// Posts a grouped receive of `bufs` with `tags`; `None` when 32 are already posted.
     pub fn irecv(&mut self, bufs: Vec<ForeignBuf>, tags: &[i32]) -> Result<Option<u64>> {
         match self {
-            RecvComm::Sock(s) => s.irecv(bufs, tags),
-            RecvComm::Uring(u) => u.irecv(bufs, tags),
+            RecvComm::Sock(s) => irecv_on(&mut **s, bufs, tags),
+            RecvComm::Uring(u) => irecv_on(&mut **u, bufs, tags),
         }
     }
 
     /// The sizes received by `id` once complete (and forgets it).
     pub fn test(&mut self, id: u64) -> Result<Option<Vec<u64>>> {
         match self {
-            RecvComm::Sock(s) => s.test(id),
-            RecvComm::Uring(u) => u.test(id),
+            RecvComm::Sock(s) => s.test_request(id, "receive"),
+            RecvComm::Uring(u) => u.test_request(id, "receive"),
         }
     }
 }

@@ -118,7 +118,11 @@ impl ForeignRing {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => IoUring::new(entries)?,
             Err(e) => return Err(e),
         };
-        let slots = if fixed_slots > 0 && ring.submitter().register_buffers_sparse(fixed_slots).is_ok()
+        let slots = if fixed_slots > 0
+            && ring
+                .submitter()
+                .register_buffers_sparse(fixed_slots)
+                .is_ok()
         {
             fixed_slots as usize
         } else {
@@ -155,9 +159,11 @@ impl ForeignRing {
         // SAFETY: `mr`'s creator promised the range stays mapped while `mr` lives; we keep `mr`
         // in `self.fixed[idx]` until the slot is cleared again (`unregister` or drop).
         unsafe {
-            self.ring
-                .submitter()
-                .register_buffers_update(idx as u32, std::slice::from_ref(&iov), None)?
+            self.ring.submitter().register_buffers_update(
+                idx as u32,
+                std::slice::from_ref(&iov),
+                None,
+            )?
         };
         self.fixed[idx] = Some(mr);
         Ok(idx as u16)
@@ -259,22 +265,7 @@ impl ForeignRing {
 
     /// Submits and waits up to `timeout` for at least one completion (a timeout is not an error).
     pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
-        let ts = types::Timespec::new()
-            .sec(timeout.as_secs())
-            .nsec(timeout.subsec_nanos());
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        crate::uring::submit_and_wait(&self.ring, 1, timeout)
     }
 
     /// Takes every available completion, dropping the buffer reference with each final CQE.
@@ -411,14 +402,19 @@ mod tests {
             ..send.clone()
         };
         ring.push(2, &rest).expect("push");
-        assert_eq!(ring.push(2, &rest).err().and_then(|e| e.raw_os_error()), Some(libc::EBUSY));
+        assert_eq!(
+            ring.push(2, &rest).err().and_then(|e| e.raw_os_error()),
+            Some(libc::EBUSY)
+        );
         ring.submit().expect("submit");
         let mut got = vec![0u8; len];
         b.read_exact(&mut got).expect("read");
         assert_eq!(got, data);
         let cqes = collect(&mut ring, 2);
         assert!(cqes.iter().any(|c| c.tag == 1 && c.res == 1000));
-        assert!(cqes.iter().any(|c| c.tag == 2 && c.res == (len - 1000) as i32));
+        assert!(cqes
+            .iter()
+            .any(|c| c.tag == 2 && c.res == (len - 1000) as i32));
         assert_eq!(ring.in_flight(), 0);
         if let Ok(i) = idx {
             ring.unregister(i).expect("unregister");
@@ -471,14 +467,26 @@ mod tests {
             link: false,
         };
         let err = |r: io::Result<()>| r.err().and_then(|e| e.raw_os_error());
-        assert_eq!(err(ring.push(1, &req)), Some(libc::EINVAL), "outside the buffer");
+        assert_eq!(
+            err(ring.push(1, &req)),
+            Some(libc::EINVAL),
+            "outside the buffer"
+        );
         req.off = 0;
-        assert_eq!(err(ring.push(u64::MAX, &req)), Some(libc::EBUSY), "reserved tag");
+        assert_eq!(
+            err(ring.push(u64::MAX, &req)),
+            Some(libc::EBUSY),
+            "reserved tag"
+        );
         let zc = Request {
             op: Op::SendZc { fixed: Some(0) },
             ..req.clone()
         };
-        assert_eq!(err(ring.push(1, &zc)), Some(libc::EFAULT), "no such fixed buffer");
+        assert_eq!(
+            err(ring.push(1, &zc)),
+            Some(libc::EFAULT),
+            "no such fixed buffer"
+        );
         // SAFETY: never used for I/O: the table is absent.
         let mr = unsafe { ForeignMr::new(into.as_ptr() as usize, 64) };
         assert_eq!(

@@ -209,22 +209,7 @@ impl Ring {
     /// Submits and waits for at least `want` completions or `timeout`, whichever first.
     /// A timeout is not an error.
     pub fn submit_and_wait(&mut self, want: usize, timeout: Duration) -> io::Result<()> {
-        let ts = types::Timespec::new()
-            .sec(timeout.as_secs())
-            .nsec(timeout.subsec_nanos());
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(want, &args) {
-            Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-                ) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        submit_and_wait(&self.ring, want, timeout)
     }
 
     /// Takes every available completion, handing the slot back with each final CQE.
@@ -252,6 +237,28 @@ impl Ring {
                 slot,
             });
         }
+    }
+}
+
+/// Submits what `ring` has queued and waits for `want` completions or `timeout`, whichever comes
+/// first (IORING_ENTER_EXT_ARG, Linux 5.11). A timeout, a signal or a full completion queue
+/// (`ETIME`, `EINTR`, `EBUSY`) is not an error: the caller reaps what is there and decides.
+pub(crate) fn submit_and_wait(ring: &IoUring, want: usize, timeout: Duration) -> io::Result<()> {
+    let ts = types::Timespec::new()
+        .sec(timeout.as_secs())
+        .nsec(timeout.subsec_nanos());
+    let args = types::SubmitArgs::new().timespec(&ts);
+    match ring.submitter().submit_with_args(want, &args) {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
     }
 }
 

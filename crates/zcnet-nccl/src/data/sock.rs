@@ -1,7 +1,7 @@
 //! The `copy` backend: `send()`/`recv()` on non-blocking sockets, as far as each goes without
 //! blocking, every time NCCL calls in.
 
-use super::{would_block, Requests, MAX_MESSAGE, MAX_RECVS};
+use super::{would_block, Backend, RecvBackend, Requests, SendBackend, MAX_MESSAGE, MAX_RECVS};
 use crate::error::{PluginError, Result};
 use std::io::Read;
 use std::net::TcpStream;
@@ -38,33 +38,8 @@ impl SockSend {
         }
     }
 
-    /// Queues `buf` (tagged `tag`); `None` when too many sends are outstanding (NCCL retries).
-    pub fn isend(&mut self, buf: ForeignBuf, tag: i32) -> Result<Option<u64>> {
-        self.reqs.check()?;
-        if !super::post_send(&mut self.sched, self.reqs.next_id(), tag, buf.len())? {
-            return Ok(None);
-        }
-        let id = self.reqs.add(buf);
-        self.progress();
-        Ok(Some(id))
-    }
-
-    /// Whether send `id` is complete (and its size); forgets it when it is.
-    pub fn test(&mut self, id: u64) -> Result<Option<u64>> {
-        self.progress();
-        self.reqs.test(id, "send")
-    }
-
-    /// Writes what the sockets take now.
-    fn progress(&mut self) {
-        if self.reqs.error.is_none() {
-            if let Err(e) = self.pump() {
-                self.reqs.fail(e);
-            }
-        }
-    }
-
-    fn pump(&mut self) -> Result<()> {
+    /// Moves what the sockets take or give now.
+    fn move_now(&mut self) -> Result<()> {
         loop {
             let mut moved = false;
             for i in 0..self.socks.len() {
@@ -177,33 +152,8 @@ impl SockRecv {
         }
     }
 
-    /// Posts a grouped receive of `bufs` with `tags`; `None` when 32 are already posted.
-    pub fn irecv(&mut self, bufs: Vec<ForeignBuf>, tags: &[i32]) -> Result<Option<u64>> {
-        self.reqs.check()?;
-        let lens: Vec<usize> = bufs.iter().map(ForeignBuf::len).collect();
-        if !super::post_recv(&mut self.matcher, self.reqs.next_id(), tags, &lens)? {
-            return Ok(None);
-        }
-        let id = self.reqs.add(bufs);
-        self.progress();
-        Ok(Some(id))
-    }
-
-    /// The sizes received by `id` once complete (and forgets it).
-    pub fn test(&mut self, id: u64) -> Result<Option<Vec<u64>>> {
-        self.progress();
-        self.reqs.test(id, "receive")
-    }
-
-    fn progress(&mut self) {
-        if self.reqs.error.is_none() {
-            if let Err(e) = self.pump() {
-                self.reqs.fail(e);
-            }
-        }
-    }
-
-    fn pump(&mut self) -> Result<()> {
+    /// Moves what the sockets take or give now.
+    fn move_now(&mut self) -> Result<()> {
         loop {
             let mut moved = false;
             for i in 0..self.socks.len() {
@@ -324,5 +274,45 @@ impl SockRecv {
                 }
             }
         }
+    }
+}
+
+impl Backend for SockSend {
+    type Buf = ForeignBuf;
+    type Out = u64;
+    fn reqs(&mut self) -> &mut Requests<ForeignBuf, u64> {
+        &mut self.reqs
+    }
+    fn pump(&mut self) -> Result<()> {
+        self.move_now()
+    }
+}
+
+impl SendBackend for SockSend {
+    fn sched(&mut self) -> &mut SendSched {
+        &mut self.sched
+    }
+    fn lend(buf: ForeignBuf) -> ForeignBuf {
+        buf
+    }
+}
+
+impl Backend for SockRecv {
+    type Buf = Vec<ForeignBuf>;
+    type Out = Vec<u64>;
+    fn reqs(&mut self) -> &mut Requests<Vec<ForeignBuf>, Vec<u64>> {
+        &mut self.reqs
+    }
+    fn pump(&mut self) -> Result<()> {
+        self.move_now()
+    }
+}
+
+impl RecvBackend for SockRecv {
+    fn matcher(&mut self) -> &mut RecvMatch {
+        &mut self.matcher
+    }
+    fn lend(bufs: Vec<ForeignBuf>) -> Vec<ForeignBuf> {
+        bufs
     }
 }

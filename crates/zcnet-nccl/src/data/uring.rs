@@ -18,7 +18,7 @@
 //! The sockets are blocking (io_uring returns `EAGAIN` to us on `O_NONBLOCK` files instead of
 //! waiting): io_uring waits for them, the calling thread never does.
 
-use super::{check_closed, post_recv, post_send, Requests, MAX_MESSAGE, MAX_RECVS};
+use super::{check_closed, Backend, RecvBackend, Requests, SendBackend, MAX_MESSAGE, MAX_RECVS};
 use crate::devices::TxMode;
 use crate::error::{PluginError, Result};
 use std::collections::{HashMap, HashSet};
@@ -171,32 +171,8 @@ impl UringSend {
         }
     }
 
-    /// Queues `buf` (tagged `tag`); `None` when too many sends are outstanding.
-    pub fn isend(&mut self, buf: ForeignBuf, tag: i32) -> Result<Option<u64>> {
-        self.reqs.check()?;
-        if !post_send(&mut self.sched, self.reqs.next_id(), tag, buf.len())? {
-            return Ok(None);
-        }
-        let id = self.reqs.add(Arc::new(buf));
-        self.progress();
-        Ok(Some(id))
-    }
-
-    /// Whether send `id` is complete (and its size); forgets it when it is.
-    pub fn test(&mut self, id: u64) -> Result<Option<u64>> {
-        self.progress();
-        self.reqs.test(id, "send")
-    }
-
-    fn progress(&mut self) {
-        if self.reqs.error.is_none() {
-            if let Err(e) = self.pump() {
-                self.reqs.fail(e);
-            }
-        }
-    }
-
-    fn pump(&mut self) -> Result<()> {
+    /// Queues what can go, submits, and reaps what completed.
+    fn move_now(&mut self) -> Result<()> {
         loop {
             let mut moved = false;
             for i in 0..self.socks.len() {
@@ -306,10 +282,9 @@ impl UringSend {
     }
 
     fn complete(&mut self, c: Cqe) -> Result<()> {
-        let op = *self
-            .ops
-            .get(&c.tag)
-            .ok_or_else(|| PluginError::Internal(format!("completion for unknown tag {}", c.tag)))?;
+        let op = *self.ops.get(&c.tag).ok_or_else(|| {
+            PluginError::Internal(format!("completion for unknown tag {}", c.tag))
+        })?;
         if c.last {
             self.ops.remove(&c.tag);
         }
@@ -452,33 +427,8 @@ impl UringRecv {
         Ok(r)
     }
 
-    /// Posts a grouped receive of `bufs` with `tags`; `None` when 32 are already posted.
-    pub fn irecv(&mut self, bufs: Vec<ForeignBuf>, tags: &[i32]) -> Result<Option<u64>> {
-        self.reqs.check()?;
-        let lens: Vec<usize> = bufs.iter().map(ForeignBuf::len).collect();
-        if !post_recv(&mut self.matcher, self.reqs.next_id(), tags, &lens)? {
-            return Ok(None);
-        }
-        let id = self.reqs.add(bufs.into_iter().map(Arc::new).collect());
-        self.progress();
-        Ok(Some(id))
-    }
-
-    /// The sizes received by `id` once complete (and forgets it).
-    pub fn test(&mut self, id: u64) -> Result<Option<Vec<u64>>> {
-        self.progress();
-        self.reqs.test(id, "receive")
-    }
-
-    fn progress(&mut self) {
-        if self.reqs.error.is_none() {
-            if let Err(e) = self.pump() {
-                self.reqs.fail(e);
-            }
-        }
-    }
-
-    fn pump(&mut self) -> Result<()> {
+    /// Queues what can go, submits, and reaps what completed.
+    fn move_now(&mut self) -> Result<()> {
         loop {
             let mut moved = false;
             for i in 0..self.socks.len() {
@@ -616,5 +566,45 @@ impl UringRecv {
             self.reqs.finish(id, sizes);
         }
         Ok(())
+    }
+}
+
+impl Backend for UringSend {
+    type Buf = Arc<ForeignBuf>;
+    type Out = u64;
+    fn reqs(&mut self) -> &mut Requests<Arc<ForeignBuf>, u64> {
+        &mut self.reqs
+    }
+    fn pump(&mut self) -> Result<()> {
+        self.move_now()
+    }
+}
+
+impl SendBackend for UringSend {
+    fn sched(&mut self) -> &mut SendSched {
+        &mut self.sched
+    }
+    fn lend(buf: ForeignBuf) -> Arc<ForeignBuf> {
+        Arc::new(buf)
+    }
+}
+
+impl Backend for UringRecv {
+    type Buf = Vec<Arc<ForeignBuf>>;
+    type Out = Vec<u64>;
+    fn reqs(&mut self) -> &mut Requests<Vec<Arc<ForeignBuf>>, Vec<u64>> {
+        &mut self.reqs
+    }
+    fn pump(&mut self) -> Result<()> {
+        self.move_now()
+    }
+}
+
+impl RecvBackend for UringRecv {
+    fn matcher(&mut self) -> &mut RecvMatch {
+        &mut self.matcher
+    }
+    fn lend(bufs: Vec<ForeignBuf>) -> Vec<Arc<ForeignBuf>> {
+        bufs.into_iter().map(Arc::new).collect()
     }
 }
