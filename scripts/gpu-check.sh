@@ -112,6 +112,21 @@ else
   row "veth" SKIP "needs root and iproute2"
 fi
 
+# 5. A real NCCL run over the plugin against NCCL's socket transport (PyTorch needed; the plugin
+#    built beside zcnet: target/release/libnccl_net_zcnet.so, or GPU_CHECK_PLUGIN).
+PLUGIN=${GPU_CHECK_PLUGIN:-$(dirname "$ZCNET")/libnccl_net_zcnet.so}
+if [ -f "$PLUGIN" ]; then
+  python3 "$(dirname "$0")/nccl-torch-check.py" "$PLUGIN" >"$out/nccl.txt" 2>&1; rc=$?
+  cat "$out/nccl.txt"
+  case $rc in
+    0) row "NCCL all_reduce + send/recv over zcnet" PASS "$(grep -m1 '^zcnet' "$out/nccl.txt")" ;;
+    77) row "NCCL over zcnet" SKIP "$(tail -1 "$out/nccl.txt")" ;;
+    *) row "NCCL over zcnet" FAIL "$(grep -m1 FAIL "$out/nccl.txt")" ;;
+  esac
+else
+  row "NCCL over zcnet" SKIP "no plugin at $PLUGIN (cargo build --release -p zcnet-nccl)"
+fi
+
 # 4. Bad input: a device that does not exist.
 e=$("$ZCNET" send 127.0.0.1:9 --mem cuda:99 --bytes 1M 2>&1); rc=$?
 [ $rc -eq 2 ] && row "cuda:99 refused (exit 2)" PASS "$e" || row "cuda:99 refused (exit 2)" FAIL "rc=$rc $e"
