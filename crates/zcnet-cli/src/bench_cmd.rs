@@ -1,10 +1,9 @@
 //! `zcnet bench tx` and `zcnet bench rx`: the tables, the JSON documents, the progress lines.
 
-use crate::units::parse_size;
+use crate::units::{count_arg, seconds_arg, size_arg, total_arg, MAX_BUFFER, MAX_INFLIGHT};
 use crate::{BenchRxArgs, BenchTxArgs};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
-use std::time::Duration;
 use zcnet::bench::{self, PathKind, Progress, TxBenchConfig, TxReport, RAW_BASELINE};
 use zcnet::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
 use zcnet::{Error, MemoryKind, RxMode, TxMode};
@@ -45,30 +44,52 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         a.tx.iter()
             .map(|m| TxMode::parse(m.trim()))
             .collect::<Result<Vec<_>, _>>()?;
-    let sizes = a
-        .size
-        .iter()
-        .map(|s| parse_size(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Every argument is checked before any lab is made or memory allocated (exit code 2).
+    let inflight = count_arg("--inflight", a.inflight, MAX_INFLIGHT)?;
+    let duration = seconds_arg("--duration", a.duration)?;
+    let mut sizes = Vec::new();
+    for s in &a.size {
+        let size = size_arg("--size", s.trim(), MAX_BUFFER)?;
+        total_arg(("--size", size), ("--inflight", inflight))?;
+        let on_sink = bench::effective_size(PathKind::Sink, size);
+        if paths.contains(&PathKind::Sink) && on_sink > bench::UDP_MAX_PAYLOAD {
+            return Err(Error::invalid_input(format!(
+                "--size {} ({on_sink} B) is larger than one UDP datagram can carry ({} B over IPv4) on the sink path: use a smaller --size, or leave sink out of --path",
+                s.trim(),
+                bench::UDP_MAX_PAYLOAD
+            )));
+        }
+        sizes.push(size);
+    }
     let memory = crate::sendrecv::parse_mem(&a.mem)?;
     if memory.is_device() {
         // Fail before any lab is made when there is no GPU (one line, with the fix).
         zcnet::gpu::devices()?;
     }
-    if !(a.duration > 0.0 && a.duration.is_finite()) || a.inflight == 0 || a.inflight > 4096 {
-        return Err(Error::invalid_input(
-            "bad --duration or --inflight: give a positive duration and 1..=4096 in flight",
-        ));
-    }
     Ok(TxBenchConfig {
         paths,
         modes,
         sizes,
-        duration: Duration::from_secs_f64(a.duration),
-        inflight: a.inflight,
+        duration,
+        inflight,
         memory,
         baseline: !a.no_baseline,
     })
+}
+
+/// The end of a bench run: `Ok` when every case ran, else an error saying how many of them
+/// failed (their rows say why), so that the command exits 1 — a table with failed rows is not
+/// a successful run.
+pub(crate) fn all_ran(bench: &str, failed: usize, total: usize) -> Result<(), Error> {
+    if failed == 0 {
+        return Ok(());
+    }
+    Err(Error::io(
+        bench.to_string(),
+        std::io::Error::other(format!(
+            "{failed} of {total} case(s) failed (their rows say why)"
+        )),
+    ))
 }
 
 /// A progress line on stderr: rewritten in place on a terminal, one line per case otherwise.
@@ -114,7 +135,8 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
     } else {
         print_table(&report);
     }
-    Ok(())
+    let failed = report.rows.iter().filter(|r| r.error.is_some()).count();
+    all_ran("bench tx", failed, report.rows.len())
 }
 
 fn print_json(r: &TxReport) {
@@ -240,28 +262,34 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
         a.rx.iter()
             .map(|m| RxMode::parse(m.trim()))
             .collect::<Result<Vec<_>, _>>()?;
-    let size = parse_size(&a.size)?;
-    let buf_size = a.buf_size.as_deref().map(parse_size).transpose()?;
-    if !(a.duration > 0.0 && a.duration.is_finite())
-        || a.connections == 0
-        || a.threads == 0
-        || a.buffers == Some(0)
-    {
-        return Err(Error::invalid_input(
-            "bad --duration, --connections, --threads or --buffers: give positive values",
-        ));
+    // Every argument is checked before any lab is made or memory allocated (exit code 2).
+    let size = size_arg("--size", &a.size, MAX_BUFFER)?;
+    let buf_size = a
+        .buf_size
+        .as_deref()
+        .map(|b| size_arg("--buf-size", b, MAX_BUFFER))
+        .transpose()?;
+    let buffers = a
+        .buffers
+        .map(|n| count_arg("--buffers", n, usize::MAX))
+        .transpose()?;
+    if let (Some(b), Some(n)) = (buf_size, buffers) {
+        total_arg(("--buf-size", b), ("--buffers", n))?;
     }
+    let connections = count_arg("--connections", a.connections, usize::MAX)?;
+    let threads = count_arg("--threads", a.threads, usize::MAX)?;
+    let duration = seconds_arg("--duration", a.duration)?;
     Ok(RxBenchConfig {
         paths,
         modes,
         size,
-        connections: a.connections,
-        threads: a.threads,
-        duration: Duration::from_secs_f64(a.duration),
+        connections,
+        threads,
+        duration,
         cpu: a.cpu,
         full_check: a.verify,
         buf_size,
-        buffers: a.buffers,
+        buffers,
         bundle: !a.no_bundle,
         steer_rx: a.steer_rx,
     })
@@ -302,7 +330,13 @@ pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {
     } else {
         print_rx_table(&report);
     }
-    Ok(())
+    // A refused backend is a result (the kernel's answer), not a failure; an error is.
+    let failed = report
+        .rows
+        .iter()
+        .filter(|r| r.refused.is_none() && r.error.is_some())
+        .count();
+    all_ran("bench rx", failed, report.rows.len())
 }
 
 fn print_rx_json(r: &RxReport) {

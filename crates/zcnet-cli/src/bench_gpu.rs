@@ -3,11 +3,10 @@
 //! the ratios of docs/perf.md measured in one run.
 
 use crate::bench_cmd::{clear_progress, show_progress};
-use crate::units::parse_size;
+use crate::units::{seconds_arg, size_arg, MAX_BUFFER};
 use crate::BenchRxArgs;
 use serde::Serialize;
 use std::io::IsTerminal;
-use std::time::Duration;
 use zcnet::bench::PathKind;
 use zcnet::gpu::rxbench::{self, GpuRxBenchConfig, GpuRxProgress, GpuRxReport};
 use zcnet::{Error, MemoryKind};
@@ -52,17 +51,13 @@ fn config(a: &BenchRxArgs, memory: MemoryKind) -> Result<GpuRxBenchConfig, Error
         .iter()
         .map(|p| PathKind::parse(p.trim()))
         .collect::<Result<Vec<_>, _>>()?;
-    let size = parse_size(&a.size)?;
-    if !(a.duration > 0.0 && a.duration.is_finite()) || size == 0 {
-        return Err(Error::invalid_input(
-            "bad --duration or --size: give positive values",
-        ));
-    }
+    let size = size_arg("--size", &a.size, MAX_BUFFER)?;
+    let duration = seconds_arg("--duration", a.duration)?;
     Ok(GpuRxBenchConfig {
         paths,
         memory,
         size,
-        duration: Duration::from_secs_f64(a.duration),
+        duration,
         verify: a.verify,
         ..GpuRxBenchConfig::default()
     })
@@ -87,11 +82,12 @@ pub fn run_rx(a: &BenchRxArgs, memory: MemoryKind) -> Result<(), Error> {
     };
     let report = rxbench::run(&cfg, &mut progress)?;
     if a.json {
-        print_json(&report, memory)
+        print_json(&report, memory)?;
     } else {
         print_table(&report);
-        Ok(())
     }
+    let failed = report.rows.iter().filter(|r| r.error.is_some()).count();
+    crate::bench_cmd::all_ran("bench rx", failed, report.rows.len())
 }
 
 fn print_json(r: &GpuRxReport, memory: MemoryKind) -> Result<(), Error> {

@@ -134,14 +134,14 @@ struct GpuRecvJson {
 /// `zcnet recv --mem cuda[:N]`: the GPU memory is a ring of `--area` bytes.
 pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Error> {
     let addr = net::parse_addr(&a.listen)?;
-    let mut region = Region::new(memory, cfg.area_len)?;
-    if a.naive {
-        return naive_recv(a, addr, memory, region);
-    }
-    if a.verify && cfg.mode.is_device() {
+    if !a.naive && a.verify && cfg.mode.is_device() {
         return Err(Error::invalid_input(
             "--verify with --rx devmem: devmem hands out device descriptors; use --rx auto (staging verifies by copying back)",
         ));
+    }
+    let mut region = Region::new(memory, cfg.area_len)?;
+    if a.naive {
+        return naive_recv(a, addr, memory, region);
     }
     let prepared = gpu::PreparedReceive::new(&mut region, cfg)?;
     if a.verify && prepared.path() != gpu::GpuPath::Staging {
@@ -156,7 +156,7 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
         }
     }
     let listener = listen_announced(addr)?;
-    let (s, peer) = listener.accept().map_err(|e| Error::io("accept", e))?;
+    let (s, peer) = net::accept(&listener)?;
     let pattern = a.verify.then(|| Pattern::new(a.seed));
     let rep = prepared.run(s, &region, &StagingOptions::default(), pattern)?;
     if a.json {
@@ -242,9 +242,8 @@ fn naive_send(
     limit: Option<u64>,
     deadline: Option<Instant>,
 ) -> Result<(), Error> {
-    use std::io::Write;
     let mut region = Region::new(memory, size)?;
-    let mut stream = net::connect_tcp(addr)?;
+    let stream = net::connect_tcp(addr)?;
     let pattern = Pattern::new(a.seed);
     let mut host = vec![0u8; size];
     let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
@@ -255,9 +254,8 @@ fn naive_send(
             region.write_at(0, &host[..n])?;
         }
         region.read_at(0, &mut host[..n])?;
-        stream
-            .write_all(&host[..n])
-            .map_err(|e| Error::io("send", e))?;
+        // Interruptible: the CUDA driver's threads may be the ones a signal lands on.
+        net::send_all_interruptible(&stream, &host[..n]).map_err(|e| Error::io("send", e))?;
         offset += n as u64;
     }
     drop(stream);
@@ -277,7 +275,7 @@ fn naive_recv(
     mut region: Region,
 ) -> Result<(), Error> {
     let listener = listen_announced(addr)?;
-    let (s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
+    let (s, _) = net::accept(&listener)?;
     let pattern = a.verify.then(|| Pattern::new(a.seed));
     let rep = gpu::receive_naive(s, &mut region, pattern)?;
     report_naive(

@@ -66,14 +66,15 @@ pub struct BenchTxArgs {
         default_value = "copy,msg-zerocopy,uring,uring-zc,auto"
     )]
     pub tx: Vec<String>,
-    /// Payload sizes (K = 1024, M = 1024²); on sink, 64K is sent as 64000 B.
+    /// Payload sizes (K = 1024, M = 1024²; at most 64M); on sink, 64K is sent as 64000 B and
+    /// at most 65507 B fit a datagram.
     #[arg(long, value_delimiter = ',', default_value = "4K,16K,64K")]
     pub size: Vec<String>,
     /// Seconds per case.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub duration: f64,
-    /// Sends (buffers) in flight.
-    #[arg(long, default_value_t = 8)]
+    /// Sends (buffers) in flight (1 to 4096).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     pub inflight: usize,
     /// Buffer memory: host (4 KiB pages), hugepage (2 MiB pages; THP when none reserved), or
     /// cuda[:N] (GPU memory: devmem TX where the NIC can, else staged through pinned host memory).
@@ -104,16 +105,16 @@ pub struct BenchRxArgs {
     #[arg(long, default_value = "64K")]
     pub size: String,
     /// Client connections, each a closed loop (one request in flight).
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 24, allow_negative_numbers = true)]
     pub connections: usize,
     /// Client threads the connections are spread over.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
     pub threads: usize,
     /// Seconds per case.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub duration: f64,
     /// CPU the server thread is pinned to (default: the last one); clients use the others.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub cpu: Option<usize>,
     /// Check every byte of every response (default: length, first and last 16 bytes).
     #[arg(long)]
@@ -122,7 +123,7 @@ pub struct BenchRxArgs {
     #[arg(long)]
     pub buf_size: Option<String>,
     /// Receive buffers of the server (default 64).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub buffers: Option<usize>,
     /// uring: one completion per buffer instead of bundles.
     #[arg(long)]
@@ -142,27 +143,78 @@ pub struct BenchRxArgs {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // First, so that a signal at any later point is caught and the run stops on its normal path.
     if let Err(e) = zcnet::install_interrupt_handler() {
         eprintln!("zcnet: warning: {e}");
     }
+    let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     let r = match cli.cmd {
-        Cmd::Probe(a) => probe_cmd::run(&a),
-        Cmd::Nic(c) => match nic_cmd::run(&c) {
-            Ok(0) => Ok(()),
-            Ok(code) => std::process::exit(code),
-            Err(e) => Err(e),
-        },
-        Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a),
-        Cmd::Bench(BenchCmd::Rx(a)) => bench_cmd::run_rx(&a),
-        Cmd::Send(a) => sendrecv::send(&a),
-        Cmd::Recv(a) => sendrecv::recv(&a),
-        Cmd::Lab(LabCmd::Cleanup) => lab_cleanup(),
+        Cmd::Probe(a) => probe_cmd::run(&a).map(|()| 0),
+        Cmd::Nic(c) => nic_cmd::run(&c),
+        Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a).map(|()| 0),
+        Cmd::Bench(BenchCmd::Rx(a)) => bench_cmd::run_rx(&a).map(|()| 0),
+        Cmd::Send(a) => sendrecv::send(&a).map(|()| 0),
+        Cmd::Recv(a) => sendrecv::recv(&a).map(|()| 0),
+        Cmd::Lab(LabCmd::Cleanup) => lab_cleanup().map(|()| 0),
     };
-    if let Err(e) = r {
-        eprintln!("zcnet: {e}");
-        std::process::exit(e.exit_code());
+    let (line, code) = outcome(r, zcnet::interrupted());
+    if let Some(l) = line {
+        eprintln!("zcnet: {l}");
     }
+    std::process::exit(code);
+}
+
+/// What the command prints last (if anything) and its exit code, from its result and whether
+/// SIGINT/SIGTERM arrived: an interrupted run exits 130 however it ended — a command that
+/// finished anyway (a probe, a restore) or failed because of it (the peer went away on the
+/// same Ctrl-C) — after its cleanup has run.
+fn outcome(r: zcnet::Result<i32>, interrupted: bool) -> (Option<String>, i32) {
+    match r {
+        Err(zcnet::Error::Interrupted) => (Some("interrupted".into()), 130),
+        Err(e) if interrupted => (Some(format!("interrupted ({e})")), 130),
+        Err(e) => (Some(e.to_string()), e.exit_code()),
+        Ok(_) if interrupted => (Some("interrupted".into()), 130),
+        Ok(code) => (None, code),
+    }
+}
+
+/// A usage error of the argument parser as one line (the first paragraph and clap's tips, not
+/// the usage block), exit code 2; help and version are printed as clap prints them.
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        e.exit();
+    }
+    eprintln!("zcnet: {}", one_line(&e.render().to_string()));
+    std::process::exit(2);
+}
+
+/// clap's rendered error on one line: paragraphs other than the usage and the "for more
+/// information" hint, their lines joined; "error: " dropped.
+fn one_line(rendered: &str) -> String {
+    let parts: Vec<String> = rendered
+        .split("\n\n")
+        .map(|p| {
+            p.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|p| {
+            !p.is_empty() && !p.starts_with("Usage:") && !p.starts_with("For more information")
+        })
+        .collect();
+    let line = parts.join("; ");
+    format!(
+        "{} (see --help)",
+        line.strip_prefix("error: ").unwrap_or(&line)
+    )
 }
 
 fn lab_cleanup() -> zcnet::Result<()> {
@@ -190,4 +242,52 @@ fn zcnet_is_root() -> bool {
                 .map(|v| v.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_interrupted_run_exits_130_however_it_ended() {
+        use zcnet::Error;
+        assert_eq!(outcome(Ok(0), false), (None, 0));
+        assert_eq!(outcome(Ok(3), false), (None, 3));
+        assert_eq!(outcome(Ok(0), true), (Some("interrupted".into()), 130));
+        assert_eq!(outcome(Ok(3), true).1, 130);
+        assert_eq!(
+            outcome(Err(Error::Interrupted), true),
+            (Some("interrupted".into()), 130)
+        );
+        let reset = || Error::PeerReset {
+            accepted: 1,
+            confirmed: 0,
+        };
+        let (line, code) = outcome(Err(reset()), true);
+        assert_eq!(code, 130);
+        assert!(line.unwrap().starts_with("interrupted (peer reset"));
+        assert_eq!(outcome(Err(reset()), false).1, 1);
+        assert_eq!(
+            outcome(Err(Error::invalid_input("--size 0: ...")), false).1,
+            2
+        );
+    }
+
+    #[test]
+    fn parser_errors_become_one_line() {
+        let e = Cli::try_parse_from(["zcnet", "send", "127.0.0.1:9", "--sise", "4"]).unwrap_err();
+        let l = one_line(&e.render().to_string());
+        assert!(!l.contains('\n') && !l.starts_with("error"), "{l}");
+        assert!(l.contains("'--sise'") && l.contains("'--size'"), "{l}");
+        let e = Cli::try_parse_from(["zcnet", "nic", "setup", "--queue", "1"]).unwrap_err();
+        let l = one_line(&e.render().to_string());
+        assert!(l.contains("--iface <IFACE>") && !l.contains("Usage"), "{l}");
+        // Negative numbers reach the value checks (which name the flag) instead of being
+        // taken for options.
+        let c = Cli::try_parse_from(["zcnet", "bench", "tx", "--duration", "-1"]).unwrap();
+        let Cmd::Bench(BenchCmd::Tx(a)) = c.cmd else {
+            panic!("not bench tx")
+        };
+        assert_eq!(a.duration, -1.0);
+    }
 }

@@ -121,29 +121,33 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
         }
         return Ok(0);
     }
-    let code = if a.command.is_empty() {
+    let held = if a.command.is_empty() {
         eprintln!("holding the setup; Ctrl-C restores it");
-        while !zcnet::interrupted() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        0
+        hold()
     } else {
-        run_child(&a.command)?
+        run_child(&a.command)
     };
+    // Restored whatever ended the hold: the command's exit, SIGINT/SIGTERM, a failure to start it.
     let n = guard.restore()?;
     eprintln!("{}: restored ({n} change(s) undone)", a.iface);
-    Ok(code)
+    held
 }
 
-/// Runs `argv` to completion (Ctrl-C reaches it too, as part of the foreground group).
+/// Holds until SIGINT/SIGTERM: always [`Error::Interrupted`] (exit 130 once restored).
+fn hold() -> zcnet::Result<i32> {
+    while !zcnet::interrupt::sleep(Duration::from_secs(3600)) {}
+    Err(Error::Interrupted)
+}
+
+/// Runs `argv` to completion and returns its exit code. Ctrl-C reaches it too, as part of the
+/// foreground group; SIGINT/SIGTERM sent to zcnet alone is passed on to it as SIGTERM
+/// ([`zcnet::interrupt::wait_child`]), and the result is then [`Error::Interrupted`].
 fn run_child(argv: &[String]) -> zcnet::Result<i32> {
     let mut child = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .spawn()
         .map_err(|e| Error::io(format!("starting '{}'", argv[0]), e))?;
-    let st = child
-        .wait()
-        .map_err(|e| Error::io(format!("waiting for '{}'", argv[0]), e))?;
+    let st = zcnet::interrupt::wait_child(&mut child)?;
     Ok(st.code().unwrap_or(130))
 }
 

@@ -1,10 +1,14 @@
 //! `zcnet send` and `zcnet recv`: netcat-style, over the same backends as the benchmark.
 
-use crate::units::parse_size;
+use crate::units::{
+    bytes_arg, count_arg, seconds_arg, size_arg, total_arg, MAX_BUFFER, MAX_INFLIGHT,
+};
 use clap::Args;
 use serde::Serialize;
+use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
-use std::time::{Duration, Instant};
+use std::os::fd::AsFd;
+use std::time::Instant;
 use zcnet::{
     net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig,
     TxMode,
@@ -22,11 +26,11 @@ pub struct SendArgs {
     /// UDP datagrams instead of a TCP stream (sizes above 1472 B use UDP GSO).
     #[arg(long)]
     pub udp: bool,
-    /// Bytes per send.
+    /// Bytes per send (at most 64M; with --inflight, at most 1G in all).
     #[arg(long, default_value = "64K")]
     pub size: String,
-    /// Sends in flight.
-    #[arg(long, default_value_t = 8)]
+    /// Sends in flight (1 to 4096).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     pub inflight: usize,
     /// Send the seeded pattern (the receiver checks it with --verify) instead of stdin.
     #[arg(long)]
@@ -38,7 +42,7 @@ pub struct SendArgs {
     #[arg(long)]
     pub bytes: Option<String>,
     /// Stop after this many seconds (pattern mode).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Buffer memory: host (alias anon), hugepage (alias huge), or cuda[:N] (GPU memory N:
     /// sent by devmem TX where the NIC can, else staged through pinned host memory).
@@ -73,7 +77,7 @@ pub struct RecvArgs {
     #[arg(long, default_value = "16K")]
     pub buf_size: String,
     /// copy/uring: number of receive buffers.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
     pub buffers: usize,
     /// zcrx: bytes of registered receive area; devmem: size of the udmabuf made when no
     /// dma-buf is given.
@@ -117,30 +121,41 @@ struct SendJson<'a> {
 }
 
 pub fn send(a: &SendArgs) -> Result<(), Error> {
+    // Every argument is checked before anything is connected or allocated (exit code 2).
     let mode = TxMode::parse(&a.tx)?;
     let addr = net::parse_addr(&a.addr)?;
-    let size = parse_size(&a.size)?;
+    let size = size_arg("--size", &a.size, MAX_BUFFER)?;
+    let inflight = count_arg("--inflight", a.inflight, MAX_INFLIGHT)?;
+    total_arg(("--size", size), ("--inflight", inflight))?;
+    let bytes = a
+        .bytes
+        .as_deref()
+        .map(|b| bytes_arg("--bytes", b))
+        .transpose()?;
+    let duration = a
+        .duration
+        .map(|d| seconds_arg("--duration", d))
+        .transpose()?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() {
         crate::gpu_cmd::check_send(a)?;
     }
     if a.udp && size > zcnet::bench::UDP_MAX_PAYLOAD {
         return Err(Error::invalid_input(format!(
-            "--size {size} is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
+            "--size {} ({size} B) is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
+            a.size,
             zcnet::bench::UDP_MAX_PAYLOAD
         )));
     }
-    let limit = match (&a.bytes, a.duration) {
-        (Some(b), _) => Some(parse_size(b)? as u64),
+    let limit = match (bytes, duration) {
+        (Some(b), _) => Some(b),
         (None, Some(_)) => None,
         (None, None) if a.verify => Some(1 << 30),
         (None, None) => None,
     };
-    let deadline = a
-        .duration
-        .map(|d| Instant::now() + Duration::from_secs_f64(d.max(0.0)));
+    let deadline = duration.map(|d| Instant::now() + d);
     let mut cfg = TxConfig::new(mode);
-    cfg.inflight = a.inflight.max(1);
+    cfg.inflight = inflight;
     cfg.buf_size = size;
     if memory.is_device() {
         return crate::gpu_cmd::send(a, addr, memory, &cfg, limit, deadline);
@@ -157,14 +172,14 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
         eprintln!("zcnet: note: {n}");
     }
     let pattern = Pattern::new(a.seed);
-    let mut stdin = std::io::stdin().lock();
     let use_stdin = !a.verify && a.duration.is_none() && a.bytes.is_none();
+    let mut stdin = if use_stdin { Some(stdin_file()?) } else { None };
     let mut offset = 0u64;
     while let Some(want) = next_chunk(offset, size, limit, deadline)? {
         let mut buf = tx.buffer()?;
         let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-        let n = if use_stdin {
-            read_full(&mut stdin, &mut bytes[..want])?
+        let n = if let Some(stdin) = stdin.as_mut() {
+            read_full(stdin, &mut bytes[..want])?
         } else {
             pattern.fill(offset, &mut bytes[..want]);
             want
@@ -246,7 +261,8 @@ pub fn listen_announced(addr: std::net::SocketAddr) -> Result<std::net::TcpListe
 
 /// Prints `doc` as one line of JSON on stdout (the `--json` output of send and recv).
 pub fn print_json(doc: &impl Serialize) -> Result<(), Error> {
-    let line = serde_json::to_string(doc).map_err(|e| Error::invalid_input(e.to_string()))?;
+    let line = serde_json::to_string(doc)
+        .map_err(|e| Error::io("writing JSON", std::io::Error::other(e)))?;
     println!("{line}");
     Ok(())
 }
@@ -261,17 +277,79 @@ pub fn parse_mem(s: &str) -> Result<MemoryKind, Error> {
     })
 }
 
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> Result<usize, Error> {
+/// Standard input as a file of its own (a duplicate of fd 0): unbuffered, so that a wait for it
+/// in `poll` (which sees the descriptor, not a buffer) is never a wait for data already read.
+fn stdin_file() -> Result<File, Error> {
+    let fd = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| Error::io("duplicating stdin", e))?;
+    Ok(File::from(fd))
+}
+
+/// Fills `buf` from `f` (stdin) up to its end. Each read first waits in `poll` with the
+/// interrupt pipe, so SIGINT/SIGTERM ends a wait for input that may never come
+/// ([`Error::Interrupted`], exit 130) — a blocking read is restarted by the standard library
+/// or, when the signal lands on this thread, fails with a bare `EINTR`.
+fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
     let mut n = 0;
     while n < buf.len() {
-        match r.read(&mut buf[n..]) {
+        zcnet::interrupt::wait_readable(&*f)?;
+        match f.read(&mut buf[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
+            // A signal that is not SIGINT/SIGTERM: wait again.
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !zcnet::interrupted() => {}
             Err(e) => return Err(Error::io("reading stdin", e)),
         }
     }
     Ok(n)
+}
+
+/// Standard output for the received stream: a duplicate of fd 1 written without buffering,
+/// each write first waiting in `poll` with the interrupt pipe. A reader that stops reading
+/// (`zcnet recv | sleep 1000`) would otherwise hold the command in a `write` that the standard
+/// library restarts after every signal.
+struct Stdout(File);
+
+impl Stdout {
+    fn open() -> Result<Stdout, Error> {
+        let fd = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::io("duplicating stdout", e))?;
+        Ok(Stdout(File::from(fd)))
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match zcnet::interrupt::wait_writable(&self.0) {
+            Ok(()) => self.0.write(buf),
+            Err(Error::Io { source, .. }) => Err(source),
+            Err(e) => Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                e.to_string(),
+            )),
+        }
+    }
+
+    /// As the default, but an interrupt ends it (the default restarts after `Interrupted`).
+    fn write_all(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            match self.write(buf) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !zcnet::interrupted() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[derive(Serialize)]
@@ -299,14 +377,16 @@ struct RecvJson {
 }
 
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
+    // Every argument is checked before anything is listened on or allocated (exit code 2).
     let mode = RxMode::parse(&a.rx)?;
     let addr = net::parse_addr(&a.listen)?;
     let mut cfg = RxConfig::new(mode);
     cfg.iface = a.iface.clone();
     cfg.queue = a.queue;
-    cfg.buf_size = parse_size(&a.buf_size)?;
-    cfg.buffers = a.buffers;
-    cfg.area_len = parse_size(&a.area)?;
+    cfg.buf_size = size_arg("--buf-size", &a.buf_size, MAX_BUFFER)?;
+    cfg.buffers = count_arg("--buffers", a.buffers, usize::MAX)?;
+    total_arg(("--buf-size", cfg.buf_size), ("--buffers", cfg.buffers))?;
+    cfg.area_len = size_arg("--area", &a.area, usize::MAX)?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() {
         return crate::gpu_cmd::recv(a, memory, &cfg);
@@ -327,14 +407,13 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             eprintln!("zcnet recv: auto chose {}", rx.mode());
         }
     }
-    let (s, peer) = listener.accept().map_err(|e| Error::io("accept", e))?;
-    let stdout = std::io::stdout();
-    let discard = a.discard || a.verify || a.json || stdout.is_terminal();
-    let mut lock = stdout.lock();
-    let sink: Option<&mut dyn Write> = if discard { None } else { Some(&mut lock) };
+    let (s, peer) = net::accept(&listener)?;
+    let discard = a.discard || a.verify || a.json || std::io::stdout().is_terminal();
+    let mut out = if discard { None } else { Some(Stdout::open()?) };
+    let sink = out.as_mut().map(|o| o as &mut dyn Write);
     let verify = a.verify.then(|| Pattern::new(a.seed));
     let rep = net::receive_stream(&mut rx, s, verify, sink)?;
-    drop(lock);
+    drop(out);
     let st = &rep.stats;
     if a.json {
         let doc = RecvJson {

@@ -142,14 +142,14 @@ fn usage_errors_are_one_line() {
         "{e}"
     );
     let o = zcnet(&["bench", "rx", "--path", "sink"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2), "a bad argument");
     let e = stderr(&o);
     assert!(
         e.contains("use veth or loopback") && e.lines().count() == 1,
         "{e}"
     );
     let o = zcnet(&["bench", "rx", "--connections", "0"]);
-    assert_ne!(o.status.code(), Some(0));
+    assert_eq!(o.status.code(), Some(2));
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
 

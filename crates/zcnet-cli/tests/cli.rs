@@ -99,8 +99,9 @@ fn refused_connection_names_the_fix() {
 
 #[test]
 fn oversized_udp_payload_is_refused() {
+    // A bad argument: exit 2 (docs/cli.md, "Exit codes").
     let o = run(&["send", "127.0.0.1:9", "--udp", "--size", "64K", "--verify"]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("65507"), "{}", stderr(&o));
 }
 

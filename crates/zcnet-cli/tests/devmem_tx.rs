@@ -59,7 +59,13 @@ fn bench_tx_devmem_gives_a_row_with_the_refusal() {
         "0.2",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // The document is printed; the failed case makes the run exit 1.
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("bench tx: 1 of 1 case(s) failed"),
+        "{}",
+        stderr(&o)
+    );
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = doc["results"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{doc}");

@@ -134,9 +134,9 @@ fn bench_rx_into_cuda_without_a_driver_fails_before_making_a_lab() {
         String::from_utf8_lossy(&o.stdout)
     );
     assert_eq!(lab_namespaces(), before);
-    // Memory the echo bench cannot use is refused with the choices.
+    // Memory the echo bench cannot use is refused with the choices: a bad argument.
     let o = zcnet(&["bench", "rx", "--path", "loopback", "--mem", "hugepage"]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let line = one_line(&o);
     assert!(
         line.contains("--mem host") && line.contains("cuda"),

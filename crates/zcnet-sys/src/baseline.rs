@@ -26,7 +26,9 @@ pub struct RawResult {
 }
 
 /// Sends `len`-byte messages on the connected socket `fd` for `duration` with `inflight`
-/// SEND_ZC requests in flight, each from its own slice of one registered buffer.
+/// SEND_ZC requests in flight, each from its own slice of one registered buffer. SIGINT/SIGTERM
+/// ([`crate::os::interrupted`]) stops it early, with [`io::ErrorKind::Interrupted`] once every
+/// request in flight has completed.
 pub fn raw_send_zc(
     fd: RawFd,
     len: usize,
@@ -90,7 +92,12 @@ pub fn raw_send_zc(
         if outstanding == 0 {
             break;
         }
-        ring.submit_and_wait(1)?;
+        match ring.submit_and_wait(1) {
+            // A signal cut the wait short: reap what is there; the check below stops the loop
+            // if it was SIGINT/SIGTERM.
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            r => drop(r?),
+        }
         for cqe in ring.completion() {
             let i = cqe.user_data() as usize;
             if cqueue::notif(cqe.flags()) {
@@ -109,7 +116,7 @@ pub fn raw_send_zc(
                 outstanding -= 1;
             }
         }
-        if !stop && Instant::now() >= deadline {
+        if !stop && (Instant::now() >= deadline || crate::os::interrupted()) {
             stop = true;
         }
     }
@@ -119,6 +126,10 @@ pub fn raw_send_zc(
     drop(slots);
     match err {
         Some(e) => Err(e),
+        None if crate::os::interrupted() => Err(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "stopped by SIGINT/SIGTERM",
+        )),
         None => Ok(res),
     }
 }

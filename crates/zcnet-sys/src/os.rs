@@ -2,7 +2,7 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// `RUSAGE_THREAD` (Linux 2.6.26).
 const RUSAGE_THREAD: libc::c_int = 1;
@@ -77,18 +77,61 @@ pub fn enter_netns(ns: &std::fs::File) -> io::Result<()> {
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// The read end of the interrupt pipe (-1 until [`install_interrupt_handler`]); readable from
+/// the first SIGINT/SIGTERM on, until [`set_interrupted`]`(false)` drains it.
+static WAKE_READ: AtomicI32 = AtomicI32::new(-1);
+/// The write end: the signal handler writes one byte to it.
+static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
+static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
+/// Writes one byte to the interrupt pipe, if there is one. Async-signal-safe: `write(2)` is on
+/// the list of signal-safety(7); the pipe is non-blocking, so a full pipe (a byte is already
+/// there, which is all a waiter needs) costs nothing.
+fn wake_waiters() {
+    let fd = WAKE_WRITE.load(Ordering::SeqCst);
+    if fd >= 0 {
+        let b = 1u8;
+        // SAFETY: writes one byte from a live local to a descriptor this module owns for the
+        // life of the process; the result is deliberately ignored (EAGAIN: already readable).
+        let _ = unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    }
 }
 
-/// Installs SIGINT/SIGTERM handlers that only set a flag ([`interrupted`]), so that long runs can
-/// stop at their next check and clean up (namespaces, registrations) on the normal path.
-/// Without `SA_RESTART`: a blocking call returns `EINTR` in the thread that took the signal.
+extern "C" fn on_signal(_: libc::c_int) {
+    // SAFETY: __errno_location returns this thread's errno; a handler must leave it as it found
+    // it (signal-safety(7)), since the interrupted code may be about to read it.
+    let saved = unsafe { *libc::__errno_location() };
+    INTERRUPTED.store(true, Ordering::SeqCst);
+    wake_waiters();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = saved };
+}
+
+/// Installs SIGINT/SIGTERM handlers that set a flag ([`interrupted`]) and make the interrupt
+/// pipe readable, so that long runs stop at their next check and clean up (namespaces,
+/// registrations) on the normal path, and every blocking wait made with [`wait_fd`] or
+/// [`sleep`] returns at once, whichever thread the kernel delivered the signal to
+/// (the self-pipe trick: pipe(2), poll(2), signal-safety(7)).
+///
+/// The handlers are installed without `SA_RESTART` (sigaction(2)): a blocking call in the
+/// thread that took the signal fails with `EINTR` instead of being restarted. Calling this
+/// again is harmless.
 pub fn install_interrupt_handler() -> io::Result<()> {
+    let _one_at_a_time = INSTALL.lock().unwrap_or_else(|p| p.into_inner());
+    if WAKE_READ.load(Ordering::SeqCst) < 0 {
+        let mut fds = [-1 as libc::c_int; 2];
+        // SAFETY: fds is a live array of two c_ints the kernel fills (pipe2(2)).
+        crate::cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) })?;
+        // The write end first: a waiter that sees the read end can rely on the handler.
+        WAKE_WRITE.store(fds[1], Ordering::SeqCst);
+        WAKE_READ.store(fds[0], Ordering::SeqCst);
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            wake_waiters();
+        }
+    }
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: all-zero is a valid sigaction; the handler only stores to an atomic, which is
-        // async-signal-safe.
+        // SAFETY: all-zero is a valid sigaction; the handler only stores to an atomic and calls
+        // write(2), both async-signal-safe, and restores errno.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
@@ -105,8 +148,126 @@ pub fn interrupted() -> bool {
 }
 
 /// Sets or clears the interrupt flag (tests; and a caller that wants to stop its own runs).
+/// Setting it wakes every [`wait_fd`] and [`sleep`] as a signal would; clearing it drains the
+/// interrupt pipe so that they wait again.
 pub fn set_interrupted(v: bool) {
     INTERRUPTED.store(v, Ordering::SeqCst);
+    if v {
+        wake_waiters();
+        return;
+    }
+    let fd = WAKE_READ.load(Ordering::SeqCst);
+    if fd >= 0 {
+        let mut buf = [0u8; 64];
+        // SAFETY: reads into a live local buffer of the size given; the pipe is non-blocking, so
+        // the loop ends at EAGAIN once it is empty.
+        while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    }
+}
+
+/// How a [`wait_fd`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The descriptor is ready: its `revents` (may include `POLLERR`/`POLLHUP`).
+    Ready(i16),
+    /// SIGINT or SIGTERM arrived (or [`set_interrupted`]`(true)`): stop and clean up.
+    Interrupted,
+    /// The timeout passed first.
+    TimedOut,
+}
+
+/// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`, ...), SIGINT/SIGTERM arrives, or
+/// `timeout` (none: no limit) passes — poll(2) on `fd` and on the interrupt pipe of
+/// [`install_interrupt_handler`] (without it, only the flag checked around an `EINTR` ends the
+/// wait early). An interrupt wins over readiness. `EINTR` is handled here: it ends the wait
+/// only when the interrupt flag is set, else the wait goes on for the time left.
+pub fn wait_fd(
+    fd: std::os::fd::BorrowedFd<'_>,
+    events: i16,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<Wake> {
+    poll_with_wake(Some((fd.as_raw_fd(), events)), timeout)
+}
+
+/// Sleeps for `d`, or less when SIGINT/SIGTERM arrives; returns [`interrupted`] (poll(2) on the
+/// interrupt pipe alone).
+pub fn sleep(d: std::time::Duration) -> bool {
+    match poll_with_wake(None, Some(d)) {
+        Ok(_) => interrupted(),
+        Err(_) => {
+            // poll on a pipe we own does not fail; if it ever did, sleep the plain way.
+            std::thread::sleep(d);
+            interrupted()
+        }
+    }
+}
+
+fn poll_with_wake(
+    target: Option<(RawFd, i16)>,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<Wake> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        if interrupted() {
+            return Ok(Wake::Interrupted);
+        }
+        let ms: libc::c_int = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                // Round up: a wait of 0.4 ms must not become a busy loop of 0 ms polls.
+                left.as_micros()
+                    .div_ceil(1000)
+                    .min(libc::c_int::MAX as u128) as libc::c_int
+            }
+        };
+        let (fd, events) = target.unwrap_or((-1, 0));
+        // A negative fd is ignored by poll(2): without a target (sleep) or without the pipe
+        // (no handler installed), the other entry alone is waited on.
+        let mut fds = [
+            libc::pollfd {
+                fd: WAKE_READ.load(Ordering::SeqCst),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two live pollfds, the count passed.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = crate::last_err();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[0].revents != 0 && interrupted() {
+            return Ok(Wake::Interrupted);
+        }
+        if target.is_some() && fds[1].revents != 0 {
+            return Ok(Wake::Ready(fds[1].revents));
+        }
+        if n == 0 && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            return Ok(Wake::TimedOut);
+        }
+        if fds[0].revents != 0 {
+            // Readable but the flag is clear: set_interrupted(false) raced with a signal's
+            // byte. Drain it so that the wait does not spin.
+            set_interrupted(false);
+        }
+    }
+}
+
+/// Sends SIGTERM to process `pid` (kill(2)), e.g. to a child when this process was asked to
+/// stop and the child, not being in the terminal's foreground group, did not get the signal.
+pub fn terminate(pid: u32) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: kill takes a pid and a signal number; no memory is passed.
+    crate::cvt(unsafe { libc::kill(pid, libc::SIGTERM) }).map(drop)
 }
 
 /// Moves the calling *thread* into a new, private network namespace (`unshare(CLONE_NEWNET)`):

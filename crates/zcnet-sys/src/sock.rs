@@ -1,4 +1,5 @@
-//! Socket calls: options, plain and `MSG_ZEROCOPY` sends, the error queue, poll.
+//! Socket calls: options, plain and `MSG_ZEROCOPY` sends, the error queue, poll, an
+//! interruptible TCP connect.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -212,4 +213,125 @@ pub fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
         };
     }
     Ok(p.revents)
+}
+
+/// `addr` as a `sockaddr_storage` and the length of the part that is used.
+fn sockaddr_of(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data (integers and padding); all-zero is valid.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        std::net::SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large enough and suitably aligned for any sockaddr
+            // (its purpose, socket(7)); the cast views its first bytes as a sockaddr_in.
+            let sin = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+            };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr = libc::in_addr {
+                s_addr: u32::from_ne_bytes(a.ip().octets()),
+            };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        std::net::SocketAddr::V6(a) => {
+            // SAFETY: as above, for a sockaddr_in6.
+            let sin6 = unsafe {
+                &mut *(&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_flowinfo = a.flowinfo();
+            sin6.sin6_addr = libc::in6_addr {
+                s6_addr: a.ip().octets(),
+            };
+            sin6.sin6_scope_id = a.scope_id();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+/// Connects a TCP stream to `addr` as a blocking `connect(2)` would, but the wait for the
+/// handshake can be cut short: the socket is made with `SOCK_NONBLOCK`, `connect` answers
+/// `EINPROGRESS`, and [`crate::os::wait_fd`] waits for `POLLOUT` (connect(2): "It is possible
+/// to select(2) or poll(2) for completion by selecting the socket for writing"), then
+/// `SO_ERROR` gives the outcome. SIGINT/SIGTERM (see [`crate::os::install_interrupt_handler`])
+/// ends the wait with [`io::ErrorKind::Interrupted`], `timeout` with
+/// [`io::ErrorKind::TimedOut`]; without either, the kernel's own SYN retries decide (about two
+/// minutes, tcp(7) `tcp_syn_retries`). The stream returned is blocking again.
+pub fn connect_tcp(
+    addr: &std::net::SocketAddr,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<std::net::TcpStream> {
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket takes only integers; a non-negative result is a new descriptor we own.
+    let raw = crate::cvt(unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            libc::IPPROTO_TCP,
+        )
+    })?;
+    // SAFETY: `raw` was just returned by socket(2) and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let (ss, len) = sockaddr_of(addr);
+    // SAFETY: `ss` is a live sockaddr_storage holding a sockaddr of `len` bytes; the kernel
+    // only reads it.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r < 0 {
+        let e = crate::last_err();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+        match crate::os::wait_fd(fd.as_fd(), libc::POLLOUT, timeout)? {
+            crate::os::Wake::Ready(_) => {
+                if let Some(e) = take_error(fd.as_raw_fd())? {
+                    return Err(e);
+                }
+            }
+            crate::os::Wake::Interrupted => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Interrupted,
+                    "connect interrupted by SIGINT/SIGTERM",
+                ))
+            }
+            crate::os::Wake::TimedOut => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))
+            }
+        }
+    }
+    let stream = std::net::TcpStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// Aborts a TCP connection without closing its descriptor: `connect(fd, {AF_UNSPEC})`
+/// (connect(2): a socket "may dissolve the association by connecting to an address with the
+/// sa_family member of sockaddr set to AF_UNSPEC"; on TCP, Linux runs `tcp_disconnect()`: the
+/// peer gets a RST and the send and retransmit queues are dropped). Zero-copy buffers held in
+/// those queues are released at once, so their notifications arrive without waiting for a peer
+/// that may never read again.
+pub fn disconnect(fd: RawFd) -> io::Result<()> {
+    // SAFETY: all-zero is a valid sockaddr, and its family 0 is AF_UNSPEC.
+    let sa: libc::sockaddr = unsafe { std::mem::zeroed() };
+    // SAFETY: `sa` is a live sockaddr of the size passed; the kernel only reads it.
+    crate::cvt(unsafe {
+        libc::connect(
+            fd,
+            &sa,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
 }

@@ -194,17 +194,67 @@ enum Env {
     Loopback,
 }
 
-/// Runs the benchmark. Without root, only `loopback` runs (and a note says why). The lab is torn
-/// down before this returns, whatever happens.
+/// The paths of `asked` (duplicates dropped) that a process with (`root`) or without root can
+/// run: the decision every bench makes before anything is set up. Without root, the paths that
+/// need the namespace lab ([`PathKind::needs_root`]) are left out with a note saying so; when
+/// that leaves nothing, the answer is [`Error::NotRoot`] naming `what` could not run — an empty
+/// table would pass for a run that measured nothing.
+pub fn runnable_paths(
+    asked: &[PathKind],
+    root: bool,
+    what: &'static str,
+    notes: &mut Vec<String>,
+) -> Result<Vec<PathKind>> {
+    let mut paths: Vec<PathKind> = Vec::new();
+    for &p in asked {
+        if !paths.contains(&p) {
+            paths.push(p);
+        }
+    }
+    if root {
+        return Ok(paths);
+    }
+    let dropped: Vec<&str> = paths
+        .iter()
+        .filter(|p| p.needs_root())
+        .map(|p| p.name())
+        .collect();
+    paths.retain(|p| !p.needs_root());
+    if paths.is_empty() {
+        return Err(Error::NotRoot { what });
+    }
+    if !dropped.is_empty() {
+        let need = if dropped.len() == 1 {
+            format!(
+                "{} needs network namespaces; run as root for it",
+                dropped[0]
+            )
+        } else {
+            format!(
+                "{} need network namespaces; run as root for them",
+                dropped.join(" and ")
+            )
+        };
+        let run: Vec<&str> = paths.iter().map(|p| p.name()).collect();
+        notes.push(format!(
+            "not root: running the {} path only ({need})",
+            run.join(" and ")
+        ));
+    }
+    Ok(paths)
+}
+
+/// Runs the benchmark. Without root, only `loopback` runs (and a note says why); when nothing
+/// is left to run, [`Error::NotRoot`]. The lab is torn down before this returns, whatever
+/// happens.
 pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Result<TxReport> {
     let mut report = TxReport::default();
-    let mut paths = cfg.paths.clone();
-    if !zcnet_sys::os::is_root() && paths.iter().any(|p| p.needs_root()) {
-        report.notes.push(
-            "not root: running the loopback path only (sink and veth need network namespaces; run as root for them)".into(),
-        );
-        paths.retain(|p| !p.needs_root());
-    }
+    let paths = runnable_paths(
+        &cfg.paths,
+        zcnet_sys::os::is_root(),
+        "bench tx: nothing can run: the namespace lab (paths sink and veth)",
+        &mut report.notes,
+    )?;
     let mut lab = if paths.iter().any(|p| p.needs_root()) {
         Some(Lab::new()?)
     } else {
@@ -483,7 +533,7 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
                 .local_addr()
                 .map_err(|e| Error::io("local_addr", e))?;
             let _ = ready_tx.send(Ok(addr));
-            let (s, _) = listener.accept().map_err(|e| Error::io("accept", e))?;
+            let (s, _) = net::accept(&listener)?;
             recv(s)
         });
         let addr = ready_rx
@@ -525,7 +575,10 @@ fn run_raw(env: &Env, size: usize, cfg: &TxBenchConfig) -> CaseResult {
                 cfg.inflight,
                 cfg.duration,
             )
-            .map_err(|e| Error::io("raw SEND_ZC loop", e))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::Interrupted => Error::Interrupted,
+                _ => Error::io("raw SEND_ZC loop", e),
+            })?;
             let copied_bytes = (r.bytes * r.copied_notifications)
                 .checked_div(r.notifications)
                 .unwrap_or(0);
@@ -545,4 +598,58 @@ fn run_raw(env: &Env, size: usize, cfg: &TxBenchConfig) -> CaseResult {
         .join()
         .unwrap_or_else(|_| Err(panicked("raw loop thread")))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PathKind::{Loopback, Sink, Veth};
+
+    const WHAT: &str = "bench tx: nothing can run: the namespace lab (paths sink and veth)";
+
+    #[test]
+    fn root_runs_every_path_asked_once() {
+        let mut notes = Vec::new();
+        let p = runnable_paths(&[Sink, Veth, Sink, Loopback], true, WHAT, &mut notes).unwrap();
+        assert_eq!(p, vec![Sink, Veth, Loopback]);
+        assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn without_root_the_lab_paths_are_left_out_with_a_note() {
+        let mut notes = Vec::new();
+        let p = runnable_paths(&[Sink, Veth, Loopback], false, WHAT, &mut notes).unwrap();
+        assert_eq!(p, vec![Loopback]);
+        assert_eq!(
+            notes,
+            ["not root: running the loopback path only (sink and veth need network namespaces; run as root for them)"]
+        );
+        let mut notes = Vec::new();
+        runnable_paths(&[Veth, Loopback], false, WHAT, &mut notes).unwrap();
+        assert_eq!(
+            notes,
+            ["not root: running the loopback path only (veth needs network namespaces; run as root for it)"]
+        );
+        let mut notes = Vec::new();
+        runnable_paths(&[Loopback], false, WHAT, &mut notes).unwrap();
+        assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn without_root_nothing_to_run_is_an_error_not_an_empty_table() {
+        for asked in [&[Sink, Veth][..], &[Sink], &[Veth], &[Veth, Veth]] {
+            let mut notes = Vec::new();
+            match runnable_paths(asked, false, WHAT, &mut notes) {
+                Err(e @ Error::NotRoot { .. }) => {
+                    let m = e.to_string();
+                    assert!(
+                        m.contains("nothing can run") && m.contains("needs root"),
+                        "{m}"
+                    );
+                    assert_eq!(e.exit_code(), 1);
+                }
+                other => panic!("{asked:?}: {other:?}"),
+            }
+        }
+    }
 }

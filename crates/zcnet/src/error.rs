@@ -159,22 +159,42 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps an `io::Error` with what was being done.
+    /// Wraps an `io::Error` with what was being done. A call that a signal cut short (`EINTR`)
+    /// after SIGINT/SIGTERM is [`Error::Interrupted`], whatever it was doing: the run was asked
+    /// to stop, it did not fail.
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
+        if source.kind() == io::ErrorKind::Interrupted && crate::interrupted() {
+            return Error::Interrupted;
+        }
         Error::Io {
             context: context.into(),
             source,
         }
     }
 
-    /// A bad argument or option: `what` names it and the fix (shown as
-    /// "`what`: invalid input parameter").
+    /// A bad argument or option: `what` names it and the fix, and is the whole message (no
+    /// errno text follows it). Its source has [`io::ErrorKind::InvalidInput`];
+    /// [`Error::is_bad_argument`] tells it from an `EINVAL` of the kernel. Exit code 2.
     pub fn invalid_input(what: impl Into<String>) -> Error {
-        Error::io(what, io::Error::from(io::ErrorKind::InvalidInput))
+        Error::io(
+            what,
+            io::Error::new(io::ErrorKind::InvalidInput, BadArgument),
+        )
     }
 
-    /// The process exit code the CLI uses for this error (130 for an interrupt).
+    /// Whether this is a bad argument made by [`Error::invalid_input`] (not a refusal by the
+    /// kernel, which may also be `EINVAL`).
+    pub fn is_bad_argument(&self) -> bool {
+        matches!(self, Error::Io { source, .. }
+            if source.get_ref().is_some_and(|r| r.is::<BadArgument>()))
+    }
+
+    /// The process exit code the CLI uses for this error: 130 for an interrupt, 2 for a bad
+    /// argument, 1 for everything else.
     pub fn exit_code(&self) -> i32 {
+        if self.is_bad_argument() {
+            return 2;
+        }
         match self {
             Error::Interrupted => 130,
             Error::UnknownMode { .. }
@@ -266,6 +286,7 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::Gpu { what, cause, fix, .. } => write!(f, "{what}: {cause}: {fix}"),
+            Error::Io { context, .. } if self.is_bad_argument() => f.write_str(context),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
         }
     }
@@ -279,6 +300,18 @@ impl std::error::Error for Error {
         }
     }
 }
+
+/// The source of an [`Error::invalid_input`]: the caller's mistake, not the kernel's `EINVAL`.
+#[derive(Debug)]
+struct BadArgument;
+
+impl fmt::Display for BadArgument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid argument")
+    }
+}
+
+impl std::error::Error for BadArgument {}
 
 impl From<zcnet_core::TrackerError> for Error {
     fn from(e: zcnet_core::TrackerError) -> Self {

@@ -36,6 +36,7 @@ pub mod bench;
 pub mod echo;
 pub mod error;
 pub mod gpu;
+pub mod interrupt;
 pub mod lab;
 pub mod net;
 pub mod nic;
@@ -46,6 +47,7 @@ pub mod rxbench;
 pub mod tx;
 
 pub use error::{Error, Result};
+pub use interrupt::{install_interrupt_handler, interrupted};
 pub use region::{MemoryKind, Region, TxBuf};
 pub use rx::{ConnId, Receiver, RxBuf, RxConfig, RxEvent, RxMode, RxStats};
 pub use tx::{Sender, Socket, TxConfig, TxMode, TxStats};
@@ -60,17 +62,7 @@ pub fn sysctl_u64(path: &str) -> Option<u64> {
         .ok()
 }
 
-/// Installs the SIGINT/SIGTERM flag handler: long runs stop at their next check and clean up.
-pub fn install_interrupt_handler() -> Result<()> {
-    zcnet_sys::os::install_interrupt_handler().map_err(|e| Error::io("sigaction", e))
-}
-
 /// CPU seconds the calling thread has used (user + system).
 pub fn thread_cpu_seconds() -> f64 {
     zcnet_sys::os::thread_cpu_seconds()
-}
-
-/// Whether SIGINT/SIGTERM arrived.
-pub fn interrupted() -> bool {
-    zcnet_sys::os::interrupted()
 }

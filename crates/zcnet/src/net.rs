@@ -2,7 +2,6 @@
 //! counts or verifies what arrives.
 
 use crate::error::{Error, Result};
-use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use zcnet_core::Pattern;
@@ -20,12 +19,89 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr> {
         })
 }
 
-/// Connects a TCP stream, with a clear error if nobody listens.
+/// Connects a TCP stream, with a clear error if nobody listens. The wait for the handshake ends
+/// with [`Error::Interrupted`] when SIGINT/SIGTERM arrives (a blocking `connect` would wait out
+/// the kernel's SYN retries, minutes for an address that does not answer).
 pub fn connect_tcp(addr: SocketAddr) -> Result<TcpStream> {
-    TcpStream::connect(addr).map_err(|e| match e.kind() {
+    zcnet_sys::sock::connect_tcp(&addr, None).map_err(|e| match e.kind() {
         std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused { addr },
+        std::io::ErrorKind::Interrupted => Error::Interrupted,
         _ => Error::io(format!("connect {addr}"), e),
     })
+}
+
+/// Accepts one connection on `listener` (made blocking-free for it: the listener is left
+/// non-blocking); [`Error::Interrupted`] when SIGINT/SIGTERM arrives first. The standard
+/// library's `accept` restarts after `EINTR`, so a blocking one would wait for a peer however
+/// often the user pressed Ctrl-C. The stream returned is blocking.
+pub fn accept(listener: &TcpListener) -> Result<(TcpStream, SocketAddr)> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("listener O_NONBLOCK", e))?;
+    loop {
+        match listener.accept() {
+            Ok((s, peer)) => {
+                s.set_nonblocking(false)
+                    .map_err(|e| Error::io("accepted stream O_NONBLOCK", e))?;
+                return Ok((s, peer));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                crate::interrupt::wait_readable(listener)?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {}
+            // A connection reset before it was accepted: wait for the next one.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+            Err(e) => return Err(Error::io("accept", e)),
+        }
+    }
+}
+
+/// One `recv` from a blocking TCP stream that stops waiting when SIGINT/SIGTERM arrives
+/// ([`Error::Interrupted`]): the call is made with `MSG_DONTWAIT` and only when nothing is there
+/// does it wait (in `poll`, with the interrupt pipe), so a flowing stream costs no extra
+/// system call. Returns 0 at the end of the stream.
+pub fn recv_interruptible(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match zcnet_sys::sock::recv(stream.as_raw_fd(), buf, libc::MSG_DONTWAIT) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                match crate::interrupt::wait_readable(stream) {
+                    Ok(()) => {}
+                    Err(Error::Interrupted) => return Err(interrupted_io()),
+                    Err(Error::Io { source, .. }) => return Err(source),
+                    Err(e) => return Err(std::io::Error::other(e.to_string())),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {}
+            r => return r,
+        }
+    }
+}
+
+/// Writes all of `data` to a blocking TCP stream, stopping when SIGINT/SIGTERM arrives
+/// ([`std::io::ErrorKind::Interrupted`], which [`Error::io`] turns into
+/// [`Error::Interrupted`]): as [`recv_interruptible`], `MSG_DONTWAIT` first and `poll` only
+/// when the socket buffer is full.
+pub fn send_all_interruptible(stream: &TcpStream, mut data: &[u8]) -> std::io::Result<()> {
+    while !data.is_empty() {
+        match zcnet_sys::sock::send(stream.as_raw_fd(), data, libc::MSG_DONTWAIT) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                match crate::interrupt::wait_writable(stream) {
+                    Ok(()) => {}
+                    Err(Error::Interrupted) => return Err(interrupted_io()),
+                    Err(Error::Io { source, .. }) => return Err(source),
+                    Err(e) => return Err(std::io::Error::other(e.to_string())),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn interrupted_io() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::Interrupted, "stopped by SIGINT/SIGTERM")
 }
 
 /// A UDP socket connected to `addr`; with `gso` set, the kernel cuts each send into datagrams
@@ -75,12 +151,9 @@ pub fn drain_stream(
     let mut rep = RecvReport::default();
     let mut start = None;
     loop {
-        let n = match stream.read(&mut buf) {
+        let n = match recv_interruptible(stream, &mut buf) {
             Ok(0) => break,
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {
-                continue
-            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
                 return Err(Error::Interrupted)
             }

@@ -9,7 +9,7 @@
 //! A mode the kernel refuses is a row that says so, with the kernel's reason; `auto` rows say
 //! what was chosen and why the others were not.
 
-use crate::bench::PathKind;
+use crate::bench::{runnable_paths, PathKind};
 use crate::echo::{run_clients, Check, ClientConfig, EchoConfig, EchoServer, StartError};
 use crate::error::{Error, Result};
 use crate::lab::{Lab, VethPath};
@@ -178,6 +178,10 @@ enum Place {
     Loopback,
 }
 
+/// What [`runnable_paths`] says could not run when a receive bench has nothing to run without
+/// root.
+pub(crate) const RX_WITHOUT_ROOT: &str = "bench rx: nothing can run: the namespace lab (path veth)";
+
 /// Runs every mode on every path. Without root, only `loopback` runs (a note says why); asking
 /// for `veth` alone without root is an error. The lab is gone when this returns.
 pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> Result<RxReport> {
@@ -193,7 +197,12 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
         )));
     }
     let mut report = RxReport::default();
-    let paths = runnable_paths(&cfg.paths, &mut report.notes)?;
+    let paths = runnable_paths(
+        &cfg.paths,
+        zcnet_sys::os::is_root(),
+        RX_WITHOUT_ROOT,
+        &mut report.notes,
+    )?;
     let allowed =
         zcnet_sys::os::thread_affinity().map_err(|e| Error::io("sched_getaffinity", e))?;
     let server_cpu = match cfg.cpu {
@@ -203,9 +212,9 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
                 "--cpu {c}: this process may run on CPUs {allowed:?} only: pick one of them"
             )))
         }
-        None => *allowed
-            .last()
-            .ok_or_else(|| Error::invalid_input("sched_getaffinity returned no CPU"))?,
+        None => *allowed.last().ok_or_else(|| {
+            Error::io("sched_getaffinity", std::io::Error::other("no CPU allowed"))
+        })?,
     };
     let client_cpus: Vec<usize> = allowed
         .iter()
@@ -283,25 +292,6 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     }
     drop(lab.take());
     Ok(report)
-}
-
-/// The paths of `asked` this process can run: without root, veth is dropped with a note (an
-/// error when it was the only one).
-pub(crate) fn runnable_paths(asked: &[PathKind], notes: &mut Vec<String>) -> Result<Vec<PathKind>> {
-    let mut paths = asked.to_vec();
-    paths.dedup();
-    if !zcnet_sys::os::is_root() && paths.contains(&PathKind::Veth) {
-        if paths.iter().all(|p| *p == PathKind::Veth) {
-            return Err(Error::NotRoot {
-                what: "bench rx over veth (the namespace lab)",
-            });
-        }
-        notes.push(
-            "not root: running the loopback path only (veth needs network namespaces; run as root for it)".into(),
-        );
-        paths.retain(|p| *p != PathKind::Veth);
-    }
-    Ok(paths)
 }
 
 /// Sets `dev`'s receive packet steering (`/sys/class/net/DEV/queues/rx-0/rps_cpus`, seen from

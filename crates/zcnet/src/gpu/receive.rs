@@ -12,7 +12,6 @@ use super::staging::{StagedReceiver, StagingOptions};
 use crate::error::{Error, Result};
 use crate::region::Region;
 use crate::rx::RxConfig;
-use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 use zcnet_core::Pattern;
@@ -168,7 +167,7 @@ pub fn drain_staged(
 /// The loop people write first: `recv()` into pageable memory, then a synchronous copy into
 /// the GPU ring (in two pieces where it wraps). For comparison with [`receive`].
 pub fn receive_naive(
-    mut stream: TcpStream,
+    stream: TcpStream,
     region: &mut Region,
     verify: Option<Pattern>,
 ) -> Result<GpuRecvReport> {
@@ -190,10 +189,10 @@ pub fn receive_naive(
         if crate::interrupted() {
             return Err(Error::Interrupted);
         }
-        let n = match stream.read(&mut host) {
+        // Interruptible: the CUDA driver's threads may be the ones a signal lands on.
+        let n = match crate::net::recv_interruptible(&stream, &mut host) {
             Ok(0) => break,
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::io("recv", e)),
         };
         let mut done = 0;

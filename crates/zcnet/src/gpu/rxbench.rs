@@ -13,13 +13,13 @@
 
 use super::receive::{receive, receive_naive, GpuRecvReport};
 use super::staging::StagingOptions;
+use crate::bench::runnable_paths;
 use crate::bench::PathKind;
 use crate::error::{Error, Result};
 use crate::lab::Lab;
 use crate::net;
 use crate::region::{MemoryKind, Region};
 use crate::rx::{Receiver, RxConfig, RxMode};
-use crate::rxbench::runnable_paths;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -214,7 +214,12 @@ pub(crate) fn run_cases(
         ));
     }
     let mut report = GpuRxReport::default();
-    let paths = runnable_paths(&cfg.paths, &mut report.notes)?;
+    let paths = runnable_paths(
+        &cfg.paths,
+        zcnet_sys::os::is_root(),
+        crate::rxbench::RX_WITHOUT_ROOT,
+        &mut report.notes,
+    )?;
     let mut lab = None;
     let total = paths.len() * cases.len();
     let mut index = 0;

@@ -65,9 +65,9 @@ fn send_trial(mode: TxMode) -> Result<f64, Refusal> {
     })?)
     .map_err(to_refusal)?;
     let addr = listener.local_addr().map_err(|e| refusal(&e))?;
-    let reader = std::thread::spawn(move || -> io::Result<u64> {
-        let (mut s, _) = listener.accept()?;
-        io::copy(&mut s, &mut io::sink())
+    let reader = std::thread::spawn(move || -> crate::Result<u64> {
+        let (mut s, _) = crate::net::accept(&listener)?;
+        io::copy(&mut s, &mut io::sink()).map_err(|e| crate::Error::io("recv", e))
     });
     let run = || -> crate::Result<f64> {
         let stream = crate::net::connect_tcp(addr)?;

@@ -253,6 +253,19 @@ pub struct Sender {
     note: Option<String>,
 }
 
+impl Drop for Sender {
+    /// Runs before the fields drop (the backend first, which waits a bounded time for the
+    /// kernel to give back the buffers it holds). A run stopped by SIGINT/SIGTERM with buffers
+    /// still in a TCP socket's queues — a peer that stopped reading keeps them there for good —
+    /// aborts the connection first, which releases them at once: the stop is prompt and every
+    /// buffer is still accounted for.
+    fn drop(&mut self) {
+        if crate::interrupted() && self.sock.stream && self.backend.outstanding() > 0 {
+            let _ = zcnet_sys::sock::disconnect(self.sh.fd);
+        }
+    }
+}
+
 impl Sender {
     /// A sender on `sock` using `region`, cut into `cfg.inflight` buffers of `cfg.buf_size`.
     pub fn new(sock: Socket, mut region: Region, cfg: &TxConfig) -> Result<Sender> {

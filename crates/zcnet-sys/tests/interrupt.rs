@@ -1,0 +1,112 @@
+//! The interrupt pipe: SIGINT/SIGTERM wake every wait made with `os::wait_fd` and `os::sleep`,
+//! in whichever thread it runs — the kernel delivers a process-directed signal to any one
+//! thread — and cut an `interruptible` connect short. One test: the interrupt flag is
+//! process-wide, so the steps run in order in this process of their own.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::net::TcpListener;
+use std::os::fd::AsFd;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use zcnet_sys::os::{self, Wake};
+use zcnet_sys::sock;
+
+fn signal_self(sig: &str) {
+    let ok = Command::new("kill")
+        .args(["-s", sig, &std::process::id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -s {sig}");
+}
+
+/// Runs `f` in a thread, sends `sig` to this process, and returns what `f` returned and how
+/// long after the signal it did.
+fn wait_in_thread_then_signal<T: Send + 'static>(
+    sig: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let h = std::thread::spawn(f);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!h.is_finished(), "the wait returned before the signal");
+    let t0 = Instant::now();
+    signal_self(sig);
+    let until = t0 + Duration::from_secs(5);
+    while !h.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(h.is_finished(), "SIG{sig} did not end the wait");
+    (h.join().unwrap(), t0.elapsed())
+}
+
+#[test]
+fn sigint_and_sigterm_wake_waits_in_every_thread() {
+    os::install_interrupt_handler().unwrap();
+    os::install_interrupt_handler().unwrap(); // a second call changes nothing
+
+    // Before any signal: waits time out or see readiness, and connect works as connect does.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    assert_eq!(
+        os::wait_fd(l.as_fd(), libc::POLLIN, Some(Duration::from_millis(50))).unwrap(),
+        Wake::TimedOut
+    );
+    assert!(!os::sleep(Duration::from_millis(20)));
+    let c = sock::connect_tcp(&addr, None).unwrap();
+    assert!(matches!(
+        os::wait_fd(l.as_fd(), libc::POLLIN, None).unwrap(),
+        Wake::Ready(r) if r & libc::POLLIN != 0
+    ));
+    let (server, _) = l.accept().unwrap();
+    // The stream handed back is blocking again, as TcpStream::connect's is.
+    std::io::Write::write_all(&mut &c, b"hi").unwrap();
+    let mut got = [0u8; 2];
+    std::io::Read::read_exact(&mut &server, &mut got).unwrap();
+    assert_eq!(&got, b"hi");
+    let gone = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let e = sock::connect_tcp(&gone, None).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+
+    // SIGTERM ends a wait for a connection that never comes, in another thread.
+    let l2 = l.try_clone().unwrap();
+    let (r, after) = wait_in_thread_then_signal("TERM", move || {
+        os::wait_fd(l2.as_fd(), libc::POLLIN, None).unwrap()
+    });
+    assert_eq!(r, Wake::Interrupted);
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    assert!(os::interrupted());
+    // The flag stays up: every later wait returns at once, connect included.
+    assert_eq!(
+        os::wait_fd(l.as_fd(), libc::POLLIN, None).unwrap(),
+        Wake::Interrupted
+    );
+    assert!(os::sleep(Duration::from_secs(60)));
+    let e = sock::connect_tcp(&addr, None).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "{e}");
+
+    // Cleared, the waits wait again (the pipe was drained) ...
+    os::set_interrupted(false);
+    assert!(!os::interrupted());
+    // (`l` has the connection that was cut short above in its queue: a fresh listener.)
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    assert_eq!(
+        os::wait_fd(l.as_fd(), libc::POLLIN, Some(Duration::from_millis(50))).unwrap(),
+        Wake::TimedOut
+    );
+    // ... until SIGINT, which ends a long sleep in another thread.
+    let (slept, after) = wait_in_thread_then_signal("INT", || os::sleep(Duration::from_secs(60)));
+    assert!(slept);
+    assert!(after < Duration::from_secs(1), "{after:?}");
+
+    // set_interrupted(true) wakes a waiter as a signal does.
+    os::set_interrupted(false);
+    let l3 = l.try_clone().unwrap();
+    let h = std::thread::spawn(move || os::wait_fd(l3.as_fd(), libc::POLLIN, None).unwrap());
+    std::thread::sleep(Duration::from_millis(100));
+    os::set_interrupted(true);
+    assert_eq!(h.join().unwrap(), Wake::Interrupted);
+}

@@ -1,0 +1,90 @@
+//! SIGINT/SIGTERM end the library's blocking waits with `Error::Interrupted`: an accept nobody
+//! connects to, a read of a silent stream, a child process (which is sent SIGTERM and reaped
+//! first). One test: the interrupt flag is process-wide, so the steps run in order in this
+//! process of their own.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::ExitStatusExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use zcnet::{interrupt, net, Error};
+
+fn signal_self(sig: &str) {
+    let ok = Command::new("kill")
+        .args(["-s", sig, &std::process::id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -s {sig}");
+}
+
+/// Runs `f` in a thread, sends `sig` to this process after 200 ms, and returns what `f`
+/// returned and how long after the signal.
+fn signal_while<T: Send + 'static>(
+    sig: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    zcnet_sys::os::set_interrupted(false);
+    let h = std::thread::spawn(f);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!h.is_finished(), "returned before SIG{sig}");
+    let t0 = Instant::now();
+    signal_self(sig);
+    let until = t0 + Duration::from_secs(10);
+    while !h.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(h.is_finished(), "SIG{sig} did not end the wait");
+    (h.join().unwrap(), t0.elapsed())
+}
+
+#[test]
+fn blocking_waits_end_with_interrupted() {
+    zcnet::install_interrupt_handler().unwrap();
+
+    // accept with nobody connecting.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (r, after) = signal_while("TERM", move || net::accept(&l).map(|_| ()));
+    assert!(matches!(r, Err(Error::Interrupted)), "{r:?}");
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    // With the flag up, connect returns at once too.
+    assert!(matches!(net::connect_tcp(addr), Err(Error::Interrupted)));
+
+    // A read of a stream whose peer is connected and silent.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (peer, _) = l.accept().unwrap();
+    let (r, after) = signal_while("INT", move || {
+        let mut buf = [0u8; 64];
+        net::recv_interruptible(&c, &mut buf)
+    });
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "{e}");
+    assert!(after < Duration::from_secs(1), "{after:?}");
+    // Error::io turns it into Error::Interrupted while the flag is up, and only then.
+    assert!(matches!(Error::io("recv", e), Error::Interrupted));
+    zcnet_sys::os::set_interrupted(false);
+    let eintr = std::io::Error::from_raw_os_error(libc::EINTR);
+    assert!(matches!(Error::io("recv", eintr), Error::Io { .. }));
+    drop(peer);
+
+    // A child that would run for a minute: sent SIGTERM and reaped, then Interrupted.
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    let (r, after) = signal_while("TERM", move || {
+        let r = interrupt::wait_child(&mut child).map(|_| ());
+        (r, child.try_wait().unwrap())
+    });
+    assert!(matches!(r.0, Err(Error::Interrupted)), "{:?}", r.0);
+    let st = r.1.unwrap_or_else(|| panic!("child {pid} still running"));
+    assert_eq!(st.signal(), Some(15), "{st:?}");
+    assert!(after < Duration::from_secs(2), "{after:?}");
+
+    // A hold (sleep) ends on SIGINT and says so.
+    let (slept, after) = signal_while("INT", || interrupt::sleep(Duration::from_secs(3600)));
+    assert!(slept);
+    assert!(after < Duration::from_secs(1), "{after:?}");
+}
