@@ -3,10 +3,11 @@
 //! The measurement tools are applications of the library, not the library: they live here,
 //! above `zcnet`, so that a program embedding zcnet does not carry them.
 //!
-//! Today this crate holds [`perf::proto`], iperf3's control and data protocol as sans-IO state
-//! machines: no sockets, no syscalls, no clock (time is passed in). `zcnet perf` will drive it
-//! with real sockets so that it can run against an unmodified `iperf3 -s`, and an unmodified
-//! `iperf3 -c` against it.
+//! Today this crate holds [`perf`]: [`perf::proto`], iperf3's control and data protocol as
+//! sans-IO state machines (no sockets, no syscalls, no clock: time is passed in), and around
+//! it the client and server of `zcnet perf` ([`perf::run()`], and the `zcnet-perf` binary),
+//! which drive those machines with real sockets and zcnet's senders and receivers, so that
+//! they run against an unmodified `iperf3 -s`, and an unmodified `iperf3 -c` against them.
 //!
 //! ```text
 //!  zcnet perf (CLI) ─► sockets, timers, zcnet Sender/Receiver   (the caller: all I/O)

@@ -1,0 +1,24 @@
+//! `zcnet-perf`: `zcnet perf` on its own, an iperf3-compatible client and server with
+//! zcnet's data paths (`zcnet-perf -s`, `zcnet-perf -c HOST [iperf3 flags] [--tx MODE]`).
+
+use clap::Parser;
+use zcnet_tools::perf::{self, PerfArgs};
+
+/// An iperf3 that moves data with zcnet: iperf3's flags, protocol and output.
+#[derive(Parser, Debug)]
+#[command(name = "zcnet-perf", disable_version_flag = true)]
+struct Cli {
+    #[command(flatten)]
+    args: PerfArgs,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = zcnet::install_interrupt_handler() {
+        eprintln!("zcnet-perf: warning: {e}: Ctrl-C will not stop a test cleanly");
+    }
+    if let Err(e) = perf::run(&cli.args) {
+        eprintln!("zcnet-perf: error - {e}");
+        std::process::exit(e.exit_code());
+    }
+}

@@ -1,0 +1,448 @@
+//! The command line of `zcnet perf`: iperf3's flags, plus zcnet's data-path choices.
+//!
+//! [`PerfArgs`] is what the user typed (a clap `Args`, so `zcnet perf` can take it as a
+//! subcommand's arguments); [`Settings::from_args`] checks it all before any socket is opened
+//! and turns it into what the client and server run with.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::Args;
+use zcnet::{MemoryKind, RxConfig, RxMode, TxMode};
+
+use super::error::PerfError;
+use super::proto::{Protocol, TestParams, DEFAULT_TCP_LEN, DEFAULT_UDP_LEN};
+use super::units;
+
+/// The iperf3 port.
+pub const DEFAULT_PORT: u16 = 5201;
+
+/// iperf3's default UDP rate, 1 Mbit/s (`UDP_RATE`, src/iperf.h: 1024 * 1024).
+pub const DEFAULT_UDP_RATE: u64 = 1024 * 1024;
+
+/// The key zcnet adds to the parameter block for `--verify`: the pattern's seed. iperf3
+/// servers ignore keys they do not know (`get_parameters`), so it is safe to send to them.
+pub const VERIFY_KEY: &str = "zcnet_verify_seed";
+
+/// `zcnet perf` options: iperf3's (same letters, same meaning) and zcnet's.
+#[derive(Args, Debug, Clone, Default)]
+#[command(disable_version_flag = true)]
+pub struct PerfArgs {
+    /// Run as a server: serve one test after another until stopped.
+    #[arg(short = 's', long = "server", conflicts_with = "client")]
+    pub server: bool,
+    /// Run as a client, testing against the server at HOST (an IP address or a name).
+    #[arg(short = 'c', long = "client", value_name = "HOST")]
+    pub client: Option<String>,
+    /// Server port to listen on / connect to.
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Seconds to transmit (default 10; 0 with -n or -k).
+    #[arg(short = 't', long = "time", value_name = "SECS")]
+    pub time: Option<u32>,
+    /// Bytes to transmit instead of -t (K, M, G, T suffixes are powers of 1024).
+    #[arg(short = 'n', long = "bytes", value_name = "N[KMGT]")]
+    pub bytes: Option<String>,
+    /// Blocks (-l each) to transmit instead of -t.
+    #[arg(short = 'k', long = "blockcount", value_name = "N[KMGT]")]
+    pub blockcount: Option<String>,
+    /// Bytes per write: default 128K for TCP, 1460 for UDP.
+    #[arg(short = 'l', long = "length", value_name = "N[KMG]")]
+    pub length: Option<String>,
+    /// Streams per direction.
+    #[arg(short = 'P', long = "parallel", default_value_t = 1)]
+    pub parallel: u32,
+    /// Reverse: the server sends, the client receives.
+    #[arg(short = 'R', long = "reverse", conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both send at once (-P streams each way).
+    #[arg(long = "bidir")]
+    pub bidir: bool,
+    /// Seconds between interval reports; 0 for none.
+    #[arg(
+        short = 'i',
+        long = "interval",
+        default_value_t = 1.0,
+        value_name = "SECS"
+    )]
+    pub interval: f64,
+    /// Output in JSON, with iperf3's structure plus a "zerocopy" section.
+    #[arg(short = 'J', long = "json")]
+    pub json: bool,
+    /// Server: handle one test, then exit.
+    #[arg(short = '1', long = "one-off")]
+    pub one_off: bool,
+    /// Bind to this local address (server: listen on it).
+    #[arg(short = 'B', long = "bind", value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Client: data streams from this local port (stream k from port + k).
+    #[arg(long = "cport", value_name = "PORT")]
+    pub cport: Option<u16>,
+    /// Seconds at the start to leave out of the results.
+    #[arg(short = 'O', long = "omit", default_value_t = 0, value_name = "SECS")]
+    pub omit: u32,
+    /// More detail: the test's settings, CPU use, the data path per stream.
+    #[arg(short = 'V', long = "verbose")]
+    pub verbose: bool,
+    /// IPv4 only.
+    #[arg(short = '4', long = "version4", conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// IPv6 only.
+    #[arg(short = '6', long = "version6")]
+    pub ipv6: bool,
+    /// UDP instead of TCP.
+    #[arg(short = 'u', long = "udp")]
+    pub udp: bool,
+    /// Target bitrate in bits/s per stream (K, M, G are powers of 1000); 0 for unlimited.
+    /// Default: unlimited for TCP, 1M for UDP.
+    #[arg(short = 'b', long = "bitrate", value_name = "N[KMG]")]
+    pub bitrate: Option<String>,
+    /// Send mechanism: copy, msg-zerocopy, uring, uring-zc, auto (devmem needs a dma-buf).
+    #[arg(long = "tx", default_value = "auto", value_name = "MODE")]
+    pub tx: String,
+    /// Receive mechanism: copy, uring, zcrx, devmem, auto (zcrx and devmem need --iface).
+    #[arg(long = "rx", default_value = "auto", value_name = "MODE")]
+    pub rx: String,
+    /// zcrx/devmem: the interface the data streams arrive on.
+    #[arg(long = "iface", value_name = "IF")]
+    pub iface: Option<String>,
+    /// zcrx/devmem: the receive queue they are steered to.
+    #[arg(long = "queue", value_name = "Q")]
+    pub queue: Option<u32>,
+    /// Send from huge pages (reserved ones, else transparent huge pages, as the region says).
+    #[arg(long = "hugepages")]
+    pub hugepages: bool,
+    /// UDP: send up to 64 KB per call, cut into datagrams by the kernel (UDP GSO).
+    #[arg(long = "gso")]
+    pub gso: bool,
+    /// Client: send a seeded pattern and check it on receipt (both ends must be zcnet).
+    #[arg(long = "verify")]
+    pub verify: bool,
+    /// The pattern's seed for --verify.
+    #[arg(long = "seed", default_value_t = 1)]
+    pub seed: u64,
+    /// Server: seconds a client may take for each step outside the running test.
+    #[arg(long = "step-timeout", default_value_t = 10.0, hide = true)]
+    pub step_timeout: f64,
+}
+
+/// Client or server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// `-s`.
+    Server,
+    /// `-c HOST`.
+    Client(String),
+}
+
+/// Which address family to use (`-4`, `-6`, or either).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Whatever the host resolves to; the server listens on both.
+    Any,
+    /// `-4`.
+    V4,
+    /// `-6`.
+    V6,
+}
+
+/// How the data streams move their bytes.
+#[derive(Debug, Clone)]
+pub struct DataPath {
+    /// `--tx`.
+    pub tx: TxMode,
+    /// `--rx` and its interface and queue.
+    pub rx: RxConfig,
+    /// Where send buffers live (`--hugepages`).
+    pub memory: MemoryKind,
+}
+
+/// Everything `zcnet perf` runs with, checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Client or server.
+    pub role: Role,
+    /// `-p`.
+    pub port: u16,
+    /// The test a client asks for (unused by a server, which takes the client's).
+    pub params: TestParams,
+    /// `-i`: `None` for no interval reports.
+    pub interval: Option<Duration>,
+    /// `-J`.
+    pub json: bool,
+    /// `-1`.
+    pub one_off: bool,
+    /// `-B`.
+    pub bind: Option<IpAddr>,
+    /// `--cport`.
+    pub cport: Option<u16>,
+    /// `-V`.
+    pub verbose: bool,
+    /// `-4` / `-6`.
+    pub family: Family,
+    /// `--tx`, `--rx`, `--hugepages`.
+    pub data: DataPath,
+    /// `--verify`: the seed.
+    pub verify: Option<u64>,
+    /// `--gso`.
+    pub gso: bool,
+    /// Server: how long a client may take per step.
+    pub step_timeout: Duration,
+}
+
+impl Settings {
+    /// Checks the arguments; every error names the flag and what to give instead.
+    pub fn from_args(a: &PerfArgs) -> Result<Settings, PerfError> {
+        let role = match (&a.client, a.server) {
+            (Some(h), false) => Role::Client(h.clone()),
+            (None, true) => Role::Server,
+            _ => return Err(usage("say what to be: -s (server) or -c HOST (client)")),
+        };
+        let family = match (a.ipv4, a.ipv6) {
+            (true, _) => Family::V4,
+            (_, true) => Family::V6,
+            _ => Family::Any,
+        };
+        let bind = a.bind.as_deref().map(parse_bind).transpose()?;
+        let interval = interval(a.interval)?;
+        let step_timeout = (a.step_timeout.is_finite() && a.step_timeout > 0.0)
+            .then(|| Duration::from_secs_f64(a.step_timeout))
+            .ok_or_else(|| usage("--step-timeout: give a positive number of seconds"))?;
+        Ok(Settings {
+            params: params_from(a)?,
+            data: data_path(a)?,
+            verify: a.verify.then_some(a.seed),
+            gso: a.gso,
+            role,
+            port: a.port,
+            interval,
+            json: a.json,
+            one_off: a.one_off,
+            bind,
+            cport: a.cport,
+            verbose: a.verbose,
+            family,
+            step_timeout,
+        })
+    }
+}
+
+/// `-i`: `None` for 0 (no interval reports), else 0.1 to 60 seconds.
+fn interval(i: f64) -> Result<Option<Duration>, PerfError> {
+    if !(i.is_finite() && i >= 0.0) {
+        return Err(usage(format!(
+            "-i {i}: give seconds, 0 for no interval reports"
+        )));
+    }
+    if i == 0.0 {
+        return Ok(None);
+    }
+    if !(0.1..=60.0).contains(&i) {
+        return Err(usage(format!(
+            "-i {i}: the interval must be between 0.1 and 60 seconds (or 0 for none)"
+        )));
+    }
+    Ok(Some(Duration::from_secs_f64(i)))
+}
+
+fn usage(msg: impl Into<String>) -> PerfError {
+    PerfError::Usage(msg.into())
+}
+
+fn parse_bind(s: &str) -> Result<IpAddr, PerfError> {
+    s.parse().map_err(|_| {
+        usage(format!(
+            "-B {s}: give a local IP address (e.g. 127.0.0.1 or ::1), not a name"
+        ))
+    })
+}
+
+/// The parameter block a client sends, from iperf3's flags (as `iperf_parse_arguments` makes
+/// it: `-n`/`-k` without `-t` mean no time limit; `-b` defaults to 1 Mbit/s for UDP).
+fn params_from(a: &PerfArgs) -> Result<TestParams, PerfError> {
+    let protocol = if a.udp { Protocol::Udp } else { Protocol::Tcp };
+    if a.udp && a.verify {
+        return Err(usage(
+            "--verify checks TCP streams only (UDP datagrams may be lost or reordered): drop -u or --verify",
+        ));
+    }
+    let num = a.bytes.as_deref().map(|s| size("-n", s)).transpose()?;
+    let blocks = a.blockcount.as_deref().map(|s| size("-k", s)).transpose()?;
+    let default_len = if a.udp {
+        DEFAULT_UDP_LEN
+    } else {
+        DEFAULT_TCP_LEN
+    };
+    let len = match a.length.as_deref() {
+        Some(s) => u32::try_from(size("-l", s)?)
+            .ok()
+            .filter(|&l| l > 0)
+            .ok_or_else(|| usage(format!("-l {s}: give a block size from 1 to 1M")))?,
+        None => default_len,
+    };
+    let bandwidth = match a.bitrate.as_deref() {
+        Some(s) => units::parse_rate(s).ok_or_else(|| {
+            usage(format!(
+                "-b {s}: give bits per second, e.g. 100M or 1G (0 for unlimited)"
+            ))
+        })?,
+        None if a.udp => DEFAULT_UDP_RATE,
+        None => 0,
+    };
+    let time = match (a.time, num.is_some() || blocks.is_some()) {
+        (Some(t), _) => t,
+        (None, true) => 0,
+        (None, false) => super::proto::DEFAULT_TIME,
+    };
+    let mut p = TestParams {
+        protocol,
+        time,
+        num: num.unwrap_or(0),
+        blockcount: blocks.unwrap_or(0),
+        len,
+        parallel: a.parallel,
+        reverse: a.reverse,
+        bidirectional: a.bidir,
+        bandwidth,
+        omit: a.omit,
+        client_version: Some(format!("zcnet-perf {}", env!("CARGO_PKG_VERSION"))),
+        ..TestParams::default()
+    };
+    if a.verify {
+        p.unknown.insert(VERIFY_KEY.into(), a.seed.into());
+    }
+    p.validate().map_err(|e| usage(format!("{e}")))?;
+    Ok(p)
+}
+
+fn size(flag: &str, s: &str) -> Result<u64, PerfError> {
+    units::parse_size(s).ok_or_else(|| {
+        usage(format!(
+            "{flag} {s}: give a number with an optional K, M, G or T suffix (powers of 1024)"
+        ))
+    })
+}
+
+fn data_path(a: &PerfArgs) -> Result<DataPath, PerfError> {
+    let tx = TxMode::parse(&a.tx).map_err(|e| usage(e.to_string()))?;
+    let mode = RxMode::parse(&a.rx).map_err(|e| usage(e.to_string()))?;
+    if mode.is_device() && a.verify {
+        return Err(usage(
+            "--verify reads the payload, but --rx devmem puts it in device memory: drop --verify or use --rx auto",
+        ));
+    }
+    let mut rx = RxConfig::new(mode);
+    rx.iface = a.iface.clone();
+    rx.queue = a.queue;
+    let memory = if a.hugepages {
+        MemoryKind::Huge
+    } else {
+        MemoryKind::Anonymous
+    };
+    Ok(DataPath { tx, rx, memory })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cmd {
+        #[command(flatten)]
+        args: PerfArgs,
+    }
+
+    fn settings(line: &[&str]) -> Result<Settings, PerfError> {
+        let mut argv = vec!["zcnet-perf"];
+        argv.extend_from_slice(line);
+        let cmd = Cmd::try_parse_from(argv).map_err(|e| PerfError::Usage(e.to_string()))?;
+        Settings::from_args(&cmd.args)
+    }
+
+    #[test]
+    fn iperf3_letters_parse() {
+        let s = settings(&[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            "6000",
+            "-t",
+            "3",
+            "-P",
+            "4",
+            "-R",
+            "-l",
+            "64K",
+            "-i",
+            "0.5",
+            "-J",
+            "-O",
+            "1",
+            "-V",
+            "-4",
+            "--cport",
+            "7000",
+        ])
+        .unwrap();
+        assert_eq!(s.role, Role::Client("127.0.0.1".into()));
+        assert_eq!(s.port, 6000);
+        assert_eq!(
+            (s.params.time, s.params.parallel, s.params.reverse),
+            (3, 4, true)
+        );
+        assert_eq!((s.params.len, s.params.omit), (65536, 1));
+        assert_eq!(s.interval, Some(Duration::from_millis(500)));
+        assert!(s.json && s.verbose);
+        assert_eq!((s.family, s.cport), (Family::V4, Some(7000)));
+        let s = settings(&["-s", "-1", "-B", "::1"]).unwrap();
+        assert_eq!(s.role, Role::Server);
+        assert!(s.one_off);
+        assert_eq!(s.bind, Some("::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn bytes_or_blocks_mean_no_time_limit() {
+        let s = settings(&["-c", "::1", "-n", "1M"]).unwrap();
+        assert_eq!((s.params.time, s.params.num), (0, 1 << 20));
+        let s = settings(&["-c", "::1", "-k", "10", "-t", "5"]).unwrap();
+        assert_eq!((s.params.time, s.params.blockcount), (5, 10));
+        let s = settings(&["-c", "::1"]).unwrap();
+        assert_eq!((s.params.time, s.params.len), (10, 128 * 1024));
+    }
+
+    #[test]
+    fn udp_defaults_are_iperf3s() {
+        let s = settings(&["-c", "::1", "-u"]).unwrap();
+        assert_eq!(s.params.protocol, Protocol::Udp);
+        assert_eq!((s.params.len, s.params.bandwidth), (1460, 1024 * 1024));
+        let s = settings(&["-c", "::1", "-u", "-b", "0"]).unwrap();
+        assert_eq!(s.params.bandwidth, 0);
+    }
+
+    #[test]
+    fn verify_travels_in_the_parameter_block() {
+        let s = settings(&["-c", "::1", "--verify", "--seed", "7"]).unwrap();
+        assert_eq!(s.verify, Some(7));
+        assert_eq!(s.params.to_json()[VERIFY_KEY], 7);
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_the_flag_named() {
+        for (line, flag) in [
+            (&["-c", "::1", "-l", "2M"][..], "len"),
+            (&["-c", "::1", "-n", "lots"][..], "-n"),
+            (&["-c", "::1", "-b", "fast"][..], "-b"),
+            (&["-c", "::1", "-i", "100"][..], "-i"),
+            (&["-c", "::1", "-P", "0"][..], "parallel"),
+            (&["-c", "::1", "--tx", "telepathy"][..], "telepathy"),
+            (&["-s", "-B", "localhost"][..], "-B"),
+            (&[][..], "-s"),
+        ] {
+            let e = settings(line).unwrap_err().to_string();
+            assert!(e.contains(flag), "{line:?}: {e}");
+        }
+        assert!(settings(&["-c", "::1", "-R", "--bidir"]).is_err());
+        assert!(settings(&["-s", "-c", "::1"]).is_err());
+    }
+}

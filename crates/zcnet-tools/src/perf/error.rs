@@ -1,0 +1,57 @@
+//! How `zcnet perf` fails: one line that names the cause and, where there is one, the fix.
+
+use super::proto::ProtoError;
+
+/// A failed `zcnet perf` run.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PerfError {
+    /// The command line is wrong (exit status 2); the text names the flag.
+    Usage(String),
+    /// The test could not be run or did not complete (exit status 1).
+    Failed(String),
+    /// SIGINT or SIGTERM stopped the run (exit status 130).
+    Interrupted,
+}
+
+impl PerfError {
+    /// A failure with this text.
+    pub fn failed(msg: impl Into<String>) -> PerfError {
+        PerfError::Failed(msg.into())
+    }
+
+    /// The exit status for the process: 2 for usage, 130 for an interrupt, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            PerfError::Usage(_) => 2,
+            PerfError::Failed(_) => 1,
+            PerfError::Interrupted => 130,
+        }
+    }
+}
+
+impl std::fmt::Display for PerfError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PerfError::Usage(m) | PerfError::Failed(m) => f.write_str(m),
+            PerfError::Interrupted => f.write_str("interrupted by SIGINT/SIGTERM"),
+        }
+    }
+}
+
+impl std::error::Error for PerfError {}
+
+impl From<ProtoError> for PerfError {
+    fn from(e: ProtoError) -> PerfError {
+        PerfError::Failed(e.to_string())
+    }
+}
+
+impl From<zcnet::Error> for PerfError {
+    fn from(e: zcnet::Error) -> PerfError {
+        match e {
+            zcnet::Error::Interrupted => PerfError::Interrupted,
+            e => PerfError::Failed(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,748 @@
+//! What a test reports, and the text iperf3 prints for it.
+//!
+//! Formats from iperf3 src/iperf_locale.c (`report_bw_format`, `report_sum_bw_format`,
+//! `report_bw_retrans_format`, `report_cpu`, the headers), in the order of src/iperf_api.c
+//! `iperf_print_intermediate` and `iperf_print_results`: streams grouped by direction — a
+//! client prints its sending streams first, a server its receiving ones — each group followed
+//! by a `[SUM]` line when there are several streams per direction. `--bidir` tags each line
+//! with the stream's role (`[TX-C]`, `[RX-S]`, …).
+//!
+//! One difference: iperf3's server prints its summary before it has the client's results, so
+//! it says "(sender statistics not available)"; zcnet's server prints it after the exchange
+//! and shows both sides.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+
+use super::sysinfo::CpuUtil;
+use super::units;
+
+/// `report_bw_separator`.
+pub const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
+
+/// One data stream as reports name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamMeta {
+    /// iperf3's stream id.
+    pub id: i64,
+    /// The socket's descriptor (iperf3 prints it as the stream's number).
+    pub socket: i32,
+    /// Whether this side sends on it.
+    pub sends: bool,
+    /// Local address.
+    pub local: SocketAddr,
+    /// Peer address.
+    pub remote: SocketAddr,
+}
+
+/// The shape of a test, as reports need it.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// This side is the server.
+    pub server: bool,
+    /// `--bidir`.
+    pub bidir: bool,
+    /// Streams per direction (`-P`).
+    pub parallel: u32,
+    /// A UDP test (datagram counts, loss and jitter in the reports).
+    pub udp: bool,
+    /// The streams, in connection order.
+    pub streams: Vec<StreamMeta>,
+}
+
+impl Layout {
+    /// The directions in print order (iperf3's `current_mode` loop): `true` for the streams
+    /// this side sends on.
+    pub fn groups(&self) -> Vec<bool> {
+        match (self.bidir, self.server) {
+            (true, false) => vec![true, false],
+            (true, true) => vec![false, true],
+            (false, _) => vec![self.streams.first().is_none_or(|s| s.sends)],
+        }
+    }
+
+    /// Indices of the streams of one direction, in connection order.
+    pub fn group(&self, sends: bool) -> Vec<usize> {
+        (0..self.streams.len())
+            .filter(|&i| self.streams[i].sends == sends)
+            .collect()
+    }
+
+    /// The role tag of a line: `[TX-C]` etc. with `--bidir`, else empty.
+    pub fn tag(&self, sends: bool) -> String {
+        if !self.bidir {
+            return String::new();
+        }
+        let dir = if sends { "TX" } else { "RX" };
+        let side = if self.server { "S" } else { "C" };
+        format!("[{dir}-{side}]")
+    }
+
+    /// The JSON name suffix of a direction: `--bidir` names the server-to-client sums
+    /// `*_bidir_reverse` on both sides.
+    pub fn reverse_channel(&self, sends: bool) -> bool {
+        self.bidir && (self.server == sends)
+    }
+
+    /// Whether iperf3 prints `[SUM]` lines (more than one stream per direction).
+    pub fn sums(&self) -> bool {
+        self.parallel > 1
+    }
+
+    fn header(&self, retransmits: bool) -> &'static str {
+        if self.udp {
+            return self.udp_header(None);
+        }
+        match (retransmits, self.bidir) {
+            (false, false) => "[ ID] Interval           Transfer     Bitrate",
+            (false, true) => "[ ID][Role] Interval           Transfer     Bitrate",
+            (true, false) => "[ ID] Interval           Transfer     Bitrate         Retr",
+            (true, true) => "[ ID][Role] Interval           Transfer     Bitrate         Retr",
+        }
+    }
+}
+
+impl Layout {
+    /// UDP headers: a sender-only side prints "Total Datagrams" (`sends` = `Some(true)`), a
+    /// receiver or a summary "Jitter    Lost/Total Datagrams".
+    fn udp_header(&self, sends: Option<bool>) -> &'static str {
+        match (self.bidir, sends) {
+            (true, _) => "[ ID][Role] Interval           Transfer     Bitrate         Jitter    Lost/Total Datagrams",
+            (false, Some(true)) => "[ ID] Interval           Transfer     Bitrate         Total Datagrams",
+            (false, _) => "[ ID] Interval           Transfer     Bitrate         Jitter    Lost/Total Datagrams",
+        }
+    }
+
+    /// `zbuf` of iperf3's UDP sender lines: ten spaces with `--bidir`.
+    fn zbuf(&self) -> &'static str {
+        if self.bidir {
+            "          "
+        } else {
+            ""
+        }
+    }
+}
+
+/// One UDP stream's numbers in an interval or a test.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UdpCounts {
+    /// Datagrams (sent, or received by sequence number).
+    pub packets: u64,
+    /// Datagrams lost.
+    pub lost: i64,
+    /// Jitter, seconds.
+    pub jitter: f64,
+}
+
+impl UdpCounts {
+    /// Lost as a percentage of all (0 when none).
+    pub fn lost_percent(&self) -> f64 {
+        if self.packets > 0 {
+            100.0 * self.lost as f64 / self.packets as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+/// C's `%.2g`, which iperf3 uses for loss percentages.
+pub fn g2(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return if x.is_finite() {
+            "0".into()
+        } else {
+            format!("{x}")
+        };
+    }
+    let exp = x.abs().log10().floor() as i32;
+    // Rounding to two significant digits may carry into the next power of ten.
+    let rounded = format!("{:.1e}", x);
+    let (mant, e) = rounded.split_once('e').unwrap_or((&rounded, "0"));
+    let e: i32 = e.parse().unwrap_or(exp);
+    if !(-4..2).contains(&e) {
+        let mant = mant.trim_end_matches('0').trim_end_matches('.');
+        return format!("{mant}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+    }
+    let decimals = (1 - e).max(0) as usize;
+    let fixed = format!("{x:.decimals$}");
+    if fixed.contains('.') {
+        fixed
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    } else {
+        fixed
+    }
+}
+
+/// `report_bw_udp_sender_format` / `report_sum_bw_udp_sender_format`.
+fn udp_sender_line(
+    l: &Layout,
+    sock: Option<i32>,
+    tag: &str,
+    (start, end): (f64, f64),
+    bytes: u64,
+    packets: u64,
+    tail: &str,
+) -> String {
+    format!(
+        "{}{tag} {start:6.2}-{end:<6.2} sec  {}s  {}s/sec {} {packets}  {tail}",
+        id_col(sock),
+        units::bytes(bytes as f64),
+        units::bits(rate(bytes, end - start)),
+        l.zbuf()
+    )
+}
+
+/// `report_bw_udp_format` / `report_sum_bw_udp_format`.
+fn udp_line(
+    sock: Option<i32>,
+    tag: &str,
+    start: f64,
+    end: f64,
+    bytes: u64,
+    u: &UdpCounts,
+    tail: &str,
+) -> String {
+    format!(
+        "{}{tag} {start:6.2}-{end:<6.2} sec  {}s  {}s/sec  {:5.3} ms  {}/{} ({}%)  {tail}",
+        id_col(sock),
+        units::bytes(bytes as f64),
+        units::bits(rate(bytes, end - start)),
+        u.jitter * 1000.0,
+        u.lost,
+        u.packets,
+        g2(u.lost_percent())
+    )
+}
+
+/// Bytes each stream moved in one interval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interval {
+    /// Seconds since the start (of the test, or of the measured part after `-O`).
+    pub start: f64,
+    /// Seconds since the start.
+    pub end: f64,
+    /// Bytes per stream, in [`Layout::streams`] order.
+    pub bytes: Vec<u64>,
+    /// UDP: datagrams, loss and jitter per stream (empty for TCP).
+    pub udp: Vec<UdpCounts>,
+    /// Inside the `-O` period.
+    pub omitted: bool,
+}
+
+impl Interval {
+    /// Its length in seconds.
+    pub fn seconds(&self) -> f64 {
+        self.end - self.start
+    }
+
+    /// Bytes per second of `bytes` over the interval.
+    pub fn rate(&self, bytes: u64) -> f64 {
+        rate(bytes, self.seconds())
+    }
+}
+
+/// Bytes per second; 0 for an empty period.
+pub fn rate(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// A stream's final numbers, both sides'.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamTotals {
+    /// Bytes the sending side sent.
+    pub sent: u64,
+    /// Bytes the receiving side received.
+    pub received: u64,
+    /// Seconds the sending side ran.
+    pub sender_secs: f64,
+    /// Seconds the receiving side ran.
+    pub receiver_secs: f64,
+    /// TCP retransmits, when the sending side reported them.
+    pub retransmits: Option<i64>,
+    /// UDP: datagrams the sender sent.
+    pub packets_sent: u64,
+    /// UDP: the receiver's count, loss and jitter.
+    pub received_udp: UdpCounts,
+}
+
+/// The test's final numbers.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Totals {
+    /// Per stream, in [`Layout::streams`] order.
+    pub streams: Vec<StreamTotals>,
+    /// This side's CPU use.
+    pub cpu: CpuUtil,
+    /// The peer's CPU use (from its results).
+    pub remote_cpu: CpuUtil,
+}
+
+impl Totals {
+    /// Sums over a group of streams: (sent, received, sender secs, receiver secs, retransmits).
+    pub fn sum(&self, idx: &[usize]) -> StreamTotals {
+        let mut t = StreamTotals::default();
+        for s in idx.iter().filter_map(|&i| self.streams.get(i)) {
+            t.sent += s.sent;
+            t.received += s.received;
+            t.sender_secs = t.sender_secs.max(s.sender_secs);
+            t.receiver_secs = t.receiver_secs.max(s.receiver_secs);
+            if let Some(r) = s.retransmits {
+                t.retransmits = Some(t.retransmits.unwrap_or(0) + r);
+            }
+            t.packets_sent += s.packets_sent;
+            t.received_udp.packets += s.received_udp.packets;
+            t.received_udp.lost += s.received_udp.lost;
+            t.received_udp.jitter += s.received_udp.jitter / idx.len() as f64;
+        }
+        t
+    }
+
+    /// Whether the sending side of a group reported retransmits.
+    pub fn has_retransmits(&self, idx: &[usize]) -> bool {
+        idx.iter()
+            .filter_map(|&i| self.streams.get(i))
+            .any(|s| s.retransmits.is_some())
+    }
+}
+
+/// `[  5]` or `[SUM]`.
+fn id_col(socket: Option<i32>) -> String {
+    socket.map_or("[SUM]".to_string(), |s| format!("[{s:3}]"))
+}
+
+/// `report_bw_format` / `report_sum_bw_format`.
+fn bw_line(socket: Option<i32>, tag: &str, start: f64, end: f64, bytes: u64, tail: &str) -> String {
+    format!(
+        "{}{tag} {start:6.2}-{end:<6.2} sec  {}s  {}s/sec                  {tail}",
+        id_col(socket),
+        units::bytes(bytes as f64),
+        units::bits(rate(bytes, end - start)),
+    )
+}
+
+/// `report_bw_retrans_format` / `report_sum_bw_retrans_format` (as iperf 3.12 prints them:
+/// 13 spaces before the role; 3.21 has 12 on stream lines). The period starts at 0.
+fn retrans_line(
+    socket: Option<i32>,
+    tag: &str,
+    end: f64,
+    bytes: u64,
+    retr: i64,
+    tail: &str,
+) -> String {
+    format!(
+        "{}{tag} {:6.2}-{end:<6.2} sec  {}s  {}s/sec  {retr:3}             {tail}",
+        id_col(socket),
+        0.0,
+        units::bytes(bytes as f64),
+        units::bits(rate(bytes, end)),
+    )
+}
+
+/// The lines of one interval report.
+pub fn interval_text(layout: &Layout, iv: &Interval, first: bool) -> String {
+    if layout.udp {
+        return udp_interval_text(layout, iv, first);
+    }
+    let mut out = String::new();
+    let omitted = if iv.omitted { "(omitted)" } else { "" };
+    for sends in layout.groups() {
+        let tag = layout.tag(sends);
+        for i in layout.group(sends) {
+            if i == 0 {
+                if first {
+                    let _ = writeln!(out, "{}", layout.header(false));
+                } else if layout.sums() {
+                    let _ = writeln!(out, "{SEPARATOR}");
+                }
+            }
+            let s = &layout.streams[i];
+            let line = bw_line(Some(s.socket), &tag, iv.start, iv.end, iv.bytes[i], omitted);
+            let _ = writeln!(out, "{line}");
+        }
+        if layout.sums() {
+            let total = layout.group(sends).iter().map(|&i| iv.bytes[i]).sum();
+            let line = bw_line(None, &tag, iv.start, iv.end, total, omitted);
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}
+
+fn udp_interval_text(layout: &Layout, iv: &Interval, first: bool) -> String {
+    let mut out = String::new();
+    let omitted = if iv.omitted { "(omitted)" } else { "" };
+    let groups = layout.groups();
+    let only = (!layout.bidir).then(|| groups[0]);
+    for sends in groups {
+        let tag = layout.tag(sends);
+        let idx = layout.group(sends);
+        for &i in &idx {
+            if i == 0 {
+                if first {
+                    let _ = writeln!(out, "{}", layout.udp_header(only));
+                } else if layout.sums() {
+                    let _ = writeln!(out, "{SEPARATOR}");
+                }
+            }
+            let sock = Some(layout.streams[i].socket);
+            let u = iv.udp.get(i).copied().unwrap_or_default();
+            let line = if sends {
+                udp_sender_line(
+                    layout,
+                    sock,
+                    &tag,
+                    (iv.start, iv.end),
+                    iv.bytes[i],
+                    u.packets,
+                    omitted,
+                )
+            } else {
+                udp_line(sock, &tag, iv.start, iv.end, iv.bytes[i], &u, omitted)
+            };
+            let _ = writeln!(out, "{line}");
+        }
+        if layout.sums() {
+            let bytes = idx.iter().map(|&i| iv.bytes[i]).sum();
+            let mut sum = UdpCounts::default();
+            for &i in &idx {
+                let u = iv.udp.get(i).copied().unwrap_or_default();
+                sum.packets += u.packets;
+                sum.lost += u.lost;
+                sum.jitter += u.jitter / idx.len() as f64;
+            }
+            let line = if sends {
+                udp_sender_line(
+                    layout,
+                    None,
+                    &tag,
+                    (iv.start, iv.end),
+                    bytes,
+                    sum.packets,
+                    omitted,
+                )
+            } else {
+                udp_line(None, &tag, iv.start, iv.end, bytes, &sum, omitted)
+            };
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}
+
+/// The summary: per stream a sender and a receiver line, `[SUM]` lines, and with `verbose` the
+/// CPU line.
+pub fn summary_text(layout: &Layout, t: &Totals, verbose: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{SEPARATOR}");
+    if verbose {
+        let _ = writeln!(out, "Test Complete. Summary Results:");
+    }
+    let all: Vec<usize> = (0..layout.streams.len()).collect();
+    let _ = writeln!(out, "{}", layout.header(t.has_retransmits(&all)));
+    for sends in layout.groups() {
+        let tag = layout.tag(sends);
+        let idx = layout.group(sends);
+        let retr = t.has_retransmits(&idx);
+        for &i in &idx {
+            let s = &t.streams[i];
+            let sock = Some(layout.streams[i].socket);
+            summary_pair(&mut out, sock, &tag, s, retr, layout.udp);
+        }
+        if layout.sums() {
+            summary_pair(&mut out, None, &tag, &t.sum(&idx), retr, layout.udp);
+        }
+    }
+    if verbose {
+        for line in cpu_lines(layout, t) {
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    out
+}
+
+fn summary_pair(
+    out: &mut String,
+    sock: Option<i32>,
+    tag: &str,
+    s: &StreamTotals,
+    retr: bool,
+    udp: bool,
+) {
+    if udp {
+        let sent = UdpCounts {
+            packets: s.packets_sent,
+            ..UdpCounts::default()
+        };
+        let sender = udp_line(sock, tag, 0.0, s.sender_secs, s.sent, &sent, "sender");
+        let receiver = udp_line(
+            sock,
+            tag,
+            0.0,
+            s.receiver_secs,
+            s.received,
+            &s.received_udp,
+            "receiver",
+        );
+        let _ = writeln!(out, "{sender}\n{receiver}");
+        return;
+    }
+    let sender = match (retr, s.retransmits) {
+        (true, r) => retrans_line(sock, tag, s.sender_secs, s.sent, r.unwrap_or(0), "sender"),
+        (false, _) => bw_line(sock, tag, 0.0, s.sender_secs, s.sent, "sender"),
+    };
+    let receiver = bw_line(sock, tag, 0.0, s.receiver_secs, s.received, "receiver");
+    let _ = writeln!(out, "{sender}\n{receiver}");
+}
+
+/// `report_cpu`: "CPU Utilization: local/sender 49.2% (0.7%u/48.6%s), remote/receiver …";
+/// two lines with `--bidir`, one per direction.
+pub fn cpu_lines(layout: &Layout, t: &Totals) -> Vec<String> {
+    let role = |sends: bool| if sends { "sender" } else { "receiver" };
+    let line = |sends: bool| {
+        format!(
+            "CPU Utilization: local/{} {:.1}% ({:.1}%u/{:.1}%s), remote/{} {:.1}% ({:.1}%u/{:.1}%s)",
+            role(sends),
+            t.cpu.total,
+            t.cpu.user,
+            t.cpu.system,
+            role(!sends),
+            t.remote_cpu.total,
+            t.remote_cpu.user,
+            t.remote_cpu.system
+        )
+    };
+    if layout.bidir {
+        vec![line(true), line(false)]
+    } else {
+        vec![line(layout.groups()[0])]
+    }
+}
+
+/// `report_connected`: `[  5] local 127.0.0.1 port 47970 connected to 127.0.0.1 port 5201`.
+pub fn connected_line(s: &StreamMeta) -> String {
+    format!(
+        "[{:3}] local {} port {} connected to {} port {}",
+        s.socket,
+        s.local.ip(),
+        s.local.port(),
+        s.remote.ip(),
+        s.remote.port()
+    )
+}
+
+/// `test_start_time` / `test_start_bytes` / `test_start_blocks`: the verbose "Starting Test"
+/// line.
+pub fn starting_line(p: &super::proto::TestParams) -> String {
+    let proto = match p.protocol {
+        super::proto::Protocol::Udp => "UDP",
+        super::proto::Protocol::Sctp => "SCTP",
+        super::proto::Protocol::Tcp => "TCP",
+    };
+    let head = format!(
+        "Starting Test: protocol: {proto}, {} streams, {} byte blocks, omitting {} seconds",
+        p.parallel,
+        p.block_len(),
+        p.omit
+    );
+    let what = if p.num != 0 {
+        format!("{} bytes to send", p.num)
+    } else if p.blockcount != 0 {
+        format!("{} blocks to send", p.blockcount)
+    } else {
+        format!("{} second test", p.time)
+    };
+    format!("{head}, {what}, tos {}", p.tos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(server: bool, bidir: bool, parallel: u32) -> Layout {
+        let addr: SocketAddr = "127.0.0.1:5201".parse().unwrap();
+        let n = parallel as usize * if bidir { 2 } else { 1 };
+        let streams = (0..n)
+            .map(|i| StreamMeta {
+                id: super::super::proto::stream_id(i),
+                socket: 5 + i as i32,
+                sends: (i < parallel as usize) != server,
+                local: addr,
+                remote: addr,
+            })
+            .collect();
+        Layout {
+            server,
+            bidir,
+            parallel,
+            udp: false,
+            streams,
+        }
+    }
+
+    #[test]
+    fn interval_lines_match_iperf3() {
+        let l = layout(false, false, 2);
+        let iv = Interval {
+            start: 0.0,
+            end: 1.0,
+            bytes: vec![1_490_000_000, 1_490_000_000],
+            udp: vec![],
+            omitted: false,
+        };
+        let text = interval_text(&l, &iv, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "[ ID] Interval           Transfer     Bitrate");
+        assert_eq!(
+            lines[1],
+            "[  5]   0.00-1.00   sec  1.39 GBytes  11.9 Gbits/sec                  "
+        );
+        assert!(lines[3].starts_with("[SUM]   0.00-1.00   sec  2.78 GBytes  23.8 Gbits/sec"));
+        let again = interval_text(
+            &l,
+            &Interval {
+                start: 1.0,
+                end: 2.0,
+                ..iv
+            },
+            false,
+        );
+        assert!(again.starts_with(SEPARATOR));
+    }
+
+    #[test]
+    fn bidir_groups_senders_first_on_the_client_and_receivers_on_the_server() {
+        let c = layout(false, true, 1);
+        assert_eq!(c.groups(), vec![true, false]);
+        let iv = Interval {
+            start: 0.0,
+            end: 1.0,
+            bytes: vec![1, 2],
+            udp: vec![],
+            omitted: false,
+        };
+        let text = interval_text(&c, &iv, true);
+        assert!(text.contains("[  5][TX-C]   0.00-1.00"), "{text}");
+        assert!(text.contains("[  6][RX-C]"), "{text}");
+        let s = layout(true, true, 1);
+        let text = interval_text(&s, &iv, true);
+        let rx = text.find("[RX-S]").unwrap();
+        assert!(rx < text.find("[TX-S]").unwrap(), "{text}");
+        assert!(s.reverse_channel(true) && !s.reverse_channel(false));
+        assert!(c.reverse_channel(false) && !c.reverse_channel(true));
+    }
+
+    #[test]
+    fn summary_shows_sender_and_receiver_with_retransmits_when_reported() {
+        let l = layout(false, false, 1);
+        let t = Totals {
+            streams: vec![StreamTotals {
+                sent: 2_670_000_000,
+                received: 2_660_000_000,
+                sender_secs: 2.0,
+                receiver_secs: 2.0,
+                retransmits: Some(6),
+                ..StreamTotals::default()
+            }],
+            ..Totals::default()
+        };
+        let text = summary_text(&l, &t, false);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], SEPARATOR);
+        assert_eq!(
+            lines[1],
+            "[ ID] Interval           Transfer     Bitrate         Retr"
+        );
+        assert_eq!(
+            lines[2],
+            "[  5]   0.00-2.00   sec  2.49 GBytes  10.7 Gbits/sec    6             sender"
+        );
+        assert_eq!(
+            lines[3],
+            "[  5]   0.00-2.00   sec  2.48 GBytes  10.6 Gbits/sec                  receiver"
+        );
+    }
+
+    #[test]
+    fn percentages_print_as_c_g2() {
+        for (x, want) in [
+            (0.0, "0"),
+            (0.5, "0.5"),
+            (12.34, "12"),
+            (1.0, "1"),
+            (99.6, "1e+02"),
+            (100.0, "1e+02"),
+            (0.012_34, "0.012"),
+            (0.000_012, "1.2e-05"),
+        ] {
+            assert_eq!(g2(x), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn udp_lines_match_iperf3() {
+        let mut l = layout(false, false, 1);
+        l.udp = true;
+        let iv = Interval {
+            start: 0.0,
+            end: 1.0,
+            bytes: vec![131_400],
+            udp: vec![UdpCounts {
+                packets: 90,
+                lost: 0,
+                jitter: 0.0,
+            }],
+            omitted: false,
+        };
+        let text = interval_text(&l, &iv, true);
+        assert_eq!(
+            text,
+            "[ ID] Interval           Transfer     Bitrate         Total Datagrams\n\
+             [  5]   0.00-1.00   sec   128 KBytes  1.05 Mbits/sec  90  \n"
+        );
+        let t = Totals {
+            streams: vec![StreamTotals {
+                sent: 131_400,
+                received: 129_940,
+                sender_secs: 1.0,
+                receiver_secs: 1.0,
+                packets_sent: 90,
+                received_udp: UdpCounts {
+                    packets: 90,
+                    lost: 1,
+                    jitter: 0.000_012,
+                },
+                ..StreamTotals::default()
+            }],
+            ..Totals::default()
+        };
+        let text = summary_text(&l, &t, false);
+        assert!(text.contains("sec  0.000 ms  0/90 (0%)  sender"), "{text}");
+        assert!(
+            text.contains("sec  0.012 ms  1/90 (1.1%)  receiver"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cpu_line_is_report_cpu() {
+        let l = layout(true, false, 1);
+        let t = Totals {
+            cpu: CpuUtil {
+                total: 49.25,
+                user: 0.7,
+                system: 48.55,
+            },
+            ..Totals::default()
+        };
+        assert_eq!(
+            cpu_lines(&l, &t),
+            ["CPU Utilization: local/receiver 49.2% (0.7%u/48.5%s), remote/sender 0.0% (0.0%u/0.0%s)"]
+        );
+    }
+}

@@ -1,0 +1,472 @@
+//! One running test, seen from one side: its stream threads, its clock, the interval reports,
+//! and the results it sends and prints. The client and the server each drive one through the
+//! protocol's actions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::jsonout;
+use super::proto::Protocol;
+use super::proto::{StreamResults, TestParams, TestResults};
+use super::report::{self, Interval, Layout, StreamMeta, StreamTotals, Totals, UdpCounts};
+use super::streams::{
+    drain_receivers, stop_senders, Budget, DataStream, Notifier, PathConfig, Running, StreamEnd,
+    TestShared,
+};
+use super::sysinfo::{CpuClock, CpuUtil};
+use super::zerocopy::PathSummary;
+
+/// How reports are written.
+#[derive(Debug, Clone, Copy)]
+pub struct ReportStyle {
+    /// `-J`: collect a document instead of printing lines.
+    pub json: bool,
+    /// `-V`.
+    pub verbose: bool,
+    /// `-i`.
+    pub interval: Option<Duration>,
+}
+
+/// A test that is running or has run.
+#[derive(Debug)]
+pub struct TestRun {
+    layout: Layout,
+    style: ReportStyle,
+    shared: Arc<TestShared>,
+    running: Vec<Running>,
+    sends: Vec<bool>,
+    started: Instant,
+    /// `-O` ends here; results count from here.
+    measure_from: Instant,
+    omitting: bool,
+    has_omit: bool,
+    omit_base: Vec<u64>,
+    tick_from: Instant,
+    tick_bytes: Vec<u64>,
+    tick_udp: Vec<UdpCounts>,
+    next_tick: Option<Instant>,
+    first_interval: bool,
+    intervals: Vec<Value>,
+    ends: Vec<Option<StreamEnd>>,
+    cpu: CpuClock,
+    cpu_used: Option<CpuUtil>,
+}
+
+impl TestRun {
+    /// Starts the stream threads of a test whose streams are `streams` (in connection order);
+    /// `server` says which side this is.
+    pub fn start<E: Send + 'static>(
+        server: bool,
+        params: &TestParams,
+        streams: Vec<DataStream>,
+        path: &PathConfig,
+        style: ReportStyle,
+        notify: &Notifier<E>,
+    ) -> std::io::Result<TestRun> {
+        let sends: Vec<bool> = streams
+            .iter()
+            .map(|d| d.spec.client_sends() != server)
+            .collect();
+        let layout = Layout {
+            server,
+            bidir: params.bidirectional,
+            parallel: params.parallel,
+            udp: params.protocol == Protocol::Udp,
+            streams: streams
+                .iter()
+                .zip(&sends)
+                .map(|(d, &s)| StreamMeta {
+                    id: d.spec.id,
+                    socket: d.socket,
+                    sends: s,
+                    local: d.local,
+                    remote: d.remote,
+                })
+                .collect(),
+        };
+        let shared = TestShared::new(Budget::new(params.num, params.blockcount));
+        let cpu = CpuClock::start();
+        let mut running = Vec::with_capacity(streams.len());
+        for (i, (d, &s)) in streams.into_iter().zip(&sends).enumerate() {
+            match Running::start(i, s, d, path, &shared, notify) {
+                Ok(r) => running.push(r),
+                Err(e) => {
+                    shared.abort();
+                    running
+                        .iter_mut()
+                        .for_each(|r: &mut Running| drop(r.join()));
+                    return Err(e);
+                }
+            }
+        }
+        let now = Instant::now();
+        let omit = Duration::from_secs(u64::from(params.omit));
+        let n = running.len();
+        Ok(TestRun {
+            layout,
+            style,
+            shared,
+            running,
+            sends,
+            started: now,
+            measure_from: now + omit,
+            omitting: params.omit > 0,
+            has_omit: params.omit > 0,
+            omit_base: vec![0; n],
+            tick_from: now,
+            tick_bytes: vec![0; n],
+            tick_udp: vec![UdpCounts::default(); n],
+            next_tick: style.interval.map(|i| now + i),
+            first_interval: true,
+            intervals: Vec::new(),
+            ends: (0..n).map(|_| None).collect(),
+            cpu,
+            cpu_used: None,
+        })
+    }
+
+    /// The streams as reports name them.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// When [`TestRun::on_timer`] has something to do next.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let omit_end = self.omitting.then_some(self.measure_from);
+        [self.next_tick, omit_end].into_iter().flatten().min()
+    }
+
+    /// Reports intervals that are due, and ends the `-O` period when it is over.
+    pub fn on_timer(&mut self, now: Instant) {
+        while let Some(t) = self.next_tick.filter(|&t| t <= now) {
+            let bytes = self.counters();
+            self.interval(t, &bytes);
+            self.next_tick = self.style.interval.map(|i| t + i);
+        }
+        if self.omitting && now >= self.measure_from {
+            // iperf3's iperf_reset_stats: the omitted bytes are left out from here, and the
+            // clock starts again.
+            self.omitting = false;
+            self.omit_base = self.counters();
+            self.tick_bytes = self.omit_base.clone();
+            self.tick_from = self.measure_from;
+            self.first_interval = true;
+            self.next_tick = self.style.interval.map(|i| self.measure_from + i);
+        }
+    }
+
+    /// UDP datagram counters per stream (empty for TCP).
+    fn udp_counters(&self) -> Vec<UdpCounts> {
+        if !self.layout.udp {
+            return Vec::new();
+        }
+        self.running
+            .iter()
+            .map(|r| {
+                let (packets, lost, jitter) = r.counters.udp();
+                UdpCounts {
+                    packets,
+                    lost: lost as i64,
+                    jitter,
+                }
+            })
+            .collect()
+    }
+
+    fn counters(&self) -> Vec<u64> {
+        self.running.iter().map(|r| r.counters.moved()).collect()
+    }
+
+    /// Bytes moved so far in one direction (`true`: this side's sending streams).
+    pub fn moved(&self, sends: bool) -> u64 {
+        self.running
+            .iter()
+            .zip(&self.sends)
+            .filter(|(_, &s)| s == sends)
+            .map(|(r, _)| r.counters.moved())
+            .sum()
+    }
+
+    /// Whether this side sends on any stream.
+    pub fn has_senders(&self) -> bool {
+        self.sends.iter().any(|&s| s)
+    }
+
+    /// Whether this side receives on any stream.
+    pub fn has_receivers(&self) -> bool {
+        self.sends.iter().any(|&s| !s)
+    }
+
+    /// One interval report, from `tick_from` to `end`, with the counters at `end`. Times
+    /// count from the start of the test during `-O`, from its end afterwards (as iperf3's).
+    fn interval(&mut self, end: Instant, bytes: &[u64]) {
+        let origin = if self.omitting {
+            self.started
+        } else {
+            self.measure_from
+        };
+        let secs = |t: Instant| t.saturating_duration_since(origin).as_secs_f64();
+        let udp_now = self.udp_counters();
+        let udp = udp_now
+            .iter()
+            .zip(&self.tick_udp)
+            .map(|(n, p)| UdpCounts {
+                packets: n.packets.saturating_sub(p.packets),
+                lost: n.lost - p.lost,
+                jitter: n.jitter,
+            })
+            .collect();
+        let iv = Interval {
+            start: secs(self.tick_from),
+            end: secs(end),
+            bytes: bytes
+                .iter()
+                .zip(&self.tick_bytes)
+                .map(|(b, p)| b.saturating_sub(*p))
+                .collect(),
+            udp,
+            omitted: self.omitting,
+        };
+        self.tick_udp = udp_now;
+        self.tick_from = end;
+        self.tick_bytes = bytes.to_vec();
+        if self.style.json {
+            self.intervals.push(jsonout::interval(&self.layout, &iv));
+        } else {
+            print!(
+                "{}",
+                report::interval_text(&self.layout, &iv, self.first_interval)
+            );
+        }
+        self.first_interval = false;
+    }
+
+    /// Stops this side's sending streams (see [`stop_senders`]); a stream whose peer reads
+    /// nothing for `grace` is reset.
+    pub fn stop_senders(&mut self, grace: Duration) {
+        let ends = stop_senders(&self.shared, &mut self.running, &self.sends, grace);
+        self.keep(ends);
+    }
+
+    /// Closes the sending half of this side's sending streams, so that a peer reading them
+    /// sees their end.
+    pub fn shutdown_senders(&self) {
+        for (r, _) in self.running.iter().zip(&self.sends).filter(|(_, s)| **s) {
+            r.shutdown_write();
+        }
+    }
+
+    /// Gives this side's receiving streams the byte counts the peer reports for them, so
+    /// that draining stops exactly there. Not with `-O`: the peer's counts then leave out
+    /// the omitted part, and draining waits for the stream to go quiet instead.
+    pub fn set_targets(&self, peer: &TestResults) {
+        if self.has_omit {
+            return;
+        }
+        for ((r, _), m) in self
+            .running
+            .iter()
+            .zip(&self.sends)
+            .zip(&self.layout.streams)
+            .filter(|((_, s), _)| !**s)
+        {
+            if let Some(p) = peer.stream(m.id) {
+                r.counters.set_target(p.bytes);
+            }
+        }
+    }
+
+    /// Receives what is still coming on this side's receiving streams and stops them.
+    pub fn drain_receivers(&mut self) {
+        let ends = drain_receivers(&self.shared, &mut self.running, &self.sends);
+        self.keep(ends);
+    }
+
+    fn keep(&mut self, ends: Vec<Option<StreamEnd>>) {
+        for (slot, e) in self.ends.iter_mut().zip(ends) {
+            if e.is_some() {
+                *slot = e;
+            }
+        }
+    }
+
+    /// The first stream failure, if any stream failed.
+    pub fn failure(&self) -> Option<String> {
+        self.ends.iter().flatten().find_map(|e| e.error.clone())
+    }
+
+    /// Ends the test (after both `stop_senders` and `drain_receivers`): the last, partial
+    /// interval from the exact counts, and the CPU use.
+    pub fn finish(&mut self) {
+        let now = Instant::now();
+        self.cpu_used = Some(self.cpu.utilization());
+        let exact: Vec<u64> = self
+            .ends
+            .iter()
+            .map(|e| e.as_ref().map_or(0, |e| e.bytes))
+            .collect();
+        if let Some(i) = self.style.interval {
+            let moved = exact.iter().zip(&self.tick_bytes).any(|(e, p)| e > p);
+            if moved || now.saturating_duration_since(self.tick_from) >= i.mul_f64(0.1) {
+                self.interval(now, &exact);
+            }
+        }
+        self.next_tick = None;
+    }
+
+    /// Stops everything at once (the test failed): resets the connections and joins the
+    /// threads.
+    pub fn abort(&mut self) {
+        self.shared.abort();
+        for (i, r) in self.running.iter_mut().enumerate() {
+            if self.ends[i].is_none() {
+                if self.sends[i] {
+                    r.abort_connection();
+                }
+                self.ends[i] = Some(r.join());
+            }
+        }
+    }
+
+    /// Seconds a stream ran, from the start of the measured part to its last byte.
+    fn secs(&self, i: usize) -> f64 {
+        let last = self.ends[i].as_ref().and_then(|e| e.last);
+        last.unwrap_or(self.measure_from)
+            .saturating_duration_since(self.measure_from)
+            .as_secs_f64()
+    }
+
+    fn bytes(&self, i: usize) -> u64 {
+        let b = self.ends[i].as_ref().map_or(0, |e| e.bytes);
+        b.saturating_sub(self.omit_base[i])
+    }
+
+    fn udp_end(&self, i: usize) -> super::udp::UdpEnd {
+        self.ends[i]
+            .as_ref()
+            .and_then(|e| e.udp)
+            .unwrap_or_default()
+    }
+
+    /// This side's results for the peer (iperf3's `send_results`).
+    pub fn local_results(&self) -> TestResults {
+        let cpu = self.cpu_used.unwrap_or_default();
+        let streams = self
+            .layout
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let u = self.udp_end(i);
+                StreamResults {
+                    id: m.id,
+                    bytes: self.bytes(i),
+                    retransmits: -1,
+                    jitter: u.jitter,
+                    errors: u.errors,
+                    omitted_errors: Some(0),
+                    packets: i64::try_from(u.packets).unwrap_or(i64::MAX),
+                    omitted_packets: Some(0),
+                    start_time: Some(0.0),
+                    end_time: Some(self.secs(i)),
+                }
+            })
+            .collect();
+        TestResults {
+            cpu_util_total: cpu.total,
+            cpu_util_user: cpu.user,
+            cpu_util_system: cpu.system,
+            // iperf3: -1 when this side only received; zcnet does not read TCP_INFO, so its
+            // retransmits are "not available" (0) when it sent.
+            sender_has_retransmits: if self.has_senders() { 0 } else { -1 },
+            streams,
+            ..TestResults::default()
+        }
+    }
+
+    /// Both sides' numbers per stream, for the summary.
+    pub fn totals(&self, peer: &TestResults) -> Totals {
+        let streams = self
+            .layout
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let theirs = peer.stream(m.id);
+                let their_bytes = theirs.map_or(0, |p| p.bytes);
+                let their_secs = theirs
+                    .and_then(|p| Some(p.end_time? - p.start_time.unwrap_or(0.0)))
+                    .unwrap_or_else(|| self.secs(i));
+                let (mine, my_secs) = (self.bytes(i), self.secs(i));
+                let u = self.udp_end(i);
+                let their_packets = theirs.map_or(0, |p| p.packets.max(0) as u64);
+                if m.sends {
+                    StreamTotals {
+                        sent: mine,
+                        received: their_bytes,
+                        sender_secs: my_secs,
+                        receiver_secs: their_secs,
+                        retransmits: None,
+                        packets_sent: u.packets,
+                        received_udp: UdpCounts {
+                            packets: their_packets,
+                            lost: theirs.map_or(0, |p| p.errors),
+                            jitter: theirs.map_or(0.0, |p| p.jitter),
+                        },
+                    }
+                } else {
+                    StreamTotals {
+                        sent: their_bytes,
+                        received: mine,
+                        sender_secs: their_secs,
+                        receiver_secs: my_secs,
+                        retransmits: (peer.sender_has_retransmits == 1)
+                            .then(|| theirs.map_or(0, |p| p.retransmits)),
+                        packets_sent: their_packets,
+                        received_udp: UdpCounts {
+                            packets: u.packets,
+                            lost: u.errors,
+                            jitter: u.jitter,
+                        },
+                    }
+                }
+            })
+            .collect();
+        Totals {
+            streams,
+            cpu: self.cpu_used.unwrap_or_default(),
+            remote_cpu: super::sysinfo::CpuUtil {
+                total: peer.cpu_util_total,
+                user: peer.cpu_util_user,
+                system: peer.cpu_util_system,
+            },
+        }
+    }
+
+    /// What this side's data path did.
+    pub fn path_summary(&self) -> PathSummary {
+        PathSummary::from_reports(
+            self.layout
+                .streams
+                .iter()
+                .zip(&self.ends)
+                .filter_map(|(m, e)| Some((m.id, e.as_ref()?.path.as_ref()?))),
+        )
+    }
+
+    /// The `intervals` collected for `-J`.
+    pub fn take_intervals(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.intervals)
+    }
+}
+
+impl Drop for TestRun {
+    /// A test dropped before its end (an error on the way) stops its threads.
+    fn drop(&mut self) {
+        if self.ends.iter().any(Option::is_none) {
+            self.abort();
+        }
+    }
+}

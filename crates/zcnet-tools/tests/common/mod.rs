@@ -1,0 +1,258 @@
+//! Helpers for the perf tests: spawned processes that are always killed, servers on free
+//! ports, reading `-J` documents.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The `zcnet-perf` binary under test.
+pub fn zcnet_perf() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_zcnet-perf"))
+}
+
+/// iperf3, if installed (the tests that need it skip, saying so, when it is not).
+pub fn iperf3() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("iperf3"))
+        .find(|p| p.is_file())
+}
+
+/// Skips the calling test (returns `None`) with a printed reason when iperf3 is missing.
+#[macro_export]
+macro_rules! need_iperf3 {
+    () => {
+        match common::iperf3() {
+            Some(p) => p,
+            None => {
+                eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+                return;
+            }
+        }
+    };
+}
+
+/// A spawned process whose output is collected, killed and reaped on drop whatever happens.
+pub struct Proc {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Proc {
+    /// Spawns `program args`, collecting stdout and stderr.
+    pub fn spawn(program: &std::path::Path, args: &[&str]) -> Proc {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", program.display()));
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let readers = vec![
+            collect(
+                child.stdout.take().expect("piped stdout"),
+                Arc::clone(&stdout),
+            ),
+            collect(
+                child.stderr.take().expect("piped stderr"),
+                Arc::clone(&stderr),
+            ),
+        ];
+        Proc {
+            child,
+            stdout,
+            stderr,
+            readers,
+        }
+    }
+
+    /// What it printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// What it printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Waits for the process to exit (killing it after `limit`), then for its output.
+    pub fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
+                return st;
+            }
+            if Instant::now() >= until {
+                let _ = self.child.kill();
+                panic!(
+                    "process still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits until stdout or stderr contains `text`; panics after `limit`.
+    pub fn wait_for(&self, text: &str, limit: Duration) -> String {
+        let until = Instant::now() + limit;
+        loop {
+            let all = format!("{}{}", self.stdout(), self.stderr());
+            if all.contains(text) {
+                return all;
+            }
+            assert!(
+                Instant::now() < until,
+                "no {text:?} after {limit:?}:\n{all}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends SIGKILL now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn collect(
+    mut from: impl Read + Send + 'static,
+    into: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(&mut from);
+        let mut line = String::new();
+        while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            if let Ok(mut s) = into.lock() {
+                s.push_str(&line);
+            }
+            line.clear();
+        }
+    })
+}
+
+/// A zcnet perf server on a free port (`-p 0`), with `args` (e.g. `-J`, `-1`): the process
+/// and its port, read from its listening line.
+pub fn zcnet_server(args: &[&str]) -> (Proc, u16) {
+    let mut all = vec!["-s", "-p", "0"];
+    all.extend_from_slice(args);
+    let p = Proc::spawn(&zcnet_perf(), &all);
+    let text = p.wait_for("istening on ", Duration::from_secs(10));
+    let port = text
+        .split("istening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {text:?}"));
+    (p, port)
+}
+
+/// An iperf3 server on a random high port, retried on another port if that one is taken.
+pub fn iperf3_server(iperf3: &std::path::Path, args: &[&str]) -> (Proc, u16) {
+    for attempt in 0..20u32 {
+        let port = random_port(attempt);
+        let port_s = port.to_string();
+        let mut all = vec!["-s", "-p", &port_s];
+        all.extend_from_slice(args);
+        let mut p = Proc::spawn(iperf3, &all);
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until {
+            if listening(port) {
+                return (p, port);
+            }
+            if p.child.try_wait().ok().flatten().is_some() {
+                break; // the port was taken: try another
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        p.kill();
+    }
+    panic!("could not start iperf3 -s on any of 20 ports");
+}
+
+fn random_port(salt: u32) -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mix = nanos ^ std::process::id().wrapping_mul(2_654_435_761) ^ salt.wrapping_mul(40_503);
+    20_000 + (mix % 30_000) as u16
+}
+
+/// Whether something listens on TCP `port` (from /proc/net/tcp{,6}: state 0A is LISTEN), so
+/// that a one-off server is not woken by a probe connection.
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// Parses a `-J` document; panics with the text when it is not JSON.
+pub fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+/// `end.<key>.bytes` of a document.
+pub fn sum_bytes(doc: &Value, key: &str) -> u64 {
+    doc["end"][key]["bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no end.{key}.bytes in {doc}"))
+}
+
+/// Asserts that a document has no `error` key and has iperf3's sections.
+pub fn assert_clean(doc: &Value, who: &str) {
+    assert!(
+        doc.get("error").is_none(),
+        "{who} reported an error: {}",
+        doc["error"]
+    );
+    for k in ["start", "intervals", "end"] {
+        assert!(doc.get(k).is_some(), "{who}: no {k:?}");
+    }
+    for k in [
+        "streams",
+        "sum_sent",
+        "sum_received",
+        "cpu_utilization_percent",
+    ] {
+        assert!(doc["end"].get(k).is_some(), "{who}: no end.{k:?}");
+    }
+}
+
+/// Runs `program args` to its end (at most `limit`), returning the process.
+pub fn run(program: &std::path::Path, args: &[&str], limit: Duration) -> (Proc, ExitStatus) {
+    let mut p = Proc::spawn(program, args);
+    let st = p.wait(limit);
+    (p, st)
+}

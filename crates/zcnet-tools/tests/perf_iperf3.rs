@@ -1,0 +1,209 @@
+//! zcnet perf against an unmodified iperf3, both ways, over loopback: the protocol works with
+//! -P, -R, --bidir, -n and -t, iperf3's own -J parses with no "error", and the byte counts
+//! agree. A receiving zcnet reads every byte the peer sent (it drains to the peer's count or
+//! to the end of the stream), so its count equals the sender's exactly; iperf3 as receiver
+//! stops reading at TEST_END and leaves what is still in its socket unread, so its count is
+//! at most the sender's — and each side's report of the other's count is that side's own.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_clean, json, sum_bytes, zcnet_perf};
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// zcnet perf client against `iperf3 -s -1 -J`; returns (client doc, server doc).
+fn zcnet_to_iperf3(args: &[&str]) -> Option<(serde_json::Value, serde_json::Value)> {
+    let iperf3 = common::iperf3()?;
+    let (mut server, port) = common::iperf3_server(&iperf3, &["-1", "-J"]);
+    let port = port.to_string();
+    let mut all = vec!["-c", "127.0.0.1", "-p", &port, "-J"];
+    all.extend_from_slice(args);
+    let (client, st) = common::run(&zcnet_perf(), &all, LIMIT);
+    assert!(
+        st.success(),
+        "zcnet client failed: {}\n{}",
+        client.stderr(),
+        client.stdout()
+    );
+    let sst = server.wait(LIMIT);
+    assert!(sst.success(), "iperf3 server failed: {}", server.stdout());
+    Some((json(&client.stdout()), json(&server.stdout())))
+}
+
+/// `iperf3 -c` against a zcnet perf server (-1 -J); returns (client doc, server doc).
+fn iperf3_to_zcnet(args: &[&str]) -> Option<(serde_json::Value, serde_json::Value)> {
+    let iperf3 = common::iperf3()?;
+    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
+    let port = port.to_string();
+    let mut all = vec!["-c", "127.0.0.1", "-p", &port, "-J"];
+    all.extend_from_slice(args);
+    let (client, st) = common::run(&iperf3, &all, LIMIT);
+    assert!(st.success(), "iperf3 client failed: {}", client.stdout());
+    let sst = server.wait(LIMIT);
+    assert!(sst.success(), "zcnet server failed: {}", server.stderr());
+    Some((json(&client.stdout()), json(&server.stdout())))
+}
+
+fn skip() {
+    eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+}
+
+/// The sums of one direction: (sum_sent, sum_received) under `key` ("" or "_bidir_reverse").
+fn sums(doc: &serde_json::Value, key: &str) -> (u64, u64) {
+    (
+        sum_bytes(doc, &format!("sum_sent{key}")),
+        sum_bytes(doc, &format!("sum_received{key}")),
+    )
+}
+
+/// Checks one direction where zcnet receives: exact, and both documents agree.
+fn zcnet_received(zcnet: &serde_json::Value, iperf3: &serde_json::Value, key: &str, server: bool) {
+    let (sent, received) = sums(zcnet, key);
+    assert!(sent > 0, "nothing moved");
+    assert_eq!(received, sent, "zcnet received {received} of {sent} B");
+    let (i_sent, i_received) = sums(iperf3, key);
+    assert_eq!(
+        i_sent, sent,
+        "iperf3 says it sent {i_sent}, zcnet says {sent}"
+    );
+    // An iperf3 server summarizes before the exchange: it does not know the client's count.
+    if !server {
+        assert_eq!(i_received, received, "iperf3 relays zcnet's count");
+    }
+    assert_eq!(
+        zcnet["end"]["zerocopy"]["rx"]["bytes"].as_u64(),
+        Some(received)
+    );
+}
+
+/// Checks one direction where iperf3 receives: zcnet's count is what it handed to the
+/// kernel, iperf3's is at most that, and zcnet reports iperf3's own count.
+fn iperf3_received(zcnet: &serde_json::Value, iperf3: &serde_json::Value, key: &str, server: bool) {
+    let (sent, received) = sums(zcnet, key);
+    assert!(sent > 0 && received > 0, "nothing moved: {sent} {received}");
+    assert!(received <= sent, "iperf3 received {received} of {sent}");
+    let (i_sent, i_received) = sums(iperf3, key);
+    assert_eq!(i_received, received, "zcnet relays iperf3's count");
+    // An iperf3 server summarizes before the exchange: it does not know the client's count.
+    if !server {
+        assert_eq!(i_sent, sent, "iperf3 relays zcnet's count");
+    }
+    assert_eq!(zcnet["end"]["zerocopy"]["tx"]["bytes"].as_u64(), Some(sent));
+}
+
+#[test]
+fn zcnet_client_to_iperf3_server_parallel() {
+    let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "-P", "4"]) else {
+        return skip();
+    };
+    assert_clean(&z, "zcnet");
+    assert_clean(&i, "iperf3");
+    assert_eq!(z["end"]["streams"].as_array().map(Vec::len), Some(4));
+    iperf3_received(&z, &i, "", true);
+}
+
+#[test]
+fn zcnet_client_to_iperf3_server_reverse() {
+    let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "-R"]) else {
+        return skip();
+    };
+    assert_clean(&z, "zcnet");
+    assert_clean(&i, "iperf3");
+    zcnet_received(&z, &i, "", true);
+}
+
+#[test]
+fn zcnet_client_to_iperf3_server_bidir() {
+    let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "--bidir", "-P", "2"]) else {
+        return skip();
+    };
+    assert_clean(&z, "zcnet");
+    assert_clean(&i, "iperf3");
+    iperf3_received(&z, &i, "", true);
+    let (sent, received) = sums(&z, "_bidir_reverse");
+    assert_eq!(received, sent, "zcnet received {received} of {sent} B");
+    assert_eq!(sums(&i, "_bidir_reverse").0, sent);
+}
+
+#[test]
+fn zcnet_client_to_iperf3_server_bytes() {
+    let Some((z, i)) = zcnet_to_iperf3(&["-n", "10M", "-P", "2"]) else {
+        return skip();
+    };
+    assert_clean(&z, "zcnet");
+    assert_clean(&i, "iperf3");
+    assert_eq!(sums(&z, "").0, 10 << 20, "-n 10M sends exactly 10 MiB");
+    iperf3_received(&z, &i, "", true);
+}
+
+#[test]
+fn iperf3_client_to_zcnet_server_parallel() {
+    let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "-P", "4"]) else {
+        return skip();
+    };
+    assert_clean(&i, "iperf3");
+    assert_clean(&z, "zcnet");
+    zcnet_received(&z, &i, "", false);
+}
+
+#[test]
+fn iperf3_client_to_zcnet_server_reverse() {
+    let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "-R"]) else {
+        return skip();
+    };
+    assert_clean(&i, "iperf3");
+    assert_clean(&z, "zcnet");
+    iperf3_received(&z, &i, "", false);
+}
+
+#[test]
+fn iperf3_client_to_zcnet_server_bidir() {
+    let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "--bidir"]) else {
+        return skip();
+    };
+    assert_clean(&i, "iperf3");
+    assert_clean(&z, "zcnet");
+    zcnet_received(&z, &i, "", false);
+    iperf3_received(&z, &i, "_bidir_reverse", false);
+}
+
+#[test]
+fn iperf3_client_to_zcnet_server_bytes_reverse() {
+    let Some((i, z)) = iperf3_to_zcnet(&["-n", "10M", "-R"]) else {
+        return skip();
+    };
+    assert_clean(&i, "iperf3");
+    assert_clean(&z, "zcnet");
+    // The server sends exactly -n bytes and the client stops once it has them all.
+    assert_eq!(sums(&z, ""), (10 << 20, 10 << 20));
+    assert_eq!(sums(&i, ""), (10 << 20, 10 << 20));
+}
+
+#[test]
+fn iperf3_text_output_is_what_iperf3_prints() {
+    let Some(iperf3) = common::iperf3() else {
+        return skip();
+    };
+    let (mut server, port) = common::zcnet_server(&["-1"]);
+    let port = port.to_string();
+    let (client, st) = common::run(
+        &iperf3,
+        &["-c", "127.0.0.1", "-p", &port, "-n", "4M"],
+        LIMIT,
+    );
+    assert!(st.success(), "{}", client.stdout());
+    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
+    let out = server.stdout();
+    for want in [
+        "Server listening on ",
+        "Accepted connection from 127.0.0.1, port ",
+        "[ ID] Interval           Transfer     Bitrate\n",
+        "- - - - - - - - - - - - - - - - - - - - - - - - -\n",
+        " sec  4.00 MBytes ",
+        "receiver\n",
+    ] {
+        assert!(out.contains(want), "no {want:?} in:\n{out}");
+    }
+}
