@@ -35,6 +35,9 @@ enum Cmd {
     /// The namespace lab.
     #[command(subcommand)]
     Lab(LabCmd),
+    /// An iperf3 with zcnet's data paths: iperf3's protocol, flags and output, so it runs
+    /// against an unmodified `iperf3 -s` or `iperf3 -c` (`zcnet perf -s`, `zcnet perf -c HOST`).
+    Perf(zcnet_tools::perf::PerfArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -149,6 +152,7 @@ fn main() {
     }
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     let r = match cli.cmd {
+        Cmd::Perf(a) => perf(&a),
         Cmd::Probe(a) => probe_cmd::run(&a).map(|()| 0),
         Cmd::Nic(c) => nic_cmd::run(&c),
         Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a).map(|()| 0),
@@ -162,6 +166,19 @@ fn main() {
         eprintln!("zcnet: {l}");
     }
     std::process::exit(code);
+}
+
+/// `zcnet perf`: its errors have their own exit codes (2 bad arguments, 1 a failed test, 130
+/// interrupted), printed the way iperf3 prints its own.
+fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
+    match zcnet_tools::perf::run(a) {
+        Ok(()) if zcnet::interrupted() => std::process::exit(130),
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            eprintln!("zcnet perf: error - {e}");
+            std::process::exit(if zcnet::interrupted() { 130 } else { e.exit_code() })
+        }
+    }
 }
 
 /// What the command prints last (if anything) and its exit code, from its result and whether

@@ -1,0 +1,79 @@
+//! `zcnet perf` through the `zcnet` command: wired to zcnet-tools' perf, with its exit codes.
+//! (The protocol, iperf3 interoperability and the faults are tested in crates/zcnet-tools.)
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn zcnet() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+}
+
+/// Kills the server on every exit path.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_client_and_a_one_off_server_move_exactly_the_bytes_asked_for() {
+    let mut child = zcnet()
+        .args(["perf", "-s", "-1", "-p", "0", "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn server");
+    let err = child.stderr.take().expect("stderr");
+    let server = Server(child);
+    let mut line = String::new();
+    BufReader::new(err).read_line(&mut line).expect("listening line");
+    let port: u16 = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    let out = zcnet()
+        .args(["perf", "-c", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-n", "10M", "-P", "2", "-J", "--tx", "uring"])
+        .output()
+        .expect("client");
+    assert!(
+        out.status.success(),
+        "client: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("client JSON");
+    assert!(v.get("error").is_none(), "{v}");
+    let sent = v["end"]["sum_sent"]["bytes"].as_u64().expect("sum_sent");
+    let received = v["end"]["sum_received"]["bytes"].as_u64().expect("received");
+    assert_eq!((sent, received), (10 << 20, 10 << 20));
+    let mut server = server;
+    let st = server.0.wait().expect("one-off server exits");
+    assert!(st.success(), "server exit {st}");
+}
+
+#[test]
+fn bad_use_exits_2_and_a_closed_port_fails_fast() {
+    let out = zcnet().args(["perf"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2), "neither -s nor -c");
+    // A port nothing listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let t = Instant::now();
+    let out = zcnet()
+        .args(["perf", "-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("zcnet perf: error"), "{err}");
+}
