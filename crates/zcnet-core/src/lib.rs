@@ -34,6 +34,9 @@ pub mod rxring;
 pub mod sendzc;
 pub mod staging;
 pub mod stats;
+pub mod udp_frame;
+pub mod xdp_prog;
+pub mod xsk;
 pub mod zc_ranges;
 
 pub use auto::{AutoPolicy, Mode, Switch};

@@ -111,7 +111,7 @@ pub fn required_len(data: &[u64]) -> io::Result<usize> {
 }
 
 /// Checks an interface name and returns it as the NUL-padded `ifr_name`.
-fn ifr_name(ifname: &str) -> io::Result<[libc::c_char; IFNAMSIZ]> {
+pub(crate) fn ifr_name(ifname: &str) -> io::Result<[libc::c_char; IFNAMSIZ]> {
     let b = ifname.as_bytes();
     if b.is_empty() || b.len() >= IFNAMSIZ || b.contains(&0) {
         return Err(io::Error::new(
@@ -130,7 +130,7 @@ fn ifr_name(ifname: &str) -> io::Result<[libc::c_char; IFNAMSIZ]> {
 }
 
 /// A socket to carry the ioctl: `AF_INET` datagram, or netlink where IPv4 is not built in.
-fn ioctl_socket() -> io::Result<OwnedFd> {
+pub(crate) fn ioctl_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket() takes only integers; the result is checked before use.
     let mut raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {

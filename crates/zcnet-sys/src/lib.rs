@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod baseline;
+pub mod bpf;
 pub mod bufring;
 pub mod cuda;
 pub mod devmem;
@@ -18,6 +19,7 @@ pub mod epoll;
 pub mod ethtool;
 pub mod foreign;
 pub mod foreign_ring;
+pub mod ifaddr;
 pub mod mem;
 pub mod netlink;
 pub mod os;
@@ -25,6 +27,8 @@ pub mod sock;
 pub mod uring;
 pub mod uring_probe;
 pub mod xsk;
+pub mod xsk_ring;
+pub mod xsk_socket;
 pub mod zcrx;
 
 /// The last OS error as an `io::Error` (errno).

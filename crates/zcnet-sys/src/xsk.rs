@@ -192,10 +192,23 @@ impl Default for XskConfig {
     }
 }
 
+/// `XDP_OPTIONS` socket option (getsockopt): `struct xdp_options { u32 flags }`.
+pub const XDP_OPTIONS: libc::c_int = 8;
+/// `xdp_options.flags`: the socket is bound in zero-copy mode.
+pub const XDP_OPTIONS_ZEROCOPY: u32 = 1 << 0;
+/// mmap offset of the RX ring (`XDP_PGOFF_RX_RING`).
+pub const XDP_PGOFF_RX_RING: libc::off_t = 0;
+/// mmap offset of the TX ring (`XDP_PGOFF_TX_RING`).
+pub const XDP_PGOFF_TX_RING: libc::off_t = 0x8000_0000;
+/// mmap offset of the fill ring (`XDP_UMEM_PGOFF_FILL_RING`).
+pub const XDP_UMEM_PGOFF_FILL_RING: libc::off_t = 0x1_0000_0000;
+/// mmap offset of the completion ring (`XDP_UMEM_PGOFF_COMPLETION_RING`).
+pub const XDP_UMEM_PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
+
 /// `EBUSY` retries of a bind (the previous socket on the queue is released asynchronously).
-const BUSY_RETRIES: u32 = 10;
+pub(crate) const BUSY_RETRIES: u32 = 10;
 /// Pause between `EBUSY` retries.
-const BUSY_PAUSE: Duration = Duration::from_millis(20);
+pub(crate) const BUSY_PAUSE: Duration = Duration::from_millis(20);
 
 /// A bound AF_XDP socket with its UMEM. Dropping closes the socket first (the kernel detaches
 /// from the queue and unpins the UMEM, asynchronously), then unmaps the UMEM; the kernel keeps
@@ -210,7 +223,7 @@ pub struct XskSocket {
     config: XskConfig,
 }
 
-fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, val: &T) -> io::Result<()> {
+pub(crate) fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, val: &T) -> io::Result<()> {
     // SAFETY: val is a live T and optlen is its exact size; the kernel only reads it.
     crate::cvt(unsafe {
         libc::setsockopt(
@@ -225,7 +238,7 @@ fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, val: &T) -> io::Result<(
 }
 
 /// getsockopt(SOL_XDP, name) into a `T`, which must be plain old data (every bit pattern valid).
-fn getsockopt<T: Default>(fd: BorrowedFd<'_>, name: libc::c_int) -> io::Result<T> {
+pub(crate) fn getsockopt<T: Default>(fd: BorrowedFd<'_>, name: libc::c_int) -> io::Result<T> {
     let mut val = T::default();
     let mut len = std::mem::size_of::<T>() as libc::socklen_t;
     // SAFETY: val is a live, writable T and len its size; the kernel writes at most len bytes

@@ -45,6 +45,7 @@ pub mod region;
 pub mod rx;
 pub mod rxbench;
 pub mod tx;
+pub mod xsk;
 
 pub use error::{Error, Result};
 pub use interrupt::{install_interrupt_handler, interrupted};
