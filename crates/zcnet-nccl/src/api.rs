@@ -33,8 +33,14 @@ enum Obj {
         comm: u64,
         fixed: Option<u16>,
     },
-    SendReq { comm: u64, id: u64 },
-    RecvReq { comm: u64, id: u64 },
+    SendReq {
+        comm: u64,
+        id: u64,
+    },
+    RecvReq {
+        comm: u64,
+        id: u64,
+    },
     Done,
 }
 
@@ -231,7 +237,11 @@ pub fn reg_mr(comm: u64, addr: usize, len: usize, ptr_type: i32) -> Result<u64> 
     let fixed = match &mut *lock(&c)? {
         Obj::Send(s) if len > 0 => s.register(addr, len),
         Obj::Send(_) | Obj::Recv(_) => None,
-        _ => return Err(PluginError::Usage("regMr: not a send or receive comm".into())),
+        _ => {
+            return Err(PluginError::Usage(
+                "regMr: not a send or receive comm".into(),
+            ))
+        }
     };
     insert(Obj::Mr {
         addr,

@@ -48,7 +48,11 @@ fn init(t: &Table) -> P {
     assert_eq!(ptr, PTR_HOST, "never a capability the machine lacks");
     assert_eq!(max_recvs, 8);
     let want = std::env::var("ZCNET_NCCL_IFACE").unwrap_or_default();
-    assert_eq!(format!("={name}"), want, "the device ZCNET_NCCL_IFACE names");
+    assert_eq!(
+        format!("={name}"),
+        want,
+        "the device ZCNET_NCCL_IFACE names"
+    );
     ctx
 }
 
@@ -220,7 +224,8 @@ fn receiver_command(role: &str) -> Command {
     let iface = std::env::var("ZCNET_NCCL_RECV_IFACE")
         .or_else(|_| std::env::var("ZCNET_NCCL_IFACE"))
         .unwrap_or_else(|_| "=lo".into());
-    c.env("ZCNET_NCCL_ROLE", role).env("ZCNET_NCCL_IFACE", iface);
+    c.env("ZCNET_NCCL_ROLE", role)
+        .env("ZCNET_NCCL_IFACE", iface);
     c
 }
 

@@ -6,6 +6,10 @@
 //! (the `ZCNET_NCCL_*` knobs are read once per process); CPU is the process's user + system
 //! time per GB moved, both ends together.
 //!
+//! Both loops yield the CPU after a pass that completed nothing, as NCCL's proxy thread does;
+//! on a machine with few CPUs the two polling threads and the kernel's loopback work still
+//! compete, so compare rows of one run, on an otherwise idle machine.
+//!
 //! Not part of the default test run (it measures, it asserts nothing about speed); run
 //! `cargo test --release -p zcnet-nccl --test overhead` (see docs/perf.md). Environment:
 //! `ZCNET_OVERHEAD_SECS` (default 3) per case.
@@ -44,7 +48,10 @@ type Rate = (f64, f64);
 
 fn rate(bytes: u64, secs: f64, cpu: f64) -> Rate {
     let gb = bytes as f64 / 1e9;
-    (bytes as f64 / secs / 1e6, if gb > 0.0 { cpu / gb } else { 0.0 })
+    (
+        bytes as f64 / secs / 1e6,
+        if gb > 0.0 { cpu / gb } else { 0.0 },
+    )
 }
 
 /// zcnet's own sender with `tx` into a draining receiver over loopback.
@@ -114,6 +121,7 @@ fn plugin(size: usize) {
             if got == total {
                 break;
             }
+            let before = got;
             for (i, slot) in slots.iter_mut().enumerate() {
                 match slot {
                     None if !rstop.load(Ordering::Relaxed) => {
@@ -134,6 +142,10 @@ fn plugin(size: usize) {
                     }
                     None => {}
                 }
+            }
+            if got == before {
+                // As NCCL's proxy thread does when a pass made no progress.
+                std::thread::yield_now();
             }
         }
         // Receives posted beyond the last message are abandoned with the comm.
@@ -157,12 +169,16 @@ fn plugin(size: usize) {
                 n += 1;
             }
         }
+        let before = pending.len();
         pending.retain(|req| {
             let mut sz = [0 as c_int; 1];
             let (rc, done) = t.test(*req, &mut sz);
             assert_eq!(rc, 0, "test send");
             !done
         });
+        if pending.len() == before && pending.len() == k {
+            std::thread::yield_now();
+        }
     }
     stop.store(true, Ordering::Relaxed);
     sent.store(n, Ordering::Release);
