@@ -176,7 +176,11 @@ fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("zcnet perf: error - {e}");
-            std::process::exit(if zcnet::interrupted() { 130 } else { e.exit_code() })
+            std::process::exit(if zcnet::interrupted() {
+                130
+            } else {
+                e.exit_code()
+            })
         }
     }
 }

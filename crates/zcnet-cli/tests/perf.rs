@@ -30,7 +30,9 @@ fn a_client_and_a_one_off_server_move_exactly_the_bytes_asked_for() {
     let err = child.stderr.take().expect("stderr");
     let server = Server(child);
     let mut line = String::new();
-    BufReader::new(err).read_line(&mut line).expect("listening line");
+    BufReader::new(err)
+        .read_line(&mut line)
+        .expect("listening line");
     let port: u16 = line
         .split("listening on ")
         .nth(1)
@@ -50,7 +52,9 @@ fn a_client_and_a_one_off_server_move_exactly_the_bytes_asked_for() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("client JSON");
     assert!(v.get("error").is_none(), "{v}");
     let sent = v["end"]["sum_sent"]["bytes"].as_u64().expect("sum_sent");
-    let received = v["end"]["sum_received"]["bytes"].as_u64().expect("received");
+    let received = v["end"]["sum_received"]["bytes"]
+        .as_u64()
+        .expect("received");
     assert_eq!((sent, received), (10 << 20, 10 << 20));
     let mut server = server;
     let st = server.0.wait().expect("one-off server exits");
@@ -68,7 +72,15 @@ fn bad_use_exits_2_and_a_closed_port_fails_fast() {
         .port();
     let t = Instant::now();
     let out = zcnet()
-        .args(["perf", "-c", "127.0.0.1", "-p", &port.to_string(), "-t", "1"])
+        .args([
+            "perf",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+        ])
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
