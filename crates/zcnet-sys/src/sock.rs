@@ -59,6 +59,17 @@ pub fn set_udp_segment(fd: RawFd, size: u16) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_UDP, UDP_SEGMENT, libc::c_int::from(size))
 }
 
+/// `setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)`: no Nagle delay, each send goes out at once
+/// (tcp(7)).
+pub fn set_nodelay(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
+}
+
+/// Whether TCP_NODELAY is set.
+pub fn nodelay(fd: RawFd) -> io::Result<bool> {
+    Ok(getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY)? != 0)
+}
+
 /// `SO_SNDBUF`.
 pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
     setsockopt_int(

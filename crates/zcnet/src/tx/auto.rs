@@ -17,6 +17,8 @@ use zcnet_sys::mem::Mapping;
 pub(crate) struct AutoTx {
     zc: UringTx,
     policy: AutoPolicy,
+    /// False for buffers below [`super::AUTO_MIN_ZERO_COPY`]: copy, whatever the kernel says.
+    zero_copy_pays: bool,
     mode: Mode,
     fed: (u64, u64),
     /// Clock reading reused between reads (the policy's timers are in hundreds of ms).
@@ -28,11 +30,21 @@ pub(crate) struct AutoTx {
 const CLOCK_EVERY: u64 = 32;
 
 impl AutoTx {
-    pub(crate) fn new(map: &Arc<Mapping>, buffers: usize, stream: bool) -> Result<Self> {
+    pub(crate) fn new(
+        map: &Arc<Mapping>,
+        buffers: usize,
+        stream: bool,
+        zero_copy_pays: bool,
+    ) -> Result<Self> {
         Ok(AutoTx {
             zc: UringTx::new(map, buffers, true, stream)?,
             policy: AutoPolicy::default(),
-            mode: Mode::ZeroCopy,
+            zero_copy_pays,
+            mode: if zero_copy_pays {
+                Mode::ZeroCopy
+            } else {
+                Mode::Copy
+            },
             fed: (0, 0),
             now_ns: 0,
             sends: 0,
@@ -61,7 +73,11 @@ impl TxBackend for AutoTx {
         if self.sends.is_multiple_of(CLOCK_EVERY) {
             self.now_ns = sh.now_ns();
         }
-        let mode = self.policy.mode(self.now_ns);
+        let mode = if self.zero_copy_pays {
+            self.policy.mode(self.now_ns)
+        } else {
+            Mode::Copy
+        };
         if mode != self.mode {
             if mode == Mode::Copy {
                 if let Err(e) = self.zc.settle(sh) {

@@ -182,6 +182,26 @@ impl TxConfig {
     }
 }
 
+/// Send size below which `auto` copies: measured on the lab's sink (UDP, truly zero-copy),
+/// `uring-zc` runs at 0.92x copy at 4 KiB, 0.93x at 8 KiB and 1.04x at 16 KiB (docs/perf.md).
+pub const AUTO_MIN_ZERO_COPY: usize = 16 << 10;
+
+/// Bytes of zero-copy sends in flight below which a TCP stream stalls with Nagle on: every
+/// buffer waits for its notification, the notification for its bytes to leave, and Nagle holds a
+/// segment smaller than the MSS until the receiver's (delayed, ~40 ms) ACK of the previous one.
+/// 64 KiB is the loopback MSS; on a 1500-byte link the window is far above it.
+pub const NAGLE_SAFE_WINDOW: usize = 128 << 10;
+
+/// Whether `cfg` is a zero-copy sender whose window (buffers × size) is small enough for
+/// Nagle's algorithm to stall it, so that the stream needs TCP_NODELAY.
+pub fn zero_copy_window_stalls(cfg: &TxConfig) -> bool {
+    let zero_copy = matches!(
+        cfg.mode,
+        TxMode::MsgZerocopy | TxMode::UringZc | TxMode::Auto
+    );
+    zero_copy && cfg.inflight.max(1).saturating_mul(cfg.buf_size) < NAGLE_SAFE_WINDOW
+}
+
 /// Distance between buffer starts: the buffer size rounded up to the page size, so every buffer
 /// is page-aligned (fewer pages per send, and zero-copy fits MAX_SKB_FRAGS).
 pub fn buffer_stride(buf_size: usize) -> usize {
@@ -288,18 +308,39 @@ impl Sender {
             TxMode::Devmem => Some(devmem::dmabuf_for(&mut region, sock.stream, cfg)?),
             _ => None,
         };
-        let note = region.note().map(str::to_string);
+        let mut note = region.note().map(str::to_string);
+        if cfg.mode == TxMode::Auto && cfg.buf_size < AUTO_MIN_ZERO_COPY {
+            let why = format!(
+                "auto: copying: sends of {} B are below {} KiB, where a zero-copy notification per send costs more than the copy it saves",
+                cfg.buf_size,
+                AUTO_MIN_ZERO_COPY >> 10
+            );
+            note = Some(match note {
+                Some(n) => format!("{n}; {why}"),
+                None => why,
+            });
+        }
         let (map, slots) = region
             .into_mapping()
             .into_slots_strided(cfg.buf_size, stride, cfg.inflight.max(1))
             .map_err(|e| Error::io("cutting the region into buffers", e))?;
         let fd = sock.as_raw_fd();
+        if sock.stream && zero_copy_window_stalls(cfg) {
+            // See zero_copy_window_stalls: without this, Nagle holds the window's last
+            // segment for the receiver's delayed ACK and zero copy runs at ~1 MB/s.
+            zcnet_sys::sock::set_nodelay(fd).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+        }
         let backend: Box<dyn TxBackend> = match cfg.mode {
             TxMode::Copy => Box::new(copy::CopyTx),
             TxMode::MsgZerocopy => Box::new(msgzc::MsgZcTx::new(fd, slots.len())?),
             TxMode::Uring => Box::new(uring::UringTx::new(&map, slots.len(), false, sock.stream)?),
             TxMode::UringZc => Box::new(uring::UringTx::new(&map, slots.len(), true, sock.stream)?),
-            TxMode::Auto => Box::new(auto::AutoTx::new(&map, slots.len(), sock.stream)?),
+            TxMode::Auto => Box::new(auto::AutoTx::new(
+                &map,
+                slots.len(),
+                sock.stream,
+                cfg.buf_size >= AUTO_MIN_ZERO_COPY,
+            )?),
             TxMode::Devmem => Box::new(devmem::new(fd, dmabuf, &map, slots.len(), cfg)?),
         };
         let mut free: Vec<TxBuf> = slots.into_iter().map(|slot| TxBuf { slot }).collect();
