@@ -200,6 +200,9 @@ fn print_table(r: &TxReport) {
         for s in &row.switches {
             println!("{:<9}   auto: {s}", "");
         }
+        if let Some(why) = slow_zero_copy_reason(row, r.ratio_to(row, "copy")) {
+            println!("{:<9}   why: {why}", "");
+        }
     }
     for row in r
         .rows
@@ -210,6 +213,27 @@ fn print_table(r: &TxReport) {
             println!("zcnet overhead: {} {} B: uring-zc / raw SEND_ZC loop = {x:.3} (1.000 = no overhead)", row.path, row.size);
         }
     }
+}
+
+/// Why a zero-copy row runs below 0.9x copy, in words, so that no row looks broken unexplained
+/// (issue 13): the kernel copied anyway, or the sends are too small for zero copy to pay.
+fn slow_zero_copy_reason(row: &zcnet::bench::TxRow, ratio: Option<f64>) -> Option<String> {
+    let zero_copy = matches!(row.tx.as_str(), "msg-zerocopy" | "uring-zc");
+    if !zero_copy || row.error.is_some() || ratio.is_none_or(|x| x >= 0.9) {
+        return None;
+    }
+    if row.zerocopy_bytes == 0 && row.copied_bytes > 0 {
+        return Some(
+            "the kernel copied every byte (TCP over loopback or veth is copied on the receive side), so zero copy only adds pinning and notifications here".into(),
+        );
+    }
+    if row.size < zcnet::tx::AUTO_MIN_ZERO_COPY {
+        return Some(format!(
+            "below {} KiB a notification per send costs more than the copy saves (auto copies here)",
+            zcnet::tx::AUTO_MIN_ZERO_COPY >> 10
+        ));
+    }
+    None
 }
 
 /// One result of `bench rx --json` (schema in docs/cli.md).
@@ -453,4 +477,33 @@ fn print_rx_table(r: &RxReport) {
         }
     }
     println!("Gbit/s: request payload, one direction (the echo carries as much back); CPU µs/req: the pinned server thread's CPU time / round trips");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slow_zero_copy_reason;
+    use zcnet::bench::TxRow;
+
+    fn row(tx: &str, size: usize, zc: u64, copied: u64) -> TxRow {
+        TxRow {
+            path: "loopback",
+            tx: tx.into(),
+            size,
+            zerocopy_bytes: zc,
+            copied_bytes: copied,
+            ..TxRow::default()
+        }
+    }
+
+    #[test]
+    fn slow_zero_copy_rows_say_why_and_others_stay_quiet() {
+        let copied = slow_zero_copy_reason(&row("uring-zc", 65536, 0, 100), Some(0.5));
+        assert!(copied.is_some_and(|w| w.contains("copied every byte")));
+        let small = slow_zero_copy_reason(&row("msg-zerocopy", 4096, 100, 0), Some(0.5));
+        assert!(small.is_some_and(|w| w.contains("below 16 KiB")));
+        assert!(slow_zero_copy_reason(&row("uring-zc", 4096, 100, 0), Some(0.95)).is_none());
+        assert!(slow_zero_copy_reason(&row("copy", 4096, 0, 100), Some(0.5)).is_none());
+        assert!(slow_zero_copy_reason(&row("uring-zc", 65536, 100, 0), Some(0.5)).is_none());
+        assert!(slow_zero_copy_reason(&row("uring-zc", 4096, 0, 0), None).is_none());
+    }
 }
