@@ -40,6 +40,15 @@ pub fn new_ring(nsocks: usize) -> std::io::Result<ForeignRing> {
     ForeignRing::new((4 * nsocks as u32).next_power_of_two().max(16), FIXED_SLOTS)
 }
 
+/// Submits what is queued and takes what completed (without waiting).
+fn submit_and_reap(ring: &mut ForeignRing) -> Result<Vec<Cqe>> {
+    ring.submit()
+        .map_err(|e| PluginError::io("io_uring submit", &e))?;
+    let mut cqes = Vec::new();
+    ring.drain(|c| cqes.push(c));
+    Ok(cqes)
+}
+
 fn blocking(socks: &[TcpStream]) -> Result<()> {
     for s in socks {
         s.set_nonblocking(false)
@@ -94,8 +103,6 @@ pub struct UringSend {
     refs: HashMap<u64, usize>,
     policy: Policy,
     start: Instant,
-    /// Zero-copy notifications, and how many said the kernel copied.
-    notifs: (u64, u64),
 }
 
 impl std::fmt::Debug for UringSend {
@@ -103,7 +110,6 @@ impl std::fmt::Debug for UringSend {
         f.debug_struct("UringSend")
             .field("ring", &self.ring)
             .field("policy", &self.policy)
-            .field("notifs", &self.notifs)
             .finish()
     }
 }
@@ -143,7 +149,6 @@ impl UringSend {
             refs: HashMap::new(),
             policy,
             start: Instant::now(),
-            notifs: (0, 0),
         })
     }
 
@@ -183,12 +188,7 @@ impl UringSend {
                     }
                 }
             }
-            self.ring
-                .submit()
-                .map_err(|e| PluginError::io("io_uring submit", &e))?;
-            let mut cqes = Vec::new();
-            self.ring.drain(|c| cqes.push(c));
-            for c in cqes {
+            for c in submit_and_reap(&mut self.ring)? {
                 self.complete(c)?;
                 moved = true;
             }
@@ -318,9 +318,8 @@ impl UringSend {
         Ok(())
     }
 
+    /// A zero-copy notification: `auto` learns whether the kernel copied.
     fn notified(&mut self, copied: bool) {
-        self.notifs.0 += 1;
-        self.notifs.1 += u64::from(copied);
         let now = self.start.elapsed().as_nanos() as u64;
         if let Policy::Auto(p) = &mut self.policy {
             let before = p.switches().len();
@@ -434,12 +433,7 @@ impl UringRecv {
             for i in 0..self.socks.len() {
                 moved |= self.post(i)?;
             }
-            self.ring
-                .submit()
-                .map_err(|e| PluginError::io("io_uring submit", &e))?;
-            let mut cqes = Vec::new();
-            self.ring.drain(|c| cqes.push(c));
-            for c in cqes {
+            for c in submit_and_reap(&mut self.ring)? {
                 self.complete(c)?;
                 moved = true;
             }

@@ -29,16 +29,7 @@ pub fn recv_then_hang() -> ! {
     let (rc, l) = t.listen(ctx, 0, &mut h);
     assert_eq!(rc, 0);
     println!("HANDLE {}", hex(&h));
-    let start = Instant::now();
-    let r = loop {
-        let (rc, r) = t.accept(l);
-        assert_eq!(rc, 0);
-        if !r.is_null() {
-            break r;
-        }
-        assert!(start.elapsed() < LIMIT);
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let r = accept_within(&t, l);
     let mut buf = vec![0u8; 1 << 20];
     let (rc, _req) = t.irecv(r, &[(buf.as_mut_ptr(), buf.len())], &[0], &[NULLP]);
     assert_eq!(rc, 0);
@@ -111,16 +102,7 @@ fn a_sender_killed_mid_message_fails_the_receiver() {
         .spawn()
         .expect("spawn");
     let mut out = BufReader::new(c.stdout.take().expect("stdout"));
-    let start = Instant::now();
-    let r = loop {
-        let (rc, r) = t.accept(l);
-        assert_eq!(rc, 0);
-        if !r.is_null() {
-            break r;
-        }
-        assert!(start.elapsed() < LIMIT, "the child never connected");
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let r = accept_within(&t, l);
     wait_line(&mut out, "SENDING");
     std::thread::sleep(Duration::from_millis(50));
     kill9(&mut c);
@@ -154,6 +136,21 @@ fn pair(t: &Table, ctx: P) -> (P, P, P) {
         }
     }
     (l, s, r)
+}
+
+/// Accepts on `l` until the peer's sockets are all in; a failed accept or one that takes longer
+/// than the limit (the peer never connected) fails the test.
+fn accept_within(t: &Table, l: P) -> P {
+    let start = Instant::now();
+    loop {
+        let (rc, r) = t.accept(l);
+        assert_eq!(rc, 0, "accept");
+        if !r.is_null() {
+            return r;
+        }
+        assert!(start.elapsed() < LIMIT, "the peer never connected");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Polls `req` until it fails (its code) or the limit (a hang) passes.
@@ -286,15 +283,7 @@ fn garbage_on_a_data_socket_is_a_remote_error() {
             s
         })
         .collect();
-    let start = Instant::now();
-    let r = loop {
-        let (rc, r) = t.accept(l);
-        assert_eq!(rc, 0);
-        if !r.is_null() {
-            break r;
-        }
-        assert!(start.elapsed() < LIMIT);
-    };
+    let r = accept_within(&t, l);
     socks[0].write_all(&[0x42u8; 40]).expect("garbage header");
     let mut buf = vec![0u8; 1 << 16];
     let (rc, req) = t.irecv(r, &[(buf.as_mut_ptr(), buf.len())], &[0], &[NULLP]);

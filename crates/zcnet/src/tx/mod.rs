@@ -309,7 +309,8 @@ impl Sender {
             _ => None,
         };
         let mut note = region.note().map(str::to_string);
-        if cfg.mode == TxMode::Auto && cfg.buf_size < AUTO_MIN_ZERO_COPY {
+        let auto_copies = cfg.mode == TxMode::Auto && cfg.buf_size < AUTO_MIN_ZERO_COPY;
+        if auto_copies {
             let why = format!(
                 "auto: copying: sends of {} B are below {} KiB, where a zero-copy notification per send costs more than the copy it saves",
                 cfg.buf_size,
@@ -339,7 +340,7 @@ impl Sender {
                 &map,
                 slots.len(),
                 sock.stream,
-                cfg.buf_size >= AUTO_MIN_ZERO_COPY,
+                !auto_copies,
             )?),
             TxMode::Devmem => Box::new(devmem::new(fd, dmabuf, &map, slots.len(), cfg)?),
         };
