@@ -4,9 +4,9 @@ use crate::units::{count_arg, seconds_arg, size_arg, total_arg, MAX_BUFFER, MAX_
 use crate::{BenchRxArgs, BenchTxArgs};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
-use zcnet::bench::{self, PathKind, Progress, TxBenchConfig, TxReport, RAW_BASELINE};
-use zcnet::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
 use zcnet::{Error, MemoryKind, RxMode, TxMode};
+use zcnet_tools::bench::{self, PathKind, Progress, TxBenchConfig, TxReport, RAW_BASELINE};
+use zcnet_tools::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
 
 /// One result in `--json` (schema in docs/cli.md).
 #[derive(Serialize)]
@@ -217,7 +217,7 @@ fn print_table(r: &TxReport) {
 
 /// Why a zero-copy row runs below 0.9x copy, in words, so that no row looks broken unexplained
 /// (issue 13): the kernel copied anyway, or the sends are too small for zero copy to pay.
-fn slow_zero_copy_reason(row: &zcnet::bench::TxRow, ratio: Option<f64>) -> Option<String> {
+fn slow_zero_copy_reason(row: &zcnet_tools::bench::TxRow, ratio: Option<f64>) -> Option<String> {
     let zero_copy = matches!(row.tx.as_str(), "msg-zerocopy" | "uring-zc");
     if !zero_copy || row.error.is_some() || ratio.is_none_or(|x| x >= 0.9) {
         return None;
@@ -482,7 +482,7 @@ fn print_rx_table(r: &RxReport) {
 #[cfg(test)]
 mod tests {
     use super::slow_zero_copy_reason;
-    use zcnet::bench::TxRow;
+    use zcnet_tools::bench::TxRow;
 
     fn row(tx: &str, size: usize, zc: u64, copied: u64) -> TxRow {
         TxRow {

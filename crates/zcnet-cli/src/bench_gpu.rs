@@ -1,5 +1,5 @@
 //! `zcnet bench rx --mem cuda[:N]`: the table and JSON of the GPU receive bench
-//! (`zcnet::gpu::rxbench`): host memory, GPU memory by the best path, and the naive loop, with
+//! (`zcnet_tools::gpu_rxbench`): host memory, GPU memory by the best path, and the naive loop, with
 //! the ratios of docs/perf.md measured in one run.
 
 use crate::bench_cmd::{clear_progress, show_progress};
@@ -7,9 +7,9 @@ use crate::units::{seconds_arg, size_arg, MAX_BUFFER};
 use crate::BenchRxArgs;
 use serde::Serialize;
 use std::io::IsTerminal;
-use zcnet::bench::PathKind;
-use zcnet::gpu::rxbench::{self, GpuRxBenchConfig, GpuRxProgress, GpuRxReport};
 use zcnet::{Error, MemoryKind};
+use zcnet_tools::bench::PathKind;
+use zcnet_tools::gpu_rxbench::{self, GpuRxBenchConfig, GpuRxProgress, GpuRxReport};
 
 #[derive(Serialize)]
 struct Refused<'a> {
@@ -80,7 +80,7 @@ pub fn run_rx(a: &BenchRxArgs, memory: MemoryKind) -> Result<(), Error> {
             }
         }
     };
-    let report = rxbench::run(&cfg, &mut progress)?;
+    let report = gpu_rxbench::run(&cfg, &mut progress)?;
     if a.json {
         print_json(&report, memory)?;
     } else {

@@ -244,7 +244,7 @@ fn lab_cleanup() -> zcnet::Result<()> {
             what: "zcnet lab cleanup",
         });
     }
-    let removed = zcnet::lab::cleanup_stale()?;
+    let removed = zcnet_tools::lab::cleanup_stale()?;
     if removed.is_empty() {
         println!("no stale lab namespaces");
     }

@@ -140,11 +140,11 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     if memory.is_device() {
         crate::gpu_cmd::check_send(a)?;
     }
-    if a.udp && size > zcnet::bench::UDP_MAX_PAYLOAD {
+    if a.udp && size > zcnet_tools::bench::UDP_MAX_PAYLOAD {
         return Err(Error::invalid_input(format!(
             "--size {} ({size} B) is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
             a.size,
-            zcnet::bench::UDP_MAX_PAYLOAD
+            zcnet_tools::bench::UDP_MAX_PAYLOAD
         )));
     }
     let limit = match (bytes, duration) {

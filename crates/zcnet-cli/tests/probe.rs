@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use zcnet::lab::Lab;
+use zcnet_tools::lab::Lab;
 
 /// A lab, or `None` (with the reason printed) when not root.
 fn lab() -> Option<Lab> {

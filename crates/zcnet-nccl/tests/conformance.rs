@@ -484,7 +484,7 @@ fn lab_namespaces() {
         println!("skipped: the lab leg needs root (network namespaces)");
         return;
     }
-    let mut lab = zcnet::lab::Lab::new().expect("lab");
+    let mut lab = zcnet_tools::lab::Lab::new().expect("lab");
     let v = lab.veth().expect("veth");
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &v.a])

@@ -362,7 +362,7 @@ mod netns_tests {
     }
 }
 
-// ---- CPU affinity, and the socket calls of the echo server (zcnet::echo) and its tests ----
+// ---- CPU affinity, and the socket calls of the echo server (zcnet_tools::echo) and its tests ----
 
 use std::os::fd::RawFd;
 

@@ -50,4 +50,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bench;
+pub mod echo;
+pub mod gpu_rxbench;
+pub mod lab;
 pub mod perf;
+pub mod rxbench;

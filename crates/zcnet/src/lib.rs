@@ -23,7 +23,8 @@
 //! ```
 //!
 //! Layers: `zcnet-core` (sans-IO bookkeeping) ← `zcnet-sys` (all unsafe) ← this crate
-//! (regions, send backends, the namespace lab, benchmarks) ← `zcnet-cli` (the `zcnet` command).
+//! (regions, send and receive backends, probe, NIC setup) ← `zcnet-tools` (the namespace lab,
+//! bench, echo, perf) ← `zcnet-cli` (the `zcnet` command).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -32,18 +33,14 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
-pub mod bench;
-pub mod echo;
 pub mod error;
 pub mod gpu;
 pub mod interrupt;
-pub mod lab;
 pub mod net;
 pub mod nic;
 pub mod probe;
 pub mod region;
 pub mod rx;
-pub mod rxbench;
 pub mod tx;
 pub mod xsk;
 

@@ -198,7 +198,7 @@ fn bad_input_is_one_line_with_the_fix() {
         Err(Error::BadAddress { .. })
     ));
     assert!(matches!(
-        zcnet::bench::PathKind::parse("wifi"),
+        zcnet_tools::bench::PathKind::parse("wifi"),
         Err(Error::UnknownPath { .. })
     ));
 }

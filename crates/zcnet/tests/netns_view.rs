@@ -6,10 +6,10 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use zcnet::lab::{self, Lab};
 use zcnet::nic::{LiveNic, NicControl};
 use zcnet::probe::{probe, IfaceKind, ProbeOptions};
 use zcnet::Error;
+use zcnet_tools::lab::{self, Lab};
 
 /// Devices of the root namespace that a lab namespace does not have.
 const ROOT_ONLY: [&str; 3] = ["eth0", "ifb0", "ifb1"];

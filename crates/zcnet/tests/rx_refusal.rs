@@ -17,9 +17,9 @@ use std::io::Write;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
-use zcnet::lab;
 use zcnet::rx::{Receiver, RxConfig, RxMode};
 use zcnet::{Error, Pattern};
+use zcnet_tools::lab;
 
 fn cfg(mode: RxMode, iface: Option<&str>) -> RxConfig {
     let mut c = RxConfig::new(mode);

@@ -14,10 +14,10 @@ use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use zcnet::lab::{self, VethPath};
 use zcnet::xsk::{interface_mac, Xsk, XskConfig, XskMode};
 use zcnet::{Error, Pattern, Region};
 use zcnet_core::udp_frame::{parse_udp, parse_udp_partial_csum, UdpFlow};
+use zcnet_tools::lab::{self, VethPath};
 
 const PORT: u16 = 47_000;
 const OTHER_PORT: u16 = 47_001;

@@ -189,11 +189,9 @@ impl CopyEngine for CudaEngine {
     }
 }
 
-#[cfg(test)]
 pub(crate) use host::{HostEngine, HostEngineFaults};
 
-/// The test engine.
-#[cfg(test)]
+/// The host engine: tests, and [`super::host_staged_receiver`] for machines without a GPU.
 mod host {
     use super::{CopyEngine, Done};
     use crate::error::{Error, Result};

@@ -13,7 +13,6 @@
 mod engine;
 pub mod path;
 pub mod receive;
-pub mod rxbench;
 pub mod staging;
 
 pub use path::{prepare_receive, GpuPath, GpuSendStats, GpuSender, Refusal};
@@ -25,6 +24,31 @@ use std::sync::Arc;
 use zcnet_sys::cuda::{self, Context, CudaError};
 
 pub use zcnet_sys::cuda::DeviceInfo;
+
+/// The staging pipeline without a GPU: a [`StagedReceiver`] over `stream` whose "device" is the
+/// host buffer `dev` (its length is the ring's), with copies that complete newest first, as a
+/// real copy engine may. For testing code built on staged receives on machines without CUDA
+/// (zcnet-tools runs its GPU receive bench's harness this way); read what landed with
+/// [`receive::drain_staged`].
+pub fn host_staged_receiver(
+    stream: std::net::TcpStream,
+    dev: Arc<std::sync::Mutex<Vec<u8>>>,
+    opts: &StagingOptions,
+) -> Result<StagedReceiver> {
+    let ring_len = dev.lock().map(|d| d.len() as u64).unwrap_or(0);
+    let faults = engine::HostEngineFaults {
+        reorder: true,
+        fail: None,
+    };
+    let engine = engine::HostEngine::new(dev, faults);
+    StagedReceiver::with_engine(
+        stream,
+        Box::new(engine),
+        ring_len,
+        staging::new_ring(opts)?,
+        opts,
+    )
+}
 
 /// The CUDA driver's version as (major, minor), e.g. (13, 0).
 pub fn driver_version() -> Result<(u32, u32)> {

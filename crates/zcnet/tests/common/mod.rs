@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::sync::{Mutex, MutexGuard};
-use zcnet::lab::{self, Lab, VethPath};
 use zcnet::Error;
+use zcnet_tools::lab::{self, Lab, VethPath};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 

@@ -7,9 +7,9 @@
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::Duration;
-use zcnet::lab::{self, Lab};
 use zcnet::net::{self, drain_stream};
 use zcnet::{Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet_tools::lab::{self, Lab};
 
 fn root_or_skip(test: &str) -> bool {
     if zcnet_sys::os::is_root() {
@@ -148,15 +148,15 @@ fn bench_runs_every_path_and_tears_down() {
     if !root_or_skip("bench_runs_every_path_and_tears_down") {
         return;
     }
-    let cfg = zcnet::bench::TxBenchConfig {
+    let cfg = zcnet_tools::bench::TxBenchConfig {
         modes: vec![TxMode::Copy, TxMode::UringZc],
         sizes: vec![16384],
         duration: Duration::from_millis(300),
         ..Default::default()
     };
     let mut starts = 0;
-    let report = zcnet::bench::run_tx(&cfg, &mut |p| {
-        if let zcnet::bench::Progress::Start { .. } = p {
+    let report = zcnet_tools::bench::run_tx(&cfg, &mut |p| {
+        if let zcnet_tools::bench::Progress::Start { .. } = p {
             starts += 1
         }
     })

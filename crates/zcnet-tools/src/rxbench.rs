@@ -11,11 +11,11 @@
 
 use crate::bench::{runnable_paths, PathKind};
 use crate::echo::{run_clients, Check, ClientConfig, EchoConfig, EchoServer, StartError};
-use crate::error::{Error, Result};
 use crate::lab::{Lab, VethPath};
-use crate::rx::RxMode;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
+use zcnet::rx::RxMode;
+use zcnet::{Error, Result};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -256,7 +256,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     let mut index = 0;
     for (path, place) in &places {
         for &mode in &cfg.modes {
-            if crate::interrupted() {
+            if zcnet::interrupted() {
                 return Err(Error::Interrupted);
             }
             index += 1;

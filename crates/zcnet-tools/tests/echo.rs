@@ -10,12 +10,12 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::thread;
 use std::time::{Duration, Instant};
-use zcnet::echo::{
+use zcnet::RxMode;
+use zcnet_tools::echo::{
     run_clients, Check, ClientConfig, ClientReport, ConnEnd, EchoConfig, EchoReport, EchoServer,
     FailKind,
 };
-use zcnet::lab::Lab;
-use zcnet::RxMode;
+use zcnet_tools::lab::Lab;
 
 /// The modes that run on this machine (zcrx and devmem are refused by every device here).
 const MODES: [RxMode; 3] = [RxMode::Copy, RxMode::Uring, RxMode::Auto];

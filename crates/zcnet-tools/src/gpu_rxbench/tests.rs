@@ -2,12 +2,11 @@
 //! staging driver with the host copy engine (the "device" is host memory), and checks every byte
 //! it delivered where the ring says it is.
 
-use super::super::engine::{HostEngine, HostEngineFaults};
-use super::super::receive::drain_staged;
-use super::super::staging::{new_ring, StagedReceiver};
 use super::*;
 use std::io::Read;
 use std::sync::{Arc, Mutex};
+use zcnet::gpu::host_staged_receiver;
+use zcnet::gpu::receive::drain_staged;
 
 fn cfg(verify: bool) -> GpuRxBenchConfig {
     GpuRxBenchConfig {
@@ -20,7 +19,7 @@ fn cfg(verify: bool) -> GpuRxBenchConfig {
     }
 }
 
-/// The staged receive of [`super::super::receive::receive`], with the host engine.
+/// The staged receive of [`zcnet::gpu::receive::receive`], with the host engine.
 fn staged_host(s: TcpStream, ring: usize, verify: Option<Pattern>) -> Result<GpuRecvReport> {
     let opts = StagingOptions {
         host_bufs: 8,
@@ -28,15 +27,7 @@ fn staged_host(s: TcpStream, ring: usize, verify: Option<Pattern>) -> Result<Gpu
         max_copies: None,
     };
     let dev = Arc::new(Mutex::new(vec![0u8; ring]));
-    let engine = HostEngine::new(
-        Arc::clone(&dev),
-        HostEngineFaults {
-            reorder: true,
-            fail: None,
-        },
-    );
-    let mut rx =
-        StagedReceiver::with_engine(s, Box::new(engine), ring as u64, new_ring(&opts)?, &opts)?;
+    let mut rx = host_staged_receiver(s, Arc::clone(&dev), &opts)?;
     let bytes = drain_staged(&mut rx, |at, off, len| match &verify {
         Some(p) => {
             let d = dev.lock().map_err(|_| Error::invalid_input("poisoned"))?;

@@ -4,14 +4,14 @@
 //! copy), `veth` (TCP between two namespaces) and `loopback` (TCP on 127.0.0.1): on those two the
 //! kernel copies whatever the application asks for, and the accounting must say so.
 
-use crate::error::{Error, Result};
-use crate::gpu::GpuSender;
 use crate::lab::{self, Lab, SinkPath, VethPath};
-use crate::net;
-use crate::region::{MemoryKind, Region};
-use crate::tx::{region_len, Sender, Socket, TxConfig, TxMode, TxStats};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
+use zcnet::gpu::GpuSender;
+use zcnet::net;
+use zcnet::region::{MemoryKind, Region};
+use zcnet::tx::{region_len, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet::{Error, Result};
 use zcnet_core::Pattern;
 
 /// Largest UDP payload in one IPv4 datagram (65,535 - 20 - 8).
@@ -284,7 +284,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                 cases.push(RAW_BASELINE.to_string());
             }
             for tx in &cases {
-                if crate::interrupted() {
+                if zcnet::interrupted() {
                     return Err(Error::Interrupted);
                 }
                 index += 1;
@@ -385,7 +385,7 @@ pub fn send_for(
     let mut sends = 0u64;
     loop {
         if sends.is_multiple_of(check_every) {
-            if crate::interrupted() {
+            if zcnet::interrupted() {
                 return Err(Error::Interrupted);
             }
             if Instant::now() >= deadline {
@@ -423,7 +423,7 @@ fn send_gpu_for(
     let deadline = Instant::now() + duration;
     let (mut off, mut scratch) = (0u64, Vec::new());
     while Instant::now() < deadline {
-        if crate::interrupted() {
+        if zcnet::interrupted() {
             return Err(Error::Interrupted);
         }
         tx.send_chunk(off, tcfg.buf_size, None, &mut scratch)?;

@@ -2,27 +2,27 @@
 //! run, so that the ratios of issue 9 come from the same machine at the same time:
 //!
 //! - `host`: io_uring multishot receive into host memory (the baseline: no GPU at all);
-//! - `cuda[:N]`: into GPU memory by the best path ([`super::receive::receive`]: devmem,
+//! - `cuda[:N]`: into GPU memory by the best path ([`zcnet::gpu::receive::receive`]: devmem,
 //!   zcrx-dmabuf, or staging through pinned host buffers with asynchronous copies);
 //! - `naive`: `recv()` into pageable memory, then a synchronous copy to the GPU
-//!   ([`super::receive::receive_naive`]), the loop people write first.
+//!   ([`zcnet::gpu::receive::receive_naive`]), the loop people write first.
 //!
 //! The sender is the same for every case: plain `send()` of `size`-byte chunks from host memory
 //! for the case's duration. The receiver thread's own CPU time gives CPU seconds per GB (the
 //! driver's helper threads, if any, are not in it: the note says so).
 
-use super::receive::{receive, receive_naive, GpuRecvReport};
-use super::staging::StagingOptions;
 use crate::bench::runnable_paths;
 use crate::bench::PathKind;
-use crate::error::{Error, Result};
 use crate::lab::Lab;
-use crate::net;
-use crate::region::{MemoryKind, Region};
-use crate::rx::{Receiver, RxConfig, RxMode};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+use zcnet::gpu::receive::{receive, receive_naive, GpuRecvReport};
+use zcnet::gpu::staging::StagingOptions;
+use zcnet::net;
+use zcnet::region::{MemoryKind, Region};
+use zcnet::rx::{Receiver, RxConfig, RxMode};
+use zcnet::{Error, Result};
 use zcnet_core::Pattern;
 
 /// What to run.
@@ -184,14 +184,14 @@ pub fn run(
 
 /// The host baseline: io_uring multishot receive into host buffers.
 fn receive_host(s: TcpStream, verify: Option<Pattern>) -> Result<GpuRecvReport> {
-    let (t0, cpu0) = (Instant::now(), crate::thread_cpu_seconds());
+    let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
     let mut rx = Receiver::new(&RxConfig::new(RxMode::Uring))?;
     let r = net::receive_stream(&mut rx, s, verify, None)?;
     Ok(GpuRecvReport {
         path: RxMode::Uring.name(),
         bytes: r.recv.bytes,
         seconds: t0.elapsed().as_secs_f64(),
-        cpu_seconds: crate::thread_cpu_seconds() - cpu0,
+        cpu_seconds: zcnet::thread_cpu_seconds() - cpu0,
         verified: verify.is_some(),
         ..GpuRecvReport::default()
     })
@@ -240,7 +240,7 @@ pub(crate) fn run_cases(
             ),
         };
         for case in cases {
-            if crate::interrupted() {
+            if zcnet::interrupted() {
                 return Err(Error::Interrupted);
             }
             index += 1;
@@ -304,7 +304,7 @@ fn send_for(s: &mut TcpStream, cfg: &GpuRxBenchConfig) -> Result<u64> {
     }
     let end = Instant::now() + cfg.duration;
     let mut off = 0u64;
-    while Instant::now() < end && !crate::interrupted() {
+    while Instant::now() < end && !zcnet::interrupted() {
         if cfg.verify {
             pattern.fill(off, &mut buf);
         }

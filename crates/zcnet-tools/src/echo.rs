@@ -22,10 +22,7 @@
 //! Connections are accepted by a small acceptor thread and handed over a channel; the
 //! [`Receiver`] lives on the server thread only (it is not `Send`).
 
-use crate::error::{Error, Result};
 use crate::lab;
-use crate::net;
-use crate::rx::{ConnId, Fallback, Receiver, RxConfig, RxEvent, RxMode, RxStats};
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -34,6 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use zcnet::net;
+use zcnet::rx::{ConnId, Fallback, Receiver, RxConfig, RxEvent, RxMode, RxStats};
+use zcnet::{Error, Result};
 use zcnet_core::Pattern;
 use zcnet_sys::os::{send_vectored, SEND_IOVECS};
 
@@ -602,7 +602,7 @@ impl Server<'_> {
     ) {
         let mut events = Vec::new();
         loop {
-            if stop.load(Ordering::Relaxed) || crate::interrupted() {
+            if stop.load(Ordering::Relaxed) || zcnet::interrupted() {
                 break;
             }
             while let Ok((s, peer)) = accepted.try_recv() {
@@ -1219,7 +1219,7 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
                 }
             }
         }
-        if crate::interrupted() {
+        if zcnet::interrupted() {
             return Err(Error::Interrupted);
         }
         ready.clear();
