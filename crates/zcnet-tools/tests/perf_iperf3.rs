@@ -4,23 +4,33 @@
 //! to the end of the stream), so its count equals the sender's exactly; iperf3 as receiver
 //! stops reading at TEST_END and leaves what is still in its socket unread, so its count is
 //! at most the sender's — and each side's report of the other's count is that side's own.
+//! The `veth_` tests run the same checks between lab namespaces (root), the client in one, the
+//! server in the other.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{assert_clean, json, sum_bytes, zcnet_perf};
+use common::{assert_clean, json, sum_bytes, zcnet_perf, Net};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// zcnet perf client against `iperf3 -s -1 -J`; returns (client doc, server doc).
 fn zcnet_to_iperf3(args: &[&str]) -> Option<(serde_json::Value, serde_json::Value)> {
+    zcnet_to_iperf3_on(Net::Loopback, args)
+}
+
+/// [`zcnet_to_iperf3`] over `net`.
+fn zcnet_to_iperf3_on(
+    net: Net<'_>,
+    args: &[&str],
+) -> Option<(serde_json::Value, serde_json::Value)> {
     let iperf3 = common::iperf3()?;
-    let (mut server, port) = common::iperf3_server(&iperf3, &["-1", "-J"]);
-    let port = port.to_string();
-    let mut all = vec!["-c", "127.0.0.1", "-p", &port, "-J"];
+    let (mut server, port) = common::iperf3_server_in(net.server_ns(), &iperf3, &["-1", "-J"]);
+    let (port, addr) = (port.to_string(), net.server_addr());
+    let mut all = vec!["-c", &addr, "-p", &port, "-J"];
     all.extend_from_slice(args);
-    let (client, st) = common::run(&zcnet_perf(), &all, LIMIT);
+    let (client, st) = common::run_in(net.client_ns(), &zcnet_perf(), &all, LIMIT);
     assert!(
         st.success(),
         "zcnet client failed: {}\n{}",
@@ -34,12 +44,20 @@ fn zcnet_to_iperf3(args: &[&str]) -> Option<(serde_json::Value, serde_json::Valu
 
 /// `iperf3 -c` against a zcnet perf server (-1 -J); returns (client doc, server doc).
 fn iperf3_to_zcnet(args: &[&str]) -> Option<(serde_json::Value, serde_json::Value)> {
+    iperf3_to_zcnet_on(Net::Loopback, args)
+}
+
+/// [`iperf3_to_zcnet`] over `net`.
+fn iperf3_to_zcnet_on(
+    net: Net<'_>,
+    args: &[&str],
+) -> Option<(serde_json::Value, serde_json::Value)> {
     let iperf3 = common::iperf3()?;
-    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
-    let port = port.to_string();
-    let mut all = vec!["-c", "127.0.0.1", "-p", &port, "-J"];
+    let (mut server, port) = common::zcnet_server_in(net.server_ns(), &["-1", "-J"]);
+    let (port, addr) = (port.to_string(), net.server_addr());
+    let mut all = vec!["-c", &addr, "-p", &port, "-J"];
     all.extend_from_slice(args);
-    let (client, st) = common::run(&iperf3, &all, LIMIT);
+    let (client, st) = common::run_in(net.client_ns(), &iperf3, &all, LIMIT);
     assert!(st.success(), "iperf3 client failed: {}", client.stdout());
     let sst = server.wait(LIMIT);
     assert!(sst.success(), "zcnet server failed: {}", server.stderr());
@@ -179,6 +197,45 @@ fn iperf3_client_to_zcnet_server_bytes_reverse() {
     // The server sends exactly -n bytes and the client stops once it has them all.
     assert_eq!(sums(&z, ""), (10 << 20, 10 << 20));
     assert_eq!(sums(&i, ""), (10 << 20, 10 << 20));
+}
+
+#[test]
+fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
+    let Some((_lab, veth)) = common::veth_lab("veth_zcnet_client_to_iperf3_server") else {
+        return;
+    };
+    let Some((z, i)) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-t", "1", "-P", "4"]) else {
+        return skip();
+    };
+    assert_clean(&z, "zcnet");
+    assert_clean(&i, "iperf3");
+    assert_eq!(z["end"]["streams"].as_array().map(Vec::len), Some(4));
+    iperf3_received(&z, &i, "", true);
+    let (z, i) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-n", "20M", "-R"]).expect("iperf3");
+    assert_clean(&z, "zcnet");
+    assert_clean(&i, "iperf3");
+    assert_eq!(sums(&z, ""), (20 << 20, 20 << 20));
+    zcnet_received(&z, &i, "", true);
+}
+
+#[test]
+fn veth_iperf3_client_to_zcnet_server_bidir_and_bytes() {
+    let Some((_lab, veth)) = common::veth_lab("veth_iperf3_client_to_zcnet_server") else {
+        return;
+    };
+    let Some((i, z)) = iperf3_to_zcnet_on(Net::Veth(&veth), &["-t", "1", "--bidir", "-P", "2"])
+    else {
+        return skip();
+    };
+    assert_clean(&i, "iperf3");
+    assert_clean(&z, "zcnet");
+    zcnet_received(&z, &i, "", false);
+    iperf3_received(&z, &i, "_bidir_reverse", false);
+    let (i, z) = iperf3_to_zcnet_on(Net::Veth(&veth), &["-n", "20M", "-P", "4"]).expect("iperf3");
+    assert_clean(&i, "iperf3");
+    assert_clean(&z, "zcnet");
+    assert_eq!(sums(&z, ""), (20 << 20, 20 << 20));
+    zcnet_received(&z, &i, "", false);
 }
 
 #[test]

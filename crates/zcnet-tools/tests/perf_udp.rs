@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_clean, json, zcnet_perf};
+use common::{assert_clean, json, zcnet_perf, Net};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -112,26 +112,26 @@ fn zcnet_sender_with_gso_reverse() {
 
 #[test]
 fn zcnet_client_to_iperf3_server_udp() {
+    zcnet_client_to_iperf3_server_udp_on(Net::Loopback);
+}
+
+#[test]
+fn veth_zcnet_client_to_iperf3_server_udp() {
+    if let Some((_lab, veth)) = common::veth_lab("veth_zcnet_client_to_iperf3_server_udp") {
+        zcnet_client_to_iperf3_server_udp_on(Net::Veth(&veth));
+    }
+}
+
+fn zcnet_client_to_iperf3_server_udp_on(net: Net<'_>) {
     let Some(iperf3) = common::iperf3() else {
         return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
     };
-    let (mut server, port) = common::iperf3_server(&iperf3, &["-1", "-J"]);
-    let port = port.to_string();
+    let (mut server, port) = common::iperf3_server_in(net.server_ns(), &iperf3, &["-1", "-J"]);
+    let (port, addr) = (port.to_string(), net.server_addr());
     let args = [
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-J",
-        "-u",
-        "-b",
-        "10M",
-        "-t",
-        "1",
-        "-P",
-        "2",
+        "-c", &addr, "-p", &port, "-J", "-u", "-b", "10M", "-t", "1", "-P", "2",
     ];
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
+    let (client, st) = common::run_in(net.client_ns(), &zcnet_perf(), &args, LIMIT);
     assert!(st.success(), "{}", client.stderr());
     assert!(server.wait(LIMIT).success(), "{}", server.stdout());
     let (z, i) = (json(&client.stdout()), json(&server.stdout()));
@@ -148,26 +148,26 @@ fn zcnet_client_to_iperf3_server_udp() {
 
 #[test]
 fn iperf3_client_to_zcnet_server_udp() {
+    iperf3_client_to_zcnet_server_udp_on(Net::Loopback);
+}
+
+#[test]
+fn veth_iperf3_client_to_zcnet_server_udp() {
+    if let Some((_lab, veth)) = common::veth_lab("veth_iperf3_client_to_zcnet_server_udp") {
+        iperf3_client_to_zcnet_server_udp_on(Net::Veth(&veth));
+    }
+}
+
+fn iperf3_client_to_zcnet_server_udp_on(net: Net<'_>) {
     let Some(iperf3) = common::iperf3() else {
         return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
     };
-    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
-    let port = port.to_string();
+    let (mut server, port) = common::zcnet_server_in(net.server_ns(), &["-1", "-J"]);
+    let (port, addr) = (port.to_string(), net.server_addr());
     let args = [
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-J",
-        "-u",
-        "-b",
-        "10M",
-        "-t",
-        "1",
-        "-l",
-        "1200",
+        "-c", &addr, "-p", &port, "-J", "-u", "-b", "10M", "-t", "1", "-l", "1200",
     ];
-    let (client, st) = common::run(&iperf3, &args, LIMIT);
+    let (client, st) = common::run_in(net.client_ns(), &iperf3, &args, LIMIT);
     assert!(st.success(), "{}", client.stdout());
     assert!(server.wait(LIMIT).success(), "{}", server.stderr());
     let (i, z) = (json(&client.stdout()), json(&server.stdout()));

@@ -48,7 +48,21 @@ pub struct Proc {
 impl Proc {
     /// Spawns `program args`, collecting stdout and stderr.
     pub fn spawn(program: &std::path::Path, args: &[&str]) -> Proc {
-        let mut child = Command::new(program)
+        Proc::spawn_in(None, program, args)
+    }
+
+    /// Spawns `program args` inside network namespace `ns` (`ip netns exec`, which execs the
+    /// program: the process id is the program's), or here when `ns` is `None`.
+    pub fn spawn_in(ns: Option<&str>, program: &std::path::Path, args: &[&str]) -> Proc {
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
+        let mut child = cmd
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -157,12 +171,68 @@ fn collect(
     })
 }
 
+/// Where a test runs its two ends: both on loopback, or the client in the lab's namespace `a`
+/// and the server in `b`, over the veth pair.
+#[derive(Clone, Copy)]
+pub enum Net<'a> {
+    /// 127.0.0.1, in the test's own namespace.
+    Loopback,
+    /// The lab's veth pair.
+    Veth(&'a zcnet_tools::lab::VethPath),
+}
+
+impl Net<'_> {
+    /// The address the client connects to.
+    pub fn server_addr(&self) -> String {
+        match self {
+            Net::Loopback => "127.0.0.1".into(),
+            Net::Veth(p) => p.b_addr.to_string(),
+        }
+    }
+
+    /// The server's namespace (`None`: the test's own).
+    pub fn server_ns(&self) -> Option<&str> {
+        match self {
+            Net::Loopback => None,
+            Net::Veth(p) => Some(&p.b),
+        }
+    }
+
+    /// The client's namespace (`None`: the test's own).
+    pub fn client_ns(&self) -> Option<&str> {
+        match self {
+            Net::Loopback => None,
+            Net::Veth(p) => Some(&p.a),
+        }
+    }
+}
+
+/// A lab with a veth pair, or `None` (with the reason printed) when not root.
+pub fn veth_lab(test: &str) -> Option<(zcnet_tools::lab::Lab, zcnet_tools::lab::VethPath)> {
+    match zcnet_tools::lab::Lab::new() {
+        Ok(mut lab) => {
+            let p = lab.veth().expect("veth pair");
+            Some((lab, p))
+        }
+        Err(zcnet::Error::NotRoot { .. }) => {
+            eprintln!("SKIP {test}: needs root to create network namespaces");
+            None
+        }
+        Err(e) => panic!("lab: {e}"),
+    }
+}
+
 /// A zcnet perf server on a free port (`-p 0`), with `args` (e.g. `-J`, `-1`): the process
 /// and its port, read from its listening line.
 pub fn zcnet_server(args: &[&str]) -> (Proc, u16) {
+    zcnet_server_in(None, args)
+}
+
+/// [`zcnet_server`] inside namespace `ns`.
+pub fn zcnet_server_in(ns: Option<&str>, args: &[&str]) -> (Proc, u16) {
     let mut all = vec!["-s", "-p", "0"];
     all.extend_from_slice(args);
-    let p = Proc::spawn(&zcnet_perf(), &all);
+    let p = Proc::spawn_in(ns, &zcnet_perf(), &all);
     let text = p.wait_for("istening on ", Duration::from_secs(10));
     let port = text
         .split("istening on ")
@@ -175,15 +245,20 @@ pub fn zcnet_server(args: &[&str]) -> (Proc, u16) {
 
 /// An iperf3 server on a random high port, retried on another port if that one is taken.
 pub fn iperf3_server(iperf3: &std::path::Path, args: &[&str]) -> (Proc, u16) {
+    iperf3_server_in(None, iperf3, args)
+}
+
+/// [`iperf3_server`] inside namespace `ns`.
+pub fn iperf3_server_in(ns: Option<&str>, iperf3: &std::path::Path, args: &[&str]) -> (Proc, u16) {
     for attempt in 0..20u32 {
         let port = random_port(attempt);
         let port_s = port.to_string();
         let mut all = vec!["-s", "-p", &port_s];
         all.extend_from_slice(args);
-        let mut p = Proc::spawn(iperf3, &all);
+        let mut p = Proc::spawn_in(ns, iperf3, &all);
         let until = Instant::now() + Duration::from_secs(5);
         while Instant::now() < until {
-            if listening(port) {
+            if listening_in(p.id(), port) {
                 return (p, port);
             }
             if p.child.try_wait().ok().flatten().is_some() {
@@ -204,12 +279,13 @@ fn random_port(salt: u32) -> u16 {
     20_000 + (mix % 30_000) as u16
 }
 
-/// Whether something listens on TCP `port` (from /proc/net/tcp{,6}: state 0A is LISTEN), so
-/// that a one-off server is not woken by a probe connection.
-pub fn listening(port: u16) -> bool {
+/// Whether something listens on TCP `port` in the network namespace of process `pid` (from
+/// /proc/PID/net/tcp{,6}: state 0A is LISTEN), so that a one-off server is not woken by a probe
+/// connection.
+pub fn listening_in(pid: u32, port: u16) -> bool {
     let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
             t.lines().any(|l| {
                 let cols: Vec<&str> = l.split_whitespace().collect();
                 cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
@@ -252,7 +328,17 @@ pub fn assert_clean(doc: &Value, who: &str) {
 
 /// Runs `program args` to its end (at most `limit`), returning the process.
 pub fn run(program: &std::path::Path, args: &[&str], limit: Duration) -> (Proc, ExitStatus) {
-    let mut p = Proc::spawn(program, args);
+    run_in(None, program, args, limit)
+}
+
+/// [`run`] inside namespace `ns`.
+pub fn run_in(
+    ns: Option<&str>,
+    program: &std::path::Path,
+    args: &[&str],
+    limit: Duration,
+) -> (Proc, ExitStatus) {
+    let mut p = Proc::spawn_in(ns, program, args);
     let st = p.wait(limit);
     (p, st)
 }
