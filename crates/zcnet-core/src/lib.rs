@@ -34,6 +34,7 @@ pub mod rxring;
 pub mod sendzc;
 pub mod staging;
 pub mod stats;
+pub mod tcp_info;
 pub mod udp_frame;
 pub mod xdp_prog;
 pub mod xsk;

@@ -48,6 +48,24 @@ fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Resul
     Ok(val)
 }
 
+/// `getsockopt(IPPROTO_TCP, TCP_INFO)` into `buf`: the number of bytes the kernel wrote
+/// (`min(sizeof(struct tcp_info), buf.len())`), to be read by `zcnet_core::tcp_info`.
+pub fn tcp_info(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    let mut len = libc::socklen_t::try_from(buf.len()).unwrap_or(libc::socklen_t::MAX);
+    // SAFETY: buf is a live, writable slice of at least `len` bytes, and len a live local; the
+    // kernel writes at most `len` bytes and stores how many it wrote.
+    crate::cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    Ok((len as usize).min(buf.len()))
+}
+
 /// `setsockopt(SOL_SOCKET, SO_ZEROCOPY, 1)`: allow `MSG_ZEROCOPY` sends (Linux 4.14, UDP 5.0).
 pub fn enable_zerocopy(fd: RawFd) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_SOCKET, SO_ZEROCOPY, 1)
@@ -345,4 +363,54 @@ pub fn disconnect(fd: RawFd) -> io::Result<()> {
         )
     })
     .map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use zcnet_core::tcp_info::{TcpInfo, BUF_LEN};
+
+    /// The offsets zcnet_core reads are the running kernel's: a loopback connection that moved
+    /// 4 MiB is ESTABLISHED (1), has loopback's MTU as its path MTU, an MSS under it, a window, a smoothed RTT,
+    /// and has had every byte acknowledged.
+    #[test]
+    fn tcp_info_reads_a_live_connection() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let mut c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (mut s, _) = l.accept().expect("accept");
+        let total = 4usize << 20;
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut got = 0;
+            while got < total {
+                got += s.read(&mut buf).expect("read");
+            }
+            (got, s) // kept open: a closed peer would leave the connection in CLOSE_WAIT
+        });
+        c.write_all(&vec![7u8; total]).expect("write");
+        let (got, _peer) = reader.join().expect("reader");
+        assert_eq!(got, total);
+        let mut buf = [0u8; BUF_LEN];
+        let n = tcp_info(c.as_raw_fd(), &mut buf).expect("TCP_INFO");
+        assert!(n >= 232, "this kernel returns tcpi_snd_wnd and more: {n} B");
+        let i = TcpInfo::parse(&buf[..n]).expect("parse");
+        assert_eq!(i.state, 1, "{i:?}");
+        let mtu = std::fs::read_to_string("/sys/class/net/lo/mtu").expect("lo mtu");
+        // tcpi_pmtu is capped at IP_MAX_MTU (65535); lo's MTU is 65536.
+        let mtu = mtu.trim().parse::<u32>().expect("mtu").min(65_535);
+        assert_eq!(i.pmtu, mtu, "{i:?}");
+        assert!(i.snd_mss > 0 && i.snd_mss < i.pmtu, "{i:?}");
+        assert!(i.snd_cwnd >= 1 && i.rtt_us > 0, "{i:?}");
+        assert!(i.snd_wnd.is_some_and(|w| w > 0), "{i:?}");
+        // The peer read everything, so the kernel saw it all acknowledged (plus the SYN's 1).
+        let acked = i.bytes_acked.expect("bytes_acked");
+        assert!(acked >= total as u64 && acked <= total as u64 + 1, "{i:?}");
+        // A buffer shorter than the struct gets only that much, and the parse says what is there.
+        let mut short = [0u8; 120];
+        let n = tcp_info(c.as_raw_fd(), &mut short).expect("TCP_INFO");
+        assert_eq!(n, 120);
+        assert_eq!(TcpInfo::parse(&short[..n]).map(|i| i.bytes_acked), Some(None));
+    }
 }

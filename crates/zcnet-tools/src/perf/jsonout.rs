@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use serde_json::{json, Map, Value};
 
 use super::proto::{Protocol, TestParams};
-use super::report::{rate, Interval, Layout, StreamMeta, Totals, UdpCounts};
+use super::report::{rate, Interval, Layout, StreamMeta, TcpSample, Totals, UdpCounts};
 use super::sysinfo;
 
 /// What the `start` section says besides the streams.
@@ -94,9 +94,14 @@ pub fn interval(layout: &Layout, iv: &Interval) -> Value {
     for sends in layout.groups() {
         let idx = layout.group(sends);
         let mut udp_sum = UdpCounts::default();
+        let mut retransmits: Option<u64> = None;
         for &i in &idx {
             let mut v = period(iv.start, iv.end, iv.bytes[i], sends);
             v["socket"] = layout.streams[i].socket.into();
+            if let Some(t) = iv.tcp.get(i).copied().flatten() {
+                add_tcp(&mut v, &t);
+                *retransmits.get_or_insert(0) += u64::from(t.retransmits);
+            }
             v["omitted"] = iv.omitted.into();
             if let Some(u) = iv.udp.get(i) {
                 add_udp(&mut v, u, sends);
@@ -108,6 +113,9 @@ pub fn interval(layout: &Layout, iv: &Interval) -> Value {
         }
         let total = idx.iter().map(|&i| iv.bytes[i]).sum();
         let mut sum = period(iv.start, iv.end, total, sends);
+        if let Some(r) = retransmits {
+            sum["retransmits"] = r.into();
+        }
         sum["omitted"] = iv.omitted.into();
         if layout.udp {
             add_udp(&mut sum, &udp_sum, sends);
@@ -116,6 +124,18 @@ pub fn interval(layout: &Layout, iv: &Interval) -> Value {
     }
     o.insert("streams".into(), streams.into());
     Value::Object(o)
+}
+
+/// A sending TCP stream's interval keys, as iperf3 writes them from TCP_INFO: `retransmits`,
+/// `snd_cwnd` and `snd_wnd` in bytes, `rtt` and `rttvar` in µs, `pmtu`, `reorder`.
+fn add_tcp(v: &mut Value, t: &TcpSample) {
+    v["retransmits"] = t.retransmits.into();
+    v["snd_cwnd"] = t.info.snd_cwnd_bytes().into();
+    v["snd_wnd"] = t.info.snd_wnd.unwrap_or(0).into();
+    v["rtt"] = t.info.rtt_us.into();
+    v["rttvar"] = t.info.rttvar_us.into();
+    v["pmtu"] = t.info.pmtu.into();
+    v["reorder"] = t.info.reord_seen.unwrap_or(0).into();
 }
 
 /// UDP keys: a sender's datagram count; a receiver's jitter, loss and count.
@@ -168,6 +188,15 @@ pub fn end(layout: &Layout, t: &Totals, zerocopy: Value) -> Value {
             rcv["socket"] = socket.into();
             if retr {
                 snd["retransmits"] = s.retransmits.unwrap_or(0).into();
+            }
+            if let Some(t) = &s.tcp {
+                // iperf3's per-stream extremes from its TCP_INFO readings (µs, bytes).
+                snd["max_snd_cwnd"] = t.max_snd_cwnd.into();
+                snd["max_snd_wnd"] = t.max_snd_wnd.into();
+                snd["max_rtt"] = t.max_rtt.into();
+                snd["min_rtt"] = t.min_rtt.into();
+                snd["mean_rtt"] = t.mean_rtt().into();
+                snd["reorder"] = t.last.and_then(|i| i.reord_seen).unwrap_or(0).into();
             }
             streams.push(json!({"sender": snd, "receiver": rcv}));
         }
@@ -319,6 +348,7 @@ mod tests {
             end: 1.0,
             bytes: vec![1, 2],
             udp: vec![],
+            tcp: Vec::new(),
             omitted: false,
         };
         let v = interval(&l, &iv);

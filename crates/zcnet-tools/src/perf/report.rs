@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 
 use super::sysinfo::CpuUtil;
 use super::units;
+use zcnet_core::tcp_info::{TcpInfo, TcpInfoSeries};
 
 /// `report_bw_separator`.
 pub const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
@@ -103,6 +104,18 @@ impl Layout {
 }
 
 impl Layout {
+    /// The interval header of a side that reads its sending streams' TCP_INFO
+    /// (`report_bw_retrans_cwnd_header`), else [`Layout::header`] without retransmits.
+    fn interval_header(&self, tcp_info: bool) -> &'static str {
+        match (tcp_info && !self.udp, self.bidir) {
+            (true, false) => "[ ID] Interval           Transfer     Bitrate         Retr  Cwnd",
+            (true, true) => {
+                "[ ID][Role] Interval           Transfer     Bitrate         Retr  Cwnd"
+            }
+            _ => self.header(false),
+        }
+    }
+
     /// UDP headers: a sender-only side prints "Total Datagrams" (`sends` = `Some(true)`), a
     /// receiver or a summary "Jitter    Lost/Total Datagrams".
     fn udp_header(&self, sends: Option<bool>) -> &'static str {
@@ -227,8 +240,20 @@ pub struct Interval {
     pub bytes: Vec<u64>,
     /// UDP: datagrams, loss and jitter per stream (empty for TCP).
     pub udp: Vec<UdpCounts>,
+    /// TCP: each sending stream's TCP_INFO at the interval's end (empty, or `None` for a
+    /// stream, when not read: receivers, UDP, a socket that refused).
+    pub tcp: Vec<Option<TcpSample>>,
     /// Inside the `-O` period.
     pub omitted: bool,
+}
+
+/// A sending TCP stream's TCP_INFO at the end of an interval, as iperf3 reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpSample {
+    /// Segments retransmitted during the interval.
+    pub retransmits: u32,
+    /// The reading.
+    pub info: TcpInfo,
 }
 
 impl Interval {
@@ -265,6 +290,8 @@ pub struct StreamTotals {
     pub receiver_secs: f64,
     /// TCP retransmits, when the sending side reported them.
     pub retransmits: Option<i64>,
+    /// TCP: this side's TCP_INFO readings of a stream it sent on (`None` otherwise).
+    pub tcp: Option<TcpInfoSeries>,
     /// UDP: datagrams the sender sent.
     pub packets_sent: u64,
     /// UDP: the receiver's count, loss and jitter.
@@ -325,6 +352,41 @@ fn bw_line(socket: Option<i32>, tag: &str, start: f64, end: f64, bytes: u64, tai
     )
 }
 
+/// `report_bw_retrans_cwnd_format`: an interval line of a sending stream with its TCP_INFO.
+fn cwnd_line(
+    socket: i32,
+    tag: &str,
+    (start, end): (f64, f64),
+    bytes: u64,
+    t: TcpSample,
+    tail: &str,
+) -> String {
+    format!(
+        "{}{tag} {start:6.2}-{end:<6.2} sec  {}s  {}s/sec  {:3}   {}s       {tail}",
+        id_col(Some(socket)),
+        units::bytes(bytes as f64),
+        units::bits(rate(bytes, end - start)),
+        t.retransmits,
+        units::bytes(t.info.snd_cwnd_bytes() as f64),
+    )
+}
+
+/// `report_sum_bw_retrans_format` over an interval.
+fn sum_retrans_line(
+    tag: &str,
+    (start, end): (f64, f64),
+    bytes: u64,
+    retr: u32,
+    tail: &str,
+) -> String {
+    format!(
+        "{}{tag} {start:6.2}-{end:<6.2} sec  {}s  {}s/sec  {retr:3}             {tail}",
+        id_col(None),
+        units::bytes(bytes as f64),
+        units::bits(rate(bytes, end - start)),
+    )
+}
+
 /// `report_bw_retrans_format` / `report_sum_bw_retrans_format` (as iperf 3.12 prints them:
 /// 13 spaces before the role; 3.21 has 12 on stream lines). The period starts at 0.
 fn retrans_line(
@@ -351,23 +413,39 @@ pub fn interval_text(layout: &Layout, iv: &Interval, first: bool) -> String {
     }
     let mut out = String::new();
     let omitted = if iv.omitted { "(omitted)" } else { "" };
+    let sample = |i: usize| iv.tcp.get(i).copied().flatten();
+    let tcp_info = (0..layout.streams.len()).any(|i| sample(i).is_some());
     for sends in layout.groups() {
         let tag = layout.tag(sends);
-        for i in layout.group(sends) {
+        let idx = layout.group(sends);
+        for &i in &idx {
             if i == 0 {
                 if first {
-                    let _ = writeln!(out, "{}", layout.header(false));
+                    let _ = writeln!(out, "{}", layout.interval_header(tcp_info));
                 } else if layout.sums() {
                     let _ = writeln!(out, "{SEPARATOR}");
                 }
             }
             let s = &layout.streams[i];
-            let line = bw_line(Some(s.socket), &tag, iv.start, iv.end, iv.bytes[i], omitted);
+            let (start, end, bytes) = (iv.start, iv.end, iv.bytes[i]);
+            let line = match sample(i) {
+                Some(t) => cwnd_line(s.socket, &tag, (start, end), bytes, t, omitted),
+                None => bw_line(Some(s.socket), &tag, start, end, bytes, omitted),
+            };
             let _ = writeln!(out, "{line}");
         }
         if layout.sums() {
-            let total = layout.group(sends).iter().map(|&i| iv.bytes[i]).sum();
-            let line = bw_line(None, &tag, iv.start, iv.end, total, omitted);
+            let total = idx.iter().map(|&i| iv.bytes[i]).sum();
+            let line = if idx.iter().any(|&i| sample(i).is_some()) {
+                let retr: u32 = idx
+                    .iter()
+                    .filter_map(|&i| sample(i))
+                    .map(|t| t.retransmits)
+                    .sum();
+                sum_retrans_line(&tag, (iv.start, iv.end), total, retr, omitted)
+            } else {
+                bw_line(None, &tag, iv.start, iv.end, total, omitted)
+            };
             let _ = writeln!(out, "{line}");
         }
     }
@@ -593,6 +671,7 @@ mod tests {
             end: 1.0,
             bytes: vec![1_490_000_000, 1_490_000_000],
             udp: vec![],
+            tcp: Vec::new(),
             omitted: false,
         };
         let text = interval_text(&l, &iv, true);
@@ -616,6 +695,47 @@ mod tests {
     }
 
     #[test]
+    fn a_sender_with_tcp_info_prints_retr_and_cwnd_as_iperf3() {
+        let l = layout(false, false, 2);
+        let info = TcpInfo {
+            snd_mss: 65_483,
+            snd_cwnd: 22,
+            ..TcpInfo::default()
+        };
+        let iv = Interval {
+            start: 0.0,
+            end: 1.0,
+            bytes: vec![1_490_000_000, 1_490_000_000],
+            udp: vec![],
+            tcp: vec![
+                Some(TcpSample {
+                    retransmits: 3,
+                    info,
+                }),
+                Some(TcpSample {
+                    retransmits: 4,
+                    info,
+                }),
+            ],
+            omitted: false,
+        };
+        let text = interval_text(&l, &iv, true);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "[ ID] Interval           Transfer     Bitrate         Retr  Cwnd"
+        );
+        assert_eq!(
+            lines[1],
+            "[  5]   0.00-1.00   sec  1.39 GBytes  11.9 Gbits/sec    3   1.37 MBytes       "
+        );
+        assert_eq!(
+            lines[3],
+            "[SUM]   0.00-1.00   sec  2.78 GBytes  23.8 Gbits/sec    7             "
+        );
+    }
+
+    #[test]
     fn bidir_groups_senders_first_on_the_client_and_receivers_on_the_server() {
         let c = layout(false, true, 1);
         assert_eq!(c.groups(), vec![true, false]);
@@ -624,6 +744,7 @@ mod tests {
             end: 1.0,
             bytes: vec![1, 2],
             udp: vec![],
+            tcp: Vec::new(),
             omitted: false,
         };
         let text = interval_text(&c, &iv, true);
@@ -697,6 +818,7 @@ mod tests {
                 lost: 0,
                 jitter: 0.0,
             }],
+            tcp: Vec::new(),
             omitted: false,
         };
         let text = interval_text(&l, &iv, true);

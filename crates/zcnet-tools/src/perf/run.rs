@@ -10,13 +10,16 @@ use serde_json::Value;
 use super::jsonout;
 use super::proto::Protocol;
 use super::proto::{StreamResults, TestParams, TestResults};
-use super::report::{self, Interval, Layout, StreamMeta, StreamTotals, Totals, UdpCounts};
+use super::report::{
+    self, Interval, Layout, StreamMeta, StreamTotals, TcpSample, Totals, UdpCounts,
+};
 use super::streams::{
     drain_receivers, stop_senders, Budget, DataStream, Notifier, PathConfig, Running, StreamEnd,
     TestShared,
 };
 use super::sysinfo::{CpuClock, CpuUtil};
 use super::zerocopy::PathSummary;
+use zcnet_core::tcp_info::TcpInfoSeries;
 
 /// How reports are written.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +55,9 @@ pub struct TestRun {
     ends: Vec<Option<StreamEnd>>,
     cpu: CpuClock,
     cpu_used: Option<CpuUtil>,
+    /// Per stream: the TCP_INFO readings of a TCP stream this side sends on (read at the start,
+    /// at each interval's end and at the test's end; empty series for the others).
+    tcp: Vec<TcpInfoSeries>,
 }
 
 impl TestRun {
@@ -104,7 +110,7 @@ impl TestRun {
         let now = Instant::now();
         let omit = Duration::from_secs(u64::from(params.omit));
         let n = running.len();
-        Ok(TestRun {
+        let mut run = TestRun {
             layout,
             style,
             shared,
@@ -124,7 +130,31 @@ impl TestRun {
             ends: (0..n).map(|_| None).collect(),
             cpu,
             cpu_used: None,
-        })
+            tcp: vec![TcpInfoSeries::default(); n],
+        };
+        // The first reading: retransmits count from here, as iperf3's from its stream start.
+        run.tcp_samples();
+        Ok(run)
+    }
+
+    /// Reads TCP_INFO of every TCP stream this side sends on, into its series: each one's
+    /// retransmits since the previous reading and the reading (`None` for the others).
+    fn tcp_samples(&mut self) -> Vec<Option<TcpSample>> {
+        if self.layout.udp {
+            return Vec::new();
+        }
+        let streams = self
+            .running
+            .iter()
+            .zip(&self.sends)
+            .zip(self.tcp.iter_mut());
+        streams
+            .map(|((r, &sends), series)| {
+                let info = r.tcp_info().filter(|_| sends)?;
+                let retransmits = series.observe(info);
+                Some(TcpSample { retransmits, info })
+            })
+            .collect()
     }
 
     /// The streams as reports name them.
@@ -150,6 +180,11 @@ impl TestRun {
             // clock starts again.
             self.omitting = false;
             self.omit_base = self.counters();
+            // Retransmits and window extremes count from here too (iperf_reset_stats).
+            self.tcp
+                .iter_mut()
+                .for_each(|t| *t = TcpInfoSeries::default());
+            self.tcp_samples();
             self.tick_bytes = self.omit_base.clone();
             self.tick_from = self.measure_from;
             self.first_interval = true;
@@ -218,6 +253,7 @@ impl TestRun {
                 jitter: n.jitter,
             })
             .collect();
+        let tcp = self.tcp_samples();
         let iv = Interval {
             start: secs(self.tick_from),
             end: secs(end),
@@ -227,6 +263,7 @@ impl TestRun {
                 .map(|(b, p)| b.saturating_sub(*p))
                 .collect(),
             udp,
+            tcp,
             omitted: self.omitting,
         };
         self.tick_udp = udp_now;
@@ -307,11 +344,17 @@ impl TestRun {
             .iter()
             .map(|e| e.as_ref().map_or(0, |e| e.bytes))
             .collect();
+        let mut read = false;
         if let Some(i) = self.style.interval {
             let moved = exact.iter().zip(&self.tick_bytes).any(|(e, p)| e > p);
             if moved || now.saturating_duration_since(self.tick_from) >= i.mul_f64(0.1) {
                 self.interval(now, &exact);
+                read = true;
             }
+        }
+        if !read {
+            // The last TCP_INFO reading, for the totals.
+            self.tcp_samples();
         }
         self.next_tick = None;
     }
@@ -350,6 +393,17 @@ impl TestRun {
             .unwrap_or_default()
     }
 
+    /// Retransmits of stream `i` when this side sent on it and read its TCP_INFO.
+    fn retransmits(&self, i: usize) -> Option<i64> {
+        let t = self.tcp.get(i).filter(|t| self.sends[i] && t.seen())?;
+        Some(i64::from(t.retransmits()))
+    }
+
+    /// Whether every TCP stream this side sends on had its TCP_INFO read.
+    fn tcp_info_read(&self) -> bool {
+        !self.layout.udp && (0..self.sends.len()).all(|i| !self.sends[i] || self.tcp[i].seen())
+    }
+
     /// This side's results for the peer (iperf3's `send_results`).
     pub fn local_results(&self) -> TestResults {
         let cpu = self.cpu_used.unwrap_or_default();
@@ -363,7 +417,7 @@ impl TestRun {
                 StreamResults {
                     id: m.id,
                     bytes: self.bytes(i),
-                    retransmits: -1,
+                    retransmits: self.retransmits(i).unwrap_or(-1),
                     jitter: u.jitter,
                     errors: u.errors,
                     omitted_errors: Some(0),
@@ -378,9 +432,15 @@ impl TestRun {
             cpu_util_total: cpu.total,
             cpu_util_user: cpu.user,
             cpu_util_system: cpu.system,
-            // iperf3: -1 when this side only received; zcnet does not read TCP_INFO, so its
-            // retransmits are "not available" (0) when it sent.
-            sender_has_retransmits: if self.has_senders() { 0 } else { -1 },
+            // iperf3: -1 when this side only received, 1 when it sent TCP and read TCP_INFO,
+            // 0 when it sent without (UDP, or a socket that refused TCP_INFO).
+            sender_has_retransmits: if !self.has_senders() {
+                -1
+            } else if self.tcp_info_read() {
+                1
+            } else {
+                0
+            },
             streams,
             ..TestResults::default()
         }
@@ -408,7 +468,8 @@ impl TestRun {
                         received: their_bytes,
                         sender_secs: my_secs,
                         receiver_secs: their_secs,
-                        retransmits: None,
+                        retransmits: self.retransmits(i),
+                        tcp: self.retransmits(i).map(|_| self.tcp[i]),
                         packets_sent: u.packets,
                         received_udp: UdpCounts {
                             packets: their_packets,
@@ -424,6 +485,7 @@ impl TestRun {
                         receiver_secs: my_secs,
                         retransmits: (peer.sender_has_retransmits == 1)
                             .then(|| theirs.map_or(0, |p| p.retransmits)),
+                        tcp: None,
                         packets_sent: their_packets,
                         received_udp: UdpCounts {
                             packets: u.packets,

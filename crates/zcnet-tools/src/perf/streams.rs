@@ -408,6 +408,16 @@ impl Running {
         })
     }
 
+    /// The TCP stream's TCP_INFO now (`None` for UDP, or when the kernel refused).
+    pub fn tcp_info(&self) -> Option<zcnet_core::tcp_info::TcpInfo> {
+        let Conn::Tcp(s) = &self.socket else {
+            return None;
+        };
+        let mut buf = [0u8; zcnet_core::tcp_info::BUF_LEN];
+        let n = zcnet_sys::sock::tcp_info(s.as_raw_fd(), &mut buf).ok()?;
+        zcnet_core::tcp_info::TcpInfo::parse(&buf[..n])
+    }
+
     /// Whether the thread has ended.
     pub fn is_finished(&self) -> bool {
         self.handle.as_ref().is_none_or(|h| h.is_finished())
