@@ -51,6 +51,18 @@ fn exact(c: &Value, s: &Value, keys: &[&str]) -> u64 {
     let moved = |doc: &Value, dir: &str| doc["end"]["zerocopy"][dir]["bytes"].as_u64().unwrap_or(0);
     assert_eq!(moved(c, "tx") + moved(c, "rx"), total, "client data path");
     assert_eq!(moved(s, "tx") + moved(s, "rx"), total, "server data path");
+    // Each side shows the other's account, as the other printed it.
+    let (cz, sz) = (&c["end"]["zerocopy"], &s["end"]["zerocopy"]);
+    for dir in ["tx", "rx"] {
+        assert_eq!(
+            cz["remote"][dir], sz[dir],
+            "client's view of the server's {dir}"
+        );
+        assert_eq!(
+            sz["remote"][dir], cz[dir],
+            "server's view of the client's {dir}"
+        );
+    }
     total
 }
 

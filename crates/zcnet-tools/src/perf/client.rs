@@ -406,7 +406,11 @@ impl<'a> Client<'a> {
         let totals = run.totals(peer);
         let paths = run.path_summary();
         if self.s.json {
-            let end = jsonout::end(run.layout(), &totals, paths.to_json());
+            let end = jsonout::end(
+                run.layout(),
+                &totals,
+                paths.to_json_with_peer(peer.zerocopy.as_ref()),
+            );
             let doc = jsonout::document(
                 std::mem::take(&mut self.start_json),
                 run.take_intervals(),

@@ -57,7 +57,7 @@ pub use params::{
     KNOWN_KEYS, MAX_BURST, MAX_MSS, MAX_OMIT, MAX_STREAMS, MAX_TCP_LEN, MAX_TIME, MAX_UDP_LEN,
     MAX_WINDOW, MIN_UDP_LEN,
 };
-pub use results::{StreamResults, TestResults};
+pub use results::{StreamResults, TestResults, ZEROCOPY_KEY};
 pub use server::{
     server_error_message, ServerAction, ServerConfig, ServerControl, ACCESS_DENIED_REPLY,
 };

@@ -442,6 +442,7 @@ impl TestRun {
                 0
             },
             streams,
+            zerocopy: Some(self.path_summary().to_json()),
             ..TestResults::default()
         }
     }

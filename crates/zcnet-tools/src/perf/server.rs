@@ -641,7 +641,11 @@ impl Server<'_> {
         let totals = run.totals(peer);
         let paths = run.path_summary();
         if self.s.json {
-            let end = jsonout::end(run.layout(), &totals, paths.to_json());
+            let end = jsonout::end(
+                run.layout(),
+                &totals,
+                paths.to_json_with_peer(peer.zerocopy.as_ref()),
+            );
             let start = std::mem::take(&mut t.start_json);
             print_json(&jsonout::document(start, run.take_intervals(), end, None));
         } else {

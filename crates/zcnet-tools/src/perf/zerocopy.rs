@@ -104,6 +104,16 @@ impl PathSummary {
         json!({"tx": tx, "rx": rx})
     }
 
+    /// `end.zerocopy` with the peer's own account under `remote`, when the peer is zcnet
+    /// (it sends it with its results; iperf3 does not).
+    pub fn to_json_with_peer(&self, peer: Option<&Value>) -> Value {
+        let mut v = self.to_json();
+        if let Some(p) = peer {
+            v["remote"] = p.clone();
+        }
+        v
+    }
+
     /// The text lines printed after the summary (fallbacks are never silent).
     pub fn lines(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -40,7 +40,14 @@ pub struct TestResults {
     pub server_output_text: Option<String>,
     /// `"server_output_json"`: the server's `-J` output.
     pub server_output_json: Option<Value>,
+    /// `"zcnet_zerocopy"`: a zcnet peer's data-path account (its `-J` `end.zerocopy`), so each
+    /// side can show the other's. iperf3's `get_results` ignores keys it does not know, and
+    /// iperf3 never sends it.
+    pub zerocopy: Option<Value>,
 }
+
+/// The results key of [`TestResults::zerocopy`].
+pub const ZEROCOPY_KEY: &str = "zcnet_zerocopy";
 
 /// One stream's results.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -87,6 +94,7 @@ impl TestResults {
                 .collect::<Result<_, _>>()?,
             server_output_text: json::string(obj, "server_output_text"),
             server_output_json: obj.get("server_output_json").cloned(),
+            zerocopy: obj.get(ZEROCOPY_KEY).filter(|v| v.is_object()).cloned(),
         })
     }
 
@@ -107,6 +115,9 @@ impl TestResults {
             o.insert("server_output_json".into(), j.clone());
         } else if let Some(t) = &self.server_output_text {
             o.insert("server_output_text".into(), t.clone().into());
+        }
+        if let Some(z) = &self.zerocopy {
+            o.insert(ZEROCOPY_KEY.into(), z.clone());
         }
         let streams = self.streams.iter().map(StreamResults::to_json).collect();
         o.insert("streams".into(), Value::Array(streams));

@@ -72,6 +72,7 @@ pub fn results_for(streams: &[StreamSpec], tag: f64) -> TestResults {
             .collect(),
         server_output_text: None,
         server_output_json: None,
+        zerocopy: None,
     }
 }
 

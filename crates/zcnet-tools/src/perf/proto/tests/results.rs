@@ -1,6 +1,6 @@
 use serde_json::{json, Value};
 
-use super::super::{ProtoError, StreamResults, TestResults};
+use super::super::{ProtoError, StreamResults, TestResults, ZEROCOPY_KEY};
 use super::fixtures::{self, value};
 
 fn parse(text: &str) -> TestResults {
@@ -99,6 +99,19 @@ fn every_fixture_round_trips_to_the_same_json() {
 }
 
 #[test]
+fn a_zcnet_peers_zerocopy_account_rides_along_and_nothing_else_does() {
+    let mut r = parse(fixtures::RESULTS_PRE_3_2);
+    assert_eq!(r.zerocopy, None, "iperf3 sends no account");
+    r.zerocopy = Some(serde_json::json!({"tx": {"bytes": 7}, "rx": null}));
+    let back = TestResults::from_json(&r.to_json()).expect("parse");
+    assert_eq!(back, r);
+    // A key of that name that is not an object is ignored, not trusted.
+    let mut v = r.to_json();
+    v[ZEROCOPY_KEY] = serde_json::json!("garbage");
+    assert_eq!(TestResults::from_json(&v).expect("parse").zerocopy, None);
+}
+
+#[test]
 fn writes_the_keys_3_21_writes() {
     let r = TestResults {
         cpu_util_total: 3.5,
@@ -109,6 +122,7 @@ fn writes_the_keys_3_21_writes() {
         streams: vec![sample_stream(1), sample_stream(3)],
         server_output_text: None,
         server_output_json: None,
+        zerocopy: None,
     };
     let v = r.to_json();
     let top: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
