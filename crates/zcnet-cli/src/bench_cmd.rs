@@ -5,7 +5,7 @@ use crate::{BenchRxArgs, BenchTxArgs};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use zcnet::{Error, MemoryKind, RxMode, TxMode};
-use zcnet_tools::bench::{self, PathKind, Progress, TxBenchConfig, TxReport, RAW_BASELINE};
+use zcnet_tools::bench::{self, PathKind, Progress, TxBenchConfig, TxReport};
 use zcnet_tools::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
 
 /// One result in `--json` (schema in docs/cli.md).
@@ -176,12 +176,12 @@ fn print_table(r: &TxReport) {
         println!("note: {n}");
     }
     println!(
-        "{:<9} {:<13} {:>7} {:>10} {:>7} {:>6} {:>9} {:>8}",
+        "{:<9} {:<16} {:>7} {:>10} {:>7} {:>6} {:>9} {:>8}",
         "path", "tx", "size", "MB/s", "x copy", "zc %", "CPU s/GB", "notifs"
     );
     for row in &r.rows {
         if let Some(e) = &row.error {
-            println!("{:<9} {:<13} {:>7} failed: {e}", row.path, row.tx, row.size);
+            println!("{:<9} {:<16} {:>7} failed: {e}", row.path, row.tx, row.size);
             continue;
         }
         let ratio = r
@@ -194,7 +194,7 @@ fn print_table(r: &TxReport) {
             .cpu_seconds_per_gb()
             .map_or("-".to_string(), |x| format!("{x:.3}"));
         println!(
-            "{:<9} {:<13} {:>7} {:>10.0} {:>7} {:>6} {:>9} {:>8}",
+            "{:<9} {:<16} {:>7} {:>10.0} {:>7} {:>6} {:>9} {:>8}",
             row.path, row.tx, row.size, row.mb_per_s, ratio, zc, cpu, row.notifications
         );
         for s in &row.switches {
@@ -204,13 +204,20 @@ fn print_table(r: &TxReport) {
             println!("{:<9}   why: {why}", "");
         }
     }
-    for row in r
-        .rows
-        .iter()
-        .filter(|x| x.tx == "uring-zc" && x.error.is_none())
-    {
-        if let Some(x) = r.ratio_to(row, RAW_BASELINE) {
-            println!("zcnet overhead: {} {} B: uring-zc / raw SEND_ZC loop = {x:.3} (1.000 = no overhead)", row.path, row.size);
+    for (mode, raw) in bench::RAW_LOOPS {
+        let rows = r
+            .rows
+            .iter()
+            .filter(|x| x.tx == mode.name() && x.error.is_none());
+        for row in rows {
+            if let Some(x) = r.ratio_to(row, raw) {
+                println!(
+                    "zcnet overhead: {} {} B: {} / {raw} loop = {x:.3} (1.000 = no overhead)",
+                    row.path,
+                    row.size,
+                    mode.name()
+                );
+            }
         }
     }
 }

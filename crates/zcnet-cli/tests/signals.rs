@@ -363,10 +363,10 @@ fn bench_tx_lab_cases_stop_and_leave_no_namespace() {
         eprintln!("skipped bench_tx_lab_cases_stop_and_leave_no_namespace: needs root for the lab");
         return;
     }
-    // veth (a TCP case between two namespaces), and the sink's raw SEND_ZC baseline, the one
-    // case that is a loop of its own: it comes second, after a 4 s uring-zc case, and is
-    // signalled 0.3 s into its own 4 s.
-    let cases: [(&[&str], &str); 2] = [
+    // veth (a TCP case between two namespaces), and the sink's raw SEND_ZC and MSG_ZEROCOPY
+    // baselines, the cases that are loops of their own: each comes second, after a 4 s case of
+    // its mode, and is signalled 0.3 s into its own 4 s.
+    let cases: [(&[&str], &str); 3] = [
         (
             &[
                 "--path",
@@ -392,6 +392,19 @@ fn bench_tx_lab_cases_stop_and_leave_no_namespace() {
                 "4",
             ],
             "[2/2] sink raw-uring-zc",
+        ),
+        (
+            &[
+                "--path",
+                "sink",
+                "--tx",
+                "msg-zerocopy",
+                "--size",
+                "16K",
+                "--duration",
+                "4",
+            ],
+            "[2/2] sink raw-msg-zerocopy",
         ),
     ];
     for sig in SIGNALS {

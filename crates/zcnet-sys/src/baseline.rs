@@ -133,3 +133,102 @@ pub fn raw_send_zc(
         None => Ok(res),
     }
 }
+
+/// The same yardstick for the `msg-zerocopy` backend: the smallest MSG_ZEROCOPY loop, shaped
+/// after the kernel's msg_zerocopy selftest (tools/testing/selftests/net/msg_zerocopy.c).
+/// `SO_ZEROCOPY` on the connected socket `fd`, then `send(MSG_ZEROCOPY)` of `len`-byte
+/// messages, one id per accepted call, with at most `inflight` ids not yet completed; when the
+/// window is full (or the kernel says `ENOBUFS`, optmem is full) it polls for `POLLERR` and
+/// drains the error queue, counting ids by the ranges the completions carry. The payload is
+/// written once and never again, so which buffer an id used does not matter, only how many are
+/// in flight: that is all the loop tracks. No library around it; `zcnet bench tx` prints the
+/// backend's throughput over this loop's.
+pub fn raw_msg_zerocopy(
+    fd: RawFd,
+    len: usize,
+    inflight: usize,
+    duration: Duration,
+) -> io::Result<RawResult> {
+    use crate::sock::{self, ErrqueueEntry};
+    let map = crate::mem::Mapping::anonymous(len * inflight)?;
+    let (_map, mut slots) = map.into_slots(len, inflight)?;
+    for s in &mut slots {
+        if let Some(b) = s.bytes_mut() {
+            b.fill(0x5a);
+        }
+    }
+    sock::enable_zerocopy(fd)?;
+    let mut res = RawResult::default();
+    let mut entries = Vec::with_capacity(64);
+    let cpu0 = crate::os::thread_cpu_seconds();
+    let start = Instant::now();
+    let deadline = start + duration;
+    let (mut sent, mut completed) = (0u64, 0u64);
+    let (mut stop, mut err) = (false, None);
+    let mut stopped_at: Option<Instant> = None;
+    let window = inflight as u64;
+    loop {
+        while !stop && sent - completed < window {
+            let i = (sent % window) as usize;
+            let Some(buf) = slots[i].bytes() else {
+                break;
+            };
+            match sock::send(fd, buf, libc::MSG_ZEROCOPY) {
+                Ok(n) => {
+                    res.bytes += n as u64;
+                    sent += 1;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) && sent > completed => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => {
+                    err = Some(e);
+                    stop = true;
+                }
+            }
+        }
+        if stop {
+            let at = *stopped_at.get_or_insert_with(Instant::now);
+            if sent == completed {
+                break;
+            }
+            if at.elapsed() > Duration::from_secs(2) && err.is_none() {
+                err = Some(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "{} MSG_ZEROCOPY completions missing after 2 s",
+                        sent - completed
+                    ),
+                ));
+                break;
+            }
+        }
+        match sock::poll_one(fd, libc::POLLERR, 100) {
+            Err(e) if e.raw_os_error() != Some(libc::EINTR) => return Err(e),
+            _ => {}
+        }
+        sock::read_errqueue(fd, &mut entries)?;
+        for e in entries.drain(..) {
+            if let ErrqueueEntry::Zerocopy { lo, hi, copied } = e {
+                let ids = u64::from(hi.wrapping_sub(lo)) + 1;
+                completed += ids;
+                res.notifications += ids;
+                if copied {
+                    res.copied_notifications += ids;
+                }
+            }
+        }
+        if !stop && (Instant::now() >= deadline || crate::os::interrupted()) {
+            stop = true;
+        }
+    }
+    res.seconds = start.elapsed().as_secs_f64();
+    res.cpu_seconds = crate::os::thread_cpu_seconds() - cpu0;
+    match err {
+        Some(e) => Err(e),
+        None if crate::os::interrupted() => Err(io::Error::new(
+            io::ErrorKind::Interrupted,
+            "stopped by SIGINT/SIGTERM",
+        )),
+        None => Ok(res),
+    }
+}

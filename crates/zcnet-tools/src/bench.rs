@@ -72,8 +72,8 @@ pub struct TxBenchConfig {
     pub inflight: usize,
     /// Memory for the buffers.
     pub memory: MemoryKind,
-    /// Also run the raw SEND_ZC loop on `sink` (when `uring-zc` is in `modes`) to measure zcnet's
-    /// own overhead.
+    /// Also run the raw loops on `sink` to measure zcnet's own overhead: the raw SEND_ZC loop
+    /// when `uring-zc` is in `modes`, the raw MSG_ZEROCOPY loop when `msg-zerocopy` is.
     pub baseline: bool,
 }
 
@@ -91,8 +91,17 @@ impl Default for TxBenchConfig {
     }
 }
 
-/// The `tx` name of the raw baseline rows.
+/// The `tx` name of the raw SEND_ZC loop's rows (the yardstick of `uring-zc`).
 pub const RAW_BASELINE: &str = "raw-uring-zc";
+
+/// The `tx` name of the raw MSG_ZEROCOPY loop's rows (the yardstick of `msg-zerocopy`).
+pub const RAW_MSG_ZEROCOPY: &str = "raw-msg-zerocopy";
+
+/// The raw loops and the mode each measures: `(mode, raw row name)`.
+pub const RAW_LOOPS: [(TxMode, &str); 2] = [
+    (TxMode::UringZc, RAW_BASELINE),
+    (TxMode::MsgZerocopy, RAW_MSG_ZEROCOPY),
+];
 
 /// One measured case.
 #[derive(Debug, Clone, Default)]
@@ -269,19 +278,23 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
         };
         envs.push((p, env));
     }
-    let baseline = cfg.baseline && cfg.modes.contains(&TxMode::UringZc);
+    let raws: Vec<&str> = RAW_LOOPS
+        .iter()
+        .filter(|(m, _)| cfg.baseline && cfg.modes.contains(m))
+        .map(|&(_, name)| name)
+        .collect();
     let per_size = cfg.modes.len();
     let total: usize = paths
         .iter()
-        .map(|&p| cfg.sizes.len() * (per_size + usize::from(baseline && p == PathKind::Sink)))
+        .map(|&p| cfg.sizes.len() * (per_size + if p == PathKind::Sink { raws.len() } else { 0 }))
         .sum();
     let mut index = 0;
     for (path, env) in &envs {
         for &size in &cfg.sizes {
             let size = effective_size(*path, size);
             let mut cases: Vec<String> = cfg.modes.iter().map(|m| m.name().to_string()).collect();
-            if baseline && *path == PathKind::Sink {
-                cases.push(RAW_BASELINE.to_string());
+            if *path == PathKind::Sink {
+                cases.extend(raws.iter().map(|r| r.to_string()));
             }
             for tx in &cases {
                 if zcnet::interrupted() {
@@ -302,8 +315,8 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                     inflight: cfg.inflight,
                     ..TxRow::default()
                 };
-                let outcome = if tx == RAW_BASELINE {
-                    run_raw(env, size, cfg)
+                let outcome = if raws.contains(&tx.as_str()) {
+                    run_raw(env, tx, size, cfg)
                 } else {
                     run_case(env, TxMode::parse(tx)?, size, cfg)
                 };
@@ -559,25 +572,29 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
     })
 }
 
-fn run_raw(env: &Env, size: usize, cfg: &TxBenchConfig) -> CaseResult {
+/// Runs the raw loop named `raw` ([`RAW_LOOPS`]) on the sink.
+fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult {
     let Env::Sink(s) = env else {
         return Err(Error::UnknownPath {
             given: "raw baseline runs on sink only".into(),
         });
     };
+    let (run, what): (fn(_, _, _, _) -> _, _) = if raw == RAW_MSG_ZEROCOPY {
+        (
+            zcnet_sys::baseline::raw_msg_zerocopy,
+            "raw MSG_ZEROCOPY loop",
+        )
+    } else {
+        (zcnet_sys::baseline::raw_send_zc, "raw SEND_ZC loop")
+    };
     std::thread::scope(|sc| {
         sc.spawn(|| {
             lab::enter(&s.ns)?;
             let sock = net::connect_udp(s.dest, gso_for(size))?;
-            let r = zcnet_sys::baseline::raw_send_zc(
-                std::os::fd::AsRawFd::as_raw_fd(&sock),
-                size,
-                cfg.inflight,
-                cfg.duration,
-            )
-            .map_err(|e| match e.kind() {
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+            let r = run(fd, size, cfg.inflight, cfg.duration).map_err(|e| match e.kind() {
                 std::io::ErrorKind::Interrupted => Error::Interrupted,
-                _ => Error::io("raw SEND_ZC loop", e),
+                _ => Error::io(what, e),
             })?;
             let copied_bytes = (r.bytes * r.copied_notifications)
                 .checked_div(r.notifications)

@@ -184,3 +184,35 @@ fn bench_runs_every_path_and_tears_down() {
         }
     }
 }
+
+#[test]
+fn each_zero_copy_mode_gets_its_raw_loop_on_the_sink() {
+    if !root_or_skip("each_zero_copy_mode_gets_its_raw_loop_on_the_sink") {
+        return;
+    }
+    let cfg = zcnet_tools::bench::TxBenchConfig {
+        paths: vec![zcnet_tools::bench::PathKind::Sink],
+        modes: vec![TxMode::MsgZerocopy, TxMode::UringZc],
+        sizes: vec![16384],
+        duration: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let report = zcnet_tools::bench::run_tx(&cfg, &mut |_| {}).unwrap();
+    let tx: Vec<&str> = report.rows.iter().map(|r| r.tx.as_str()).collect();
+    assert_eq!(
+        tx,
+        [
+            "msg-zerocopy",
+            "uring-zc",
+            "raw-uring-zc",
+            "raw-msg-zerocopy"
+        ]
+    );
+    for r in &report.rows {
+        assert!(r.error.is_none(), "{}: {:?}", r.tx, r.error);
+        // The sink frees every datagram unread: every byte is zero-copy, every send notified.
+        assert!(r.bytes > 0 && r.zerocopy_bytes == r.bytes, "{r:?}");
+        assert!(r.notifications > 0, "{r:?}");
+        assert!(report.ratio_to(r, "raw-msg-zerocopy").is_some());
+    }
+}
