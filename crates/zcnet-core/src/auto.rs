@@ -36,11 +36,31 @@ pub struct Switch {
     pub copied: u32,
     /// Notifications in that window.
     pub of: u32,
+    /// Set when the switch was not the policy's: why zero copy could not be used at all (e.g.
+    /// its memory could not be locked), and what is used instead. One line.
+    pub reason: Option<String>,
+}
+
+impl Switch {
+    /// A switch to copying, made at `at_ns` because zero copy could not be used: `reason` says
+    /// why and what sends instead.
+    pub fn fallback(at_ns: u64, reason: impl Into<String>) -> Switch {
+        Switch {
+            at_ns,
+            to: Mode::Copy,
+            copied: 0,
+            of: 0,
+            reason: Some(reason.into()),
+        }
+    }
 }
 
 impl std::fmt::Display for Switch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let t = self.at_ns as f64 / 1e9;
+        if let Some(reason) = &self.reason {
+            return write!(f, "at {t:.3}s: {reason}");
+        }
         match self.to {
             Mode::Copy => write!(
                 f,
@@ -124,6 +144,7 @@ impl AutoPolicy {
                 to: Mode::ZeroCopy,
                 copied: 0,
                 of: 0,
+                reason: None,
             });
         }
         self.mode
@@ -171,6 +192,7 @@ impl AutoPolicy {
                 to: Mode::Copy,
                 copied,
                 of,
+                reason: None,
             });
         } else {
             if self.switches.last().is_some_and(|s| s.of == 0) {
@@ -180,6 +202,7 @@ impl AutoPolicy {
                     to: Mode::ZeroCopy,
                     copied,
                     of,
+                    reason: None,
                 });
             }
             self.backoff_ns = self.min_backoff_ns;

@@ -42,20 +42,31 @@ pub enum Error {
         /// What needed it.
         what: &'static str,
     },
-    /// Registering the region would pin more than RLIMIT_MEMLOCK allows.
+    /// Locking the memory a mechanism needs (an io_uring ring, a registered region, the pages
+    /// of `MSG_ZEROCOPY` sends, an AF_XDP UMEM) would take the user over RLIMIT_MEMLOCK.
     MemlockTooSmall {
-        /// Bytes to pin.
+        /// What needs the locked memory, e.g. "the io_uring ring (8 KiB) and the 512 KiB
+        /// region registered with it".
+        what: String,
+        /// Bytes the kernel charges for it (the remedy covers them).
         need: u64,
         /// The soft limit.
         limit: u64,
+        /// The hard limit (`u64::MAX`: unlimited); `ulimit -l` cannot go above it unprivileged.
+        hard: u64,
+        /// What was being charged when the kernel refused fitted under the limit: other locked
+        /// memory of the same user (another process or sender, a ring still being torn down)
+        /// counted too, and the remedy leaves room for up to `limit` bytes of it.
+        shared: bool,
     },
     /// No 2 MiB huge pages are reserved (strict huge-page regions only).
     NoHugePages {
         /// Pages needed.
         pages: usize,
     },
-    /// `MSG_ZEROCOPY` sends failed with ENOBUFS with nothing in flight: `net.core.optmem_max` is
-    /// too small to hold even one notification.
+    /// `MSG_ZEROCOPY` sends failed with ENOBUFS that RLIMIT_MEMLOCK does not explain:
+    /// `net.core.optmem_max` is too small to hold the notifications (the message suggests a
+    /// larger value, never the current one).
     OptmemExhausted {
         /// The current value, if it could be read.
         optmem_max: Option<u64>,
@@ -233,19 +244,43 @@ impl fmt::Display for Error {
                 write!(f, "connection refused by {addr}: start a receiver there first (zcnet recv --listen {addr})")
             }
             Error::NotRoot { what } => write!(f, "{what} needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run it with sudo"),
-            Error::MemlockTooSmall { need, limit } => write!(
-                f,
-                "RLIMIT_MEMLOCK ({limit} B) is too small to pin the {need} B region: raise it (ulimit -l {} or LimitMEMLOCK= in the unit) or use a smaller --inflight/--size",
-                need.div_ceil(1024)
-            ),
+            Error::MemlockTooSmall {
+                what,
+                need,
+                limit,
+                hard,
+                shared,
+            } => {
+                let kib = zcnet_core::memlock::ulimit_kib(*need, *limit, *shared);
+                write!(
+                    f,
+                    "RLIMIT_MEMLOCK ({limit} B) is too small for {what}, which locks {need} B"
+                )?;
+                if *shared {
+                    f.write_str(" (other locked memory of this user counts against the same limit)")?;
+                }
+                write!(
+                    f,
+                    ": raise it to {kib} KiB (ulimit -l {kib}, or LimitMEMLOCK= in the unit"
+                )?;
+                if kib.saturating_mul(1024) > *hard {
+                    write!(
+                        f,
+                        "; the hard limit is {} KiB: raise that as root or in /etc/security/limits.conf",
+                        hard / 1024
+                    )?;
+                }
+                f.write_str(") or use a smaller --inflight/--size")
+            }
             Error::NoHugePages { pages } => write!(
                 f,
                 "no free 2 MiB huge pages for {pages} page(s): reserve them with 'echo {pages} > /proc/sys/vm/nr_hugepages' or use --mem anon"
             ),
             Error::OptmemExhausted { optmem_max } => write!(
                 f,
-                "MSG_ZEROCOPY send failed with ENOBUFS and nothing in flight: net.core.optmem_max ({}) is too small; raise it with 'sysctl -w net.core.optmem_max=1048576'",
-                optmem_max.map_or_else(|| "unknown".to_string(), |v| v.to_string())
+                "MSG_ZEROCOPY send failed with ENOBUFS: net.core.optmem_max ({}) cannot hold its notifications; raise it with 'sysctl -w net.core.optmem_max={}' (per network namespace)",
+                optmem_max.map_or_else(|| "unknown".to_string(), |v| format!("{v} B")),
+                zcnet_core::memlock::optmem_suggestion(*optmem_max)
             ),
             Error::PeerReset { accepted, confirmed } => write!(
                 f,

@@ -307,10 +307,17 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig) -> Error {
         cfg.queue
     );
     match e.raw_os_error() {
-        Some(libc::ENOBUFS) => Error::MemlockTooSmall {
-            need: cfg.umem_len() as u64,
-            limit: zcnet_sys::os::memlock_limit().map_or(0, |l| l.0),
-        },
+        // net/xdp/xdp_umem.c `xdp_umem_account_pages`: the UMEM's pages are charged to the
+        // user's locked memory unless the process has CAP_IPC_LOCK; over the limit: ENOBUFS.
+        Some(libc::ENOBUFS) => {
+            let page = zcnet_sys::mem::page_size() as u64;
+            let need = (cfg.umem_len() as u64).div_ceil(page) * page;
+            let umem = format!(
+                "the AF_XDP UMEM ({})",
+                crate::tx::memlock::size_words(need)
+            );
+            crate::tx::memlock::too_small(umem, need, need).unwrap_or_else(|| Error::io(what, e))
+        }
         Some(libc::EPERM) => Error::NotRoot { what: "AF_XDP" },
         Some(libc::EAFNOSUPPORT) => Error::Unsupported {
             what,

@@ -30,8 +30,11 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
         (E::NotRoot { what: "nic setup" }, ZCNET_E_PERMISSION),
         (
             E::MemlockTooSmall {
-                need: 1 << 20,
+                what: s("the io_uring ring (8 KiB) and the 1 MiB region registered with it"),
+                need: (1 << 20) + (8 << 10),
                 limit: 8 << 10,
+                hard: 8 << 10,
+                shared: false,
             },
             ZCNET_E_RESOURCE,
         ),

@@ -3,11 +3,19 @@
 //! The decision is `zcnet_core::AutoPolicy`'s; this backend feeds it the notification counts and
 //! switches engines. Before a switch to copying on a stream, every zero-copy send already handed
 //! over is allowed to reach the socket (its result CQE), so the byte stream stays in order.
+//!
+//! When zero copy cannot be set up — its memory cannot be locked (RLIMIT_MEMLOCK without
+//! CAP_IPC_LOCK: the ring and the registered region), or io_uring / SEND_ZC is refused — `auto`
+//! falls back to `uring` (IORING_OP_SEND: only the ring is locked), and when that is refused too,
+//! to `copy`; each refusal is kept as a [`Fallback`] with the reason. The zero-copy sends use
+//! the registered region (fixed buffers), whose pages are charged once, at registration: a send
+//! after a successful setup is not charged again (io_uring/net.c charges only non-fixed SEND_ZC
+//! sends), so the decision is complete at setup.
 
 use super::copy::send_all;
 use super::uring::UringTx;
-use super::{Shared, TxBackend};
-use crate::error::Result;
+use super::{Fallback, Shared, TxBackend, TxMode};
+use crate::error::{Error, Result};
 use crate::region::TxBuf;
 use std::sync::Arc;
 use zcnet_core::{AutoPolicy, Mode};
@@ -15,10 +23,13 @@ use zcnet_sys::mem::Mapping;
 
 #[derive(Debug)]
 pub(crate) struct AutoTx {
-    zc: UringTx,
+    /// Zero copy; `None` when it does not pay (small sends) or was refused at setup.
+    zc: Option<UringTx>,
+    /// io_uring SEND, used when zero copy was refused at setup and this was not.
+    uring: Option<UringTx>,
+    /// Why the better engines are not used (empty when zero copy is set up).
+    fallbacks: Vec<Fallback>,
     policy: AutoPolicy,
-    /// False for buffers below [`super::AUTO_MIN_ZERO_COPY`]: copy, whatever the kernel says.
-    zero_copy_pays: bool,
     mode: Mode,
     fed: (u64, u64),
     /// Clock reading reused between reads (the policy's timers are in hundreds of ms).
@@ -30,28 +41,67 @@ pub(crate) struct AutoTx {
 const CLOCK_EVERY: u64 = 32;
 
 impl AutoTx {
+    /// `zero_copy_pays` is false for buffers below [`super::AUTO_MIN_ZERO_COPY`]: they are
+    /// copied whatever the kernel says, and nothing is registered.
     pub(crate) fn new(
         map: &Arc<Mapping>,
         buffers: usize,
         stream: bool,
         zero_copy_pays: bool,
     ) -> Result<Self> {
+        let mut fallbacks = Vec::new();
+        let (mut zc, mut uring) = (None, None);
+        // Sends too small for zero copy to pay are copied: nothing to register or lock.
+        if zero_copy_pays {
+            match UringTx::new(map, buffers, true, stream) {
+                Ok(t) => zc = Some(t),
+                Err(e) if refusal(&e) => {
+                    fallbacks.push(Fallback {
+                        tried: TxMode::UringZc,
+                        reason: e.to_string(),
+                    });
+                    match UringTx::new(map, buffers, false, stream) {
+                        Ok(t) => uring = Some(t),
+                        Err(e) if refusal(&e) => fallbacks.push(Fallback {
+                            tried: TxMode::Uring,
+                            reason: e.to_string(),
+                        }),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
         Ok(AutoTx {
-            zc: UringTx::new(map, buffers, true, stream)?,
+            zc,
+            uring,
+            fallbacks,
             policy: AutoPolicy::default(),
-            zero_copy_pays,
-            mode: if zero_copy_pays {
-                Mode::ZeroCopy
-            } else {
-                Mode::Copy
-            },
+            mode: Mode::ZeroCopy,
             fed: (0, 0),
             now_ns: 0,
             sends: 0,
         })
     }
 
+    /// The engines refused at setup, best first, with the reasons.
+    pub(crate) fn fallbacks(&self) -> &[Fallback] {
+        &self.fallbacks
+    }
+
+    /// The engine used when zero copy is not set up: `uring` or `copy`.
+    pub(crate) fn fixed_engine(&self) -> TxMode {
+        if self.uring.is_some() {
+            TxMode::Uring
+        } else {
+            TxMode::Copy
+        }
+    }
+
     fn feed(&mut self, sh: &mut Shared) {
+        if self.zc.is_none() {
+            return; // no notifications: the policy has nothing to decide
+        }
         let copied = sh.stats.copied_notifications;
         let zero = sh.stats.notifications - copied;
         let (z0, c0) = self.fed;
@@ -66,21 +116,33 @@ impl AutoTx {
     }
 }
 
+/// Whether setting up an engine failed in a way the next one may not: its memory could not be
+/// locked, or the kernel refused the mechanism. Other errors end `auto` as they would any mode.
+fn refusal(e: &Error) -> bool {
+    matches!(e, Error::MemlockTooSmall { .. } | Error::Unsupported { .. })
+}
+
 impl TxBackend for AutoTx {
     fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
         self.feed(sh);
+        let Some(zc) = self.zc.as_mut() else {
+            return match self.uring.as_mut() {
+                Some(uring) => uring.send(sh, buf, len),
+                None => {
+                    let r = send_all(sh, &buf, len);
+                    sh.free.push(buf);
+                    r
+                }
+            };
+        };
         self.sends += 1;
         if self.sends.is_multiple_of(CLOCK_EVERY) {
             self.now_ns = sh.now_ns();
         }
-        let mode = if self.zero_copy_pays {
-            self.policy.mode(self.now_ns)
-        } else {
-            Mode::Copy
-        };
+        let mode = self.policy.mode(self.now_ns);
         if mode != self.mode {
             if mode == Mode::Copy {
-                if let Err(e) = self.zc.settle(sh) {
+                if let Err(e) = zc.settle(sh) {
                     sh.free.push(buf);
                     return Err(e);
                 }
@@ -89,13 +151,13 @@ impl TxBackend for AutoTx {
             sh.stats.switches = self.policy.switches().to_vec();
         }
         match mode {
-            Mode::ZeroCopy => self.zc.send(sh, buf, len),
+            Mode::ZeroCopy => zc.send(sh, buf, len),
             Mode::Copy => {
                 let r = send_all(sh, &buf, len);
                 sh.free.push(buf);
                 // Late notifications from the zero-copy period still return buffers.
-                if r.is_ok() && self.zc.outstanding() > 0 {
-                    self.zc.reap(sh, false)?;
+                if r.is_ok() && zc.outstanding() > 0 {
+                    zc.reap(sh, false)?;
                 }
                 r
             }
@@ -103,12 +165,20 @@ impl TxBackend for AutoTx {
     }
 
     fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
-        let r = self.zc.reap(sh, wait && self.zc.outstanding() > 0);
+        let engine = match (self.zc.as_mut(), self.uring.as_mut()) {
+            (Some(zc), _) => zc,
+            (None, Some(uring)) => uring,
+            (None, None) => return Ok(()),
+        };
+        let r = engine.reap(sh, wait && engine.outstanding() > 0);
         self.feed(sh);
         r
     }
 
     fn outstanding(&self) -> usize {
-        self.zc.outstanding()
+        self.zc
+            .as_ref()
+            .or(self.uring.as_ref())
+            .map_or(0, UringTx::outstanding)
     }
 }

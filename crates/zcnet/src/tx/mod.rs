@@ -15,6 +15,7 @@
 mod auto;
 mod copy;
 mod devmem;
+pub(crate) mod memlock;
 mod msgzc;
 mod uring;
 
@@ -146,6 +147,22 @@ impl AsRawFd for Socket {
     }
 }
 
+/// A send mechanism `auto` did not use, and why: the kernel refused it, or its memory could not
+/// be locked (RLIMIT_MEMLOCK). See [`Sender::fallbacks`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fallback {
+    /// What was tried.
+    pub tried: TxMode,
+    /// The reason, one line, with the fix where there is one.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} refused: {}", self.tried, self.reason)
+    }
+}
+
 /// How to send.
 #[derive(Debug, Clone)]
 pub struct TxConfig {
@@ -271,6 +288,7 @@ pub struct Sender {
     started: bool,
     cpu0: f64,
     note: Option<String>,
+    fallbacks: Vec<Fallback>,
 }
 
 impl Drop for Sender {
@@ -331,17 +349,39 @@ impl Sender {
             // segment for the receiver's delayed ACK and zero copy runs at ~1 MB/s.
             zcnet_sys::sock::set_nodelay(fd).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
         }
+        let mut fallbacks = Vec::new();
+        let mut stats = TxStats::default();
         let backend: Box<dyn TxBackend> = match cfg.mode {
             TxMode::Copy => Box::new(copy::CopyTx),
             TxMode::MsgZerocopy => Box::new(msgzc::MsgZcTx::new(fd, slots.len())?),
             TxMode::Uring => Box::new(uring::UringTx::new(&map, slots.len(), false, sock.stream)?),
             TxMode::UringZc => Box::new(uring::UringTx::new(&map, slots.len(), true, sock.stream)?),
-            TxMode::Auto => Box::new(auto::AutoTx::new(
-                &map,
-                slots.len(),
-                sock.stream,
-                !auto_copies,
-            )?),
+            TxMode::Auto => {
+                let auto = auto::AutoTx::new(&map, slots.len(), sock.stream, !auto_copies)?;
+                fallbacks = auto.fallbacks().to_vec();
+                if !fallbacks.is_empty() {
+                    // Said twice: in the note (printed when the sender is made) and as a switch
+                    // at 0 s in the statistics (printed with them, and in --json).
+                    let why = format!(
+                        "{}; sending with {}",
+                        fallbacks
+                            .iter()
+                            .map(Fallback::to_string)
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                        auto.fixed_engine()
+                    );
+                    stats
+                        .switches
+                        .push(zcnet_core::Switch::fallback(0, why.clone()));
+                    let why = format!("auto: {why}");
+                    note = Some(match note {
+                        Some(n) => format!("{n}; {why}"),
+                        None => why,
+                    });
+                }
+                Box::new(auto)
+            }
             TxMode::Devmem => Box::new(devmem::new(fd, dmabuf, &map, slots.len(), cfg)?),
         };
         let mut free: Vec<TxBuf> = slots.into_iter().map(|slot| TxBuf { slot }).collect();
@@ -352,7 +392,7 @@ impl Sender {
             sh: Shared {
                 fd,
                 free,
-                stats: TxStats::default(),
+                stats,
                 start: Instant::now(),
                 stall_timeout: cfg.stall_timeout,
             },
@@ -361,6 +401,7 @@ impl Sender {
             started: false,
             cpu0: 0.0,
             note,
+            fallbacks,
         })
     }
 
@@ -369,9 +410,19 @@ impl Sender {
         self.mode
     }
 
-    /// A fallback taken when the region was allocated (e.g. THP instead of huge pages).
+    /// A fallback taken when the region was allocated (e.g. THP instead of huge pages), or by
+    /// `auto` when the sender was made (small sends copied; zero copy refused, see
+    /// [`Sender::fallbacks`]).
     pub fn note(&self) -> Option<&str> {
         self.note.as_deref()
+    }
+
+    /// `auto`: the mechanisms refused when the sender was made, best first, each with the
+    /// reason (e.g. `uring-zc` when RLIMIT_MEMLOCK cannot hold its ring and registered region,
+    /// then `uring` when it cannot hold the ring). Empty when zero copy was set up, and for
+    /// the other modes, which fail instead.
+    pub fn fallbacks(&self) -> &[Fallback] {
+        &self.fallbacks
     }
 
     /// The socket.

@@ -3,9 +3,11 @@
 //! Documentation/networking/msg_zerocopy.rst: each successful send call gets the next 32-bit id;
 //! the kernel reports ranges of ids on the error queue, signalled by `POLLERR`; a range with
 //! `SO_EE_CODE_ZEROCOPY_COPIED` was copied. Sends fail with `ENOBUFS` when the socket's option
-//! memory (`net.core.optmem_max`) is full of pending notifications: read the error queue and
-//! retry. A stream send may be partial; each partial call has its own id, and a buffer is free
-//! only when every id of its sends has completed.
+//! memory (`net.core.optmem_max`) is full of pending notifications, or when the pages of the
+//! sends in flight would take the user over RLIMIT_MEMLOCK: read the error queue and retry.
+//! An `ENOBUFS` that waiting cannot cure is reported with the limit that caused it
+//! ([`ZcKernel::enobufs_error`]). A stream send may be partial; each partial call has its own
+//! id, and a buffer is free only when every id of its sends has completed.
 //!
 //! The bookkeeping ([`ErrqueueTx`]) is generic over [`ZcKernel`], "how one send call is made
 //! and how the error queue is read": [`MsgZcKernel`] here (`send(MSG_ZEROCOPY)` from the
@@ -49,6 +51,21 @@ pub(crate) trait ZcKernel: Send + std::fmt::Debug {
     fn send_error(&self, sh: &Shared, e: io::Error) -> Error {
         sh.send_error(e)
     }
+    /// The error for an `ENOBUFS` that waiting for completions did not cure (nothing was in
+    /// flight, or nothing completed for the stall timeout), for a send call of `send_len` bytes
+    /// by a sender of `buffers` x `buf_size`. By default option memory: the errqueue
+    /// notification skb did not fit in `net.core.optmem_max`.
+    fn enobufs_error(
+        &self,
+        _send_len: usize,
+        _buffers: usize,
+        _buf_size: usize,
+        _in_flight: bool,
+    ) -> Error {
+        Error::OptmemExhausted {
+            optmem_max: crate::sysctl_u64("net/core/optmem_max"),
+        }
+    }
 }
 
 /// `send(MSG_ZEROCOPY)` from the buffer's bytes.
@@ -65,6 +82,19 @@ impl ZcKernel for MsgZcKernel {
             .bytes()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
         sock::send(fd, &b[off..len], libc::MSG_ZEROCOPY)
+    }
+
+    /// `ENOBUFS` from `MSG_ZEROCOPY` is RLIMIT_MEMLOCK (the send's pages are charged to the
+    /// user's locked memory, net/core/skbuff.c `mm_account_pinned_pages`) or option memory:
+    /// the limits decide which (`zcnet_core::memlock::enobufs_cause`).
+    fn enobufs_error(
+        &self,
+        send_len: usize,
+        buffers: usize,
+        buf_size: usize,
+        in_flight: bool,
+    ) -> Error {
+        super::memlock::msg_zerocopy_enobufs(send_len, buffers, buf_size, in_flight)
     }
 }
 
@@ -195,11 +225,16 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     sh.stats.enobufs_waits += 1;
-                    if self.ranges.outstanding() == 0 || waited.elapsed() > sh.stall_timeout {
+                    let in_flight = self.ranges.outstanding() > 0;
+                    if !in_flight || waited.elapsed() > sh.stall_timeout {
+                        let err = self.kernel.enobufs_error(
+                            len - off,
+                            self.held.len(),
+                            buf.capacity(),
+                            in_flight,
+                        );
                         self.park(sh, buf);
-                        return Err(Error::OptmemExhausted {
-                            optmem_max: crate::sysctl_u64("net/core/optmem_max"),
-                        });
+                        return Err(err);
                     }
                     if let Err(e) = self.reap(sh, true) {
                         self.park(sh, buf);

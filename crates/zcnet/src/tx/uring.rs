@@ -13,7 +13,7 @@
 //! *notification* do not hold the next chain back, so zero-copy keeps many buffers in flight.
 //! Datagram sends are independent and go out as soon as they are queued.
 
-use super::{Shared, TxBackend};
+use super::{memlock, Shared, TxBackend};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
 use std::collections::VecDeque;
@@ -43,6 +43,32 @@ impl UringTx {
         stream: bool,
     ) -> Result<Self> {
         let entries = (2 * buffers as u32).next_power_of_two().max(8);
+        // Without CAP_IPC_LOCK the ring itself is charged to RLIMIT_MEMLOCK when it is set up,
+        // and the registered region after it: a remedy must cover both (tx/memlock.rs).
+        let ring_bytes = memlock::ring_bytes(entries);
+        let region_bytes = if zero_copy {
+            memlock::registered_bytes(map)
+        } else {
+            0
+        };
+        // `charged`: what the kernel has been asked to lock when `e` came (the ring at setup,
+        // the ring and the region at registration).
+        let memlock_error = |e: std::io::Error, doing: &str, charged: u64| {
+            let what = if zero_copy {
+                format!(
+                    "the io_uring ring ({}) and the {} region registered with it",
+                    memlock::size_words(ring_bytes),
+                    memlock::size_words(region_bytes)
+                )
+            } else {
+                format!("the io_uring ring ({})", memlock::size_words(ring_bytes))
+            };
+            match e.raw_os_error() {
+                Some(libc::ENOMEM) => memlock::too_small(what, ring_bytes + region_bytes, charged)
+                    .unwrap_or_else(|| Error::io(doing, e)),
+                _ => Error::io(doing, e),
+            }
+        };
         let mut ring = Ring::new(entries, buffers).map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM) => Error::Unsupported {
                 what: "io_uring".into(),
@@ -50,7 +76,7 @@ impl UringTx {
                 fix: "io_uring is disabled: set 'sysctl -w kernel.io_uring_disabled=0' (or join io_uring_group)",
             },
             Some(libc::ENOSYS) => Error::Unsupported { what: "io_uring".into(), source: e, fix: "needs Linux 5.1 or later" },
-            _ => Error::io("io_uring_setup", e),
+            _ => memlock_error(e, "io_uring_setup", ring_bytes),
         })?;
         if zero_copy {
             let supported = ring.supports_send_zc().unwrap_or(false);
@@ -61,8 +87,13 @@ impl UringTx {
                     fix: "needs Linux 6.0 (usage reports 6.2): use --tx msg-zerocopy or copy",
                 });
             }
-            ring.register(map)
-                .map_err(|e| register_error(e, map.len()))?;
+            ring.register(map).map_err(|e| {
+                memlock_error(
+                    e,
+                    "registering the region with io_uring",
+                    ring_bytes + region_bytes,
+                )
+            })?;
         }
         Ok(UringTx {
             ring,
@@ -185,19 +216,6 @@ impl UringTx {
             return Err(e);
         }
         Ok(())
-    }
-}
-
-fn register_error(e: std::io::Error, len: usize) -> Error {
-    match e.raw_os_error() {
-        Some(libc::ENOMEM) => {
-            let limit = zcnet_sys::os::memlock_limit().map(|l| l.0).unwrap_or(0);
-            Error::MemlockTooSmall {
-                need: len as u64,
-                limit,
-            }
-        }
-        _ => Error::io("registering the region with io_uring", e),
     }
 }
 

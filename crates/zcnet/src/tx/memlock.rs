@@ -1,0 +1,105 @@
+//! RLIMIT_MEMLOCK facts and the errors that name it. The arithmetic (what the kernel charges for
+//! a ring, a registered region, a `MSG_ZEROCOPY` send) and the choice between `RLIMIT_MEMLOCK`
+//! and `net.core.optmem_max` are `zcnet_core::memlock`'s; this file reads the limits and the
+//! capability and words the result.
+
+use crate::error::Error;
+use zcnet_core::memlock::{self as core_memlock, RingGeometry};
+use zcnet_sys::mem::{Backing, Mapping, HUGE_2M};
+
+/// The soft RLIMIT_MEMLOCK in bytes when the kernel applies it to this process: `None` with
+/// `CAP_IPC_LOCK` (nothing is charged) or an unlimited limit.
+pub(crate) fn applying_limit() -> Option<u64> {
+    if zcnet_sys::os::has_cap_ipc_lock() {
+        return None;
+    }
+    match zcnet_sys::os::memlock_limit() {
+        Ok((soft, _)) if soft != libc::RLIM_INFINITY => Some(soft),
+        _ => None,
+    }
+}
+
+/// [`Error::MemlockTooSmall`] for `need` bytes of `what`, refused when `charged` of them would
+/// have been charged (the step that failed and those before it), when the kernel applies the
+/// limit to this process; `None` when it does not (then `ENOMEM`/`ENOBUFS` has another cause).
+pub(crate) fn too_small(what: impl Into<String>, need: u64, charged: u64) -> Option<Error> {
+    let limit = applying_limit()?;
+    let hard = zcnet_sys::os::memlock_limit().map_or(u64::MAX, |l| l.1);
+    Some(Error::MemlockTooSmall {
+        what: what.into(),
+        need,
+        limit,
+        hard,
+        // Refused although what was charged fits: other locked memory of the user counted.
+        shared: charged <= limit,
+    })
+}
+
+fn page() -> u64 {
+    zcnet_sys::mem::page_size() as u64
+}
+
+/// Bytes an io_uring ring set up with `entries` SQ entries (zcnet's send rings: no CQSIZE,
+/// 16-byte CQEs, 64-byte SQEs) charges.
+pub(crate) fn ring_bytes(entries: u32) -> u64 {
+    RingGeometry::for_entries(entries).locked_bytes(page())
+}
+
+/// Bytes registering all of `map` as a fixed buffer charges.
+pub(crate) fn registered_bytes(map: &Mapping) -> u64 {
+    let folio = match map.backing() {
+        Backing::HugeTlb | Backing::TransparentHuge => HUGE_2M as u64,
+        _ => page(),
+    };
+    core_memlock::registered_bytes(map.addr() as u64, map.len() as u64, page(), folio)
+}
+
+/// "512 KiB" / "60000 B": a size in the unit that reads best.
+pub(crate) fn size_words(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// The error for an `ENOBUFS` from a `MSG_ZEROCOPY` send call of `send_len` bytes by a sender
+/// of `buffers` x `buf_size`: RLIMIT_MEMLOCK or `net.core.optmem_max`, as the facts say.
+pub(crate) fn msg_zerocopy_enobufs(
+    send_len: usize,
+    buffers: usize,
+    buf_size: usize,
+    in_flight: bool,
+) -> Error {
+    let optmem_max = crate::sysctl_u64("net/core/optmem_max");
+    let facts = core_memlock::EnobufsFacts {
+        memlock: applying_limit(),
+        optmem_max,
+        send_len: send_len as u64,
+        buffers: buffers as u64,
+        buf_size: buf_size as u64,
+        in_flight,
+        page: page(),
+    };
+    match core_memlock::enobufs_cause(&facts) {
+        core_memlock::EnobufsCause::Memlock {
+            need,
+            limit,
+            shared,
+        } => Error::MemlockTooSmall {
+            what: format!(
+                "MSG_ZEROCOPY sends of {} ({buffers} in flight; the kernel pins each send's pages plus 2 until its notification, and refuses with ENOBUFS)",
+                size_words(buf_size.max(send_len) as u64)
+            ),
+            need,
+            limit,
+            hard: zcnet_sys::os::memlock_limit().map_or(u64::MAX, |l| l.1),
+            shared,
+        },
+        core_memlock::EnobufsCause::Optmem { current, .. } => Error::OptmemExhausted {
+            optmem_max: current,
+        },
+    }
+}
