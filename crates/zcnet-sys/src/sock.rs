@@ -411,6 +411,9 @@ mod tests {
         let mut short = [0u8; 120];
         let n = tcp_info(c.as_raw_fd(), &mut short).expect("TCP_INFO");
         assert_eq!(n, 120);
-        assert_eq!(TcpInfo::parse(&short[..n]).map(|i| i.bytes_acked), Some(None));
+        assert_eq!(
+            TcpInfo::parse(&short[..n]).map(|i| i.bytes_acked),
+            Some(None)
+        );
     }
 }
