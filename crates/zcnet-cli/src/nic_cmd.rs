@@ -15,6 +15,29 @@ pub enum NicCmd {
     Restore(RestoreArgs),
     /// What zcnet applied (state files) and what the device reports now.
     Status(StatusArgs),
+    /// Show, or set, a device's channel (queue) counts through ethtool netlink: what
+    /// `ethtool -l` / `ethtool -L` do, without ethtool. Setting is not undone by zcnet.
+    Channels(ChannelsArgs),
+}
+
+/// Options of `zcnet nic channels`.
+#[derive(Args, Debug)]
+pub struct ChannelsArgs {
+    /// The interface.
+    #[arg(long)]
+    pub iface: String,
+    /// Set the combined (RX and TX) channel count.
+    #[arg(long)]
+    pub combined: Option<u32>,
+    /// Set the RX-only channel count.
+    #[arg(long)]
+    pub rx: Option<u32>,
+    /// Set the TX-only channel count.
+    #[arg(long)]
+    pub tx: Option<u32>,
+    /// Print the counts as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `zcnet nic setup`.
@@ -71,6 +94,7 @@ pub fn run(cmd: &NicCmd) -> zcnet::Result<i32> {
         NicCmd::Setup(a) => setup(a),
         NicCmd::Restore(a) => restore(a).map(|()| 0),
         NicCmd::Status(a) => status(a).map(|()| 0),
+        NicCmd::Channels(a) => channels(a).map(|()| 0),
     }
 }
 
@@ -83,15 +107,20 @@ fn need_root(what: &'static str) -> zcnet::Result<()> {
 }
 
 fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
-    need_root("zcnet nic setup")?;
     let proto = Proto::parse(&a.proto).ok_or_else(|| {
         Error::invalid_input(format!("unknown --proto '{}': use tcp or udp", a.proto))
     })?;
-    let ctl = LiveNic::open(&a.iface)?;
+    let mut ctl = LiveNic::open(&a.iface)?;
     let want = NicSetup {
         queue: a.queue,
         flow: a.port.map(|p| (proto, a.ipv6, p)),
     };
+    if !crate::zcnet_is_root() {
+        // What the device itself refuses (root would be refused too) is said first, from
+        // reads any user may make; only then is the missing privilege the answer.
+        nic::preflight(&mut ctl, &want)?;
+        need_root("zcnet nic setup")?;
+    }
     let guard = NicGuard::apply(ctl, &want, &state::state_dir())?;
     let changes: Vec<String> = guard.changes().iter().map(|c| c.describe()).collect();
     let path = guard.state_path().map(|p| p.display().to_string());
@@ -149,6 +178,69 @@ fn run_child(argv: &[String]) -> zcnet::Result<i32> {
         .map_err(|e| Error::io(format!("starting '{}'", argv[0]), e))?;
     let st = zcnet::interrupt::wait_child(&mut child)?;
     Ok(st.code().unwrap_or(130))
+}
+
+/// `zcnet nic channels`: the channel counts (current and maximum); with a count, sets it first
+/// (ethtool netlink channels-set, the request `ethtool -L` makes).
+fn channels(a: &ChannelsArgs) -> zcnet::Result<()> {
+    let mut ctl = LiveNic::open(&a.iface)?;
+    let no_control = || {
+        Error::Kernel {
+        what: format!("channels of {}", a.iface),
+        message: format!(
+            "{} has no channel control (its driver reports no channels), so its queue count cannot be read or changed",
+            a.iface
+        ),
+        errno: None,
+    }
+    };
+    let before = ctl.channel_counts()?.ok_or_else(no_control)?;
+    if a.rx.is_some() || a.tx.is_some() || a.combined.is_some() {
+        // Past the driver's maximum, root is refused too: said before the privilege is.
+        for (flag, want, (_, max)) in [
+            ("--rx", a.rx, before.rx),
+            ("--tx", a.tx, before.tx),
+            ("--combined", a.combined, before.combined),
+        ] {
+            if let Some(n) = want.filter(|&n| n > max) {
+                return Err(Error::invalid_input(format!(
+                    "{flag} {n}: {} allows at most {max} ({} reports {})",
+                    a.iface,
+                    a.iface,
+                    before
+                        .kinds()
+                        .iter()
+                        .map(|(k, cur, max)| format!("{k} {cur}/{max}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+        }
+        need_root("zcnet nic channels (setting)")?;
+        ctl.set_channels(a.rx, a.tx, a.combined)?;
+    }
+    let now = ctl.channel_counts()?.ok_or_else(no_control)?;
+    if a.json {
+        let doc: serde_json::Map<String, serde_json::Value> = now
+            .kinds()
+            .iter()
+            .map(|&(k, cur, max)| (k.to_string(), json!({"current": cur, "max": max})))
+            .collect();
+        println!("{}", json!({"iface": a.iface, "channels": doc}));
+        return Ok(());
+    }
+    for ((k, was, _), (_, cur, max)) in before.kinds().into_iter().zip(now.kinds()) {
+        if cur == 0 && max == 0 {
+            continue;
+        }
+        let change = if was != cur {
+            format!(" (was {was})")
+        } else {
+            String::new()
+        };
+        println!("{}: {k} {cur} of at most {max}{change}", a.iface);
+    }
+    Ok(())
 }
 
 /// A read as JSON: the value, or `{"error": "..."}`.

@@ -171,18 +171,35 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     if let Some(n) = tx.note() {
         eprintln!("zcnet: note: {n}");
     }
-    let pattern = Pattern::new(a.seed);
-    let use_stdin = !a.verify && a.duration.is_none() && a.bytes.is_none();
-    let mut stdin = if use_stdin { Some(stdin_file()?) } else { None };
+    // What goes into each send. Only a data source writes the buffers: stdin (netcat-style),
+    // or with --verify the seeded pattern at its stream offset, for the receiver to check.
+    // --bytes/--duration without --verify send the buffers as they are (zero-filled, never
+    // written), as `bench tx` does: writing a payload per send would cost more than a
+    // zero-copy send of it (a fill runs at a few GB/s, a zero-copy send to the sink at tens).
+    let mut source = if a.verify {
+        Source::Pattern(Pattern::new(a.seed))
+    } else if a.duration.is_none() && a.bytes.is_none() {
+        Source::Stdin(stdin_file()?)
+    } else {
+        Source::Zeros
+    };
+    // The deadline is read once per `inflight` sends (about once per wait for the kernel), as
+    // `bench tx` reads it, not once per send.
+    let mut chunks = Chunks::new(size, limit, deadline, inflight);
     let mut offset = 0u64;
-    while let Some(want) = next_chunk(offset, size, limit, deadline)? {
+    while let Some(want) = chunks.next(offset)? {
         let mut buf = tx.buffer()?;
-        let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-        let n = if let Some(stdin) = stdin.as_mut() {
-            read_full(stdin, &mut bytes[..want])?
-        } else {
-            pattern.fill(offset, &mut bytes[..want]);
-            want
+        let n = match &mut source {
+            Source::Zeros => want,
+            Source::Pattern(p) => {
+                let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
+                p.fill(offset, &mut bytes[..want]);
+                want
+            }
+            Source::Stdin(f) => {
+                let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
+                read_full(f, &mut bytes[..want])?
+            }
         };
         if n == 0 {
             tx.send(buf, 0)?;
@@ -229,6 +246,47 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Where `zcnet send` takes each send's bytes from.
+enum Source {
+    /// Standard input, netcat-style.
+    Stdin(File),
+    /// The seeded pattern, written at each send's stream offset (`--verify`).
+    Pattern(Pattern),
+    /// Nothing: the buffers go as they are (zero-filled; `--bytes`/`--duration` alone).
+    Zeros,
+}
+
+/// The chunk sizes of one `zcnet send`: [`next_chunk`], with the clock read once every `every`
+/// chunks instead of once per chunk (a send to the sink takes about a microsecond; the clock
+/// read, the interrupt check and the limit are what remain per send). The run overshoots
+/// `--duration` by at most `every - 1` sends.
+struct Chunks {
+    size: usize,
+    limit: Option<u64>,
+    deadline: Option<Instant>,
+    every: u64,
+    n: u64,
+}
+
+impl Chunks {
+    fn new(size: usize, limit: Option<u64>, deadline: Option<Instant>, every: usize) -> Chunks {
+        Chunks {
+            size,
+            limit,
+            deadline,
+            every: every.max(1) as u64,
+            n: 0,
+        }
+    }
+
+    /// The size of the chunk at stream `offset`, or `None` at the end of the run.
+    fn next(&mut self, offset: u64) -> Result<Option<usize>, Error> {
+        let deadline = self.deadline.filter(|_| self.n.is_multiple_of(self.every));
+        self.n += 1;
+        next_chunk(offset, self.size, self.limit, deadline)
+    }
+}
+
 /// The size of the next chunk to send at stream `offset` (at most `size`), or `None` once
 /// `--bytes` (`limit`) are sent or `--duration` (`deadline`) is over; SIGINT/SIGTERM ends the
 /// run with [`Error::Interrupted`].
@@ -264,6 +322,18 @@ pub fn print_json(doc: &impl Serialize) -> Result<(), Error> {
     let line = serde_json::to_string(doc)
         .map_err(|e| Error::io("writing JSON", std::io::Error::other(e)))?;
     println!("{line}");
+    Ok(())
+}
+
+/// `--rx zcrx` and `--rx devmem` receive on one NIC queue, so they need `--iface`: refused
+/// here as a usage error naming the flag, before the library would refuse its unset field
+/// (`RxConfig::iface`). `--naive` receives with `recv()` and needs none.
+pub fn check_rx_iface(mode: RxMode, iface: Option<&str>, naive: bool) -> Result<(), Error> {
+    if matches!(mode, RxMode::Zcrx | RxMode::Devmem) && iface.is_none() && !naive {
+        return Err(Error::invalid_input(format!(
+            "--rx {mode} needs --iface IFACE: the NIC whose queue the flows are steered to (see 'zcnet nic setup'); or use --rx auto"
+        )));
+    }
     Ok(())
 }
 
@@ -379,6 +449,7 @@ struct RecvJson {
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     // Every argument is checked before anything is listened on or allocated (exit code 2).
     let mode = RxMode::parse(&a.rx)?;
+    check_rx_iface(mode, a.iface.as_deref(), a.naive)?;
     let addr = net::parse_addr(&a.listen)?;
     let mut cfg = RxConfig::new(mode);
     cfg.iface = a.iface.clone();

@@ -69,13 +69,23 @@ const SOFTWARE: [(&str, &str); 8] = [
     ("af-xdp-zerocopy", "unsupported"),
 ];
 
+/// With `confirmed`, every verdict the active probe tried on this interface must say so, and
+/// the send verdicts of any interface but lo must not: their trial runs over TCP loopback.
 fn assert_software_verdicts(i: &Value, confirmed: bool) {
     for (m, v) in SOFTWARE {
         let x = &i["mechanisms"][m];
         assert_eq!(x["verdict"], v, "{} {m}: {x}", i["name"]);
         assert!(!x["reason"].as_str().unwrap().is_empty(), "{m}: no reason");
-        if confirmed && m != "copy" {
+        let send = matches!(m, "msg-zerocopy" | "uring-zc");
+        if confirmed && m != "copy" && (!send || i["name"] == "lo") {
             assert_eq!(x["confirmed"], true, "{} {m} was not tried: {x}", i["name"]);
+        }
+        if send && i["name"] != "lo" {
+            assert_eq!(
+                x["confirmed"], false,
+                "{} {m}: a trial over loopback confirms nothing here: {x}",
+                i["name"]
+            );
         }
     }
 }
@@ -170,6 +180,142 @@ fn active_probe_confirms_and_leaves_nothing_behind() {
     let v = iface(&again, "vA");
     assert!(v["bindings"].as_array().unwrap().is_empty(), "{v}");
     assert_software_verdicts(v, true);
+}
+
+#[test]
+fn an_ifbs_send_verdicts_are_not_confirmed_by_a_trial_over_loopback() {
+    // Issue 13 defect 5: `probe --active` marked an ifb's TCP verdicts confirmed (`*`) when
+    // the MSG_ZEROCOPY / SEND_ZC trial had run over loopback.
+    let Some(mut lab) = lab() else { return };
+    let sink = lab.sink().unwrap();
+    let st = state_dir("ifb-active");
+    let doc = json_in(&sink.ns, &st, &["probe", "--active", "--json"]);
+    let ifb = iface(&doc, "sinkA");
+    assert_software_verdicts(ifb, true);
+    for m in ["msg-zerocopy", "uring-zc"] {
+        let x = &ifb["mechanisms"][m];
+        assert!(
+            x["reason"]
+                .as_str()
+                .unwrap()
+                .contains("not tried over this device"),
+            "{x}"
+        );
+        // lo is the path the trial ran over: confirmed there.
+        assert_eq!(iface(&doc, "lo")["mechanisms"][m]["confirmed"], true);
+    }
+    // The table marks confirmed verdicts with '*': not the ifb's send columns.
+    let o = zcnet_in(&sink.ns, &st, &["probe", "--active", "--iface", "sinkA"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("sinkA "))
+        .unwrap_or_else(|| panic!("no sinkA row: {out}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // IFACE DRIVER QUEUES HDS NTUPLE copy msg-zerocopy uring-zc ...
+    assert_eq!((cols[6], cols[7]), ("copies", "copies"), "{row}");
+}
+
+#[test]
+fn active_probe_in_a_namespace_whose_lo_is_down_finishes() {
+    // The loopback trial's reader thread waited in accept for a connect that had failed
+    // (lo down), and the probe waited for that thread forever.
+    let Some(mut lab) = lab() else { return };
+    let sink = lab.sink().unwrap();
+    ip(&["-n", &sink.ns, "link", "set", "lo", "down"]);
+    let st = state_dir("lo-down");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &sink.ns, env!("CARGO_BIN_EXE_zcnet")])
+        .args(["probe", "--active", "--json", "--iface", "sinkA"])
+        .env("ZCNET_STATE_DIR", &st)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("zcnet probe --active hung with lo down");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let m = &iface(&doc, "sinkA")["mechanisms"]["uring-zc"];
+    assert!(
+        m["reason"]
+            .as_str()
+            .unwrap()
+            .contains("over loopback failed"),
+        "{m}"
+    );
+    assert_eq!(m["confirmed"], false, "{m}");
+}
+
+#[test]
+fn nic_setup_on_lo_and_ifb_offers_no_command_that_cannot_work() {
+    // Issue 13 defect 5: `nic setup --iface lo` suggested `ethtool -L lo combined 2`: lo (and
+    // ifb) have no channel control, and ethtool may not even be installed.
+    let Some(mut lab) = lab() else { return };
+    let sink = lab.sink().unwrap();
+    let st = state_dir("nic-lo");
+    for (dev, queue) in [("lo", "0"), ("lo", "3"), ("sinkA", "0")] {
+        let o = zcnet_in(
+            &sink.ns,
+            &st,
+            &["nic", "setup", "--iface", dev, "--queue", queue],
+        );
+        assert_eq!(o.status.code(), Some(1), "{dev}");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(!e.contains("ethtool -L"), "{dev} {queue}: {e}");
+        assert!(
+            e.contains("no command can give it more RX queues"),
+            "{dev} {queue}: {e}"
+        );
+        assert!(e.contains("nothing was changed"), "{e}");
+        // `nic channels` says the same thing about the device.
+        let o = zcnet_in(&sink.ns, &st, &["nic", "channels", "--iface", dev]);
+        assert_eq!(o.status.code(), Some(1), "{dev}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("has no channel control"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // A veth reports RX channels it can change (max = CPUs): the remedy is a zcnet command
+    // that works here, and running it gives the device its second queue.
+    let veth = lab.veth().unwrap();
+    let o = zcnet_in(
+        &veth.a,
+        &st,
+        &["nic", "setup", "--iface", "vA", "--queue", "0"],
+    );
+    let e = String::from_utf8_lossy(&o.stderr);
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    if cpus >= 2 {
+        let cmd = "zcnet nic channels --iface vA --rx 2";
+        assert!(e.contains(cmd), "{e}");
+        let o = zcnet_in(
+            &veth.a,
+            &st,
+            &["nic", "channels", "--iface", "vA", "--rx", "2"],
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let ch = json_in(
+            &veth.a,
+            &st,
+            &["nic", "channels", "--iface", "vA", "--json"],
+        );
+        assert_eq!(ch["channels"]["rx"]["current"], 2, "{ch}");
+    } else {
+        assert!(e.contains("no command can give it"), "{e}");
+    }
+    let _ = std::fs::remove_dir_all(&st);
 }
 
 #[test]
@@ -286,8 +432,53 @@ fn without_privileges_probe_still_answers_and_nic_setup_says_why_not() {
         zcrx["reason"].as_str().unwrap().contains("not confirmed"),
         "{zcrx}"
     );
+    // Issue 13 defect 5: root is refused on lo too, so the answer is lo's, not "needs root".
     let o = as_nobody(&["nic", "setup", "--iface", "lo", "--queue", "0"]);
     assert_eq!(o.status.code(), Some(1));
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(e.contains("needs root") && e.lines().count() == 1, "{e}");
+    assert!(e.lines().count() == 1, "{e}");
+    assert!(
+        e.contains("lo has one RX queue") && !e.contains("root"),
+        "{e}"
+    );
+    assert!(!zcrx["remedy"].is_string(), "root is refused too: {zcrx}");
+}
+
+#[test]
+fn without_privileges_nic_setup_says_what_root_would_be_refused_too() {
+    // A device with queues enough but no ring parameters (a veth with 4 queues): root gets
+    // the kernel's "setting TCP data split is not supported", so "needs root" would be false.
+    if !can_run_as_nobody() {
+        return;
+    }
+    let Some(mut lab) = lab() else { return };
+    let veth = lab.veth().unwrap();
+    ip(&[
+        "-n",
+        &veth.a,
+        "link",
+        "add",
+        "vq0",
+        "numrxqueues",
+        "4",
+        "numtxqueues",
+        "4",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "vq1",
+    ]);
+    let o = Command::new("ip")
+        .args(["netns", "exec", &veth.a, "setpriv"])
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_zcnet"))
+        .args(["nic", "setup", "--iface", "vq0", "--queue", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("reports no ring parameters"), "{e}");
+    assert!(e.contains("for root too") && !e.contains("sudo"), "{e}");
 }

@@ -179,6 +179,8 @@ pub struct KernelFacts {
     pub netdev_ops: Option<Vec<String>>,
     /// AF_XDP sockets can be created.
     pub af_xdp: bool,
+    /// The `ethtool` command is installed (found on `PATH`): remedies name it only then.
+    pub ethtool_cli: bool,
 }
 
 impl KernelFacts {
@@ -268,6 +270,64 @@ pub struct IfaceFacts {
     pub ntuple: Option<bool>,
     /// tx-scatter-gather active, if reported.
     pub scatter_gather: Option<bool>,
+    /// RX channels as the driver reports them (ethtool channels-get); `None` when it reports
+    /// none (lo, ifb: no channel control).
+    pub channels: Option<RxChannels>,
+}
+
+/// The RX channel counts a driver reports (ETHTOOL_MSG_CHANNELS_GET): what is in use and the
+/// most it allows, for RX-only and combined channels. A device's RX queues are `rx + combined`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RxChannels {
+    /// RX-only channels in use.
+    pub rx: u32,
+    /// The most RX-only channels the driver allows.
+    pub rx_max: u32,
+    /// Combined (RX and TX) channels in use.
+    pub combined: u32,
+    /// The most combined channels the driver allows.
+    pub combined_max: u32,
+}
+
+/// How interface `name` can get at least `need` RX queues, as a command that works on this
+/// machine (`Ok`), or why there is none (`Err`). Only a driver that reports channels it can
+/// change (max above current) can get more: lo and ifb report none, so nothing can add a queue
+/// to them. The command is zcnet's own (`zcnet nic channels`, ethtool netlink, so it needs no
+/// other tool); `ethtool -L` is named beside it only when `ethtool_cli` says it is installed.
+pub fn add_rx_queues(
+    name: &str,
+    need: u32,
+    ch: Option<&RxChannels>,
+    ethtool_cli: bool,
+) -> Result<String, String> {
+    let Some(c) = ch.filter(|c| c.rx_max > 0 || c.combined_max > 0) else {
+        return Err(format!(
+            "{name} reports no channels that could be changed (its driver has no channel \
+             control), so no command can give it more RX queues"
+        ));
+    };
+    // Combined channels where the driver has them (most NICs), else RX-only ones (veth).
+    let (kind, other, cur, max) = if c.combined_max > 0 {
+        ("combined", c.rx, c.combined, c.combined_max)
+    } else {
+        ("rx", c.combined, c.rx, c.rx_max)
+    };
+    let want = need.saturating_sub(other);
+    if want > max || max <= cur {
+        return Err(format!(
+            "{name} allows at most {} RX queue(s) ({kind} channels: {cur} in use, at most \
+             {max}), so no command can give it {need}",
+            other + max
+        ));
+    }
+    let ethtool = if ethtool_cli {
+        format!(" (or: ethtool -L {name} {kind} {want})")
+    } else {
+        " (ethtool is not installed; this uses the same ethtool netlink request)".to_string()
+    };
+    Ok(format!(
+        "zcnet nic channels --iface {name} --{kind} {want}{ethtool}"
+    ))
 }
 
 impl IfaceFacts {
@@ -386,12 +446,19 @@ fn send_path(
         )
         .remedy(UPGRADE);
     }
+    // The trial runs over TCP loopback only: it confirms a verdict for `lo` alone. For any other
+    // interface it is evidence about the mechanism, never a confirmation of that path.
+    let over_this = i.kind == IfaceKind::Loopback;
     if let Some(Err(r)) = trial.filter(|r| !matches!(r, Err(r) if r.errno == errno::EPERM)) {
         let mut f = Finding::new(
             Verdict::Unsupported,
             format!("{what} over loopback failed: {}", r.message),
         );
-        f.confirmed = true;
+        if !over_this {
+            f.reason
+                .push_str(" (the trial runs over TCP loopback, not over this device)");
+        }
+        f.confirmed = over_this;
         return f;
     }
     let mut f = match local_delivery(i) {
@@ -401,7 +468,11 @@ fn send_path(
             Verdict::Copies,
             format!("scatter-gather is off on {}: the stack linearizes (copies) each payload", i.name),
         )
-        .remedy(format!("ethtool -K {} sg on", i.name)),
+        .remedy(if k.ethtool_cli {
+            format!("ethtool -K {} sg on", i.name)
+        } else {
+            format!("install ethtool (it is not installed here), then: ethtool -K {} sg on", i.name)
+        }),
         None => Finding::new(
             Verdict::ZeroCopy,
             format!(
@@ -412,7 +483,7 @@ fn send_path(
     };
     if let Some(Ok(frac)) = trial {
         let pct = (frac * 100.0).round();
-        if i.kind == IfaceKind::Loopback {
+        if over_this {
             // The trial ran over exactly this path: its answer is the verdict.
             f.verdict = if *frac >= 0.5 {
                 Verdict::ZeroCopy
@@ -422,18 +493,26 @@ fn send_path(
             f.reason = format!(
                 "tried {what} over TCP loopback: the kernel reported {pct}% of bytes zero-copy"
             );
+            f.confirmed = true;
         } else {
-            f.reason
-                .push_str(&format!(" ({what} works: tried over loopback)"));
+            // Evidence that the mechanism works in this kernel, not a trial over this device.
+            f.reason.push_str(&format!(
+                " ({what} works over TCP loopback, where the trial ran; not tried over this device)"
+            ));
         }
-        f.confirmed = true;
     }
     f
 }
 
 /// The header-split rules shared by zcrx and devmem RX (iou-zcrx.rst, devmem.rst): the driver
 /// must split headers, hds-thresh must be 0, and the queue's flow must be steered to it.
-fn rx_split_rules(i: &IfaceFacts, what: &str) -> Finding {
+///
+/// These are the device's own requirements, whoever asks: a refusal here is one root gets too.
+/// `Unsupported` without a remedy means no change to this device would do (a software device,
+/// no header split reported, no way to add the second queue); with one, a configuration
+/// change (which needs root) would. `what` names the mechanism ("zcrx", "devmem TCP").
+/// `ethtool_cli`: the `ethtool` command is installed ([`KernelFacts::ethtool_cli`]).
+pub fn rx_device_rules(i: &IfaceFacts, what: &str, ethtool_cli: bool) -> Finding {
     let name = &i.name;
     if i.is_software() {
         return Finding::new(
@@ -457,7 +536,9 @@ fn rx_split_rules(i: &IfaceFacts, what: &str) -> Finding {
             Verdict::Unsupported,
             format!("header split is off on {name}; {what} needs tcp-data-split on and hds-thresh 0"),
         )
-        .remedy(format!("ethtool -G {name} tcp-data-split on hds-thresh 0 (or: {setup})")),
+        // zcnet's own command rather than `ethtool -G`: it needs no other tool, and ethtool
+        // before 6.3 (Debian bookworm's 6.1) does not know tcp-data-split or hds-thresh.
+        .remedy(setup.clone()),
         HeaderSplit::Enabled if i.hds_thresh.unwrap_or(0) != 0 => Finding::new(
             Verdict::Unsupported,
             format!(
@@ -465,12 +546,16 @@ fn rx_split_rules(i: &IfaceFacts, what: &str) -> Finding {
                 i.hds_thresh.unwrap_or(0)
             ),
         )
-        .remedy(format!("ethtool -G {name} hds-thresh 0")),
-        HeaderSplit::Enabled if i.rx_queues < 2 => Finding::new(
-            Verdict::Unsupported,
-            format!("{name} has one RX queue; {what} takes a queue out of RSS, so it needs two or more"),
-        )
-        .remedy(format!("ethtool -L {name} combined 2")),
+        .remedy(setup.clone()),
+        HeaderSplit::Enabled if i.rx_queues < 2 => {
+            let reason = format!(
+                "{name} has one RX queue; {what} takes a queue out of RSS, so it needs two or more"
+            );
+            match add_rx_queues(name, 2, i.channels.as_ref(), ethtool_cli) {
+                Ok(cmd) => Finding::new(Verdict::Unsupported, reason).remedy(cmd),
+                Err(none) => Finding::new(Verdict::Unsupported, format!("{reason}: {none}")),
+            }
+        }
         HeaderSplit::Enabled => {
             let mut f = Finding::new(
                 Verdict::ZeroCopy,
@@ -482,7 +567,8 @@ fn rx_split_rules(i: &IfaceFacts, what: &str) -> Finding {
                     None => format!(
                         "{name} has no ntuple filters: steer with RSS (ethtool -X {name} ...) or pick the queue the flow hashes to"
                     ),
-                    Some(_) => format!("ethtool -K {name} ntuple on && {setup}"),
+                    // `nic setup --port` turns ntuple-filters on itself.
+                    Some(_) => setup,
                 });
             }
             f
@@ -516,14 +602,18 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
 }
 
 /// A trial this process was not allowed to make says nothing about the machine: the inferred
-/// verdict stays, unconfirmed, and the report says how to confirm it.
+/// verdict stays, unconfirmed. Where that verdict is "unsupported" for the device's own reasons
+/// root would be refused too, so no privilege is offered as a remedy; otherwise the report says
+/// how to confirm it.
 fn not_permitted(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
     f.reason = format!(
         "{}; not confirmed: {tried} needs root or CAP_NET_ADMIN ({})",
         f.reason, r.message
     );
-    f.remedy
-        .get_or_insert_with(|| "run 'zcnet probe --active' as root to confirm".into());
+    if f.verdict != Verdict::Unsupported {
+        f.remedy
+            .get_or_insert_with(|| "run 'zcnet probe --active' as root to confirm".into());
+    }
     f.confirmed = false;
     f
 }
@@ -547,7 +637,7 @@ fn zcrx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>) ->
         )
         .remedy(UPGRADE);
     }
-    let f = rx_split_rules(i, "zcrx");
+    let f = rx_device_rules(i, "zcrx", k.ethtool_cli);
     let f = apply_trial(
         f,
         trial,
@@ -601,7 +691,7 @@ fn devmem_rx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>
     if let Some(f) = netdev_op_missing(k, "bind-rx", "devmem TCP RX needs Linux 6.12") {
         return f;
     }
-    let mut f = rx_split_rules(i, "devmem TCP");
+    let mut f = rx_device_rules(i, "devmem TCP", k.ethtool_cli);
     if f.verdict == Verdict::ZeroCopy {
         f.reason
             .push_str("; the payload memory must be a dma-buf (GPU memory, or udmabuf)");

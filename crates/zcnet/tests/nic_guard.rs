@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use proptest::prelude::*;
 use zcnet::nic::{
     self, default_indir, restore_from_file, split, FlowSpec, NicControl, NicGuard, NicSetup, Proto,
-    RingsState,
+    RingsState, RxChannels,
 };
 use zcnet::Error;
 
@@ -34,6 +34,8 @@ struct Sim {
     calls: u32,
     fail_at: Option<u32>,
     next_loc: u32,
+    /// What channels-get reports (`None`: no channel control, as lo and ifb).
+    channels: Option<RxChannels>,
 }
 
 #[derive(Debug, Clone)]
@@ -49,12 +51,24 @@ fn refused() -> Error {
 
 impl FakeNic {
     fn new(cfg: Config, fail_at: Option<u32>) -> FakeNic {
+        // Combined channels, up to 16, like mlx5 on a 16-CPU machine.
+        let channels = Some(RxChannels {
+            combined: cfg.rings,
+            combined_max: 16,
+            ..RxChannels::default()
+        });
         FakeNic(Rc::new(RefCell::new(Sim {
             cfg,
             calls: 0,
             fail_at,
             next_loc: 1000,
+            channels,
         })))
+    }
+
+    fn with_channels(self, channels: Option<RxChannels>) -> FakeNic {
+        self.0.borrow_mut().channels = channels;
+        self
     }
 
     fn cfg(&self) -> Config {
@@ -111,6 +125,9 @@ impl NicControl for FakeNic {
     }
     fn rx_rings(&mut self) -> zcnet::Result<u32> {
         Ok(self.cfg().rings)
+    }
+    fn channels(&mut self) -> zcnet::Result<Option<RxChannels>> {
+        Ok(self.0.borrow().channels)
     }
     fn indir(&mut self) -> zcnet::Result<Vec<u32>> {
         Ok(self.cfg().indir)
@@ -290,6 +307,74 @@ fn bad_queue_and_missing_ntuple_change_nothing() {
     );
     assert_eq!((nic.cfg(), nic2.cfg()), (before, no_ntuple));
     assert_eq!(files(&dir), 0);
+}
+
+#[test]
+fn queue_refusals_name_a_command_that_works_or_say_there_is_none() {
+    // Issue 13 defect 5: `nic setup --iface lo` suggested `ethtool -L lo combined 2`, which
+    // cannot work on lo (no channel control) and needs a tool that may not be installed.
+    let dir = tempdir();
+    let mut one = mlx5_like();
+    one.rings = 1;
+    one.indir = default_indir(128, 1);
+    for (channels, want, unwanted) in [
+        // lo/ifb: no channels at all.
+        (None, "no command can give it more RX queues", "ethtool -L"),
+        // A driver at its maximum.
+        (
+            Some(RxChannels {
+                combined: 1,
+                combined_max: 1,
+                ..RxChannels::default()
+            }),
+            "allows at most 1 RX queue(s)",
+            "ethtool -L",
+        ),
+        // One that can have more: zcnet's own command, which needs no ethtool.
+        (
+            Some(RxChannels {
+                combined: 1,
+                combined_max: 4,
+                ..RxChannels::default()
+            }),
+            "add one: zcnet nic channels --iface fake0 --combined 2",
+            "combined N",
+        ),
+    ] {
+        let nic = FakeNic::new(one.clone(), None).with_channels(channels);
+        let e = NicGuard::apply(nic.clone(), &tcp_9999(0), &dir).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("has one RX queue"), "{msg}");
+        assert!(msg.contains(want), "{channels:?}: {msg}");
+        assert!(!msg.contains(unwanted), "{channels:?}: {msg}");
+        assert!(msg.contains("nothing was changed"), "{msg}");
+        // The same refusal without privileges: reads only.
+        let mut ctl = nic.clone();
+        let e = nic::preflight(&mut ctl, &tcp_9999(0)).unwrap_err();
+        assert!(e.to_string().contains(want), "{e}");
+        assert_eq!(nic.cfg(), one);
+    }
+    // A queue past the last: the count to reach, or the driver's limit.
+    let nic = FakeNic::new(mlx5_like(), None);
+    let e = NicGuard::apply(nic, &tcp_9999(11), &dir).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "pick one of them, or add queues: zcnet nic channels --iface fake0 --combined 12"
+        ),
+        "{e}"
+    );
+    let nic = FakeNic::new(mlx5_like(), None);
+    let e = NicGuard::apply(nic, &tcp_9999(16), &dir).unwrap_err();
+    assert!(e.to_string().contains("at most 16 RX queue(s)"), "{e}");
+    assert_eq!(files(&dir), 0);
+}
+
+#[test]
+fn preflight_passes_a_device_only_privileges_stand_in_the_way_of() {
+    let nic = FakeNic::new(mlx5_like(), None);
+    let mut ctl = nic.clone();
+    nic::preflight(&mut ctl, &tcp_9999(7)).unwrap();
+    assert_eq!(nic.cfg(), mlx5_like(), "preflight changes nothing");
 }
 
 #[test]

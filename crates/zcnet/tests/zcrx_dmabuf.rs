@@ -113,7 +113,7 @@ fn zcrx_with_a_dmabuf_on_veth_is_refused_with_the_errno_and_the_fix() {
 
 #[test]
 fn zcrx_with_a_dmabuf_needs_an_interface() {
-    // Without --iface there is no queue to register: refused before anything is opened.
+    // Without an interface there is no queue to register: refused before anything is opened.
     let _g = serial();
     let fd = memfd(1 << 20);
     let mut c = cfg(&fd);
@@ -121,7 +121,7 @@ fn zcrx_with_a_dmabuf_needs_an_interface() {
     let before = open_fds();
     let e = refused(&c);
     assert_eq!(errno_of(&e), Some(libc::EINVAL), "{e}");
-    assert!(e.to_string().contains("--iface"), "{e}");
+    assert!(e.to_string().contains("RxConfig::iface"), "{e}");
     assert_eq!(open_fds(), before);
 }
 

@@ -331,6 +331,12 @@ fn data_path(a: &PerfArgs) -> Result<DataPath, PerfError> {
             "--verify reads the payload, but --rx devmem puts it in device memory: drop --verify or use --rx auto",
         ));
     }
+    // Named by its flag here: the library would refuse its unset field (RxConfig::iface).
+    if matches!(mode, RxMode::Zcrx | RxMode::Devmem) && a.iface.is_none() {
+        return Err(usage(format!(
+            "--rx {mode} needs --iface IF: the NIC whose queue the flows are steered to (see 'zcnet nic setup'); or use --rx auto"
+        )));
+    }
     let mut rx = RxConfig::new(mode);
     rx.iface = a.iface.clone();
     rx.queue = a.queue;

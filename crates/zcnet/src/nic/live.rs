@@ -1,10 +1,10 @@
 //! [`NicControl`] for a real device: ethtool netlink for rings and features, the ethtool
 //! ioctl for the RSS indirection table and ntuple rules (which have no netlink interface).
 
-use zcnet_netlink::ethtool::{Dev, Ethtool, RingsSet, TcpDataSplit};
+use zcnet_netlink::ethtool::{ChannelsSet, Dev, Ethtool, RingsSet, TcpDataSplit};
 use zcnet_netlink::ntuple::{self, FlowRule, FlowType};
 
-use super::{FlowSpec, NicControl, Proto, RingsState};
+use super::{FlowSpec, NicControl, Proto, RingsState, RxChannels};
 use crate::{Error, Result};
 
 /// A network device of this namespace, reached through ethtool netlink and ioctls.
@@ -43,6 +43,69 @@ impl LiveNic {
 
     fn dev(&self) -> Dev<'static> {
         Dev::Index(self.ifindex)
+    }
+}
+
+/// A device's channel (queue) counts, `(current, max)` per kind, as ethtool channels-get
+/// reports them (`ethtool -l`); a kind the driver does not report is `(0, 0)`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChannelCounts {
+    /// RX-only channels.
+    pub rx: (u32, u32),
+    /// TX-only channels.
+    pub tx: (u32, u32),
+    /// Other channels.
+    pub other: (u32, u32),
+    /// Combined channels.
+    pub combined: (u32, u32),
+}
+
+impl ChannelCounts {
+    /// `(kind, current, max)` for rx, tx, other, combined.
+    pub fn kinds(&self) -> [(&'static str, u32, u32); 4] {
+        [
+            ("rx", self.rx.0, self.rx.1),
+            ("tx", self.tx.0, self.tx.1),
+            ("other", self.other.0, self.other.1),
+            ("combined", self.combined.0, self.combined.1),
+        ]
+    }
+}
+
+impl LiveNic {
+    /// The channel counts; `None` when the driver has no channel control (lo, ifb).
+    pub fn channel_counts(&mut self) -> Result<Option<ChannelCounts>> {
+        let dev = self.dev();
+        let c = match self.ethtool.channels_get(dev) {
+            Ok(c) => c,
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => return Ok(None),
+            Err(e) => return Err(kernel_err(e)),
+        };
+        let pair = |cur: Option<u32>, max: Option<u32>| (cur.unwrap_or(0), max.unwrap_or(0));
+        Ok(Some(ChannelCounts {
+            rx: pair(c.rx_count, c.rx_max),
+            tx: pair(c.tx_count, c.tx_max),
+            other: pair(c.other_count, c.other_max),
+            combined: pair(c.combined_count, c.combined_max),
+        }))
+    }
+
+    /// Sets the channel counts that are `Some` (ethtool netlink channels-set, the request
+    /// `ethtool -L` makes; needs CAP_NET_ADMIN). The kernel's refusal is in the error.
+    pub fn set_channels(
+        &mut self,
+        rx: Option<u32>,
+        tx: Option<u32>,
+        combined: Option<u32>,
+    ) -> Result<()> {
+        let dev = self.dev();
+        let set = ChannelsSet {
+            rx,
+            tx,
+            combined,
+            other: None,
+        };
+        self.ethtool.channels_set(dev, &set).map_err(kernel_err)
     }
 }
 
@@ -125,6 +188,16 @@ impl NicControl for LiveNic {
             Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
                 Ok(crate::probe::rx_queues(self.ifindex, &mut self.ethtool))
             }
+            Err(e) => Err(kernel_err(e)),
+        }
+    }
+
+    fn channels(&mut self) -> Result<Option<RxChannels>> {
+        let dev = self.dev();
+        match self.ethtool.channels_get(dev) {
+            Ok(c) => Ok(Some(crate::probe::rx_channels(&c))),
+            // No get_channels (lo, ifb): no channel control at all.
+            Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => Ok(None),
             Err(e) => Err(kernel_err(e)),
         }
     }

@@ -24,8 +24,9 @@ pub mod state;
 
 use std::path::Path;
 
-pub use live::LiveNic;
+pub use live::{ChannelCounts, LiveNic};
 use state::{Owner, Record, StateFile};
+pub use zcnet_core::probe::RxChannels;
 
 use crate::{Error, Result};
 
@@ -184,6 +185,9 @@ pub trait NicControl {
     fn set_ntuple(&mut self, on: bool) -> Result<()>;
     /// Number of RX rings (queues).
     fn rx_rings(&mut self) -> Result<u32>;
+    /// The RX channels the driver reports (ethtool channels-get); `Ok(None)` when it has no
+    /// channel control (lo, ifb), so nothing can change its queue count.
+    fn channels(&mut self) -> Result<Option<RxChannels>>;
     /// The RSS indirection table.
     fn indir(&mut self) -> Result<Vec<u32>>;
     /// Writes the RSS indirection table (`None`: back to the driver's default).
@@ -217,6 +221,98 @@ pub fn indir_without(current_len: usize, rings: u32, queue: u32) -> Vec<u32> {
     (0..current_len).map(|i| others[i % others.len()]).collect()
 }
 
+/// The checks [`NicGuard::apply`] makes before it changes anything: the queue exists, and
+/// taking it out of RSS leaves another. A refusal names a command that adds queues where the
+/// driver reports channels it can change (zcnet's own, `ethtool -L` beside it only when
+/// installed), or says that nothing can. Returns the RX queue count; an error carries the step.
+fn check_queues<C: NicControl + ?Sized>(
+    ctl: &mut C,
+    setup: &NicSetup,
+) -> std::result::Result<u32, (&'static str, Error)> {
+    let iface = ctl.name().to_string();
+    let rings = ctl
+        .rx_rings()
+        .map_err(|e| ("reading the RX ring count", e))?;
+    // How to get `need` RX queues: a command, or why there is none.
+    let mut more = |need: u32| match ctl.channels() {
+        Ok(ch) => zcnet_core::probe::add_rx_queues(
+            &iface,
+            need,
+            ch.as_ref(),
+            crate::probe::ethtool_installed(),
+        ),
+        Err(e) => Err(format!("its channels could not be read ({e})")),
+    };
+    if setup.queue >= rings {
+        let add = match more(setup.queue + 1) {
+            Ok(cmd) => format!(", or add queues: {cmd}"),
+            Err(none) => format!(" ({none})"),
+        };
+        return Err((
+            "checking the queue",
+            Error::Kernel {
+                what: format!("queue {}", setup.queue),
+                message: format!(
+                    "{iface} has {rings} RX queue(s) (0..{}): pick one of them{add}",
+                    rings.saturating_sub(1)
+                ),
+                errno: None,
+            },
+        ));
+    }
+    if rings < 2 {
+        let add = match more(2) {
+            Ok(cmd) => format!("add one: {cmd}"),
+            Err(none) => none,
+        };
+        return Err((
+            "checking the queue",
+            Error::Kernel {
+                what: "RSS".into(),
+                message: format!(
+                    "{iface} has one RX queue; taking it out of RSS would leave none: {add}"
+                ),
+                errno: None,
+            },
+        ));
+    }
+    Ok(rings)
+}
+
+/// What [`NicGuard::apply`] would refuse for the device's own reasons, found with reads any
+/// user may make, so that a process without the privileges to apply learns that root would be
+/// refused too instead of being told to get root: the queue checks of `apply`, and a device
+/// that reports no ring parameters (no `get_ringparam`: veth, lo, ifb), on which the kernel
+/// refuses every rings-set and so header split can never be turned on. `Ok` means only
+/// privileges stand in the way, as far as reads can tell. Nothing is changed either way.
+pub fn preflight<C: NicControl + ?Sized>(ctl: &mut C, setup: &NicSetup) -> Result<()> {
+    let iface = ctl.name().to_string();
+    let refuse = |step: &str, cause: Error| Error::NicSetup {
+        iface: iface.clone(),
+        step: step.to_string(),
+        cause: cause.to_string(),
+        undo: "nothing was changed".into(),
+    };
+    check_queues(ctl, setup).map_err(|(step, e)| refuse(step, e))?;
+    match ctl.rings() {
+        Err(Error::Kernel {
+            errno: Some(EOPNOTSUPP),
+            ..
+        }) => Err(refuse(
+            "reading ring parameters",
+            Error::Kernel {
+                what: String::new(),
+                message: format!(
+                    "{iface} reports no ring parameters (its driver has no get_ringparam, as veth, lo and ifb), so header split cannot be turned on: the kernel refuses this for root too; zero-copy receive needs a NIC with header split (mlx5, bnxt, gve, fbnic)"
+                ),
+                errno: Some(EOPNOTSUPP),
+            },
+        )),
+        Err(e) => Err(refuse("reading ring parameters", e)),
+        Ok(_) => Ok(()),
+    }
+}
+
 /// NIC changes for zero copy, undone on drop.
 #[derive(Debug)]
 pub struct NicGuard<C: NicControl> {
@@ -237,33 +333,10 @@ impl<C: NicControl> NicGuard<C> {
         };
         let iface = g.ctl.name().to_string();
         // Validate before touching anything.
-        let rings = g
-            .ctl
-            .rx_rings()
-            .map_err(|e| g.fail("reading the RX ring count", e))?;
-        if setup.queue >= rings {
-            return Err(g.fail(
-                "checking the queue",
-                Error::Kernel {
-                    what: format!("queue {}", setup.queue),
-                    message: format!(
-                        "{iface} has {rings} RX queue(s) (0..{}): pick one of them or add queues with 'ethtool -L {iface} combined N'",
-                        rings.saturating_sub(1)
-                    ),
-                    errno: None,
-                },
-            ));
-        }
-        if rings < 2 {
-            return Err(g.fail(
-                "checking the queue",
-                Error::Kernel {
-                    what: "RSS".into(),
-                    message: format!("{iface} has one RX queue; taking it out of RSS would leave none: 'ethtool -L {iface} combined 2'"),
-                    errno: None,
-                },
-            ));
-        }
+        let rings = match check_queues(&mut g.ctl, setup) {
+            Ok(rings) => rings,
+            Err((step, e)) => return Err(g.fail(step, e)),
+        };
         g.state = Some(StateFile::create(
             state_dir,
             &Owner {

@@ -9,7 +9,7 @@
 
 use std::io;
 
-use zcnet_core::probe::{HeaderSplit, IfaceFacts, IfaceKind, Trials};
+use zcnet_core::probe::{HeaderSplit, IfaceFacts, IfaceKind, RxChannels, Trials};
 use zcnet_netlink::ethtool::{Dev, Ethtool, TcpDataSplit};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
 use zcnet_netlink::ntuple;
@@ -196,6 +196,16 @@ pub(crate) fn rx_queues(ifindex: u32, et: &mut Ethtool) -> u32 {
         .unwrap_or(0)
 }
 
+/// The RX part of a channels-get reply, as the probe's rules and the NIC setup weigh it.
+pub(crate) fn rx_channels(c: &zcnet_netlink::ethtool::Channels) -> RxChannels {
+    RxChannels {
+        rx: c.rx_count.unwrap_or(0),
+        rx_max: c.rx_max.unwrap_or(0),
+        combined: c.combined_count.unwrap_or(0),
+        combined_max: c.combined_max.unwrap_or(0),
+    }
+}
+
 /// The two netlink families, opened once per probe and shared by every interface (each open
 /// resolves the family through nlctrl); `Err` holds why one is unusable.
 pub(super) struct Families {
@@ -274,6 +284,7 @@ pub(super) fn gather(link: &Link, fam: &mut Families) -> IfaceReport {
             hds_thresh: None,
             ntuple: None,
             scatter_gather: None,
+            channels: None,
         },
         trials: Trials::default(),
         mechanisms: Vec::new(),
@@ -375,6 +386,7 @@ fn ethtool_facts(et: &mut Ethtool, r: &mut IfaceReport, notes: &mut Vec<String>)
             if rx > 0 && !r.queues.iter().any(|q| q.0 == "rx") {
                 r.facts.rx_queues = rx;
             }
+            r.facts.channels = Some(rx_channels(&c));
             for (n, cur, max) in [
                 ("rx", c.rx_count, c.rx_max),
                 ("tx", c.tx_count, c.tx_max),

@@ -16,12 +16,12 @@ mod iface;
 pub mod json;
 mod trials;
 
-pub(crate) use iface::rx_queues;
+pub(crate) use iface::{rx_channels, rx_queues};
 
 use zcnet_core::probe::{judge, Finding};
 pub use zcnet_core::probe::{
-    HeaderSplit, IfaceFacts, IfaceKind, KernelFacts, Mechanism, Refusal, Trials, UringFacts,
-    Verdict,
+    HeaderSplit, IfaceFacts, IfaceKind, KernelFacts, Mechanism, Refusal, RxChannels, Trials,
+    UringFacts, Verdict,
 };
 use zcnet_sys::uring_probe as up;
 
@@ -151,6 +151,27 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
     })
 }
 
+/// Whether the `ethtool` command is installed: an executable file named `ethtool` in a
+/// directory of `PATH`. Remedies name `ethtool` only when it is (zcnet itself reaches the same
+/// settings through ethtool netlink, without it).
+pub fn ethtool_installed() -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join("ethtool"))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// What the probe reads about interface `name` of the calling thread's network namespace
+/// (no trials), for a refusal that needs to know whether the device itself could: `None`
+/// when there is no such interface or the interfaces cannot be listed.
+pub fn iface_facts(name: &str) -> Option<IfaceFacts> {
+    let link = iface::list().ok()?.into_iter().find(|l| l.name == name)?;
+    Some(iface::gather(&link, &mut iface::Families::open()).facts)
+}
+
 fn meminfo(key: &str) -> u64 {
     std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -222,6 +243,7 @@ fn kernel(fam: &iface::Families) -> KernelReport {
         ipc_lock: zcnet_sys::os::has_cap_ipc_lock(),
         netdev_ops: netdev_family.as_ref().ok().cloned(),
         af_xdp: trials::af_xdp_available(),
+        ethtool_cli: ethtool_installed(),
     };
     KernelReport {
         release,

@@ -49,6 +49,9 @@ pub(super) fn loopback() -> Trials {
     }
 }
 
+/// How long a trial waits for its loopback connection.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 fn send_trial(mode: TxMode) -> Result<f64, Refusal> {
     let to_refusal = |e: crate::Error| Refusal {
         errno: match &e {
@@ -65,12 +68,30 @@ fn send_trial(mode: TxMode) -> Result<f64, Refusal> {
     })?)
     .map_err(to_refusal)?;
     let addr = listener.local_addr().map_err(|e| refusal(&e))?;
+    // Connected and accepted here, before the reader thread exists: a connect that fails
+    // must not leave a thread waiting in accept for a peer that never comes, which the join
+    // below would wait for forever. A loopback handshake takes microseconds; with `lo` down
+    // (after it was up: 127.0.0.1 is still assigned) the SYNs are dropped and the kernel's
+    // retries would hold each trial for two minutes.
+    let stream = zcnet_sys::sock::connect_tcp(&addr, Some(CONNECT_TIMEOUT)).map_err(|e| {
+        let why = if e.kind() == io::ErrorKind::TimedOut {
+            format!(
+                "connecting to {addr} got no answer in {} s (is lo up?)",
+                CONNECT_TIMEOUT.as_secs()
+            )
+        } else {
+            format!("connecting to {addr}: {e}")
+        };
+        Refusal {
+            errno: e.raw_os_error().unwrap_or(0),
+            message: why,
+        }
+    })?;
+    let (mut peer, _) = crate::net::accept(&listener).map_err(to_refusal)?;
     let reader = std::thread::spawn(move || -> crate::Result<u64> {
-        let (mut s, _) = crate::net::accept(&listener)?;
-        io::copy(&mut s, &mut io::sink()).map_err(|e| crate::Error::io("recv", e))
+        io::copy(&mut peer, &mut io::sink()).map_err(|e| crate::Error::io("recv", e))
     });
-    let run = || -> crate::Result<f64> {
-        let stream = crate::net::connect_tcp(addr)?;
+    let run = move || -> crate::Result<f64> {
         let mut cfg = TxConfig::new(mode);
         // Enough in flight that delayed ACKs do not stall the trial (docs/perf.md).
         cfg.inflight = 64;

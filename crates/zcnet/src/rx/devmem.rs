@@ -28,7 +28,7 @@
 //! once every token has come back), and its device data stays valid until the handles drop.
 
 use super::copy::{recv_error, ConnSet, Pool, READS_PER_CONN};
-use super::zcrx::{target, Target};
+use super::zcrx::{not_permitted, target, Target};
 use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
@@ -82,16 +82,20 @@ fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
         ),
         Some(libc::ERANGE) => (
             "the queue index is past the device's RX queues".to_string(),
-            "pick a --queue below the RX queue count ('ethtool -l IFACE'), or leave --queue out",
+            "pick a --queue below the RX queue count ('zcnet probe --iface IFACE' lists the queues), or leave --queue out",
         ),
         Some(libc::ENODEV) => (
             "the interface is not in this network namespace (any more)".to_string(),
             "check 'ip link' and retry, or use --rx uring",
         ),
-        Some(libc::EPERM) | Some(libc::EACCES) => (
-            "binding a dma-buf needs CAP_NET_ADMIN".to_string(),
-            "run it as root (CAP_NET_ADMIN), or use --rx uring",
-        ),
+        Some(libc::EPERM) | Some(libc::EACCES) => {
+            let (reason, fix) = not_permitted(
+                t,
+                "devmem TCP",
+                "binding a dma-buf needs CAP_NET_ADMIN",
+            );
+            (reason.into_owned(), fix)
+        }
         Some(libc::ENOMEM) => (
             "mapping the dma-buf for the device failed (out of memory or IOMMU space)".to_string(),
             "use a smaller dma-buf (--area), or use --rx uring",

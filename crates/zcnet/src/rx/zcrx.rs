@@ -48,11 +48,13 @@ pub(super) struct Target {
 /// Resolves `cfg.iface` in the calling thread's network namespace and picks the queue:
 /// `cfg.queue`, else the interface's last RX queue (the one `zcnet nic setup` reserves).
 pub(super) fn target(cfg: &RxConfig, mode: RxMode) -> Result<Target> {
+    // The library names its own field; a command line maps it to its flag (zcnet's `--iface`)
+    // and refuses the combination before it gets here.
     let Some(iface) = cfg.iface.clone() else {
         return Err(Error::Unsupported {
-            what: format!("{mode} receive without an interface"),
+            what: format!("{mode} receive without an interface (RxConfig::iface is unset)"),
             source: io::Error::from_raw_os_error(libc::EINVAL),
-            fix: "pass --iface IFACE (RxConfig::iface): the NIC whose queue the flows are steered to (see 'zcnet nic setup')",
+            fix: "set RxConfig::iface to the NIC whose queue the flows are steered to (zcnet nic setup steers them)",
         });
     };
     let ifindex = zcnet_sys::zcrx::if_index(&iface).ok_or_else(|| Error::UnknownInterface {
@@ -129,45 +131,46 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
             };
         }
     }
-    let (reason, fix) = match e.raw_os_error() {
+    let (reason, fix): (std::borrow::Cow<'static, str>, &'static str) = match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) => (
-            "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them",
+            "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".into(),
             "use a NIC with header split (mlx5, bnxt, gve, fbnic), run 'zcnet nic setup --iface IFACE', or use --rx uring",
         ),
         Some(libc::EINVAL) => (
-            "the kernel refused the setup: header split (tcp-data-split) is off on the queue, or the kernel lacks zcrx (Linux 6.15+)",
+            "the kernel refused the setup: header split (tcp-data-split) is off on the queue, or the kernel lacks zcrx (Linux 6.15+)".into(),
             "run 'zcnet nic setup --iface IFACE' (header split on, hds-thresh 0), check 'zcnet probe --iface IFACE', or use --rx uring",
         ),
         Some(libc::ENODEV) => (
-            "the interface is not in this network namespace (any more)",
+            "the interface is not in this network namespace (any more)".into(),
             "check 'ip link' and retry, or use --rx uring",
         ),
-        Some(libc::EPERM) | Some(libc::EACCES) => (
+        Some(libc::EPERM) | Some(libc::EACCES) => not_permitted(
+            t,
+            "zcrx",
             "needs CAP_NET_ADMIN (or io_uring is disabled by kernel.io_uring_disabled)",
-            "run it as root (CAP_NET_ADMIN), or use --rx uring",
         ),
         Some(libc::ENOMEM) => (
-            "pinning the receive area failed: out of memory, or past RLIMIT_MEMLOCK",
+            "pinning the receive area failed: out of memory, or past RLIMIT_MEMLOCK".into(),
             "raise the locked-memory limit (ulimit -l) or use a smaller --area, or use --rx uring",
         ),
         Some(libc::ERANGE) => (
-            "the queue index is past the device's RX queues",
-            "pick a --queue below the RX queue count ('ethtool -l IFACE'), or leave --queue out",
+            "the queue index is past the device's RX queues".into(),
+            "pick a --queue below the RX queue count ('zcnet probe --iface IFACE' lists the queues), or leave --queue out",
         ),
         Some(libc::EEXIST) | Some(libc::EBUSY) => (
-            "the queue already has a memory provider (another zcrx area or a devmem binding)",
+            "the queue already has a memory provider (another zcrx area or a devmem binding)".into(),
             "use another --queue, or stop the other user of the queue",
         ),
         Some(libc::ENOSYS) => (
-            "the kernel has no io_uring",
+            "the kernel has no io_uring".into(),
             "needs Linux 6.15+ with io_uring; use --rx copy",
         ),
         Some(errno) => (
-            zcnet_sys::zcrx::explain_register_errno(errno),
+            zcnet_sys::zcrx::explain_register_errno(errno).into(),
             "needs Linux 6.15+ with CONFIG_IO_URING_ZCRX and a NIC with header split; use --rx uring",
         ),
         None => (
-            "the kernel's reply did not fit the refill region",
+            "the kernel's reply did not fit the refill region".into(),
             "please report this; use --rx uring",
         ),
     };
@@ -183,6 +186,44 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
         ),
         source: e,
         fix,
+    }
+}
+
+/// The reason and fix for `EPERM`/`EACCES` from a zcrx registration or a devmem binding
+/// (`what`: "zcrx", "devmem TCP"). The kernel checks CAP_NET_ADMIN before it looks at the
+/// device, so the errno says nothing about whether root would succeed; the probe's device rules
+/// do (from reads any user may make). Where the device itself cannot, root would be refused
+/// too: the reason is the device's and no privilege is offered as the fix. Where a setting is
+/// off, the reason says which and the remedy (as root). Otherwise: `missing_privilege`.
+pub(super) fn not_permitted(
+    t: &Target,
+    what: &str,
+    missing_privilege: &'static str,
+) -> (std::borrow::Cow<'static, str>, &'static str) {
+    use zcnet_core::probe::{rx_device_rules, Verdict};
+    let as_root = "run it as root (CAP_NET_ADMIN), or use --rx uring";
+    let Some(facts) = crate::probe::iface_facts(&t.iface) else {
+        return (missing_privilege.into(), as_root);
+    };
+    let f = rx_device_rules(&facts, what, crate::probe::ethtool_installed());
+    match (f.verdict, f.remedy) {
+        (Verdict::Unsupported, None) => (
+            format!(
+                "{}: {}; root is refused too (the errno is for CAP_NET_ADMIN, which this process lacks and the kernel checks before the device)",
+                t.iface, f.reason
+            )
+            .into(),
+            "use a NIC whose driver has queue-management ops and header split (mlx5, bnxt, gve, fbnic), or use --rx uring",
+        ),
+        (Verdict::Unsupported, Some(remedy)) => (
+            format!(
+                "{missing_privilege}; and {}: {}; as root: {remedy}",
+                t.iface, f.reason
+            )
+            .into(),
+            "then run it as root (CAP_NET_ADMIN); or use --rx uring",
+        ),
+        _ => (missing_privilege.into(), as_root),
     }
 }
 

@@ -22,6 +22,7 @@ fn kernel(version: (u32, u32)) -> KernelFacts {
                 .collect(),
         ),
         af_xdp: true,
+        ethtool_cli: true,
     }
 }
 
@@ -62,6 +63,7 @@ fn nic(name: &str, driver: &str, kind: IfaceKind) -> IfaceFacts {
         hds_thresh: Some(0),
         ntuple: Some(true),
         scatter_gather: Some(true),
+        channels: None,
     }
 }
 
@@ -303,7 +305,7 @@ fn veth_here_is_staging_because_it_has_no_queue_management_ops() {
 }
 
 #[test]
-fn header_split_off_is_staging_with_the_ethtool_remedy() {
+fn header_split_off_is_staging_with_the_setup_remedy() {
     let k = kernel((6, 18));
     let mut i = nic("eth1", "mlx5_core", IfaceKind::Physical);
     i.header_split = HeaderSplit::Disabled;
@@ -321,7 +323,7 @@ fn header_split_off_is_staging_with_the_ethtool_remedy() {
     // The same remedy for both is given once.
     assert_eq!(
         p.rx.remedy.as_deref(),
-        Some("ethtool -G eth1 tcp-data-split on hds-thresh 0 (or: zcnet nic setup --iface eth1 --queue 7 --port PORT)")
+        Some("zcnet nic setup --iface eth1 --queue 7 --port PORT")
     );
     // Transmit does not need header split.
     assert_eq!(p.tx.verdict, GpuVerdict::Devmem);
