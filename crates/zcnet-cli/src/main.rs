@@ -2,6 +2,7 @@
 
 mod bench_cmd;
 mod bench_gpu;
+mod bench_xsk;
 mod gpu_cmd;
 mod nic_cmd;
 mod probe_cmd;
@@ -47,6 +48,9 @@ enum BenchCmd {
     /// RPC echo (seed 004): every receive backend on veth and loopback: qps, Gbit/s, server
     /// CPU µs per request, p50/p99 latency, ratio to copy.
     Rx(BenchRxArgs),
+    /// AF_XDP (copy, zero-copy) against AF_PACKET on the lab veth pair: TX and RX packets per
+    /// second, CPU per million packets, drops; 64, 512 and 1500 B frames.
+    Xsk(bench_xsk::BenchXskArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -157,6 +161,7 @@ fn main() {
         Cmd::Nic(c) => nic_cmd::run(&c),
         Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a).map(|()| 0),
         Cmd::Bench(BenchCmd::Rx(a)) => bench_cmd::run_rx(&a).map(|()| 0),
+        Cmd::Bench(BenchCmd::Xsk(a)) => bench_xsk::run(&a).map(|()| 0),
         Cmd::Send(a) => sendrecv::send(&a).map(|()| 0),
         Cmd::Recv(a) => sendrecv::recv(&a).map(|()| 0),
         Cmd::Lab(LabCmd::Cleanup) => lab_cleanup().map(|()| 0),

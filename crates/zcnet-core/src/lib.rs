@@ -36,6 +36,7 @@ pub mod sendzc;
 pub mod staging;
 pub mod stats;
 pub mod tcp_info;
+pub mod tpacket;
 pub mod udp_frame;
 pub mod xdp_prog;
 pub mod xsk;

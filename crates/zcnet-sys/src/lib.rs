@@ -9,6 +9,7 @@
 //! Each `unsafe` block carries a `// SAFETY:` comment; the API exported is safe.
 #![warn(missing_docs)]
 
+pub mod af_packet;
 pub mod baseline;
 pub mod bpf;
 pub mod bufring;

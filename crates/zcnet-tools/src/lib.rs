@@ -56,3 +56,4 @@ pub mod gpu_rxbench;
 pub mod lab;
 pub mod perf;
 pub mod rxbench;
+pub mod xskbench;
