@@ -601,7 +601,7 @@ fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult
                 .unwrap_or(0);
             let st = TxStats {
                 bytes: r.bytes,
-                sends: r.notifications,
+                sends: r.sends,
                 notifications: r.notifications,
                 copied_notifications: r.copied_notifications,
                 zerocopy_bytes: r.bytes - copied_bytes,
