@@ -37,26 +37,9 @@ fn run_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
-/// Starts `zcnet recv` on an ephemeral port; returns the child and the port.
+/// Starts `zcnet recv` on an ephemeral port, stdout piped; returns the child and the port.
 fn start_recv(extra: &[&str]) -> (Child, u16) {
-    let mut child = zcnet()
-        .args(["recv", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
-    (child, port)
+    common::start_recv(extra, Stdio::piped())
 }
 
 #[test]

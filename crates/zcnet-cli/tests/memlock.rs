@@ -14,7 +14,6 @@
 mod common;
 use common::{is_root, stderr};
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -58,30 +57,7 @@ fn can_run(test: &str) -> bool {
 
 /// Starts `zcnet recv --verify --seed 13` on an ephemeral loopback port.
 fn start_recv() -> (Child, u16) {
-    let mut child = Command::new(ZCNET)
-        .args([
-            "recv",
-            "--listen",
-            "127.0.0.1:0",
-            "--verify",
-            "--seed",
-            "13",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .rsplit(':')
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no port in {line:?}"));
-    (child, port)
+    common::start_recv(&["--verify", "--seed", "13"], Stdio::null())
 }
 
 /// `zcnet send` of 4 MiB of the pattern to a verifying receiver, as a fresh user with

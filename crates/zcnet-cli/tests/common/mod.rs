@@ -2,7 +2,8 @@
 //! part of them).
 #![allow(dead_code)]
 
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
 
 /// Whether the tests run as root (uid 0).
 pub fn is_root() -> bool {
@@ -40,4 +41,27 @@ pub fn zcnet_as_nobody(args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
+}
+
+/// Starts `zcnet recv --listen 127.0.0.1:0 EXTRA` with `stdout` (stderr piped); returns the child
+/// and the port it printed.
+pub fn start_recv(extra: &[&str], stdout: Stdio) -> (Child, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zcnet"))
+        .args(["recv", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    (child, port)
 }
