@@ -37,13 +37,7 @@ pub fn raw_send_zc(
     inflight: usize,
     duration: Duration,
 ) -> io::Result<RawResult> {
-    let map = crate::mem::Mapping::anonymous(len * inflight)?;
-    let (map, mut slots) = map.into_slots(len, inflight)?;
-    for s in &mut slots {
-        if let Some(b) = s.bytes_mut() {
-            b.fill(0x5a);
-        }
-    }
+    let (map, slots) = filled_slots(len, inflight)?;
     let mut ring = match IoUring::builder()
         .setup_coop_taskrun()
         .build((2 * inflight as u32).next_power_of_two())
@@ -123,18 +117,9 @@ pub fn raw_send_zc(
             stop = true;
         }
     }
-    res.seconds = start.elapsed().as_secs_f64();
-    res.cpu_seconds = crate::os::thread_cpu_seconds() - cpu0;
     drop(ring);
     drop(slots);
-    match err {
-        Some(e) => Err(e),
-        None if crate::os::interrupted() => Err(io::Error::new(
-            io::ErrorKind::Interrupted,
-            "stopped by SIGINT/SIGTERM",
-        )),
-        None => Ok(res),
-    }
+    finish(res, start, cpu0, err)
 }
 
 /// The same yardstick for the `msg-zerocopy` backend: the smallest MSG_ZEROCOPY loop, shaped
@@ -153,13 +138,7 @@ pub fn raw_msg_zerocopy(
     duration: Duration,
 ) -> io::Result<RawResult> {
     use crate::sock::{self, ErrqueueEntry};
-    let map = crate::mem::Mapping::anonymous(len * inflight)?;
-    let (_map, mut slots) = map.into_slots(len, inflight)?;
-    for s in &mut slots {
-        if let Some(b) = s.bytes_mut() {
-            b.fill(0x5a);
-        }
-    }
+    let (_map, slots) = filled_slots(len, inflight)?;
     sock::enable_zerocopy(fd)?;
     let mut res = RawResult::default();
     let mut entries = Vec::with_capacity(64);
@@ -226,6 +205,31 @@ pub fn raw_msg_zerocopy(
             stop = true;
         }
     }
+    finish(res, start, cpu0, err)
+}
+
+/// `inflight` slots of `len` bytes, written once (the payload is never written again).
+fn filled_slots(
+    len: usize,
+    inflight: usize,
+) -> io::Result<(std::sync::Arc<crate::mem::Mapping>, Vec<crate::mem::Slot>)> {
+    let map = crate::mem::Mapping::anonymous(len * inflight)?;
+    let (map, mut slots) = map.into_slots(len, inflight)?;
+    for s in &mut slots {
+        if let Some(b) = s.bytes_mut() {
+            b.fill(0x5a);
+        }
+    }
+    Ok((map, slots))
+}
+
+/// A raw loop's result: its times, or the first error, or `Interrupted` after SIGINT/SIGTERM.
+fn finish(
+    mut res: RawResult,
+    start: Instant,
+    cpu0: f64,
+    err: Option<io::Error>,
+) -> io::Result<RawResult> {
     res.seconds = start.elapsed().as_secs_f64();
     res.cpu_seconds = crate::os::thread_cpu_seconds() - cpu0;
     match err {
