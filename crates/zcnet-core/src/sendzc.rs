@@ -154,7 +154,13 @@ impl SendZcTracker {
         } else {
             match *st {
                 State::AwaitResult { len } => {
-                    let result = if res >= 0 { Ok(res as u32) } else { Err(-res) };
+                    // -errno; i32::MIN is none, and has no negation: it saturates (found by
+                    // fuzz/, target sendzc: the negation overflowed).
+                    let result = if res >= 0 {
+                        Ok(res as u32)
+                    } else {
+                        Err(res.saturating_neg())
+                    };
                     out.result = Some((result, len));
                     self.awaiting_result -= 1;
                     *st = if flags & IORING_CQE_F_MORE != 0 {
@@ -226,6 +232,17 @@ mod tests {
             })
         );
         assert!(n.released);
+    }
+
+    /// Found by fuzz/ (target sendzc): a result of i32::MIN overflowed the negation.
+    #[test]
+    fn a_result_of_i32_min_is_an_error_not_a_panic() {
+        let mut t = SendZcTracker::new(1);
+        t.on_submit(0, 8).unwrap();
+        let r = t.on_cqe(0, i32::MIN, 0).unwrap();
+        assert_eq!(r.result, Some((Err(i32::MAX), 8)));
+        assert!(r.released);
+        assert_eq!(t.in_flight(), 0);
     }
 
     #[test]

@@ -95,7 +95,14 @@ impl<T> ZcRanges<T> {
     }
 
     /// Applies the reported range `[lo, hi]` (inclusive, wrapping), appending each newly
-    /// completed send to `out`.
+    /// completed send to `out`, in id order from `lo`.
+    ///
+    /// Takes time in proportion to the sends the range can name (at most those still
+    /// tracked), not to its length: a range is up to 2^32 ids (`hi = lo - 1`), and the ids
+    /// outside the tracked window are only counted, by arithmetic. Each id of the range is
+    /// counted once: fresh, duplicate (tracked and already completed, or behind the window:
+    /// completed and retired) or unknown (at or past [`ZcRanges::next_id`], within 2^31 of it:
+    /// never sent).
     pub fn complete(
         &mut self,
         lo: u32,
@@ -103,14 +110,22 @@ impl<T> ZcRanges<T> {
         copied: bool,
         out: &mut Vec<Completed<T>>,
     ) -> RangeOutcome {
+        const LAP: u64 = 1 << 32;
         let mut outcome = RangeOutcome::default();
         let count = u64::from(hi.wrapping_sub(lo)) + 1;
-        let window = self.pending.len() as u64;
-        for k in 0..count {
-            let id = lo.wrapping_add(k as u32);
-            let offset = u64::from(id.wrapping_sub(self.base));
-            if offset < window {
-                match self.pending[offset as usize].take() {
+        // The range as offsets from `base`: [start, end), which may run into a second lap of
+        // the 32-bit id space (offset o of the second lap is id base + o - 2^32).
+        let start = u64::from(lo.wrapping_sub(self.base));
+        let end = start + count;
+        // next_id == base + window (mod 2^32): offsets [0, window) are tracked, the 2^31
+        // after them are ahead of next_id (never sent), the rest are behind base.
+        let window = (self.pending.len() as u64).min(LAP);
+        let ahead_end = (window + (1 << 31)).min(LAP);
+        let mut in_window = 0;
+        for lap in [0, LAP] {
+            let (a, b) = (start.max(lap), end.min(lap + window));
+            for offset in a..b {
+                match self.pending[(offset - lap) as usize].take() {
                     Some(e) => {
                         self.outstanding -= 1;
                         outcome.fresh += 1;
@@ -122,14 +137,14 @@ impl<T> ZcRanges<T> {
                     }
                     None => outcome.duplicate += 1,
                 }
-            } else if id.wrapping_sub(self.next_id) < (1 << 31) {
-                // At or beyond next_id: never sent.
-                outcome.unknown += 1;
-            } else {
-                // Behind base: completed and retired long ago.
-                outcome.duplicate += 1;
             }
+            in_window += b.saturating_sub(a);
+            outcome.unknown += end
+                .min(lap + ahead_end)
+                .saturating_sub(start.max(lap + window));
         }
+        // The rest is behind base: completed and retired long ago.
+        outcome.duplicate += count - in_window - outcome.unknown;
         while let Some(None) = self.pending.front() {
             self.pending.pop_front();
             self.base = self.base.wrapping_add(1);
@@ -181,6 +196,113 @@ mod tests {
         assert_eq!(o.fresh, 4);
         assert_eq!(r.outstanding(), 0);
         assert_eq!(r.complete(u32::MAX, u32::MAX, false, &mut out).duplicate, 1);
+    }
+
+    /// The id-by-id loop `complete` was before it counted the ids outside the window by
+    /// arithmetic: the reference for the differential test below.
+    fn complete_by_id<T>(
+        r: &mut ZcRanges<T>,
+        lo: u32,
+        hi: u32,
+        copied: bool,
+        out: &mut Vec<Completed<T>>,
+    ) -> RangeOutcome {
+        let mut outcome = RangeOutcome::default();
+        let count = u64::from(hi.wrapping_sub(lo)) + 1;
+        let window = r.pending.len() as u64;
+        for k in 0..count {
+            let id = lo.wrapping_add(k as u32);
+            let offset = u64::from(id.wrapping_sub(r.base));
+            if offset < window {
+                match r.pending[offset as usize].take() {
+                    Some(e) => {
+                        r.outstanding -= 1;
+                        outcome.fresh += 1;
+                        out.push(Completed {
+                            token: e.token,
+                            bytes: e.bytes,
+                            copied,
+                        });
+                    }
+                    None => outcome.duplicate += 1,
+                }
+            } else if id.wrapping_sub(r.next_id) < (1 << 31) {
+                outcome.unknown += 1;
+            } else {
+                outcome.duplicate += 1;
+            }
+        }
+        while let Some(None) = r.pending.front() {
+            r.pending.pop_front();
+            r.base = r.base.wrapping_add(1);
+        }
+        outcome
+    }
+
+    /// Found by fuzz/ (target zc_ranges, then errqueue): a report of `[lo, lo - 1]` names all
+    /// 2^32 ids, and `complete` walked every one of them (seconds per call). It now costs the
+    /// tracked window, with the same counts.
+    #[test]
+    fn a_range_of_every_id_is_counted_not_walked() {
+        let mut r = ZcRanges::starting_at(10);
+        for i in 0..3u32 {
+            r.push(1, i);
+        }
+        let mut out = Vec::new();
+        let t = std::time::Instant::now();
+        let o = r.complete(11, 10, false, &mut out);
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        // Ids 11, 12 and (after the wrap) 10 are fresh; the 2^31 from 13 on were never sent;
+        // the rest are behind the window.
+        assert_eq!(o.fresh, 3);
+        assert_eq!(o.unknown, 1 << 31);
+        assert_eq!(o.duplicate, (1 << 32) - 3 - (1 << 31));
+        let tokens: Vec<u32> = out.iter().map(|c| c.token).collect();
+        assert_eq!(tokens, [1, 2, 0], "in id order from lo, wrapping");
+        assert_eq!(r.outstanding(), 0);
+        let o = r.complete(0, u32::MAX, true, &mut out);
+        assert_eq!((o.fresh, o.unknown, o.duplicate), (0, 1 << 31, 1 << 31));
+    }
+
+    proptest! {
+        #[test]
+        fn counting_is_the_id_by_id_loop(
+            first in prop_oneof![Just(0u32), Just(u32::MAX - 3), Just(1 << 31), any::<u32>()],
+            sends in 0usize..40,
+            ops in prop::collection::vec((any::<u8>(), any::<u32>(), 0u32..48, any::<bool>()), 1..30),
+        ) {
+            let mut a: ZcRanges<usize> = ZcRanges::starting_at(first);
+            let mut b: ZcRanges<usize> = ZcRanges::starting_at(first);
+            for i in 0..sends {
+                a.push(i as u64, i);
+                b.push(i as u64, i);
+            }
+            for (kind, x, len, copied) in ops {
+                // Near the window (where the counts change), or anywhere; short ranges only,
+                // so that the reference loop stays quick.
+                let lo = match kind % 3 {
+                    0 => first.wrapping_add(x % 64).wrapping_sub(8),
+                    1 => a.next_id().wrapping_add(x % 16).wrapping_sub(4),
+                    _ => x,
+                };
+                let hi = lo.wrapping_add(len);
+                if kind % 7 == 0 {
+                    a.push(1, 1000 + usize::from(kind));
+                    b.push(1, 1000 + usize::from(kind));
+                }
+                let (mut oa, mut ob) = (Vec::new(), Vec::new());
+                prop_assert_eq!(
+                    a.complete(lo, hi, copied, &mut oa),
+                    complete_by_id(&mut b, lo, hi, copied, &mut ob)
+                );
+                prop_assert_eq!(oa, ob);
+                prop_assert_eq!(a.outstanding(), b.outstanding());
+            }
+        }
     }
 
     /// (first id, send sizes, range cuts, duplicated ranges, shuffle seed).

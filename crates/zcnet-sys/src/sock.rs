@@ -139,26 +139,8 @@ pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
     crate::cvt(unsafe { libc::shutdown(fd, libc::SHUT_WR) }).map(drop)
 }
 
-/// One message read from the error queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrqueueEntry {
-    /// A MSG_ZEROCOPY completion for ids `lo..=hi`.
-    Zerocopy {
-        /// `ee_info`.
-        lo: u32,
-        /// `ee_data`.
-        hi: u32,
-        /// `ee_code & SO_EE_CODE_ZEROCOPY_COPIED`.
-        copied: bool,
-    },
-    /// Any other error-queue message (ICMP error, local error, timestamp).
-    Other {
-        /// `ee_errno`.
-        errno: u32,
-        /// `ee_origin`.
-        origin: u8,
-    },
-}
+/// One message read from the error queue (defined with its parser in `zcnet_core::errqueue`).
+pub use zcnet_core::errqueue::ErrqueueEntry;
 
 /// Reads everything on the socket's error queue (`recvmsg(MSG_ERRQUEUE | MSG_DONTWAIT)` until
 /// `EAGAIN`), appending to `out`. Returns how many messages were read.
@@ -168,12 +150,13 @@ pub enum ErrqueueEntry {
 pub fn read_errqueue(fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
     let mut count = 0;
     loop {
-        // Room for one cmsg with a sock_extended_err and an address (ICMP errors carry one).
-        let mut control = [0u64; 16];
+        // Room for one cmsg with a sock_extended_err and an address (ICMP errors carry one),
+        // aligned for `struct cmsghdr`.
+        let mut control = Control([0u8; 128]);
         // SAFETY: all-zero is a valid msghdr.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&control);
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len();
         // SAFETY: msg points at a live control buffer of the stated size and no iovecs.
         let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if n < 0 {
@@ -185,44 +168,14 @@ pub fn read_errqueue(fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usiz
             };
         }
         count += 1;
-        // SAFETY: msg was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR stay within msg_controllen.
-        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        while !cmsg.is_null() {
-            // SAFETY: cmsg is non-null and inside the control buffer (CMSG_* contract).
-            let hdr = unsafe { &*cmsg };
-            let is_recverr = (hdr.cmsg_level == libc::SOL_IP && hdr.cmsg_type == libc::IP_RECVERR)
-                || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
-            let need = std::mem::size_of::<libc::sock_extended_err>() as u32;
-            // SAFETY: CMSG_LEN is a pure computation on its argument.
-            let min_len = unsafe { libc::CMSG_LEN(need) } as usize;
-            if is_recverr && hdr.cmsg_len as usize >= min_len {
-                // SAFETY: the cmsg is long enough for a sock_extended_err; read_unaligned because
-                // the control buffer gives no alignment promise for the payload.
-                let ee: libc::sock_extended_err = unsafe {
-                    std::ptr::read_unaligned(
-                        libc::CMSG_DATA(cmsg).cast::<libc::sock_extended_err>(),
-                    )
-                };
-                out.push(
-                    if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY && ee.ee_errno == 0 {
-                        ErrqueueEntry::Zerocopy {
-                            lo: ee.ee_info,
-                            hi: ee.ee_data,
-                            copied: ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
-                        }
-                    } else {
-                        ErrqueueEntry::Other {
-                            errno: ee.ee_errno,
-                            origin: ee.ee_origin,
-                        }
-                    },
-                );
-            }
-            // SAFETY: as for CMSG_FIRSTHDR.
-            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
-        }
+        // The walk of CMSG_FIRSTHDR/CMSG_NXTHDR over the bytes the kernel wrote, in safe code.
+        zcnet_core::errqueue::parse_control(&control.0, msg.msg_controllen as usize, out);
     }
 }
+
+/// A control buffer aligned for `struct cmsghdr` (its `size_t cmsg_len`).
+#[repr(C, align(8))]
+struct Control([u8; 128]);
 
 /// `poll` on one fd; returns `revents` (0 on timeout). `EINTR` returns 0.
 pub fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
@@ -371,6 +324,144 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
     use zcnet_core::tcp_info::{TcpInfo, BUF_LEN};
+
+    /// A 128-byte control buffer with 64 bytes of slack after it: the libc walk reads a
+    /// message's data wherever its header says, which for random bytes can be up to 32 bytes
+    /// past the last header that fits in 128 (the kernel never writes such a header).
+    #[repr(C, align(8))]
+    struct Wide([u8; 192]);
+
+    /// The walk `read_errqueue` did before its parsing moved to `zcnet_core::errqueue`: the libc
+    /// crate's CMSG_FIRSTHDR/CMSG_NXTHDR over the control buffer.
+    fn libc_walk(control: &Wide, controllen: usize) -> Vec<ErrqueueEntry> {
+        assert!(controllen <= 128);
+        let mut out = Vec::new();
+        // SAFETY: all-zero is a valid msghdr.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = control.0.as_ptr().cast_mut().cast();
+        msg.msg_controllen = controllen;
+        // SAFETY: msg points at the live 192-byte buffer and controllen <= 128; CMSG_NXTHDR only
+        // returns headers that end within controllen, and a header's data (16 bytes after it)
+        // then ends within 160.
+        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !cmsg.is_null() {
+            // SAFETY: non-null headers lie inside the buffer (above).
+            let hdr = unsafe { std::ptr::read_unaligned(cmsg) };
+            let is_recverr = (hdr.cmsg_level == libc::SOL_IP && hdr.cmsg_type == libc::IP_RECVERR)
+                || (hdr.cmsg_level == libc::SOL_IPV6 && hdr.cmsg_type == libc::IPV6_RECVERR);
+            let need = std::mem::size_of::<libc::sock_extended_err>() as u32;
+            // SAFETY: CMSG_LEN is a pure computation on its argument.
+            let min_len = unsafe { libc::CMSG_LEN(need) } as usize;
+            if is_recverr && hdr.cmsg_len >= min_len {
+                // SAFETY: within the buffer (above); read_unaligned as the old code did.
+                let ee: libc::sock_extended_err = unsafe {
+                    std::ptr::read_unaligned(
+                        libc::CMSG_DATA(cmsg).cast::<libc::sock_extended_err>(),
+                    )
+                };
+                out.push(
+                    if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY && ee.ee_errno == 0 {
+                        ErrqueueEntry::Zerocopy {
+                            lo: ee.ee_info,
+                            hi: ee.ee_data,
+                            copied: ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                        }
+                    } else {
+                        ErrqueueEntry::Other {
+                            errno: ee.ee_errno,
+                            origin: ee.ee_origin,
+                        }
+                    },
+                );
+            }
+            // SAFETY: as for CMSG_FIRSTHDR.
+            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+        }
+        out
+    }
+
+    /// zcnet_core's constants and layout are the C ones.
+    #[test]
+    fn errqueue_constants_match_libc() {
+        use zcnet_core::errqueue as eq;
+        assert_eq!(eq::SOL_IP, libc::SOL_IP);
+        assert_eq!(eq::IP_RECVERR, libc::IP_RECVERR);
+        assert_eq!(eq::SOL_IPV6, libc::SOL_IPV6);
+        assert_eq!(eq::IPV6_RECVERR, libc::IPV6_RECVERR);
+        assert_eq!(eq::SO_EE_ORIGIN_ZEROCOPY, SO_EE_ORIGIN_ZEROCOPY);
+        assert_eq!(eq::SO_EE_CODE_ZEROCOPY_COPIED, SO_EE_CODE_ZEROCOPY_COPIED);
+        assert_eq!(
+            eq::SOCK_EXTENDED_ERR_LEN,
+            std::mem::size_of::<libc::sock_extended_err>()
+        );
+        assert_eq!(eq::CMSG_HDR_LEN, std::mem::size_of::<libc::cmsghdr>());
+        // SAFETY: CMSG_LEN is a pure computation.
+        let len = unsafe { libc::CMSG_LEN(eq::SOCK_EXTENDED_ERR_LEN as u32) } as usize;
+        assert_eq!(eq::RECVERR_CMSG_LEN, len);
+    }
+
+    /// The safe parser reads what the libc walk read, for well-formed buffers and for 200,000
+    /// seeded random and mutated ones (every controllen up to 128 bytes, as read_errqueue's
+    /// buffer).
+    #[test]
+    fn errqueue_parse_is_the_libc_walk() {
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let hdr = std::mem::size_of::<libc::cmsghdr>();
+        for round in 0..200_000u32 {
+            let mut c = Wide([0u8; 192]);
+            for b in &mut c.0[128..] {
+                *b = rnd() as u8;
+            }
+            // Well-formed messages first, then damage.
+            let mut off = 0;
+            while off + 48 <= 128 && rnd() % 4 != 0 {
+                let (level, ty) = match rnd() % 4 {
+                    0 => (libc::SOL_IP, libc::IP_RECVERR),
+                    1 => (libc::SOL_IPV6, libc::IPV6_RECVERR),
+                    2 => (libc::SOL_SOCKET, 1),
+                    _ => ((rnd() % 64) as i32, (rnd() % 32) as i32),
+                };
+                let data = [16usize, 32, 15, 0][(rnd() % 4) as usize];
+                let len = hdr + data;
+                c.0[off..off + 8].copy_from_slice(&len.to_ne_bytes());
+                c.0[off + 8..off + 12].copy_from_slice(&level.to_ne_bytes());
+                c.0[off + 12..off + 16].copy_from_slice(&ty.to_ne_bytes());
+                for b in &mut c.0[off + 16..off + 16 + data] {
+                    *b = rnd() as u8;
+                }
+                if rnd() % 2 == 0 {
+                    c.0[off + 16..off + 20].fill(0); // ee_errno 0
+                    c.0[off + 20] = SO_EE_ORIGIN_ZEROCOPY;
+                }
+                off += (len + 7) & !7;
+            }
+            for _ in 0..(rnd() % 3) {
+                let i = (rnd() % 128) as usize;
+                c.0[i] = rnd() as u8;
+            }
+            if round % 16 == 0 {
+                // A wild cmsg_len somewhere (below 2^40: the libc crate's pointer arithmetic
+                // would wrap on larger ones, which the safe parser refuses instead).
+                let at = ((rnd() % 15) * 8) as usize;
+                let len = rnd() >> (24 + rnd() % 40);
+                c.0[at..at + 8].copy_from_slice(&len.to_ne_bytes());
+            }
+            let controllen = if rnd() % 2 == 0 {
+                off
+            } else {
+                (rnd() % 129) as usize
+            };
+            let mut got = Vec::new();
+            zcnet_core::errqueue::parse_control(&c.0, controllen, &mut got);
+            assert_eq!(got, libc_walk(&c, controllen), "round {round}, {:?}", c.0);
+        }
+    }
 
     /// The offsets zcnet_core reads are the running kernel's: a loopback connection that moved
     /// 4 MiB is ESTABLISHED (1), has loopback's MTU as its path MTU, an MSS under it, a window, a smoothed RTT,

@@ -897,19 +897,32 @@ fn echo(
             }
         }
         if sent < total {
-            let mut skip = sent;
-            for s in &slices[..n] {
-                if skip >= s.len() {
-                    skip -= s.len();
-                    continue;
-                }
-                conn.out.extend_from_slice(&s[skip..]);
-                skip = 0;
-            }
+            queue_unsent(&slices[..n], sent, &mut conn.out);
             st.outbox_bytes += (total - sent) as u64;
         }
     }
     Ok(())
+}
+
+/// Appends to `out` what a vectored send of `slices` left unsent when the socket took `sent`
+/// bytes (the tail from byte `sent` on), and returns how many bytes it appended: the total
+/// minus `sent`, or 0 if `sent` covers everything.
+///
+/// `sent` is what the kernel answered; this and [`check_response`] are the echo protocol's only
+/// handling of what the kernel or the peer says, kept pure so that fuzz/ (target `echo`) and
+/// the fuzz smoke test drive them with arbitrary values.
+pub fn queue_unsent(slices: &[&[u8]], sent: usize, out: &mut Vec<u8>) -> usize {
+    let before = out.len();
+    let mut skip = sent;
+    for s in slices {
+        if skip >= s.len() {
+            skip -= s.len();
+            continue;
+        }
+        out.extend_from_slice(&s[skip..]);
+        skip = 0;
+    }
+    out.len() - before
 }
 
 /// Writes as much of the outbox as the socket takes now.
@@ -1386,41 +1399,24 @@ fn read_more(
             }
             Ok(n) => {
                 let off = c.got;
-                if off + n > c.sent {
-                    return Err(format!(
-                        "response {} runs ahead of its request ({} B back, {} B sent)",
-                        c.seq,
-                        off + n,
-                        c.sent
-                    ));
-                }
-                let ok = match cfg.check {
-                    Check::Full => {
-                        res.checked += n as u64;
-                        scratch[..n] == c.req[off..off + n]
+                match check_response(&c.req, c.sent, off, &scratch[..n], cfg.check) {
+                    ResponseCheck::RunsAhead => {
+                        return Err(format!(
+                            "response {} runs ahead of its request ({} B back, {} B sent)",
+                            c.seq,
+                            off + n,
+                            c.sent
+                        ))
                     }
-                    Check::Cheap => {
-                        let edge = 16.min(size);
-                        let mut ok = true;
-                        for (lo, hi) in [(0, edge), (size - edge, size)] {
-                            let (a, b) = (lo.max(off), hi.min(off + n));
-                            if a < b {
-                                res.checked += (b - a) as u64;
-                                ok &= scratch[a - off..b - off] == c.req[a..b];
-                            }
-                        }
-                        ok
+                    ResponseCheck::Differs { checked, at } => {
+                        res.checked += checked;
+                        res.mismatches += 1;
+                        return Err(format!(
+                            "response {} differs from its request at byte {at}",
+                            c.seq
+                        ));
                     }
-                };
-                if !ok {
-                    res.mismatches += 1;
-                    let at = (0..n)
-                        .find(|&i| scratch[i] != c.req[off + i])
-                        .map_or(off, |i| off + i);
-                    return Err(format!(
-                        "response {} differs from its request at byte {at}",
-                        c.seq
-                    ));
+                    ResponseCheck::Match { checked } => res.checked += checked,
                 }
                 c.got += n;
             }
@@ -1435,6 +1431,70 @@ fn read_more(
         }
     }
     Ok(())
+}
+
+/// What [`check_response`] found in one piece of a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseCheck {
+    /// The bytes [`Check`] looks at are the request's; `checked` of them were compared.
+    Match {
+        /// Bytes compared.
+        checked: u64,
+    },
+    /// The piece ends past what was sent of the request (or past the request).
+    RunsAhead,
+    /// A compared byte differs.
+    Differs {
+        /// Bytes compared.
+        checked: u64,
+        /// Request offset of the piece's first byte that differs from the request (with
+        /// [`Check::Cheap`], possibly one the check itself skipped).
+        at: usize,
+    },
+}
+
+/// Checks `piece`, the response bytes that arrived for request offsets `off..off + piece.len()`,
+/// against `req` of which `sent` bytes went out: every byte with [`Check::Full`], the first and
+/// last 16 bytes of the request (where the connection and sequence stamp are) with
+/// [`Check::Cheap`]. Pure: any piece, offset and count give an answer, never a panic.
+pub fn check_response(
+    req: &[u8],
+    sent: usize,
+    off: usize,
+    piece: &[u8],
+    check: Check,
+) -> ResponseCheck {
+    let size = req.len();
+    let n = piece.len();
+    let Some(end) = off.checked_add(n).filter(|&e| e <= sent && e <= size) else {
+        return ResponseCheck::RunsAhead;
+    };
+    let mut checked = 0u64;
+    let ok = match check {
+        Check::Full => {
+            checked += n as u64;
+            *piece == req[off..end]
+        }
+        Check::Cheap => {
+            let edge = 16.min(size);
+            let mut ok = true;
+            for (lo, hi) in [(0, edge), (size - edge, size)] {
+                let (a, b) = (lo.max(off), hi.min(end));
+                if a < b {
+                    checked += (b - a) as u64;
+                    ok &= piece[a - off..b - off] == req[a..b];
+                }
+            }
+            ok
+        }
+    };
+    if ok {
+        return ResponseCheck::Match { checked };
+    }
+    let at = (0..n)
+        .find(|&i| piece[i] != req[off + i])
+        .map_or(off, |i| off + i);
+    ResponseCheck::Differs { checked, at }
 }
 
 #[cfg(test)]
@@ -1458,5 +1518,72 @@ mod tests {
         assert!((r.gbps() - 100.0 * 65536.0 * 8.0 / 1e9).abs() < 1e-12);
         assert_eq!(ClientReport::default().percentile_us(50.0), None);
         assert_eq!(ClientReport::default().qps(), 0.0);
+    }
+
+    #[test]
+    fn unsent_tails_are_queued_from_the_first_untaken_byte() {
+        let (a, b, c): (&[u8], &[u8], &[u8]) = (b"abcd", b"", b"efg");
+        let mut out = b"old".to_vec();
+        assert_eq!(queue_unsent(&[a, b, c], 2, &mut out), 5);
+        assert_eq!(out, b"oldcdefg");
+        let mut out = Vec::new();
+        assert_eq!(queue_unsent(&[a, b, c], 4, &mut out), 3);
+        assert_eq!(out, b"efg");
+        assert_eq!(queue_unsent(&[a, b, c], 7, &mut out), 0);
+        assert_eq!(queue_unsent(&[a, c], usize::MAX, &mut out), 0);
+        assert_eq!(out, b"efg");
+    }
+
+    #[test]
+    fn responses_are_checked_where_the_check_looks() {
+        let req: Vec<u8> = (0..64u8).collect();
+        let full = Check::Full;
+        let cheap = Check::Cheap;
+        assert_eq!(
+            check_response(&req, 64, 0, &req[..64], full),
+            ResponseCheck::Match { checked: 64 }
+        );
+        // Cheap compares only the first and last 16 bytes of the request.
+        assert_eq!(
+            check_response(&req, 64, 10, &req[10..50], cheap),
+            ResponseCheck::Match { checked: 6 + 2 }
+        );
+        let mut bad = req[10..50].to_vec();
+        bad[20] ^= 1; // request byte 30: not looked at by Cheap
+        assert_eq!(
+            check_response(&req, 64, 10, &bad, cheap),
+            ResponseCheck::Match { checked: 8 }
+        );
+        assert_eq!(
+            check_response(&req, 64, 10, &bad, full),
+            ResponseCheck::Differs {
+                checked: 40,
+                at: 30
+            }
+        );
+        bad[0] ^= 1; // request byte 10: looked at by both; the first difference is reported
+        assert_eq!(
+            check_response(&req, 64, 10, &bad, cheap),
+            ResponseCheck::Differs { checked: 8, at: 10 }
+        );
+        // Past what was sent, or past the request: runs ahead.
+        assert_eq!(
+            check_response(&req, 20, 10, &req[10..21], full),
+            ResponseCheck::RunsAhead
+        );
+        assert_eq!(
+            check_response(&req, 100, 60, &[0; 5], full),
+            ResponseCheck::RunsAhead
+        );
+        assert_eq!(
+            check_response(&req, 64, usize::MAX, &[0], cheap),
+            ResponseCheck::RunsAhead
+        );
+        // Requests shorter than the edges.
+        let tiny = [7u8; 5];
+        assert_eq!(
+            check_response(&tiny, 5, 1, &[7, 7], cheap),
+            ResponseCheck::Match { checked: 4 }
+        );
     }
 }

@@ -166,12 +166,17 @@ impl Frames {
     }
 
     fn frame_of(&self, addr: u64) -> Result<(u32, u32), FrameError> {
-        let frame = addr / u64::from(self.frame_size);
-        if frame >= self.state.len() as u64 {
+        // A UMEM of 0-byte frames has no address at all (found by fuzz/, target xsk: the
+        // division by zero panicked on the first descriptor).
+        let size = u64::from(self.frame_size);
+        let Some(frame) = addr
+            .checked_div(size)
+            .filter(|&f| f < self.state.len() as u64)
+        else {
             return Err(FrameError::OutOfRange { addr });
-        }
+        };
         // Both fit: frame < count (a u32) and the remainder < frame_size.
-        Ok((frame as u32, (addr % u64::from(self.frame_size)) as u32))
+        Ok((frame as u32, (addr % size) as u32))
     }
 
     fn expect(&self, frame: u32, expected: FrameState) -> Result<(), FrameError> {

@@ -139,16 +139,26 @@ impl Producer {
     /// A producer over a ring of `size` entries (a power of two) whose indexes now read
     /// `producer` and `consumer` (zero on a new ring).
     ///
+    /// A `consumer` more than `size` entries behind `producer` (or ahead of it) is not a state
+    /// the kernel can be in: the ring is then taken as full, and the next read of the
+    /// consumer index (which [`Producer::reserve`] does first) reports the index as a
+    /// [`RingError::BadConsumer`]. (Found by fuzz/, target xsk: the free count underflowed.)
+    ///
     /// # Panics
     /// If `size` is not a power of two (the kernel refuses such rings with `EINVAL`).
     pub fn new(size: u32, producer: u32, consumer: u32) -> Producer {
         let mask = check_size(size);
+        let cons = if producer.wrapping_sub(consumer) <= size {
+            consumer
+        } else {
+            producer.wrapping_sub(size)
+        };
         Producer {
             mask,
             size,
             head: producer,
             tail: producer,
-            cons: consumer,
+            cons,
         }
     }
 
@@ -259,16 +269,27 @@ impl Consumer {
     /// A consumer over a ring of `size` entries (a power of two) whose indexes now read
     /// `producer` and `consumer`.
     ///
+    /// A `producer` more than `size` entries ahead of `consumer` (or behind it) is not a state
+    /// the kernel can be in: the ring is then taken as empty, and the next read of the
+    /// producer index (which [`Consumer::peek`] does first) reports the index as a
+    /// [`RingError::BadProducer`]. (Found by fuzz/, target xsk: more than `size` entries were
+    /// handed out, some slots twice.)
+    ///
     /// # Panics
     /// If `size` is not a power of two.
     pub fn new(size: u32, producer: u32, consumer: u32) -> Consumer {
         let mask = check_size(size);
+        let prod = if producer.wrapping_sub(consumer) <= size {
+            producer
+        } else {
+            consumer
+        };
         Consumer {
             mask,
             size,
             head: consumer,
             tail: consumer,
-            prod: producer,
+            prod,
         }
     }
 

@@ -507,6 +507,47 @@ fn impossible_indexes_are_errors() {
     assert!(p.cancel(1).is_err());
 }
 
+/// Found by fuzz/ (target xsk): indexes read at setup that put more than a ring's entries in
+/// it underflowed the producer's free count (a panic, or in release a reserve of up to 2^32
+/// slots over entries the kernel had not consumed) and let the consumer peek more entries
+/// than the ring has. Now the ring starts full (producer) or empty (consumer), and the first
+/// read of the kernel's index reports it.
+#[test]
+fn impossible_starting_indexes_are_errors_at_the_first_read() {
+    let mut p = Producer::new(8, 100, 91);
+    assert_eq!(p.pending() + p.reserved(), 8, "taken as full");
+    assert!(matches!(
+        p.reserve(1, || 91),
+        Err(RingError::BadConsumer { read: 91, .. })
+    ));
+    assert_eq!((p.producer(), p.reserved()), (100, 0));
+    let mut p = Producer::new(8, 100, 101);
+    assert!(
+        p.reserve(1, || 101).is_err(),
+        "a consumer ahead of the producer"
+    );
+    // A full ring that is really full is no error, and frees up as the kernel consumes.
+    let mut p = Producer::new(8, 100, 92);
+    assert_eq!(p.reserve(1, || 92).unwrap().len, 0);
+    assert_eq!(p.reserve(3, || 95).unwrap().len, 3);
+
+    let mut c = Consumer::new(8, 109, 100);
+    assert_eq!(c.ready_cached(), 0, "taken as empty");
+    assert!(matches!(
+        c.peek(4, || 109),
+        Err(RingError::BadProducer { read: 109, .. })
+    ));
+    assert_eq!((c.consumer(), c.peeked()), (100, 0));
+    let mut c = Consumer::new(8, 99, 100);
+    assert!(c.peek(1, || 99).is_err(), "a producer behind the consumer");
+    let mut c = Consumer::new(8, 108, 100);
+    assert_eq!(
+        c.peek(9, || 108).unwrap().len,
+        8,
+        "exactly a full ring is fine"
+    );
+}
+
 #[test]
 fn kick_only_when_pending_and_asked() {
     let nw = XDP_RING_NEED_WAKEUP;
@@ -561,6 +602,27 @@ fn frames_refuse_impossible_moves() {
     assert_eq!(f.counts().filled, 1);
     assert_eq!(rx_capacity(2048, 0), 1792);
     assert_eq!(rx_capacity(4096, 128), 3712);
+}
+
+/// Found by fuzz/ (target xsk): a UMEM of 0-byte frames divided by zero on the first
+/// descriptor; every address is out of range instead.
+#[test]
+fn zero_byte_frames_have_no_address() {
+    let mut f = Frames::new(4, 0);
+    f.give_fill(0).unwrap();
+    assert!(matches!(
+        f.on_rx(0, 0),
+        Err(FrameError::OutOfRange { addr: 0 })
+    ));
+    assert!(matches!(
+        f.on_complete(7),
+        Err(FrameError::OutOfRange { addr: 7 })
+    ));
+    assert!(matches!(
+        f.give_tx(1, 0, 1),
+        Err(FrameError::TooLong { .. })
+    ));
+    assert_eq!(f.state(0), Some(FrameState::Fill));
 }
 
 #[test]
