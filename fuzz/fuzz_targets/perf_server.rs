@@ -1,0 +1,14 @@
+#![no_main]
+
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
+#[path = "../bodies/perf_server.rs"]
+mod body;
+#[path = "../bodies/input.rs"]
+mod input;
+#[path = "../bodies/perf_gen.rs"]
+mod perf_gen;
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| body::run(data));
