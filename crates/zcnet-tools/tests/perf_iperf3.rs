@@ -238,7 +238,14 @@ fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
     let (z, i) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-n", "20M", "-R"]).expect("iperf3");
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
-    assert_eq!(sums(&z, ""), (20 << 20, 20 << 20));
+    // The iperf3 server sends: it checks -n after each 128 KiB write, so it may send a block
+    // more; zcnet receives exactly what it sent.
+    let (sent, received) = sums(&z, "");
+    assert!(
+        ((20 << 20)..=(20 << 20) + (128 << 10)).contains(&sent),
+        "{sent}"
+    );
+    assert_eq!(received, sent);
     zcnet_received(&z, &i, "", true);
 }
 
