@@ -286,13 +286,7 @@ impl<'a> Client<'a> {
             match self.connect_stream(*spec, port) {
                 Ok(d) => {
                     if !self.s.json {
-                        let meta = report::StreamMeta {
-                            id: d.spec.id,
-                            socket: d.socket,
-                            sends: d.spec.client_sends(),
-                            local: d.local,
-                            remote: d.remote,
-                        };
+                        let meta = d.meta(d.spec.client_sends());
                         println!("{}", report::connected_line(&meta));
                     }
                     self.connected.push(d);

@@ -10,9 +10,7 @@ use serde_json::Value;
 use super::jsonout;
 use super::proto::Protocol;
 use super::proto::{StreamResults, TestParams, TestResults};
-use super::report::{
-    self, Interval, Layout, StreamMeta, StreamTotals, TcpSample, Totals, UdpCounts,
-};
+use super::report::{self, Interval, Layout, StreamTotals, TcpSample, Totals, UdpCounts};
 use super::streams::{
     drain_receivers, stop_senders, Budget, DataStream, Notifier, PathConfig, Running, StreamEnd,
     TestShared,
@@ -83,13 +81,7 @@ impl TestRun {
             streams: streams
                 .iter()
                 .zip(&sends)
-                .map(|(d, &s)| StreamMeta {
-                    id: d.spec.id,
-                    socket: d.socket,
-                    sends: s,
-                    local: d.local,
-                    remote: d.remote,
-                })
+                .map(|(d, &s)| d.meta(s))
                 .collect(),
         };
         let shared = TestShared::new(Budget::new(params.num, params.blockcount));

@@ -400,13 +400,7 @@ impl Server<'_> {
         match made {
             Ok(d) => {
                 if !self.s.json {
-                    let meta = report::StreamMeta {
-                        id: d.spec.id,
-                        socket: d.socket,
-                        sends: d.spec.server_sends(),
-                        local: d.local,
-                        remote: d.remote,
-                    };
+                    let meta = d.meta(d.spec.server_sends());
                     println!("{}", report::connected_line(&meta));
                 }
                 t.accepted.push(d);

@@ -275,6 +275,17 @@ impl DataStream {
             remote,
         })
     }
+
+    /// What reports need of the stream, for the side that `sends` on it or not.
+    pub fn meta(&self, sends: bool) -> super::report::StreamMeta {
+        super::report::StreamMeta {
+            id: self.spec.id,
+            socket: self.socket,
+            sends,
+            local: self.local,
+            remote: self.remote,
+        }
+    }
 }
 
 /// How this side moves data.
