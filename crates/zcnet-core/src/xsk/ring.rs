@@ -98,6 +98,13 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The next `len` entries from `*tail`, which moves past them.
+    fn take(tail: &mut u32, len: u32, mask: u32) -> Batch {
+        let start = *tail;
+        *tail = start.wrapping_add(len);
+        Batch { start, len, mask }
+    }
+
     /// The slot (array position) of the `i`-th entry of the batch (`i < len`).
     pub fn slot(&self, i: u32) -> usize {
         (self.start.wrapping_add(i) & self.mask) as usize
@@ -215,13 +222,7 @@ impl Producer {
             self.refresh(load)?;
         }
         let len = want.min(self.free_cached());
-        let start = self.tail;
-        self.tail = self.tail.wrapping_add(len);
-        Ok(Batch {
-            start,
-            len,
-            mask: self.mask,
-        })
+        Ok(Batch::take(&mut self.tail, len, self.mask))
     }
 
     /// Gives back the last `n` reserved entries without publishing them.
@@ -337,13 +338,7 @@ impl Consumer {
             self.refresh(load)?;
         }
         let len = max.min(self.ready_cached());
-        let start = self.tail;
-        self.tail = self.tail.wrapping_add(len);
-        Ok(Batch {
-            start,
-            len,
-            mask: self.mask,
-        })
+        Ok(Batch::take(&mut self.tail, len, self.mask))
     }
 
     /// Hands the first `n` peeked entries back to the kernel: returns the consumer index to
