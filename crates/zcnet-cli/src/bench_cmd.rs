@@ -1,6 +1,8 @@
 //! `zcnet bench tx` and `zcnet bench rx`: the tables, the JSON documents, the progress lines.
 
-use crate::units::{count_arg, seconds_arg, size_arg, total_arg, MAX_BUFFER, MAX_INFLIGHT};
+use crate::units::{
+    count_arg, seconds_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT,
+};
 use crate::{BenchRxArgs, BenchTxArgs};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
@@ -46,6 +48,7 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
             .collect::<Result<Vec<_>, _>>()?;
     // Every argument is checked before any lab is made or memory allocated (exit code 2).
     let inflight = count_arg("--inflight", a.inflight, MAX_INFLIGHT)?;
+    let window = window_arg(&a.window)?;
     let duration = seconds_arg("--duration", a.duration)?;
     let mut sizes = Vec::new();
     for s in &a.size {
@@ -72,6 +75,7 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         sizes,
         duration,
         inflight,
+        window,
         memory,
         baseline: !a.no_baseline,
     })
@@ -230,9 +234,21 @@ fn slow_zero_copy_reason(row: &zcnet_tools::bench::TxRow, ratio: Option<f64>) ->
         return None;
     }
     if row.zerocopy_bytes == 0 && row.copied_bytes > 0 {
-        return Some(
-            "the kernel copied every byte (TCP over loopback or veth is copied on the receive side), so zero copy only adds pinning and notifications here".into(),
-        );
+        let mut why = "the kernel copied every byte (TCP over loopback or veth is copied on the receive side), so zero copy only adds pinning and notifications here".to_string();
+        let page = zcnet::tx::buffer_stride(1);
+        if row.size < page && row.path != PathKind::Sink.name() {
+            // Measured on loopback at 1 KiB: ~8.6 KB sent per TCP segment (ACKs included)
+            // against ~18 KB copying (nstat TcpOutSegs, docs/perf.md).
+            why.push_str(&format!(
+                "; and sends of {} B each take a page fragment of their own, of which a segment holds at most {} (net.core.max_skb_frags): smaller segments than copying makes",
+                row.size,
+                std::fs::read_to_string("/proc/sys/net/core/max_skb_frags")
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u32>().ok())
+                    .unwrap_or(17)
+            ));
+        }
+        return Some(why);
     }
     if row.size < zcnet::tx::AUTO_MIN_ZERO_COPY {
         return Some(format!(

@@ -80,9 +80,12 @@ pub struct BenchTxArgs {
     /// Seconds per case.
     #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
     pub duration: f64,
-    /// Sends (buffers) in flight (1 to 4096).
+    /// Sends (buffers) in flight: at least this many (1 to 4096).
     #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     pub inflight: usize,
+    /// Bytes in flight: smaller sends get more buffers (4K sends: 128); 0: exactly --inflight.
+    #[arg(long, default_value = "512K", allow_hyphen_values = true)]
+    pub window: String,
     /// Buffer memory: host (4 KiB pages), hugepage (2 MiB pages; THP when none reserved), or
     /// cuda[:N] (GPU memory: devmem TX where the NIC can, else staged through pinned host memory).
     #[arg(long, default_value = "anon")]

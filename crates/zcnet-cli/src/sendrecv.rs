@@ -1,7 +1,7 @@
 //! `zcnet send` and `zcnet recv`: netcat-style, over the same backends as the benchmark.
 
 use crate::units::{
-    bytes_arg, count_arg, seconds_arg, size_arg, total_arg, MAX_BUFFER, MAX_INFLIGHT,
+    bytes_arg, count_arg, seconds_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT,
 };
 use clap::Args;
 use serde::Serialize;
@@ -29,9 +29,13 @@ pub struct SendArgs {
     /// Bytes per send (at most 64M; with --inflight, at most 1G in all).
     #[arg(long, default_value = "64K")]
     pub size: String,
-    /// Sends in flight (1 to 4096).
+    /// Sends in flight: at least this many (1 to 4096).
     #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     pub inflight: usize,
+    /// Bytes in flight: smaller sends get more buffers, so that as many bytes keep moving
+    /// (zero copy holds each buffer until its ACK); 0: exactly --inflight buffers.
+    #[arg(long, default_value = "512K", allow_hyphen_values = true)]
+    pub window: String,
     /// Send the seeded pattern (the receiver checks it with --verify) instead of stdin.
     #[arg(long)]
     pub verify: bool,
@@ -127,6 +131,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let size = size_arg("--size", &a.size, MAX_BUFFER)?;
     let inflight = count_arg("--inflight", a.inflight, MAX_INFLIGHT)?;
     total_arg(("--size", size), ("--inflight", inflight))?;
+    let window = window_arg(&a.window)?;
     let bytes = a
         .bytes
         .as_deref()
@@ -156,6 +161,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let deadline = duration.map(|d| Instant::now() + d);
     let mut cfg = TxConfig::new(mode);
     cfg.inflight = inflight;
+    cfg.window = window;
     cfg.buf_size = size;
     if memory.is_device() {
         return crate::gpu_cmd::send(a, addr, memory, &cfg, limit, deadline);
@@ -183,9 +189,9 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     } else {
         Source::Zeros
     };
-    // The deadline is read once per `inflight` sends (about once per wait for the kernel), as
-    // `bench tx` reads it, not once per send.
-    let mut chunks = Chunks::new(size, limit, deadline, inflight);
+    // The deadline is read once per buffers' worth of sends (about once per wait for the
+    // kernel), as `bench tx` reads it, not once per send.
+    let mut chunks = Chunks::new(size, limit, deadline, tx.buffers());
     let mut offset = 0u64;
     while let Some(want) = chunks.next(offset)? {
         let mut buf = tx.buffer()?;

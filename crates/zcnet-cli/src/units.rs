@@ -66,6 +66,15 @@ pub fn size_arg(flag: &str, s: &str, max: usize) -> Result<usize, Error> {
     }
 }
 
+/// `--window`'s value: bytes in flight, 0 (buffers by `--inflight` alone) to
+/// [`MAX_BUFFERS_TOTAL`].
+pub fn window_arg(s: &str) -> Result<usize, Error> {
+    if parse_bytes(s) == Some(0) {
+        return Ok(0);
+    }
+    size_arg("--window", s, MAX_BUFFERS_TOTAL)
+}
+
 /// `flag`'s value as a count of 1 to `max` (e.g. `--inflight 8`).
 pub fn count_arg(flag: &str, n: usize, max: usize) -> Result<usize, Error> {
     if (1..=max).contains(&n) {
@@ -127,6 +136,17 @@ fn human(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows() {
+        assert_eq!(window_arg("512K").unwrap(), 512 << 10);
+        assert_eq!(window_arg("0").unwrap(), 0);
+        assert_eq!(window_arg("1G").unwrap(), 1 << 30);
+        for bad in ["2G", "x", "-1"] {
+            let m = window_arg(bad).unwrap_err().to_string();
+            assert!(m.starts_with(&format!("--window {bad}")), "{m}");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -68,11 +68,14 @@ fn baseline(tx: &str, size: usize) -> Rate {
     let sock = std::net::TcpStream::connect(addr).expect("connect");
     let mode = zcnet::TxMode::parse(tx).expect("mode");
     let t = Instant::now();
+    let mut tcfg = zcnet::TxConfig::new(mode);
+    tcfg.buf_size = size;
+    // Exactly as many in flight as the plugin keeps: no window's worth of extra buffers.
+    tcfg.inflight = outstanding(size);
+    tcfg.window = 0;
     let (st, _) = zcnet_tools::bench::send_for(
         sock.into(),
-        mode,
-        size,
-        outstanding(size),
+        &tcfg,
         zcnet::MemoryKind::Anonymous,
         Duration::from_secs_f64(secs()),
     )

@@ -68,13 +68,26 @@ pub struct TxBenchConfig {
     pub sizes: Vec<usize>,
     /// Seconds per case.
     pub duration: Duration,
-    /// Sends in flight.
+    /// Sends in flight: at least this many ([`TxConfig::inflight`]).
     pub inflight: usize,
+    /// Bytes in flight: more buffers for small sizes ([`TxConfig::window`]; 0: `inflight` only).
+    pub window: usize,
     /// Memory for the buffers.
     pub memory: MemoryKind,
     /// Also run the raw loops on `sink` to measure zcnet's own overhead: the raw SEND_ZC loop
     /// when `uring-zc` is in `modes`, the raw MSG_ZEROCOPY loop when `msg-zerocopy` is.
     pub baseline: bool,
+}
+
+impl TxBenchConfig {
+    /// The sender's configuration for one case.
+    pub fn tx_config(&self, mode: TxMode, size: usize) -> TxConfig {
+        let mut t = TxConfig::new(mode);
+        t.inflight = self.inflight;
+        t.window = self.window;
+        t.buf_size = size;
+        t
+    }
 }
 
 impl Default for TxBenchConfig {
@@ -85,6 +98,7 @@ impl Default for TxBenchConfig {
             sizes: vec![4096, 16384, 65536],
             duration: Duration::from_secs(3),
             inflight: 8,
+            window: zcnet::tx::DEFAULT_WINDOW,
             memory: MemoryKind::Anonymous,
             baseline: true,
         }
@@ -312,7 +326,8 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                     path: path.name(),
                     tx: tx.clone(),
                     size,
-                    inflight: cfg.inflight,
+                    // The raw loops keep the same number in flight as zcnet's sender.
+                    inflight: cfg.tx_config(TxMode::Copy, size).buffers(),
                     ..TxRow::default()
                 };
                 let outcome = if raws.contains(&tx.as_str()) {
@@ -372,29 +387,26 @@ fn gso_for(size: usize) -> Option<u16> {
     (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500)
 }
 
-/// Sends `size`-byte messages for `duration`; the buffers hold the seeded pattern.
+/// Sends `tcfg.buf_size`-byte messages for `duration`; the buffers hold the seeded pattern.
 pub fn send_for(
     sock: Socket,
-    mode: TxMode,
-    size: usize,
-    inflight: usize,
+    tcfg: &TxConfig,
     memory: MemoryKind,
     duration: Duration,
 ) -> Result<(TxStats, Option<String>)> {
-    let mut tcfg = TxConfig::new(mode);
-    tcfg.inflight = inflight;
-    tcfg.buf_size = size;
-    let region = Region::new(memory, region_len(&tcfg))?;
+    let size = tcfg.buf_size;
+    let region = Region::new(memory, region_len(tcfg))?;
     if memory.is_device() {
-        return send_gpu_for(sock, region, &tcfg, memory, duration);
+        return send_gpu_for(sock, region, tcfg, memory, duration);
     }
-    let mut tx = Sender::new(sock, region, &tcfg)?;
+    let mut tx = Sender::new(sock, region, tcfg)?;
     let note = tx.note().map(str::to_string);
     let pattern = Pattern::new(0x2c6e_6574);
     let mut filled = vec![false; tx.buffers()];
     let deadline = Instant::now() + duration;
-    // Read the clock once per `inflight` sends (about once per wait), as the raw baseline does.
-    let check_every = inflight.max(1) as u64;
+    // Read the clock once per buffers' worth of sends (about once per wait), as the raw
+    // baseline does.
+    let check_every = tx.buffers() as u64;
     let mut sends = 0u64;
     loop {
         if sends.is_multiple_of(check_every) {
@@ -453,9 +465,7 @@ fn run_case(env: &Env, mode: TxMode, size: usize, cfg: &TxBenchConfig) -> CaseRe
                 let sock = net::connect_udp(s.dest, gso_for(size))?;
                 let (st, note) = send_for(
                     sock.into(),
-                    mode,
-                    size,
-                    cfg.inflight,
+                    &cfg.tx_config(mode, size),
                     cfg.memory,
                     cfg.duration,
                 )?;
@@ -502,9 +512,7 @@ fn tcp_case(
         |sock| {
             send_for(
                 sock.into(),
-                mode,
-                size,
-                cfg.inflight,
+                &cfg.tx_config(mode, size),
                 cfg.memory,
                 cfg.duration,
             )
@@ -592,7 +600,8 @@ fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult
             lab::enter(&s.ns)?;
             let sock = net::connect_udp(s.dest, gso_for(size))?;
             let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
-            let r = run(fd, size, cfg.inflight, cfg.duration).map_err(|e| match e.kind() {
+            let inflight = cfg.tx_config(TxMode::Copy, size).buffers();
+            let r = run(fd, size, inflight, cfg.duration).map_err(|e| match e.kind() {
                 std::io::ErrorKind::Interrupted => Error::Interrupted,
                 _ => Error::io(what, e),
             })?;

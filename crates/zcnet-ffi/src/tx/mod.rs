@@ -33,7 +33,8 @@ pub const ZCNET_TX_DEVMEM: u32 = 5;
 pub struct zcnet_tx_config {
     /// One of the `ZCNET_TX_*` modes (0: `ZCNET_TX_AUTO`).
     pub mode: u32,
-    /// Buffers (and so sends) in flight at most (0: 8).
+    /// Buffers (and so sends) in flight: at least this many (0: 8); smaller buffers get more,
+    /// up to 512 KiB in flight, as far as the region holds them (`zcnet_sender_new`).
     pub inflight: u32,
     /// Bytes per buffer (0: 65536).
     pub buf_size: u64,

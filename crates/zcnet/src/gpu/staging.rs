@@ -329,7 +329,7 @@ pub struct StagedSender {
 }
 
 impl StagedSender {
-    /// A staged sender on `sock` from `src` (GPU memory): `cfg.inflight` host buffers of
+    /// A staged sender on `sock` from `src` (GPU memory): [`TxConfig::buffers`] host buffers of
     /// `cfg.buf_size` bytes, pinned, sent with `cfg.mode`.
     pub fn new(sock: Socket, src: &Region, cfg: &TxConfig) -> Result<StagedSender> {
         StagedSender::from_device(sock, device_of(src, "staged send")?, cfg)

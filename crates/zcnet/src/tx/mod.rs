@@ -168,8 +168,13 @@ impl std::fmt::Display for Fallback {
 pub struct TxConfig {
     /// The mechanism.
     pub mode: TxMode,
-    /// Buffers (and so sends) in flight at most. Default 8.
+    /// Buffers (and so sends) in flight: at least this many. Default 8.
     pub inflight: usize,
+    /// Bytes in flight: the sender cuts enough buffers to hold at least this many bytes, so
+    /// that small sends keep as much data moving as large ones ([`TxConfig::buffers`]).
+    /// Default [`DEFAULT_WINDOW`] (512 KiB: the default 8 buffers of 64 KiB); 0 leaves the
+    /// count to `inflight` alone.
+    pub window: usize,
     /// Size of each buffer. Default 64 KiB.
     pub buf_size: usize,
     /// Give up with [`Error::Stalled`] after this long without any completion. Default 10 s.
@@ -186,18 +191,50 @@ pub struct TxConfig {
 }
 
 impl TxConfig {
-    /// Defaults for `mode`: 8 in flight, 64 KiB buffers, 10 s stall timeout.
+    /// Defaults for `mode`: 8 in flight and a 512 KiB window, 64 KiB buffers, 10 s stall
+    /// timeout.
     pub fn new(mode: TxMode) -> Self {
         TxConfig {
             mode,
             inflight: 8,
+            window: DEFAULT_WINDOW,
             buf_size: 64 << 10,
             stall_timeout: Duration::from_secs(10),
             dmabuf: None,
             iface: None,
         }
     }
+
+    /// The buffers the sender cuts its region into, each of them one send in flight at most:
+    /// `inflight`, raised to hold `window` bytes (at most [`MAX_WINDOW_BUFFERS`] for the
+    /// window's sake). 8 × 64 KiB by default; 128 × 4 KiB for 4 KiB sends.
+    ///
+    /// ```
+    /// use zcnet::{TxConfig, TxMode};
+    /// let mut cfg = TxConfig::new(TxMode::UringZc);
+    /// assert_eq!(cfg.buffers(), 8);
+    /// cfg.buf_size = 4096;
+    /// assert_eq!(cfg.buffers(), 128);
+    /// cfg.window = 0;
+    /// assert_eq!(cfg.buffers(), 8);
+    /// ```
+    pub fn buffers(&self) -> usize {
+        let by_window = self
+            .window
+            .div_ceil(self.buf_size.max(1))
+            .min(MAX_WINDOW_BUFFERS);
+        self.inflight.max(1).max(by_window)
+    }
 }
+
+/// The default [`TxConfig::window`]: 512 KiB, the bytes the default 8 buffers of 64 KiB hold.
+/// With fewer bytes in flight, a zero-copy TCP sender waits for ACKs: at 4 KiB, 8 buffers in
+/// flight ran at a few MB/s on loopback (docs/perf.md).
+pub const DEFAULT_WINDOW: usize = 512 << 10;
+
+/// The most buffers [`TxConfig::window`] adds: sends smaller than `window / 1024` (512 B by
+/// default) get fewer bytes in flight than the window, not an ever larger ring.
+pub const MAX_WINDOW_BUFFERS: usize = 1024;
 
 /// Send size below which `auto` copies: measured on the lab's sink (UDP, truly zero-copy),
 /// `uring-zc` runs at 0.92x copy at 4 KiB, 0.93x at 8 KiB and 1.04x at 16 KiB (docs/perf.md).
@@ -209,14 +246,11 @@ pub const AUTO_MIN_ZERO_COPY: usize = 16 << 10;
 /// 64 KiB is the loopback MSS; on a 1500-byte link the window is far above it.
 pub const NAGLE_SAFE_WINDOW: usize = 128 << 10;
 
-/// Whether `cfg` is a zero-copy sender whose window (buffers × size) is small enough for
-/// Nagle's algorithm to stall it, so that the stream needs TCP_NODELAY.
-pub fn zero_copy_window_stalls(cfg: &TxConfig) -> bool {
-    let zero_copy = matches!(
-        cfg.mode,
-        TxMode::MsgZerocopy | TxMode::UringZc | TxMode::Auto
-    );
-    zero_copy && cfg.inflight.max(1).saturating_mul(cfg.buf_size) < NAGLE_SAFE_WINDOW
+/// Whether a `mode` sender with `window` bytes of buffers is zero-copy with a window small
+/// enough for Nagle's algorithm to stall it, so that the stream needs TCP_NODELAY.
+pub fn zero_copy_window_stalls(mode: TxMode, window: usize) -> bool {
+    let zero_copy = matches!(mode, TxMode::MsgZerocopy | TxMode::UringZc | TxMode::Auto);
+    zero_copy && window < NAGLE_SAFE_WINDOW
 }
 
 /// Distance between buffer starts: the buffer size rounded up to the page size, so every buffer
@@ -228,7 +262,7 @@ pub fn buffer_stride(buf_size: usize) -> usize {
 
 /// Region size a [`Sender`] needs for `cfg`.
 pub fn region_len(cfg: &TxConfig) -> usize {
-    cfg.inflight.max(1) * buffer_stride(cfg.buf_size)
+    cfg.buffers() * buffer_stride(cfg.buf_size)
 }
 
 /// What the backends share: the socket, the free buffers, the statistics, the clock.
@@ -305,9 +339,12 @@ impl Drop for Sender {
 }
 
 impl Sender {
-    /// A sender on `sock` using `region`, cut into `cfg.inflight` buffers of `cfg.buf_size`.
+    /// A sender on `sock` using `region`, cut into [`TxConfig::buffers`] buffers of
+    /// `cfg.buf_size`.
     pub fn new(sock: Socket, mut region: Region, cfg: &TxConfig) -> Result<Sender> {
         let stride = buffer_stride(cfg.buf_size);
+        // `inflight` buffers are a must; the window's extra ones are taken as far as the region
+        // holds them (a region sized for `inflight` alone, as before the window, still works).
         let need = cfg.inflight.max(1).saturating_mul(stride);
         if need > region.len() || cfg.buf_size == 0 {
             return Err(Error::RegionTooSmall {
@@ -315,6 +352,7 @@ impl Sender {
                 have: region.len(),
             });
         }
+        let count = cfg.buffers().min(region.len() / stride);
         if cfg.buf_size > u32::MAX as usize {
             return Err(Error::io(
                 "buffer size",
@@ -341,10 +379,10 @@ impl Sender {
         }
         let (map, slots) = region
             .into_mapping()
-            .into_slots_strided(cfg.buf_size, stride, cfg.inflight.max(1))
+            .into_slots_strided(cfg.buf_size, stride, count)
             .map_err(|e| Error::io("cutting the region into buffers", e))?;
         let fd = sock.as_raw_fd();
-        if sock.stream && zero_copy_window_stalls(cfg) {
+        if sock.stream && zero_copy_window_stalls(cfg.mode, count * cfg.buf_size) {
             // See zero_copy_window_stalls: without this, Nagle holds the window's last
             // segment for the receiver's delayed ACK and zero copy runs at ~1 MB/s.
             zcnet_sys::sock::set_nodelay(fd).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
