@@ -185,3 +185,140 @@ fn iperf3_client_to_zcnet_server_udp_on(net: Net<'_>) {
         num(&z["end"]["sum_received"], &["bytes"])
     );
 }
+
+/// Datagrams in the intervals `-O` did not omit (`intervals[].sum.packets`).
+fn measured_interval_packets(doc: &Value) -> u64 {
+    doc["intervals"]
+        .as_array()
+        .expect("intervals")
+        .iter()
+        .map(|iv| &iv["sum"])
+        .filter(|s| s["omitted"] == false)
+        .map(|s| num(s, &["packets"]))
+        .sum()
+}
+
+/// Whether two datagram counts of the two ends agree: exactly when `exact` (the peer said what
+/// it omitted: zcnet, iperf3 3.14+), else within the few datagrams by which the two ends' `-O`
+/// timers differ (an older iperf3 takes its own omitted count for its peer's, and so do we).
+fn agree(a: u64, b: u64, exact: bool) -> bool {
+    if exact {
+        a == b
+    } else {
+        a.abs_diff(b) <= a.max(b) / 20 + 20
+    }
+}
+
+/// Whether iperf3 sends `omitted_packets` (3.14+), read from its `-J` output's version line.
+fn iperf3_says_what_it_omitted(doc: &Value) -> bool {
+    let v = doc["start"]["version"].as_str().unwrap_or("");
+    let mut it = v.trim_start_matches("iperf ").split('.');
+    let major: u32 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    let minor: u32 = it
+        .next()
+        .and_then(|x| {
+            x.trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
+    (major, minor) >= (3, 14)
+}
+
+/// `-O`: the omitted datagrams are left out of the end on both sides, as iperf3 leaves them
+/// out (`omitted_packets` in the results exchange), so that the two ends agree.
+#[test]
+fn omitted_datagrams_are_left_out_on_both_sides() {
+    let opts = ["-J", "-u", "-b", "10M", "-t", "1", "-O", "1", "-l", "1200"];
+    let with_port = |port: &str| -> Vec<String> {
+        ["-c", "127.0.0.1", "-p", port]
+            .into_iter()
+            .chain(opts)
+            .map(str::to_string)
+            .collect()
+    };
+    // zcnet <-> zcnet: each end says what it omitted, so they agree exactly.
+    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
+    let args = with_port(&port.to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
+    assert!(st.success(), "{}", client.stderr());
+    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
+    let (c, s) = (json(&client.stdout()), json(&server.stdout()));
+    let sent = num(&c["end"]["sum_sent"], &["packets"]);
+    assert_eq!(
+        sent,
+        measured_interval_packets(&c),
+        "the client's end = its measured intervals"
+    );
+    let all = num(&c["end"]["zerocopy"]["tx"], &["bytes"]) / 1200;
+    assert!(
+        sent < all * 3 / 4,
+        "the omitted second is left out: {sent} of {all}"
+    );
+    let got = num(&s["end"]["sum_received"], &["packets"]);
+    assert_eq!(
+        got,
+        measured_interval_packets(&s),
+        "the server's end = its measured intervals"
+    );
+    assert_eq!(num(&c["end"]["sum_received"], &["packets"]), got);
+    assert_eq!(num(&s["end"]["sum_sent"], &["packets"]), sent);
+
+    let Some(iperf3) = common::iperf3() else {
+        return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+    };
+    // zcnet client -> iperf3 server.
+    let (mut server, port) = common::iperf3_server_in(None, &iperf3, &["-1", "-J"]);
+    let args = with_port(&port.to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
+    assert!(st.success(), "{}", client.stderr());
+    assert!(server.wait(LIMIT).success(), "{}", server.stdout());
+    let (z, i) = (json(&client.stdout()), json(&server.stdout()));
+    assert_clean(&z, "zcnet");
+    assert_clean(&i, "iperf3");
+    let exact = iperf3_says_what_it_omitted(&i);
+    let sent = num(&z["end"]["sum_sent"], &["packets"]);
+    assert_eq!(
+        sent,
+        measured_interval_packets(&z),
+        "zcnet's end = its measured intervals"
+    );
+    let (theirs, ours) = (
+        num(&i["end"]["sum_received"], &["packets"]),
+        num(&z["end"]["sum_received"], &["packets"]),
+    );
+    assert!(
+        agree(theirs, ours, exact),
+        "iperf3 received {theirs}, zcnet says {ours}"
+    );
+    // iperf3 client -> zcnet server.
+    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
+    let args = with_port(&port.to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (client, st) = common::run(&iperf3, &args, LIMIT);
+    assert!(st.success(), "{}", client.stdout());
+    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
+    let (i, z) = (json(&client.stdout()), json(&server.stdout()));
+    assert_clean(&i, "iperf3");
+    assert_clean(&z, "zcnet");
+    let got = num(&z["end"]["sum_received"], &["packets"]);
+    assert_eq!(
+        got,
+        measured_interval_packets(&z),
+        "zcnet's end = its measured intervals"
+    );
+    let (theirs_sent, theirs_got) = (
+        num(&i["end"]["sum_sent"], &["packets"]),
+        num(&i["end"]["sum_received"], &["packets"]),
+    );
+    assert!(
+        agree(theirs_sent, got, exact),
+        "iperf3 sent {theirs_sent} measured, zcnet got {got}"
+    );
+    assert!(
+        agree(theirs_got, got, exact),
+        "iperf3 says zcnet got {theirs_got}, zcnet {got}"
+    );
+}

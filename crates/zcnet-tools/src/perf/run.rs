@@ -44,6 +44,9 @@ pub struct TestRun {
     omitting: bool,
     has_omit: bool,
     omit_base: Vec<u64>,
+    /// UDP datagrams and losses per stream at the end of `-O` (iperf3's `omitted_packet_count`
+    /// and `omitted_cnt_error`): left out of the results, sent to the peer beside the totals.
+    omit_udp: Vec<UdpCounts>,
     tick_from: Instant,
     tick_bytes: Vec<u64>,
     tick_udp: Vec<UdpCounts>,
@@ -113,6 +116,7 @@ impl TestRun {
             omitting: params.omit > 0,
             has_omit: params.omit > 0,
             omit_base: vec![0; n],
+            omit_udp: vec![UdpCounts::default(); n],
             tick_from: now,
             tick_bytes: vec![0; n],
             tick_udp: vec![UdpCounts::default(); n],
@@ -178,6 +182,13 @@ impl TestRun {
                 .for_each(|t| *t = TcpInfoSeries::default());
             self.tcp_samples();
             self.tick_bytes = self.omit_base.clone();
+            // UDP: iperf_reset_stats records the datagrams and losses so far, for the end
+            // and for the peer (`omitted_packets`, `omitted_errors`).
+            let udp = self.udp_counters();
+            if !udp.is_empty() {
+                self.omit_udp = udp.clone();
+                self.tick_udp = udp;
+            }
             self.tick_from = self.measure_from;
             self.first_interval = true;
             self.next_tick = self.style.interval.map(|i| self.measure_from + i);
@@ -406,15 +417,17 @@ impl TestRun {
             .enumerate()
             .map(|(i, m)| {
                 let u = self.udp_end(i);
+                let omitted = &self.omit_udp[i];
+                // As iperf3's send_results: the totals, and beside them what `-O` left out.
                 StreamResults {
                     id: m.id,
                     bytes: self.bytes(i),
                     retransmits: self.retransmits(i).unwrap_or(-1),
                     jitter: u.jitter,
                     errors: u.errors,
-                    omitted_errors: Some(0),
+                    omitted_errors: Some(omitted.lost),
                     packets: i64::try_from(u.packets).unwrap_or(i64::MAX),
-                    omitted_packets: Some(0),
+                    omitted_packets: Some(i64::try_from(omitted.packets).unwrap_or(i64::MAX)),
                     start_time: Some(0.0),
                     end_time: Some(self.secs(i)),
                 }
@@ -454,7 +467,21 @@ impl TestRun {
                     .unwrap_or_else(|| self.secs(i));
                 let (mine, my_secs) = (self.bytes(i), self.secs(i));
                 let u = self.udp_end(i);
-                let their_packets = theirs.map_or(0, |p| p.packets.max(0) as u64);
+                let omitted = &self.omit_udp[i];
+                let (my_packets, my_lost) = (
+                    u.packets.saturating_sub(omitted.packets),
+                    u.errors - omitted.lost,
+                );
+                // The peer's totals less what its `-O` left out. A peer older than iperf3
+                // 3.14 does not say: then, as iperf3 does, this side's own omitted count
+                // stands in for the peer's (both omit the same first seconds).
+                let their_packets = theirs.map_or(0, |p| {
+                    let omitted = p.omitted_packets.unwrap_or(omitted.packets as i64);
+                    (p.packets - omitted.clamp(0, p.packets.max(0))).max(0) as u64
+                });
+                let their_lost = theirs.map_or(0, |p| {
+                    p.errors - p.omitted_errors.unwrap_or(0).clamp(0, p.errors.max(0))
+                });
                 if m.sends {
                     StreamTotals {
                         sent: mine,
@@ -463,10 +490,10 @@ impl TestRun {
                         receiver_secs: their_secs,
                         retransmits: self.retransmits(i),
                         tcp: self.retransmits(i).map(|_| self.tcp[i]),
-                        packets_sent: u.packets,
+                        packets_sent: my_packets,
                         received_udp: UdpCounts {
                             packets: their_packets,
-                            lost: theirs.map_or(0, |p| p.errors),
+                            lost: their_lost,
                             jitter: theirs.map_or(0.0, |p| p.jitter),
                         },
                     }
@@ -481,8 +508,8 @@ impl TestRun {
                         tcp: None,
                         packets_sent: their_packets,
                         received_udp: UdpCounts {
-                            packets: u.packets,
-                            lost: u.errors,
+                            packets: my_packets,
+                            lost: my_lost,
                             jitter: u.jitter,
                         },
                     }
