@@ -13,9 +13,15 @@ pub struct ProbeArgs {
     pub iface: Option<String>,
     /// Confirm each verdict by trying the mechanism and undoing it (registers a zcrx queue,
     /// binds AF_XDP sockets, sends over TCP loopback). On a real NIC this briefly restarts the
-    /// last RX queue.
+    /// last RX queue. With --iface, also binds an AF_XDP socket to each RX queue (the first 16)
+    /// in copy and in zero-copy mode and closes it at once, to report which mode each queue
+    /// accepts; on a NIC with AF_XDP zero-copy each zero-copy bind briefly reconfigures that
+    /// queue.
     #[arg(long)]
     pub active: bool,
+    /// With --active --iface IF: bind-test only this RX queue (instead of the first 16).
+    #[arg(long, requires_all = ["iface", "active"])]
+    pub queue: Option<u32>,
     /// Print one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -23,10 +29,13 @@ pub struct ProbeArgs {
 
 /// Runs `zcnet probe`.
 pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
-    let r = probe::probe(&ProbeOptions {
-        iface: a.iface.clone(),
-        active: a.active,
-    })?;
+    let r = probe::probe_queue(
+        &ProbeOptions {
+            iface: a.iface.clone(),
+            active: a.active,
+        },
+        a.queue,
+    )?;
     if a.json {
         println!(
             "{}",
@@ -44,6 +53,41 @@ fn mib(v: Option<u64>) -> String {
         Some(b) if b >= 1 << 20 => format!("{} MiB", b >> 20),
         Some(b) => format!("{} KiB", b >> 10),
     }
+}
+
+/// The AF_XDP lines: generic zero-copy xmit per interface (equal answers once, with the
+/// interfaces they apply to, as the reasons are), then the per-queue bind modes where that
+/// trial ran, or how to run it.
+fn af_xdp(r: &ProbeReport) -> String {
+    let mut out = String::from("AF_XDP:\n");
+    let mut seen: Vec<(String, Vec<&str>)> = Vec::new();
+    for i in &r.interfaces {
+        let line = i.generic_zc_xmit.line();
+        match seen.iter_mut().find(|(l, _)| *l == line) {
+            Some(s) => s.1.push(&i.name),
+            None => seen.push((line, vec![&i.name])),
+        }
+    }
+    for (line, ifs) in seen {
+        out.push_str(&format!("  [{}] {line}\n", ifs.join(",")));
+    }
+    let mut tried = false;
+    for i in &r.interfaces {
+        if let Some(t) = &i.xsk_queues {
+            tried = true;
+            for (n, l) in t.summary().iter().enumerate() {
+                let indent = if n == 0 { "" } else { "  " };
+                out.push_str(&format!("  [{}] {indent}{l}\n", i.name));
+            }
+        }
+    }
+    if !tried {
+        out.push_str(
+            "  per-queue bind modes: zcnet probe --active --iface IF (binds and closes an AF_XDP \
+             socket on each RX queue, copy then zero-copy)\n",
+        );
+    }
+    out
 }
 
 fn short(v: probe::Verdict) -> &'static str {
@@ -178,6 +222,7 @@ pub fn table(r: &ProbeReport) -> String {
             }
         }
     }
+    out.push_str(&af_xdp(r));
     for i in r.interfaces.iter().filter(|i| !i.notes.is_empty()) {
         out.push_str(&format!("note {}: {}\n", i.name, i.notes.join("; ")));
     }

@@ -15,6 +15,7 @@
 use std::fmt;
 
 pub mod gpu;
+pub mod xsk;
 
 /// Linux errno values the rules look at (asm-generic/errno-base.h, errno.h; the same on x86,
 /// arm64, riscv).
@@ -33,6 +34,10 @@ pub mod errno {
     pub const EINVAL: i32 = 22;
     /// Operation not supported.
     pub const EOPNOTSUPP: i32 = 95;
+    /// Address family not supported by protocol (no AF_XDP in the kernel).
+    pub const EAFNOSUPPORT: i32 = 97;
+    /// No buffer space available.
+    pub const ENOBUFS: i32 = 105;
 }
 
 /// `NETDEV_XDP_ACT_XSK_ZEROCOPY` (include/uapi/linux/netdev.h, enum netdev_xdp_act: basic 1,

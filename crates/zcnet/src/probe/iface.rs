@@ -9,6 +9,7 @@
 
 use std::io;
 
+use zcnet_core::probe::xsk::{GenericZcXmit, ZcXmit};
 use zcnet_core::probe::{HeaderSplit, IfaceFacts, IfaceKind, RxChannels, Trials};
 use zcnet_netlink::ethtool::{Dev, Ethtool, TcpDataSplit};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
@@ -288,6 +289,13 @@ pub(super) fn gather(link: &Link, fam: &mut Families) -> IfaceReport {
         },
         trials: Trials::default(),
         mechanisms: Vec::new(),
+        // Judged by the caller, once the kernel's facts are known.
+        generic_zc_xmit: GenericZcXmit {
+            answer: ZcXmit::Unknown,
+            reason: "not judged".into(),
+            inferred: false,
+        },
+        xsk_queues: None,
     };
     if let Ok(nd) = &mut fam.netdev {
         netdev_facts(nd, &mut r, &mut notes);

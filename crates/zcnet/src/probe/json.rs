@@ -2,7 +2,7 @@
 //! the one builder the command and the C ABI (`zcnet_probe_json`) share.
 
 use super::gpu::{ExportTrial, GpuDriver, GpuFinding, GpuReport};
-use super::{IfaceReport, KernelReport, ProbeReport};
+use super::{BindMode, IfaceReport, KernelReport, ProbeReport, QueueBind, QueueTrials};
 use serde_json::{json, Map, Value};
 
 fn on_off(v: &[(&str, bool)]) -> Value {
@@ -48,6 +48,34 @@ fn kernel_json(k: &KernelReport) -> Value {
     })
 }
 
+/// One mode of one queue: `{"accepted", "errno", "meaning", "error"}` (the last three null when
+/// accepted).
+fn bind_json(b: &QueueBind, mode: BindMode) -> Value {
+    match b.get(mode) {
+        Ok(()) => json!({"accepted": true, "errno": null, "meaning": null, "error": null}),
+        Err(r) => json!({
+            "accepted": false,
+            "errno": zcnet_core::probe::xsk::errno_name(r.errno),
+            "meaning": b.meaning(mode),
+            "error": r.message,
+        }),
+    }
+}
+
+fn xsk_bind_json(t: &QueueTrials) -> Value {
+    json!({
+        "queues_total": t.plan.total,
+        "capped": t.plan.capped,
+        "cap": super::MAX_BIND_QUEUES,
+        "queues": t.binds.iter().map(|b| json!({
+            "queue": b.queue,
+            "copy": bind_json(b, BindMode::Copy),
+            "zero-copy": bind_json(b, BindMode::ZeroCopy),
+        })).collect::<Vec<_>>(),
+        "summary": t.summary(),
+    })
+}
+
 fn iface_json(i: &IfaceReport) -> Value {
     let f = &i.facts;
     let mechanisms: Map<String, Value> = i
@@ -79,6 +107,12 @@ fn iface_json(i: &IfaceReport) -> Value {
         "bindings": i.bindings,
         "notes": i.notes,
         "mechanisms": mechanisms,
+        "generic_zc_xmit": {
+            "answer": i.generic_zc_xmit.answer.name(),
+            "reason": i.generic_zc_xmit.reason,
+            "inferred": i.generic_zc_xmit.inferred,
+        },
+        "xsk_bind": i.xsk_queues.as_ref().map(xsk_bind_json),
     })
 }
 

@@ -5,6 +5,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
+use zcnet_core::probe::xsk::{QueueBind, QueuePlan, QueueTrials};
 use zcnet_core::probe::{errno, IfaceFacts, KernelFacts, Refusal, Trials};
 use zcnet_sys::xsk::{self, XskBindMode};
 use zcnet_sys::zcrx::ZcrxIfq;
@@ -113,8 +114,39 @@ fn send_trial(mode: TxMode) -> Result<f64, Refusal> {
     r
 }
 
-/// The per-interface trials, on the interface's last RX queue.
-pub(super) fn on_iface(f: &IfaceFacts, ifindex: u32, k: &KernelFacts) -> Trials {
+/// One AF_XDP bind in `mode` on queue `q` of `ifindex`, closed at once (zcnet-sys
+/// `xsk::try_bind`: default UMEM of 64 frames, 64-entry rings; `EBUSY` retried briefly, since
+/// the previous bind's buffer pool is released asynchronously after close).
+fn bind(ifindex: u32, q: u32, mode: XskBindMode) -> Result<(), Refusal> {
+    xsk::try_bind(ifindex, q, mode).map_err(|e| refusal(&e))
+}
+
+/// The per-queue AF_XDP bind trial: each queue of `plan` bound in copy mode, then in zero-copy
+/// mode, each socket closed before the next bind. Copy first: it never reconfigures the queue.
+pub(super) fn xsk_queues(ifindex: u32, plan: &QueuePlan) -> QueueTrials {
+    let binds = plan
+        .queues
+        .iter()
+        .map(|&q| QueueBind {
+            queue: q,
+            copy: bind(ifindex, q, XskBindMode::Copy),
+            zerocopy: bind(ifindex, q, XskBindMode::ZeroCopy),
+        })
+        .collect();
+    QueueTrials {
+        plan: plan.clone(),
+        binds,
+    }
+}
+
+/// The per-interface trials, on the interface's last RX queue. The AF_XDP binds are taken
+/// from `per_queue` when it tried that queue, instead of being made again.
+pub(super) fn on_iface(
+    f: &IfaceFacts,
+    ifindex: u32,
+    k: &KernelFacts,
+    per_queue: Option<&QueueTrials>,
+) -> Trials {
     let q = f.trial_queue();
     let mut t = Trials::default();
     if k.uring.unusable.is_none() && k.uring.recv_zc {
@@ -124,10 +156,12 @@ pub(super) fn on_iface(f: &IfaceFacts, ifindex: u32, k: &KernelFacts) -> Trials 
                 .map_err(|e| refusal(&e)),
         );
     }
-    if k.af_xdp {
-        t.xsk_copy = Some(xsk::try_bind(ifindex, q, XskBindMode::Copy).map_err(|e| refusal(&e)));
-        t.xsk_zerocopy =
-            Some(xsk::try_bind(ifindex, q, XskBindMode::ZeroCopy).map_err(|e| refusal(&e)));
+    if let Some(b) = per_queue.and_then(|p| p.get(q)) {
+        t.xsk_copy = Some(b.copy.clone());
+        t.xsk_zerocopy = Some(b.zerocopy.clone());
+    } else if k.af_xdp {
+        t.xsk_copy = Some(bind(ifindex, q, XskBindMode::Copy));
+        t.xsk_zerocopy = Some(bind(ifindex, q, XskBindMode::ZeroCopy));
     }
     // A probe fd that is no dma-buf: the kernel checks the device before the fd, so the answer
     // says whether the device could take a binding, and nothing gets bound.
