@@ -52,7 +52,7 @@ Tests (--only takes a comma-separated list of these):
   zcrx-verify            peer sends (zcnet send --verify over ssh) to LOCAL_V4; here
                          nic setup -- zcnet recv --rx zcrx --verify: exact bytes, verified, zero copy
   devmem-rx              the same into GPU memory with --rx devmem --mem cuda:N (not verified)
-  devmem-rx-verify       devmem-rx with --verify (skips while zcnet refuses --verify with devmem)
+  devmem-rx-verify       devmem-rx with --verify: every device buffer read back from the GPU and checked
   devmem-tx              zcnet send --tx devmem --mem cuda:N to a zcnet recv --verify on the peer
   restore-after-kill     SIGKILL a holding zcnet nic setup; nic restore brings the NIC back
   nsim-probe, nsim-nic-setup-restore

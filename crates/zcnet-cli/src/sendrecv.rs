@@ -470,7 +470,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     }
     if mode.is_device() && a.verify {
         return Err(Error::invalid_input(
-            "--verify reads the payload, but devmem puts it in device memory: drop --verify or use --rx auto",
+            "--verify with --rx devmem reads each buffer back from the memory the NIC wrote, which zcnet does only for GPU memory: add --mem cuda, drop --verify, or use --rx auto",
         ));
     }
     // Made before listening: a refused mechanism fails before any peer connects.

@@ -201,20 +201,43 @@ pub struct StreamReport {
     pub recv: RecvReport,
     /// The receiver's counters (zero-copy vs copied bytes, starvation, re-arms).
     pub stats: crate::rx::RxStats,
-    /// Bytes that landed in device memory (not verified nor written: the CPU may not read them).
+    /// Bytes that landed in device memory (never written to the sink; verified only through
+    /// [`receive_stream_reading_device`]'s reader).
     pub device_bytes: u64,
 }
 
 /// Reads `stream` to its end through `rx` (any receive backend); with `verify`, checks every
 /// host byte against the pattern; with `sink`, writes host bytes to it. Device-memory buffers
-/// are counted, never read. Buffers are given back as soon as they are consumed.
+/// are counted, never read: with `verify`, a device buffer is an error (the pattern cannot be
+/// checked there; see [`receive_stream_reading_device`]). Buffers are given back as soon as
+/// they are consumed.
 pub fn receive_stream(
     rx: &mut crate::rx::Receiver,
     stream: TcpStream,
     verify: Option<Pattern>,
+    sink: Option<&mut dyn std::io::Write>,
+) -> Result<StreamReport> {
+    receive_stream_reading_device(rx, stream, verify, sink, None)
+}
+
+/// Copies a device range's bytes into host memory (e.g. a GPU region's
+/// [`crate::Region::read_at`] at [`crate::rx::DeviceSlice::offset`], when the dma-buf bound is
+/// that region's export). The output is exactly the slice's length.
+pub type DeviceReader<'a> = &'a dyn Fn(&crate::rx::DeviceSlice, &mut [u8]) -> Result<()>;
+
+/// [`receive_stream`] that, with `verify`, also checks the bytes that landed in device memory:
+/// each device buffer is copied back with `read_device` while it is still held (before its
+/// token or area buffer goes back to the kernel) and checked at its stream offset. For
+/// verification only: it costs a device-to-host copy per buffer.
+pub fn receive_stream_reading_device(
+    rx: &mut crate::rx::Receiver,
+    stream: TcpStream,
+    verify: Option<Pattern>,
     mut sink: Option<&mut dyn std::io::Write>,
+    read_device: Option<DeviceReader<'_>>,
 ) -> Result<StreamReport> {
     use crate::rx::RxEvent;
+    let mut back = Vec::new();
     let conn = rx.add(stream)?;
     let mut rep = RecvReport::default();
     let mut device_bytes = 0u64;
@@ -249,7 +272,30 @@ pub fn receive_stream(
                                 }
                             }
                         }
-                        None => device_bytes += b.len() as u64,
+                        None => {
+                            device_bytes += b.len() as u64;
+                            if let Some(p) = verify {
+                                let checked = match (b.device(), read_device) {
+                                    (Some(d), Some(read)) => {
+                                        back.resize(d.len, 0);
+                                        read(&d, &mut back)
+                                            .and_then(|()| Ok(p.verify(rep.bytes, &back)?))
+                                    }
+                                    _ => Err(Error::io(
+                                        format!(
+                                            "cannot verify: {} B at stream offset {} landed in device memory this receiver cannot read back; verify with a GPU region (--mem cuda), or drop --verify",
+                                            b.len(),
+                                            rep.bytes
+                                        ),
+                                        std::io::ErrorKind::Unsupported.into(),
+                                    )),
+                                };
+                                if let Err(e) = checked {
+                                    result = Err(e);
+                                    break 'outer;
+                                }
+                            }
+                        }
                     }
                     rep.bytes += b.len() as u64;
                     rep.reads += 1;

@@ -49,9 +49,9 @@ impl GpuRecvReport {
 }
 
 /// Reads `stream` to its end into `region` (GPU memory) by the best path `cfg` allows (see
-/// [`prepare_receive`]); with `verify`, checks every byte by copying it back. A direct path
-/// (devmem, zcrx-dmabuf) hands out device descriptors the CPU cannot read, so `verify` is
-/// refused there with the fix.
+/// [`prepare_receive`]); with `verify`, checks every byte by copying it back: on a direct path
+/// (devmem, zcrx-dmabuf) each device range the kernel hands out is read from the region at its
+/// offset while it is still held, which costs a device-to-host copy per buffer.
 pub fn receive(
     stream: TcpStream,
     region: &mut Region,
@@ -95,16 +95,25 @@ impl PreparedReceive {
         opts: &StagingOptions,
         verify: Option<Pattern>,
     ) -> Result<GpuRecvReport> {
-        let path = self.path();
-        if verify.is_some() && path != GpuPath::Staging {
-            return Err(Error::invalid_input(format!(
-                "verifying reads the data back, but {path} hands out device descriptors: leave out --iface to stage (staging verifies), or do not verify"
-            )));
-        }
         let (t0, cpu0) = (Instant::now(), crate::thread_cpu_seconds());
         let mut rep = match self.direct {
             Some((mut rx, path)) => {
-                let r = crate::net::receive_stream(&mut rx, stream, None, None)?;
+                // The dma-buf bound is the region's own export (offset 0 = the region's first
+                // byte), so a device range reads back at its offset; the host bytes a direct
+                // path copied (devmem's linear parts) are checked as they are.
+                let read_back = |d: &crate::rx::DeviceSlice, out: &mut [u8]| {
+                    let off = usize::try_from(d.offset).map_err(|_| {
+                        Error::invalid_input(format!("device offset {} out of range", d.offset))
+                    })?;
+                    region.read_at(off, out)
+                };
+                let r = crate::net::receive_stream_reading_device(
+                    &mut rx,
+                    stream,
+                    verify,
+                    None,
+                    Some(&read_back),
+                )?;
                 GpuRecvReport {
                     path: path.name(),
                     bytes: r.recv.bytes,

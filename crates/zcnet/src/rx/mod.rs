@@ -27,6 +27,8 @@
 //! want of a buffer, and receiving resumes (re-arms) by itself once buffers come back.
 
 mod copy;
+#[cfg(test)]
+mod device_verify_tests;
 mod devmem;
 mod uring;
 mod zcrx;
@@ -396,6 +398,22 @@ impl Receiver {
             scratch: Vec::new(),
             closable: Vec::new(),
         })
+    }
+
+    /// A receiver over `backend` (tests: a simulated device).
+    #[cfg(test)]
+    pub(crate) fn with_backend(backend: Box<dyn RxBackend>) -> Receiver {
+        Receiver {
+            backend,
+            conns: HashMap::new(),
+            closing: Vec::new(),
+            next_conn: 1,
+            ret: Arc::new(Mutex::new(Vec::new())),
+            stats: RxStats::default(),
+            fallbacks: Vec::new(),
+            scratch: Vec::new(),
+            closable: Vec::new(),
+        }
     }
 
     /// The mechanism in use (for `auto`, the one it chose).
