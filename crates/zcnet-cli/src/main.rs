@@ -7,6 +7,7 @@ mod gpu_cmd;
 mod nic_cmd;
 mod probe_cmd;
 mod sendrecv;
+mod udp_cmd;
 mod units;
 
 use clap::{Args, Parser, Subcommand};
@@ -31,7 +32,7 @@ enum Cmd {
     Bench(BenchCmd),
     /// Send a stream (TCP) or datagrams (UDP) with a chosen mechanism, netcat-style.
     Send(sendrecv::SendArgs),
-    /// Receive one TCP stream, netcat-style.
+    /// Receive one TCP stream, or UDP datagrams (--udp), netcat-style.
     Recv(sendrecv::RecvArgs),
     /// The namespace lab.
     #[command(subcommand)]

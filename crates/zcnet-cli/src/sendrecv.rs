@@ -11,7 +11,6 @@ use std::os::fd::AsFd;
 use std::time::Instant;
 use zcnet::{
     net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig,
-    TxMode,
 };
 
 /// Options of `zcnet send`.
@@ -20,12 +19,20 @@ pub struct SendArgs {
     /// Where to send: HOST:PORT.
     pub addr: String,
     /// Mechanism: copy, msg-zerocopy, uring, uring-zc, auto, devmem (devmem TCP transmit from
-    /// a dma-buf: with --mem cuda the GPU memory's export; needs a NIC with netmem TX).
+    /// a dma-buf: with --mem cuda the GPU memory's export; needs a NIC with netmem TX), af-xdp
+    /// (with --udp and --iface: each datagram an Ethernet frame from an AF_XDP socket; its copy
+    /// mode, all veth/lo allow, is not zero copy).
     #[arg(long, default_value = "auto")]
     pub tx: String,
     /// UDP datagrams instead of a TCP stream (sizes above 1472 B use UDP GSO).
     #[arg(long)]
     pub udp: bool,
+    /// --tx af-xdp: the interface the frames leave from (the kernel's route to HOST must use it).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// --tx af-xdp: the interface's queue to send on (default 0).
+    #[arg(long)]
+    pub queue: Option<u32>,
     /// Bytes per send (at most 64M; with --inflight, at most 1G in all).
     #[arg(long, default_value = "64K")]
     pub size: String,
@@ -67,14 +74,27 @@ pub struct RecvArgs {
     /// Address to listen on: HOST:PORT.
     #[arg(long, default_value = "0.0.0.0:5201")]
     pub listen: String,
-    /// Receive mechanism: copy, uring, zcrx, devmem, auto (auto says what it chose and why).
+    /// Receive mechanism: copy, uring, zcrx, devmem, auto (auto says what it chose and why);
+    /// with --udp: copy, af-xdp (an XDP program redirects the --listen port to an AF_XDP
+    /// socket; its copy mode is not zero copy), auto (copy).
     #[arg(long, default_value = "auto")]
     pub rx: String,
-    /// zcrx/devmem: the interface the stream arrives on (steer it to --queue first, see
-    /// `zcnet nic setup`); auto tries zcrx only with it.
+    /// Receive UDP datagrams instead of one TCP stream (until --bytes, --idle or Ctrl-C).
+    #[arg(long)]
+    pub udp: bool,
+    /// --udp: stop once this many bytes have arrived.
+    #[arg(long)]
+    pub bytes: Option<String>,
+    /// --udp: stop once nothing has arrived for this many seconds after the first datagram
+    /// (default 2).
+    #[arg(long, allow_negative_numbers = true)]
+    pub idle: Option<f64>,
+    /// zcrx/devmem/af-xdp: the interface the data arrives on (for zcrx/devmem steer it to
+    /// --queue first, see `zcnet nic setup`); auto tries zcrx only with it.
     #[arg(long)]
     pub iface: Option<String>,
-    /// zcrx/devmem: the receive queue (default: the interface's last).
+    /// zcrx/devmem: the receive queue (default: the interface's last); af-xdp: the queue the
+    /// socket binds to (default 0).
     #[arg(long)]
     pub queue: Option<u32>,
     /// copy/uring: bytes per receive buffer.
@@ -125,8 +145,12 @@ struct SendJson<'a> {
 }
 
 pub fn send(a: &SendArgs) -> Result<(), Error> {
+    if a.tx == crate::udp_cmd::AF_XDP {
+        return crate::udp_cmd::send_af_xdp(a);
+    }
     // Every argument is checked before anything is connected or allocated (exit code 2).
-    let mode = TxMode::parse(&a.tx)?;
+    let mode = crate::udp_cmd::tx_mode(&a.tx)?;
+    crate::udp_cmd::check_send_flags(a)?;
     let addr = net::parse_addr(&a.addr)?;
     let size = size_arg("--size", &a.size, MAX_BUFFER)?;
     let inflight = count_arg("--inflight", a.inflight, MAX_INFLIGHT)?;
@@ -152,13 +176,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             zcnet_tools::bench::UDP_MAX_PAYLOAD
         )));
     }
-    let limit = match (bytes, duration) {
-        (Some(b), _) => Some(b),
-        (None, Some(_)) => None,
-        (None, None) if a.verify => Some(1 << 30),
-        (None, None) => None,
-    };
-    let deadline = duration.map(|d| Instant::now() + d);
+    let (limit, deadline) = run_limits(bytes, duration, a.verify);
     let mut cfg = TxConfig::new(mode);
     cfg.inflight = inflight;
     cfg.window = window;
@@ -252,8 +270,24 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// The byte limit and the deadline of a run from `--bytes` and `--duration` (`--verify` alone
+/// sends 1 GiB; neither: stdin to its end).
+pub(crate) fn run_limits(
+    bytes: Option<u64>,
+    duration: Option<std::time::Duration>,
+    verify: bool,
+) -> (Option<u64>, Option<Instant>) {
+    let limit = match (bytes, duration) {
+        (Some(b), _) => Some(b),
+        (None, Some(_)) => None,
+        (None, None) if verify => Some(1 << 30),
+        (None, None) => None,
+    };
+    (limit, duration.map(|d| Instant::now() + d))
+}
+
 /// Where `zcnet send` takes each send's bytes from.
-enum Source {
+pub(crate) enum Source {
     /// Standard input, netcat-style.
     Stdin(File),
     /// The seeded pattern, written at each send's stream offset (`--verify`).
@@ -266,7 +300,7 @@ enum Source {
 /// chunks instead of once per chunk (a send to the sink takes about a microsecond; the clock
 /// read, the interrupt check and the limit are what remain per send). The run overshoots
 /// `--duration` by at most `every - 1` sends.
-struct Chunks {
+pub(crate) struct Chunks {
     size: usize,
     limit: Option<u64>,
     deadline: Option<Instant>,
@@ -275,7 +309,12 @@ struct Chunks {
 }
 
 impl Chunks {
-    fn new(size: usize, limit: Option<u64>, deadline: Option<Instant>, every: usize) -> Chunks {
+    pub(crate) fn new(
+        size: usize,
+        limit: Option<u64>,
+        deadline: Option<Instant>,
+        every: usize,
+    ) -> Chunks {
         Chunks {
             size,
             limit,
@@ -286,7 +325,7 @@ impl Chunks {
     }
 
     /// The size of the chunk at stream `offset`, or `None` at the end of the run.
-    fn next(&mut self, offset: u64) -> Result<Option<usize>, Error> {
+    pub(crate) fn next(&mut self, offset: u64) -> Result<Option<usize>, Error> {
         let deadline = self.deadline.filter(|_| self.n.is_multiple_of(self.every));
         self.n += 1;
         next_chunk(offset, self.size, self.limit, deadline)
@@ -355,7 +394,7 @@ pub fn parse_mem(s: &str) -> Result<MemoryKind, Error> {
 
 /// Standard input as a file of its own (a duplicate of fd 0): unbuffered, so that a wait for it
 /// in `poll` (which sees the descriptor, not a buffer) is never a wait for data already read.
-fn stdin_file() -> Result<File, Error> {
+pub(crate) fn stdin_file() -> Result<File, Error> {
     let fd = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
@@ -367,7 +406,7 @@ fn stdin_file() -> Result<File, Error> {
 /// interrupt pipe, so SIGINT/SIGTERM ends a wait for input that may never come
 /// ([`Error::Interrupted`], exit 130) — a blocking read is restarted by the standard library
 /// or, when the signal lands on this thread, fails with a bare `EINTR`.
-fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
+pub(crate) fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
     let mut n = 0;
     while n < buf.len() {
         zcnet::interrupt::wait_readable(&*f)?;
@@ -386,10 +425,10 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
 /// each write first waiting in `poll` with the interrupt pipe. A reader that stops reading
 /// (`zcnet recv | sleep 1000`) would otherwise hold the command in a `write` that the standard
 /// library restarts after every signal.
-struct Stdout(File);
+pub(crate) struct Stdout(File);
 
 impl Stdout {
-    fn open() -> Result<Stdout, Error> {
+    pub(crate) fn open() -> Result<Stdout, Error> {
         let fd = std::io::stdout()
             .as_fd()
             .try_clone_to_owned()
@@ -453,8 +492,12 @@ struct RecvJson {
 }
 
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
+    if a.udp || a.rx == crate::udp_cmd::AF_XDP {
+        return crate::udp_cmd::recv_udp(a);
+    }
     // Every argument is checked before anything is listened on or allocated (exit code 2).
     let mode = RxMode::parse(&a.rx)?;
+    crate::udp_cmd::check_stream_recv_flags(a)?;
     check_rx_iface(mode, a.iface.as_deref(), a.naive)?;
     let addr = net::parse_addr(&a.listen)?;
     let mut cfg = RxConfig::new(mode);

@@ -144,7 +144,7 @@ mod tests {
         assert_eq!(window_arg("1G").unwrap(), 1 << 30);
         for bad in ["2G", "x", "-1"] {
             let m = window_arg(bad).unwrap_err().to_string();
-            assert!(m.starts_with(&format!("--window {bad}")), "{m}");
+            assert!(m.starts_with("--window") && m.contains(bad), "{m}");
         }
     }
 

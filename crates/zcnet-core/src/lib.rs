@@ -27,6 +27,7 @@
 
 pub mod auto;
 pub mod devmem;
+pub mod dgram;
 pub mod errqueue;
 pub mod memlock;
 pub mod nccl;

@@ -8,7 +8,9 @@
 //! - [`ethtool`]: the `ethtool` generic netlink family: rings (including TCP data split and
 //!   the header-split threshold), channels, features by name, RSS;
 //! - [`ntuple`]: flow-steering rules, the RSS indirection table and driver info, over the
-//!   `SIOCETHTOOL` ioctl (ntuple rules have no netlink interface).
+//!   `SIOCETHTOOL` ioctl (ntuple rules have no netlink interface);
+//! - [`rtnl`]: rtnetlink's route lookup, neighbour table and link attributes (MTU, XDP
+//!   attachment), for programs that address their own Ethernet frames (AF_XDP).
 //!
 //! Building and parsing are pure functions over bytes ([`wire`], and a `parse` function on
 //! every reply type), tested against replies captured from Linux 6.18 and fuzzed. Every call
@@ -23,6 +25,7 @@ pub mod ethtool;
 pub mod genl;
 pub mod netdev;
 pub mod ntuple;
+pub mod rtnl;
 pub mod wire;
 
 #[cfg(test)]

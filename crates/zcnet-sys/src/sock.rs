@@ -98,6 +98,45 @@ pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
     )
 }
 
+/// Asks for a receive buffer of `bytes`: `SO_RCVBUFFORCE` (CAP_NET_ADMIN: past
+/// `net.core.rmem_max`), else `SO_RCVBUF` (capped at `rmem_max`). Returns what the kernel
+/// granted as `SO_RCVBUF` reads it (twice the request, for its bookkeeping overhead:
+/// socket(7)).
+pub fn set_recv_buffer(fd: RawFd, bytes: usize) -> io::Result<usize> {
+    let v = bytes.min(i32::MAX as usize / 2) as libc::c_int;
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, v)
+        .or_else(|_| setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v))?;
+    let got = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?;
+    Ok(usize::try_from(got).unwrap_or(0))
+}
+
+/// `SK_MEMINFO_DROPS` of `SO_MEMINFO` (include/uapi/linux/sock_diag.h): packets the kernel
+/// dropped for this socket (a full receive buffer, a failed filter) since it was made.
+pub fn socket_drops(fd: RawFd) -> io::Result<u32> {
+    // enum { SK_MEMINFO_RMEM_ALLOC, …, SK_MEMINFO_BACKLOG, SK_MEMINFO_DROPS, SK_MEMINFO_VARS }
+    const SK_MEMINFO_DROPS: usize = 8;
+    let mut mem = [0u32; SK_MEMINFO_DROPS + 1];
+    let mut len = std::mem::size_of_val(&mem) as libc::socklen_t;
+    // SAFETY: mem and len are live locals; the kernel writes at most len bytes into mem
+    // (net/core/sock.c, SO_MEMINFO: min(len, sizeof(meminfo))) and stores the length.
+    crate::cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            mem.as_mut_ptr().cast(),
+            &mut len,
+        )
+    })?;
+    if (len as usize) < std::mem::size_of_val(&mem) {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("SO_MEMINFO returned {len} bytes, without the drop count"),
+        ));
+    }
+    Ok(mem[SK_MEMINFO_DROPS])
+}
+
 /// `SO_ERROR`: the pending socket error, cleared by reading it.
 pub fn take_error(fd: RawFd) -> io::Result<Option<io::Error>> {
     let e = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_ERROR)?;
@@ -324,6 +363,24 @@ mod tests {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
     use zcnet_core::tcp_info::{TcpInfo, BUF_LEN};
+
+    #[test]
+    fn a_full_receive_buffer_counts_its_drops() {
+        let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        tx.connect(rx.local_addr().unwrap()).unwrap();
+        // The smallest buffer the kernel grants (SOCK_MIN_RCVBUF): a few datagrams fit.
+        let granted = set_recv_buffer(rx.as_raw_fd(), 1).unwrap();
+        assert!(granted > 0 && granted < 16 * 1024, "{granted}");
+        assert_eq!(socket_drops(rx.as_raw_fd()).unwrap(), 0);
+        for _ in 0..100 {
+            tx.send(&[7u8; 1000]).unwrap();
+        }
+        let drops = socket_drops(rx.as_raw_fd()).unwrap();
+        assert!(drops > 50 && drops < 100, "{drops} of 100 dropped");
+        let big = set_recv_buffer(rx.as_raw_fd(), 1 << 20).unwrap();
+        assert!(big >= 1 << 20 || !crate::os::is_root(), "{big}");
+    }
 
     /// A 128-byte control buffer with 64 bytes of slack after it: the libc walk reads a
     /// message's data wherever its header says, which for random bytes can be up to 32 bytes

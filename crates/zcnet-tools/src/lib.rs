@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod dgram;
 pub mod echo;
 pub mod gpu_rxbench;
 pub mod lab;

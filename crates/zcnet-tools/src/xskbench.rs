@@ -745,7 +745,7 @@ pub fn run(cfg: &XskBenchConfig, progress: &mut dyn FnMut(Progress)) -> Result<X
     })
 }
 
-fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

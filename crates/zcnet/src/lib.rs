@@ -37,6 +37,7 @@ pub mod error;
 pub mod gpu;
 pub mod interrupt;
 pub mod net;
+pub mod nexthop;
 pub mod nic;
 pub mod probe;
 pub mod region;

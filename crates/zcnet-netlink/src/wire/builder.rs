@@ -39,6 +39,14 @@ impl MsgBuilder {
         b
     }
 
+    /// Appends a family's fixed header after the netlink header (rtnetlink's `struct rtmsg`,
+    /// `struct ndmsg`, `struct ifinfomsg`), padded to 4 bytes. Call it before any attribute.
+    pub fn put_header(&mut self, header: &[u8]) -> &mut Self {
+        self.buf.extend_from_slice(header);
+        self.pad();
+        self
+    }
+
     /// Bytes written so far (the offset the next attribute will have in the message).
     pub fn len(&self) -> usize {
         self.buf.len()

@@ -19,7 +19,7 @@
 //! crashed process left. The device is reached through [`NicControl`], implemented for real
 //! devices by [`LiveNic`] (ethtool netlink and ioctls) and by a simulated NIC in the tests.
 
-mod live;
+pub(crate) mod live;
 pub mod state;
 
 use std::path::Path;

@@ -1,0 +1,226 @@
+//! Checking a sequence of UDP datagrams against the seeded [`Pattern`].
+//!
+//! `zcnet send --udp --verify` writes the pattern into every datagram at its own stream offset
+//! (the bytes sent before it), whichever mechanism sends it (a socket or AF_XDP frames). A TCP
+//! stream is checked byte after byte; datagrams may be lost or reordered on the way, so each
+//! one is checked where it belongs instead: first at the offset that follows the previous
+//! datagram (the usual case, one comparison), else at the offset its content names
+//! ([`Pattern::locate`]). A datagram that is the pattern at no offset is corrupted (or was not
+//! sent with `--verify`): that is a [`Mismatch`], reported at the offset it was expected at.
+//! What was lost is what lies below the highest offset reached and never arrived.
+//!
+//! ```
+//! use zcnet_core::{dgram::DatagramCheck, Pattern};
+//! let p = Pattern::new(7);
+//! let mut d = [[0u8; 100]; 3];
+//! for (i, b) in d.iter_mut().enumerate() {
+//!     p.fill(i as u64 * 100, b);
+//! }
+//! let mut check = DatagramCheck::new(p);
+//! check.datagram(&d[0]).unwrap();
+//! check.datagram(&d[2]).unwrap(); // the second was lost …
+//! assert_eq!((check.bytes(), check.missing_bytes(), check.late()), (200, 100, 0));
+//! check.datagram(&d[1]).unwrap(); // … no: it came late
+//! assert_eq!((check.bytes(), check.missing_bytes(), check.late()), (300, 0, 1));
+//! assert!(check.datagram(&[0u8; 100]).is_err()); // not the pattern anywhere
+//! ```
+
+use crate::pattern::{Mismatch, Pattern};
+
+/// The running check of received datagrams.
+#[derive(Debug, Clone)]
+pub struct DatagramCheck {
+    pattern: Pattern,
+    /// Where the next datagram is expected: the end of the previous one.
+    next: u64,
+    /// The highest end offset seen.
+    end: u64,
+    bytes: u64,
+    datagrams: u64,
+    late: u64,
+    located: u64,
+}
+
+impl DatagramCheck {
+    /// A check against `pattern`, expecting the first datagram at offset 0.
+    pub fn new(pattern: Pattern) -> DatagramCheck {
+        DatagramCheck {
+            pattern,
+            next: 0,
+            end: 0,
+            bytes: 0,
+            datagrams: 0,
+            late: 0,
+            located: 0,
+        }
+    }
+
+    /// Checks one datagram's payload; returns the stream offset it was found at. An empty
+    /// datagram carries nothing to check and is only counted.
+    pub fn datagram(&mut self, payload: &[u8]) -> Result<u64, Mismatch> {
+        let offset = if self.pattern.verify(self.next, payload).is_ok() {
+            self.next
+        } else if let Some(o) = self.pattern.locate(payload) {
+            self.located += 1;
+            o
+        } else {
+            // Neither where it was expected nor anywhere else: report the first byte that
+            // differs at the expected offset.
+            return Err(self
+                .pattern
+                .verify(self.next, payload)
+                .err()
+                .unwrap_or(Mismatch {
+                    offset: self.next,
+                    expected: self.pattern.byte_at(self.next),
+                    got: payload.first().copied().unwrap_or(0),
+                }));
+        };
+        let len = payload.len() as u64;
+        if offset < self.end && len > 0 {
+            self.late += 1;
+        }
+        self.next = offset + len;
+        self.end = self.end.max(self.next);
+        self.bytes += len;
+        self.datagrams += 1;
+        Ok(offset)
+    }
+
+    /// Payload bytes received and verified.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Datagrams received and verified.
+    pub fn datagrams(&self) -> u64 {
+        self.datagrams
+    }
+
+    /// The highest stream offset reached (the end of the furthest datagram).
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Bytes below [`DatagramCheck::end`] that never arrived (lost, or still on their way);
+    /// duplicates make it an underestimate, never below 0.
+    pub fn missing_bytes(&self) -> u64 {
+        self.end.saturating_sub(self.bytes)
+    }
+
+    /// Datagrams that arrived below the highest offset already reached: reordered or
+    /// duplicated.
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+
+    /// Datagrams that were not where the previous one ended and were found by their content.
+    pub fn located(&self) -> u64 {
+        self.located
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn datagrams(p: Pattern, sizes: &[usize]) -> Vec<Vec<u8>> {
+        let mut off = 0u64;
+        sizes
+            .iter()
+            .map(|&n| {
+                let mut b = vec![0u8; n];
+                p.fill(off, &mut b);
+                off += n as u64;
+                b
+            })
+            .collect()
+    }
+
+    #[test]
+    fn in_order_datagrams_are_checked_where_they_follow() {
+        let p = Pattern::new(3);
+        // Small datagrams (under LOCATE_MIN) are fine as long as they come in order.
+        let d = datagrams(p, &[1, 7, 1472, 1472, 500, 3]);
+        let mut c = DatagramCheck::new(p);
+        let mut want = 0;
+        for x in &d {
+            assert_eq!(c.datagram(x), Ok(want));
+            want += x.len() as u64;
+        }
+        assert_eq!(
+            (
+                c.bytes(),
+                c.datagrams(),
+                c.missing_bytes(),
+                c.late(),
+                c.located()
+            ),
+            (want, 6, 0, 0, 0)
+        );
+    }
+
+    #[test]
+    fn a_corrupted_datagram_is_a_mismatch_at_its_expected_offset() {
+        let p = Pattern::new(3);
+        let mut d = datagrams(p, &[100, 100]);
+        d[1][40] ^= 0x10;
+        let mut c = DatagramCheck::new(p);
+        c.datagram(&d[0]).unwrap();
+        let m = c.datagram(&d[1]).unwrap_err();
+        assert_eq!(m.offset, 140);
+        assert_eq!(m.got, d[1][40]);
+        // Nothing of the bad datagram was counted.
+        assert_eq!((c.bytes(), c.datagrams()), (100, 1));
+        // Zeros (a sender without --verify) are refused at once.
+        let m = DatagramCheck::new(p).datagram(&[0u8; 64]).unwrap_err();
+        assert_eq!(m.offset, 0);
+    }
+
+    #[test]
+    fn empty_datagrams_count_but_carry_nothing() {
+        let mut c = DatagramCheck::new(Pattern::new(1));
+        assert_eq!(c.datagram(&[]), Ok(0));
+        assert_eq!((c.bytes(), c.datagrams(), c.late()), (0, 1, 0));
+    }
+
+    proptest! {
+        /// Any loss and any reordering of datagrams of at least LOCATE_MIN bytes is accepted
+        /// with exact counts: what arrived, what is missing below the end, what came late.
+        #[test]
+        fn loss_and_reordering_are_counted_exactly(
+            seed in any::<u64>(),
+            sizes in prop::collection::vec(Pattern::LOCATE_MIN..1500usize, 1..60),
+            keep in prop::collection::vec(any::<bool>(), 60),
+            swaps in prop::collection::vec((0usize..60, 0usize..60), 0..10),
+        ) {
+            let p = Pattern::new(seed);
+            let d = datagrams(p, &sizes);
+            let mut order: Vec<usize> = (0..d.len()).filter(|&i| keep[i]).collect();
+            for (a, b) in swaps {
+                if !order.is_empty() {
+                    let n = order.len();
+                    order.swap(a % n, b % n);
+                }
+            }
+            let mut c = DatagramCheck::new(p);
+            let mut end = 0u64;
+            let mut late = 0u64;
+            for &i in &order {
+                let off: u64 = sizes[..i].iter().map(|&s| s as u64).sum();
+                prop_assert_eq!(c.datagram(&d[i]), Ok(off));
+                if off < end {
+                    late += 1;
+                }
+                end = end.max(off + sizes[i] as u64);
+            }
+            let bytes: u64 = order.iter().map(|&i| sizes[i] as u64).sum();
+            prop_assert_eq!(c.bytes(), bytes);
+            prop_assert_eq!(c.datagrams(), order.len() as u64);
+            prop_assert_eq!(c.end(), end);
+            prop_assert_eq!(c.missing_bytes(), end - bytes);
+            prop_assert_eq!(c.late(), late);
+        }
+    }
+}

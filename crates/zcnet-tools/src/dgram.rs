@@ -1,0 +1,1067 @@
+//! UDP datagrams for `zcnet send --udp` and `zcnet recv --udp`: sent as AF_XDP frames
+//! ([`XskUdpSender`]), received from an AF_XDP socket fed by an XDP program or from an ordinary
+//! UDP socket ([`UdpReceiver`]), each verified against the seeded pattern
+//! ([`zcnet_core::dgram::DatagramCheck`]) and counted with the kernel's own account.
+//!
+//! ```text
+//!   send --tx af-xdp:  route + neighbour (zcnet::nexthop) ─► UdpFlow headers + payload in a
+//!                      UMEM frame ─► TX ring (64 a batch) ─► kick ─► completion ring
+//!   recv --rx af-xdp:  XDP program (UDP port P → XSKMAP) ─► RX ring ─► parse ─► check ─► fill
+//!   recv --rx copy:    UDP socket ─► recv() ─► check
+//! ```
+//!
+//! Honest accounting: AF_XDP in copy mode (the only mode veth, lo and most drivers allow) is
+//! not zero copy — the kernel copies each transmitted frame into an skb, and each received
+//! packet from its skb into the UMEM. Only a zero-copy bind (`XDP_ZEROCOPY`, which is tried
+//! first and whose refusal is reported) hands the UMEM pages to the driver. The reports say
+//! which one ran and count bytes as zero-copied only for the latter.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use zcnet::nexthop::{self, NextHop, Resolution};
+use zcnet::xsk::{RxFrame, TxFrame, Xsk, XskConfig, XskMode, XskStats};
+use zcnet::{Error, MemoryKind, Pattern, Region, Result};
+use zcnet_core::dgram::DatagramCheck;
+use zcnet_core::udp_frame::{self, UdpFlow, HEADERS_LEN, IPV4_HLEN, UDP_HLEN};
+use zcnet_sys::os::Wake;
+
+use crate::xskbench::one_line;
+
+/// Frames handed to the TX ring at a time (and datagrams between two reads of the clock).
+pub const BATCH: usize = 64;
+/// How long the sender waits for the kernel to resolve the next hop's Ethernet address (ARP
+/// sends 3 requests a second apart before it gives up).
+pub const RESOLVE_WAIT: Duration = Duration::from_secs(3);
+/// UMEM frames (and ring entries) of the sender.
+pub const TX_FRAMES: u32 = 2048;
+/// UMEM frames (and ring entries) of the receiver: a burst this long is taken whole even while
+/// the receiver is off the CPU.
+pub const RX_FRAMES: u32 = 4096;
+/// The receive buffer a UDP socket receiver asks for (granted past `net.core.rmem_max` with
+/// CAP_NET_ADMIN).
+pub const SOCKET_RCVBUF: usize = 32 << 20;
+/// How long the sender waits for the kernel to take or complete frames before it gives up.
+const STALL: Duration = Duration::from_secs(5);
+
+/// What one AF_XDP frame can carry on an interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XskLimits {
+    /// The UMEM frame size used (2048, or 4096 where the MTU needs it).
+    pub frame_size: u32,
+    /// The interface's MTU.
+    pub mtu: u32,
+    /// The largest UDP payload: the frame less the Ethernet/IPv4/UDP headers, and no more
+    /// than the MTU less the IPv4/UDP headers (a longer frame is dropped by the device).
+    pub max_payload: usize,
+}
+
+impl XskLimits {
+    /// The limits for an interface with this MTU.
+    pub fn for_mtu(mtu: u32) -> XskLimits {
+        // The receiver's frame also keeps XDP_PACKET_HEADROOM (256 B) in front of the packet.
+        let frame_size = if (mtu as usize + udp_frame::ETH_HLEN) <= 2048 - 256 {
+            2048
+        } else {
+            4096
+        };
+        let by_frame = frame_size as usize - HEADERS_LEN;
+        let by_mtu = (mtu as usize).saturating_sub(IPV4_HLEN + UDP_HLEN);
+        XskLimits {
+            frame_size,
+            mtu,
+            max_payload: by_frame.min(by_mtu),
+        }
+    }
+
+    /// The limits of `iface` (its MTU read over rtnetlink, calling thread's namespace).
+    pub fn of(iface: &str) -> Result<XskLimits> {
+        Ok(XskLimits::for_mtu(nexthop::link(iface)?.mtu))
+    }
+
+    /// Refuses a datagram of `size` bytes that does not fit one frame (exit code 2), naming the
+    /// flag as given (`flag` `given`) and the limit.
+    pub fn check(&self, flag: &str, given: &str, size: usize, iface: &str) -> Result<()> {
+        if size <= self.max_payload {
+            return Ok(());
+        }
+        let by_frame = self.frame_size as usize - HEADERS_LEN;
+        let why = if self.max_payload < by_frame {
+            format!(
+                "MTU {} less {} B of IPv4 and UDP headers; an AF_XDP frame of {} B would hold {by_frame} B",
+                self.mtu,
+                IPV4_HLEN + UDP_HLEN,
+                self.frame_size
+            )
+        } else {
+            format!(
+                "an AF_XDP frame of {} B less {HEADERS_LEN} B of Ethernet, IPv4 and UDP headers",
+                self.frame_size
+            )
+        };
+        Err(Error::invalid_input(format!(
+            "{flag} {given} ({size} B) does not fit one AF_XDP frame on {iface}: a datagram carries at most {} B there ({why}): use {flag} {} or less",
+            self.max_payload, self.max_payload
+        )))
+    }
+}
+
+/// Binds `cfg` on `iface` in zero-copy mode, and in copy mode when the driver refuses that.
+/// Returns the socket and, after a refusal, why zero copy was not had.
+fn open_xsk(iface: &str, memory: MemoryKind, cfg: &XskConfig) -> Result<(Xsk, Option<String>)> {
+    let zc = XskConfig {
+        mode: XskMode::ZeroCopy,
+        ..*cfg
+    };
+    match Xsk::open(iface, Region::new(memory, zc.umem_len())?, &zc) {
+        Ok(x) => Ok((x, None)),
+        Err(Error::Unsupported { what, source, .. }) => {
+            let why = format!("{what}: {source}");
+            let copy = XskConfig {
+                mode: XskMode::Copy,
+                ..*cfg
+            };
+            // A refused bind leaves nothing bound; the copy-mode bind follows at once.
+            let x = Xsk::open(iface, Region::new(memory, copy.umem_len())?, &copy)?;
+            Ok((x, Some(one_line(&why))))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What [`XskUdpSender::open`] sets up.
+#[derive(Debug, Clone)]
+pub struct XskSendConfig {
+    /// The interface the frames leave from.
+    pub iface: String,
+    /// Its queue.
+    pub queue: u32,
+    /// Where the datagrams go.
+    pub dst: SocketAddrV4,
+    /// The UMEM's memory (host or hugepage).
+    pub memory: MemoryKind,
+}
+
+/// Sends UDP datagrams as Ethernet/IPv4/UDP frames written into AF_XDP UMEM frames.
+#[derive(Debug)]
+pub struct XskUdpSender {
+    xsk: Xsk,
+    flow: UdpFlow,
+    hop: NextHop,
+    limits: XskLimits,
+    /// Holds the source port, so that no socket of the stack takes it meanwhile.
+    _port: UdpSocket,
+    /// Frames written, not yet on the TX ring.
+    batch: Vec<TxFrame>,
+    ip_id: u16,
+    bytes: u64,
+    datagrams: u64,
+    zerocopy_refused: Option<String>,
+    start: Instant,
+    cpu0: f64,
+    progress: Instant,
+}
+
+impl XskUdpSender {
+    /// Resolves where the frames go ([`nexthop::resolve`]), takes an ephemeral source port on
+    /// the source address, binds an AF_XDP socket to the queue (zero-copy where the driver
+    /// allows, else copy) with a UMEM of [`TX_FRAMES`] frames. No XDP program is attached.
+    pub fn open(cfg: &XskSendConfig) -> Result<XskUdpSender> {
+        let limits = XskLimits::of(&cfg.iface)?;
+        let hop = nexthop::resolve(&cfg.iface, *cfg.dst.ip(), RESOLVE_WAIT)?;
+        let port = UdpSocket::bind((hop.src, 0))
+            .map_err(|e| Error::io(format!("taking a UDP source port on {}", hop.src), e))?;
+        let src_port = port
+            .local_addr()
+            .map_err(|e| Error::io("getsockname", e))?
+            .port();
+        let mut xcfg = XskConfig::new(cfg.queue);
+        xcfg.frame_size = limits.frame_size;
+        xcfg.rx_frames = 0;
+        xcfg.tx_frames = TX_FRAMES;
+        xcfg.ring_size = TX_FRAMES;
+        let (xsk, zerocopy_refused) = open_xsk(&cfg.iface, cfg.memory, &xcfg)?;
+        let flow = UdpFlow {
+            src_mac: hop.src_mac,
+            dst_mac: hop.dst_mac,
+            src: hop.src,
+            dst: *cfg.dst.ip(),
+            src_port,
+            dst_port: cfg.dst.port(),
+            udp_checksum: true,
+        };
+        let now = Instant::now();
+        Ok(XskUdpSender {
+            xsk,
+            flow,
+            hop,
+            limits,
+            _port: port,
+            batch: Vec::with_capacity(BATCH),
+            ip_id: 0,
+            bytes: 0,
+            datagrams: 0,
+            zerocopy_refused,
+            start: now,
+            cpu0: zcnet::thread_cpu_seconds(),
+            progress: now,
+        })
+    }
+
+    /// The largest payload one datagram may carry.
+    pub fn max_payload(&self) -> usize {
+        self.limits.max_payload
+    }
+
+    /// Why the zero-copy bind was refused, if it was (the socket then runs in copy mode).
+    pub fn zerocopy_refused(&self) -> Option<&str> {
+        self.zerocopy_refused.as_deref()
+    }
+
+    /// One line saying what is sent from where to where, and how the address was had.
+    pub fn describe(&self) -> String {
+        let f = &self.flow;
+        let how = match self.hop.resolution {
+            Resolution::Cached(state) => format!("neighbour entry {state}"),
+            Resolution::Resolved(d) => format!("resolved by ARP in {} ms", d.as_millis()),
+        };
+        let via = self
+            .hop
+            .gateway
+            .map_or(String::new(), |g| format!(" via gateway {g}"));
+        format!(
+            "af-xdp: {}:{} ({} {}, queue {}) → {}:{} ({}{via}, {how}), {} mode, {} B frames",
+            f.src,
+            f.src_port,
+            self.hop.iface,
+            zcnet_sys::ifaddr::format_mac(&f.src_mac),
+            self.xsk.config().queue,
+            f.dst,
+            f.dst_port,
+            zcnet_sys::ifaddr::format_mac(&f.dst_mac),
+            self.mode_name(),
+            self.limits.frame_size
+        )
+    }
+
+    fn mode_name(&self) -> &'static str {
+        if self.xsk.is_zerocopy().unwrap_or(false) {
+            "zero-copy"
+        } else {
+            "copy"
+        }
+    }
+
+    fn stalled(&self) -> Error {
+        Error::Stalled {
+            seconds: STALL.as_secs(),
+            outstanding: self.xsk.tx_in_flight() + self.batch.len(),
+        }
+    }
+
+    /// Hands the written frames to the TX ring, as many as it takes (and kicks).
+    fn push(&mut self) -> Result<()> {
+        if self.xsk.send(&mut self.batch)? > 0 {
+            self.progress = Instant::now();
+        } else {
+            if zcnet::interrupted() {
+                return Err(Error::Interrupted);
+            }
+            if self.progress.elapsed() > STALL {
+                return Err(self.stalled());
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// A free frame, waiting for completions when every frame is with the kernel.
+    fn frame(&mut self) -> Result<TxFrame> {
+        loop {
+            if let Some(f) = self.xsk.tx_frame()? {
+                return Ok(f);
+            }
+            self.push()?;
+        }
+    }
+
+    /// Sends one datagram of at most `len` payload bytes: `fill` writes the payload in place
+    /// and returns how many bytes it wrote (0: nothing is sent). The frame goes to the kernel
+    /// with the next batch. Returns the payload bytes.
+    pub fn send_with(
+        &mut self,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<usize> {
+        if len > self.limits.max_payload {
+            return Err(Error::invalid_input(format!(
+                "a {len} B datagram does not fit one AF_XDP frame (at most {} B)",
+                self.limits.max_payload
+            )));
+        }
+        let mut f = self.frame()?;
+        let buf = f.bytes_mut();
+        let n = fill(&mut buf[HEADERS_LEN..HEADERS_LEN + len])?.min(len);
+        if n == 0 {
+            return Ok(0);
+        }
+        // Headers around the payload already in place; the checksums cover it.
+        let total = self
+            .flow
+            .write_with(buf, self.ip_id, n, |_| {})
+            .map_err(|e| Error::invalid_input(format!("building a UDP frame: {e}")))?;
+        f.set_len(total)?;
+        self.ip_id = self.ip_id.wrapping_add(1);
+        self.batch.push(f);
+        self.bytes += n as u64;
+        self.datagrams += 1;
+        if self.batch.len() >= BATCH {
+            self.push()?;
+        }
+        Ok(n)
+    }
+
+    /// Hands over what is left, waits until the kernel has completed every frame, and reports.
+    pub fn finish(mut self) -> Result<XskSendReport> {
+        self.progress = Instant::now();
+        while !self.batch.is_empty() {
+            self.push()?;
+        }
+        if !self.xsk.flush(STALL)? {
+            return Err(self.stalled());
+        }
+        let seconds = self.start.elapsed().as_secs_f64();
+        let stats = self.xsk.stats()?;
+        let zerocopy = self.xsk.is_zerocopy()?;
+        Ok(XskSendReport {
+            bytes: self.bytes,
+            datagrams: self.datagrams,
+            seconds,
+            cpu_seconds: zcnet::thread_cpu_seconds() - self.cpu0,
+            zerocopy,
+            zerocopy_refused: self.zerocopy_refused.clone(),
+            stats,
+            src: SocketAddrV4::new(self.flow.src, self.flow.src_port),
+            dst: SocketAddrV4::new(self.flow.dst, self.flow.dst_port),
+            iface: self.hop.iface.clone(),
+            queue: self.xsk.config().queue,
+            frame_size: self.limits.frame_size,
+        })
+    }
+}
+
+fn kernel_json(k: &zcnet_sys::xsk::XdpStatistics) -> Value {
+    json!({
+        "rx_dropped": k.rx_dropped,
+        "rx_invalid_descs": k.rx_invalid_descs,
+        "tx_invalid_descs": k.tx_invalid_descs,
+        "rx_ring_full": k.rx_ring_full,
+        "rx_fill_ring_empty_descs": k.rx_fill_ring_empty_descs,
+        "tx_ring_empty_descs": k.tx_ring_empty_descs,
+    })
+}
+
+fn mb_per_s(bytes: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        bytes as f64 / seconds / 1e6
+    } else {
+        0.0
+    }
+}
+
+/// What [`XskUdpSender`] did, and what the kernel counted.
+#[derive(Debug, Clone)]
+pub struct XskSendReport {
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Datagrams (frames) sent.
+    pub datagrams: u64,
+    /// Seconds from the socket's bind to the last completion.
+    pub seconds: f64,
+    /// CPU seconds of the sending thread.
+    pub cpu_seconds: f64,
+    /// Whether the socket was bound in zero-copy mode.
+    pub zerocopy: bool,
+    /// Why it was not, when the driver refused.
+    pub zerocopy_refused: Option<String>,
+    /// Frames, completions, kicks and `XDP_STATISTICS`.
+    pub stats: XskStats,
+    /// The source address and port.
+    pub src: SocketAddrV4,
+    /// The destination.
+    pub dst: SocketAddrV4,
+    /// The interface.
+    pub iface: String,
+    /// Its queue.
+    pub queue: u32,
+    /// The UMEM frame size.
+    pub frame_size: u32,
+}
+
+impl XskSendReport {
+    /// Payload bytes the kernel sent without copying them: all of them with a zero-copy bind,
+    /// none in copy mode.
+    pub fn zerocopy_bytes(&self) -> u64 {
+        if self.zerocopy {
+            self.bytes
+        } else {
+            0
+        }
+    }
+
+    /// Payload bytes the kernel copied (into an skb per frame, in copy mode).
+    pub fn copied_bytes(&self) -> u64 {
+        self.bytes - self.zerocopy_bytes()
+    }
+
+    /// The human summary (one line).
+    pub fn summary(&self) -> String {
+        let s = &self.stats;
+        let mode = if self.zerocopy {
+            "AF_XDP zero-copy mode (the driver sent from the UMEM: zero copy)"
+        } else {
+            "AF_XDP copy mode (the kernel copied each frame into an skb: not zero copy)"
+        };
+        format!(
+            "{} B in {:.2} s ({:.0} MB/s) with af-xdp: {} datagrams {} → {} from {} queue {}, {mode}: {} frames sent, {} completed, {} kicks; kernel: {} invalid TX descriptors, TX ring empty {}x; CPU {:.3} s",
+            self.bytes,
+            self.seconds,
+            mb_per_s(self.bytes, self.seconds),
+            self.datagrams,
+            self.src,
+            self.dst,
+            self.iface,
+            self.queue,
+            s.tx_frames,
+            s.tx_completed,
+            s.kicks,
+            s.kernel.tx_invalid_descs,
+            s.kernel.tx_ring_empty_descs,
+            self.cpu_seconds
+        )
+    }
+
+    /// The `--json` document, with the keys of the other send modes and an `af_xdp` section.
+    pub fn to_json(&self) -> Value {
+        let s = &self.stats;
+        json!({
+            "tx": "af-xdp",
+            "proto": "udp",
+            "bytes": self.bytes,
+            "sends": self.datagrams,
+            "seconds": self.seconds,
+            "mb_per_s": mb_per_s(self.bytes, self.seconds),
+            "notifications": s.tx_completed,
+            "zerocopy_bytes": self.zerocopy_bytes(),
+            "copied_bytes": self.copied_bytes(),
+            "cpu_seconds": self.cpu_seconds,
+            "switches": [],
+            "af_xdp": {
+                "bind": if self.zerocopy { "zero-copy" } else { "copy" },
+                "zerocopy_refused": self.zerocopy_refused,
+                "iface": self.iface,
+                "queue": self.queue,
+                "frame_size": self.frame_size,
+                "src": self.src.to_string(),
+                "dst": self.dst.to_string(),
+                "frames": s.tx_frames,
+                "completions": s.tx_completed,
+                "kicks": s.kicks,
+                "xdp_statistics": kernel_json(&s.kernel),
+            },
+        })
+    }
+}
+
+/// How [`UdpReceiver`] takes datagrams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UdpRxMode {
+    /// A UDP socket bound to the address (`recv()`: the kernel copies each datagram out).
+    Copy,
+    /// An AF_XDP socket on `queue` of `iface`, fed by an XDP program that redirects the UDP
+    /// port to it (every other packet goes on to the stack).
+    AfXdp {
+        /// The interface.
+        iface: String,
+        /// The queue.
+        queue: u32,
+    },
+}
+
+impl UdpRxMode {
+    /// `copy`, `af-xdp`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            UdpRxMode::Copy => "copy",
+            UdpRxMode::AfXdp { .. } => "af-xdp",
+        }
+    }
+}
+
+/// What [`UdpReceiver::open`] sets up and how [`UdpReceiver::run`] ends.
+#[derive(Debug, Clone)]
+pub struct UdpRecvConfig {
+    /// The address to receive on (IPv4 for af-xdp; an unspecified address takes every one).
+    pub listen: SocketAddr,
+    /// The mechanism.
+    pub mode: UdpRxMode,
+    /// The UMEM's memory (af-xdp).
+    pub memory: MemoryKind,
+    /// Check every datagram against this pattern.
+    pub verify: Option<Pattern>,
+    /// Stop once this many payload bytes have arrived.
+    pub bytes: Option<u64>,
+    /// Stop once nothing has arrived for this long, after the first datagram.
+    pub idle: Duration,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Socket {
+        sock: UdpSocket,
+        rcvbuf: usize,
+    },
+    Xsk {
+        /// Dropped first: the XDP program is detached before the reservation closes.
+        xsk: Box<Xsk>,
+        frames: Vec<RxFrame>,
+        /// The UDP port held in the stack; datagrams that reach it were not redirected
+        /// (another queue, or generic XDP missing them): read and counted as unsteered.
+        stack: UdpSocket,
+        ip: Option<Ipv4Addr>,
+        port: u16,
+        zerocopy_refused: Option<String>,
+    },
+}
+
+/// Receives UDP datagrams through one mechanism.
+#[derive(Debug)]
+pub struct UdpReceiver {
+    inner: Inner,
+    listen: SocketAddr,
+    buf: Vec<u8>,
+}
+
+/// Why [`UdpReceiver::run`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The byte count asked for arrived.
+    Bytes,
+    /// Nothing arrived for the idle time.
+    Idle,
+    /// SIGINT/SIGTERM.
+    Interrupted,
+}
+
+/// What a [`UdpReceiver`] received.
+#[derive(Debug, Clone)]
+pub struct UdpRecvReport {
+    /// The mechanism.
+    pub mode: &'static str,
+    /// Payload bytes received.
+    pub bytes: u64,
+    /// Datagrams received.
+    pub datagrams: u64,
+    /// Seconds from the first datagram to the last.
+    pub seconds: f64,
+    /// Whether every datagram was checked against the pattern (and passed).
+    pub verified: bool,
+    /// With verification: bytes below the highest offset that never arrived.
+    pub missing_bytes: Option<u64>,
+    /// With verification: datagrams that arrived after a later one.
+    pub late: Option<u64>,
+    /// Why it stopped.
+    pub stop: Stop,
+    /// Copy: the receive buffer granted and the kernel's drop count for the socket.
+    pub socket: Option<(usize, u64)>,
+    /// AF_XDP: its account.
+    pub xsk: Option<XskRecvAccount>,
+}
+
+/// The AF_XDP receiver's account.
+#[derive(Debug, Clone)]
+pub struct XskRecvAccount {
+    /// The interface and queue.
+    pub iface: String,
+    /// The queue.
+    pub queue: u32,
+    /// Whether the socket was bound in zero-copy mode.
+    pub zerocopy: bool,
+    /// Why it was not, when the driver refused.
+    pub zerocopy_refused: Option<String>,
+    /// Where the XDP program ran ("native", "generic").
+    pub xdp_mode: Option<&'static str>,
+    /// Frames, and `XDP_STATISTICS`.
+    pub stats: XskStats,
+    /// Frames redirected that were not an intact IPv4/UDP datagram (counted, skipped).
+    pub malformed: u64,
+    /// Frames for the port but another destination address (counted, skipped).
+    pub other_address: u64,
+    /// Datagrams that reached the stack's socket instead (not redirected), bytes.
+    pub unsteered_bytes: u64,
+}
+
+/// The running totals of one receive.
+struct Totals<'w> {
+    check: Option<DatagramCheck>,
+    sink: Option<&'w mut dyn Write>,
+    bytes: u64,
+    datagrams: u64,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+impl Totals<'_> {
+    fn datagram(&mut self, payload: &[u8]) -> Result<()> {
+        if let Some(c) = self.check.as_mut() {
+            c.datagram(payload).map_err(Error::Verify)?;
+        }
+        if let Some(s) = self.sink.as_deref_mut() {
+            s.write_all(payload)
+                .map_err(|e| Error::io("writing received data", e))?;
+        }
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        self.bytes += payload.len() as u64;
+        self.datagrams += 1;
+        Ok(())
+    }
+}
+
+fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
+    UdpSocket::bind(addr).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => Error::io(
+            format!("bind UDP {addr}: address in use (pick another --listen port)"),
+            e,
+        ),
+        std::io::ErrorKind::AddrNotAvailable => Error::BadAddress {
+            given: addr.to_string(),
+        },
+        _ => Error::io(format!("bind UDP {addr}"), e),
+    })
+}
+
+impl UdpReceiver {
+    /// Binds the UDP socket (copy), or the AF_XDP socket and its XDP program for the port
+    /// (af-xdp, zero-copy where the driver allows, else copy; the UDP port is also held in the
+    /// stack so that no other socket takes it).
+    pub fn open(cfg: &UdpRecvConfig) -> Result<UdpReceiver> {
+        let inner = match &cfg.mode {
+            UdpRxMode::Copy => {
+                let sock = bind_udp(cfg.listen)?;
+                let rcvbuf = zcnet_sys::sock::set_recv_buffer(sock.as_raw_fd(), SOCKET_RCVBUF)
+                    .map_err(|e| Error::io("SO_RCVBUF", e))?;
+                sock.set_nonblocking(true)
+                    .map_err(|e| Error::io("O_NONBLOCK", e))?;
+                Inner::Socket { sock, rcvbuf }
+            }
+            UdpRxMode::AfXdp { iface, queue } => {
+                let SocketAddr::V4(v4) = cfg.listen else {
+                    return Err(Error::invalid_input(format!(
+                        "--rx af-xdp receives IPv4/UDP: --listen {} is IPv6; give an IPv4 address or 0.0.0.0:PORT",
+                        cfg.listen
+                    )));
+                };
+                if v4.port() == 0 {
+                    return Err(Error::invalid_input(
+                        "--rx af-xdp needs a fixed port to redirect: --listen ADDR:PORT with a port other than 0",
+                    ));
+                }
+                let limits = XskLimits::of(iface)?;
+                let stack = bind_udp(cfg.listen)?;
+                stack
+                    .set_nonblocking(true)
+                    .map_err(|e| Error::io("O_NONBLOCK", e))?;
+                let mut x = XskConfig::new(*queue);
+                x.frame_size = limits.frame_size;
+                x.rx_frames = RX_FRAMES;
+                x.tx_frames = 0;
+                x.ring_size = RX_FRAMES;
+                x.rx_port = Some(v4.port());
+                let (xsk, zerocopy_refused) = open_xsk(iface, cfg.memory, &x)?;
+                Inner::Xsk {
+                    xsk: Box::new(xsk),
+                    frames: Vec::with_capacity(BATCH),
+                    stack,
+                    ip: (!v4.ip().is_unspecified()).then_some(*v4.ip()),
+                    port: v4.port(),
+                    zerocopy_refused,
+                }
+            }
+        };
+        let listen = match &inner {
+            Inner::Socket { sock, .. } => sock.local_addr(),
+            Inner::Xsk { stack, .. } => stack.local_addr(),
+        }
+        .map_err(|e| Error::io("getsockname", e))?;
+        Ok(UdpReceiver {
+            inner,
+            listen,
+            buf: vec![0u8; 65536],
+        })
+    }
+
+    /// The address received on (with the port the kernel chose for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// Why the zero-copy bind was refused (af-xdp), if it was.
+    pub fn zerocopy_refused(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::Xsk {
+                zerocopy_refused, ..
+            } => zerocopy_refused.as_deref(),
+            Inner::Socket { .. } => None,
+        }
+    }
+
+    /// One line on how datagrams are received.
+    pub fn describe(&self) -> String {
+        match &self.inner {
+            Inner::Socket { rcvbuf, .. } => format!(
+                "copy: a UDP socket on {} (receive buffer {rcvbuf} B)",
+                self.listen
+            ),
+            Inner::Xsk { xsk, port, .. } => format!(
+                "af-xdp: UDP port {port} on {} queue {}, {} mode, {} XDP program {}; other packets go on to the stack",
+                xsk.iface(),
+                xsk.config().queue,
+                if xsk.is_zerocopy().unwrap_or(false) {
+                    "zero-copy"
+                } else {
+                    "copy"
+                },
+                xsk.xdp_mode().unwrap_or("no"),
+                xsk.xdp_prog_id().map_or("?".into(), |i| i.to_string()),
+            ),
+        }
+    }
+
+    /// Receives until `cfg.bytes` have arrived, nothing has for `cfg.idle` after the first
+    /// datagram, or SIGINT/SIGTERM ([`Stop::Interrupted`]: the report is still returned).
+    /// Each datagram is checked with `cfg.verify` (a mismatch is [`Error::Verify`]) and written
+    /// to `sink`.
+    pub fn run(
+        &mut self,
+        cfg: &UdpRecvConfig,
+        sink: Option<&mut dyn Write>,
+    ) -> Result<UdpRecvReport> {
+        let mut t = Totals {
+            check: cfg.verify.map(DatagramCheck::new),
+            sink,
+            bytes: 0,
+            datagrams: 0,
+            first: None,
+            last: None,
+        };
+        let mut malformed = 0u64;
+        let mut other_address = 0u64;
+        let mut unsteered = 0u64;
+        let stop = loop {
+            if cfg.bytes.is_some_and(|b| t.bytes >= b) {
+                break Stop::Bytes;
+            }
+            if zcnet::interrupted() {
+                break Stop::Interrupted;
+            }
+            // Wait for at most what is left of the idle time once data has come.
+            let wait = t.last.map(|l| cfg.idle.saturating_sub(l.elapsed()));
+            if wait.is_some_and(|w| w.is_zero()) {
+                break Stop::Idle;
+            }
+            let r = match &mut self.inner {
+                Inner::Socket { sock, .. } => {
+                    recv_socket(sock, &mut self.buf, &mut t, wait, cfg.bytes)
+                }
+                Inner::Xsk {
+                    xsk,
+                    frames,
+                    stack,
+                    ip,
+                    port,
+                    ..
+                } => {
+                    // Datagrams the XDP program did not take: read and counted, not lost.
+                    let before = t.bytes;
+                    let r = recv_socket(stack, &mut self.buf, &mut t, Some(Duration::ZERO), None);
+                    unsteered += t.bytes - before;
+                    r.and_then(|()| {
+                        let w = wait
+                            .unwrap_or(Duration::from_millis(100))
+                            .min(Duration::from_millis(100));
+                        recv_xsk(
+                            xsk,
+                            frames,
+                            &mut t,
+                            w,
+                            (*ip, *port),
+                            &mut malformed,
+                            &mut other_address,
+                        )
+                    })
+                }
+            };
+            match r {
+                Ok(()) => {}
+                Err(Error::Interrupted) => break Stop::Interrupted,
+                Err(e) => return Err(e),
+            }
+        };
+        let seconds = match (t.first, t.last) {
+            (Some(f), Some(l)) => l.duration_since(f).as_secs_f64(),
+            _ => 0.0,
+        };
+        let socket = match &self.inner {
+            Inner::Socket { sock, rcvbuf } => Some((
+                *rcvbuf,
+                u64::from(
+                    zcnet_sys::sock::socket_drops(sock.as_raw_fd())
+                        .map_err(|e| Error::io("SO_MEMINFO", e))?,
+                ),
+            )),
+            Inner::Xsk { .. } => None,
+        };
+        let xsk = match &self.inner {
+            Inner::Xsk {
+                xsk,
+                zerocopy_refused,
+                ..
+            } => Some(XskRecvAccount {
+                iface: xsk.iface().to_string(),
+                queue: xsk.config().queue,
+                zerocopy: xsk.is_zerocopy()?,
+                zerocopy_refused: zerocopy_refused.clone(),
+                xdp_mode: xsk.xdp_mode(),
+                stats: xsk.stats()?,
+                malformed,
+                other_address,
+                unsteered_bytes: unsteered,
+            }),
+            Inner::Socket { .. } => None,
+        };
+        Ok(UdpRecvReport {
+            mode: cfg.mode.name(),
+            bytes: t.bytes,
+            datagrams: t.datagrams,
+            seconds,
+            verified: t.check.is_some(),
+            missing_bytes: t.check.as_ref().map(DatagramCheck::missing_bytes),
+            late: t.check.as_ref().map(DatagramCheck::late),
+            stop,
+            socket,
+            xsk,
+        })
+    }
+}
+
+/// Reads what the socket has (up to `limit` bytes in all); when it has nothing, waits for it up
+/// to `wait` (`None`: until something comes or SIGINT/SIGTERM).
+fn recv_socket(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    t: &mut Totals<'_>,
+    wait: Option<Duration>,
+    limit: Option<u64>,
+) -> Result<()> {
+    let mut got = false;
+    loop {
+        if limit.is_some_and(|l| t.bytes >= l) {
+            return Ok(());
+        }
+        match sock.recv(buf) {
+            Ok(n) => {
+                got = true;
+                t.datagram(&buf[..n])?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                if zcnet::interrupted() {
+                    return Err(Error::Interrupted);
+                }
+            }
+            // An ICMP error for an earlier datagram (connection refused): not data.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(Error::io("recv (UDP)", e)),
+        }
+    }
+    if got || wait.is_some_and(|w| w.is_zero()) {
+        return Ok(());
+    }
+    match zcnet_sys::os::wait_fd(sock.as_fd(), libc::POLLIN, wait) {
+        Ok(Wake::Interrupted) => Err(Error::Interrupted),
+        Ok(_) => Ok(()),
+        Err(e) => Err(Error::io("poll (UDP socket)", e)),
+    }
+}
+
+/// Takes what the RX ring has (waiting up to `wait` for the first), parses each frame and
+/// hands the datagrams for `(ip, port)` on; the frames go back to the fill ring.
+fn recv_xsk(
+    xsk: &mut Xsk,
+    frames: &mut Vec<RxFrame>,
+    t: &mut Totals<'_>,
+    wait: Duration,
+    (ip, port): (Option<Ipv4Addr>, u16),
+    malformed: &mut u64,
+    other_address: &mut u64,
+) -> Result<()> {
+    xsk.recv(frames, BATCH, wait)?;
+    let mut result = Ok(());
+    for f in frames.drain(..) {
+        if result.is_err() {
+            continue;
+        }
+        // A datagram from the local stack over a device with checksum offload carries only
+        // the pseudo-header sum (CHECKSUM_PARTIAL): the pattern checks the payload instead.
+        match udp_frame::parse_udp_partial_csum(f.data()) {
+            Ok(p) if p.dst_port != port => *other_address += 1,
+            Ok(p) if ip.is_some_and(|a| a != p.dst) => *other_address += 1,
+            Ok(p) => result = t.datagram(p.payload),
+            Err(_) => *malformed += 1,
+        }
+    }
+    result
+}
+
+impl UdpRecvReport {
+    /// Payload bytes the kernel placed without a copy (AF_XDP zero-copy bind only).
+    pub fn zerocopy_bytes(&self) -> u64 {
+        match &self.xsk {
+            Some(x) if x.zerocopy => self.bytes - x.unsteered_bytes,
+            _ => 0,
+        }
+    }
+
+    /// The human summary (one line).
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{} B in {} datagrams in {:.2} s ({:.0} MB/s) with {}",
+            self.bytes,
+            self.datagrams,
+            self.seconds,
+            mb_per_s(self.bytes, self.seconds),
+            self.mode
+        );
+        match (&self.socket, &self.xsk) {
+            (Some((rcvbuf, drops)), _) => s += &format!(
+                " (a UDP socket: the kernel copied each datagram out): receive buffer {rcvbuf} B, the kernel dropped {drops} datagrams for this socket"
+            ),
+            (_, Some(x)) => {
+                let k = &x.stats.kernel;
+                s += &format!(
+                    " ({}, {} XDP on {} queue {}): {} frames; kernel: rx_dropped {}, RX ring full {}x, fill ring empty {}x, {} invalid RX descriptors; {} malformed, {} for other addresses, {} B through the stack (not redirected)",
+                    if x.zerocopy {
+                        "AF_XDP zero-copy mode: the NIC wrote into the UMEM, zero copy"
+                    } else {
+                        "AF_XDP copy mode: the kernel copied each packet into the UMEM, not zero copy"
+                    },
+                    x.xdp_mode.unwrap_or("no"),
+                    x.iface,
+                    x.queue,
+                    x.stats.rx_frames,
+                    k.rx_dropped,
+                    k.rx_ring_full,
+                    k.rx_fill_ring_empty_descs,
+                    k.rx_invalid_descs,
+                    x.malformed,
+                    x.other_address,
+                    x.unsteered_bytes
+                );
+            }
+            _ => {}
+        }
+        if let (Some(m), Some(l)) = (self.missing_bytes, self.late) {
+            s += &format!("; pattern verified, {m} B missing, {l} datagrams late");
+        }
+        s
+    }
+
+    /// The `--json` document: the keys of `zcnet recv --json` and UDP's own.
+    pub fn to_json(&self, requested: &str) -> Value {
+        let mut fallbacks = Vec::new();
+        if let Some(r) = self.xsk.as_ref().and_then(|x| x.zerocopy_refused.as_ref()) {
+            fallbacks.push(json!({"tried": "af-xdp-zerocopy", "reason": r}));
+        }
+        let zc = self.zerocopy_bytes();
+        json!({
+            "rx": self.mode,
+            "requested": requested,
+            "proto": "udp",
+            "fallbacks": fallbacks,
+            "bytes": self.bytes,
+            "reads": self.datagrams,
+            "datagrams": self.datagrams,
+            "seconds": self.seconds,
+            "verified": self.verified,
+            "missing_bytes": self.missing_bytes,
+            "late": self.late,
+            "stop": match self.stop {
+                Stop::Bytes => "bytes",
+                Stop::Idle => "idle",
+                Stop::Interrupted => "interrupted",
+            },
+            "zerocopy_bytes": zc,
+            "copied_bytes": self.bytes - zc,
+            "device_bytes": 0,
+            "starved": self.xsk.as_ref().map_or(0, |x| x.stats.kernel.rx_fill_ring_empty_descs),
+            "rearms": 0,
+            "linear_fallbacks": 0,
+            "unsteered": self.xsk.as_ref().map_or(0, |x| x.unsteered_bytes),
+            "socket": self.socket.map(|(rcvbuf, drops)| json!({"rcvbuf": rcvbuf, "drops": drops})),
+            "af_xdp": self.xsk.as_ref().map(|x| json!({
+                "bind": if x.zerocopy { "zero-copy" } else { "copy" },
+                "zerocopy_refused": x.zerocopy_refused,
+                "iface": x.iface,
+                "queue": x.queue,
+                "xdp_mode": x.xdp_mode,
+                "frames": x.stats.rx_frames,
+                "malformed": x.malformed,
+                "other_address": x.other_address,
+                "xdp_statistics": kernel_json(&x.stats.kernel),
+            })),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_follow_the_frame_and_the_mtu() {
+        let l = XskLimits::for_mtu(1500);
+        assert_eq!((l.frame_size, l.max_payload), (2048, 1472));
+        let l = XskLimits::for_mtu(1700);
+        assert_eq!((l.frame_size, l.max_payload), (2048, 1672));
+        // 1792 + 14 no longer fits behind the 256 B of receive headroom: 4096 B frames.
+        let l = XskLimits::for_mtu(9000);
+        assert_eq!((l.frame_size, l.max_payload), (4096, 4096 - 42));
+        let l = XskLimits::for_mtu(65536);
+        assert_eq!(l.max_payload, 4054);
+        assert!(l.check("--size", "4054", 4054, "lo").is_ok());
+        let e = l.check("--size", "64K", 65536, "lo").unwrap_err();
+        let m = e.to_string();
+        assert!(e.is_bad_argument(), "{m}");
+        assert!(
+            m.contains("--size 64K (65536 B)") && m.contains("at most 4054 B"),
+            "{m}"
+        );
+        assert!(
+            m.contains("use --size 4054 or less") && !m.contains('\n'),
+            "{m}"
+        );
+        let m = XskLimits::for_mtu(1500)
+            .check("--size", "1473", 1473, "vA")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains("MTU 1500") && m.contains("at most 1472 B"),
+            "{m}"
+        );
+    }
+}
