@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::{IsTerminal, Read, Write};
 use std::os::fd::AsFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use zcnet::{
     net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig,
 };
@@ -144,6 +144,20 @@ struct SendJson<'a> {
     switches: Vec<String>,
 }
 
+/// `--bytes` and `--duration`, checked (exit code 2 naming the flag).
+pub(crate) fn send_amount(a: &SendArgs) -> Result<(Option<u64>, Option<Duration>), Error> {
+    let bytes = a
+        .bytes
+        .as_deref()
+        .map(|b| bytes_arg("--bytes", b))
+        .transpose()?;
+    let duration = a
+        .duration
+        .map(|d| seconds_arg("--duration", d))
+        .transpose()?;
+    Ok((bytes, duration))
+}
+
 pub fn send(a: &SendArgs) -> Result<(), Error> {
     if a.tx == crate::udp_cmd::AF_XDP {
         return crate::udp_cmd::send_af_xdp(a);
@@ -156,15 +170,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let inflight = count_arg("--inflight", a.inflight, MAX_INFLIGHT)?;
     total_arg(("--size", size), ("--inflight", inflight))?;
     let window = window_arg(&a.window)?;
-    let bytes = a
-        .bytes
-        .as_deref()
-        .map(|b| bytes_arg("--bytes", b))
-        .transpose()?;
-    let duration = a
-        .duration
-        .map(|d| seconds_arg("--duration", d))
-        .transpose()?;
+    let (bytes, duration) = send_amount(a)?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() {
         crate::gpu_cmd::check_send(a)?;
@@ -274,7 +280,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
 /// sends 1 GiB; neither: stdin to its end).
 pub(crate) fn run_limits(
     bytes: Option<u64>,
-    duration: Option<std::time::Duration>,
+    duration: Option<Duration>,
     verify: bool,
 ) -> (Option<u64>, Option<Instant>) {
     let limit = match (bytes, duration) {

@@ -88,15 +88,7 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
         }
     };
     let size = size_arg("--size", &a.size, MAX_BUFFER)?;
-    let bytes = a
-        .bytes
-        .as_deref()
-        .map(|b| bytes_arg("--bytes", b))
-        .transpose()?;
-    let duration = a
-        .duration
-        .map(|d| seconds_arg("--duration", d))
-        .transpose()?;
+    let (bytes, duration) = crate::sendrecv::send_amount(a)?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() || a.naive {
         return Err(Error::invalid_input(format!(

@@ -387,21 +387,12 @@ impl Receiver {
             RxMode::Devmem => Box::new(devmem::DevmemBackend::new(cfg)?),
             RxMode::Auto => auto(cfg, &mut fallbacks)?,
         };
-        Ok(Receiver {
-            backend,
-            conns: HashMap::new(),
-            closing: Vec::new(),
-            next_conn: 1,
-            ret: Arc::new(Mutex::new(Vec::new())),
-            stats: RxStats::default(),
-            fallbacks,
-            scratch: Vec::new(),
-            closable: Vec::new(),
-        })
+        let mut rx = Receiver::with_backend(backend);
+        rx.fallbacks = fallbacks;
+        Ok(rx)
     }
 
-    /// A receiver over `backend` (tests: a simulated device).
-    #[cfg(test)]
+    /// A receiver over `backend` (also the tests' simulated devices).
     pub(crate) fn with_backend(backend: Box<dyn RxBackend>) -> Receiver {
         Receiver {
             backend,
