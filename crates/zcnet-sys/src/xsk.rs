@@ -1,6 +1,7 @@
 //! AF_XDP sockets: registering a UMEM, sizing the four rings and binding to a device queue in
 //! copy or zero-copy mode (Documentation/networking/af_xdp.rst). Enough for the probe (bind, then
-//! close) and the base of an AF_XDP backend later ([`XskSocket`] keeps the socket and its UMEM).
+//! close); the data path ([`crate::xsk_socket::XdpSocket`], shared UMEMs included) builds on
+//! these constants.
 //!
 //! Constants and layouts are those of `include/uapi/linux/if_xdp.h` (Linux 6.18), checked against
 //! the running kernel's BTF; the tests pin sizes and offsets. Bind errors seen on Linux 6.18
@@ -304,15 +305,22 @@ fn open_and_bind(
         sxdp_queue_id: queue_id,
         sxdp_shared_umem_fd: 0,
     };
-    // SAFETY: sa is a live sockaddr_xdp and the length is its exact size.
+    bind(fd.as_fd(), &sa)?;
+    Ok(fd)
+}
+
+/// One `bind(2)` of an AF_XDP socket to `sa`.
+pub(crate) fn bind(fd: BorrowedFd<'_>, sa: &SockaddrXdp) -> io::Result<()> {
+    // SAFETY: sa is a live sockaddr_xdp and the length is its exact size; the kernel only
+    // reads it.
     crate::cvt(unsafe {
         libc::bind(
             fd.as_raw_fd(),
-            (&sa as *const SockaddrXdp).cast(),
+            (sa as *const SockaddrXdp).cast(),
             std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
         )
-    })?;
-    Ok(fd)
+    })
+    .map(drop)
 }
 
 impl XskSocket {

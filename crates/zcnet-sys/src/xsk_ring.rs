@@ -29,8 +29,8 @@ unsafe impl RingEntry for u64 {}
 unsafe impl RingEntry for crate::xsk::XdpDesc {}
 
 /// One mapped ring. Unmapped on drop. Entry reads and writes are only offered through
-/// [`MappedRing::read`] and [`MappedRing::write`], which the socket calls for slots its
-/// [`zcnet_core::xsk::Producer`] reserved or [`zcnet_core::xsk::Consumer`] peeked.
+/// `MappedRing::read` and `MappedRing::write` (crate-private), which the socket calls for slots
+/// its [`zcnet_core::xsk::Producer`] reserved or [`zcnet_core::xsk::Consumer`] peeked.
 #[derive(Debug)]
 pub struct MappedRing<T: RingEntry> {
     base: NonNull<u8>,

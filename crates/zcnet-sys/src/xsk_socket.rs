@@ -3,11 +3,18 @@
 //!
 //! ```text
 //!   XdpSocket::new(umem: Mapping) ─► (socket, every frame as a UmemFrame)
+//!   XdpSocket::new_shared(&first)  ─► a socket on first's UMEM, another queue or device
 //!   fill(frames)      UmemFrame ─► fill ring      (kernel writes packets into it)
 //!   receive(out)      RX ring   ─► UmemFrame with data span
 //!   transmit(frames)  UmemFrame ─► TX ring        (kernel reads it) ; kick_tx() when asked
+//!     (or tx_queue(n), TxQueue::push per frame, TxQueue::submit)
 //!   complete(out)     completion ring ─► UmemFrame
 //! ```
+//!
+//! Sockets sharing a UMEM (`XDP_SHARED_UMEM`) each have their own four rings and their own
+//! frame table ([`zcnet_core::xsk::Frames`], every frame `User` at first): a frame can be
+//! given to any of them, since a `UmemFrame` is in one place at a time, and comes back on the
+//! rings of the socket it was given to, which is what each table checks.
 //!
 //! A [`UmemFrame`] is a unique, non-`Clone` piece of the UMEM (a [`Slot`]): the only way to read
 //! or write frame bytes. Handing a frame to the kernel moves it into the socket, which keeps it
@@ -25,16 +32,16 @@ use crate::mem::{Mapping, Slot};
 use crate::xsk::{
     getsockopt, setsockopt, SockaddrXdp, XdpDesc, XdpMmapOffsets, XdpStatistics, XdpUmemReg,
     XskBindMode, AF_XDP, BUSY_PAUSE, BUSY_RETRIES, XDP_MMAP_OFFSETS, XDP_OPTIONS,
-    XDP_OPTIONS_ZEROCOPY, XDP_PGOFF_RX_RING, XDP_PGOFF_TX_RING, XDP_RX_RING, XDP_STATISTICS,
-    XDP_TX_RING, XDP_UMEM_COMPLETION_RING, XDP_UMEM_FILL_RING, XDP_UMEM_PGOFF_COMPLETION_RING,
-    XDP_UMEM_PGOFF_FILL_RING, XDP_UMEM_REG, XDP_USE_NEED_WAKEUP,
+    XDP_OPTIONS_ZEROCOPY, XDP_PGOFF_RX_RING, XDP_PGOFF_TX_RING, XDP_RX_RING, XDP_SHARED_UMEM,
+    XDP_STATISTICS, XDP_TX_RING, XDP_UMEM_COMPLETION_RING, XDP_UMEM_FILL_RING,
+    XDP_UMEM_PGOFF_COMPLETION_RING, XDP_UMEM_PGOFF_FILL_RING, XDP_UMEM_REG, XDP_USE_NEED_WAKEUP,
 };
 use crate::xsk_ring::MappedRing;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
-use zcnet_core::xsk::{self as core_xsk, Consumer, FrameState, Frames, Producer};
+use zcnet_core::xsk::{self as core_xsk, Batch, Consumer, FrameState, Frames, Producer};
 
 /// Sizes and options of an [`XdpSocket`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,12 +186,169 @@ pub struct XdpSocket {
     kicks: u64,
 }
 
+/// Room reserved on a socket's TX ring ([`XdpSocket::tx_queue`]). Frames pushed go to the
+/// kernel at [`TxQueue::submit`], or when the queue is dropped; room not used is given back.
+#[derive(Debug)]
+pub struct TxQueue<'a> {
+    sock: &'a mut XdpSocket,
+    batch: Batch,
+    pushed: u32,
+    done: bool,
+}
+
+impl TxQueue<'_> {
+    /// Frames that can still be pushed.
+    pub fn room(&self) -> usize {
+        (self.batch.len - self.pushed) as usize
+    }
+
+    /// Writes the TX descriptor of `f` (its span is the packet) into the next reserved entry;
+    /// the socket holds the frame until its completion. A frame with an empty span, of another
+    /// UMEM, or with no room left comes back with an `InvalidInput` error.
+    #[inline]
+    pub fn push(&mut self, f: UmemFrame) -> Result<(), (io::Error, UmemFrame)> {
+        match self.describe(&f) {
+            Ok(idx) => {
+                self.sock.held[idx as usize] = Some(f.slot);
+                Ok(())
+            }
+            Err(e) => Err((e, f)),
+        }
+    }
+
+    /// [`TxQueue::push`] of the frame in `*f`, taken out on success (`None` afterwards) and left
+    /// there on error; `InvalidInput` for `None` too. For a caller keeping frames in options
+    /// of its own: the frame is not copied through an argument.
+    #[inline]
+    pub fn push_from(&mut self, f: &mut Option<UmemFrame>) -> io::Result<()> {
+        let Some(fr) = f.as_ref() else {
+            return Err(invalid("no frame to push".into()));
+        };
+        let idx = self.describe(fr)?;
+        self.sock.held[idx as usize] = f.take().map(|fr| fr.slot);
+        Ok(())
+    }
+
+    /// Checks `f`, marks it sent and writes its descriptor in the next reserved entry; the
+    /// caller then moves its slot into `held`. Returns the frame index.
+    #[inline]
+    fn describe(&mut self, f: &UmemFrame) -> io::Result<u32> {
+        if self.pushed == self.batch.len {
+            return Err(invalid("no room reserved on the TX ring".into()));
+        }
+        if !Arc::ptr_eq(f.slot.mapping(), &self.sock.umem) {
+            return Err(invalid(format!(
+                "UMEM frame {} belongs to another AF_XDP socket",
+                f.index()
+            )));
+        }
+        if f.len == 0 {
+            return Err(invalid(format!(
+                "UMEM frame {} has no packet to send (set_data)",
+                f.index()
+            )));
+        }
+        let idx = f.index();
+        let addr = self
+            .sock
+            .frames
+            .give_tx(idx, f.off, f.len)
+            .map_err(protocol)?;
+        self.sock.tx.write(
+            self.batch.slot(self.pushed),
+            XdpDesc {
+                addr,
+                len: f.len,
+                options: 0,
+            },
+        );
+        self.pushed += 1;
+        Ok(idx)
+    }
+
+    /// Publishes the frames pushed (a release store of the producer index) and gives back the
+    /// room not used. Returns how many went.
+    pub fn submit(mut self) -> io::Result<usize> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> io::Result<usize> {
+        if std::mem::replace(&mut self.done, true) {
+            return Ok(0);
+        }
+        let sock = &mut *self.sock;
+        sock.tx_idx
+            .cancel(self.batch.len - self.pushed)
+            .map_err(protocol)?;
+        let p = sock.tx_idx.submit(self.pushed).map_err(protocol)?;
+        sock.tx.store_producer(p);
+        Ok(self.pushed as usize)
+    }
+}
+
+impl Drop for TxQueue<'_> {
+    fn drop(&mut self) {
+        // Only a producer out of step with itself fails, which `submit` would have reported.
+        let _ = self.finish();
+    }
+}
+
 fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
 fn protocol(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("AF_XDP: {e}"))
+}
+
+/// A fresh AF_XDP socket.
+fn xsk_fd() -> io::Result<OwnedFd> {
+    // SAFETY: socket() takes only integers; a non-negative result is a new fd owned below.
+    let raw = crate::cvt(unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+    // SAFETY: raw is a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The four rings of a socket, sized (setsockopt) and mapped at the offsets it reports.
+struct Rings {
+    fill: MappedRing<u64>,
+    comp: MappedRing<u64>,
+    rx: MappedRing<XdpDesc>,
+    tx: MappedRing<XdpDesc>,
+}
+
+fn size_and_map(fd: BorrowedFd<'_>, cfg: &XdpSocketConfig) -> io::Result<Rings> {
+    for (opt, n) in [
+        (XDP_UMEM_FILL_RING, cfg.fill_size),
+        (XDP_UMEM_COMPLETION_RING, cfg.comp_size),
+        (XDP_RX_RING, cfg.rx_size),
+        (XDP_TX_RING, cfg.tx_size),
+    ] {
+        setsockopt(fd, opt, &n)?;
+    }
+    let off: XdpMmapOffsets = getsockopt(fd, XDP_MMAP_OFFSETS)?;
+    Ok(Rings {
+        fill: MappedRing::map(fd, XDP_UMEM_PGOFF_FILL_RING, &off.fr, cfg.fill_size)?,
+        comp: MappedRing::map(fd, XDP_UMEM_PGOFF_COMPLETION_RING, &off.cr, cfg.comp_size)?,
+        rx: MappedRing::map(fd, XDP_PGOFF_RX_RING, &off.rx, cfg.rx_size)?,
+        tx: MappedRing::map(fd, XDP_PGOFF_TX_RING, &off.tx, cfg.tx_size)?,
+    })
+}
+
+/// Binds, retrying `EBUSY` (the queue's previous socket not released yet) 10 times, 20 ms
+/// apart. A failed bind leaves the socket unbound (net/xdp/xsk.c `xsk_bind` sets XSK_BOUND
+/// only on success), so the same socket can try again.
+fn bind_retrying(fd: BorrowedFd<'_>, sa: &SockaddrXdp) -> io::Result<()> {
+    let mut attempt = 0;
+    loop {
+        match crate::xsk::bind(fd, sa) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < BUSY_RETRIES => {
+                attempt += 1;
+                std::thread::sleep(BUSY_PAUSE);
+            }
+            r => return r,
+        }
+    }
 }
 
 impl XdpSocket {
@@ -210,11 +374,7 @@ impl XdpSocket {
                 umem.len()
             )));
         }
-        // SAFETY: socket() takes only integers; a non-negative result is a new fd owned below.
-        let raw =
-            crate::cvt(unsafe { libc::socket(AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
-        // SAFETY: raw is a fresh fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = xsk_fd()?;
         let reg = XdpUmemReg {
             addr: umem.addr() as u64,
             len: cfg.umem_len() as u64,
@@ -225,54 +385,21 @@ impl XdpSocket {
         // The kernel pins the pages here (xdp_umem_reg), charged to RLIMIT_MEMLOCK unless the
         // caller has CAP_IPC_LOCK. It writes only into frames given on the fill ring.
         setsockopt(fd.as_fd(), XDP_UMEM_REG, &reg)?;
-        for (opt, n) in [
-            (XDP_UMEM_FILL_RING, cfg.fill_size),
-            (XDP_UMEM_COMPLETION_RING, cfg.comp_size),
-            (XDP_RX_RING, cfg.rx_size),
-            (XDP_TX_RING, cfg.tx_size),
-        ] {
-            setsockopt(fd.as_fd(), opt, &n)?;
-        }
-        let off: XdpMmapOffsets = getsockopt(fd.as_fd(), XDP_MMAP_OFFSETS)?;
-        let fill = MappedRing::map(fd.as_fd(), XDP_UMEM_PGOFF_FILL_RING, &off.fr, cfg.fill_size)?;
-        let comp = MappedRing::map(
-            fd.as_fd(),
-            XDP_UMEM_PGOFF_COMPLETION_RING,
-            &off.cr,
-            cfg.comp_size,
-        )?;
-        let rx = MappedRing::map(fd.as_fd(), XDP_PGOFF_RX_RING, &off.rx, cfg.rx_size)?;
-        let tx = MappedRing::map(fd.as_fd(), XDP_PGOFF_TX_RING, &off.tx, cfg.tx_size)?;
+        let rings = size_and_map(fd.as_fd(), cfg)?;
         let mut flags = cfg.mode.flag();
         if cfg.need_wakeup {
             flags |= XDP_USE_NEED_WAKEUP;
         }
-        let sa = SockaddrXdp {
-            sxdp_family: AF_XDP as u16,
-            sxdp_flags: flags,
-            sxdp_ifindex: ifindex,
-            sxdp_queue_id: queue_id,
-            sxdp_shared_umem_fd: 0,
-        };
-        let mut attempt = 0;
-        loop {
-            // SAFETY: sa is a live sockaddr_xdp and the length is its exact size.
-            let r = crate::cvt(unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sa as *const SockaddrXdp).cast(),
-                    std::mem::size_of::<SockaddrXdp>() as libc::socklen_t,
-                )
-            });
-            match r {
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < BUSY_RETRIES => {
-                    attempt += 1;
-                    std::thread::sleep(BUSY_PAUSE);
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        bind_retrying(
+            fd.as_fd(),
+            &SockaddrXdp {
+                sxdp_family: AF_XDP as u16,
+                sxdp_flags: flags,
+                sxdp_ifindex: ifindex,
+                sxdp_queue_id: queue_id,
+                sxdp_shared_umem_fd: 0,
+            },
+        )?;
         let (umem, slots) = umem.into_slots(cfg.frame_size as usize, cfg.frame_count as usize)?;
         let frames = slots
             .into_iter()
@@ -282,16 +409,128 @@ impl XdpSocket {
                 len: 0,
             })
             .collect();
-        let sock = XdpSocket {
-            fill_idx: Producer::new(cfg.fill_size, fill.load_producer(), fill.load_consumer()),
-            comp_idx: Consumer::new(cfg.comp_size, comp.load_producer(), comp.load_consumer()),
-            rx_idx: Consumer::new(cfg.rx_size, rx.load_producer(), rx.load_consumer()),
-            tx_idx: Producer::new(cfg.tx_size, tx.load_producer(), tx.load_consumer()),
+        Ok((
+            Self::assemble(fd, rings, umem, ifindex, queue_id, cfg),
+            frames,
+        ))
+    }
+
+    /// A second socket on the UMEM of `first`, bound to queue `queue_id` of interface `ifindex`
+    /// with its own fill, completion, RX and TX rings (`XDP_SHARED_UMEM`,
+    /// Documentation/networking/af_xdp.rst "XDP_SHARED_UMEM bind flag"; kernel 5.10+ for other
+    /// queues and devices). The queue or the device must differ from `first`'s: the kernel
+    /// wants a fill and a completion ring per (device, queue) pair, and refuses them (`EINVAL`)
+    /// on a socket that shares `first`'s own queue, which zcnet does not do (two users of one
+    /// single-producer fill ring). `cfg` gives the ring sizes; its frame size, frame count,
+    /// headroom, mode and need-wakeup must equal `first`'s (`InvalidInput` otherwise): the
+    /// kernel takes them from the UMEM and refuses mode flags on a shared bind
+    /// (net/xdp/xsk.c `xsk_bind`, `xp_assign_dev_shared` in net/xdp/xsk_buff_pool.c).
+    ///
+    /// No frame comes with it: the UMEM's frames are those `first`'s [`XdpSocket::new`] handed
+    /// out, and any of them may be given to either socket (a [`UmemFrame`] is unique, so a
+    /// frame is with one socket or the application at a time; each socket checks what its own
+    /// rings hand back). Frames go back to the socket whose rings took them. Errors: the
+    /// kernel's errno — `EINVAL` for a queue the device does not have (or `first`'s own
+    /// queue), `EBUSY` for a queue another socket is bound to (after the retries of
+    /// [`XdpSocket::new`]), `ENODEV` for an unknown interface. On error the new socket is
+    /// closed and `first` is unchanged.
+    pub fn new_shared(
+        first: &XdpSocket,
+        ifindex: u32,
+        queue_id: u32,
+        cfg: &XdpSocketConfig,
+    ) -> io::Result<XdpSocket> {
+        let f = &first.config;
+        if (
+            cfg.frame_size,
+            cfg.frame_count,
+            cfg.headroom,
+            cfg.mode,
+            cfg.need_wakeup,
+        ) != (
+            f.frame_size,
+            f.frame_count,
+            f.headroom,
+            f.mode,
+            f.need_wakeup,
+        ) {
+            return Err(invalid(format!(
+                "a socket sharing a UMEM has its frame size, frame count, headroom, mode and \
+                 need-wakeup ({} x {} B, headroom {}, {}, need-wakeup {}): {} x {} B, headroom {}, \
+                 {}, need-wakeup {} were asked for",
+                f.frame_count,
+                f.frame_size,
+                f.headroom,
+                f.mode.name(),
+                f.need_wakeup,
+                cfg.frame_count,
+                cfg.frame_size,
+                cfg.headroom,
+                cfg.mode.name(),
+                cfg.need_wakeup
+            )));
+        }
+        Self::share(
+            first.fd.as_fd(),
+            Arc::clone(&first.umem),
+            ifindex,
+            queue_id,
+            cfg,
+        )
+    }
+
+    /// [`XdpSocket::new_shared`] with the UMEM's socket given as a bare fd (the tests give it
+    /// ones that are not bound AF_XDP sockets).
+    fn share(
+        umem_fd: BorrowedFd<'_>,
+        umem: Arc<Mapping>,
+        ifindex: u32,
+        queue_id: u32,
+        cfg: &XdpSocketConfig,
+    ) -> io::Result<XdpSocket> {
+        let fd = xsk_fd()?;
+        // No XDP_UMEM_REG: the UMEM is the other socket's. Its own fill and completion rings.
+        let rings = size_and_map(fd.as_fd(), cfg)?;
+        bind_retrying(
+            fd.as_fd(),
+            &SockaddrXdp {
+                sxdp_family: AF_XDP as u16,
+                // Mode and need-wakeup flags are refused with XDP_SHARED_UMEM: inherited.
+                sxdp_flags: XDP_SHARED_UMEM,
+                sxdp_ifindex: ifindex,
+                sxdp_queue_id: queue_id,
+                sxdp_shared_umem_fd: umem_fd.as_raw_fd() as u32,
+            },
+        )?;
+        Ok(Self::assemble(fd, rings, umem, ifindex, queue_id, cfg))
+    }
+
+    fn assemble(
+        fd: OwnedFd,
+        r: Rings,
+        umem: Arc<Mapping>,
+        ifindex: u32,
+        queue_id: u32,
+        cfg: &XdpSocketConfig,
+    ) -> XdpSocket {
+        XdpSocket {
+            fill_idx: Producer::new(
+                cfg.fill_size,
+                r.fill.load_producer(),
+                r.fill.load_consumer(),
+            ),
+            comp_idx: Consumer::new(
+                cfg.comp_size,
+                r.comp.load_producer(),
+                r.comp.load_consumer(),
+            ),
+            rx_idx: Consumer::new(cfg.rx_size, r.rx.load_producer(), r.rx.load_consumer()),
+            tx_idx: Producer::new(cfg.tx_size, r.tx.load_producer(), r.tx.load_consumer()),
             fd,
-            fill,
-            comp,
-            rx,
-            tx,
+            fill: r.fill,
+            comp: r.comp,
+            rx: r.rx,
+            tx: r.tx,
             frames: Frames::new(cfg.frame_count, cfg.frame_size),
             held: (0..cfg.frame_count).map(|_| None).collect(),
             umem,
@@ -299,8 +538,12 @@ impl XdpSocket {
             queue_id,
             config: *cfg,
             kicks: 0,
-        };
-        Ok((sock, frames))
+        }
+    }
+
+    /// Whether `other` is on the same UMEM (this socket's, or shared with it).
+    pub fn shares_umem_with(&self, other: &XdpSocket) -> bool {
+        Arc::ptr_eq(&self.umem, &other.umem)
     }
 
     /// The socket (for an XSKMAP entry, poll).
@@ -398,27 +641,31 @@ impl XdpSocket {
                 f.index()
             )));
         }
-        let tx = &self.tx;
-        let b = self
-            .tx_idx
-            .reserve(frames.len() as u32, || tx.load_consumer())
-            .map_err(protocol)?;
-        for (i, f) in frames.drain(..b.len as usize).enumerate() {
-            let idx = f.index();
-            let addr = self.frames.give_tx(idx, f.off, f.len).map_err(protocol)?;
-            self.tx.write(
-                b.slot(i as u32),
-                XdpDesc {
-                    addr,
-                    len: f.len,
-                    options: 0,
-                },
-            );
-            self.held[idx as usize] = Some(f.slot);
+        let mut q = self.tx_queue(frames.len())?;
+        let n = q.room();
+        for f in frames.drain(..n) {
+            // Checked above: only a frame table out of step with the rings fails here.
+            q.push(f).map_err(|(e, _)| e)?;
         }
-        let p = self.tx_idx.submit(b.len).map_err(protocol)?;
-        self.tx.store_producer(p);
-        Ok(b.len as usize)
+        q.submit()
+    }
+
+    /// Reserves room for up to `want` frames on the TX ring (fewer when it has less, maybe
+    /// none): [`TxQueue::push`] frames into it, then [`TxQueue::submit`] them. For callers that
+    /// keep their frames in their own containers ([`Self::transmit`] takes a `Vec`).
+    pub fn tx_queue(&mut self, want: usize) -> io::Result<TxQueue<'_>> {
+        let want = u32::try_from(want).unwrap_or(u32::MAX);
+        let tx = &self.tx;
+        let batch = self
+            .tx_idx
+            .reserve(want, || tx.load_consumer())
+            .map_err(protocol)?;
+        Ok(TxQueue {
+            sock: self,
+            batch,
+            pushed: 0,
+            done: false,
+        })
     }
 
     /// TX descriptors published and not yet taken by the kernel (reads its index).

@@ -20,7 +20,21 @@
 //! Ownership is that of [`crate::TxBuf`]/[`crate::RxBuf`]: a [`TxFrame`] handed to
 //! [`Xsk::send`] is the kernel's until its completion, and comes back from [`Xsk::tx_frame`]
 //! only after that; an [`RxFrame`] is the application's until it is dropped, which puts the
-//! frame back on the fill ring. Frames `0..rx_frames` of the UMEM receive, the rest send.
+//! frame back on the fill ring. The socket takes `rx_frames` frames of the UMEM for receiving
+//! and `tx_frames` for sending; the rest of the region waits for [`Xsk::open_shared`].
+//!
+//! Frames come back to their `Xsk` without a channel: through its own calls ([`Xsk::send`]
+//! keeps those the ring had no room for in the caller's vector, [`Xsk::release`] and
+//! [`Xsk::recycle`] take batches back) at no atomic operation per frame, and — when the
+//! application just drops one — through a list shared with the frame, one uncontended lock per
+//! frame, emptied by the `Xsk`'s next call. `tests/xsk_speed.rs` measures the send path against
+//! driving `zcnet_sys::xsk_socket::XdpSocket` directly (docs/perf.md).
+//!
+//! Several sockets can share one UMEM (`XDP_SHARED_UMEM`): [`Xsk::open_shared`] binds another
+//! queue of the interface, or a queue of another interface, with its own four rings and its own
+//! frames taken from the UMEM's unassigned ones. Each socket's frames stay its own (a frame
+//! handed out by one is refused by another's `send`); sockets on one interface share its XDP
+//! program, each in the XSKMAP at its queue.
 //!
 //! The XDP program is attached with a bpf_link: it goes away when the [`Xsk`] is dropped or the
 //! process dies (SIGKILL included). Nothing is pinned. What this kernel and veth allow is in
@@ -30,7 +44,8 @@ use crate::error::{Error, Result};
 use crate::region::Region;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use zcnet_sys::bpf::{BpfProg, XdpAttachMode, XdpLink, XskMap};
 use zcnet_sys::xsk::{XdpStatistics, XskBindMode};
@@ -158,24 +173,96 @@ impl XskConfig {
     }
 }
 
+/// Keys of the XSKMAP an [`Xsk`] creates: a queue index below this can join the program of
+/// another socket of the same UMEM on the same interface ([`Xsk::open_shared`]).
+pub const XSKMAP_ENTRIES: u32 = 64;
+
 /// The XDP program and what keeps it attached. Field order is drop order: the link goes first.
 #[derive(Debug)]
 struct Attachment {
     link: XdpLink,
     prog: BpfProg,
-    _map: XskMap,
+    map: XskMap,
+    mode: XdpAttachMode,
 }
 
-/// A frame to send: write the packet, then hand it to [`Xsk::send`].
+/// An XDP program attached for a socket of the UMEM: sockets of the same UMEM on the same
+/// interface (and network namespace) share it, each in the XSKMAP at its queue.
 #[derive(Debug)]
-pub struct TxFrame {
-    frame: Option<UmemFrame>,
-    back: mpsc::Sender<UmemFrame>,
+struct Program {
+    netns: u64,
+    ifindex: u32,
+    port: u16,
+    att: Weak<Attachment>,
 }
 
-impl TxFrame {
+/// What the sockets sharing one UMEM share: the frames none of them holds and the XDP programs.
+#[derive(Debug)]
+struct Group {
+    /// Frames of the UMEM with no socket: past the first socket's, and those of closed sockets.
+    spare: Mutex<Vec<UmemFrame>>,
+    programs: Mutex<Vec<Program>>,
+}
+
+/// Frames the application dropped, on their way back to their [`Xsk`].
+#[derive(Debug, Default)]
+struct Returns {
+    closed: bool,
+    tx: Vec<UmemFrame>,
+    rx: Vec<UmemFrame>,
+}
+
+/// Where an [`Xsk`]'s frames go back to when the application drops them. Every frame handed
+/// out carries an `Arc` of it, taken from a pool the `Xsk` keeps: handing a frame out and taking
+/// it back through the `Xsk`'s own calls ([`Xsk::send`], [`Xsk::recycle`], [`Xsk::release`])
+/// moves the `Arc` and costs no atomic operation; only a dropped frame takes the lock.
+#[derive(Debug)]
+struct Home {
+    returns: Mutex<Returns>,
+    /// Whether `returns` may hold frames (checked without the lock on every call).
+    pending: AtomicBool,
+    group: Arc<Group>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain vectors behind: still usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Home {
+    /// A frame the application dropped: to its `Xsk`, or to the UMEM's spare frames when that
+    /// is closed.
+    fn put(&self, f: UmemFrame, rx: bool) {
+        let mut r = lock(&self.returns);
+        if r.closed {
+            drop(r);
+            lock(&self.group.spare).push(f);
+            return;
+        }
+        if rx { &mut r.rx } else { &mut r.tx }.push(f);
+        self.pending.store(true, Ordering::Release);
+    }
+}
+
+/// A frame with the application and the way home of its [`Xsk`]: what [`TxFrame`] and
+/// [`RxFrame`] hold. Both are `Some` until the frame goes back (`take`, or the owner's drop).
+// Two options rather than one of a pair: taking the pair out copied it through the stack in
+// pieces that the next load straddled, a store-forwarding stall per frame on the send path.
+#[derive(Debug)]
+struct Parcel {
+    frame: Option<UmemFrame>,
+    home: Option<Arc<Home>>,
+}
+
+impl Parcel {
+    fn new(frame: UmemFrame, home: Arc<Home>) -> Parcel {
+        Parcel {
+            frame: Some(frame),
+            home: Some(home),
+        }
+    }
+
     fn frame(&self) -> &UmemFrame {
-        // Some until into_inner or drop, which consume the frame.
         self.frame.as_ref().unwrap_or_else(|| unreachable!())
     }
 
@@ -183,14 +270,43 @@ impl TxFrame {
         self.frame.as_mut().unwrap_or_else(|| unreachable!())
     }
 
+    fn is_from(&self, home: &Arc<Home>) -> bool {
+        self.home.as_ref().is_some_and(|h| Arc::ptr_eq(h, home))
+    }
+
+    /// The frame and its `Arc` of home, moved out (`None` when already taken).
+    fn take(&mut self) -> Option<(UmemFrame, Arc<Home>)> {
+        let (Some(f), Some(h)) = (self.frame.take(), self.home.take()) else {
+            return None;
+        };
+        Some((f, h))
+    }
+
+    /// The owner's drop: the frame goes home.
+    #[inline]
+    fn go_home(&mut self, rx: bool) {
+        if let (Some(f), Some(home)) = (self.frame.take(), &self.home) {
+            home.put(f, rx);
+        }
+    }
+}
+
+/// A frame to send: write the packet, then hand it to [`Xsk::send`]. Dropping it gives it back
+/// to its [`Xsk`].
+#[derive(Debug)]
+pub struct TxFrame {
+    p: Parcel,
+}
+
+impl TxFrame {
     /// Bytes one frame holds.
     pub fn capacity(&self) -> usize {
-        self.frame().capacity()
+        self.p.frame().capacity()
     }
 
     /// The whole frame, to build a packet in place; then [`TxFrame::set_len`].
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        self.frame_mut().bytes_mut()
+        self.p.frame_mut().bytes_mut()
     }
 
     /// Sends the first `len` bytes of the frame.
@@ -201,7 +317,8 @@ impl TxFrame {
                 "a {len} B packet does not fit the {cap} B AF_XDP frame: use frame_size 4096 or a smaller packet"
             )));
         }
-        self.frame_mut()
+        self.p
+            .frame_mut()
             .set_data(0, len as u32)
             .map_err(|e| Error::io("AF_XDP frame", e))
     }
@@ -218,7 +335,7 @@ impl TxFrame {
 
     /// The packet length set so far.
     pub fn len(&self) -> usize {
-        self.frame().len() as usize
+        self.p.frame().len() as usize
     }
 
     /// Whether no packet is set.
@@ -226,45 +343,44 @@ impl TxFrame {
         self.len() == 0
     }
 
-    fn into_inner(mut self) -> UmemFrame {
-        self.frame.take().unwrap_or_else(|| unreachable!())
+    /// The UMEM frame it is.
+    pub fn frame_index(&self) -> u32 {
+        self.p.frame().index()
     }
 }
 
 impl Drop for TxFrame {
     fn drop(&mut self) {
-        if let Some(f) = self.frame.take() {
-            // The Xsk may be gone already; then the frame just goes with the UMEM.
-            let _ = self.back.send(f);
-        }
+        self.p.go_home(false);
     }
 }
 
 /// A received packet. Dropping it puts the frame back on the fill ring (at the next
-/// [`Xsk::recv`]).
+/// [`Xsk::recv`]); [`Xsk::recycle`] does the same for a batch, without taking a lock per frame.
 #[derive(Debug)]
 pub struct RxFrame {
-    frame: Option<UmemFrame>,
-    back: mpsc::Sender<UmemFrame>,
+    p: Parcel,
 }
 
 impl RxFrame {
     /// The packet (Ethernet frame).
     pub fn data(&self) -> &[u8] {
-        self.frame.as_ref().map(UmemFrame::data).unwrap_or_default()
+        self.p
+            .frame
+            .as_ref()
+            .map(UmemFrame::data)
+            .unwrap_or_default()
     }
 
     /// The UMEM frame it is in.
     pub fn frame_index(&self) -> u32 {
-        self.frame.as_ref().map_or(0, UmemFrame::index)
+        self.p.frame.as_ref().map_or(0, UmemFrame::index)
     }
 }
 
 impl Drop for RxFrame {
     fn drop(&mut self) {
-        if let Some(f) = self.frame.take() {
-            let _ = self.back.send(f);
-        }
+        self.p.go_home(true);
     }
 }
 
@@ -283,24 +399,29 @@ pub struct XskStats {
     pub kernel: XdpStatistics,
 }
 
-/// An AF_XDP socket bound to one queue, its UMEM, and optionally the XDP program that feeds it.
+/// An AF_XDP socket bound to one queue, its UMEM (its own, or shared with other `Xsk`s through
+/// [`Xsk::open_shared`]), and optionally the XDP program that feeds it.
 #[derive(Debug)]
 pub struct Xsk {
-    // Field order is drop order: the program is detached before the socket closes.
-    xdp: Option<Attachment>,
+    // Field order is drop order: the program is detached (when no other socket of the UMEM
+    // uses it) before the socket closes.
+    xdp: Option<Arc<Attachment>>,
     sock: XdpSocket,
     /// TX frames with the application's Xsk (not handed out, not in the kernel).
     tx_free: Vec<UmemFrame>,
     /// RX frames waiting to go back on the fill ring.
     rx_spare: Vec<UmemFrame>,
-    returned: mpsc::Receiver<UmemFrame>,
-    back: mpsc::Sender<UmemFrame>,
+    /// Frames between the rings and the caller's vectors (kept to avoid an allocation a call).
+    scratch: Vec<UmemFrame>,
+    /// `Arc`s of `home` for the frames handed out next (see [`Home`]).
+    tokens: Vec<Arc<Home>>,
+    home: Arc<Home>,
     iface: String,
+    ifindex: u32,
     config: XskConfig,
-    xdp_mode: Option<XdpAttachMode>,
 }
 
-fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig) -> Error {
+fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig, umem_len: usize) -> Error {
     let what = format!(
         "AF_XDP {} bind to queue {} of {iface}",
         cfg.mode.name(),
@@ -311,7 +432,7 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig) -> Error {
         // user's locked memory unless the process has CAP_IPC_LOCK; over the limit: ENOBUFS.
         Some(libc::ENOBUFS) => {
             let page = zcnet_sys::mem::page_size() as u64;
-            let need = (cfg.umem_len() as u64).div_ceil(page) * page;
+            let need = (umem_len as u64).div_ceil(page) * page;
             let umem = format!(
                 "the AF_XDP UMEM ({})",
                 crate::tx::memlock::size_words(need)
@@ -339,8 +460,21 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig) -> Error {
             source: e,
             fix: "another AF_XDP socket is bound to that queue: close it or use another queue",
         },
+        // xsk_bind with XDP_SHARED_UMEM: the socket to share with is not a bound AF_XDP socket.
+        Some(libc::EBADF | libc::ENOPROTOOPT | libc::ENOTSOCK) => Error::Unsupported {
+            what: format!("{what} sharing a UMEM"),
+            source: e,
+            fix: "the socket to share the UMEM with is closed or not bound: share with an open Xsk",
+        },
         _ => Error::io(what, e),
     }
+}
+
+/// An identity of the calling thread's network namespace (the inode of its nsfs file), so
+/// that XDP programs are shared only between sockets that see the same interfaces.
+fn netns_id() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/thread-self/ns/net").map_or(0, |m| m.ino())
 }
 
 impl Xsk {
@@ -348,6 +482,10 @@ impl Xsk {
     /// namespace) with its UMEM in `region`, gives the receive frames to the kernel, and — with
     /// `cfg.rx_port` — attaches the XDP program that redirects that UDP port to it. On error
     /// nothing stays attached, bound or mapped.
+    ///
+    /// The whole region becomes the UMEM, `region.len() / cfg.frame_size` frames (all pinned):
+    /// the socket takes `cfg.rx_frames` for receiving and `cfg.tx_frames` for sending, and the
+    /// rest wait for sockets that share the UMEM ([`Xsk::open_shared`]).
     pub fn open(iface: &str, region: Region, cfg: &XskConfig) -> Result<Xsk> {
         cfg.check()?;
         if region.len() < cfg.umem_len() {
@@ -362,9 +500,10 @@ impl Xsk {
         let ifindex = zcnet_sys::zcrx::if_index(iface).ok_or_else(|| Error::UnknownInterface {
             given: iface.to_string(),
         })?;
+        let frame_count = u32::try_from(region.len() / cfg.frame_size as usize).unwrap_or(u32::MAX);
         let scfg = XdpSocketConfig {
             frame_size: cfg.frame_size,
-            frame_count: cfg.rx_frames + cfg.tx_frames,
+            frame_count,
             headroom: cfg.headroom,
             fill_size: cfg.ring_size,
             comp_size: cfg.ring_size,
@@ -374,31 +513,159 @@ impl Xsk {
             mode: cfg.mode.bind(),
         };
         let (sock, mut frames) = XdpSocket::new(region.into_mapping(), ifindex, cfg.queue, &scfg)
-            .map_err(|e| bind_error(e, iface, cfg))?;
+            .map_err(|e| bind_error(e, iface, cfg, scfg.umem_len()))?;
+        let spare = frames.split_off((cfg.rx_frames + cfg.tx_frames) as usize);
         let tx_free = frames.split_off(cfg.rx_frames as usize);
-        let (back, returned) = mpsc::channel();
+        let group = Arc::new(Group {
+            spare: Mutex::new(spare),
+            programs: Mutex::new(Vec::new()),
+        });
+        Self::start(sock, frames, tx_free, group, iface, ifindex, cfg)
+    }
+
+    /// Opens another AF_XDP socket on the UMEM of this one (`XDP_SHARED_UMEM`), bound to queue
+    /// `cfg.queue` of `iface`: another queue of the same interface, or any queue of another
+    /// interface (kernel 5.10+). It has its own fill, completion, RX and TX rings, and takes
+    /// `cfg.rx_frames + cfg.tx_frames` frames from those of the UMEM no socket holds (open the
+    /// first socket on a region of the sum of every socket's [`XskConfig::umem_len`]). Its
+    /// frames are its own: they come back to it, and [`Xsk::send`] refuses another socket's.
+    /// When it closes, the frames it holds (not those in the kernel) go back to the UMEM.
+    ///
+    /// The frame size, headroom, mode and need-wakeup are the UMEM's: `cfg` must repeat this
+    /// socket's. With `cfg.rx_port` on an interface where a socket of this UMEM already has
+    /// the XDP program, the new socket joins that program (it must redirect the same port);
+    /// elsewhere it attaches its own. On error nothing new stays bound or attached and the
+    /// frames go back.
+    pub fn open_shared(&self, iface: &str, cfg: &XskConfig) -> Result<Xsk> {
+        cfg.check()?;
+        let mine = &self.config;
+        if (cfg.frame_size, cfg.headroom) != (mine.frame_size, mine.headroom) {
+            return Err(Error::invalid_input(format!(
+                "a socket sharing a UMEM has its frame size and headroom ({} B, headroom {}); {} B, headroom {} were asked for: use the first socket's",
+                mine.frame_size, mine.headroom, cfg.frame_size, cfg.headroom
+            )));
+        }
+        if (cfg.mode, cfg.need_wakeup) != (mine.mode, mine.need_wakeup) {
+            return Err(Error::invalid_input(format!(
+                "a socket sharing a UMEM binds as the first one did ({} mode, need-wakeup {}): set mode and need_wakeup as for the first socket",
+                mine.mode.name(),
+                mine.need_wakeup
+            )));
+        }
+        let ifindex = zcnet_sys::zcrx::if_index(iface).ok_or_else(|| Error::UnknownInterface {
+            given: iface.to_string(),
+        })?;
+        if ifindex == self.ifindex && cfg.queue == mine.queue {
+            return Err(Error::invalid_input(format!(
+                "queue {} of {iface} is the queue of the socket whose UMEM it would share: use another queue or interface",
+                cfg.queue
+            )));
+        }
+        let need = (cfg.rx_frames + cfg.tx_frames) as usize;
+        let mut frames = {
+            let mut spare = lock(&self.home.group.spare);
+            if spare.len() < need {
+                return Err(Error::invalid_input(format!(
+                    "the shared UMEM has {} frames no socket holds, the socket on queue {} of {iface} asks for {need}: open the first socket on a region as large as every socket's umem_len() together",
+                    spare.len(),
+                    cfg.queue
+                )));
+            }
+            let at = spare.len() - need;
+            spare.split_off(at)
+        };
+        let s = self.sock.config();
+        let scfg = XdpSocketConfig {
+            fill_size: cfg.ring_size,
+            comp_size: cfg.ring_size,
+            rx_size: cfg.ring_size,
+            tx_size: cfg.ring_size,
+            ..*s
+        };
+        let sock = match XdpSocket::new_shared(&self.sock, ifindex, cfg.queue, &scfg) {
+            Ok(sock) => sock,
+            Err(e) => {
+                lock(&self.home.group.spare).append(&mut frames);
+                return Err(bind_error(e, iface, cfg, 0));
+            }
+        };
+        let tx_free = frames.split_off(cfg.rx_frames as usize);
+        let group = Arc::clone(&self.home.group);
+        // On error from here, the new Xsk's drop gives its frames back to the group.
+        Self::start(sock, frames, tx_free, group, iface, ifindex, cfg)
+    }
+
+    fn start(
+        sock: XdpSocket,
+        rx_spare: Vec<UmemFrame>,
+        tx_free: Vec<UmemFrame>,
+        group: Arc<Group>,
+        iface: &str,
+        ifindex: u32,
+        cfg: &XskConfig,
+    ) -> Result<Xsk> {
+        let home = Arc::new(Home {
+            returns: Mutex::new(Returns::default()),
+            pending: AtomicBool::new(false),
+            group,
+        });
         let mut xsk = Xsk {
             xdp: None,
             sock,
             tx_free,
-            rx_spare: frames,
-            returned,
-            back,
+            rx_spare,
+            scratch: Vec::new(),
+            tokens: Vec::new(),
+            home,
             iface: iface.to_string(),
+            ifindex,
             config: *cfg,
-            xdp_mode: None,
         };
-        xsk.refill()?;
+        // The program first: when it cannot attach, no frame is in the kernel yet, so all of
+        // them go back to the UMEM with the dropped socket (frames on a closed socket's fill
+        // ring are lost to it).
         if let Some(port) = cfg.rx_port {
-            xsk.attach(ifindex, port)?;
+            xsk.attach(port)?;
         }
+        xsk.refill()?;
         Ok(xsk)
     }
 
-    fn attach(&mut self, ifindex: u32, port: u16) -> Result<()> {
+    fn attach(&mut self, port: u16) -> Result<()> {
+        let (ifindex, q) = (self.ifindex, self.config.queue);
         let iface = self.iface.clone();
-        let q = self.config.queue;
-        let map = XskMap::create(q + 1, "zcnet_xsk").map_err(|e| match e.raw_os_error() {
+        let netns = netns_id();
+        let group = Arc::clone(&self.home.group);
+        let mut programs = lock(&group.programs);
+        programs.retain(|p| p.att.strong_count() > 0);
+        if let Some(p) = programs
+            .iter()
+            .find(|p| p.netns == netns && p.ifindex == ifindex)
+        {
+            if let Some(att) = p.att.upgrade() {
+                if p.port != port {
+                    return Err(Error::invalid_input(format!(
+                        "the XDP program on {iface} (one per interface, shared by the sockets of this UMEM) redirects UDP port {}, not {port}: use rx_port Some({}) on {iface}",
+                        p.port, p.port
+                    )));
+                }
+                if q >= att.map.entries() {
+                    return Err(Error::invalid_input(format!(
+                        "queue {q} of {iface} is past the {} keys of the XSKMAP shared on {iface}: use a queue below {}",
+                        att.map.entries(),
+                        att.map.entries()
+                    )));
+                }
+                att.map
+                    .set(q, self.sock.fd())
+                    .map_err(|e| Error::io("putting the AF_XDP socket in the XSKMAP", e))?;
+                self.xdp = Some(att);
+                return Ok(());
+            }
+        }
+        let map = XskMap::create((q + 1).max(XSKMAP_ENTRIES), "zcnet_xsk").map_err(|e| match e
+            .raw_os_error()
+        {
             Some(libc::EPERM) => Error::NotRoot {
                 what: "loading an XDP program",
             },
@@ -421,12 +688,19 @@ impl Xsk {
         for (i, &mode) in modes.iter().enumerate() {
             match XdpLink::attach(&prog, ifindex, mode) {
                 Ok(link) => {
-                    self.xdp_mode = Some(mode);
-                    self.xdp = Some(Attachment {
+                    let att = Arc::new(Attachment {
                         link,
                         prog,
-                        _map: map,
+                        map,
+                        mode,
                     });
+                    programs.push(Program {
+                        netns,
+                        ifindex,
+                        port,
+                        att: Arc::downgrade(&att),
+                    });
+                    self.xdp = Some(att);
                     return Ok(());
                 }
                 // Native unsupported by the driver: try generic.
@@ -476,7 +750,7 @@ impl Xsk {
 
     /// Where the XDP program runs, when there is one ("native" or "generic").
     pub fn xdp_mode(&self) -> Option<&'static str> {
-        self.xdp_mode.map(XdpAttachMode::name)
+        self.xdp.as_ref().map(|a| a.mode.name())
     }
 
     /// The bpf_link id of the XDP attachment (for `bpftool link` or
@@ -493,19 +767,40 @@ impl Xsk {
         self.xdp.as_ref().and_then(|a| a.prog.id().ok())
     }
 
+    /// Whether `other` is on the same UMEM (opened from this one with [`Xsk::open_shared`], or
+    /// this one from it, or both from a third).
+    pub fn shares_umem_with(&self, other: &Xsk) -> bool {
+        self.sock.shares_umem_with(&other.sock)
+    }
+
+    /// Frames of the UMEM that no socket holds (what [`Xsk::open_shared`] can take).
+    pub fn unassigned_frames(&self) -> usize {
+        lock(&self.home.group.spare).len()
+    }
+
+    /// A frame for the caller: its `Arc` of `home` from the pool, a new one when the pool is
+    /// empty (only after frames were dropped, which gives theirs up).
+    fn token(&mut self) -> Arc<Home> {
+        self.tokens.pop().unwrap_or_else(|| Arc::clone(&self.home))
+    }
+
+    /// Frames the application dropped since the last call: the lock is taken only when there
+    /// are some.
     fn take_returns(&mut self) {
-        let rx = self.config.rx_frames;
-        while let Ok(f) = self.returned.try_recv() {
-            if f.index() < rx {
-                self.rx_spare.push(f);
-            } else {
-                self.tx_free.push(f);
-            }
+        if !self.home.pending.load(Ordering::Acquire) {
+            return;
         }
+        let mut r = lock(&self.home.returns);
+        self.home.pending.store(false, Ordering::Relaxed);
+        self.tx_free.append(&mut r.tx);
+        self.rx_spare.append(&mut r.rx);
     }
 
     fn refill(&mut self) -> Result<()> {
         self.take_returns();
+        if self.rx_spare.is_empty() {
+            return Ok(());
+        }
         self.sock
             .fill(&mut self.rx_spare)
             .map(drop)
@@ -529,36 +824,95 @@ impl Xsk {
         if self.tx_free.is_empty() {
             self.complete()?;
         }
-        Ok(self.tx_free.pop().map(|f| TxFrame {
-            frame: Some(f),
-            back: self.back.clone(),
+        let Some(f) = self.tx_free.pop() else {
+            return Ok(None);
+        };
+        Ok(Some(TxFrame {
+            p: Parcel::new(f, self.token()),
         }))
+    }
+
+    /// Appends up to `max` free frames to `out` (after taking back completed ones); returns how
+    /// many. The batch form of [`Xsk::tx_frame`].
+    pub fn tx_frames(&mut self, out: &mut Vec<TxFrame>, max: usize) -> Result<usize> {
+        self.take_returns();
+        if self.tx_free.len() < max {
+            self.complete()?;
+        }
+        let n = max.min(self.tx_free.len());
+        out.reserve(n);
+        for _ in 0..n {
+            let f = self.tx_free.pop().unwrap_or_else(|| unreachable!());
+            let t = self.token();
+            out.push(TxFrame {
+                p: Parcel::new(f, t),
+            });
+        }
+        Ok(n)
     }
 
     /// Hands frames from the front of `frames` to the kernel, as many as the TX ring has room
     /// for, and kicks it if it asks. The frames sent are removed from `frames`; they come back
-    /// from [`Xsk::tx_frame`] once the kernel has completed them. Returns how many went.
+    /// from [`Xsk::tx_frame`] once the kernel has completed them. Returns how many went. A
+    /// frame with no packet, or one handed out by another socket (of this UMEM or another),
+    /// is refused and nothing is sent.
     pub fn send(&mut self, frames: &mut Vec<TxFrame>) -> Result<usize> {
-        if let Some(f) = frames.iter().find(|f| f.is_empty()) {
-            return Err(Error::invalid_input(format!(
-                "AF_XDP frame with no packet ({} B capacity): write it or set_len first",
-                f.capacity()
-            )));
+        for f in frames.iter() {
+            if f.is_empty() {
+                return Err(Error::invalid_input(format!(
+                    "AF_XDP frame with no packet ({} B capacity): write it or set_len first",
+                    f.capacity()
+                )));
+            }
+            if !f.p.is_from(&self.home) {
+                return Err(Error::invalid_input(format!(
+                    "AF_XDP frame {} was handed out by another socket, not this one on queue {} of {}: send it with the Xsk it came from",
+                    f.frame_index(),
+                    self.config.queue,
+                    self.iface
+                )));
+            }
         }
-        let mut raw = Vec::with_capacity(frames.len());
-        raw.extend(frames.drain(..).map(TxFrame::into_inner));
-        let n = self
-            .sock
-            .transmit(&mut raw)
-            .map_err(|e| Error::io("AF_XDP TX ring", e))?;
-        // Those the ring had no room for go back to the caller, in order.
-        let back = self.back.clone();
-        frames.extend(raw.into_iter().map(|f| TxFrame {
-            frame: Some(f),
-            back: back.clone(),
-        }));
+        let ring = |e| Error::io("AF_XDP TX ring", e);
+        let mut q = self.sock.tx_queue(frames.len()).map_err(ring)?;
+        let room = q.room();
+        // Taken in place and drained after: moving each `TxFrame` out first made the compiler
+        // copy it through the stack in pieces that the next load straddled (a store-forwarding
+        // stall twice a frame, 5 % of the send path in `tests/xsk_speed.rs`).
+        let (mut failed, mut pushed) = (None, 0);
+        for t in frames[..room].iter_mut() {
+            // Checked above: only a frame table out of step with the rings fails here.
+            if let Err(e) = q.push_from(&mut t.p.frame) {
+                failed = Some(e);
+                break;
+            }
+            if let Some(home) = t.p.home.take() {
+                self.tokens.push(home);
+            }
+            pushed += 1;
+        }
+        // The frames pushed go (the queue submits them); on an error those not pushed stay.
+        let n = q.submit().map_err(ring)?;
+        frames.drain(..pushed);
+        if let Some(e) = failed {
+            return Err(ring(e));
+        }
         self.complete()?;
         Ok(n)
+    }
+
+    /// Gives back frames from [`Xsk::tx_frame`] that will not be sent (as dropping them does,
+    /// without a lock per frame). Empties `frames`; frames of another socket go back to it.
+    pub fn release(&mut self, frames: &mut Vec<TxFrame>) {
+        for mut t in frames.drain(..) {
+            if !t.p.is_from(&self.home) {
+                continue; // dropped: it goes back to its own socket
+            }
+            if let Some((f, home)) = t.p.take() {
+                self.tokens.push(home);
+                self.tx_free.push(f);
+            }
+        }
     }
 
     /// Frames handed to the kernel and not yet completed.
@@ -583,12 +937,35 @@ impl Xsk {
     }
 
     /// Appends up to `max` received packets to `out`, waiting up to `timeout` for the first.
-    /// Frames dropped since the last call go back on the fill ring first. Returns how many.
+    /// Frames dropped or recycled since the last call go back on the fill ring first. Returns
+    /// how many.
     pub fn recv(&mut self, out: &mut Vec<RxFrame>, max: usize, timeout: Duration) -> Result<usize> {
+        let n = match self.receive_wait(max, timeout) {
+            Ok(n) => n,
+            Err(e) => {
+                // Frames taken before the error go back to the fill ring, not astray.
+                self.rx_spare.append(&mut self.scratch);
+                return Err(e);
+            }
+        };
+        out.reserve(n);
+        while let Some(f) = self.scratch.pop() {
+            let t = self.token();
+            out.push(RxFrame {
+                p: Parcel::new(f, t),
+            });
+        }
+        // Popped from the back: put this call's packets back in arrival order.
+        let len = out.len();
+        out[len - n..].reverse();
+        Ok(n)
+    }
+
+    /// Refills, then receives into `scratch`, waiting up to `timeout` for the first packet.
+    fn receive_wait(&mut self, max: usize, timeout: Duration) -> Result<usize> {
         self.refill()?;
         let max = u32::try_from(max).unwrap_or(u32::MAX);
-        let mut got = Vec::new();
-        let mut n = self.receive_into(&mut got, max)?;
+        let mut n = self.receive_scratch(max)?;
         if n == 0 && !timeout.is_zero() {
             let end = Instant::now() + timeout;
             while n == 0 {
@@ -603,21 +980,31 @@ impl Xsk {
                     return Err(Error::Interrupted);
                 }
                 self.refill()?;
-                n = self.receive_into(&mut got, max)?;
+                n = self.receive_scratch(max)?;
             }
         }
-        let back = self.back.clone();
-        out.extend(got.into_iter().map(|f| RxFrame {
-            frame: Some(f),
-            back: back.clone(),
-        }));
         Ok(n)
     }
 
-    fn receive_into(&mut self, got: &mut Vec<UmemFrame>, max: u32) -> Result<usize> {
+    fn receive_scratch(&mut self, max: u32) -> Result<usize> {
         self.sock
-            .receive(got, max)
+            .receive(&mut self.scratch, max)
             .map_err(|e| Error::io("AF_XDP RX ring", e))
+    }
+
+    /// Gives received frames back for the fill ring (at the next [`Xsk::recv`]), as dropping
+    /// them does but without a lock per frame. Empties `frames`; frames of another socket go
+    /// back to it.
+    pub fn recycle(&mut self, frames: &mut Vec<RxFrame>) {
+        for mut r in frames.drain(..) {
+            if !r.p.is_from(&self.home) {
+                continue; // dropped: it goes back to its own socket
+            }
+            if let Some((f, home)) = r.p.take() {
+                self.tokens.push(home);
+                self.rx_spare.push(f);
+            }
+        }
     }
 
     /// What the socket did and what the kernel counted.
@@ -633,6 +1020,22 @@ impl Xsk {
                 .statistics()
                 .map_err(|e| Error::io("getsockopt(XDP_STATISTICS)", e))?,
         })
+    }
+}
+
+impl Drop for Xsk {
+    /// The frames this socket holds (not those in the kernel, which go with the socket) go back
+    /// to the UMEM for sockets opened on it later; frames the application still holds go there
+    /// when it drops them.
+    fn drop(&mut self) {
+        let mut r = lock(&self.home.returns);
+        r.closed = true;
+        let mut spare = lock(&self.home.group.spare);
+        spare.append(&mut r.tx);
+        spare.append(&mut r.rx);
+        spare.append(&mut self.tx_free);
+        spare.append(&mut self.rx_spare);
+        spare.append(&mut self.scratch);
     }
 }
 

@@ -1,6 +1,8 @@
 //! As root, in a private network namespace: a socket on `lo` that sends UDP frames with
 //! sequence numbers through its TX ring and gets them back on its RX ring (lo loops them back,
-//! a generic-mode XDP program redirects them to the socket), across several ring wraps.
+//! a generic-mode XDP program redirects them to the socket), across several ring wraps; and
+//! sockets sharing a UMEM across the two queues of a veth pair (`XDP_SHARED_UMEM`), with the
+//! kernel's refusals of bad sharing.
 
 use super::*;
 use crate::bpf::{BpfProg, XdpAttachMode, XdpLink, XskMap};
@@ -167,5 +169,219 @@ fn wrong_input_is_refused_before_the_kernel_sees_it() {
         assert_eq!(e4, Some(io::ErrorKind::InvalidInput));
         assert_eq!(e5, Some(io::ErrorKind::InvalidInput));
         assert_eq!(left, 64, "a refused call takes no frame");
+    }
+}
+
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// vx0 ⇄ vx1, two RX and two TX queues each, up, in the calling thread's (private) namespace:
+/// it goes with the namespace.
+fn two_queue_veth() -> (u32, u32) {
+    ip(&[
+        "link",
+        "add",
+        "vx0",
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "vx1",
+        "numtxqueues",
+        "2",
+        "numrxqueues",
+        "2",
+    ]);
+    ip(&["link", "set", "vx0", "up"]);
+    ip(&["link", "set", "vx1", "up"]);
+    lo_up();
+    let idx = |n| crate::zcrx::if_index(n).expect("veth ifindex");
+    (idx("vx0"), idx("vx1"))
+}
+
+fn umem() -> Mapping {
+    Mapping::anonymous(cfg().umem_len()).expect("umem")
+}
+
+#[test]
+fn a_shared_umem_moves_frames_on_two_queues() {
+    let r = crate::os::in_private_netns(|| {
+        let (vx0, vx1) = two_queue_veth();
+        // Receivers on vx1: queue 0 with the UMEM, queue 1 sharing it; one program sends the
+        // port's packets to the socket of the queue they arrive on.
+        let (mut r0, mut rfree) = XdpSocket::new(umem(), vx1, 0, &cfg()).expect("rx q0");
+        let mut r1 = XdpSocket::new_shared(&r0, vx1, 1, &cfg()).expect("rx q1, shared");
+        assert!(r1.shares_umem_with(&r0) && r0.shares_umem_with(&r1));
+        let map = XskMap::create(2, "zcnet_test").expect("XSKMAP");
+        map.set(0, r0.fd()).expect("XSKMAP 0");
+        map.set(1, r1.fd()).expect("XSKMAP 1");
+        let insns = zcnet_core::xdp_prog::udp_port_redirect(map.fd().as_raw_fd(), PORT);
+        let prog = BpfProg::load_xdp(&insns, "zcnet_test").expect("load");
+        let _link = XdpLink::attach(&prog, vx1, XdpAttachMode::Native).expect("attach");
+        // Frames of the one UMEM go to either fill ring.
+        let mut half = rfree.split_off(32);
+        assert_eq!(r0.fill(&mut rfree).expect("fill 0"), 16);
+        assert_eq!(r1.fill(&mut half).expect("fill 1"), 16);
+        // Senders on vx0: queue 0 with the UMEM, queue 1 sharing it, one pool of frames. A
+        // frame sent on TX queue q of a veth arrives on RX queue q of its peer (XDP on).
+        let (mut t0, mut tfree) = XdpSocket::new(umem(), vx0, 0, &cfg()).expect("tx q0");
+        let mut t1 = XdpSocket::new_shared(&t0, vx0, 1, &cfg()).expect("tx q1, shared");
+        let flow = UdpFlow {
+            src_mac: [2, 0, 0, 0, 0, 1],
+            dst_mac: [2, 0, 0, 0, 0, 2],
+            src: Ipv4Addr::new(10, 99, 0, 1),
+            dst: Ipv4Addr::new(10, 99, 0, 2),
+            src_port: 999,
+            dst_port: PORT,
+            udp_checksum: true,
+        };
+        let total = 300u64;
+        let (mut sent, mut got) = (0u64, [Vec::new(), Vec::new()]);
+        let mut rx = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let received = |g: &[Vec<u64>; 2]| (g[0].len() + g[1].len()) as u64;
+        while received(&got) < total && std::time::Instant::now() < deadline {
+            for t in [&mut t0, &mut t1] {
+                t.complete(&mut tfree, 64).expect("complete");
+            }
+            // Frame `seq` goes out on queue seq % 2; at most 8 in flight.
+            while sent < total && sent - received(&got) < 8 {
+                let Some(mut f) = tfree.pop() else { break };
+                let n = flow
+                    .write(f.bytes_mut(), sent as u16, &sent.to_le_bytes())
+                    .expect("frame");
+                f.set_data(0, n as u32).expect("span");
+                let t = if sent % 2 == 0 { &mut t0 } else { &mut t1 };
+                let mut one = vec![f];
+                t.transmit(&mut one).expect("transmit");
+                assert!(one.is_empty(), "the TX ring had room");
+                t.kick_tx().expect("kick");
+                sent += 1;
+            }
+            for (q, r) in [&mut r0, &mut r1].into_iter().enumerate() {
+                r.receive(&mut rx, 64).expect("receive");
+                for f in rx.drain(..) {
+                    let p = parse_udp(f.data()).expect("a valid frame");
+                    got[q].push(u64::from_le_bytes(p.payload.try_into().expect("8 B")));
+                    // Back to the fill ring of the other queue: the UMEM is one.
+                    half.push(f);
+                }
+            }
+            r0.fill(&mut half).expect("refill 0");
+            r1.fill(&mut half).expect("refill 1");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        for t in [&mut t0, &mut t1] {
+            while t.frames_in_tx() > 0 && std::time::Instant::now() < deadline {
+                t.kick_tx().expect("kick");
+                t.complete(&mut tfree, 64).expect("complete");
+            }
+        }
+        let stats = [r0.statistics(), r1.statistics()].map(|s| s.expect("stats"));
+        let counts = [t0.frames().counts(), t1.frames().counts()];
+        (got, stats, counts, tfree.len())
+    });
+    if let Some((got, stats, counts, tfree)) = r {
+        let evens: Vec<u64> = (0..300).filter(|s| s % 2 == 0).collect();
+        let odds: Vec<u64> = (0..300).filter(|s| s % 2 == 1).collect();
+        assert_eq!(got[0], evens, "queue 0: every frame it was sent, in order");
+        assert_eq!(got[1], odds, "queue 1: every frame it was sent, in order");
+        for s in stats {
+            assert_eq!(
+                s.rx_dropped + s.rx_ring_full + s.rx_invalid_descs,
+                0,
+                "{s:?}"
+            );
+        }
+        assert_eq!((counts[0].sent, counts[0].completed), (150, 150));
+        assert_eq!((counts[1].sent, counts[1].completed), (150, 150));
+        assert_eq!(tfree, 64, "every TX frame came back to the one pool");
+    }
+}
+
+#[test]
+fn bad_sharing_is_refused_and_leaves_nothing_bound() {
+    let r = crate::os::in_private_netns(|| {
+        let (vx0, _) = two_queue_veth();
+        let (a, _frames) = XdpSocket::new(umem(), vx0, 0, &cfg()).expect("first");
+        let errno = |r: io::Result<XdpSocket>| r.err().and_then(|e| e.raw_os_error());
+        let same_queue = errno(XdpSocket::new_shared(&a, vx0, 0, &cfg()));
+        let no_queue = errno(XdpSocket::new_shared(&a, vx0, 2, &cfg()));
+        let no_dev = errno(XdpSocket::new_shared(&a, 4242, 0, &cfg()));
+        let other_size = XdpSocket::new_shared(
+            &a,
+            vx0,
+            1,
+            &XdpSocketConfig {
+                frame_size: 4096,
+                frame_count: 32,
+                ..cfg()
+            },
+        )
+        .err()
+        .map(|e| e.kind());
+        // Not an AF_XDP socket, and an AF_XDP socket that is not bound (as a closed one was).
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+        let not_xsk = errno(XdpSocket::share(
+            udp.as_fd(),
+            Arc::clone(&a.umem),
+            vx0,
+            1,
+            &cfg(),
+        ));
+        let unbound = xsk_fd().expect("socket");
+        let not_bound = errno(XdpSocket::share(
+            unbound.as_fd(),
+            Arc::clone(&a.umem),
+            vx0,
+            1,
+            &cfg(),
+        ));
+        // None of that bound anything: queue 1 of vx0 and queue 0 of lo (another device) take
+        // sockets sharing the UMEM, and once all are closed each queue takes a fresh socket.
+        let b = XdpSocket::new_shared(&a, vx0, 1, &cfg()).expect("queue 1");
+        let l = XdpSocket::new_shared(&a, 1, 0, &cfg()).expect("lo queue 0");
+        assert!(l.shares_umem_with(&a) && b.shares_umem_with(&l));
+        drop((a, b, l));
+        let fresh = [(vx0, 0), (vx0, 1), (1, 0)].map(|(dev, q)| {
+            XdpSocket::new(umem(), dev, q, &cfg())
+                .map(drop)
+                .err()
+                .and_then(|e| e.raw_os_error())
+        });
+        (
+            [same_queue, no_queue, no_dev, not_xsk, not_bound],
+            other_size,
+            fresh,
+        )
+    });
+    if let Some((errs, other_size, fresh)) = r {
+        assert_eq!(
+            errs,
+            [
+                Some(libc::EINVAL),
+                Some(libc::EINVAL),
+                Some(libc::ENODEV),
+                Some(libc::ENOPROTOOPT),
+                Some(libc::EBADF)
+            ],
+            "own queue, no such queue, no such device, not AF_XDP, not bound"
+        );
+        assert_eq!(other_size, Some(io::ErrorKind::InvalidInput));
+        assert_eq!(fresh, [None; 3], "every queue unbound after close");
     }
 }
