@@ -3,7 +3,9 @@
 //! chose zero copy for sends too small to gain from it. The window is now sized in bytes
 //! (`TxConfig::window`, 512 KiB by default) as well as in buffers.
 
-use std::net::{TcpListener, TcpStream};
+mod common;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use zcnet::{Region, Sender, Socket, TxConfig, TxMode};
 
@@ -89,7 +91,7 @@ fn the_window_in_bytes_gives_small_sends_more_buffers() {
 
 #[test]
 fn a_small_zero_copy_window_turns_nagle_off_and_a_large_one_or_copy_leaves_it() {
-    for mode in [TxMode::UringZc, TxMode::MsgZerocopy, TxMode::Auto] {
+    for mode in [TxMode::UringZc, TxMode::MsgZerocopy] {
         assert!(
             run(mode, 4096, 8).nodelay,
             "{mode:?} 4 KiB x 8 must not wait on Nagle"
@@ -102,6 +104,10 @@ fn a_small_zero_copy_window_turns_nagle_off_and_a_large_one_or_copy_leaves_it() 
     assert!(
         !run(TxMode::Copy, 4096, 8).nodelay,
         "copy keeps the socket as given"
+    );
+    assert!(
+        !run(TxMode::Auto, 4096, 8).nodelay,
+        "auto copies 4 KiB sends, and so keeps the socket as given"
     );
 }
 
@@ -118,4 +124,57 @@ fn auto_copies_sends_too_small_to_gain_and_says_why() {
     let Run { st, note, .. } = run(TxMode::Auto, 64 << 10, 8);
     assert!(st.notifications > 0, "64 KiB sends start zero-copy");
     assert!(note.is_none_or(|n| !n.contains("auto: copying")));
+}
+
+#[test]
+fn zero_copy_sends_of_two_segments_or_more_turn_nagle_off() {
+    use zcnet::tx::zero_copy_wants_nodelay as wants;
+    let w = zcnet::tx::DEFAULT_WINDOW;
+    // veth (segments of 1,448 B): 4 KiB is two and more; loopback (65,484 B): 64 KiB is not.
+    assert!(wants(TxMode::UringZc, 4096, w, Some(1448)));
+    assert!(wants(TxMode::MsgZerocopy, 2896, w, Some(1448)));
+    assert!(!wants(TxMode::MsgZerocopy, 2895, w, Some(1448)));
+    assert!(!wants(TxMode::UringZc, 64 << 10, w, Some(65_484)));
+    assert!(!wants(TxMode::Copy, 64 << 10, w, Some(1448)));
+    assert!(!wants(TxMode::UringZc, 64 << 10, w, None));
+    assert!(wants(TxMode::UringZc, 4096, 32 << 10, None), "small window");
+
+    // On a real 1500-byte path: the lab's veth pair.
+    let Some((_lab, p)) =
+        common::veth_lab("zero_copy_sends_of_two_segments_or_more_turn_nagle_off")
+    else {
+        return;
+    };
+    let l = common::in_ns(&p.b, || {
+        TcpListener::bind(SocketAddr::new(p.b_addr, 0)).unwrap()
+    });
+    let addr = l.local_addr().unwrap();
+    let drain = std::thread::spawn(move || {
+        for _ in 0..3 {
+            let (mut s, _) = l.accept().unwrap();
+            std::io::copy(&mut s, &mut std::io::sink()).unwrap();
+        }
+    });
+    for (mode, size, want) in [
+        (TxMode::UringZc, 16 << 10, true),
+        (TxMode::MsgZerocopy, 64 << 10, true),
+        (TxMode::Copy, 64 << 10, false),
+    ] {
+        let nodelay = common::in_ns(&p.a, || {
+            let mut cfg = TxConfig::new(mode);
+            cfg.buf_size = size;
+            let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+            let sock = Socket::from(TcpStream::connect(addr).unwrap());
+            let seg = zcnet::tx::path_segment(sock.as_raw_fd());
+            assert_eq!(seg, Some(1448), "a 1500-byte path");
+            let mut tx = Sender::new(sock, region, &cfg).unwrap();
+            let nodelay = zcnet_sys::sock::nodelay(tx.socket().as_raw_fd()).unwrap();
+            let b = tx.buffer().unwrap();
+            tx.send(b, size).unwrap();
+            tx.finish().unwrap();
+            nodelay
+        });
+        assert_eq!(nodelay, want, "{mode:?} {size} B over veth");
+    }
+    drain.join().unwrap();
 }

@@ -246,11 +246,38 @@ pub const AUTO_MIN_ZERO_COPY: usize = 16 << 10;
 /// 64 KiB is the loopback MSS; on a 1500-byte link the window is far above it.
 pub const NAGLE_SAFE_WINDOW: usize = 128 << 10;
 
-/// Whether a `mode` sender with `window` bytes of buffers is zero-copy with a window small
-/// enough for Nagle's algorithm to stall it, so that the stream needs TCP_NODELAY.
-pub fn zero_copy_window_stalls(mode: TxMode, window: usize) -> bool {
+/// Whether a zero-copy TCP sender of `mode` should turn Nagle off (TCP_NODELAY), for sends of
+/// `buf_size` bytes with `window` bytes of buffers in flight, on a path whose full segment is
+/// `segment` bytes (`None`: unknown; see [`path_segment`]):
+/// - a window under [`NAGLE_SAFE_WINDOW`] stalls with Nagle on (see there);
+/// - sends of two full segments or more gain nothing from Nagle's coalescing, and its holding
+///   back of each send's last, short segment holds the send's buffer (its notification waits
+///   for it): measured on the lab veth (segments of 1,448 B), TCP_NODELAY took 4/16/64 KiB
+///   zero-copy sends from 0.7-0.9x copy to 1.3-2.8x; on loopback (65,484 B) every size up to
+///   64 KiB is below two segments and Nagle's coalescing wins (64 KiB: 2.8x copy with it,
+///   0.9-2.4x without; docs/perf.md).
+///
+/// Copying senders keep the socket as the caller gave it.
+pub fn zero_copy_wants_nodelay(
+    mode: TxMode,
+    buf_size: usize,
+    window: usize,
+    segment: Option<usize>,
+) -> bool {
     let zero_copy = matches!(mode, TxMode::MsgZerocopy | TxMode::UringZc | TxMode::Auto);
-    zero_copy && window < NAGLE_SAFE_WINDOW
+    let whole_segments = segment.is_some_and(|m| m > 0 && buf_size >= 2 * m);
+    zero_copy && (window < NAGLE_SAFE_WINDOW || whole_segments)
+}
+
+/// A connected TCP socket's full segment: its path MTU (TCP_INFO `tcpi_pmtu`) less the IPv4,
+/// TCP and timestamp headers (52 B): 65,484 on loopback, 1,448 on a 1500-byte link. Not the
+/// current MSS (`TCP_MAXSEG`), which starts at half the peer's first window on loopback
+/// (32,741) and grows as the window opens.
+pub fn path_segment(fd: RawFd) -> Option<usize> {
+    let mut buf = [0u8; zcnet_core::tcp_info::BUF_LEN];
+    let n = zcnet_sys::sock::tcp_info(fd, &mut buf).ok()?;
+    let info = zcnet_core::tcp_info::TcpInfo::parse(&buf[..n])?;
+    (info.pmtu as usize).checked_sub(52).filter(|&s| s > 0)
 }
 
 /// Distance between buffer starts: the buffer size rounded up to the page size, so every buffer
@@ -382,10 +409,14 @@ impl Sender {
             .into_slots_strided(cfg.buf_size, stride, count)
             .map_err(|e| Error::io("cutting the region into buffers", e))?;
         let fd = sock.as_raw_fd();
-        if sock.stream && zero_copy_window_stalls(cfg.mode, count * cfg.buf_size) {
-            // See zero_copy_window_stalls: without this, Nagle holds the window's last
-            // segment for the receiver's delayed ACK and zero copy runs at ~1 MB/s.
-            zcnet_sys::sock::set_nodelay(fd).map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+        if sock.stream {
+            let segment = path_segment(fd);
+            // `auto` below AUTO_MIN_ZERO_COPY copies: then it is a copying sender.
+            let mode = if auto_copies { TxMode::Copy } else { cfg.mode };
+            if zero_copy_wants_nodelay(mode, cfg.buf_size, count * cfg.buf_size, segment) {
+                zcnet_sys::sock::set_nodelay(fd)
+                    .map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+            }
         }
         let mut fallbacks = Vec::new();
         let mut stats = TxStats::default();
