@@ -11,6 +11,8 @@ use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use zcnet_tools::lab::Lab;
+
 fn zcnet(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zcnet"))
         .args(args)
@@ -246,4 +248,102 @@ fn bench_tx_without_root_and_without_loopback_says_nothing_can_run() {
         ),
         "{notes}"
     );
+}
+
+/// `zcnet nic channels --iface vA ARGS` inside namespace `ns`.
+fn channels_in(ns: &str, args: &[&str]) -> Output {
+    Command::new("ip")
+        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_zcnet")])
+        .args(["nic", "channels", "--iface", "vA"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn nic_channels_bad_input_is_one_line_naming_it_and_changes_nothing() {
+    // The parser and the interface lookup: no device, no root needed.
+    for (args, named) in [
+        (&["nic", "channels"][..], "--iface"),
+        (&["nic", "channels", "--iface", "nosuch0"][..], "'nosuch0'"),
+        (
+            &["nic", "channels", "--iface", "nosuch0", "--combined", "2"][..],
+            "'nosuch0'",
+        ),
+        (
+            &["nic", "channels", "--iface", "lo", "--rx", "lots"][..],
+            "--rx",
+        ),
+        (
+            &["nic", "channels", "--iface", "lo", "--tx", ""][..],
+            "--tx",
+        ),
+        (
+            &[
+                "nic",
+                "channels",
+                "--iface",
+                "lo",
+                "--combined",
+                "99999999999",
+            ][..],
+            "--combined",
+        ),
+    ] {
+        let o = zcnet(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(e.contains(named), "{args:?}: does not name {named}: {e}");
+        assert!(o.stdout.is_empty(), "{args:?}: printed counts");
+    }
+    // Counts a device refuses, on a veth (rx and tx channels, at most one per CPU; no
+    // combined ones) in a lab namespace.
+    let mut lab = match Lab::new() {
+        Ok(l) => l,
+        Err(zcnet::Error::NotRoot { .. }) => {
+            eprintln!("skipped the device half: needs root for network namespaces");
+            return;
+        }
+        Err(e) => panic!("lab: {e}"),
+    };
+    let v = lab.veth().unwrap();
+    let counts = || {
+        let o = channels_in(&v.a, &["--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["channels"].clone()
+    };
+    let before = counts();
+    assert_eq!(before["combined"]["max"], 0, "{before}");
+    // Past the driver's maximum: a usage error, said before anything is asked of the kernel.
+    for (args, flag) in [
+        (&["--rx", "100000"][..], "--rx 100000"),
+        (&["--tx", "4294967295"][..], "--tx 4294967295"),
+        (&["--combined", "1"][..], "--combined 1"),
+        (&["--rx", "1", "--combined", "1"][..], "--combined 1"),
+    ] {
+        let o = channels_in(&v.a, args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(
+            e.contains(flag) && e.contains("allows at most"),
+            "{args:?}: {e}"
+        );
+        assert!(o.stdout.is_empty(), "{args:?}: printed counts");
+        assert_eq!(counts(), before, "{args:?} changed the channels");
+    }
+    // A count of 0 that leaves no RX (or TX) channel: the kernel refuses it, in one line that
+    // names the count.
+    for (args, count) in [(&["--rx", "0"][..], "rx"), (&["--tx", "0"][..], "tx")] {
+        let o = channels_in(&v.a, args);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(
+            e.contains(&format!("--{count}")) || e.contains(&format!("{count}-count")),
+            "{args:?}: does not name the count: {e}"
+        );
+        assert_eq!(counts(), before, "{args:?} changed the channels");
+    }
 }

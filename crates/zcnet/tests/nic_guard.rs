@@ -3,219 +3,16 @@
 //! a refusal at any step leaves the device exactly as it was, and a state file left by a
 //! crash is enough to restore it.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, Ordering};
+mod common;
 
+use std::collections::BTreeMap;
+
+use common::fake_nic::{files, mlx5_like, tcp_9999, tempdir, Config, FakeNic};
 use proptest::prelude::*;
 use zcnet::nic::{
-    self, default_indir, restore_from_file, split, FlowSpec, NicControl, NicGuard, NicSetup, Proto,
-    RingsState, RxChannels,
+    self, default_indir, restore_from_file, split, FlowSpec, NicGuard, NicSetup, Proto, RxChannels,
 };
 use zcnet::Error;
-
-/// The device's configuration: what must come back unchanged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Config {
-    split: u8,
-    hds: Option<u32>,
-    ntuple: Option<bool>,
-    rings: u32,
-    indir: Vec<u32>,
-    rules: BTreeMap<u32, FlowSpec>,
-}
-
-#[derive(Debug)]
-struct Sim {
-    cfg: Config,
-    /// Mutating calls so far; the `fail_at`-th (0-based) is refused.
-    calls: u32,
-    fail_at: Option<u32>,
-    next_loc: u32,
-    /// What channels-get reports (`None`: no channel control, as lo and ifb).
-    channels: Option<RxChannels>,
-}
-
-#[derive(Debug, Clone)]
-struct FakeNic(Rc<RefCell<Sim>>);
-
-fn refused() -> Error {
-    Error::Kernel {
-        what: "rings-set on fake0".into(),
-        message: "Operation not supported (kernel: fake driver refuses)".into(),
-        errno: Some(95),
-    }
-}
-
-impl FakeNic {
-    fn new(cfg: Config, fail_at: Option<u32>) -> FakeNic {
-        // Combined channels, up to 16, like mlx5 on a 16-CPU machine.
-        let channels = Some(RxChannels {
-            combined: cfg.rings,
-            combined_max: 16,
-            ..RxChannels::default()
-        });
-        FakeNic(Rc::new(RefCell::new(Sim {
-            cfg,
-            calls: 0,
-            fail_at,
-            next_loc: 1000,
-            channels,
-        })))
-    }
-
-    fn with_channels(self, channels: Option<RxChannels>) -> FakeNic {
-        self.0.borrow_mut().channels = channels;
-        self
-    }
-
-    fn cfg(&self) -> Config {
-        self.0.borrow().cfg.clone()
-    }
-
-    fn mutate(&self, f: impl FnOnce(&mut Config)) -> zcnet::Result<()> {
-        let mut s = self.0.borrow_mut();
-        let n = s.calls;
-        s.calls += 1;
-        if s.fail_at == Some(n) {
-            return Err(refused());
-        }
-        f(&mut s.cfg);
-        Ok(())
-    }
-}
-
-impl NicControl for FakeNic {
-    fn name(&self) -> &str {
-        "fake0"
-    }
-    fn ifindex(&self) -> u32 {
-        7
-    }
-    fn rings(&mut self) -> zcnet::Result<RingsState> {
-        let c = self.cfg();
-        Ok(RingsState {
-            split: c.split,
-            hds_thresh: c.hds,
-        })
-    }
-    fn set_rings(&mut self, s: u8, hds: Option<u32>) -> zcnet::Result<()> {
-        self.mutate(|c| {
-            c.split = s;
-            if hds.is_some() {
-                c.hds = hds;
-            }
-        })
-    }
-    fn ntuple(&mut self) -> zcnet::Result<Option<bool>> {
-        Ok(self.cfg().ntuple)
-    }
-    fn set_ntuple(&mut self, on: bool) -> zcnet::Result<()> {
-        // Like drivers that refuse to turn ntuple off while rules exist: undo order matters.
-        if !on && !self.cfg().rules.is_empty() {
-            return Err(Error::Kernel {
-                what: "features-set".into(),
-                message: "Device or resource busy (rules installed)".into(),
-                errno: Some(16),
-            });
-        }
-        self.mutate(|c| c.ntuple = Some(on))
-    }
-    fn rx_rings(&mut self) -> zcnet::Result<u32> {
-        Ok(self.cfg().rings)
-    }
-    fn channels(&mut self) -> zcnet::Result<Option<RxChannels>> {
-        Ok(self.0.borrow().channels)
-    }
-    fn indir(&mut self) -> zcnet::Result<Vec<u32>> {
-        Ok(self.cfg().indir)
-    }
-    fn set_indir(&mut self, table: Option<&[u32]>) -> zcnet::Result<()> {
-        self.mutate(|c| {
-            c.indir = match table {
-                Some(t) => t.to_vec(),
-                None => default_indir(c.indir.len(), c.rings),
-            }
-        })
-    }
-    fn insert_rule(&mut self, spec: &FlowSpec) -> zcnet::Result<u32> {
-        let loc = self.0.borrow().next_loc;
-        self.mutate(|c| {
-            c.rules.insert(loc, *spec);
-        })?;
-        self.0.borrow_mut().next_loc += 1;
-        Ok(loc)
-    }
-    fn delete_rule(&mut self, loc: u32) -> zcnet::Result<()> {
-        let present = self.cfg().rules.contains_key(&loc);
-        self.mutate(|c| {
-            c.rules.remove(&loc);
-        })?;
-        if present {
-            Ok(())
-        } else {
-            Err(Error::Kernel {
-                what: "ntuple delete".into(),
-                message: "No such file or directory".into(),
-                errno: Some(2),
-            })
-        }
-    }
-    fn rules(&mut self) -> zcnet::Result<Vec<(u32, FlowSpec)>> {
-        Ok(self.cfg().rules.into_iter().collect())
-    }
-}
-
-fn mlx5_like() -> Config {
-    Config {
-        split: split::DISABLED,
-        hds: Some(256),
-        ntuple: Some(false),
-        rings: 8,
-        indir: default_indir(128, 8),
-        rules: BTreeMap::new(),
-    }
-}
-
-/// A scratch directory, removed when dropped.
-struct TempDir(PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = PathBuf;
-    fn deref(&self) -> &PathBuf {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tempdir() -> TempDir {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let d = std::env::temp_dir().join(format!(
-        "zcnet-nic-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    TempDir(d)
-}
-
-fn files(dir: &PathBuf) -> usize {
-    std::fs::read_dir(dir).unwrap().count()
-}
-
-fn tcp_9999(queue: u32) -> NicSetup {
-    NicSetup {
-        queue,
-        flow: Some((Proto::Tcp, false, 9999)),
-    }
-}
 
 #[test]
 fn setup_makes_every_change_and_restore_undoes_them() {
@@ -252,6 +49,34 @@ fn setup_makes_every_change_and_restore_undoes_them() {
     assert_eq!(g.restore().unwrap(), 4);
     assert_eq!(nic.cfg(), before);
     assert_eq!(files(&dir), 0, "state file left behind");
+}
+
+#[test]
+fn a_rule_installed_already_is_not_inserted_again() {
+    // The user's own rule is the one setup would insert: a duplicate would add nothing, and a
+    // restore after a crash between its insert and its record (which finds it by what it
+    // matches) would delete the user's rule with it (nic_sigkill.rs kills setup there).
+    let dir = tempdir();
+    let mut before = mlx5_like();
+    before.ntuple = Some(true);
+    let rule = FlowSpec {
+        proto: Proto::Tcp,
+        ipv6: false,
+        dst_port: 9999,
+        queue: 7,
+    };
+    before.rules.insert(3, rule);
+    let nic = FakeNic::new(before.clone(), None);
+    let g = NicGuard::apply(nic.clone(), &tcp_9999(7), &dir).unwrap();
+    assert_eq!(nic.cfg().rules, before.rules);
+    assert_eq!(g.changes().len(), 2, "{:?}", g.changes());
+    // The same port to another queue is another rule: inserted.
+    let g2_dir = tempdir();
+    let nic2 = FakeNic::new(before.clone(), None);
+    let g2 = NicGuard::apply(nic2.clone(), &tcp_9999(6), &g2_dir).unwrap();
+    assert_eq!(nic2.cfg().rules.len(), 2);
+    assert_eq!((g.restore().unwrap(), g2.restore().unwrap()), (2, 3));
+    assert_eq!((nic.cfg(), nic2.cfg()), (before.clone(), before));
 }
 
 #[test]
@@ -496,7 +321,7 @@ proptest! {
         // A refusal during restore is possible too (fail_at past the setup's calls): then the
         // state file stays and restore_from_file finishes the job.
         for p in nic::state::list(&dir) {
-            nic.0.borrow_mut().fail_at = None;
+            nic.set_fail_at(None);
             restore_from_file(&mut nic.clone(), &p).unwrap();
         }
         prop_assert_eq!(nic.cfg(), cfg);

@@ -416,7 +416,10 @@ impl<C: NicControl> NicGuard<C> {
                 ctl.set_indir(Some(&want)).map(|()| None)
             })?;
         }
-        // 4. The rule.
+        // 4. The rule, unless the very rule is installed already (the user's own): then there
+        // is nothing to insert, and were a duplicate inserted, a restore after a crash between
+        // its insert and its record (which finds the rule by what it matches, see
+        // `undo_records`) could not tell the two apart and would delete the user's rule too.
         if let Some((proto, ipv6, dst_port)) = setup.flow {
             let spec = FlowSpec {
                 proto,
@@ -424,6 +427,13 @@ impl<C: NicControl> NicGuard<C> {
                 dst_port,
                 queue: setup.queue,
             };
+            let installed = self
+                .ctl
+                .rules()
+                .map_err(|e| self.fail("reading the ntuple rules", e))?;
+            if installed.iter().any(|(_, s)| *s == spec) {
+                return Ok(());
+            }
             let c = Change::Rule {
                 spec,
                 location: None,
@@ -564,7 +574,8 @@ pub fn undo_records<C: NicControl + ?Sized>(ctl: &mut C, records: &[Record]) -> 
                 spec,
                 location: None,
             } => {
-                // Crashed between insert and record: find the rule by what it matches.
+                // Crashed between insert and record: find the rule by what it matches (setup
+                // inserts none while the same rule is installed, so a match is the one it made).
                 for (loc, s) in ctl.rules()? {
                     if s == *spec {
                         ctl.delete_rule(loc)?;

@@ -1,7 +1,9 @@
 //! Helpers shared by the library's lab tests (each test file is its own crate and uses a part
-//! of them).
+//! of them), and the simulated NIC of the NIC setup tests ([`fake_nic`]).
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+pub mod fake_nic;
 
 use std::sync::{Mutex, MutexGuard};
 use zcnet::Error;
