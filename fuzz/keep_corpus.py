@@ -55,20 +55,17 @@ for kind in ("COV", "FT"):
         chosen.append(best)
         have |= left.pop(best)
 
-# Keep hand-written regression inputs (regress-*) of the old corpus.
+# Keep hand-written regression inputs (regress-*) of the old corpus. The chosen inputs are
+# copied aside first: some may be files of the old corpus, which is about to be replaced.
 keep = [os.path.join(dst, f) for f in sorted(os.listdir(dst))
         if f.startswith("regress-")] if os.path.isdir(dst) else []
-saved = os.path.join(tmp, "regress")
+saved = os.path.join(tmp, "kept")
 os.mkdir(saved)
-for f in keep:
+for f in keep + [files[i] for i in chosen]:
     shutil.copy(f, saved)
 if os.path.isdir(dst):
     shutil.rmtree(dst)
-os.makedirs(dst)
-for i in chosen:
-    shutil.copy(files[i], dst)
-for f in os.listdir(saved):
-    shutil.copy(os.path.join(saved, f), dst)
+shutil.copytree(saved, dst)
 
 
 def inited(d):
