@@ -27,13 +27,13 @@ pub struct ChannelsArgs {
     #[arg(long)]
     pub iface: String,
     /// Set the combined (RX and TX) channel count.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub combined: Option<u32>,
     /// Set the RX-only channel count.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub rx: Option<u32>,
     /// Set the TX-only channel count.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub tx: Option<u32>,
     /// Print the counts as JSON.
     #[arg(long)]
@@ -47,10 +47,10 @@ pub struct SetupArgs {
     #[arg(long)]
     pub iface: String,
     /// The RX queue to set aside for zero-copy receive.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub queue: u32,
     /// Steer flows to this destination port to the queue (ntuple rule); without it, no rule.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub port: Option<u16>,
     /// Protocol of the steered flow: tcp or udp.
     #[arg(long, default_value = "tcp")]
@@ -213,6 +213,27 @@ fn channels(a: &ChannelsArgs) -> zcnet::Result<()> {
                         .map(|(k, cur, max)| format!("{k} {cur}/{max}"))
                         .collect::<Vec<_>>()
                         .join(", ")
+                )));
+            }
+        }
+        // No RX or no TX channel at all: the kernel refuses it (ethnl_set_channels); said
+        // here as a usage error naming the flags given.
+        for (dir, own, flag) in [("RX", a.rx, "--rx"), ("TX", a.tx, "--tx")] {
+            let combined = a.combined.unwrap_or(before.combined.0);
+            let own_now = own.unwrap_or(if dir == "RX" {
+                before.rx.0
+            } else {
+                before.tx.0
+            });
+            if combined + own_now == 0 {
+                let given: Vec<String> = [(flag, own), ("--combined", a.combined)]
+                    .iter()
+                    .filter_map(|(f, v)| v.map(|v| format!("{f} {v}")))
+                    .collect();
+                return Err(Error::invalid_input(format!(
+                    "{} leaves {} with no {dir} channel: give {flag} or --combined of at least 1",
+                    given.join(" "),
+                    a.iface
                 )));
             }
         }

@@ -267,6 +267,36 @@ fn corrupt_state_files_are_named_in_the_error() {
     );
 }
 
+#[test]
+fn a_state_file_appears_whole_and_stale_headers_are_swept() {
+    use zcnet::nic::state::{read, state_path, Owner, StateFile};
+    let dir = tempdir();
+    let owner = Owner {
+        pid: std::process::id(),
+        iface: "x0".into(),
+        ifindex: 7,
+        netns: 1,
+        queue: 3,
+    };
+    let path = state_path(&dir, "x0");
+    // A header left by a process killed before linking it (pid 0 is never a process's).
+    let stale = format!("{}.tmp.0", path.display());
+    std::fs::write(&stale, "zcnet-nic").unwrap();
+    let f = StateFile::create(&dir, &owner).unwrap();
+    assert!(!std::path::Path::new(&stale).exists(), "stale header swept");
+    // The file is readable as soon as it exists: the owner line is in it, no temp file beside.
+    let (o, records) = read(&path).unwrap();
+    assert_eq!((o.pid, o.ifindex, o.queue), (owner.pid, 7, 3));
+    assert!(records.is_empty());
+    assert_eq!(files(&dir), 1, "only the state file");
+    // A second setup is refused, naming the owner, and leaves no temp file either.
+    let e = StateFile::create(&dir, &owner).unwrap_err().to_string();
+    assert!(e.contains(&format!("pid {}", owner.pid)), "{e}");
+    assert_eq!(files(&dir), 1);
+    f.remove().unwrap();
+    assert_eq!(files(&dir), 0);
+}
+
 fn any_config() -> impl Strategy<Value = (Config, u32)> {
     (
         prop_oneof![

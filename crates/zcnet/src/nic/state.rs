@@ -66,6 +66,33 @@ pub struct Record {
     pub done: bool,
 }
 
+/// Where the process `pid` writes the header of the state file `path` before linking it there.
+fn header_path(path: &Path, pid: u32) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(format!(".tmp.{pid}"));
+    PathBuf::from(p)
+}
+
+/// Removes the header files of `path` left by processes killed before they removed them.
+fn remove_stale_headers(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let prefix = format!("{name}.tmp.");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let pid = n.to_str().and_then(|n| n.strip_prefix(&prefix));
+        if let Some(pid) = pid.and_then(|p| p.parse::<u32>().ok()) {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 /// A state file being written.
 #[derive(Debug)]
 pub struct StateFile {
@@ -80,8 +107,28 @@ impl StateFile {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let path = state_path(dir, &owner.iface);
-        let file = match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(f) => f,
+        // The header is written to a file of its own and linked into place whole: a process
+        // killed half-way leaves no state file, or one whose owner can be read, never an empty
+        // one that `nic restore` could not read and `nic setup` would refuse to replace.
+        let header = format!(
+            "{MAGIC}\nowner pid={} iface={} ifindex={} netns={} queue={}\n",
+            owner.pid, owner.iface, owner.ifindex, owner.netns, owner.queue
+        );
+        remove_stale_headers(&path);
+        let tmp = header_path(&path, std::process::id());
+        let written = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)?;
+            f.write_all(header.as_bytes())?;
+            f.sync_data()?;
+            std::fs::hard_link(&tmp, &path)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        match written {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let who = read(&path)
                     .map(|(o, _)| format!("pid {}", o.pid))
@@ -95,17 +142,16 @@ impl StateFile {
                 });
             }
             Err(e) => return Err(Error::io(format!("creating {}", path.display()), e)),
-        };
-        let mut s = StateFile {
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        Ok(StateFile {
             path,
             file,
             next: 0,
-        };
-        s.line(&format!(
-            "{MAGIC}\nowner pid={} iface={} ifindex={} netns={} queue={}",
-            owner.pid, owner.iface, owner.ifindex, owner.netns, owner.queue
-        ))?;
-        Ok(s)
+        })
     }
 
     /// The file's path.
