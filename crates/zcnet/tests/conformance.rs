@@ -53,7 +53,7 @@ fn send_verified(
         tx.send(b, n).unwrap();
         off += n as u64;
     }
-    assert!(tx.outstanding() <= 8);
+    assert!(tx.outstanding() <= tx.buffers());
     let st = tx.finish().unwrap();
     let rep = rx
         .join()
