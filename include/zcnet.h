@@ -129,8 +129,8 @@ typedef struct zcnet_sender zcnet_sender;
 typedef struct zcnet_tx_config {
     // One of the `ZCNET_TX_*` modes (0: `ZCNET_TX_AUTO`).
     uint32_t mode;
-    // Buffers (and so sends) in flight: at least this many (0: 8); smaller buffers get more,
-    // up to 512 KiB in flight, as far as the region holds them (`zcnet_sender_new`).
+    // Buffers (and so sends) in flight: exactly this many; 0: at least 8, more for small
+    // buffers (up to 512 KiB in flight, as far as the region holds them).
     uint32_t inflight;
     // Bytes per buffer (0: 65536).
     uint64_t buf_size;

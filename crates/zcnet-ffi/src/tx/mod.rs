@@ -33,8 +33,8 @@ pub const ZCNET_TX_DEVMEM: u32 = 5;
 pub struct zcnet_tx_config {
     /// One of the `ZCNET_TX_*` modes (0: `ZCNET_TX_AUTO`).
     pub mode: u32,
-    /// Buffers (and so sends) in flight: at least this many (0: 8); smaller buffers get more,
-    /// up to 512 KiB in flight, as far as the region holds them (`zcnet_sender_new`).
+    /// Buffers (and so sends) in flight: exactly this many; 0: at least 8, more for small
+    /// buffers (up to 512 KiB in flight, as far as the region holds them).
     pub inflight: u32,
     /// Bytes per buffer (0: 65536).
     pub buf_size: u64,
@@ -134,7 +134,9 @@ pub fn tx_config(cfg: Option<&zcnet_tx_config>) -> Result<TxConfig> {
     };
     let mut t = TxConfig::new(mode);
     if c.inflight != 0 {
+        // An explicit count is the count (the struct has no window field).
         t.inflight = c.inflight as usize;
+        t.window = 0;
     }
     if c.buf_size != 0 {
         t.buf_size = usize::try_from(c.buf_size)
