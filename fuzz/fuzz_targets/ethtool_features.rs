@@ -1,20 +1,10 @@
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use zcnet_netlink::ethtool::{parse_strset, Bitset, Features, FeaturesSetReply};
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
+#[path = "../bodies/ethtool_features.rs"]
+mod body;
 
-// Features replies (compact and verbose bitsets), the features-set reply, the string set.
-fuzz_target!(|data: &[u8]| {
-    let names = parse_strset(data, 4).unwrap_or_default();
-    for n in [&names[..], &[]] {
-        if let Ok(f) = Features::parse(data, n) {
-            let _ = (f.list(), f.feature("rx-gro"), f.is_active("ntuple-filters"));
-        }
-    }
-    if let Ok(r) = FeaturesSetReply::parse(data) {
-        let _ = r.not_applied("rx-gro");
-    }
-    if let Ok(b) = Bitset::parse(data) {
-        let _ = (b.set_bits(), b.in_mask(u32::MAX), b.name(0));
-    }
-});
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| body::run(data));

@@ -1,10 +1,10 @@
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use zcnet_netlink::ethtool::Rss;
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
+#[path = "../bodies/ethtool_rss.rs"]
+mod body;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(r) = Rss::parse(data) {
-        let _ = r.hfunc_names();
-    }
-});
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| body::run(data));

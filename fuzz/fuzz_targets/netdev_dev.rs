@@ -1,10 +1,10 @@
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use zcnet_netlink::netdev::DevInfo;
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
+#[path = "../bodies/netdev_dev.rs"]
+mod body;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(d) = DevInfo::parse(data) {
-        let _ = (d.names(), d.rx_metadata_names(), d.xsk_names());
-    }
-});
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| body::run(data));

@@ -1,10 +1,10 @@
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use zcnet_netlink::netdev::QStats;
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
+#[path = "../bodies/netdev_qstats.rs"]
+mod body;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(q) = QStats::parse(data) {
-        let _ = q.get("rx-packets");
-    }
-});
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| body::run(data));

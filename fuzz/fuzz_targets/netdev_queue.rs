@@ -1,8 +1,10 @@
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use zcnet_netlink::netdev::QueueInfo;
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
+#[path = "../bodies/netdev_queue.rs"]
+mod body;
 
-fuzz_target!(|data: &[u8]| {
-    let _ = QueueInfo::parse(data);
-});
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| body::run(data));

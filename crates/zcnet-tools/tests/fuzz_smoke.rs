@@ -14,6 +14,36 @@ mod input;
 #[path = "../../../fuzz/bodies/perf_gen.rs"]
 mod perf_gen;
 
+// zcnet-netlink's parsers.
+#[path = "../../../fuzz/bodies/ethtool_channels.rs"]
+mod ethtool_channels;
+#[path = "../../../fuzz/bodies/ethtool_features.rs"]
+mod ethtool_features;
+#[path = "../../../fuzz/bodies/ethtool_rings.rs"]
+mod ethtool_rings;
+#[path = "../../../fuzz/bodies/ethtool_rss.rs"]
+mod ethtool_rss;
+#[path = "../../../fuzz/bodies/genl_family.rs"]
+mod genl_family;
+#[path = "../../../fuzz/bodies/netdev_dev.rs"]
+mod netdev_dev;
+#[path = "../../../fuzz/bodies/netdev_napi.rs"]
+mod netdev_napi;
+#[path = "../../../fuzz/bodies/netdev_page_pool.rs"]
+mod netdev_page_pool;
+#[path = "../../../fuzz/bodies/netdev_qstats.rs"]
+mod netdev_qstats;
+#[path = "../../../fuzz/bodies/netdev_queue.rs"]
+mod netdev_queue;
+#[path = "../../../fuzz/bodies/ntuple_rxnfc.rs"]
+mod ntuple_rxnfc;
+#[path = "../../../fuzz/bodies/rtnl.rs"]
+mod rtnl;
+#[path = "../../../fuzz/bodies/wire_attrs.rs"]
+mod wire_attrs;
+#[path = "../../../fuzz/bodies/wire_extack.rs"]
+mod wire_extack;
+// The rest of the kernel- and peer-facing parsers and machines.
 #[path = "../../../fuzz/bodies/devmem_cmsg.rs"]
 mod devmem_cmsg;
 #[path = "../../../fuzz/bodies/echo.rs"]
@@ -193,16 +223,30 @@ targets!(
     devmem_cmsg,
     echo,
     errqueue,
+    ethtool_channels,
+    ethtool_features,
+    ethtool_rings,
+    ethtool_rss,
+    genl_family,
     nccl_recv,
+    netdev_dev,
+    netdev_napi,
+    netdev_page_pool,
+    netdev_qstats,
+    netdev_queue,
+    ntuple_rxnfc,
     perf_client,
     perf_frame,
     perf_json,
     perf_server,
     perf_udp,
+    rtnl,
     sendzc,
     tcp_info,
     tpacket,
     udp_frame,
+    wire_attrs,
+    wire_extack,
     xsk,
     zc_ranges,
     zcrx_rx,

@@ -1,0 +1,10 @@
+#![no_main]
+
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
+#[path = "../bodies/rtnl.rs"]
+mod body;
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| body::run(data));
