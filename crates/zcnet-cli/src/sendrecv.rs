@@ -206,13 +206,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     // --bytes/--duration without --verify send the buffers as they are (zero-filled, never
     // written), as `bench tx` does: writing a payload per send would cost more than a
     // zero-copy send of it (a fill runs at a few GB/s, a zero-copy send to the sink at tens).
-    let mut source = if a.verify {
-        Source::Pattern(Pattern::new(a.seed))
-    } else if a.duration.is_none() && a.bytes.is_none() {
-        Source::Stdin(stdin_file()?)
-    } else {
-        Source::Zeros
-    };
+    let mut source = Source::for_args(a)?;
     // The deadline is read once per buffers' worth of sends (about once per wait for the
     // kernel), as `bench tx` reads it, not once per send.
     let mut chunks = Chunks::new(size, limit, deadline, tx.buffers());
@@ -300,6 +294,20 @@ pub(crate) enum Source {
     Pattern(Pattern),
     /// Nothing: the buffers go as they are (zero-filled; `--bytes`/`--duration` alone).
     Zeros,
+}
+
+impl Source {
+    /// What `send`'s flags ask for: the pattern with `--verify`, stdin without `--bytes` or
+    /// `--duration`, else nothing written.
+    pub(crate) fn for_args(a: &SendArgs) -> Result<Source, Error> {
+        Ok(if a.verify {
+            Source::Pattern(Pattern::new(a.seed))
+        } else if a.duration.is_none() && a.bytes.is_none() {
+            Source::Stdin(stdin_file()?)
+        } else {
+            Source::Zeros
+        })
+    }
 }
 
 /// The chunk sizes of one `zcnet send`: [`next_chunk`], with the clock read once every `every`

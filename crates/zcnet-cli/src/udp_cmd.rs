@@ -3,8 +3,7 @@
 //! `zcnet_tools::dgram`'s.
 
 use crate::sendrecv::{
-    parse_mem, print_json, read_full, run_limits, stdin_file, Chunks, RecvArgs, SendArgs, Source,
-    Stdout,
+    parse_mem, print_json, read_full, run_limits, Chunks, RecvArgs, SendArgs, Source, Stdout,
 };
 use crate::units::{bytes_arg, seconds_arg, size_arg, MAX_BUFFER};
 use std::io::{IsTerminal, Write};
@@ -114,13 +113,7 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
     // The same sources as the other modes: stdin, the pattern at each datagram's stream
     // offset (--verify), or nothing written (zeros: the UMEM frames are never written past
     // the headers).
-    let mut source = if a.verify {
-        Source::Pattern(Pattern::new(a.seed))
-    } else if a.duration.is_none() && a.bytes.is_none() {
-        Source::Stdin(stdin_file()?)
-    } else {
-        Source::Zeros
-    };
+    let mut source = Source::for_args(a)?;
     let mut chunks = Chunks::new(size, limit, deadline, BATCH);
     let mut offset = 0u64;
     while let Some(want) = chunks.next(offset)? {

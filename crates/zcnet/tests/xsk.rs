@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zcnet::xsk::{interface_mac, Xsk, XskConfig, XskMode};
-use zcnet::{Error, Pattern, Region};
+use zcnet::{Error, Region};
 use zcnet_core::udp_frame::{parse_udp, parse_udp_partial_csum, UdpFlow};
 use zcnet_tools::lab::{self, VethPath};
 
@@ -49,23 +49,14 @@ fn flow(p: &VethPath, port: u16) -> UdpFlow {
     }
 }
 
-/// Payload of frame `seq`: the sequence number, then 0..300 bytes of the seeded pattern.
+/// Payload of frame `seq` (see [`common::frame_payload`]).
 fn payload(seq: u64) -> Vec<u8> {
-    let mut p = seq.to_le_bytes().to_vec();
-    let mut rest = vec![0u8; (seq * 7 % 300) as usize];
-    Pattern::new(SEED).fill(seq * 1000, &mut rest);
-    p.extend(rest);
-    p
+    common::frame_payload(SEED, 7, 300, seq)
 }
 
 /// Checks a payload against [`payload`]; returns its sequence number.
 fn check_payload(p: &[u8]) -> u64 {
-    let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
-    assert_eq!(p.len(), payload(seq).len(), "frame {seq}: length");
-    Pattern::new(SEED)
-        .verify(seq * 1000, &p[8..])
-        .unwrap_or_else(|m| panic!("frame {seq}: {m}"));
-    seq
+    common::check_frame_payload(SEED, 7, 300, p)
 }
 
 /// Sends frames `0..n` from an XSK on vA, never more than `window` ahead of `acked`.

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zcnet::xsk::{interface_mac, RxFrame, TxFrame, Xsk, XskConfig, XskMode, XskStats};
-use zcnet::{Error, Pattern, Region};
+use zcnet::{Error, Region};
 use zcnet_core::udp_frame::{parse_udp, UdpFlow};
 use zcnet_tools::lab::VethPath;
 
@@ -70,21 +70,14 @@ fn open_first(iface: &str, c: &XskConfig, sockets: usize) -> Xsk {
     Xsk::open(iface, Region::anonymous(c.umem_len() * sockets).unwrap(), c).unwrap()
 }
 
+/// Payload of frame `seq` (see [`common::frame_payload`]).
 fn payload(seq: u64) -> Vec<u8> {
-    let mut p = seq.to_le_bytes().to_vec();
-    let mut rest = vec![0u8; (seq * 13 % 200) as usize];
-    Pattern::new(SEED).fill(seq * 1000, &mut rest);
-    p.extend(rest);
-    p
+    common::frame_payload(SEED, 13, 200, seq)
 }
 
+/// Checks a payload against [`payload`]; returns its sequence number.
 fn check_payload(p: &[u8]) -> u64 {
-    let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
-    assert_eq!(p.len(), payload(seq).len(), "frame {seq}: length");
-    Pattern::new(SEED)
-        .verify(seq * 1000, &p[8..])
-        .unwrap_or_else(|m| panic!("frame {seq}: {m}"));
-    seq
+    common::check_frame_payload(SEED, 13, 200, p)
 }
 
 fn one_line(e: &Error) -> String {

@@ -48,3 +48,28 @@ pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
         .unwrap()
     })
 }
+
+/// Payload of test frame `seq`: the sequence number, then `seq * step % max` bytes of the
+/// pattern `seed` at offset `seq * 1000` (frames of many lengths, each checkable alone).
+pub fn frame_payload(seed: u64, step: u64, max: u64, seq: u64) -> Vec<u8> {
+    let mut p = seq.to_le_bytes().to_vec();
+    let mut rest = vec![0u8; (seq * step % max) as usize];
+    zcnet::Pattern::new(seed).fill(seq * 1000, &mut rest);
+    p.extend(rest);
+    p
+}
+
+/// Checks a payload made by [`frame_payload`] with the same `seed`, `step` and `max`;
+/// returns its sequence number.
+pub fn check_frame_payload(seed: u64, step: u64, max: u64, p: &[u8]) -> u64 {
+    let seq = u64::from_le_bytes(p[..8].try_into().unwrap());
+    assert_eq!(
+        p.len(),
+        frame_payload(seed, step, max, seq).len(),
+        "frame {seq}: length"
+    );
+    zcnet::Pattern::new(seed)
+        .verify(seq * 1000, &p[8..])
+        .unwrap_or_else(|m| panic!("frame {seq}: {m}"));
+    seq
+}
