@@ -80,7 +80,9 @@ impl DatagramCheck {
         if offset < self.end && len > 0 {
             self.late += 1;
         }
-        self.next = offset + len;
+        // Saturating: a datagram located at the very end of the u64 range (only a peer's
+        // garbage can be) must not wrap the counters (found by fuzzing).
+        self.next = offset.saturating_add(len);
         self.end = self.end.max(self.next);
         self.bytes += len;
         self.datagrams += 1;
@@ -136,6 +138,25 @@ mod tests {
                 b
             })
             .collect()
+    }
+
+    #[test]
+    fn a_datagram_at_the_end_of_the_offset_range_does_not_overflow() {
+        // Found by fuzzing (corpus/dgram/regress-overflow-at-u64-end): a datagram located just
+        // below 2^64, then one expected where it ended and checked past 2^64, overflowed.
+        let p = Pattern::new(3);
+        let mut d = DatagramCheck::new(p);
+        let at = u64::MAX - 20;
+        let mut a = [0u8; 16];
+        p.fill(at, &mut a);
+        assert_eq!(d.datagram(&a).unwrap(), at);
+        assert_eq!(d.end(), at + 16);
+        // Expected at u64::MAX - 4, running past the end of the range: checked, refused.
+        assert!(d.datagram(&[0u8; 40]).is_err());
+        let mut b = [0u8; 40];
+        p.fill(at + 16, &mut b); // wraps past 2^64: offsets are modulo 2^64
+        assert_eq!(d.datagram(&b).unwrap(), at + 16);
+        assert_eq!(d.end(), u64::MAX, "saturates");
     }
 
     #[test]

@@ -108,7 +108,9 @@ impl Pattern {
             let (head, tail) = rest.split_at_mut(n);
             head.copy_from_slice(&w[start..start + n]);
             rest = tail;
-            pos += n as u64;
+            // Offsets are taken modulo 2^64 (a stream never gets there; a peer's datagram
+            // located near the end of the range may run past it).
+            pos = pos.wrapping_add(n as u64);
         }
     }
 
@@ -148,13 +150,15 @@ impl Pattern {
             if rest[..n] != w[start..start + n] {
                 let i = (0..n).find(|&i| rest[i] != w[start + i]).unwrap_or(0);
                 return Err(Mismatch {
-                    offset: pos + i as u64,
+                    offset: pos.wrapping_add(i as u64),
                     expected: w[start + i],
                     got: rest[i],
                 });
             }
             rest = &rest[n..];
-            pos += n as u64;
+            // Offsets are taken modulo 2^64 (a stream never gets there; a peer's datagram
+            // located near the end of the range may run past it).
+            pos = pos.wrapping_add(n as u64);
         }
         Ok(())
     }

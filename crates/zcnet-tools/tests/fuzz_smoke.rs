@@ -46,6 +46,8 @@ mod wire_extack;
 // The rest of the kernel- and peer-facing parsers and machines.
 #[path = "../../../fuzz/bodies/devmem_cmsg.rs"]
 mod devmem_cmsg;
+#[path = "../../../fuzz/bodies/dgram.rs"]
+mod dgram;
 #[path = "../../../fuzz/bodies/echo.rs"]
 mod echo;
 #[path = "../../../fuzz/bodies/errqueue.rs"]
@@ -221,6 +223,7 @@ macro_rules! targets {
 
 targets!(
     devmem_cmsg,
+    dgram,
     echo,
     errqueue,
     ethtool_channels,
