@@ -130,15 +130,6 @@ fn xsk_receive(
     got
 }
 
-fn ip_link_has_xdp(ns: &str, dev: &str) -> bool {
-    let out = Command::new("ip")
-        .args(["-n", ns, "link", "show", "dev", dev])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ip link show {dev} in {ns}");
-    String::from_utf8_lossy(&out.stdout).contains("xdp")
-}
-
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(5);
     while !f() {
@@ -330,10 +321,13 @@ fn the_xdp_program_goes_with_the_socket() {
     let xsk = in_ns(&p.b, || open("vB", &cfg(Some(PORT))).unwrap());
     let link = xsk.xdp_link_id().expect("a bpf_link");
     let prog = xsk.xdp_prog_id().expect("a program");
-    assert!(ip_link_has_xdp(&p.b, "vB"), "attached while open");
+    assert!(common::ip_link_has_xdp(&p.b, "vB"), "attached while open");
     assert!(zcnet_sys::bpf::link_ids().unwrap().contains(&link));
     drop(xsk);
-    assert!(!ip_link_has_xdp(&p.b, "vB"), "detached at once by close");
+    assert!(
+        !common::ip_link_has_xdp(&p.b, "vB"),
+        "detached at once by close"
+    );
     assert_eq!(zcnet_sys::bpf::link_info(link).unwrap(), None);
     eventually("the program is freed", || {
         !zcnet_sys::bpf::prog_exists(prog).unwrap()
@@ -382,11 +376,13 @@ fn the_xdp_program_goes_with_a_killed_process() {
         .find_map(|l| Some(l.ok()?.split_once("READY ")?.1.to_string()))
         .expect("the child attached its program");
     let ids: Vec<u32> = ready.split(' ').map(|s| s.parse().unwrap()).collect();
-    assert!(ip_link_has_xdp(&p.b, "vB"), "attached by the child");
+    assert!(common::ip_link_has_xdp(&p.b, "vB"), "attached by the child");
     assert!(zcnet_sys::bpf::link_info(ids[0]).unwrap().is_some());
     child.kill().unwrap(); // SIGKILL: no destructor runs
     child.wait().unwrap();
-    eventually("vB has no XDP program", || !ip_link_has_xdp(&p.b, "vB"));
+    eventually("vB has no XDP program", || {
+        !common::ip_link_has_xdp(&p.b, "vB")
+    });
     eventually("the link is gone", || {
         zcnet_sys::bpf::link_info(ids[0]).unwrap().is_none()
     });

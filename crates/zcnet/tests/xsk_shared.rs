@@ -46,15 +46,6 @@ fn two_queue_pair(p: &VethPath) {
     ip(&["-n", &p.b, "link", "set", "vB2", "up"]);
 }
 
-fn has_xdp(ns: &str, dev: &str) -> bool {
-    let out = Command::new("ip")
-        .args(["-n", ns, "link", "show", "dev", dev])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "ip link show {dev} in {ns}");
-    String::from_utf8_lossy(&out.stdout).contains("xdp")
-}
-
 /// Queue `q`, 64-entry rings, `rx`/`tx` frames, and the XDP program for [`PORT`] if `rx > 0`.
 fn cfg(q: u32, rx: u32, tx: u32) -> XskConfig {
     let mut c = XskConfig::new(q);
@@ -321,7 +312,7 @@ fn one_umem_on_two_queues_and_another_device_every_frame_once() {
     }
     // Everything closed: no program on vB2, and every queue takes a fresh socket at once.
     assert!(
-        !has_xdp(&p.b, "vB2"),
+        !common::ip_link_has_xdp(&p.b, "vB2"),
         "the shared program went with its last socket"
     );
     in_ns(&p.b, || {
@@ -394,7 +385,10 @@ fn bad_sharing_is_one_line_and_leaves_nothing_bound() {
         assert_eq!(first.unassigned_frames(), spare - 64);
         let again = first.open_shared("vB2", &cfg(1, 128, 0)).unwrap();
         drop((again, first));
-        assert!(!has_xdp(&p.b, "vB2"), "detached with the last socket");
+        assert!(
+            !common::ip_link_has_xdp(&p.b, "vB2"),
+            "detached with the last socket"
+        );
         let a = open_first("vB2", &cfg(0, 128, 0), 1);
         let _b = open_first("vB2", &cfg(1, 0, 128), 1);
         assert!(a.xdp_link_id().is_some());

@@ -73,3 +73,13 @@ pub fn check_frame_payload(seed: u64, step: u64, max: u64, p: &[u8]) -> u64 {
         .unwrap_or_else(|m| panic!("frame {seq}: {m}"));
     seq
 }
+
+/// Whether `ip link show` lists an XDP program on `dev` in namespace `ns`.
+pub fn ip_link_has_xdp(ns: &str, dev: &str) -> bool {
+    let out = std::process::Command::new("ip")
+        .args(["-n", ns, "link", "show", "dev", dev])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ip link show {dev} in {ns}");
+    String::from_utf8_lossy(&out.stdout).contains("xdp")
+}
