@@ -6,12 +6,11 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::is_root;
+use common::{is_root, StderrLines};
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// How long a command may take to exit after the signal.
@@ -21,47 +20,23 @@ const SIGNALS: [&str; 2] = ["INT", "TERM"];
 /// A running `zcnet` whose stderr is read line by line in a thread.
 struct Running {
     child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: String,
+    err: StderrLines,
 }
 
 impl Running {
     fn start(cmd: &mut Command) -> Running {
         let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        Running {
-            child,
-            lines,
-            seen: String::new(),
-        }
+        let err = StderrLines::follow(&mut child);
+        Running { child, err }
     }
 
     /// Waits (up to 60 s) for a stderr line containing `needle`; returns that line.
     fn wait_for(&mut self, needle: &str) -> String {
-        let until = Instant::now() + Duration::from_secs(60);
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    self.seen.push_str(&l);
-                    self.seen.push('\n');
-                    if l.contains(needle) {
-                        return l;
-                    }
-                }
-                Err(_) => break,
-            }
+        if let Some(l) = self.err.wait_for(needle, Duration::from_secs(60)) {
+            return l;
         }
         let _ = self.child.kill();
-        panic!("no '{needle}' on stderr; got:\n{}", self.seen);
+        panic!("no '{needle}' on stderr; got:\n{}", self.err.seen);
     }
 
     /// Sends `sig` and asserts the command exits 130 within [`PROMPT`], saying "interrupted"
@@ -70,10 +45,7 @@ impl Running {
         signal(self.child.id(), sig);
         let sent = Instant::now();
         let status = wait_exit(&mut self.child, PROMPT);
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_millis(500)) {
-            self.seen.push_str(&l);
-            self.seen.push('\n');
-        }
+        self.err.drain(Duration::from_millis(500));
         let Some(status) = status else {
             // It was killed: delete the namespaces it could not (those of dead processes).
             if is_root() {
@@ -84,22 +56,28 @@ impl Running {
             panic!(
                 "{what}: still running {:.1} s after SIG{sig}; stderr:\n{}",
                 sent.elapsed().as_secs_f64(),
-                self.seen
+                self.err.seen
             );
         };
-        assert_eq!(status.code(), Some(130), "{what} SIG{sig}: {}", self.seen);
-        let last = self.seen.lines().last().unwrap_or("");
+        assert_eq!(
+            status.code(),
+            Some(130),
+            "{what} SIG{sig}: {}",
+            self.err.seen
+        );
+        let last = self.err.seen.lines().last().unwrap_or("");
         assert!(
             last.starts_with("zcnet: interrupted"),
             "{what} SIG{sig}: {}",
-            self.seen
+            self.err.seen
         );
         assert!(
-            !self.seen.contains("Interrupted system call") && !self.seen.contains("os error 4"),
+            !self.err.seen.contains("Interrupted system call")
+                && !self.err.seen.contains("os error 4"),
             "{what} SIG{sig}: {}",
-            self.seen
+            self.err.seen
         );
-        std::mem::take(&mut self.seen)
+        std::mem::take(&mut self.err.seen)
     }
 }
 

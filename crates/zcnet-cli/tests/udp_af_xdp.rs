@@ -14,12 +14,11 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{is_root, stderr};
+use common::{is_root, stderr, StderrLines};
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use zcnet_tools::lab::{self, Lab, VethPath};
 
@@ -67,8 +66,7 @@ fn xdp_progs(ns: &str, iface: &str) -> Vec<u32> {
 /// A receiver running in the background: its stderr read line by line.
 struct Receiver {
     child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: String,
+    err: StderrLines,
 }
 
 impl Receiver {
@@ -80,41 +78,17 @@ impl Receiver {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut r = Receiver {
-            child,
-            lines,
-            seen: String::new(),
-        };
+        let err = StderrLines::follow(&mut child);
+        let mut r = Receiver { child, err };
         r.wait_for("listening on");
         r
     }
 
     fn wait_for(&mut self, needle: &str) {
-        let until = Instant::now() + Duration::from_secs(20);
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(l) => {
-                    self.seen += &l;
-                    self.seen.push('\n');
-                    if l.contains(needle) {
-                        return;
-                    }
-                }
-                Err(_) => break,
-            }
+        if self.err.wait_for(needle, Duration::from_secs(20)).is_none() {
+            let _ = self.child.kill();
+            panic!("no '{needle}' from zcnet recv: {}", self.err.seen);
         }
-        let _ = self.child.kill();
-        panic!("no '{needle}' from zcnet recv: {}", self.seen);
     }
 
     /// Waits (at most 30 s) for the exit; returns the exit code, stdout and all of stderr.
@@ -126,7 +100,7 @@ impl Receiver {
             }
             if Instant::now() > until {
                 let _ = self.child.kill();
-                panic!("zcnet recv did not exit: {}", self.seen);
+                panic!("zcnet recv did not exit: {}", self.err.seen);
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -137,11 +111,8 @@ impl Receiver {
             .unwrap()
             .read_to_string(&mut out)
             .unwrap();
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            self.seen += &l;
-            self.seen.push('\n');
-        }
-        (status.code(), out, self.seen)
+        self.err.drain(Duration::from_secs(2));
+        (status.code(), out, self.err.seen)
     }
 }
 

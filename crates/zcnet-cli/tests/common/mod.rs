@@ -65,3 +65,53 @@ pub fn start_recv(extra: &[&str], stdout: Stdio) -> (Child, u16) {
         .unwrap_or_else(|| panic!("no port in {line:?}"));
     (child, port)
 }
+
+/// A child's stderr, read line by line in a thread of its own, and all of it read so far.
+pub struct StderrLines {
+    lines: std::sync::mpsc::Receiver<String>,
+    /// Every line read so far, each with its newline.
+    pub seen: String,
+}
+
+impl StderrLines {
+    /// Takes `child`'s stderr (which must be piped) and starts reading it.
+    pub fn follow(child: &mut Child) -> StderrLines {
+        let err = child.stderr.take().expect("stderr piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        StderrLines {
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Waits up to `limit` for a line containing `needle` and returns it; `None` when the
+    /// time is up or stderr ends first.
+    pub fn wait_for(&mut self, needle: &str, limit: std::time::Duration) -> Option<String> {
+        let until = std::time::Instant::now() + limit;
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            let l = self.lines.recv_timeout(left).ok()?;
+            self.seen.push_str(&l);
+            self.seen.push('\n');
+            if l.contains(needle) {
+                return Some(l);
+            }
+        }
+        None
+    }
+
+    /// Reads what still comes, until nothing has for `quiet`.
+    pub fn drain(&mut self, quiet: std::time::Duration) {
+        while let Ok(l) = self.lines.recv_timeout(quiet) {
+            self.seen.push_str(&l);
+            self.seen.push('\n');
+        }
+    }
+}
