@@ -25,6 +25,8 @@ pub mod mem;
 pub mod netlink;
 pub mod os;
 pub mod sock;
+#[cfg(test)]
+mod test_util;
 pub mod uring;
 pub mod uring_probe;
 pub mod xsk;

@@ -6,6 +6,7 @@
 //! Without root each test prints why it is skipped.
 
 use super::*;
+use crate::test_util::ip;
 use crate::zcrx::if_index;
 use std::net::Ipv4Addr;
 use std::sync::atomic::AtomicU64;
@@ -13,18 +14,6 @@ use std::time::Instant;
 use zcnet_core::udp_frame::{parse_udp, UdpFlow};
 
 const PORT: u16 = 47_100;
-
-fn ip(args: &[&str]) {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// In the calling thread's (private) namespace: veth `pa` ↔ `pb`, both up.
 fn veth_pair() -> (u32, u32) {

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::bpf::{BpfProg, XdpAttachMode, XdpLink, XskMap};
+use crate::test_util::ip;
 use std::net::Ipv4Addr;
 use zcnet_core::udp_frame::{parse_udp, UdpFlow};
 
@@ -170,19 +171,6 @@ fn wrong_input_is_refused_before_the_kernel_sees_it() {
         assert_eq!(e5, Some(io::ErrorKind::InvalidInput));
         assert_eq!(left, 64, "a refused call takes no frame");
     }
-}
-
-fn ip(args: &[&str]) {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// vx0 ⇄ vx1, two RX and two TX queues each, up, in the calling thread's (private) namespace:
