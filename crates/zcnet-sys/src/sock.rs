@@ -88,6 +88,41 @@ pub fn nodelay(fd: RawFd) -> io::Result<bool> {
     Ok(getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY)? != 0)
 }
 
+/// `setsockopt(IPPROTO_TCP, TCP_NOTSENT_LOWAT, bytes)`: the socket counts as writable (and a
+/// blocking send goes on) only while fewer than `bytes` of it are not yet sent (tcp(7),
+/// Linux 3.12).
+pub fn set_notsent_lowat(fd: RawFd, bytes: u32) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        bytes.min(i32::MAX as u32) as libc::c_int,
+    )
+}
+
+/// `TCP_NOTSENT_LOWAT` as the socket has it (the `net.ipv4.tcp_notsent_lowat` sysctl's value
+/// when never set).
+pub fn notsent_lowat(fd: RawFd) -> io::Result<u32> {
+    Ok(getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT)? as u32)
+}
+
+/// `setsockopt(SOL_SOCKET, SO_RCVLOWAT, bytes)`: the socket counts as readable once `bytes`
+/// are queued (socket(7)).
+pub fn set_recv_lowat(fd: RawFd, bytes: u32) -> io::Result<()> {
+    setsockopt_int(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_RCVLOWAT,
+        bytes.min(i32::MAX as u32) as libc::c_int,
+    )
+}
+
+/// `SO_RCVLOWAT` as the socket has it (the kernel caps what it is given at half of
+/// `net.ipv4.tcp_rmem`'s maximum).
+pub fn recv_lowat(fd: RawFd) -> io::Result<u32> {
+    Ok(getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT)? as u32)
+}
+
 /// `SO_SNDBUF`.
 pub fn set_send_buffer(fd: RawFd, bytes: usize) -> io::Result<()> {
     setsockopt_int(

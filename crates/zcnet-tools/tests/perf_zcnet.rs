@@ -95,6 +95,38 @@ fn bidir_blocks_verified() {
 }
 
 #[test]
+fn low_water_marks_are_set_reported_and_do_not_hold_back_the_tail() {
+    // 3,000,001 bytes is no multiple of either mark: the tail of each stream sits below the
+    // receive mark until draining lowers it, so an exact count shows it was not held back.
+    let (c, s) = pair(
+        &[
+            "-n",
+            "3000001",
+            "-P",
+            "2",
+            "--notsent-lowat",
+            "64K",
+            "--rcvlowat",
+            "off",
+        ],
+        &["--rcvlowat", "200K", "--notsent-lowat", "off"],
+    );
+    assert_eq!(exact(&c, &s, &[""]), 3_000_001);
+    // What the kernel holds, read back from each socket.
+    let (ctx, srx) = (&c["end"]["zerocopy"]["tx"], &s["end"]["zerocopy"]["rx"]);
+    assert_eq!(ctx["notsent_lowat"], 65536, "{ctx}");
+    assert_eq!(srx["rcvlowat"], 200 * 1024, "{srx}");
+    // The reverse direction: each side's own flags, `off` leaves the option alone.
+    let (c, s) = pair(
+        &["-n", "1000001", "-R", "--rcvlowat", "off"],
+        &["--notsent-lowat", "off"],
+    );
+    assert_eq!(exact(&c, &s, &[""]), 1_000_001);
+    assert_eq!(c["end"]["zerocopy"]["rx"]["rcvlowat"], Value::Null);
+    assert_eq!(s["end"]["zerocopy"]["tx"]["notsent_lowat"], Value::Null);
+}
+
+#[test]
 fn copy_and_msg_zerocopy_modes_count_the_same() {
     let (c, s) = pair(
         &["-n", "8M", "--tx", "msg-zerocopy", "--rx", "copy"],

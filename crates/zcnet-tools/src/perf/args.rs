@@ -12,6 +12,7 @@ use zcnet::{MemoryKind, RxConfig, RxMode, TxMode};
 
 use super::error::PerfError;
 use super::proto::{Protocol, TestParams, DEFAULT_TCP_LEN, DEFAULT_UDP_LEN};
+use super::tuning::{Lowat, SocketTuning};
 use super::units;
 
 /// The iperf3 port.
@@ -115,6 +116,21 @@ pub struct PerfArgs {
     /// UDP: send up to 64 KB per call, cut into datagrams by the kernel (UDP GSO).
     #[arg(long = "gso")]
     pub gso: bool,
+    /// TCP senders: TCP_NOTSENT_LOWAT in bytes, `off`, or `auto` (128K when this side's
+    /// sending streams are at least as many as its CPUs).
+    #[arg(
+        long = "notsent-lowat",
+        default_value = "auto",
+        value_name = "N[KM]|off|auto"
+    )]
+    pub notsent_lowat: String,
+    /// TCP receivers: SO_RCVLOWAT in bytes, `off`, or `auto` (128K; at most 1 ms of `-b`).
+    #[arg(
+        long = "rcvlowat",
+        default_value = "auto",
+        value_name = "N[KM]|off|auto"
+    )]
+    pub rcvlowat: String,
     /// Client: send a seeded pattern and check it on receipt (both ends must be zcnet).
     #[arg(long = "verify")]
     pub verify: bool,
@@ -186,6 +202,8 @@ pub struct Settings {
     pub verify: Option<u64>,
     /// `--gso`.
     pub gso: bool,
+    /// `--notsent-lowat`, `--rcvlowat`.
+    pub tuning: SocketTuning,
     /// Server: how long a client may take per step.
     pub step_timeout: Duration,
 }
@@ -213,6 +231,7 @@ impl Settings {
             data: data_path(a)?,
             verify: a.verify.then_some(a.seed),
             gso: a.gso,
+            tuning: tuning(a)?,
             role,
             port: a.port,
             interval,
@@ -243,6 +262,29 @@ fn interval(i: f64) -> Result<Option<Duration>, PerfError> {
         )));
     }
     Ok(Some(Duration::from_secs_f64(i)))
+}
+
+fn tuning(a: &PerfArgs) -> Result<SocketTuning, PerfError> {
+    let t = SocketTuning {
+        notsent: lowat("--notsent-lowat", &a.notsent_lowat)?,
+        rcvlowat: lowat("--rcvlowat", &a.rcvlowat)?,
+    };
+    let counted = a.bytes.is_some() || a.blockcount.is_some();
+    if let (Lowat::Bytes(_), true, true) = (t.rcvlowat, counted, a.reverse || a.bidir) {
+        return Err(usage(format!(
+            "--rcvlowat {}: a client that receives with -n or -k ends the test on the last byte, which the mark could hold back forever: drop --rcvlowat (auto leaves it off here)",
+            a.rcvlowat
+        )));
+    }
+    Ok(t)
+}
+
+fn lowat(flag: &str, s: &str) -> Result<Lowat, PerfError> {
+    Lowat::parse(s).ok_or_else(|| {
+        usage(format!(
+            "{flag} {s}: give bytes (with an optional K or M, below 4G), off, or auto"
+        ))
+    })
 }
 
 fn usage(msg: impl Into<String>) -> PerfError {
@@ -434,6 +476,15 @@ mod tests {
     }
 
     #[test]
+    fn low_water_marks_default_to_auto() {
+        let s = settings(&["-c", "::1"]).unwrap();
+        assert_eq!(s.tuning, SocketTuning::default());
+        let s = settings(&["-c", "::1", "--rcvlowat", "off", "--notsent-lowat", "16K"]).unwrap();
+        assert_eq!(s.tuning.rcvlowat, Lowat::Off);
+        assert_eq!(s.tuning.notsent, Lowat::Bytes(16384));
+    }
+
+    #[test]
     fn bad_input_is_refused_with_the_flag_named() {
         for (line, flag) in [
             (&["-c", "::1", "-l", "2M"][..], "len"),
@@ -442,6 +493,15 @@ mod tests {
             (&["-c", "::1", "-i", "100"][..], "-i"),
             (&["-c", "::1", "-P", "0"][..], "parallel"),
             (&["-c", "::1", "--tx", "telepathy"][..], "telepathy"),
+            (&["-c", "::1", "--rcvlowat", "lots"][..], "--rcvlowat"),
+            (
+                &["-c", "::1", "--notsent-lowat", "5G"][..],
+                "--notsent-lowat",
+            ),
+            (
+                &["-c", "::1", "-R", "-n", "1M", "--rcvlowat", "64K"][..],
+                "--rcvlowat",
+            ),
             (&["-s", "-B", "localhost"][..], "-B"),
             (&[][..], "-s"),
         ] {

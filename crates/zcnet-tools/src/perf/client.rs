@@ -25,6 +25,7 @@ use super::report;
 use super::run::{ReportStyle, TestRun};
 use super::streams::{Conn, DataStream, Notice, Notifier, PathConfig};
 use super::sysinfo;
+use super::tuning::StreamTuning;
 use super::udp::{self, UdpConfig};
 
 /// The longest the controlling thread sleeps between looks at its timers and the interrupt.
@@ -335,6 +336,8 @@ impl<'a> Client<'a> {
             rate: p.bandwidth,
             verify: self.s.verify,
             udp: udp_config(p, self.s.gso),
+            tuning: self.s.tuning,
+            tcp: StreamTuning::default(),
         };
         let style = ReportStyle {
             json: self.s.json,

@@ -87,6 +87,18 @@ impl TestRun {
                 .map(|(d, &s)| d.meta(s))
                 .collect(),
         };
+        let mut path = path.clone();
+        if params.protocol == Protocol::Tcp {
+            let sending = sends.iter().filter(|&&s| s).count();
+            let counts_received = !server && (params.num != 0 || params.blockcount != 0);
+            path.tcp = path.tuning.resolve(
+                sending,
+                super::tuning::cpus(),
+                params.bandwidth,
+                counts_received,
+            );
+        }
+        let path = &path;
         let shared = TestShared::new(Budget::new(params.num, params.blockcount));
         let cpu = CpuClock::start();
         let mut running = Vec::with_capacity(streams.len());

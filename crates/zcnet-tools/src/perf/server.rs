@@ -30,6 +30,7 @@ use super::report;
 use super::run::{ReportStyle, TestRun};
 use super::streams::{Conn, DataStream, Notice, Notifier, PathConfig};
 use super::sysinfo;
+use super::tuning::StreamTuning;
 
 /// The longest the server sleeps between looks at its timers and the interrupt.
 const TICK: Duration = Duration::from_millis(100);
@@ -521,6 +522,8 @@ impl Server<'_> {
             rate: p.bandwidth,
             verify,
             udp: udp_config(&p, self.s.gso),
+            tuning: self.s.tuning,
+            tcp: StreamTuning::default(),
         };
         let style = ReportStyle {
             json: self.s.json,

@@ -33,6 +33,7 @@ use zcnet::{
 };
 
 use super::proto::StreamSpec;
+use super::tuning::{SocketTuning, StreamTuning};
 
 /// Buffers (sends) in flight per sending stream.
 const TX_INFLIGHT: usize = 8;
@@ -305,6 +306,10 @@ pub struct PathConfig {
     pub verify: Option<u64>,
     /// UDP tests: how datagrams are made.
     pub udp: Option<super::udp::UdpConfig>,
+    /// `--notsent-lowat`, `--rcvlowat` as given.
+    pub tuning: SocketTuning,
+    /// What this test's TCP streams get (set by [`super::run::TestRun::start`]).
+    pub tcp: StreamTuning,
 }
 
 /// What the sending side's data path did.
@@ -316,6 +321,8 @@ pub struct TxReport {
     pub stats: TxStats,
     /// A fallback the buffer memory took (e.g. THP instead of huge pages).
     pub note: Option<String>,
+    /// The `TCP_NOTSENT_LOWAT` the stream ran with, if zcnet set one.
+    pub notsent_lowat: Option<u32>,
 }
 
 /// What the receiving side's data path did.
@@ -329,6 +336,8 @@ pub struct RxReport {
     pub stats: RxStats,
     /// What `auto` tried and why it was refused.
     pub fallbacks: Vec<Fallback>,
+    /// The `SO_RCVLOWAT` the stream ran with (until it drained), if zcnet set one.
+    pub rcvlowat: Option<u32>,
     /// The peer closed the stream (or it was drained to the peer's count).
     pub complete: bool,
 }
@@ -482,6 +491,14 @@ fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
     let mut cfg = TxConfig::new(job.path.tx);
     cfg.buf_size = job.path.len;
     cfg.inflight = TX_INFLIGHT;
+    // TCP_NOTSENT_LOWAT before the first send (tuning.rs says why and when).
+    // The report gives what the kernel holds, read back.
+    let fd = stream.as_raw_fd();
+    let notsent_lowat = job.path.tcp.notsent_lowat.and_then(|n| {
+        zcnet_sys::sock::set_notsent_lowat(fd, n)
+            .and_then(|()| zcnet_sys::sock::notsent_lowat(fd))
+            .ok()
+    });
     let made = Region::new(job.path.memory, zcnet::tx::region_len(&cfg))
         .and_then(|r| Sender::new(Socket::from(stream), r, &cfg));
     let mut tx = match made {
@@ -508,6 +525,7 @@ fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
             mode: job.path.tx,
             note: tx.note().map(str::to_string),
             stats,
+            notsent_lowat,
         })),
         udp: None,
         error,
@@ -624,6 +642,19 @@ fn run_receiver<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
         Ok(rx) => rx,
         Err(e) => return failed_setup(&job.notify, job.index, e),
     };
+    // SO_RCVLOWAT for the socket receivers (copy, uring); zcrx and devmem are left as they
+    // are (untested with it: no device here has them). Lowered to 1 when draining starts.
+    let fd = stream.as_raw_fd();
+    let rcvlowat = job
+        .path
+        .tcp
+        .rcvlowat
+        .filter(|_| matches!(rx.mode(), RxMode::Copy | RxMode::Uring))
+        .and_then(|n| {
+            zcnet_sys::sock::set_recv_lowat(fd, n)
+                .and_then(|()| zcnet_sys::sock::recv_lowat(fd))
+                .ok()
+        });
     let conn = match rx.add(stream) {
         Ok(c) => c,
         Err(e) => return failed_setup(&job.notify, job.index, e),
@@ -650,6 +681,11 @@ fn run_receiver<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
             break;
         }
         if job.shared.drain.load(Ordering::Relaxed) {
+            if drain_since.is_none() && rcvlowat.is_some() {
+                // The tail of the stream may be below the mark: take it now. Lowering the
+                // mark wakes the reader (tcp_set_rcvlowat calls tcp_data_ready).
+                let _ = zcnet_sys::sock::set_recv_lowat(fd, 1);
+            }
             let since = *drain_since.get_or_insert_with(Instant::now);
             if drained(&st, &job.counters, since) {
                 break;
@@ -669,6 +705,7 @@ fn run_receiver<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
             mode: rx.mode(),
             stats: rx.stats(),
             fallbacks: rx.fallbacks().to_vec(),
+            rcvlowat,
             complete: st.complete,
         })),
         udp: None,

@@ -191,6 +191,7 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
             mode: job.path.tx,
             note: note.or_else(|| tx.note().map(str::to_string)),
             stats,
+            notsent_lowat: None,
         })),
         udp: Some(UdpEnd {
             packets: st.seq,

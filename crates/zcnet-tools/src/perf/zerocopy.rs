@@ -28,6 +28,8 @@ pub struct TxSide {
     pub copied_notifications: u64,
     /// `auto`'s switches and memory fallbacks, one line each.
     pub fallbacks: Vec<String>,
+    /// The `TCP_NOTSENT_LOWAT` zcnet set on the streams (`None`: left alone).
+    pub notsent_lowat: Option<u32>,
 }
 
 /// The receiving streams' account.
@@ -49,6 +51,8 @@ pub struct RxSide {
     pub starved: u64,
     /// Mechanisms refused, with the kernel's reason.
     pub fallbacks: Vec<String>,
+    /// The `SO_RCVLOWAT` zcnet set on the streams until they drained (`None`: left alone).
+    pub rcvlowat: Option<u32>,
 }
 
 /// Both directions of this side.
@@ -87,6 +91,7 @@ impl PathSummary {
                 "notifications": t.notifications,
                 "copied_notifications": t.copied_notifications,
                 "fallbacks": t.fallbacks,
+                "notsent_lowat": t.notsent_lowat,
             })
         });
         let rx = self.rx.as_ref().map(|r| {
@@ -99,6 +104,7 @@ impl PathSummary {
                 "copied_bytes": r.copied_bytes,
                 "starved": r.starved,
                 "fallbacks": r.fallbacks,
+                "rcvlowat": r.rcvlowat,
             })
         });
         json!({"tx": tx, "rx": rx})
@@ -128,7 +134,7 @@ impl PathSummary {
                 t.unconfirmed_bytes,
                 t.notifications,
                 t.copied_notifications
-            ));
+            ) + &lowat_note("TCP_NOTSENT_LOWAT", t.notsent_lowat));
             out.extend(
                 t.fallbacks
                     .iter()
@@ -139,7 +145,7 @@ impl PathSummary {
             out.push(format!(
                 "zcnet rx {} (using {}): {} B received on {} stream(s): {} B zero-copy, {} B copied, starved {}x",
                 r.requested, r.mechanism, r.bytes, r.streams, r.zerocopy_bytes, r.copied_bytes, r.starved
-            ));
+            ) + &lowat_note("SO_RCVLOWAT", r.rcvlowat));
             out.extend(
                 r.fallbacks
                     .iter()
@@ -148,6 +154,11 @@ impl PathSummary {
         }
         out
     }
+}
+
+/// `", OPTION N B"` when zcnet set the option, else nothing.
+fn lowat_note(option: &str, v: Option<u32>) -> String {
+    v.map(|n| format!(", {option} {n} B")).unwrap_or_default()
 }
 
 fn add_tx(t: &mut TxSide, id: i64, r: &TxReport) {
@@ -165,6 +176,7 @@ fn add_tx(t: &mut TxSide, id: i64, r: &TxReport) {
     if let Some(n) = &r.note {
         t.fallbacks.push(format!("stream {id}: memory: {n}"));
     }
+    t.notsent_lowat = t.notsent_lowat.or(r.notsent_lowat);
 }
 
 fn add_rx(t: &mut RxSide, r: &RxReport) {
@@ -176,6 +188,7 @@ fn add_rx(t: &mut RxSide, r: &RxReport) {
     t.zerocopy_bytes += s.zerocopy_bytes;
     t.copied_bytes += s.copied_bytes;
     t.starved += s.starved;
+    t.rcvlowat = t.rcvlowat.or(r.rcvlowat);
     for f in &r.fallbacks {
         let line = f.to_string();
         if !t.fallbacks.contains(&line) {
