@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Interleaved A/B runs of zcnet perf and iperf3 pairs with per-case flags (as root).
+
+    scripts/perf-pairs.py [--net veth|loopback] [-P N] [--rounds R] [--secs S] CASE...
+
+CASE is CLIENT:SERVER[:CLIENT FLAGS[:SERVER FLAGS]] with CLIENT and SERVER `i` (iperf3) or `z`
+(zcnet perf), e.g. `i:i` `z:i` `"i:z::--rcvlowat off"`. Every case runs with `-t S -P N -l 128K
+-J` between two namespaces made for the run (veth 10.77.0.1 -> 10.77.0.2), or on the loopback of
+one of them; the namespaces are deleted on every exit path. Prints each run, then the median per
+case and its ratio to the first case. ZCNET names the zcnet binary (default
+target/release/zcnet). docs/perf.md gives the runs made with it.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ZCNET = os.environ.get("ZCNET", "target/release/zcnet")
+TAG = f"zpp{os.getpid()}"
+NS_A, NS_B = f"{TAG}a", f"{TAG}b"
+PORT = "5299"
+
+
+def sh(cmd, check=True):
+    subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def setup():
+    for c in [
+        f"ip netns add {NS_A}",
+        f"ip netns add {NS_B}",
+        f"ip link add {TAG}x netns {NS_A} type veth peer name {TAG}y netns {NS_B}",
+        f"ip -n {NS_A} addr add 10.77.0.1/24 dev {TAG}x",
+        f"ip -n {NS_B} addr add 10.77.0.2/24 dev {TAG}y",
+        f"ip -n {NS_A} link set {TAG}x up",
+        f"ip -n {NS_B} link set {TAG}y up",
+        f"ip -n {NS_A} link set lo up",
+        f"ip -n {NS_B} link set lo up",
+    ]:
+        sh(c)
+
+
+def teardown():
+    sh(f"ip netns del {NS_A}", check=False)
+    sh(f"ip netns del {NS_B}", check=False)
+
+
+def prog(kind):
+    return ["iperf3"] if kind == "i" else [ZCNET, "perf"]
+
+
+def run(case, a):
+    parts = case.split(":") + ["", ""]
+    c, s, cflags, sflags = parts[:4]
+    server_ns, host = (NS_B, "10.77.0.2") if a.net == "veth" else (NS_A, "127.0.0.1")
+    srv = subprocess.Popen(
+        ["ip", "netns", "exec", server_ns] + prog(s) + ["-s", "-1", "-p", PORT, "-J"] + sflags.split(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.4)
+    cl = subprocess.run(
+        ["ip", "netns", "exec", NS_A] + prog(c)
+        + ["-c", host, "-p", PORT, "-t", str(a.secs), "-P", str(a.P), "-l", "128K", "-J"] + cflags.split(),
+        capture_output=True, text=True)
+    try:
+        srv.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+    try:
+        end = json.loads(cl.stdout)["end"]
+        cpu = end["cpu_utilization_percent"]
+        return end["sum_received"]["bits_per_second"] / 1e9, cpu["host_total"], cpu["remote_total"]
+    except (ValueError, KeyError):
+        print(f"{case}: failed: {cl.stderr.strip()[-300:]}", file=sys.stderr)
+        return None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--net", choices=["veth", "loopback"], default="veth")
+    p.add_argument("-P", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--secs", type=int, default=3)
+    p.add_argument("cases", nargs="+")
+    a = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("perf-pairs.py: needs root (it makes two network namespaces): run it with sudo")
+    res = {c: [] for c in a.cases}
+    try:
+        setup()
+        for r in range(a.rounds):
+            for c in a.cases:
+                x = run(c, a)
+                if x:
+                    res[c].append(x)
+                    print(f"round {r + 1}: {c:44s} {x[0]:6.2f} Gbit/s  CPU % client {x[1]:5.1f} server {x[2]:5.1f}", flush=True)
+    finally:
+        teardown()
+    first = [x[0] for x in res[a.cases[0]]]
+    base = statistics.median(first) if first else None
+    print(f"{a.net} -P {a.P}, -t {a.secs}, median of {a.rounds}:")
+    for c in a.cases:
+        v = [x[0] for x in res[c]]
+        if v:
+            m = statistics.median(v)
+            ratio = f"{m / base:4.2f}x" if base else "-"
+            print(f"  {c:44s} {m:6.2f} Gbit/s  {ratio}")
+
+
+if __name__ == "__main__":
+    main()
