@@ -116,6 +116,11 @@ pub struct RecvArgs {
     /// Throw the data away instead of writing it to stdout.
     #[arg(long)]
     pub discard: bool,
+    /// copy/uring: SO_RCVLOWAT, bytes queued before the receiver is woken: N, off, or auto
+    /// (128K when the data is not written to stdout, off when it is, so a pipe gets it as it
+    /// comes).
+    #[arg(long, default_value = "auto", value_name = "N|off|auto")]
+    pub rcvlowat: String,
     /// Where the data lands: host, or cuda[:N] (GPU memory N, a ring of --area bytes: devmem
     /// TCP where the NIC can, else staged through pinned host memory; --verify copies back).
     #[arg(long, default_value = "host")]
@@ -503,7 +508,12 @@ struct RecvJson {
     rearms: u64,
     linear_fallbacks: u64,
     unsteered: u64,
+    /// The receive low-water mark asked for (`null`: the kernel's default).
+    rcvlowat: Option<u32>,
 }
+
+/// `recv --rcvlowat auto` when the data is not written out.
+const RECV_LOW_WATER: u32 = 128 << 10;
 
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     if a.udp || a.rx == crate::udp_cmd::AF_XDP {
@@ -521,6 +531,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     cfg.buffers = count_arg("--buffers", a.buffers, usize::MAX)?;
     total_arg(("--buf-size", cfg.buf_size), ("--buffers", cfg.buffers))?;
     cfg.area_len = size_arg("--area", &a.area, usize::MAX)?;
+    let lowat = crate::units::lowat_arg("--rcvlowat", &a.rcvlowat)?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() {
         return crate::gpu_cmd::recv(a, memory, &cfg);
@@ -530,6 +541,14 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             "--verify with --rx devmem reads each buffer back from the memory the NIC wrote, which zcnet does only for GPU memory: add --mem cuda, drop --verify, or use --rx auto",
         ));
     }
+    let discard = a.discard || a.verify || a.json || std::io::stdout().is_terminal();
+    cfg.low_water = match lowat {
+        // A bulk receive that nobody reads as it comes: fewer wakeups and window updates
+        // (docs/perf.md, "Socket low-water marks"); the stream's tail comes with its end.
+        None if discard => Some(RECV_LOW_WATER),
+        None | Some(0) => None,
+        Some(n) => Some(n),
+    };
     // Made before listening: a refused mechanism fails before any peer connects.
     let mut rx = Receiver::new(&cfg)?;
     let listener = listen_announced(addr)?;
@@ -542,7 +561,6 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         }
     }
     let (s, peer) = net::accept(&listener)?;
-    let discard = a.discard || a.verify || a.json || std::io::stdout().is_terminal();
     let mut out = if discard { None } else { Some(Stdout::open()?) };
     let sink = out.as_mut().map(|o| o as &mut dyn Write);
     let verify = a.verify.then(|| Pattern::new(a.seed));
@@ -572,6 +590,9 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             rearms: st.rearms,
             linear_fallbacks: st.linear_fallbacks,
             unsteered: st.unsteered,
+            rcvlowat: cfg
+                .low_water
+                .filter(|_| matches!(rx.mode(), RxMode::Copy | RxMode::Uring)),
         };
         print_json(&doc)?;
     } else {

@@ -53,6 +53,23 @@ pub fn bytes_arg(flag: &str, s: &str) -> Result<u64, Error> {
     }
 }
 
+/// `--rcvlowat`'s value: `Ok(None)` for `auto`, `Ok(Some(0))` for `off` or 0, else the
+/// bytes (below 4 GiB; the kernel caps the mark at half of `net.ipv4.tcp_rmem`'s maximum).
+pub fn lowat_arg(flag: &str, s: &str) -> Result<Option<u32>, Error> {
+    match s {
+        "auto" => Ok(None),
+        "off" => Ok(Some(0)),
+        _ => parse_bytes(s)
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "{flag} '{s}': give bytes below 4G like 128K, off, or auto"
+                ))
+            }),
+    }
+}
+
 /// `flag`'s value `s` as a buffer size: 1 B to `max` (e.g. `--size 64K`, at most
 /// [`MAX_BUFFER`]).
 pub fn size_arg(flag: &str, s: &str, max: usize) -> Result<usize, Error> {

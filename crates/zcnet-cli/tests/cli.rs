@@ -116,6 +116,32 @@ fn send_recv_verified_round_trip_for_every_mode() {
 }
 
 #[test]
+fn recv_rcvlowat_is_taken_as_given_and_refused_when_bad() {
+    for (flag, want) in [
+        ("off", serde_json::Value::Null),
+        ("4K", 4096.into()),
+        ("auto", (128 << 10).into()),
+    ] {
+        let (child, port) = start_recv(&["--rcvlowat", flag, "--discard", "--json"]);
+        run_json(&[
+            "send",
+            &format!("127.0.0.1:{port}"),
+            "--bytes",
+            "1000001",
+            "--json",
+        ]);
+        let r = child.wait_with_output().unwrap();
+        assert!(r.status.success(), "{flag}: {}", stderr(&r));
+        let rj: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+        assert_eq!(rj["bytes"], 1_000_001, "{flag}");
+        assert_eq!(rj["rcvlowat"], want, "{flag}: {rj}");
+    }
+    let o = run(&["recv", "--listen", "127.0.0.1:0", "--rcvlowat", "lots"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--rcvlowat"), "{}", stderr(&o));
+}
+
+#[test]
 fn recv_every_host_rx_mode_verifies_and_says_what_it_used() {
     for (rx, used) in [("copy", "copy"), ("uring", "uring"), ("auto", "uring")] {
         let (child, port) = start_recv(&["--rx", rx, "--verify", "--seed", "5", "--json"]);
@@ -140,6 +166,9 @@ fn recv_every_host_rx_mode_verifies_and_says_what_it_used() {
         assert_eq!(rj["verified"], true);
         assert_eq!(rj["rx"], used, "{rx}: {rj}");
         assert_eq!(rj["requested"], rx);
+        // Not written out (--verify, --json): the bulk receive low-water mark, and 6 MiB sent
+        // in 100,000 B sends ends below it, so the exact count shows the tail came.
+        assert_eq!(rj["rcvlowat"], 128 << 10, "{rx}: {rj}");
         assert_eq!(
             rj["copied_bytes"],
             6 << 20,

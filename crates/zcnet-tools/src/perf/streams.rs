@@ -638,27 +638,19 @@ pub(crate) fn pace_at<E>(job: &Job<E>, started: Instant, offset: u64) -> bool {
 }
 
 fn run_receiver<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
-    let mut rx = match Receiver::new(&job.path.rx) {
+    // SO_RCVLOWAT (tuning.rs); the library applies it to copy and uring only, and it is
+    // lowered to 1 when draining starts.
+    let mut cfg = job.path.rx.clone();
+    cfg.low_water = job.path.tcp.rcvlowat;
+    let mut rx = match Receiver::new(&cfg) {
         Ok(rx) => rx,
         Err(e) => return failed_setup(&job.notify, job.index, e),
     };
-    // SO_RCVLOWAT for the socket receivers (copy, uring); zcrx and devmem are left as they
-    // are (untested with it: no device here has them). Lowered to 1 when draining starts.
-    let fd = stream.as_raw_fd();
-    let rcvlowat = job
-        .path
-        .tcp
-        .rcvlowat
-        .filter(|_| matches!(rx.mode(), RxMode::Copy | RxMode::Uring))
-        .and_then(|n| {
-            zcnet_sys::sock::set_recv_lowat(fd, n)
-                .and_then(|()| zcnet_sys::sock::recv_lowat(fd))
-                .ok()
-        });
     let conn = match rx.add(stream) {
         Ok(c) => c,
         Err(e) => return failed_setup(&job.notify, job.index, e),
     };
+    let rcvlowat = rx.low_water(conn);
     let mut st = RecvState {
         bytes: 0,
         last: None,
@@ -682,9 +674,8 @@ fn run_receiver<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
         }
         if job.shared.drain.load(Ordering::Relaxed) {
             if drain_since.is_none() && rcvlowat.is_some() {
-                // The tail of the stream may be below the mark: take it now. Lowering the
-                // mark wakes the reader (tcp_set_rcvlowat calls tcp_data_ready).
-                let _ = zcnet_sys::sock::set_recv_lowat(fd, 1);
+                // The tail of the stream may be below the mark: take it now.
+                let _ = rx.set_low_water(conn, 1);
             }
             let since = *drain_since.get_or_insert_with(Instant::now);
             if drained(&st, &job.counters, since) {

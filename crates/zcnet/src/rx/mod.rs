@@ -125,6 +125,17 @@ pub struct RxConfig {
     /// `devmem`: the dma-buf to bind (e.g. exported by a GPU driver). `None`: a udmabuf of
     /// `area_len` bytes is made from host memory (needs `/dev/udmabuf`).
     pub dmabuf: Option<Arc<std::os::fd::OwnedFd>>,
+    /// `copy`, `uring`: `SO_RCVLOWAT` of each connection added, so that the receiver is woken
+    /// once this many bytes are queued (or the stream ends) instead of for every segment
+    /// train. For bulk streams 128 KiB cuts the wakeups and the window updates the sender has
+    /// to process (on veth and loopback 1.3–1.6× the rate: docs/perf.md). Default `None` (the
+    /// kernel's 1 byte): a message smaller than the mark would wait for more data or the end
+    /// of the stream, so request/response traffic must leave it unset, and a bulk receiver that
+    /// must see a stream's last bytes before the peer closes it lowers the mark first
+    /// ([`Receiver::set_low_water`]). The mark gates wakeups only: a `uring` receive armed
+    /// (or re-armed after a starvation) while data is queued takes what is there at once. Not
+    /// applied to `zcrx` or `devmem` (untested there).
+    pub low_water: Option<u32>,
 }
 
 impl RxConfig {
@@ -139,6 +150,7 @@ impl RxConfig {
             queue: None,
             area_len: 64 << 20,
             dmabuf: None,
+            low_water: None,
         }
     }
 }
@@ -372,6 +384,7 @@ pub struct Receiver {
     fallbacks: Vec<Fallback>,
     scratch: Vec<(u64, usize)>,
     closable: Vec<ConnId>,
+    low_water: Option<u32>,
 }
 
 impl Receiver {
@@ -389,6 +402,7 @@ impl Receiver {
         };
         let mut rx = Receiver::with_backend(backend);
         rx.fallbacks = fallbacks;
+        rx.low_water = cfg.low_water;
         Ok(rx)
     }
 
@@ -404,6 +418,7 @@ impl Receiver {
             fallbacks: Vec::new(),
             scratch: Vec::new(),
             closable: Vec::new(),
+            low_water: None,
         }
     }
 
@@ -420,11 +435,42 @@ impl Receiver {
     /// Starts receiving on `stream`. The receiver owns it from now on: reply through
     /// [`Receiver::stream`], end it with [`Receiver::close`].
     pub fn add(&mut self, stream: TcpStream) -> Result<ConnId> {
+        if let Some(n) = self.low_water.filter(|_| self.socket_reads()) {
+            set_low_water(&stream, n)?;
+        }
         let id = ConnId(self.next_conn);
         self.next_conn += 1;
         self.backend.add(id, stream.as_raw_fd())?;
         self.conns.insert(id, stream);
         Ok(id)
+    }
+
+    /// Whether the backend reads the sockets' queues (`copy`, `uring`): the receive low-water
+    /// mark applies.
+    fn socket_reads(&self) -> bool {
+        matches!(self.mode(), RxMode::Copy | RxMode::Uring)
+    }
+
+    /// Sets `conn`'s receive low-water mark ([`RxConfig::low_water`]) to `bytes` (1: wake for
+    /// any data, the kernel's default) and returns what the kernel holds now (it caps the mark
+    /// at half of `net.ipv4.tcp_rmem`'s maximum). Lowering it wakes a waiting receive at once
+    /// if enough is queued (the kernel's `tcp_set_rcvlowat`), so a bulk receiver can take a
+    /// stream's tail this way. `Ok(None)` for an unknown id and for `zcrx`/`devmem`, which are
+    /// left alone.
+    pub fn set_low_water(&mut self, conn: ConnId, bytes: u32) -> Result<Option<u32>> {
+        match self.conns.get(&conn) {
+            Some(s) if self.socket_reads() => set_low_water(s, bytes).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// `conn`'s receive low-water mark as the kernel holds it; `None` when it is the kernel's
+    /// default (1), for an unknown id, and for `zcrx`/`devmem`.
+    pub fn low_water(&self, conn: ConnId) -> Option<u32> {
+        let s = self.conns.get(&conn).filter(|_| self.socket_reads())?;
+        zcnet_sys::sock::recv_lowat(s.as_raw_fd())
+            .ok()
+            .filter(|&n| n > 1)
     }
 
     /// The stream of a connection (e.g. to write a reply; `&TcpStream` implements `Write`).
@@ -508,6 +554,14 @@ impl Receiver {
 }
 
 /// `auto`: zcrx when an interface is named, then uring, then copy.
+/// `SO_RCVLOWAT` of `stream`, read back.
+fn set_low_water(stream: &TcpStream, bytes: u32) -> Result<u32> {
+    let fd = stream.as_raw_fd();
+    zcnet_sys::sock::set_recv_lowat(fd, bytes.max(1))
+        .and_then(|()| zcnet_sys::sock::recv_lowat(fd))
+        .map_err(|e| Error::io(format!("setsockopt(SO_RCVLOWAT, {bytes})"), e))
+}
+
 fn auto(cfg: &RxConfig, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn RxBackend>> {
     let mut note = |tried: RxMode, reason: String| fallbacks.push(Fallback { tried, reason });
     if cfg.iface.is_some() {
