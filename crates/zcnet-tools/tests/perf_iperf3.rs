@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_clean, json, sum_bytes, zcnet_perf, Net};
+use common::{assert_clean, run_pair, sum_bytes, End, Net};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -26,20 +26,7 @@ fn zcnet_to_iperf3_on(
     args: &[&str],
 ) -> Option<(serde_json::Value, serde_json::Value)> {
     let iperf3 = common::iperf3()?;
-    let (mut server, port) = common::iperf3_server_in(net.server_ns(), &iperf3, &["-1", "-J"]);
-    let (port, addr) = (port.to_string(), net.server_addr());
-    let mut all = vec!["-c", &addr, "-p", &port, "-J"];
-    all.extend_from_slice(args);
-    let (client, st) = common::run_in(net.client_ns(), &zcnet_perf(), &all, LIMIT);
-    assert!(
-        st.success(),
-        "zcnet client failed: {}\n{}",
-        client.stderr(),
-        client.stdout()
-    );
-    let sst = server.wait(LIMIT);
-    assert!(sst.success(), "iperf3 server failed: {}", server.stdout());
-    Some((json(&client.stdout()), json(&server.stdout())))
+    Some(run_pair(net, End::Zcnet, End::Iperf3(&iperf3), args, &[]))
 }
 
 /// `iperf3 -c` against a zcnet perf server (-1 -J); returns (client doc, server doc).
@@ -53,15 +40,7 @@ fn iperf3_to_zcnet_on(
     args: &[&str],
 ) -> Option<(serde_json::Value, serde_json::Value)> {
     let iperf3 = common::iperf3()?;
-    let (mut server, port) = common::zcnet_server_in(net.server_ns(), &["-1", "-J"]);
-    let (port, addr) = (port.to_string(), net.server_addr());
-    let mut all = vec!["-c", &addr, "-p", &port, "-J"];
-    all.extend_from_slice(args);
-    let (client, st) = common::run_in(net.client_ns(), &iperf3, &all, LIMIT);
-    assert!(st.success(), "iperf3 client failed: {}", client.stdout());
-    let sst = server.wait(LIMIT);
-    assert!(sst.success(), "zcnet server failed: {}", server.stderr());
-    Some((json(&client.stdout()), json(&server.stdout())))
+    Some(run_pair(net, End::Iperf3(&iperf3), End::Zcnet, args, &[]))
 }
 
 fn skip() {

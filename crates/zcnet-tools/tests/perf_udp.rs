@@ -3,12 +3,8 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{assert_clean, json, zcnet_perf, Net};
+use common::{assert_clean, run_pair, End, Net};
 use serde_json::Value;
-
-const LIMIT: Duration = Duration::from_secs(30);
 
 fn num(doc: &Value, path: &[&str]) -> u64 {
     let mut v = doc;
@@ -36,28 +32,8 @@ fn consistent(doc: &Value, len: u64, sent_packets: u64) {
 
 #[test]
 fn zcnet_pair_counts_every_datagram() {
-    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
-    let port = port.to_string();
-    let args = [
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-J",
-        "-u",
-        "-b",
-        "20M",
-        "-t",
-        "1",
-        "-l",
-        "1000",
-        "-P",
-        "2",
-    ];
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
-    assert!(st.success(), "{}", client.stderr());
-    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
-    let (c, s) = (json(&client.stdout()), json(&server.stdout()));
+    let args = ["-u", "-b", "20M", "-t", "1", "-l", "1000", "-P", "2"];
+    let (c, s) = run_pair(Net::Loopback, End::Zcnet, End::Zcnet, &args, &[]);
     assert_clean(&c, "client");
     assert_clean(&s, "server");
     let sent = num(&c["end"]["sum_sent"], &["packets"]);
@@ -76,27 +52,9 @@ fn zcnet_pair_counts_every_datagram() {
 
 #[test]
 fn zcnet_sender_with_gso_reverse() {
-    let (mut server, port) = common::zcnet_server(&["-1", "-J", "--gso", "--tx", "msg-zerocopy"]);
-    let port = port.to_string();
-    let args = [
-        "-c",
-        "127.0.0.1",
-        "-p",
-        &port,
-        "-J",
-        "-u",
-        "-R",
-        "-b",
-        "50M",
-        "-t",
-        "1",
-        "-l",
-        "1400",
-    ];
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
-    assert!(st.success(), "{}", client.stderr());
-    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
-    let (c, s) = (json(&client.stdout()), json(&server.stdout()));
+    let args = ["-u", "-R", "-b", "50M", "-t", "1", "-l", "1400"];
+    let server = ["--gso", "--tx", "msg-zerocopy"];
+    let (c, s) = run_pair(Net::Loopback, End::Zcnet, End::Zcnet, &args, &server);
     assert_clean(&c, "client");
     let tx = &s["end"]["zerocopy"]["tx"];
     assert_eq!(tx["requested"], "msg-zerocopy");
@@ -126,15 +84,8 @@ fn zcnet_client_to_iperf3_server_udp_on(net: Net<'_>) {
     let Some(iperf3) = common::iperf3() else {
         return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
     };
-    let (mut server, port) = common::iperf3_server_in(net.server_ns(), &iperf3, &["-1", "-J"]);
-    let (port, addr) = (port.to_string(), net.server_addr());
-    let args = [
-        "-c", &addr, "-p", &port, "-J", "-u", "-b", "10M", "-t", "1", "-P", "2",
-    ];
-    let (client, st) = common::run_in(net.client_ns(), &zcnet_perf(), &args, LIMIT);
-    assert!(st.success(), "{}", client.stderr());
-    assert!(server.wait(LIMIT).success(), "{}", server.stdout());
-    let (z, i) = (json(&client.stdout()), json(&server.stdout()));
+    let args = ["-u", "-b", "10M", "-t", "1", "-P", "2"];
+    let (z, i) = run_pair(net, End::Zcnet, End::Iperf3(&iperf3), &args, &[]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     let sent = num(&z["end"]["sum_sent"], &["packets"]);
@@ -162,15 +113,8 @@ fn iperf3_client_to_zcnet_server_udp_on(net: Net<'_>) {
     let Some(iperf3) = common::iperf3() else {
         return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
     };
-    let (mut server, port) = common::zcnet_server_in(net.server_ns(), &["-1", "-J"]);
-    let (port, addr) = (port.to_string(), net.server_addr());
-    let args = [
-        "-c", &addr, "-p", &port, "-J", "-u", "-b", "10M", "-t", "1", "-l", "1200",
-    ];
-    let (client, st) = common::run_in(net.client_ns(), &iperf3, &args, LIMIT);
-    assert!(st.success(), "{}", client.stdout());
-    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
-    let (i, z) = (json(&client.stdout()), json(&server.stdout()));
+    let args = ["-u", "-b", "10M", "-t", "1", "-l", "1200"];
+    let (i, z) = run_pair(net, End::Iperf3(&iperf3), End::Zcnet, &args, &[]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     // zcnet read iperf3's headers; iperf3 prints zcnet's counts as its receiver's.
@@ -229,22 +173,9 @@ fn iperf3_says_what_it_omitted(doc: &Value) -> bool {
 /// out (`omitted_packets` in the results exchange), so that the two ends agree.
 #[test]
 fn omitted_datagrams_are_left_out_on_both_sides() {
-    let opts = ["-J", "-u", "-b", "10M", "-t", "1", "-O", "1", "-l", "1200"];
-    let with_port = |port: &str| -> Vec<String> {
-        ["-c", "127.0.0.1", "-p", port]
-            .into_iter()
-            .chain(opts)
-            .map(str::to_string)
-            .collect()
-    };
+    let opts = ["-u", "-b", "10M", "-t", "1", "-O", "1", "-l", "1200"];
     // zcnet <-> zcnet: each end says what it omitted, so they agree exactly.
-    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
-    let args = with_port(&port.to_string());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
-    assert!(st.success(), "{}", client.stderr());
-    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
-    let (c, s) = (json(&client.stdout()), json(&server.stdout()));
+    let (c, s) = run_pair(Net::Loopback, End::Zcnet, End::Zcnet, &opts, &[]);
     let sent = num(&c["end"]["sum_sent"], &["packets"]);
     assert_eq!(
         sent,
@@ -269,13 +200,7 @@ fn omitted_datagrams_are_left_out_on_both_sides() {
         return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
     };
     // zcnet client -> iperf3 server.
-    let (mut server, port) = common::iperf3_server_in(None, &iperf3, &["-1", "-J"]);
-    let args = with_port(&port.to_string());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
-    assert!(st.success(), "{}", client.stderr());
-    assert!(server.wait(LIMIT).success(), "{}", server.stdout());
-    let (z, i) = (json(&client.stdout()), json(&server.stdout()));
+    let (z, i) = run_pair(Net::Loopback, End::Zcnet, End::Iperf3(&iperf3), &opts, &[]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     let exact = iperf3_says_what_it_omitted(&i);
@@ -294,13 +219,7 @@ fn omitted_datagrams_are_left_out_on_both_sides() {
         "iperf3 received {theirs}, zcnet says {ours}"
     );
     // iperf3 client -> zcnet server.
-    let (mut server, port) = common::zcnet_server(&["-1", "-J"]);
-    let args = with_port(&port.to_string());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (client, st) = common::run(&iperf3, &args, LIMIT);
-    assert!(st.success(), "{}", client.stdout());
-    assert!(server.wait(LIMIT).success(), "{}", server.stderr());
-    let (i, z) = (json(&client.stdout()), json(&server.stdout()));
+    let (i, z) = run_pair(Net::Loopback, End::Iperf3(&iperf3), End::Zcnet, &opts, &[]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     let got = num(&z["end"]["sum_received"], &["packets"]);

@@ -5,32 +5,20 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_clean, json, sum_bytes, zcnet_perf};
+use common::{assert_clean, run_pair, sum_bytes, zcnet_perf, End, Net};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// A zcnet client against a zcnet server (-1 -J); returns (client doc, server doc).
 fn pair(client_args: &[&str], server_args: &[&str]) -> (Value, Value) {
-    let mut sargs = vec!["-1", "-J"];
-    sargs.extend_from_slice(server_args);
-    let (mut server, port) = common::zcnet_server(&sargs);
-    let port = port.to_string();
-    let mut all = vec!["-c", "127.0.0.1", "-p", &port, "-J"];
-    all.extend_from_slice(client_args);
-    let (client, st) = common::run(&zcnet_perf(), &all, LIMIT);
-    assert!(
-        st.success(),
-        "client failed: {}\n{}",
-        client.stderr(),
-        client.stdout()
+    let (c, s) = run_pair(
+        Net::Loopback,
+        End::Zcnet,
+        End::Zcnet,
+        client_args,
+        server_args,
     );
-    assert!(
-        server.wait(LIMIT).success(),
-        "server failed: {}",
-        server.stderr()
-    );
-    let (c, s) = (json(&client.stdout()), json(&server.stdout()));
     assert_clean(&c, "client");
     assert_clean(&s, "server");
     (c, s)

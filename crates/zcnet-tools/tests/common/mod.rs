@@ -342,3 +342,65 @@ pub fn run_in(
     let st = p.wait(limit);
     (p, st)
 }
+
+/// The program at one end of a pair.
+#[derive(Clone, Copy)]
+pub enum End<'a> {
+    /// `zcnet-perf`.
+    Zcnet,
+    /// An unmodified iperf3 at this path.
+    Iperf3(&'a std::path::Path),
+}
+
+impl End<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            End::Zcnet => "zcnet",
+            End::Iperf3(_) => "iperf3",
+        }
+    }
+}
+
+/// How long either end of a [`run_pair`] may take.
+pub const PAIR_LIMIT: Duration = Duration::from_secs(30);
+
+/// One test between a `-s -1 -J` server (`server`, with `server_args`) and a `-c ADDR -p PORT
+/// -J` client (`client`, with `client_args`) over `net`; both must exit 0. Returns (client
+/// doc, server doc).
+pub fn run_pair(
+    net: Net<'_>,
+    client: End<'_>,
+    server: End<'_>,
+    client_args: &[&str],
+    server_args: &[&str],
+) -> (Value, Value) {
+    let mut sargs = vec!["-1", "-J"];
+    sargs.extend_from_slice(server_args);
+    let (mut srv, port) = match server {
+        End::Zcnet => zcnet_server_in(net.server_ns(), &sargs),
+        End::Iperf3(p) => iperf3_server_in(net.server_ns(), p, &sargs),
+    };
+    let (port, addr) = (port.to_string(), net.server_addr());
+    let mut all = vec!["-c", &addr, "-p", &port, "-J"];
+    all.extend_from_slice(client_args);
+    let program = match client {
+        End::Zcnet => zcnet_perf(),
+        End::Iperf3(p) => p.to_path_buf(),
+    };
+    let (cl, st) = run_in(net.client_ns(), &program, &all, PAIR_LIMIT);
+    assert!(
+        st.success(),
+        "{} client failed: {}\n{}",
+        client.name(),
+        cl.stderr(),
+        cl.stdout()
+    );
+    assert!(
+        srv.wait(PAIR_LIMIT).success(),
+        "{} server failed: {}\n{}",
+        server.name(),
+        srv.stderr(),
+        srv.stdout()
+    );
+    (json(&cl.stdout()), json(&srv.stdout()))
+}
