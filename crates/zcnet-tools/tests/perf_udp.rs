@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_clean, run_pair, End, Net};
+use common::{assert_clean, assert_clean_udp_peer, run_pair, End, Iperf3Peer, Net};
 use serde_json::Value;
 
 fn num(doc: &Value, path: &[&str]) -> u64 {
@@ -87,12 +87,12 @@ fn zcnet_client_to_iperf3_server_udp_on(net: Net<'_>) {
     let args = ["-u", "-b", "10M", "-t", "1", "-P", "2"];
     let (z, i) = run_pair(net, End::Zcnet, End::Iperf3(&iperf3), &args, &[]);
     assert_clean(&z, "zcnet");
-    assert_clean(&i, "iperf3");
+    assert_clean_udp_peer(&i);
     let sent = num(&z["end"]["sum_sent"], &["packets"]);
     consistent(&z, 1460, sent);
     // iperf3 read our headers: its datagram count is the one zcnet reports for it.
     assert_eq!(
-        num(&i["end"]["sum_received"], &["packets"]),
+        iperf3_packets(&i, "sum_received"),
         num(&z["end"]["sum_received"], &["packets"])
     );
 }
@@ -115,19 +115,21 @@ fn iperf3_client_to_zcnet_server_udp_on(net: Net<'_>) {
     };
     let args = ["-u", "-b", "10M", "-t", "1", "-l", "1200"];
     let (i, z) = run_pair(net, End::Iperf3(&iperf3), End::Zcnet, &args, &[]);
-    assert_clean(&i, "iperf3");
+    assert_clean_udp_peer(&i);
     assert_clean(&z, "zcnet");
     // zcnet read iperf3's headers; iperf3 prints zcnet's counts as its receiver's.
-    let sent = num(&i["end"]["sum_sent"], &["packets"]);
+    let sent = iperf3_packets(&i, "sum_sent");
     consistent(&z, 1200, sent);
-    assert_eq!(
-        num(&i["end"]["sum_received"], &["packets"]),
-        num(&z["end"]["sum_received"], &["packets"])
-    );
-    assert_eq!(
-        num(&i["end"]["sum_received"], &["bytes"]),
-        num(&z["end"]["sum_received"], &["bytes"])
-    );
+    if i["end"].get("sum_received").is_some() {
+        assert_eq!(
+            num(&i["end"]["sum_received"], &["packets"]),
+            num(&z["end"]["sum_received"], &["packets"])
+        );
+        assert_eq!(
+            num(&i["end"]["sum_received"], &["bytes"]),
+            num(&z["end"]["sum_received"], &["bytes"])
+        );
+    }
 }
 
 /// Datagrams in the intervals `-O` did not omit (`intervals[].sum.packets`).
@@ -142,31 +144,27 @@ fn measured_interval_packets(doc: &Value) -> u64 {
         .sum()
 }
 
-/// Whether two datagram counts of the two ends agree: exactly when `exact` (the peer said what
-/// it omitted: zcnet, iperf3 3.14+), else within the few datagrams by which the two ends' `-O`
-/// timers differ (an older iperf3 takes its own omitted count for its peer's, and so do we).
-fn agree(a: u64, b: u64, exact: bool) -> bool {
-    if exact {
-        a == b
-    } else {
-        a.abs_diff(b) <= a.max(b) / 20 + 20
-    }
+/// iperf3's datagram count under `which` (`sum_sent`, `sum_received`), or under `end.sum`
+/// from iperf3 before 3.10, which writes one sum for UDP (and leaves its `bytes` 0 on the
+/// receiving side, so only packets are compared).
+fn iperf3_packets(doc: &Value, which: &str) -> u64 {
+    let end = &doc["end"];
+    num(end.get(which).unwrap_or(&end["sum"]), &["packets"])
 }
 
-/// Whether iperf3 sends `omitted_packets` (3.14+), read from its `-J` output's version line.
-fn iperf3_says_what_it_omitted(doc: &Value) -> bool {
-    let v = doc["start"]["version"].as_str().unwrap_or("");
-    let mut it = v.trim_start_matches("iperf ").split('.');
-    let major: u32 = it.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    let minor: u32 = it
-        .next()
-        .and_then(|x| {
-            x.trim_end_matches(|c: char| !c.is_ascii_digit())
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0);
-    (major, minor) >= (3, 14)
+/// Whether two datagram counts of the two ends agree. With a peer that says what it omitted
+/// (iperf3 3.14+) each end still cuts `-O` by its own timer, and a receiver counts by sequence
+/// number, so the ends may differ by the datagram or two that crossed between the two timers
+/// (3.14 against zcnet: 1042 sent, 1041 received, every run; 3.14 against itself happened to
+/// agree), plus what a threaded iperf3 (3.16+) sends while it takes its counts. An older
+/// iperf3 does not say, and its omitted count stands in for the peer's (as iperf3 does): then
+/// within the few datagrams of a second's timer drift.
+fn agree(a: u64, b: u64, peer: Option<&Iperf3Peer>) -> bool {
+    match peer {
+        None => a == b,
+        Some(p) if p.says_what_it_omitted() => a.abs_diff(b) <= 2 + p.datagram_slack(),
+        Some(_) => a.abs_diff(b) <= a.max(b) / 20 + 20,
+    }
 }
 
 /// `-O`: the omitted datagrams are left out of the end on both sides, as iperf3 leaves them
@@ -202,8 +200,8 @@ fn omitted_datagrams_are_left_out_on_both_sides() {
     // zcnet client -> iperf3 server.
     let (z, i) = run_pair(Net::Loopback, End::Zcnet, End::Iperf3(&iperf3), &opts, &[]);
     assert_clean(&z, "zcnet");
-    assert_clean(&i, "iperf3");
-    let exact = iperf3_says_what_it_omitted(&i);
+    assert_clean_udp_peer(&i);
+    let peer = Iperf3Peer::from_doc(&i);
     let sent = num(&z["end"]["sum_sent"], &["packets"]);
     assert_eq!(
         sent,
@@ -211,16 +209,16 @@ fn omitted_datagrams_are_left_out_on_both_sides() {
         "zcnet's end = its measured intervals"
     );
     let (theirs, ours) = (
-        num(&i["end"]["sum_received"], &["packets"]),
+        iperf3_packets(&i, "sum_received"),
         num(&z["end"]["sum_received"], &["packets"]),
     );
     assert!(
-        agree(theirs, ours, exact),
+        agree(theirs, ours, Some(&peer)),
         "iperf3 received {theirs}, zcnet says {ours}"
     );
     // iperf3 client -> zcnet server.
     let (i, z) = run_pair(Net::Loopback, End::Iperf3(&iperf3), End::Zcnet, &opts, &[]);
-    assert_clean(&i, "iperf3");
+    assert_clean_udp_peer(&i);
     assert_clean(&z, "zcnet");
     let got = num(&z["end"]["sum_received"], &["packets"]);
     assert_eq!(
@@ -228,16 +226,17 @@ fn omitted_datagrams_are_left_out_on_both_sides() {
         measured_interval_packets(&z),
         "zcnet's end = its measured intervals"
     );
-    let (theirs_sent, theirs_got) = (
-        num(&i["end"]["sum_sent"], &["packets"]),
-        num(&i["end"]["sum_received"], &["packets"]),
-    );
+    let theirs_sent = iperf3_packets(&i, "sum_sent");
     assert!(
-        agree(theirs_sent, got, exact),
+        agree(theirs_sent, got, Some(&peer)),
         "iperf3 sent {theirs_sent} measured, zcnet got {got}"
     );
-    assert!(
-        agree(theirs_got, got, exact),
-        "iperf3 says zcnet got {theirs_got}, zcnet {got}"
-    );
+    // What zcnet told the iperf3 client it received (no such sum before iperf3 3.10).
+    if i["end"].get("sum_received").is_some() {
+        let theirs_got = num(&i["end"]["sum_received"], &["packets"]);
+        assert!(
+            agree(theirs_got, got, Some(&peer)),
+            "iperf3 says zcnet got {theirs_got}, zcnet {got}"
+        );
+    }
 }
