@@ -432,15 +432,7 @@ pub struct Iperf3Peer {
 impl Iperf3Peer {
     /// Reads the version and test shape from iperf3's `-J` output.
     pub fn from_doc(doc: &Value) -> Iperf3Peer {
-        let v = doc["start"]["version"].as_str().unwrap_or("");
-        let mut it = v.trim_start_matches("iperf ").split('.');
-        let mut part = || -> u32 {
-            it.next()
-                .map(|x| x.trim_end_matches(|c: char| !c.is_ascii_digit()))
-                .and_then(|x| x.parse().ok())
-                .unwrap_or(0)
-        };
-        let version = (part(), part());
+        let version = parse_version(doc["start"]["version"].as_str().unwrap_or(""));
         let ts = &doc["start"]["test_start"];
         Iperf3Peer {
             version,
@@ -510,6 +502,19 @@ pub fn iperf3_version(iperf3: &std::path::Path) -> (u32, u32) {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
-    let doc = serde_json::json!({"start": {"version": out.split_whitespace().take(2).collect::<Vec<_>>().join(" ")}});
-    Iperf3Peer::from_doc(&doc).version
+    parse_version(&out)
+}
+
+/// (major, minor) of an iperf3 version line ("iperf 3.12" in `-J`, "iperf 3.9 (cJSON ...)"
+/// from `--version`); (0, 0) when there is none.
+fn parse_version(text: &str) -> (u32, u32) {
+    let v = text.trim_start_matches("iperf ");
+    let mut it = v.split_whitespace().next().unwrap_or("").split('.');
+    let mut part = || -> u32 {
+        it.next()
+            .map(|x| x.trim_end_matches(|c: char| !c.is_ascii_digit()))
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
+    };
+    (part(), part())
 }
