@@ -590,9 +590,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             rearms: st.rearms,
             linear_fallbacks: st.linear_fallbacks,
             unsteered: st.unsteered,
-            rcvlowat: cfg
-                .low_water
-                .filter(|_| matches!(rx.mode(), RxMode::Copy | RxMode::Uring)),
+            rcvlowat: rx.applied_low_water(),
         };
         print_json(&doc)?;
     } else {

@@ -435,7 +435,7 @@ impl Receiver {
     /// Starts receiving on `stream`. The receiver owns it from now on: reply through
     /// [`Receiver::stream`], end it with [`Receiver::close`].
     pub fn add(&mut self, stream: TcpStream) -> Result<ConnId> {
-        if let Some(n) = self.low_water.filter(|_| self.socket_reads()) {
+        if let Some(n) = self.applied_low_water() {
             set_low_water(&stream, n)?;
         }
         let id = ConnId(self.next_conn);
@@ -449,6 +449,13 @@ impl Receiver {
     /// mark applies.
     fn socket_reads(&self) -> bool {
         matches!(self.mode(), RxMode::Copy | RxMode::Uring)
+    }
+
+    /// The receive low-water mark each connection [`add`](Self::add)ed gets:
+    /// [`RxConfig::low_water`] with `copy` and `uring` (for `auto`, the one chosen), `None`
+    /// otherwise.
+    pub fn applied_low_water(&self) -> Option<u32> {
+        self.low_water.filter(|_| self.socket_reads())
     }
 
     /// Sets `conn`'s receive low-water mark ([`RxConfig::low_water`]) to `bytes` (1: wake for
