@@ -7,21 +7,11 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{in_ns, veth_lab};
+use common::{in_ns, ip, veth_lab};
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 use zcnet::nexthop::{self, Resolution};
-
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
 
 #[test]
 fn neighbours_are_resolved_by_the_kernel_and_gateways_used() {

@@ -8,9 +8,8 @@
 
 mod common;
 
-use common::{in_ns, serial, veth_lab};
+use common::{in_ns, ip, serial, veth_lab};
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use zcnet::xsk::{interface_mac, RxFrame, TxFrame, Xsk, XskConfig, XskMode, XskStats};
@@ -21,16 +20,6 @@ use zcnet_tools::lab::VethPath;
 const PORT: u16 = 47_100;
 const OTHER_PORT: u16 = 47_101;
 const SEED: u64 = 0x5eed_05a1;
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A second veth pair in the lab's namespaces with two RX and two TX queues each way:
 /// vA2 10.11.0.1 (ns a) ⇄ vB2 10.11.0.2 (ns b). It goes with the namespaces.
