@@ -199,6 +199,31 @@ pub(crate) struct GenlConn {
     buf: Vec<u8>,
 }
 
+/// Sends `req` on `sock` and feeds each datagram that comes back to `feed` until it says the
+/// answer is complete (the collectors of generic netlink and rtnetlink). No exchange lasts
+/// longer than [`EXCHANGE_DEADLINE`], however the datagrams trickle in; `ctx` names the
+/// request in errors.
+pub(crate) fn send_and_collect(
+    sock: &NlSocket,
+    buf: &mut [u8],
+    req: &[u8],
+    ctx: &dyn Fn() -> String,
+    mut feed: impl FnMut(&[u8]) -> Result<bool>,
+) -> Result<()> {
+    sock.send(req).map_err(|e| Error::io(ctx(), e))?;
+    let start = std::time::Instant::now();
+    loop {
+        if start.elapsed() > EXCHANGE_DEADLINE {
+            let e = std::io::Error::from(std::io::ErrorKind::TimedOut);
+            return Err(Error::io(ctx(), e));
+        }
+        let n = sock.recv(buf).map_err(|e| Error::io(ctx(), e))?;
+        if feed(&buf[..n])? {
+            return Ok(());
+        }
+    }
+}
+
 impl GenlConn {
     pub(crate) fn open() -> Result<GenlConn> {
         let sock = NlSocket::open(NETLINK_GENERIC)
@@ -233,22 +258,8 @@ impl GenlConn {
                     format!("{} {target}", op.name)
                 }
             };
-            self.sock.send(&req).map_err(|e| Error::io(ctx(), e))?;
             let mut col = ReplyCollector::new(op, target, &req, self.seq, family, dump);
-            let start = std::time::Instant::now();
-            loop {
-                if start.elapsed() > EXCHANGE_DEADLINE {
-                    let e = std::io::Error::from(std::io::ErrorKind::TimedOut);
-                    return Err(Error::io(ctx(), e));
-                }
-                let n = self
-                    .sock
-                    .recv(&mut self.buf)
-                    .map_err(|e| Error::io(ctx(), e))?;
-                if col.feed(&self.buf[..n])? {
-                    break;
-                }
-            }
+            send_and_collect(&self.sock, &mut self.buf, &req, &ctx, |d| col.feed(d))?;
             if !col.interrupted() {
                 return Ok(col.into_replies());
             }

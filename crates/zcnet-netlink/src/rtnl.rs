@@ -481,17 +481,8 @@ impl Rtnl {
         self.seq = self.seq.wrapping_add(1);
         let req = build(self.seq)?;
         let ctx = || format!("{op} {target}");
-        self.sock.send(&req).map_err(|e| Error::io(ctx(), e))?;
         let mut col = RtnlCollector::new(op, target, self.seq, reply);
-        loop {
-            let n = self
-                .sock
-                .recv(&mut self.buf)
-                .map_err(|e| Error::io(ctx(), e))?;
-            if col.feed(&self.buf[..n])? {
-                break;
-            }
-        }
+        crate::conn::send_and_collect(&self.sock, &mut self.buf, &req, &ctx, |d| col.feed(d))?;
         col.into_replies()
             .into_iter()
             .next()
