@@ -128,7 +128,7 @@ pub struct RxConfig {
     /// `copy`, `uring`: `SO_RCVLOWAT` of each connection added, so that the receiver is woken
     /// once this many bytes are queued (or the stream ends) instead of for every segment
     /// train. For bulk streams 128 KiB cuts the wakeups and the window updates the sender has
-    /// to process (on veth and loopback 1.3–1.6× the rate: docs/perf.md). Default `None` (the
+    /// to process (on veth and loopback 1.2–1.6× the rate: docs/perf.md). Default `None` (the
     /// kernel's 1 byte): a message smaller than the mark would wait for more data or the end
     /// of the stream, so request/response traffic must leave it unset, and a bulk receiver that
     /// must see a stream's last bytes before the peer closes it lowers the mark first
