@@ -1,0 +1,310 @@
+//! zcnet's test harness, for every test target that does I/O (all but zcnet-core's sans-IO
+//! tests and the command's pure argument tests, which stay on libtest).
+//!
+//! libtest has no way for a running test to say "I could not run": a test that returns early
+//! without root or without `iperf3` reports `ok`, and its printed reason is hidden because it
+//! passed. libtest also has no time limit, so a hang is a hang, not a failure. This harness,
+//! built on `libtest-mimic` (libtest's output and flags), fixes both:
+//!
+//! - a test calls [`skip`] (or [`require_root`], [`require_tool`], [`require_kernel`]) and is
+//!   reported as `ignored, <reason>` in the normal `cargo test` output and counted as ignored
+//!   in `test result:`;
+//! - every test runs under a time limit ([`DEFAULT_TIMEOUT_S`], or `timeout = N` on its
+//!   attribute, times `ZCNET_TEST_TIMEOUT_SCALE`) and fails naming itself when it runs over;
+//! - with `ZCNET_TEST_STRICT=root,tool,kernel` (what CI sets: it is root and installs every
+//!   tool) a skip for a need in that list is a failure instead: the machine could have run it.
+//!
+//! A test file (or a library's unit tests) opts in with `harness = false` for its target in
+//! Cargo.toml, `#[zcnet_testkit::test]` on each test, and [`main!`] once. The workspace test
+//! `no_libtest_tests_left` checks that no `#[test]` hides in such a target (it would never run).
+
+use std::any::Any;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[doc(hidden)]
+pub use inventory;
+pub use zcnet_testkit_macros::test;
+
+/// A test's time limit when its attribute names none, in seconds.
+pub const DEFAULT_TIMEOUT_S: u64 = 120;
+
+/// A test registered by `#[zcnet_testkit::test]` (built by the attribute, not by hand).
+#[derive(Debug)]
+pub struct Test {
+    /// The function's name.
+    pub name: &'static str,
+    /// `module_path!()` where it stands.
+    pub module: &'static str,
+    /// Its own time limit in seconds, if it has one.
+    pub timeout_s: Option<u64>,
+    /// `Some(reason)` for a test kept out of normal runs (`#[ignore]`).
+    pub ignored: Option<&'static str>,
+    /// Runs it.
+    pub run: fn() -> Result<(), String>,
+}
+
+inventory::collect!(Test);
+
+/// What a test function may return: nothing, or a `Result` whose error fails it.
+pub trait TestResult {
+    /// `Err(message)` fails the test.
+    fn into_result(self) -> Result<(), String>;
+}
+
+impl TestResult for () {
+    fn into_result(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl<E: fmt::Debug> TestResult for Result<(), E> {
+    fn into_result(self) -> Result<(), String> {
+        self.map_err(|e| format!("{e:?}"))
+    }
+}
+
+/// Why a test could not run here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Root (network namespaces, CAP_NET_ADMIN, CAP_BPF…).
+    Root,
+    /// A program that is not installed (iperf3, cc, setpriv, ip…).
+    Tool,
+    /// A kernel feature or version this kernel lacks.
+    Kernel,
+    /// Hardware this machine lacks (a GPU, a NIC with header split and queue management), or
+    /// hardware it has that the test must not meet (a real CUDA driver).
+    Hardware,
+}
+
+impl Need {
+    /// The name used in `ZCNET_TEST_STRICT` and in the reason shown.
+    pub fn name(self) -> &'static str {
+        match self {
+            Need::Root => "root",
+            Need::Tool => "tool",
+            Need::Kernel => "kernel",
+            Need::Hardware => "hardware",
+        }
+    }
+}
+
+/// The unwind payload of [`skip`].
+#[derive(Debug)]
+struct Skipped {
+    need: Need,
+    why: String,
+}
+
+/// Ends the calling test as skipped: it is reported `ignored, needs <need>: <why>`. Works from
+/// any depth of the test (helpers may call it) and from threads the test joins, if they pass
+/// the panic on (`join().unwrap()` does not: use [`propagate`]).
+pub fn skip(need: Need, why: impl fmt::Display) -> ! {
+    // resume_unwind does not run the panic hook: no "panicked at" noise for a skip.
+    std::panic::resume_unwind(Box::new(Skipped {
+        need,
+        why: why.to_string(),
+    }))
+}
+
+/// Re-raises the outcome of a joined thread as it was (a skip stays a skip).
+pub fn propagate<T>(r: std::thread::Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+/// Whether the effective user is root (read from /proc: no unsafe here).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Skips unless root; `what` says what needs it.
+pub fn require_root(what: &str) {
+    if !is_root() {
+        skip(Need::Root, format!("needs root ({what})"));
+    }
+}
+
+/// Whether `tool` is an executable file on `PATH` (or a path to one).
+pub fn have_tool(tool: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let exec = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if tool.contains('/') {
+        return exec(Path::new(tool));
+    }
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| exec(&d.join(tool))))
+}
+
+/// Skips unless `tool` is installed; `why` says what it is for.
+pub fn require_tool(tool: &str, why: &str) {
+    if !have_tool(tool) {
+        skip(Need::Tool, format!("needs `{tool}` on PATH ({why})"));
+    }
+}
+
+/// This kernel's (major, minor), from /proc/sys/kernel/osrelease.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    let s = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let mut it = s.trim().split(['.', '-']);
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// Skips unless the kernel is at least `major.minor`; `what` names the feature.
+pub fn require_kernel(major: u32, minor: u32, what: &str) {
+    match kernel_version() {
+        Some(v) if v >= (major, minor) => {}
+        v => skip(
+            Need::Kernel,
+            format!(
+                "{what} needs Linux {major}.{minor} (this is {})",
+                v.map_or("unknown".to_string(), |(a, b)| format!("{a}.{b}"))
+            ),
+        ),
+    }
+}
+
+/// The needs that `ZCNET_TEST_STRICT` forbids skipping (`all`, or names from [`Need::name`]).
+fn strict_needs() -> Vec<Need> {
+    let all = [Need::Root, Need::Tool, Need::Kernel, Need::Hardware];
+    match std::env::var("ZCNET_TEST_STRICT") {
+        Ok(v) if v.trim() == "all" => all.to_vec(),
+        Ok(v) => all
+            .into_iter()
+            .filter(|n| v.split(',').any(|w| w.trim() == n.name()))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The time limit for a test whose attribute says `own` (None: the default).
+fn limit(own: Option<u64>) -> Duration {
+    let scale = std::env::var("ZCNET_TEST_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(1.0);
+    Duration::from_secs_f64(own.unwrap_or(DEFAULT_TIMEOUT_S) as f64 * scale)
+}
+
+/// The outcome of one test, as the harness decides it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It ran and passed.
+    Passed,
+    /// It could not run here.
+    Skipped(String),
+    /// It failed (a panic, an error, a time-out, or a skip that strict mode forbids).
+    Failed(String),
+}
+
+fn panic_text(p: &(dyn Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panicked".to_string()
+    }
+}
+
+/// Runs `f` as the test `name` on a thread of its own, under `limit`; `strict` lists the needs
+/// that may not be skipped. A test past its limit is left running (its thread is detached) and
+/// reported failed; the process ends when the harness finishes.
+pub fn run_bounded(
+    name: &str,
+    limit: Duration,
+    strict: &[Need],
+    f: fn() -> Result<(), String>,
+) -> Outcome {
+    let (tx, rx) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let r = catch_unwind(AssertUnwindSafe(f));
+            let _ = tx.send(r);
+        });
+    if let Err(e) = spawned {
+        return Outcome::Failed(format!("could not start a thread for it: {e}"));
+    }
+    let start = Instant::now();
+    match rx.recv_timeout(limit) {
+        Ok(Ok(Ok(()))) => Outcome::Passed,
+        Ok(Ok(Err(e))) => Outcome::Failed(e),
+        Ok(Err(p)) => match p.downcast::<Skipped>() {
+            Ok(s) if strict.contains(&s.need) => Outcome::Failed(format!(
+                "skipped, but ZCNET_TEST_STRICT says this machine must run it: needs {}: {}",
+                s.need.name(),
+                s.why
+            )),
+            Ok(s) => Outcome::Skipped(format!("needs {}: {}", s.need.name(), s.why)),
+            Err(p) => Outcome::Failed(panic_text(&*p)),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => Outcome::Failed(format!(
+            "{name}: timed out after {:.0} s (its limit; ZCNET_TEST_TIMEOUT_SCALE scales it)",
+            start.elapsed().as_secs_f64()
+        )),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Outcome::Failed("its thread ended without a result".to_string())
+        }
+    }
+}
+
+/// The name libtest would give: the module path without the crate, then the function.
+fn full_name(t: &Test) -> String {
+    match t.module.split_once("::") {
+        Some((_, rest)) => format!("{rest}::{}", t.name),
+        None => t.name.to_string(),
+    }
+}
+
+/// Runs every registered test with libtest's flags and output, then exits.
+pub fn run_main() -> ! {
+    let args = libtest_mimic::Arguments::from_args();
+    let strict = strict_needs();
+    let mut tests: Vec<&'static Test> = inventory::iter::<Test>.into_iter().collect();
+    tests.sort_by_key(|t| full_name(t));
+    let trials = tests
+        .into_iter()
+        .map(|t| {
+            let name = full_name(t);
+            let strict = strict.clone();
+            let n = name.clone();
+            libtest_mimic::Trial::ignorable_test(name, move || {
+                match run_bounded(&n, limit(t.timeout_s), &strict, t.run) {
+                    Outcome::Passed => Ok(libtest_mimic::Completion::Completed),
+                    Outcome::Skipped(why) => Ok(libtest_mimic::Completion::ignored_with(why)),
+                    Outcome::Failed(msg) => Err(msg.into()),
+                }
+            })
+            .with_ignored_flag(t.ignored.is_some())
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit()
+}
+
+/// The `main` of a test target with `harness = false`: `zcnet_testkit::main!();` at the top
+/// level of an integration test file, or under `#[cfg(test)]` in a library's root.
+#[macro_export]
+macro_rules! main {
+    () => {
+        fn main() {
+            $crate::run_main()
+        }
+    };
+}
