@@ -226,8 +226,8 @@ fn print_table(r: &TxReport) {
     }
 }
 
-/// Why a zero-copy row runs below 0.9x copy, in words, so that no row looks broken unexplained
-/// (issue 13): the kernel copied anyway, or the sends are too small for zero copy to pay.
+/// Why a zero-copy row runs below 0.9x copy, in words, so that no row looks broken unexplained:
+/// the kernel copied anyway, or the sends are too small for zero copy to pay.
 fn slow_zero_copy_reason(row: &zcnet_tools::bench::TxRow, ratio: Option<f64>) -> Option<String> {
     let zero_copy = matches!(row.tx.as_str(), "msg-zerocopy" | "uring-zc");
     if !zero_copy || row.error.is_some() || ratio.is_none_or(|x| x >= 0.9) {

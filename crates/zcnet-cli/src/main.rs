@@ -46,8 +46,9 @@ enum Cmd {
 enum BenchCmd {
     /// Every send backend on every lab path: MB/s, ratio to copy, % zero-copy, CPU s/GB.
     Tx(BenchTxArgs),
-    /// RPC echo (seed 004): every receive backend on veth and loopback: qps, Gbit/s, server
-    /// CPU µs per request, p50/p99 latency, ratio to copy.
+    /// RPC echo (64 KiB requests, one pinned server thread, 24 connections): every receive
+    /// backend on veth and loopback: qps, Gbit/s, server CPU µs per request, p50/p99 latency,
+    /// ratio to copy.
     Rx(BenchRxArgs),
     /// AF_XDP (copy, zero-copy) against AF_PACKET on the lab veth pair: TX and RX packets per
     /// second, CPU per million packets, drops; 64, 512 and 1500 B frames.

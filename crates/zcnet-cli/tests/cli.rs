@@ -198,7 +198,7 @@ fn recv_refusals_are_one_line_errors() {
         "{e}"
     );
     for rx in ["zcrx", "devmem"] {
-        // Issue 13 defect 5: the flag, not the library's field (RxConfig::iface); a missing
+        // The flag, not the library's field (RxConfig::iface); a missing
         // flag is a usage error (exit 2), said before anything is opened.
         for mem in ["host", "cuda"] {
             let o = run(&["recv", "--listen", "127.0.0.1:0", "--rx", rx, "--mem", mem]);
@@ -231,7 +231,7 @@ fn recv_refusals_are_one_line_errors() {
 
 #[test]
 fn unprivileged_zcrx_and_devmem_on_lo_are_refused_for_los_reason_not_for_root() {
-    // Issue 13 defect 5: without CAP_NET_ADMIN the kernel says EPERM before it looks at the
+    // Without CAP_NET_ADMIN the kernel says EPERM before it looks at the
     // device, and the message told the user to run it as root, where lo is refused too.
     if !can_run_as_nobody() {
         return;
@@ -356,7 +356,7 @@ fn udp_send_with_gso_reaches_a_receiver() {
 
 #[test]
 fn send_without_verify_sends_exact_counts_of_zeros_and_with_verify_the_pattern() {
-    // Issue 13 defect 6: `send --bytes/--duration` wrote the pattern into every send, which
+    // `send --bytes/--duration` once wrote the pattern into every send, which
     // capped it at the speed of the fill (~3 GB/s against ~90 GB/s for `bench tx`). Without
     // --verify nothing is written (the buffers are zero-filled); these are the functions the
     // hot path must keep: exact byte counts, zeros without --verify, and the pattern at each

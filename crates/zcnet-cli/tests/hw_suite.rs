@@ -1,4 +1,4 @@
-//! `scripts/hw-suite.sh`, the hardware suite of issue 13, as this machine can run it.
+//! `scripts/hw-suite.sh`, the hardware suite, as this machine can run it.
 //!
 //! With no `ZCNET_HW_*` set every test skips with a reason and the suite exits 0, saying whether
 //! netdevsim is there. With `ZCNET_HW_IFACE=lo` the probe runs and passes, and `zcnet nic setup`

@@ -1,4 +1,4 @@
-//! `zcnet send` under a small RLIMIT_MEMLOCK (issue 13, defect 2): the `ulimit -l` in the
+//! `zcnet send` under a small RLIMIT_MEMLOCK: the `ulimit -l` in the
 //! message works and a page less does not (the io_uring ring is counted, not just the region),
 //! `msg-zerocopy` names RLIMIT_MEMLOCK rather than `net.core.optmem_max`, an `optmem_max` that
 //! really is too small gets a larger value (never the one it has), and `--tx auto` falls back
