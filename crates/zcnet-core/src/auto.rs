@@ -2,7 +2,9 @@
 //!
 //! On paths where the kernel must copy anyway (TCP over loopback or veth: the skb loops back into
 //! a receive path, `skb_orphan_frags_rx`), zero-copy sends are slower than plain `send()`: the
-//! page pinning and notification are pure overhead (see ../shared/KERNEL-FACTS.md). The policy
+//! page pinning and notification are pure overhead (Documentation/networking/msg_zerocopy.rst,
+//! "Loopback": packets looped to a local socket incur a deferred copy; measured in
+//! docs/perf.md). The policy
 //! counts notifications; when most of the last `window` report COPIED, it switches to copying and
 //! re-checks after a back-off (doubling up to a cap while the answer stays "copied").
 

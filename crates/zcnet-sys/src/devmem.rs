@@ -601,7 +601,7 @@ mod tests {
             );
             return;
         }
-        // This machine (KERNEL-FACTS: CONFIG_UDMABUF off): ENOENT, and nothing left open.
+        // A kernel built without CONFIG_UDMABUF (as this machine's): ENOENT, and nothing left open.
         let before = open_fds();
         for _ in 0..16 {
             let e = udmabuf_create(1 << 20).unwrap_err();

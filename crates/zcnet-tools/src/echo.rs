@@ -1,6 +1,7 @@
 //! An RPC echo server on one pinned thread over any receive backend, and the closed-loop client
-//! that measures it (the benchmark of ../shared/seeds/004: 64 KB echo, one server worker
-//! thread, 24 client connections).
+//! that measures it (shaped after the Thrift echo benchmark in David Wei and Pavel Begunkov's
+//! talk "Zero Copy Rx with io_uring": 64 KB echo, one server worker thread, 24 client
+//! connections).
 //!
 //! ```text
 //!  client threads (T)                          server thread (pinned to one CPU)
@@ -1047,7 +1048,7 @@ impl ClientReport {
     }
 
     /// Gbit/s of request payload (one direction; the responses carry as much back), the
-    /// convention of seed 004's table (20.6 Kqps × 64 KB ≈ 10 Gbps).
+    /// convention of that talk's table (20.6 Kqps × 64 KB ≈ 10 Gbps).
     pub fn gbps(&self) -> f64 {
         self.qps() * self.size as f64 * 8.0 / 1e9
     }

@@ -1,5 +1,6 @@
 //! `zcnet bench rx --mem cuda[:N]`: one TCP stream received three ways on each path, in one
-//! run, so that the ratios of issue 9 come from the same machine at the same time:
+//! run, so that the GPU targets' ratios (GPU ≥ 0.9× host, ≥ 2× naive) come from the same
+//! machine at the same time:
 //!
 //! - `host`: io_uring multishot receive into host memory (the baseline: no GPU at all);
 //! - `cuda[:N]`: into GPU memory by the best path ([`zcnet::gpu::receive::receive`]: devmem,

@@ -1,6 +1,6 @@
 //! A private lab of network namespaces: two hosts joined by a veth pair, and a UDP sink whose
 //! route ends in an ifb device that drops every packet (the counterpart of the dummy device in
-//! the SEND_ZC measurements, ../shared/seeds/001).
+//! the SEND_ZC measurements of Pavel Begunkov's "[RFC 00/12] io_uring zerocopy send", 2021).
 //!
 //! ```text
 //!   ns …-a: vA 10.10.0.1/24 ══ veth ══ ns …-b: vB 10.10.0.2/24

@@ -1,5 +1,5 @@
-//! `zcnet bench rx`: the RPC echo benchmark of seed 004 (64 KB echo, one pinned server thread,
-//! 24 closed-loop connections) for every receive mode on every TCP path, with the same client.
+//! `zcnet bench rx`: the RPC echo benchmark of the talk "Zero Copy Rx with io_uring" (David Wei,
+//! Pavel Begunkov: Thrift, 64 KB echo, one pinned server thread, 24 closed-loop connections) for every receive mode on every TCP path, with the same client.
 //!
 //! Paths: `veth` (server in lab namespace b on 10.10.0.2, clients in namespace a: root only) and
 //! `loopback` (127.0.0.1, port chosen by the kernel). The server thread is pinned to one CPU

@@ -1,5 +1,5 @@
 //! `zcnet bench xsk`: AF_XDP against AF_PACKET, packets per second and CPU per million
-//! packets, in the namespace lab (issue 12).
+//! packets, in the namespace lab.
 //!
 //! ```text
 //!   veth: ns …-a (sender thread, pinned)            ns …-b (receiver thread, pinned)

@@ -1,4 +1,4 @@
-//! The soak (issue 13, "long runs and faults"): many gigabytes through every send and receive
+//! The soak (long runs and faults): many gigabytes through every send and receive
 //! mode, every byte verified, every zero-copy notification and buffer accounted, with the
 //! process's memory, descriptors and threads sampled between cases so that a leak shows as
 //! growth.

@@ -1,4 +1,4 @@
-//! `zcnet perf` against iperf3, measured in one run (issue 11's performance targets): over
+//! `zcnet perf` against iperf3, measured in one run (the figures in docs/perf.md): over
 //! loopback and over the lab's veth pair, TCP with -l 128K at -P 1 and -P 4, four pairs each:
 //! iperf3↔iperf3 (the baseline), zcnet↔zcnet, zcnet client → iperf3 server and iperf3 client →
 //! zcnet server; then UDP to a sink (the veth pair with a tc filter that drops the client's

@@ -1,6 +1,6 @@
 //! `--tx devmem` refused for real: without a dma-buf (host memory has none here: no
 //! /dev/udmabuf), on a UDP socket, and by the kernel's bind-tx on veth and lo ("Driver does not
-//! support netmem TX", KERNEL-FACTS). Every refusal is one line with the errno and the fix, and
+//! support netmem TX", net/core/netdev-genl.c). Every refusal is one line with the errno and the fix, and
 //! leaves no fd open (the socket handed over is closed, the binding's netlink socket too).
 //! Lab tests need root and skip with a printed reason otherwise; the lab deletes its
 //! namespaces on every exit path (drop, also when a test panics).

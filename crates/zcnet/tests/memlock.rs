@@ -1,4 +1,4 @@
-//! RLIMIT_MEMLOCK (issue 13, defect 2): the remedy of [`Error::MemlockTooSmall`] is a limit that
+//! RLIMIT_MEMLOCK: the remedy of [`Error::MemlockTooSmall`] is a limit that
 //! works (it counts the io_uring ring as well as the registered region), `MSG_ZEROCOPY` under a
 //! small limit names RLIMIT_MEMLOCK rather than `net.core.optmem_max`, and `auto` falls back to
 //! `uring`, then `copy`, saying why, and completes the transfer.

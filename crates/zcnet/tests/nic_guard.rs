@@ -136,7 +136,7 @@ fn bad_queue_and_missing_ntuple_change_nothing() {
 
 #[test]
 fn queue_refusals_name_a_command_that_works_or_say_there_is_none() {
-    // Issue 13 defect 5: `nic setup --iface lo` suggested `ethtool -L lo combined 2`, which
+    // `nic setup --iface lo` once suggested `ethtool -L lo combined 2`, which
     // cannot work on lo (no channel control) and needs a tool that may not be installed.
     let dir = tempdir();
     let mut one = mlx5_like();

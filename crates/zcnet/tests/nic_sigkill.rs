@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 //! `zcnet nic setup` killed with SIGKILL at every step, then `zcnet nic restore`: nothing lost,
-//! nothing left behind (issue 13).
+//! nothing left behind.
 //!
 //! The simulated NIC keeps its configuration in a file, so that it outlives the process as a
 //! real device's does. A child process (this test binary again, its role chosen by

@@ -1,5 +1,5 @@
-//! The zero-copy receive backends on a machine whose devices refuse them (veth here; the
-//! kernel's answers are in KERNEL-FACTS): an explicit `zcrx`/`devmem` fails with the kernel's
+//! The zero-copy receive backends on a machine whose devices refuse them (veth here: no
+//! queue-management ops, no header split, no dma-buf binding): an explicit `zcrx`/`devmem` fails with the kernel's
 //! errno, the reason and the fix; `auto` falls back to `uring`, says why, and still delivers
 //! every byte; a failed construction leaves no fd behind. Lab tests need root and skip with a
 //! printed reason otherwise.

@@ -1,4 +1,4 @@
-//! Small TCP sends with zero copy (issue 13, item 1): a window of zero-copy buffers smaller than
+//! Small TCP sends with zero copy: a window of zero-copy buffers smaller than
 //! an MSS stalled on Nagle and the receiver's delayed ACK (about 1 MB/s at 4 KiB x 8), and `auto`
 //! chose zero copy for sends too small to gain from it. The window is now sized in bytes
 //! (`TxConfig::window`, 512 KiB by default) as well as in buffers.

@@ -1,5 +1,5 @@
 //! io_uring zero-copy receive into a dma-buf area (`RxMode::Zcrx` with `RxConfig::dmabuf`) on a
-//! device that cannot do it (veth here, KERNEL-FACTS): the kernel checks the device before the
+//! device that cannot do it (veth here: no queue-management ops): the kernel checks the device before the
 //! area, so whatever the fd (`/dev/null`, a memfd: not dma-bufs), the answer is `EOPNOTSUPP`,
 //! reported in one line with the reason and the fix; a failed construction leaves no fd open
 //! and keeps no reference to the caller's dma-buf. The data path (device fragments, refill)

@@ -1,7 +1,7 @@
 use super::*;
 use proptest::prelude::*;
 
-/// The kernel of these machines (KERNEL-FACTS.md): 6.18, io_uring with SEND_ZC/RECV_ZC, the
+/// The kernel of the development and CI machines: 6.18, io_uring with SEND_ZC/RECV_ZC, the
 /// netdev family with bind-rx/bind-tx, AF_XDP, root.
 fn kernel_618() -> KernelFacts {
     KernelFacts {
@@ -198,7 +198,7 @@ fn loopback_trial_decides_the_loopback_verdict() {
 
 #[test]
 fn a_loopback_trial_confirms_nothing_about_another_interface() {
-    // Issue 13 defect 5: an ifb's (or veth's, or a NIC's) send verdict was marked confirmed
+    // An ifb's (or veth's, or a NIC's) send verdict was once marked confirmed
     // because MSG_ZEROCOPY / SEND_ZC had worked over TCP loopback.
     let k = kernel_618();
     let ok = Trials {
@@ -246,7 +246,7 @@ fn a_loopback_trial_confirms_nothing_about_another_interface() {
 
 #[test]
 fn queue_remedies_are_commands_that_work_or_say_there_is_none() {
-    // Issue 13 defect 5: `ethtool -L lo combined 2` was suggested for lo, which has no
+    // `ethtool -L lo combined 2` was once suggested for lo, which has no
     // channels to change (and ethtool may not be installed).
     assert_eq!(
         add_rx_queues("lo", 2, None, true).unwrap_err(),
@@ -306,7 +306,7 @@ fn queue_remedies_are_commands_that_work_or_say_there_is_none() {
 
 #[test]
 fn a_refused_permission_offers_no_root_where_root_is_refused_too() {
-    // Issue 13 defect 5: an unprivileged probe of a device that cannot do zcrx was told to
+    // An unprivileged probe of a device that cannot do zcrx was once told to
     // run as root, where the kernel refuses it for the device's own reasons.
     let k = kernel_618();
     let eperm = Some(Err(Refusal {

@@ -275,7 +275,8 @@ mod tests {
 
     #[test]
     fn refusals_carry_the_kernels_words_the_errno_and_the_fix() {
-        // What 6.18 answers for veth (KERNEL-FACTS: bind-tx on veth).
+        // What 6.18 answers for veth: bind-tx checks the driver's netmem TX support first
+        // (net/core/netdev-genl.c).
         let e = bind_refusal(
             "vA",
             &kernel_error(libc::EOPNOTSUPP, Some("Driver does not support netmem TX")),

@@ -257,7 +257,7 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
         // The error queue is read when a buffer is wanted and none is free (`reap`), as the
         // kernel's msg_zerocopy selftest does, not after every send: reading it here cost one
         // recvmsg per send (EAGAIN nearly always) and held the backend at 0.55-0.8x a bare
-        // MSG_ZEROCOPY loop (issue 13 item 7). What waits there is bounded by the buffers in
+        // MSG_ZEROCOPY loop (docs/perf.md, "msg-zerocopy's own overhead"). What waits there is bounded by the buffers in
         // flight, and ENOBUFS above reads it when optmem fills.
         Ok(())
     }
