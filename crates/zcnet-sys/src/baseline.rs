@@ -1,7 +1,10 @@
-//! The yardstick for zcnet's own overhead: the smallest loop that makes the same syscalls as the
-//! `uring-zc` backend — `inflight` IORING_OP_SEND_ZC requests from one registered buffer each,
-//! `IORING_SEND_ZC_REPORT_USAGE`, same ring flags, one `io_uring_enter` per wait — with no
-//! library around it. `zcnet bench tx` runs it next to the backend and prints the ratio.
+//! The yardstick for zcnet's own overhead: the smallest loop that sends as the `uring-zc`
+//! backend sends datagrams — `inflight` independent IORING_OP_SEND_ZC requests (`MSG_NOSIGNAL`)
+//! from slices of one registered buffer, `IORING_SEND_ZC_REPORT_USAGE`, the same ring flags, one
+//! `io_uring_enter` per wait — with no library around it. It is not what the backend does on a
+//! TCP stream: there the backend links its sends (`IOSQE_IO_LINK`, with `MSG_WAITALL`) and starts
+//! a chain only when the previous chain's results are in, and this loop does neither. So
+//! `zcnet bench tx` runs it on the UDP sink only, next to the backend, and prints the ratio.
 //! Shaped after the kernel's io_uring_zerocopy_tx selftest (tools/testing/selftests/net).
 
 use crate::uring::IORING_SEND_ZC_REPORT_USAGE;

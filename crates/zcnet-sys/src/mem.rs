@@ -151,7 +151,8 @@ impl Mapping {
         Ok(m)
     }
 
-    /// Memory the caller owns; dropped with the mapping.
+    /// Memory the caller owns; dropped with the mapping. It starts wherever the allocator put it,
+    /// in general not on a page boundary, so slots cut from it are not page-aligned either.
     pub fn from_boxed(mut bytes: Box<[u8]>) -> io::Result<Mapping> {
         if bytes.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty buffer"));
@@ -214,8 +215,9 @@ impl Mapping {
 
     /// Cuts the mapping into `count` disjoint slots of `slot_len` bytes (ids `0..count`), each
     /// starting `stride` bytes after the previous (`stride >= slot_len`; a page-multiple stride
-    /// keeps every slot page-aligned, so a 64,000 B send spans 16 pages, not 17, and fits the
-    /// kernel's MAX_SKB_FRAGS for zero-copy).
+    /// keeps every slot page-aligned when the mapping starts on a page, as every mapping made
+    /// here does but a [`Mapping::from_boxed`] one need not, so a 64,000 B send spans 16 pages,
+    /// not 17, and fits the kernel's MAX_SKB_FRAGS for zero-copy).
     pub fn into_slots_strided(
         self,
         slot_len: usize,

@@ -102,7 +102,9 @@ impl Region {
         }
     }
 
-    /// Memory the caller owns, handed over for the region's lifetime.
+    /// Memory the caller owns, handed over for the region's lifetime. It starts where the
+    /// allocator put it, in general not on a page boundary, so buffers cut from it are not
+    /// page-aligned (a send may then span one page more than from [`Region::anonymous`]).
     pub fn from_boxed(bytes: Box<[u8]>) -> Result<Region> {
         let map = Mapping::from_boxed(bytes).map_err(|e| Error::io("caller memory", e))?;
         Ok(Region::of(map))

@@ -281,7 +281,9 @@ pub fn path_segment(fd: RawFd) -> Option<usize> {
 }
 
 /// Distance between buffer starts: the buffer size rounded up to the page size, so every buffer
-/// is page-aligned (fewer pages per send, and zero-copy fits MAX_SKB_FRAGS).
+/// is page-aligned when its region starts on a page (fewer pages per send, and zero-copy fits
+/// MAX_SKB_FRAGS). Anonymous, huge-page and CUDA regions do; a `Region::from_boxed` one starts
+/// where the allocator put the box, and its buffers are then not page-aligned.
 pub fn buffer_stride(buf_size: usize) -> usize {
     let page = zcnet_sys::mem::page_size();
     buf_size.div_ceil(page) * page
