@@ -1,4 +1,9 @@
-//! # zcnet-sys: every `unsafe` line of zcnet
+//! # zcnet-sys: the unsafe code of the zcnet library
+//!
+//! Every `unsafe` line under the library is here: zcnet, zcnet-core, zcnet-netlink and
+//! zcnet-tools forbid unsafe code. The two crates that face C, zcnet-ffi (the C ABI) and
+//! zcnet-nccl (the NCCL plugin), hold their own `unsafe` at that boundary: their `extern "C"`
+//! entry points and the raw pointers they are handed.
 //!
 //! Memory mappings and their disjoint slots ([`mem`]), the io_uring ring that holds a slot for
 //! exactly as long as the kernel may touch it ([`uring`]), socket options, `MSG_ZEROCOPY` sends

@@ -22,7 +22,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Layers: `zcnet-core` (sans-IO bookkeeping) ← `zcnet-sys` (all unsafe) ← this crate
+//! Layers: `zcnet-core` (sans-IO bookkeeping) ← `zcnet-sys` (the library's unsafe code) ← this crate
 //! (regions, send and receive backends, probe, NIC setup) ← `zcnet-tools` (the namespace lab,
 //! bench, echo, perf) ← `zcnet-cli` (the `zcnet` command).
 #![forbid(unsafe_code)]
