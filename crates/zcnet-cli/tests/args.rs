@@ -23,7 +23,7 @@ fn zcnet(args: &[&str]) -> Output {
 /// `ADDR` in a case stands for the address of a listener that must see no connection.
 const ADDR: &str = "ADDR";
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_values_exit_2_naming_the_flag_before_anything_happens() {
     let cases: &[(&[&str], &str)] = &[
         (&["send", ADDR, "--verify", "--size", "0"], "--size"),
@@ -140,7 +140,7 @@ fn bad_values_exit_2_naming_the_flag_before_anything_happens() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parser_errors_are_one_line_naming_the_flag() {
     for (args, flag) in [
         (
@@ -159,7 +159,7 @@ fn parser_errors_are_one_line_naming_the_flag() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_failed_bench_case_makes_the_run_fail() {
     // devmem TX cannot run on loopback (no dma-buf without a device, or lo has no netmem TX):
     // its row fails; copy's runs. The table is printed, and the run exits 1 saying so.
@@ -208,7 +208,7 @@ fn a_failed_bench_case_makes_the_run_fail() {
     assert!(doc["results"][0]["error"].is_string(), "{doc}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_tx_without_root_and_without_loopback_says_nothing_can_run() {
     if !can_run_as_nobody() {
         return;
@@ -260,7 +260,7 @@ fn channels_in(ns: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn nic_channels_bad_input_is_one_line_naming_it_and_changes_nothing() {
     // The parser and the interface lookup: no device, no root needed.
     for (args, named) in [
@@ -355,3 +355,5 @@ fn nic_channels_bad_input_is_one_line_naming_it_and_changes_nothing() {
         assert_eq!(counts(), before, "{args:?} changed the channels");
     }
 }
+
+zcnet_testkit::main!();

@@ -53,7 +53,7 @@ fn assert_measured(r: &Value, size: u64, connections: u64) {
     assert_eq!(r["server_failures"].as_array().unwrap().len(), 0, "{r}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn loopback_json_has_every_mode_with_refusals_as_rows() {
     let doc = json(&[
         "bench",
@@ -96,7 +96,7 @@ fn loopback_json_has_every_mode_with_refusals_as_rows() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn table_shows_ratio_and_refusals() {
     let o = zcnet(&[
         "bench",
@@ -132,7 +132,7 @@ fn table_shows_ratio_and_refusals() {
     assert!(stderr(&o).contains("[1/3] loopback copy"), "{}", stderr(&o));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn usage_errors_are_one_line() {
     let o = zcnet(&["bench", "rx", "--rx", "bogus"]);
     assert_eq!(o.status.code(), Some(2));
@@ -153,7 +153,7 @@ fn usage_errors_are_one_line() {
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn veth_as_root_runs_in_a_lab_that_is_gone_afterwards() {
     if !is_root() {
         eprintln!(
@@ -196,7 +196,7 @@ fn veth_as_root_runs_in_a_lab_that_is_gone_afterwards() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn without_root_veth_is_refused_and_loopback_still_runs() {
     if !can_run_as_nobody() {
         return;
@@ -229,3 +229,5 @@ fn without_root_veth_is_refused_and_loopback_still_runs() {
     let notes = doc["notes"].to_string();
     assert!(notes.contains("not root"), "{notes}");
 }
+
+zcnet_testkit::main!();

@@ -41,7 +41,7 @@ fn num(r: &Value, k: &str) -> f64 {
         .unwrap_or_else(|| panic!("{k} is not a number: {r}"))
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn json_has_every_mode_with_counts_that_add_up() {
     if !is_root() {
         eprintln!("skipped json_has_every_mode_with_counts_that_add_up: needs root for the lab");
@@ -144,7 +144,7 @@ fn json_has_every_mode_with_counts_that_add_up() {
     assert!(doc["placement"].as_str().unwrap().contains("pinned to CPU"));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn usage_errors_are_one_line_and_exit_2() {
     for (args, needle) in [
         (&["--size", "40"][..], "--size 40"),
@@ -164,7 +164,7 @@ fn usage_errors_are_one_line_and_exit_2() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn without_root_it_says_so_in_one_line() {
     if !can_run_as_nobody() {
         return;
@@ -176,7 +176,7 @@ fn without_root_it_says_so_in_one_line() {
     assert!(e.contains("needs root"), "{e}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn ctrl_c_mid_run_exits_130_and_leaves_no_namespace() {
     if !is_root() {
         eprintln!(
@@ -233,3 +233,5 @@ fn ctrl_c_mid_run_exits_130_and_leaves_no_namespace() {
         );
     }
 }
+
+zcnet_testkit::main!();

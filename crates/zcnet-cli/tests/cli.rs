@@ -42,7 +42,7 @@ fn start_recv(extra: &[&str]) -> (Child, u16) {
     common::start_recv(extra, Stdio::piped())
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unknown_mode_is_a_one_line_usage_error() {
     let o = run(&["send", "127.0.0.1:9", "--tx", "bogus"]);
     assert_eq!(o.status.code(), Some(2));
@@ -60,7 +60,7 @@ fn unknown_mode_is_a_one_line_usage_error() {
     assert!(stderr(&o).contains("bad address"));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn refused_connection_names_the_fix() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -80,7 +80,7 @@ fn refused_connection_names_the_fix() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn oversized_udp_payload_is_refused() {
     // A bad argument: exit 2 (docs/cli.md, "Exit codes").
     let o = run(&["send", "127.0.0.1:9", "--udp", "--size", "64K", "--verify"]);
@@ -88,7 +88,7 @@ fn oversized_udp_payload_is_refused() {
     assert!(stderr(&o).contains("65507"), "{}", stderr(&o));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_recv_verified_round_trip_for_every_mode() {
     for mode in ["copy", "msg-zerocopy", "uring", "uring-zc", "auto"] {
         let (child, port) = start_recv(&["--verify", "--seed", "9", "--json"]);
@@ -115,7 +115,7 @@ fn send_recv_verified_round_trip_for_every_mode() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_rcvlowat_is_taken_as_given_and_refused_when_bad() {
     for (flag, want) in [
         ("off", serde_json::Value::Null),
@@ -141,7 +141,7 @@ fn recv_rcvlowat_is_taken_as_given_and_refused_when_bad() {
     assert!(stderr(&o).contains("--rcvlowat"), "{}", stderr(&o));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_every_host_rx_mode_verifies_and_says_what_it_used() {
     for (rx, used) in [("copy", "copy"), ("uring", "uring"), ("auto", "uring")] {
         let (child, port) = start_recv(&["--rx", rx, "--verify", "--seed", "5", "--json"]);
@@ -188,7 +188,7 @@ fn recv_every_host_rx_mode_verifies_and_says_what_it_used() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_refusals_are_one_line_errors() {
     let o = run(&["recv", "--listen", "127.0.0.1:0", "--rx", "bogus"]);
     assert_eq!(o.status.code(), Some(2));
@@ -229,7 +229,7 @@ fn recv_refusals_are_one_line_errors() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unprivileged_zcrx_and_devmem_on_lo_are_refused_for_los_reason_not_for_root() {
     // Without CAP_NET_ADMIN the kernel says EPERM before it looks at the
     // device, and the message told the user to run it as root, where lo is refused too.
@@ -273,7 +273,7 @@ fn unprivileged_zcrx_and_devmem_on_lo_are_refused_for_los_reason_not_for_root() 
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn wrong_seed_fails_verification() {
     let (child, port) = start_recv(&["--verify", "--seed", "1"]);
     let s = run(&[
@@ -297,7 +297,7 @@ fn wrong_seed_fails_verification() {
     drop(s);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn stdin_to_stdout_like_netcat() {
     let (child, port) = start_recv(&[]);
     let mut s = zcnet()
@@ -328,7 +328,7 @@ fn stdin_to_stdout_like_netcat() {
     assert_eq!(out, text);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn udp_send_with_gso_reaches_a_receiver() {
     let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
     rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -354,7 +354,7 @@ fn udp_send_with_gso_reaches_a_receiver() {
     assert_eq!(n, 1472);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_without_verify_sends_exact_counts_of_zeros_and_with_verify_the_pattern() {
     // `send --bytes/--duration` once wrote the pattern into every send, which
     // capped it at the speed of the fill (~3 GB/s against ~90 GB/s for `bench tx`). Without
@@ -472,7 +472,7 @@ fn send_without_verify_sends_exact_counts_of_zeros_and_with_verify_the_pattern()
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_json_on_loopback_has_the_documented_schema() {
     let o = run(&[
         "bench",
@@ -518,7 +518,7 @@ fn bench_json_on_loopback_has_the_documented_schema() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
     let root = is_root();
     if !root {
@@ -559,7 +559,7 @@ fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
     assert!(!after.contains(&prefix), "namespaces left behind: {after}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn memlock_too_small_is_named_with_the_fix() {
     // Root has CAP_IPC_LOCK, which exempts it from RLIMIT_MEMLOCK: drop it with setpriv so the
     // limit applies, then ask for a region larger than the limit.
@@ -600,3 +600,5 @@ fn memlock_too_small_is_named_with_the_fix() {
     assert_eq!(e.lines().count(), 1, "{e}");
     drop(l);
 }
+
+zcnet_testkit::main!();

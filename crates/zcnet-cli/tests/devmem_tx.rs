@@ -17,7 +17,7 @@ fn zcnet(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_devmem_without_a_dmabuf_exits_1_with_one_line_and_the_fix() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -44,7 +44,7 @@ fn send_devmem_without_a_dmabuf_exits_1_with_one_line_and_the_fix() {
     drop(l);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_tx_devmem_gives_a_row_with_the_refusal() {
     let o = zcnet(&[
         "bench",
@@ -78,7 +78,7 @@ fn bench_tx_devmem_gives_a_row_with_the_refusal() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn devmem_is_not_in_the_default_benchmark_set() {
     let o = zcnet(&["bench", "tx", "--help"]);
     assert!(o.status.success());
@@ -90,3 +90,5 @@ fn devmem_is_not_in_the_default_benchmark_set() {
     // Named in the help all the same.
     assert!(help.contains("devmem"), "{help}");
 }
+
+zcnet_testkit::main!();

@@ -43,7 +43,7 @@ fn assert_not_connected(l: &TcpListener) {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_from_cuda_without_a_driver_names_the_library_and_the_fix() {
     let (l, addr) = idle_listener();
     for extra in [&[][..], &["--naive"][..], &["--tx", "devmem"][..]] {
@@ -59,7 +59,7 @@ fn send_from_cuda_without_a_driver_names_the_library_and_the_fix() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_into_cuda_without_a_driver_fails_before_listening() {
     for extra in [
         &[][..],
@@ -79,7 +79,7 @@ fn recv_into_cuda_without_a_driver_fails_before_listening() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_mem_values_are_refused_before_anything_happens() {
     let (l, addr) = idle_listener();
     let cases: &[(&[&str], &str)] = &[
@@ -105,7 +105,7 @@ fn bad_mem_values_are_refused_before_anything_happens() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_tx_from_cuda_without_a_driver_fails_before_making_a_lab() {
     let before = lab_namespaces();
     let o = zcnet(&["bench", "tx", "--path", "loopback", "--mem", "cuda"]);
@@ -118,7 +118,7 @@ fn bench_tx_from_cuda_without_a_driver_fails_before_making_a_lab() {
     assert_eq!(lab_namespaces(), before);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_rx_into_cuda_without_a_driver_fails_before_making_a_lab() {
     let before = lab_namespaces();
     let o = zcnet(&["bench", "rx", "--path", "veth,loopback", "--mem", "cuda:1"]);
@@ -149,3 +149,5 @@ fn lab_namespaces() -> usize {
         .map(|d| d.count())
         .unwrap_or(0)
 }
+
+zcnet_testkit::main!();

@@ -142,7 +142,7 @@ fn no_namespace_left(pid: u32) {
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn with_nothing_set_every_test_skips_with_a_reason() {
     let (out, doc, pid) = run_suite(&[], false);
     assert_eq!(out.status.code(), Some(0), "{doc}");
@@ -165,7 +165,7 @@ fn with_nothing_set_every_test_skips_with_a_reason() {
     no_namespace_left(pid);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn on_loopback_the_probe_passes_and_nic_setup_is_refused_cleanly() {
     let (out, doc, pid) = run_suite(&[("ZCNET_HW_IFACE", "lo")], true);
     assert_eq!(out.status.code(), Some(0), "{doc}");
@@ -216,3 +216,5 @@ fn on_loopback_the_probe_passes_and_nic_setup_is_refused_cleanly() {
     assert_eq!(doc["iface"], "lo");
     no_namespace_left(pid);
 }
+
+zcnet_testkit::main!();

@@ -91,7 +91,7 @@ fn ulimit_in(msg: &str) -> u64 {
         .unwrap_or_else(|| panic!("no number after 'ulimit -l' in: {msg}"))
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn uring_zc_limit_in_the_message_works_and_a_page_less_does_not() {
     if !can_run("uring_zc_limit_in_the_message_works_and_a_page_less_does_not") {
         return;
@@ -120,7 +120,7 @@ fn uring_zc_limit_in_the_message_works_and_a_page_less_does_not() {
     assert_eq!(ulimit_in(&e), kib, "{e}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_not_optmem() {
     if !can_run("msg_zerocopy_under_a_small_limit_names_rlimit_memlock_not_optmem") {
         return;
@@ -144,7 +144,7 @@ fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_not_optmem() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn auto_falls_back_to_uring_then_copy_and_says_why() {
     if !can_run("auto_falls_back_to_uring_then_copy_and_says_why") {
         return;
@@ -194,7 +194,7 @@ fn in_netns_with_optmem(optmem: u64, sender_prefix: &str) -> Output {
         .unwrap()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself() {
     let test = "optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself";
     if !can_run(test) {
@@ -233,3 +233,5 @@ fn optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself() {
         stderr(&o)
     );
 }
+
+zcnet_testkit::main!();

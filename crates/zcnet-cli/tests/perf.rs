@@ -19,7 +19,7 @@ impl Drop for Server {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_client_and_a_one_off_server_move_exactly_the_bytes_asked_for() {
     let mut child = zcnet()
         .args(["perf", "-s", "-1", "-p", "0", "-J"])
@@ -61,7 +61,7 @@ fn a_client_and_a_one_off_server_move_exactly_the_bytes_asked_for() {
     assert!(st.success(), "server exit {st}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_use_exits_2_and_a_closed_port_fails_fast() {
     let out = zcnet().args(["perf"]).output().expect("run");
     assert_eq!(out.status.code(), Some(2), "neither -s nor -c");
@@ -89,3 +89,5 @@ fn bad_use_exits_2_and_a_closed_port_fails_fast() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("zcnet perf: error"), "{err}");
 }
+
+zcnet_testkit::main!();

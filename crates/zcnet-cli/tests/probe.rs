@@ -92,7 +92,7 @@ fn assert_software_verdicts(i: &Value, confirmed: bool) {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn veth_lo_and_ifb_get_this_kernels_verdicts() {
     let Some(mut lab) = lab() else { return };
     let veth = lab.veth().unwrap();
@@ -226,7 +226,7 @@ fn no_xsk_left(ns: &str, st: &PathBuf) -> bool {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn active_iface_probe_tries_each_queue_in_both_modes_and_leaves_nothing_bound() {
     let Some(mut lab) = lab() else { return };
     let veth = lab.veth().unwrap();
@@ -351,7 +351,7 @@ fn active_iface_probe_tries_each_queue_in_both_modes_and_leaves_nothing_bound() 
     let _ = std::fs::remove_dir_all(&st);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn per_queue_probe_refuses_a_queue_or_interface_that_does_not_exist() {
     let Some(mut lab) = lab() else { return };
     let veth = lab.veth().unwrap();
@@ -401,7 +401,7 @@ fn per_queue_probe_refuses_a_queue_or_interface_that_does_not_exist() {
     let _ = std::fs::remove_dir_all(&st);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn active_probe_confirms_and_leaves_nothing_behind() {
     let Some(mut lab) = lab() else { return };
     let veth = lab.veth().unwrap();
@@ -441,7 +441,7 @@ fn active_probe_confirms_and_leaves_nothing_behind() {
     assert_eq!(v["xsk_bind"]["queues"].as_array().unwrap().len(), 1, "{v}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn an_ifbs_send_verdicts_are_not_confirmed_by_a_trial_over_loopback() {
     // `probe --active` once marked an ifb's TCP verdicts confirmed (`*`) when
     // the MSG_ZEROCOPY / SEND_ZC trial had run over loopback.
@@ -476,7 +476,7 @@ fn an_ifbs_send_verdicts_are_not_confirmed_by_a_trial_over_loopback() {
     assert_eq!((cols[6], cols[7]), ("copies", "copies"), "{row}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn active_probe_in_a_namespace_whose_lo_is_down_finishes() {
     // The loopback trial's reader thread waited in accept for a connect that had failed
     // (lo down), and the probe waited for that thread forever.
@@ -515,7 +515,7 @@ fn active_probe_in_a_namespace_whose_lo_is_down_finishes() {
     assert_eq!(m["confirmed"], false, "{m}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn nic_setup_on_lo_and_ifb_offers_no_command_that_cannot_work() {
     // `nic setup --iface lo` once suggested `ethtool -L lo combined 2`: lo (and
     // ifb) have no channel control, and ethtool may not even be installed.
@@ -577,7 +577,7 @@ fn nic_setup_on_lo_and_ifb_offers_no_command_that_cannot_work() {
     let _ = std::fs::remove_dir_all(&st);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn probe_table_fits_a_screen_and_unknown_interfaces_are_usage_errors() {
     let Some(mut lab) = lab() else { return };
     let veth = lab.veth().unwrap();
@@ -615,7 +615,7 @@ fn nic_snapshot(ns: &str, dev: &str) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn nic_setup_on_veth_fails_with_the_kernels_message_and_changes_nothing() {
     let Some(mut lab) = lab() else { return };
     let veth = lab.veth().unwrap();
@@ -673,7 +673,7 @@ fn nic_setup_on_veth_fails_with_the_kernels_message_and_changes_nothing() {
     let _ = std::fs::remove_dir_all(&st);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn without_privileges_probe_still_answers_and_nic_setup_says_why_not() {
     if !can_run_as_nobody() {
         return;
@@ -703,7 +703,7 @@ fn without_privileges_probe_still_answers_and_nic_setup_says_why_not() {
     assert!(!zcrx["remedy"].is_string(), "root is refused too: {zcrx}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn without_privileges_nic_setup_says_what_root_would_be_refused_too() {
     // A device with queues enough but no ring parameters (a veth with 4 queues): root gets
     // the kernel's "setting TCP data split is not supported", so "needs root" would be false.
@@ -741,3 +741,5 @@ fn without_privileges_nic_setup_says_what_root_would_be_refused_too() {
     assert!(e.contains("reports no ring parameters"), "{e}");
     assert!(e.contains("for root too") && !e.contains("sudo"), "{e}");
 }
+
+zcnet_testkit::main!();

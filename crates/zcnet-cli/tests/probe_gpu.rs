@@ -83,7 +83,7 @@ fn assert_no_gpu(doc: &Value, names_file: &str) -> String {
     cause
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn without_a_gpu_driver_probe_says_why_and_how_to_fix_it() {
     let doc = json(&["probe"], None);
     if doc["gpu"]["driver"] != Value::Null {
@@ -105,7 +105,7 @@ fn without_a_gpu_driver_probe_says_why_and_how_to_fix_it() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_libcuda_that_does_not_exist_is_named_in_the_gpu_section() {
     const LIB: &str = "/nonexistent/x.so";
     let doc = json(&["probe", "--iface", "lo"], Some(LIB));
@@ -123,3 +123,5 @@ fn a_libcuda_that_does_not_exist_is_named_in_the_gpu_section() {
         "{line}"
     );
 }
+
+zcnet_testkit::main!();

@@ -151,7 +151,7 @@ fn settle() {
     std::thread::sleep(Duration::from_millis(300));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_waiting_in_accept_stops() {
     for sig in SIGNALS {
         for rx in ["copy", "uring", "auto"] {
@@ -170,7 +170,7 @@ fn recv_waiting_in_accept_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_mid_transfer_stops() {
     for sig in SIGNALS {
         let mut r = Running::start(zcnet().args(["recv", "--listen", "127.0.0.1:0", "--discard"]));
@@ -184,7 +184,7 @@ fn recv_mid_transfer_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_blocked_writing_to_a_full_stdout_stops() {
     for sig in SIGNALS {
         // stdout is a pipe nobody reads: once it is full, recv blocks writing to it.
@@ -210,7 +210,7 @@ fn recv_blocked_writing_to_a_full_stdout_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_waiting_for_stdin_stops() {
     for sig in SIGNALS {
         for tx in ["copy", "uring-zc"] {
@@ -228,7 +228,7 @@ fn send_waiting_for_stdin_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_to_a_peer_that_never_reads_stops() {
     for sig in SIGNALS {
         for tx in ["copy", "msg-zerocopy", "uring", "uring-zc", "auto"] {
@@ -246,7 +246,7 @@ fn send_to_a_peer_that_never_reads_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_waiting_in_connect_stops() {
     if !is_root() || Command::new("unshare").arg("--help").output().is_err() {
         eprintln!("skipped send_waiting_in_connect_stops: needs root and unshare (util-linux) for a private network namespace whose peer never answers");
@@ -291,7 +291,7 @@ fn send_waiting_in_connect_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_tx_loopback_mid_case_stops() {
     for sig in SIGNALS {
         let mut r = Running::start(zcnet().args([
@@ -312,7 +312,7 @@ fn bench_tx_loopback_mid_case_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_rx_loopback_mid_case_stops() {
     for sig in SIGNALS {
         let mut r = Running::start(zcnet().args([
@@ -335,7 +335,7 @@ fn bench_rx_loopback_mid_case_stops() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_tx_lab_cases_stop_and_leave_no_namespace() {
     if !is_root() {
         eprintln!("skipped bench_tx_lab_cases_stop_and_leave_no_namespace: needs root for the lab");
@@ -406,3 +406,5 @@ fn bench_tx_lab_cases_stop_and_leave_no_namespace() {
         }
     }
 }
+
+zcnet_testkit::main!();

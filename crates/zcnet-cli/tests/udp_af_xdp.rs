@@ -219,7 +219,7 @@ fn transfer(v: &VethPath, tx: &str, rx: &str, size: &str, bytes: u64, port: u16)
     (sj, rj)
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn af_xdp_and_socket_datagrams_arrive_whole_in_every_pairing() {
     let Some((_lab, v)) = lab() else { return };
     // 1,500,500 B of 1000 B datagrams (the last one 500 B): 1501 datagrams; 2 MB of 1472 B
@@ -236,7 +236,7 @@ fn af_xdp_and_socket_datagrams_arrive_whole_in_every_pairing() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn other_ports_reach_the_stack_while_the_xdp_program_runs() {
     let Some((_lab, v)) = lab() else { return };
     let xdp = Receiver::start(
@@ -305,7 +305,7 @@ fn other_ports_reach_the_stack_while_the_xdp_program_runs() {
     assert!(xdp_progs(&v.b, "vB").is_empty());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sigint_ends_the_af_xdp_receiver_with_130_and_detaches_it() {
     let Some((_lab, v)) = lab() else { return };
     let r = Receiver::start(
@@ -368,7 +368,7 @@ fn sigint_ends_the_af_xdp_receiver_with_130_and_detaches_it() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_wrong_seed_and_an_unanswered_address_are_refused_in_one_line() {
     let Some((_lab, v)) = lab() else { return };
     let r = Receiver::start(
@@ -475,7 +475,7 @@ fn a_wrong_seed_and_an_unanswered_address_are_refused_in_one_line() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_arguments_exit_2_in_one_line_naming_the_flag() {
     // lo exists everywhere (MTU 65536: one AF_XDP frame carries at most 4096 − 42 B).
     let cases: [(&[&str], &[&str]); 9] = [
@@ -544,3 +544,5 @@ fn bad_arguments_exit_2_in_one_line_naming_the_flag() {
         }
     }
 }
+
+zcnet_testkit::main!();

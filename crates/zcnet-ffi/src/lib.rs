@@ -102,3 +102,7 @@ fn pattern_fill(seed: u64, offset: u64, data: Option<&mut [u8]>) -> error::Resul
     zcnet::Pattern::new(seed).fill(offset, data);
     Ok(())
 }
+
+// The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
+#[cfg(test)]
+zcnet_testkit::main!();

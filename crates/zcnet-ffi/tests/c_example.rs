@@ -78,7 +78,7 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> (bool, String, String) {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn c_example_sends_and_verifies_8_mib() {
     let Some(cc) = c_compiler() else {
         eprintln!("SKIP: no C compiler ($CC or cc) to build examples/c/send_recv.c");
@@ -142,3 +142,5 @@ fn c_example_sends_and_verifies_8_mib() {
         "{line}"
     );
 }
+
+zcnet_testkit::main!();

@@ -28,7 +28,7 @@ fn generate(dir: &Path) -> String {
     String::from_utf8(out).expect("cbindgen wrote UTF-8")
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn committed_header_is_current() {
     let want = generate(&crate_dir());
     let path = header_path();
@@ -54,7 +54,7 @@ fn committed_header_is_current() {
 }
 
 /// Every function the library exports is declared (cbindgen did follow every module).
-#[test]
+#[zcnet_testkit::test]
 fn header_declares_the_whole_api() {
     let h = generate(&crate_dir());
     for f in [
@@ -92,3 +92,5 @@ fn header_declares_the_whole_api() {
         assert!(h.contains(c), "{c} is missing from the generated header");
     }
 }
+
+zcnet_testkit::main!();

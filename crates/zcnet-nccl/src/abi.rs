@@ -355,7 +355,7 @@ mod layout {
     use super::*;
     use std::mem::{offset_of, size_of};
 
-    #[test]
+    #[zcnet_testkit::test]
     fn device_handle() {
         assert_eq!(size_of::<ncclNetDeviceHandle_t>(), 32);
         assert_eq!(offset_of!(ncclNetDeviceHandle_t, handle), 8);
@@ -363,7 +363,7 @@ mod layout {
         assert_eq!(offset_of!(ncclNetDeviceHandle_t, needsProxyProgress), 24);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn properties_v8() {
         assert_eq!(size_of::<ncclNetProperties_v8_t>(), 64);
         assert_eq!(offset_of!(ncclNetProperties_v8_t, guid), 16);
@@ -374,7 +374,7 @@ mod layout {
         assert_eq!(offset_of!(ncclNetProperties_v8_t, netDeviceVersion), 56);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn properties_v9_v10_v11() {
         assert_eq!(size_of::<ncclNetProperties_v9_t>(), 104);
         assert_eq!(offset_of!(ncclNetProperties_v9_t, forceFlush), 32);
@@ -390,7 +390,7 @@ mod layout {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn properties_v12() {
         assert_eq!(size_of::<ncclNetProperties_v12_t>(), 128);
         assert_eq!(offset_of!(ncclNetProperties_v12_t, vProps), 64);
@@ -404,7 +404,7 @@ mod layout {
         assert_eq!(offset_of!(ncclNetProperties_v12_t, planeId), 126);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn tables_are_a_name_and_function_pointers_in_header_order() {
         assert_eq!(size_of::<ncclNet_v8_t>(), 19 * 8);
         assert_eq!(offset_of!(ncclNet_v8_t, isend), 10 * 8);

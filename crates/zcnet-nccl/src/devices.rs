@@ -244,7 +244,7 @@ mod tests {
         move |k| v.iter().find(|(a, _)| a == k).map(|(_, b)| b.clone())
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn knobs_have_defaults_suffixes_and_ranges() {
         assert_eq!(
             Knobs::from(env(&[])).expect("defaults"),
@@ -277,7 +277,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn socket_ifname_syntax() {
         assert!(matches_filter("eth", "eth0"));
         assert!(!matches_filter("eth", "ens3"));
@@ -288,7 +288,7 @@ mod tests {
         assert!(matches_filter("ib,eth", "eth1"));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn default_choice_skips_loopback_unless_alone() {
         let v4 = |s: &str| s.parse::<IpAddr>().expect("ip");
         let both = vec![

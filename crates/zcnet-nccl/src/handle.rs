@@ -155,7 +155,7 @@ impl Hello {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn handles_round_trip_and_foreign_ones_are_refused() {
         for addr in ["127.0.0.1:5000", "[::1]:6000", "10.10.0.2:1"] {
             let h = Handle {
@@ -178,7 +178,7 @@ mod tests {
         assert!(Handle::decode(&other[..10]).is_err());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn hellos_round_trip_and_garbage_is_a_remote_error() {
         let h = Hello {
             nonce: 9,

@@ -32,3 +32,7 @@ pub mod error;
 mod exports;
 pub mod handle;
 mod log;
+
+// The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
+#[cfg(test)]
+zcnet_testkit::main!();

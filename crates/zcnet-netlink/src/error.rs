@@ -260,7 +260,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn kernel_error_is_one_line_with_extack() {
         let e = Error::from_kernel(KernelError {
             op: "bind-tx",
@@ -284,7 +284,7 @@ mod tests {
         assert!(!s.contains('\n'));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn permission_names_the_fix() {
         let e = Error::from_kernel(KernelError {
             op: "bind-rx",

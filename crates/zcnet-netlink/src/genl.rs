@@ -243,7 +243,7 @@ mod tests {
     use super::*;
     use crate::testutil::Capture;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn missing_family_says_which_kernel_has_it() {
         let e = Capture::load("ctrl_getfamily_missing")
             .replay(GETFAMILY, "zcnet-nope")

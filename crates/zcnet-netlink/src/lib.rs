@@ -32,3 +32,7 @@ pub mod wire;
 mod testutil;
 
 pub use error::{Error, KernelError, Result};
+
+// The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
+#[cfg(test)]
+zcnet_testkit::main!();

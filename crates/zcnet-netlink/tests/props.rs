@@ -94,17 +94,17 @@ fn attr_soup() -> impl Strategy<Value = Vec<u8>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    #[test]
+    #[zcnet_testkit::test]
     fn parsers_never_panic_on_bytes(b in prop::collection::vec(any::<u8>(), 0..512)) {
         all_parsers(&b);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn parsers_never_panic_on_attr_soup(b in attr_soup()) {
         all_parsers(&b);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn builder_round_trips(attrs in prop::collection::vec((1u16..0x3fff, prop::collection::vec(any::<u8>(), 0..40)), 0..16)) {
         let mut b = MsgBuilder::genl(30, 1, 7, 2, 1);
         b.nest_begin(1);
@@ -128,7 +128,7 @@ proptest! {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dev_info_round_trips(ifindex in 1u32.., xdp in any::<u64>(), meta in any::<u64>(), xsk in any::<u64>(), zc in proptest::option::of(1u32..)) {
         let mut b = MsgBuilder::new(0, 0, 0);
         b.put_u32(1, ifindex).put_u64(3, xdp).put_u64(5, meta).put_u64(6, xsk);
@@ -141,7 +141,7 @@ proptest! {
         prop_assert_eq!(d.names().len() as u32, xdp.count_ones());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn rings_set_round_trips(rx in proptest::option::of(any::<u32>()), hds in proptest::option::of(any::<u32>()), tds in proptest::option::of(0u8..3), push in proptest::option::of(any::<bool>())) {
         let set = RingsSet { rx, hds_thresh: hds, tcp_data_split: tds.map(TcpDataSplit::from_value), tx_push: push, ..RingsSet::default() };
         let mut b = MsgBuilder::new(0, 0, 0);
@@ -151,7 +151,7 @@ proptest! {
         prop_assert_eq!((r.rx, r.hds_thresh, r.tcp_data_split, r.tx_push), (rx, hds, set.tcp_data_split, push));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn named_bits_round_trip(bits in prop::collection::btree_map("[a-z-]{1,20}", any::<bool>(), 0..10)) {
         let list: Vec<(&str, bool)> = bits.iter().map(|(n, v)| (n.as_str(), *v)).collect();
         let mut b = MsgBuilder::new(0, 0, 0);
@@ -162,7 +162,7 @@ proptest! {
         prop_assert_eq!(Bitset::parse(top[0].payload()).is_err(), !list.is_empty());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn compact_bitsets_round_trip(words in prop::collection::vec(any::<u32>(), 1..8), mask in prop::collection::vec(any::<u32>(), 1..8), nomask in any::<bool>()) {
         let size = 32 * words.len() as u32;
         let bytes = |w: &[u32]| w.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
@@ -181,7 +181,7 @@ proptest! {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn flow_rules_round_trip(v6 in any::<bool>(), tcp in any::<bool>(), src in proptest::option::of(any::<u128>()), dst in proptest::option::of(any::<u128>()), sp in proptest::option::of(any::<u16>()), dp in proptest::option::of(any::<u16>()), queue in 0u32..u32::MAX, loc in proptest::option::of(0u32..0x8000_0000)) {
         let ip = |x: u128| if v6 { IpAddr::V6(Ipv6Addr::from(x)) } else { IpAddr::V4(Ipv4Addr::from(x as u32)) };
         let flow = match (v6, tcp) { (false, true) => FlowType::TcpV4, (false, false) => FlowType::UdpV4, (true, true) => FlowType::TcpV6, (true, false) => FlowType::UdpV6 };
@@ -194,3 +194,5 @@ proptest! {
         prop_assert_eq!(back, r);
     }
 }
+
+zcnet_testkit::main!();

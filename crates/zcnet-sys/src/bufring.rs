@@ -713,14 +713,14 @@ impl<'a> Iterator for Segments<'a> {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn entry_layout_matches_uapi() {
         assert_eq!(std::mem::align_of::<IoUringBuf>(), 8);
         assert_eq!(std::mem::offset_of!(IoUringBuf, len), 8);
         assert_eq!(std::mem::offset_of!(IoUringBuf, bid), 12);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bad_sizes_are_refused() {
         for (n, s) in [(0, 4096), (3, 4096), (65536, 64), (8, 0)] {
             let e = RecvRing::new(8, n, s, 0).unwrap_err();
@@ -728,7 +728,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn all_buffers_start_in_the_kernel() {
         let r = RecvRing::new(8, 16, 1024, 3).unwrap();
         assert_eq!(r.held_count(), 0);

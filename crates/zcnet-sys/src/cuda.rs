@@ -859,7 +859,7 @@ mod tests {
     use super::*;
 
     /// Tests run with no GPU: the loader must fail cleanly with the files it tried.
-    #[test]
+    #[zcnet_testkit::test]
     fn missing_library_is_an_error_not_a_panic() {
         let e = open_from(&["/nonexistent/libcuda-zcnet-test.so".to_string()])
             .err()
@@ -874,14 +874,14 @@ mod tests {
         assert!(e.to_string().starts_with("no CUDA driver library"), "{e}");
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn default_candidates_prefer_the_soname() {
         if std::env::var_os("ZCNET_LIBCUDA").is_none() {
             assert_eq!(library_candidates()[0], "libcuda.so.1");
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn constants_match_cuda_h() {
         // cuda.h: CUDA_ERROR_OUT_OF_MEMORY = 2, CUDA_ERROR_NO_DEVICE = 100,
         // CUDA_ERROR_INVALID_DEVICE = 101, CUDA_ERROR_NOT_READY = 600,

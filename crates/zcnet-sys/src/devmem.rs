@@ -335,7 +335,7 @@ mod tests {
     use std::mem::{offset_of, size_of};
     use std::os::fd::AsFd;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn uapi_layouts() {
         // include/uapi/linux/uio.h, udmabuf.h of 6.18.
         assert_eq!(size_of::<libc::dmabuf_token>(), 8);
@@ -373,7 +373,7 @@ mod tests {
         buf.resize(start + cmsg_space(data.len()), 0);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn walks_devmem_cmsgs_in_order() {
         use zcnet_core::devmem::{DevmemCmsg, DmabufCmsg, SCM_DEVMEM_DMABUF, SCM_DEVMEM_LINEAR};
         let lin = DmabufCmsg {
@@ -414,7 +414,7 @@ mod tests {
         assert_eq!(cmsgs(&[]).count(), 0);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn malformed_control_buffers_end_the_walk() {
         let mut b = Vec::new();
         put(&mut b, libc::SOL_SOCKET, 79, &[0; 24]);
@@ -459,7 +459,7 @@ mod tests {
         cvt(r).unwrap();
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn msg_sock_devmem_on_host_memory_is_a_plain_receive() {
         // TCP over loopback: the skbs are host memory (readable), so MSG_SOCK_DEVMEM changes
         // nothing: the bytes are copied and no devmem cmsg comes. With SO_TIMESTAMPNS the
@@ -512,7 +512,7 @@ mod tests {
         assert_eq!(r.bytes, 0);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn one_read_fills_several_buffers_in_order() {
         let (mut a, b) = tcp_pair();
         a.write_all(b"abcdefghij").unwrap();
@@ -553,7 +553,7 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dontneed_on_sockets_without_device_frags() {
         // 6.18 net/core/sock.c sock_devmem_dontneed: a TCP socket with no frags handed out
         // frees nothing (unknown tokens are skipped); other sockets are EBADF; more than
@@ -585,7 +585,7 @@ mod tests {
         std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn udmabuf_errors_keep_the_errno() {
         assert_eq!(
             udmabuf_create(0).unwrap_err().raw_os_error(),
@@ -612,7 +612,7 @@ mod tests {
         assert!(open_fds() < before + 8);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dmabuf_size_of_a_plain_file() {
         let mut f = std::fs::File::from(
             // SAFETY: the name is a NUL-terminated literal.

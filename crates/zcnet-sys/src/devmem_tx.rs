@@ -225,7 +225,7 @@ mod tests {
     use std::io::Read;
     use std::os::fd::AsRawFd;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn control_bytes_are_exact() {
         // x86_64 (and every 64-bit little-endian Linux): size_t cmsg_len = 20, int level = 1,
         // int type = 79, __u32 id, 4 bytes of padding.
@@ -247,7 +247,7 @@ mod tests {
         assert_eq!(SCM_DEVMEM_DMABUF, libc::SCM_DEVMEM_DMABUF);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn control_bytes_match_the_c_macros() {
         for id in [1u32, 7, 0xdead_beef, u32::MAX] {
             // What devmem.rst's example builds with CMSG_FIRSTHDR/CMSG_LEN/CMSG_DATA.
@@ -287,7 +287,7 @@ mod tests {
         (a, b)
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn the_kernel_parses_the_control_message_and_refuses_unknown_bindings() {
         let (a, mut b) = tcp_pair();
         let fd = a.as_raw_fd();
@@ -332,7 +332,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn refused_without_a_call() {
         let (a, _b) = tcp_pair();
         crate::sock::enable_zerocopy(a.as_raw_fd()).unwrap();
@@ -350,7 +350,7 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::ENOTSOCK));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn loopback_socket_is_on_lo() {
         let (a, _b) = tcp_pair();
         let ip = local_ip(a.as_raw_fd()).unwrap().unwrap();
@@ -367,7 +367,7 @@ mod tests {
         assert!(local_ip(f.as_raw_fd()).is_err());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bound_device_reads_so_bindtodevice() {
         let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let name = c"lo";
@@ -385,8 +385,10 @@ mod tests {
             // Binding needs CAP_NET_RAW.
             let e = io::Error::last_os_error();
             assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
-            eprintln!("skipped: SO_BINDTODEVICE needs CAP_NET_RAW");
-            return;
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::Root,
+                "SO_BINDTODEVICE needs CAP_NET_RAW",
+            );
         }
         assert_eq!(bound_device(s.as_raw_fd()).unwrap().as_deref(), Some("lo"));
     }

@@ -89,7 +89,7 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn reports_readable_and_hangup_by_token() {
         let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let mut ep = Epoll::new(4).unwrap();

@@ -199,7 +199,7 @@ mod tests {
         v[off / 8] = u64::from_ne_bytes(b);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn sizes_follow_the_command() {
         assert_eq!(required_len(&buf_with(ETHTOOL_GDRVINFO, 25)).unwrap(), 196);
         assert_eq!(required_len(&buf_with(ETHTOOL_GRXRINGS, 24)).unwrap(), 192);
@@ -217,7 +217,7 @@ mod tests {
         assert!(required_len(&buf_with(ETHTOOL_GRXCLSRLALL, 2)).is_err());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn short_buffers_and_bad_names_are_refused_before_the_call() {
         let mut short = buf_with(ETHTOOL_GDRVINFO, 24);
         let e = ethtool_ioctl("lo", &mut short).unwrap_err();

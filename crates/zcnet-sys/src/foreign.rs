@@ -116,7 +116,7 @@ impl ForeignBuf {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bounds_are_checked_and_null_is_refused() {
         let mut v = vec![1u8, 2, 3, 4];
         // SAFETY: v outlives b and is not touched while b lives.
@@ -136,7 +136,7 @@ mod tests {
         assert!(z.is_empty() && z.slice(0, 0).is_some());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn owned_bytes_move_with_the_value() {
         let mut b = ForeignBuf::owned(vec![7u8; 40].into_boxed_slice());
         b.slice_mut(39, 1).expect("in")[0] = 1;

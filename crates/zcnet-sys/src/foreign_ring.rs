@@ -367,12 +367,11 @@ mod tests {
         out
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn send_recv_and_zero_copy_from_a_fixed_buffer() {
-        let Ok(mut ring) = ForeignRing::new(16, 4) else {
-            eprintln!("skipped: io_uring unavailable");
-            return;
-        };
+        let mut ring = ForeignRing::new(16, 4).unwrap_or_else(|e| {
+            zcnet_testkit::skip(zcnet_testkit::Need::Kernel, format!("io_uring: {e}"))
+        });
         let (a, mut b) = pair();
         let mut data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
         let (addr, len) = (data.as_mut_ptr() as usize, data.len());
@@ -447,12 +446,11 @@ mod tests {
         assert_eq!(&into[90..], &[0u8; 10]);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bad_requests_are_refused_and_drop_cancels_pending_receives() {
-        let Ok(mut ring) = ForeignRing::new(8, 0) else {
-            eprintln!("skipped: io_uring unavailable");
-            return;
-        };
+        let mut ring = ForeignRing::new(8, 0).unwrap_or_else(|e| {
+            zcnet_testkit::skip(zcnet_testkit::Need::Kernel, format!("io_uring: {e}"))
+        });
         let (a, _b) = pair();
         let mut into = vec![0u8; 64];
         // SAFETY: `into` is not touched until the ring (and its requests) is gone.

@@ -52,7 +52,7 @@ pub fn format_mac(mac: &[u8; 6]) -> String {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn loopback_is_not_ethernet_and_missing_is_enodev() {
         let r = crate::os::in_private_netns(|| {
             (
@@ -60,10 +60,9 @@ mod tests {
                 if_hwaddr("nosuchif0").map_err(|e| e.raw_os_error()),
             )
         });
-        if let Some((lo, missing)) = r {
-            assert_eq!(lo, Err(io::ErrorKind::Unsupported), "lo is ARPHRD_LOOPBACK");
-            assert_eq!(missing, Err(Some(libc::ENODEV)));
-        }
+        let (lo, missing) = r;
+        assert_eq!(lo, Err(io::ErrorKind::Unsupported), "lo is ARPHRD_LOOPBACK");
+        assert_eq!(missing, Err(Some(libc::ENODEV)));
         assert_eq!(
             if_hwaddr("").map_err(|e| e.kind()),
             Err(io::ErrorKind::InvalidInput)

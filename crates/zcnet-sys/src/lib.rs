@@ -52,3 +52,7 @@ pub(crate) fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
         Ok(ret)
     }
 }
+
+// The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
+#[cfg(test)]
+zcnet_testkit::main!();

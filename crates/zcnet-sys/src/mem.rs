@@ -335,7 +335,7 @@ impl Slot {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn slots_are_disjoint_and_writable() {
         let m = Mapping::anonymous(3 * 4096).unwrap();
         assert_eq!(m.addr() % page_size(), 0);
@@ -349,20 +349,20 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn too_many_slots_is_an_error() {
         let m = Mapping::anonymous(4096).unwrap();
         assert!(m.into_slots(4096, 2).is_err());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn transparent_huge_is_aligned() {
         let m = Mapping::transparent_huge(3 << 20).unwrap();
         assert_eq!(m.addr() % HUGE_2M, 0);
         assert_eq!(m.len(), 4 << 20);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn caller_memory() {
         let m = Mapping::from_boxed(vec![7u8; 100].into_boxed_slice()).unwrap();
         let (_, slots) = m.into_slots(50, 2).unwrap();

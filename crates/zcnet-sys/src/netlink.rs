@@ -214,13 +214,13 @@ impl AsFd for NlSocket {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn open_generic_socket_has_a_port() {
         let s = NlSocket::open(NETLINK_GENERIC).expect("netlink generic socket");
         assert_ne!(s.port_id().expect("getsockname"), 0);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn recv_times_out_instead_of_hanging() {
         let s = NlSocket::open(NETLINK_GENERIC).expect("socket");
         s.set_recv_timeout(Duration::from_millis(50))

@@ -296,31 +296,23 @@ fn parse_kernel_release(s: &str) -> Option<(u32, u32, u32)> {
 }
 
 /// Runs `f` in a new thread that first moves into a private network namespace
-/// ([`unshare_netns`]); the namespace dies with the thread. `None` (with a printed reason) when
-/// not root, so that callers skip. A panic in `f` propagates.
+/// ([`unshare_netns`]); the namespace dies with the thread. Without root the calling test is
+/// skipped (reported as such by zcnet-testkit). A panic or skip in `f` propagates.
 #[cfg(test)]
-pub(crate) fn in_private_netns<T: Send + 'static>(
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    if !is_root() {
-        eprintln!("skipped: needs root (a private network namespace)");
-        return None;
-    }
+pub(crate) fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    zcnet_testkit::require_root("a private network namespace");
     let h = std::thread::spawn(move || {
         unshare_netns().expect("unshare(CLONE_NEWNET)");
         f()
     });
-    match h.join() {
-        Ok(v) => Some(v),
-        Err(p) => std::panic::resume_unwind(p),
-    }
+    zcnet_testkit::propagate(h.join())
 }
 
 #[cfg(test)]
 mod netns_tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn parses_kernel_releases() {
         assert_eq!(parse_kernel_release("6.18.44-fc-v669"), Some((6, 18, 44)));
         assert_eq!(parse_kernel_release("6.1.0-18-amd64"), Some((6, 1, 0)));
@@ -330,12 +322,9 @@ mod netns_tests {
         assert!(kernel_version().is_some());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn unshare_netns_gives_a_private_loopback() {
-        if !is_root() {
-            eprintln!("skipped: unshare(CLONE_NEWNET) needs root");
-            return;
-        }
+        zcnet_testkit::require_root("unshare(CLONE_NEWNET)");
         let ours = std::fs::read_link("/proc/thread-self/ns/net").unwrap();
         let before = ours.clone();
         std::thread::spawn(move || {
@@ -496,7 +485,7 @@ mod echo_support_tests {
     use std::io::Read;
     use std::os::fd::AsRawFd;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn affinity_round_trip() {
         let cpus = thread_affinity().unwrap();
         assert!(!cpus.is_empty());
@@ -511,7 +500,7 @@ mod echo_support_tests {
         assert!(set_thread_affinity(&[]).is_err());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn send_vectored_sends_every_slice_in_order() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -524,7 +513,7 @@ mod echo_support_tests {
         assert_eq!(got, b"abcde");
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn linger_zero_close_resets_the_peer() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();

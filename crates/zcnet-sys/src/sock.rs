@@ -399,7 +399,7 @@ mod tests {
     use std::os::fd::AsRawFd;
     use zcnet_core::tcp_info::{TcpInfo, BUF_LEN};
 
-    #[test]
+    #[zcnet_testkit::test]
     fn a_full_receive_buffer_counts_its_drops() {
         let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -473,7 +473,7 @@ mod tests {
     }
 
     /// zcnet_core's constants and layout are the C ones.
-    #[test]
+    #[zcnet_testkit::test]
     fn errqueue_constants_match_libc() {
         use zcnet_core::errqueue as eq;
         assert_eq!(eq::SOL_IP, libc::SOL_IP);
@@ -495,7 +495,7 @@ mod tests {
     /// The safe parser reads what the libc walk read, for well-formed buffers and for 200,000
     /// seeded random and mutated ones (every controllen up to 128 bytes, as read_errqueue's
     /// buffer).
-    #[test]
+    #[zcnet_testkit::test]
     fn errqueue_parse_is_the_libc_walk() {
         let mut s = 0x9e37_79b9_7f4a_7c15u64;
         let mut rnd = move || {
@@ -558,7 +558,7 @@ mod tests {
     /// The offsets zcnet_core reads are the running kernel's: a loopback connection that moved
     /// 4 MiB is ESTABLISHED (1), has loopback's MTU as its path MTU, an MSS under it, a window, a smoothed RTT,
     /// and has had every byte acknowledged.
-    #[test]
+    #[zcnet_testkit::test]
     fn tcp_info_reads_a_live_connection() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let mut c = std::net::TcpStream::connect(l.local_addr().expect("addr")).expect("connect");

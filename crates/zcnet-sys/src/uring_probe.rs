@@ -416,7 +416,7 @@ mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
 
-    #[test]
+    #[zcnet_testkit::test]
     fn layouts_match_uapi() {
         // include/uapi/linux/io_uring.h; confirmed against the 6.18 kernel's BTF.
         assert_eq!(size_of::<IoSqringOffsets>(), 40);
@@ -443,7 +443,7 @@ mod tests {
         assert_eq!(offset_of!(ProbeBuf, ops), 16);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn constants_match_uapi_and_the_io_uring_crate() {
         use io_uring::opcode;
         assert_eq!(IORING_OP_SEND, opcode::Send::CODE);
@@ -462,7 +462,7 @@ mod tests {
         assert_eq!(IORING_RECV_MULTISHOT, 2);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn probe_report_helpers() {
         let p = UringProbe {
             last_op: 62,
@@ -480,45 +480,37 @@ mod tests {
         assert!(p.probed_features().contains(&("recvsend-bundle", true)));
     }
 
-    /// Kernel release (major, minor), or `None` when unreadable.
-    fn kernel_at_least(major: u32, minor: u32) -> Option<bool> {
-        crate::os::kernel_version().map(|(a, b, _)| (a, b) >= (major, minor))
+    /// Skips the calling test when io_uring is disabled by sysctl.
+    fn uring_enabled() {
+        if let Some(v @ 1..) = io_uring_disabled() {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::Kernel,
+                format!("kernel.io_uring_disabled = {v}"),
+            );
+        }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn probe_reports_zero_copy_ops_on_615_and_later() {
-        if io_uring_disabled().is_some_and(|v| v != 0) {
-            eprintln!("skipped: kernel.io_uring_disabled != 0");
-            return;
-        }
+        uring_enabled();
         let p = probe().unwrap();
         assert!(p.supports(IORING_OP_RECV));
         assert!(p.last_op >= IORING_OP_RECV);
         assert!(p.has_feature(IORING_FEAT_NODROP));
-        match kernel_at_least(6, 15) {
-            Some(true) => {
-                // Facts of 6.15+ kernels (6.18 here): SEND_ZC (6.0), READ_MULTISHOT (6.7),
-                // bundles (6.10) and RECV_ZC (6.15) are all there.
-                for &(op, name) in PROBED_OPS {
-                    assert!(p.supports(op), "{name} not supported");
-                }
-                assert!(p.has_feature(IORING_FEAT_RECVSEND_BUNDLE));
-            }
-            _ => eprintln!("skipped the 6.15 assertions: kernel older than 6.15 or unknown"),
+        // Facts of 6.15+ kernels: SEND_ZC (6.0), READ_MULTISHOT (6.7), bundles (6.10) and
+        // RECV_ZC (6.15) are all there. Older kernels report the test skipped from here.
+        zcnet_testkit::require_kernel(6, 15, "the zero-copy ops' assertions");
+        for &(op, name) in PROBED_OPS {
+            assert!(p.supports(op), "{name} not supported");
         }
+        assert!(p.has_feature(IORING_FEAT_RECVSEND_BUNDLE));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn setup_flag_combinations() {
-        if io_uring_disabled().is_some_and(|v| v != 0) {
-            eprintln!("skipped: kernel.io_uring_disabled != 0");
-            return;
-        }
+        uring_enabled();
         try_setup(0).unwrap();
-        if kernel_at_least(6, 1) != Some(true) {
-            eprintln!("skipped: kernel older than 6.1 (no DEFER_TASKRUN)");
-            return;
-        }
+        zcnet_testkit::require_kernel(6, 1, "DEFER_TASKRUN");
         // io_uring/io_uring.c io_uring_sanitise_params: DEFER_TASKRUN needs SINGLE_ISSUER.
         let e = try_setup(IORING_SETUP_DEFER_TASKRUN).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
@@ -534,19 +526,16 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn raw_ring_reports_params() {
-        if io_uring_disabled().is_some_and(|v| v != 0) {
-            eprintln!("skipped: kernel.io_uring_disabled != 0");
-            return;
-        }
+        uring_enabled();
         let r = RawRing::setup(8, 0).unwrap();
         assert_eq!(r.params().sq_entries, 8);
         assert_eq!(r.params().cq_entries, 16);
         assert!(r.params().features & IORING_FEAT_SINGLE_MMAP != 0);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn io_uring_disabled_reads_sysctl() {
         if std::path::Path::new("/proc/sys/kernel/io_uring_disabled").exists() {
             assert!(io_uring_disabled().is_some_and(|v| v <= 2));

@@ -760,7 +760,7 @@ mod tests {
     };
     use std::mem::{offset_of, size_of};
 
-    #[test]
+    #[zcnet_testkit::test]
     fn layouts_match_uapi() {
         // include/uapi/linux/io_uring.h of 6.18, confirmed against the running 6.18 kernel's BTF.
         assert_eq!(size_of::<IoUringZcrxRqe>(), 16);
@@ -798,7 +798,7 @@ mod tests {
         assert_eq!(IORING_ZCRX_AREA_MASK, 0xffff_0000_0000_0000);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn refill_region_sizes() {
         let page = crate::mem::page_size();
         assert_eq!(refill_region_len(0), 2 * page);
@@ -819,7 +819,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn refill_ring_arithmetic() {
         // Simulate the kernel's side on plain memory laid out as 6.18 lays it out.
         let mem = Mapping::anonymous(refill_region_len(8)).unwrap();
@@ -864,13 +864,8 @@ mod tests {
         assert!(unsafe { RefillRing::new(base, mem.len(), &off, 6) }.is_err());
     }
 
-    fn zcrx_kernel() -> bool {
-        if crate::os::kernel_version().is_some_and(|(a, b, _)| (a, b) >= (6, 15)) {
-            true
-        } else {
-            eprintln!("skipped: zcrx needs Linux 6.15");
-            false
-        }
+    fn zcrx_kernel() {
+        zcnet_testkit::require_kernel(6, 15, "zcrx");
     }
 
     fn errno(r: io::Result<ZcrxIfq>) -> Option<i32> {
@@ -880,39 +875,31 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn register_on_loopback_is_not_supported() {
-        if !zcrx_kernel() {
-            return;
-        }
+        zcrx_kernel();
         // lo of a private namespace: ifindex 1. No DMA device, no queue ops.
         let r = crate::os::in_private_netns(|| errno(ZcrxIfq::register(1, 0, 1 << 20, 128)));
-        if let Some(e) = r {
-            assert_eq!(
-                e,
-                Some(libc::EOPNOTSUPP),
-                "{}",
-                explain_register_errno(libc::EOPNOTSUPP)
-            );
-        }
+        let e = r;
+        assert_eq!(
+            e,
+            Some(libc::EOPNOTSUPP),
+            "{}",
+            explain_register_errno(libc::EOPNOTSUPP)
+        );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn register_on_missing_interface_is_enodev() {
-        if !zcrx_kernel() {
-            return;
-        }
+        zcrx_kernel();
         let r = crate::os::in_private_netns(|| errno(ZcrxIfq::register(4242, 0, 1 << 20, 128)));
-        if let Some(e) = r {
-            assert_eq!(e, Some(libc::ENODEV));
-        }
+        let e = r;
+        assert_eq!(e, Some(libc::ENODEV));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bad_rq_entries_are_einval() {
-        if !zcrx_kernel() {
-            return;
-        }
+        zcrx_kernel();
         let r = crate::os::in_private_netns(|| {
             [
                 errno(ZcrxIfq::register(1, 0, 1 << 16, 0)),
@@ -920,9 +907,8 @@ mod tests {
                 errno(ZcrxIfq::register(1, 0, 0, 64)),
             ]
         });
-        if let Some(e) = r {
-            assert_eq!(e, [Some(libc::EINVAL); 3]);
-        }
+        let e = r;
+        assert_eq!(e, [Some(libc::EINVAL); 3]);
     }
 
     /// Registration through a raw ring with the given setup flags.
@@ -937,11 +923,9 @@ mod tests {
         r
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn ring_flags_the_kernel_requires() {
-        if !zcrx_kernel() {
-            return;
-        }
+        zcrx_kernel();
         let r = crate::os::in_private_netns(|| {
             [
                 // No CQE32: EINVAL (the ring check comes before the device lookup).
@@ -955,16 +939,15 @@ mod tests {
             ]
             .map(|r| r.err().and_then(|e| e.raw_os_error()))
         });
-        if let Some(e) = r {
-            assert_eq!(
-                e,
-                [
-                    Some(libc::EINVAL),
-                    Some(libc::EINVAL),
-                    Some(libc::EOPNOTSUPP)
-                ]
-            );
-        }
+        let e = r;
+        assert_eq!(
+            e,
+            [
+                Some(libc::EINVAL),
+                Some(libc::EINVAL),
+                Some(libc::EOPNOTSUPP)
+            ]
+        );
     }
 
     fn open_fds() -> usize {
@@ -982,11 +965,9 @@ mod tests {
             .unwrap_or(0)
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn failed_registrations_leak_nothing() {
-        if !zcrx_kernel() {
-            return;
-        }
+        zcrx_kernel();
         // 48 failures with a 4 MiB area each: a leaked fd per try would add 48 fds, a leaked
         // mapping 192 MiB of address space. Other tests run concurrently in this process, so
         // the thresholds leave room for their transient fds and mappings. (Pinned pages: the
@@ -1008,16 +989,15 @@ mod tests {
                 vm_size_kib().saturating_sub(vm),
             )
         });
-        if let Some((more_fds, more_vm_kib)) = r {
-            assert!(more_fds < 24, "{more_fds} more fds");
-            assert!(
-                more_vm_kib < 96 * 1024,
-                "{more_vm_kib} KiB more address space"
-            );
-        }
+        let (more_fds, more_vm_kib) = r;
+        assert!(more_fds < 24, "{more_fds} more fds");
+        assert!(
+            more_vm_kib < 96 * 1024,
+            "{more_vm_kib} KiB more address space"
+        );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn caller_memory_is_refused() {
         let ring = match ZcrxRing::builder()
             .setup_single_issuer()
@@ -1025,17 +1005,17 @@ mod tests {
             .build(8)
         {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("skipped: no DEFER_TASKRUN ring here: {e}");
-                return;
-            }
+            Err(e) => zcnet_testkit::skip(
+                zcnet_testkit::Need::Kernel,
+                format!("no DEFER_TASKRUN ring here: {e}"),
+            ),
         };
         let area = Mapping::from_boxed(vec![0u8; 8192].into_boxed_slice()).unwrap();
         let e = ZcrxIfq::register_on(ring, 1, 0, area, 64).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn errno_explanations() {
         assert_eq!(explain_register_errno(libc::EPERM), "needs CAP_NET_ADMIN");
         assert!(explain_register_errno(libc::EOPNOTSUPP).contains("device"));
@@ -1351,24 +1331,19 @@ fn einval() -> io::Error {
 mod receive_tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn if_index_follows_the_thread_namespace() {
         assert_eq!(if_index("lo"), Some(1));
         assert_eq!(if_index("zcnet-no-such-if"), None);
         assert_eq!(if_index("bad\0name"), None);
         // In a private namespace only `lo` exists (and has index 1 there).
         let r = crate::os::in_private_netns(|| (if_index("lo"), if_index("eth0")));
-        if let Some(r) = r {
-            assert_eq!(r, (Some(1), None));
-        }
+        assert_eq!(r, (Some(1), None));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn receive_ring_is_one_the_kernel_takes() {
-        if crate::os::kernel_version().is_none_or(|(a, b, _)| (a, b) < (6, 15)) {
-            eprintln!("skipped: zcrx needs Linux 6.15");
-            return;
-        }
+        zcnet_testkit::require_kernel(6, 15, "zcrx");
         // The larger CQ must not cost a flag the kernel needs: on lo the ring passes the flag
         // checks (EINVAL otherwise) and the device is what refuses.
         let r = crate::os::in_private_netns(|| {
@@ -1378,9 +1353,8 @@ mod receive_tests {
             ]
             .map(|r| r.err().and_then(|e| e.raw_os_error()))
         });
-        if let Some(e) = r {
-            assert_eq!(e, [Some(libc::EOPNOTSUPP), Some(libc::EINVAL)]);
-        }
+        let e = r;
+        assert_eq!(e, [Some(libc::EOPNOTSUPP), Some(libc::EINVAL)]);
     }
 }
 
@@ -1389,13 +1363,8 @@ mod dmabuf_tests {
     use super::*;
     use std::os::fd::{AsFd, FromRawFd};
 
-    fn zcrx_dmabuf_kernel() -> bool {
-        if crate::os::kernel_version().is_some_and(|(a, b, _)| (a, b) >= (6, 16)) {
-            true
-        } else {
-            eprintln!("skipped: zcrx dma-buf areas need Linux 6.16");
-            false
-        }
+    fn zcrx_dmabuf_kernel() {
+        zcnet_testkit::require_kernel(6, 16, "a zcrx dma-buf area");
     }
 
     /// A memfd of `len` bytes: a file that is not a dma-buf, but has a size.
@@ -1434,7 +1403,7 @@ mod dmabuf_tests {
         e
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dmabuf_area_registration_fields() {
         let fd = memfd(1 << 20);
         let reg = dmabuf_area_reg(fd.as_fd(), 8192, 1 << 20);
@@ -1448,7 +1417,7 @@ mod dmabuf_tests {
         assert_eq!((reg.rq_area_token, reg.resv2), (0, [0; 2]));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dmabuf_ranges_are_area_offsets_plus_the_area_start() {
         // Area id bits are ignored; the offset below them is relative to the area.
         let id1 = 1u64 << IORING_ZCRX_AREA_SHIFT;
@@ -1471,11 +1440,9 @@ mod dmabuf_tests {
         assert_eq!(dmabuf_range(u64::MAX - 10, 1 << 20, 4096, 1), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dmabuf_area_on_loopback_is_refused_by_the_device_first() {
-        if !zcrx_dmabuf_kernel() {
-            return;
-        }
+        zcrx_dmabuf_kernel();
         // lo of a private namespace (ifindex 1) has no DMA device: the kernel refuses before it
         // looks at the area, so neither a file that is not a dma-buf, nor an offset other than
         // 0, nor a length of 0 changes the answer. A missing interface is ENODEV, earlier still.
@@ -1489,17 +1456,14 @@ mod dmabuf_tests {
                 dmabuf_errno(4242, &mem, 0, 1 << 20),
             ]
         });
-        if let Some(e) = r {
-            let op = Some(libc::EOPNOTSUPP);
-            assert_eq!(e, [op, op, op, op, Some(libc::ENODEV)]);
-        }
+        let e = r;
+        let op = Some(libc::EOPNOTSUPP);
+        assert_eq!(e, [op, op, op, op, Some(libc::ENODEV)]);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dmabuf_area_on_veth_is_not_supported_and_leaks_nothing() {
-        if !zcrx_dmabuf_kernel() {
-            return;
-        }
+        zcrx_dmabuf_kernel();
         let r = crate::os::in_private_netns(|| {
             // A child process inherits this thread's network namespace.
             let ok = std::process::Command::new("ip")
@@ -1509,8 +1473,10 @@ mod dmabuf_tests {
                 .status()
                 .is_ok_and(|s| s.success());
             let Some(idx) = ok.then(|| if_index("zdv0")).flatten() else {
-                eprintln!("skipped: could not create a veth pair with ip(8)");
-                return None;
+                zcnet_testkit::skip(
+                    zcnet_testkit::Need::Tool,
+                    "could not create a veth pair with ip(8) (iproute2)",
+                );
             };
             let (null, mem) = (dev_null(), memfd(4 << 20));
             let _ = dmabuf_errno(idx, &mem, 0, 4 << 20);
@@ -1520,19 +1486,18 @@ mod dmabuf_tests {
                 errs.push(dmabuf_errno(idx, &null, 0, 4 << 20));
                 errs.push(dmabuf_errno(idx, &mem, 0, 4 << 20));
             }
-            Some((errs, open_fds().saturating_sub(before)))
+            (errs, open_fds().saturating_sub(before))
         });
-        if let Some(Some((errs, leaked))) = r {
-            assert!(
-                errs.iter().all(|e| *e == Some(libc::EOPNOTSUPP)),
-                "{errs:?}"
-            );
-            // Other tests of this binary open fds concurrently: 32 failures leaking one each
-            // would be far above this.
-            assert!(
-                leaked < 16,
-                "{leaked} more fds after 32 failed registrations"
-            );
-        }
+        let (errs, leaked) = r;
+        assert!(
+            errs.iter().all(|e| *e == Some(libc::EOPNOTSUPP)),
+            "{errs:?}"
+        );
+        // Other tests of this binary open fds concurrently: 32 failures leaking one each
+        // would be far above this.
+        assert!(
+            leaked < 16,
+            "{leaked} more fds after 32 failed registrations"
+        );
     }
 }

@@ -126,6 +126,14 @@ fn receive_all(ring: &mut RecvRing, streams: &mut HashMap<u64, Stream>, bundle: 
     assert_eq!(ring.stats().desyncs, 0);
 }
 
+/// Skips the calling test: this kernel has no receive bundles.
+fn no_bundles(what: &str) -> ! {
+    zcnet_testkit::skip(
+        zcnet_testkit::Need::Kernel,
+        format!("no IORING_FEAT_RECVSEND_BUNDLE (Linux 6.10) here; {what}"),
+    )
+}
+
 /// One stream of `total` bytes sent in chunks of `sizes`; returns the stream's record.
 fn roundtrip(
     nbufs: u32,
@@ -135,6 +143,9 @@ fn roundtrip(
     bundle: bool,
 ) -> Stream {
     let mut ring = RecvRing::new(64, nbufs, buf_size, 7).unwrap();
+    if bundle && !ring.bundle_supported() {
+        no_bundles("a stream with bundles");
+    }
     let (tx, rx) = tcp_pair();
     let data = pattern(total, total as u64 ^ 0x9e37_79b9);
     ring.arm(rx.as_raw_fd(), 42, bundle).unwrap();
@@ -156,7 +167,7 @@ fn roundtrip(
 
 const SIZES: &[usize] = &[1, 100, 4095, 4096, 4097, 65536, 7, 300_000, 1500];
 
-#[test]
+#[zcnet_testkit::test]
 fn multishot_stream_arrives_in_order() {
     let s = roundtrip(16, 4096, 2_000_000, SIZES, false);
     eprintln!("plain: rearms {} enobufs {}", s.rearms, s.enobufs);
@@ -166,7 +177,7 @@ fn multishot_stream_arrives_in_order() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bundles_stream_arrives_in_order() {
     let ring = RecvRing::new(8, 8, 1024, 1).unwrap();
     if !ring.bundle_supported() {
@@ -174,8 +185,7 @@ fn bundles_stream_arrives_in_order() {
         let mut ring = ring;
         let e = ring.arm(rx.as_raw_fd(), 1, true).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
-        eprintln!("kernel without IORING_FEAT_RECVSEND_BUNDLE: refused as documented");
-        return;
+        no_bundles("the refusal was checked");
     }
     drop(ring);
     let s = roundtrip(64, 1024, 2_000_000, SIZES, true);
@@ -189,7 +199,7 @@ fn bundles_stream_arrives_in_order() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn small_ring_many_small_buffers() {
     // 2 buffers of 64 bytes: nearly every CQE drains the ring.
     roundtrip(2, 64, 100_000, &[1, 63, 64, 65, 1000], false);
@@ -203,7 +213,7 @@ fn withhold_then_resume(bundle: bool) {
     const BS: u32 = 1024;
     let mut ring = RecvRing::new(16, N, BS, 9).unwrap();
     if bundle && !ring.bundle_supported() {
-        return;
+        no_bundles("withholding with bundles");
     }
     let (tx, rx) = tcp_pair();
     let data = pattern(256 * 1024, 5);
@@ -287,17 +297,17 @@ fn withhold_then_resume(bundle: bool) {
     assert!(streams[&1].data == data, "stream corrupted across ENOBUFS");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn enobufs_when_app_withholds_then_resume() {
     withhold_then_resume(false);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bundle_ring_exhaustion_then_resume() {
     withhold_then_resume(true);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recycled_buffer_is_refused_and_double_recycle_is_refused() {
     let mut ring = RecvRing::new(8, 4, 64, 2).unwrap();
     let (mut tx, rx) = tcp_pair();
@@ -359,7 +369,7 @@ fn recycled_buffer_is_refused_and_double_recycle_is_refused() {
     assert!(streams[&5].data == data);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn eof_is_ok_zero_without_more() {
     let mut ring = RecvRing::new(8, 4, 256, 0).unwrap();
     let (tx, rx) = tcp_pair();
@@ -383,12 +393,12 @@ fn eof_is_ok_zero_without_more() {
     assert_eq!(ring.held_count(), 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn two_sockets_share_one_group() {
     for bundle in [false, true] {
         let mut ring = RecvRing::new(16, 16, 512, 4).unwrap();
         if bundle && !ring.bundle_supported() {
-            continue;
+            no_bundles("the half without bundles ran");
         }
         let (tx1, rx1) = tcp_pair();
         let (tx2, rx2) = tcp_pair();
@@ -428,7 +438,7 @@ fn two_sockets_share_one_group() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn arm_argument_checks() {
     let mut ring = RecvRing::new(8, 4, 256, 0).unwrap();
     let (_tx, rx) = tcp_pair();
@@ -440,7 +450,7 @@ fn arm_argument_checks() {
     assert_eq!(ring.armed(), 1);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn drop_cancels_armed_requests_promptly() {
     let (_tx, rx) = tcp_pair();
     let mut ring = RecvRing::new(8, 4, 256, 0).unwrap();
@@ -465,7 +475,7 @@ fn drop_cancels_armed_requests_promptly() {
     ring.arm(rx.as_raw_fd(), 1, false).unwrap();
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn stale_completion_is_refused_after_its_buffer_is_reused() {
     // One buffer: every reception reuses id 0.
     let mut ring = RecvRing::new(8, 1, 64, 0).unwrap();
@@ -501,7 +511,7 @@ fn stale_completion_is_refused_after_its_buffer_is_reused() {
     assert_eq!(ring.held_count(), 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn cancel_one_request_leaves_the_other_armed() {
     let (mut tx1, rx1) = tcp_pair();
     let (mut tx2, rx2) = tcp_pair();
@@ -539,3 +549,5 @@ fn cancel_one_request_leaves_the_other_armed() {
     ring.recycle(got[0].2.unwrap()).unwrap();
     assert_eq!(ring.available(), 16);
 }
+
+zcnet_testkit::main!();

@@ -40,7 +40,7 @@ fn wait_in_thread_then_signal<T: Send + 'static>(
     (h.join().unwrap(), t0.elapsed())
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sigint_and_sigterm_wake_waits_in_every_thread() {
     os::install_interrupt_handler().unwrap();
     os::install_interrupt_handler().unwrap(); // a second call changes nothing
@@ -110,3 +110,5 @@ fn sigint_and_sigterm_wake_waits_in_every_thread() {
     os::set_interrupted(true);
     assert_eq!(h.join().unwrap(), Wake::Interrupted);
 }
+
+zcnet_testkit::main!();

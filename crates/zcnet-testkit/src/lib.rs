@@ -7,7 +7,7 @@
 //! built on `libtest-mimic` (libtest's output and flags), fixes both:
 //!
 //! - a test calls [`skip`] (or [`require_root`], [`require_tool`], [`require_kernel`]) and is
-//!   reported as `ignored, <reason>` in the normal `cargo test` output and counted as ignored
+//!   reported as `ignored, <reason> [<need>]` in the normal `cargo test` output and counted as ignored
 //!   in `test result:`;
 //! - every test runs under a time limit ([`DEFAULT_TIMEOUT_S`], or `timeout = N` on its
 //!   attribute, times `ZCNET_TEST_TIMEOUT_SCALE`) and fails naming itself when it runs over;
@@ -19,6 +19,7 @@
 //! `no_libtest_tests_left` checks that no `#[test]` hides in such a target (it would never run).
 
 use std::any::Any;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -100,7 +101,7 @@ struct Skipped {
     why: String,
 }
 
-/// Ends the calling test as skipped: it is reported `ignored, needs <need>: <why>`. Works from
+/// Ends the calling test as skipped: it is reported `ignored (<why> [<need>])`. Works from
 /// any depth of the test (helpers may call it) and from threads the test joins, if they pass
 /// the panic on (`join().unwrap()` does not: use [`propagate`]).
 pub fn skip(need: Need, why: impl fmt::Display) -> ! {
@@ -148,7 +149,8 @@ pub fn have_tool(tool: &str) -> bool {
     if tool.contains('/') {
         return exec(Path::new(tool));
     }
-    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| exec(&d.join(tool))))
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| exec(&d.join(tool))))
 }
 
 /// Skips unless `tool` is installed; `why` says what it is for.
@@ -213,6 +215,39 @@ pub enum Outcome {
     Failed(String),
 }
 
+thread_local! {
+    /// Set on the thread that runs a test's body (not on threads the test starts).
+    static TEST_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// The last panic on this test thread: where, what, and a backtrace if RUST_BACKTRACE asks.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// A panic hook that keeps a test thread's panic for its failure message instead of printing
+/// it (libtest shows a failing test's output only, and so does this harness); panics of other
+/// threads print as usual.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !TEST_THREAD.with(Cell::get) {
+                return default(info);
+            }
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()))
+                .unwrap_or_default();
+            let bt = std::backtrace::Backtrace::capture();
+            let bt = match bt.status() {
+                std::backtrace::BacktraceStatus::Captured => format!("\n{bt}"),
+                _ => String::new(),
+            };
+            let text = format!("{}\n  at {at}{bt}", panic_text(info.payload()));
+            LAST_PANIC.with(|l| *l.borrow_mut() = Some(text));
+        }));
+    });
+}
+
 fn panic_text(p: &(dyn Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
@@ -232,11 +267,17 @@ pub fn run_bounded(
     strict: &[Need],
     f: fn() -> Result<(), String>,
 ) -> Outcome {
+    install_panic_hook();
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new()
         .name(name.to_string())
         .spawn(move || {
-            let r = catch_unwind(AssertUnwindSafe(f));
+            TEST_THREAD.with(|t| t.set(true));
+            let r = catch_unwind(AssertUnwindSafe(f)).map_err(|p| {
+                // The hook's text (with the location) when the panic came from this thread.
+                let text = LAST_PANIC.with(|l| l.borrow_mut().take());
+                (p, text)
+            });
             let _ = tx.send(r);
         });
     if let Err(e) = spawned {
@@ -246,14 +287,14 @@ pub fn run_bounded(
     match rx.recv_timeout(limit) {
         Ok(Ok(Ok(()))) => Outcome::Passed,
         Ok(Ok(Err(e))) => Outcome::Failed(e),
-        Ok(Err(p)) => match p.downcast::<Skipped>() {
+        Ok(Err((p, text))) => match p.downcast::<Skipped>() {
             Ok(s) if strict.contains(&s.need) => Outcome::Failed(format!(
-                "skipped, but ZCNET_TEST_STRICT says this machine must run it: needs {}: {}",
-                s.need.name(),
-                s.why
+                "skipped ({} [{}]), but ZCNET_TEST_STRICT says this machine must run it",
+                s.why,
+                s.need.name()
             )),
-            Ok(s) => Outcome::Skipped(format!("needs {}: {}", s.need.name(), s.why)),
-            Err(p) => Outcome::Failed(panic_text(&*p)),
+            Ok(s) => Outcome::Skipped(format!("{} [{}]", s.why, s.need.name())),
+            Err(p) => Outcome::Failed(text.unwrap_or_else(|| panic_text(&*p))),
         },
         Err(mpsc::RecvTimeoutError::Timeout) => Outcome::Failed(format!(
             "{name}: timed out after {:.0} s (its limit; ZCNET_TEST_TIMEOUT_SCALE scales it)",

@@ -633,7 +633,7 @@ mod tests {
 
     const WHAT: &str = "bench tx: nothing can run: the namespace lab (paths sink and veth)";
 
-    #[test]
+    #[zcnet_testkit::test]
     fn root_runs_every_path_asked_once() {
         let mut notes = Vec::new();
         let p = runnable_paths(&[Sink, Veth, Sink, Loopback], true, WHAT, &mut notes).unwrap();
@@ -641,7 +641,7 @@ mod tests {
         assert!(notes.is_empty());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn without_root_the_lab_paths_are_left_out_with_a_note() {
         let mut notes = Vec::new();
         let p = runnable_paths(&[Sink, Veth, Loopback], false, WHAT, &mut notes).unwrap();
@@ -661,7 +661,7 @@ mod tests {
         assert!(notes.is_empty());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn without_root_nothing_to_run_is_an_error_not_an_empty_table() {
         for asked in [&[Sink, Veth][..], &[Sink], &[Veth], &[Veth, Veth]] {
             let mut notes = Vec::new();

@@ -1032,7 +1032,7 @@ impl UdpRecvReport {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn limits_follow_the_frame_and_the_mtu() {
         let l = XskLimits::for_mtu(1500);
         assert_eq!((l.frame_size, l.max_payload), (2048, 1472));

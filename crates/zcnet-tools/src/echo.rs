@@ -1502,7 +1502,7 @@ pub fn check_response(
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn percentiles_are_nearest_rank_and_rates_use_one_direction() {
         let r = ClientReport {
             size: 65536,
@@ -1521,7 +1521,7 @@ mod tests {
         assert_eq!(ClientReport::default().qps(), 0.0);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn unsent_tails_are_queued_from_the_first_untaken_byte() {
         let (a, b, c): (&[u8], &[u8], &[u8]) = (b"abcd", b"", b"efg");
         let mut out = b"old".to_vec();
@@ -1535,7 +1535,7 @@ mod tests {
         assert_eq!(out, b"efg");
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn responses_are_checked_where_the_check_looks() {
         let req: Vec<u8> = (0..64u8).collect();
         let full = Check::Full;

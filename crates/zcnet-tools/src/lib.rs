@@ -58,3 +58,7 @@ pub mod lab;
 pub mod perf;
 pub mod rxbench;
 pub mod xskbench;
+
+// The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
+#[cfg(test)]
+zcnet_testkit::main!();

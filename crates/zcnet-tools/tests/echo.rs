@@ -87,7 +87,7 @@ fn next(x: &mut u64) -> u64 {
     *x
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn healthy_clients_get_verified_echoes_and_close_cleanly() {
     for mode in MODES {
         let server = start(mode, |_| {});
@@ -113,7 +113,7 @@ fn healthy_clients_get_verified_echoes_and_close_cleanly() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn garbage_is_echoed_back_exactly() {
     for mode in MODES {
         let server = start(mode, |c| c.send_buffer = Some(64 << 10));
@@ -159,7 +159,7 @@ fn garbage_is_echoed_back_exactly() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn half_close_gets_the_whole_echo_then_end_of_stream() {
     for mode in MODES {
         let server = start(mode, |_| {});
@@ -194,7 +194,7 @@ fn ping(s: &mut TcpStream) {
     assert_eq!(&b, b"ping");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_reset_mid_message_is_reported_and_others_go_on() {
     for mode in MODES {
         let server = start(mode, |_| {});
@@ -227,7 +227,7 @@ fn a_reset_mid_message_is_reported_and_others_go_on() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_peer_that_stops_reading_is_closed_and_does_not_block_others() {
     for mode in MODES {
         let cap = 1 << 20;
@@ -297,7 +297,7 @@ fn a_peer_that_stops_reading_is_closed_and_does_not_block_others() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn an_exhausted_buffer_ring_stalls_no_one() {
     for mode in MODES {
         // Two 4 KiB buffers for six connections sending 48 KiB requests: receiving runs out
@@ -332,7 +332,7 @@ fn an_exhausted_buffer_ring_stalls_no_one() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn an_interface_that_disappears_fails_its_connections_only() {
     if !zcnet_sys::os::is_root() {
         eprintln!("skipped: the namespace lab needs root");
@@ -429,3 +429,5 @@ fn an_interface_that_disappears_fails_its_connections_only() {
         drop(lab);
     }
 }
+
+zcnet_testkit::main!();

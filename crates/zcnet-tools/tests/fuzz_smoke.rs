@@ -213,7 +213,7 @@ macro_rules! targets {
     ($($t:ident),* $(,)?) => {
         const TARGETS: &[&str] = &[$(stringify!($t)),*];
         $(
-            #[test]
+            #[zcnet_testkit::test]
             fn $t() {
                 smoke(stringify!($t), $t::run);
             }
@@ -257,7 +257,7 @@ targets!(
 
 /// Every body in fuzz/bodies/ is a fuzz target and is run here (a new one cannot be left out of
 /// CI by mistake).
-#[test]
+#[zcnet_testkit::test]
 fn every_body_is_a_target_and_is_smoked() {
     let toml = std::fs::read_to_string(fuzz_dir().join("Cargo.toml")).expect("fuzz/Cargo.toml");
     let mut bodies: Vec<String> = std::fs::read_dir(fuzz_dir().join("bodies"))
@@ -286,3 +286,5 @@ fn every_body_is_a_target_and_is_smoked() {
         );
     }
 }
+
+zcnet_testkit::main!();

@@ -37,7 +37,7 @@ fn send_n(sock: Socket, mode: TxMode, size: usize, n: usize, pattern: Option<Pat
     tx.finish().unwrap()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sink_zero_copy_is_confirmed_by_the_kernel() {
     if !root_or_skip("sink_zero_copy_is_confirmed_by_the_kernel") {
         return;
@@ -79,7 +79,7 @@ fn sink_zero_copy_is_confirmed_by_the_kernel() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn veth_tcp_is_copied_and_data_verified() {
     if !root_or_skip("veth_tcp_is_copied_and_data_verified") {
         return;
@@ -118,7 +118,7 @@ fn veth_tcp_is_copied_and_data_verified() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn lab_deletes_its_namespaces_on_drop_and_on_error() {
     if !root_or_skip("lab_deletes_its_namespaces_on_drop_and_on_error") {
         return;
@@ -143,7 +143,7 @@ fn lab_deletes_its_namespaces_on_drop_and_on_error() {
         .all(|n| n.starts_with(&format!("zcnet-{}-", std::process::id()))));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bench_runs_every_path_and_tears_down() {
     if !root_or_skip("bench_runs_every_path_and_tears_down") {
         return;
@@ -185,7 +185,7 @@ fn bench_runs_every_path_and_tears_down() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn each_zero_copy_mode_gets_its_raw_loop_on_the_sink() {
     if !root_or_skip("each_zero_copy_mode_gets_its_raw_loop_on_the_sink") {
         return;
@@ -216,3 +216,5 @@ fn each_zero_copy_mode_gets_its_raw_loop_on_the_sink() {
         assert!(report.ratio_to(r, "raw-msg-zerocopy").is_some());
     }
 }
+
+zcnet_testkit::main!();

@@ -90,7 +90,7 @@ fn survives(server_args: &[&str], says: &str, fault: impl FnOnce(u16)) {
     assert_eq!(server.stderr().lines().count(), 1, "{}", server.stderr());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn wrong_cookie() {
     survives(&[], "bad cookie", |port| {
         let mut s = connect(port);
@@ -99,7 +99,7 @@ fn wrong_cookie() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn garbage_on_the_control_port() {
     survives(&[], "bad cookie", |port| {
         let mut s = connect(port);
@@ -109,7 +109,7 @@ fn garbage_on_the_control_port() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn half_sent_cookie_times_out() {
     survives(
         &["--step-timeout", "0.5"],
@@ -122,7 +122,7 @@ fn half_sent_cookie_times_out() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parameter_block_too_long() {
     survives(&[], "over the limit", |port| {
         let mut s = connect(port);
@@ -132,7 +132,7 @@ fn parameter_block_too_long() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parameter_block_not_json() {
     survives(&[], "not JSON", |port| {
         let mut s = connect(port);
@@ -143,7 +143,7 @@ fn parameter_block_not_json() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unsupported_option_is_named() {
     survives(&[], "window", |port| {
         let mut s = connect(port);
@@ -168,7 +168,7 @@ fn params(s: &mut TcpStream) {
     assert_eq!(read_byte(s), Some(State::CreateStreams.to_byte()));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn data_stream_without_cookie_is_denied() {
     let (server, port) = common::zcnet_server(&[]);
     let mut ctrl = connect(port);
@@ -193,7 +193,7 @@ fn data_stream_without_cookie_is_denied() {
     good_client(port);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_vanishing_mid_test() {
     let (server, port) = common::zcnet_server(&[]);
     let port_s = port.to_string();
@@ -218,7 +218,7 @@ fn client_vanishing_mid_test() {
     good_client(port);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn second_client_while_a_test_runs_is_denied() {
     let (server, port) = common::zcnet_server(&[]);
     let port_s = port.to_string();
@@ -253,7 +253,7 @@ fn client_fails(port: u16, within: Duration, says: &str) {
     assert!(took < within, "took {took:?}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_to_a_closed_port_fails_fast() {
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -279,13 +279,13 @@ fn fake_service(reply: &'static [u8]) -> u16 {
     port
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_to_a_service_that_is_not_iperf3_fails_fast() {
     let ssh = fake_service(b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n");
     client_fails(ssh, Duration::from_secs(3), "no iperf3 control message");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_to_a_silent_service_gives_up() {
     let silent = fake_service(b"");
     client_fails(
@@ -294,3 +294,5 @@ fn client_to_a_silent_service_gives_up() {
         "timed out waiting for PARAM_EXCHANGE",
     );
 }
+
+zcnet_testkit::main!();

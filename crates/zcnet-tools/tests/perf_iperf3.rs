@@ -129,7 +129,7 @@ fn cross_checks(peer: &Iperf3Peer, zcnet: &serde_json::Value) -> bool {
     true
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_parallel() {
     let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "-P", "4"]) else {
         return skip();
@@ -157,7 +157,7 @@ fn tcp_info_reported(z: &serde_json::Value) {
     assert!(z["end"]["sum_sent"]["retransmits"].as_u64().is_some());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_reverse() {
     let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "-R"]) else {
         return skip();
@@ -167,7 +167,7 @@ fn zcnet_client_to_iperf3_server_reverse() {
     zcnet_received(&z, &i, "", true);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_bidir() {
     let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "--bidir", "-P", "2"]) else {
         return skip();
@@ -178,7 +178,7 @@ fn zcnet_client_to_iperf3_server_bidir() {
     zcnet_received(&z, &i, "_bidir_reverse", true);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_bytes() {
     let Some((z, i)) = zcnet_to_iperf3(&["-n", "10M", "-P", "2"]) else {
         return skip();
@@ -189,7 +189,7 @@ fn zcnet_client_to_iperf3_server_bytes() {
     iperf3_received(&z, &i, "", true);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_parallel() {
     let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "-P", "4"]) else {
         return skip();
@@ -199,7 +199,7 @@ fn iperf3_client_to_zcnet_server_parallel() {
     zcnet_received(&z, &i, "", false);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_reverse() {
     let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "-R"]) else {
         return skip();
@@ -216,7 +216,7 @@ fn iperf3_client_to_zcnet_server_reverse() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_bidir() {
     let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "--bidir"]) else {
         return skip();
@@ -227,7 +227,7 @@ fn iperf3_client_to_zcnet_server_bidir() {
     iperf3_received(&z, &i, "_bidir_reverse", false);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_bytes_reverse() {
     if let Some(v) = common::iperf3().map(|p| common::iperf3_version(&p)) {
         if v < (3, 10) {
@@ -245,7 +245,7 @@ fn iperf3_client_to_zcnet_server_bytes_reverse() {
     assert_eq!(sums(&i, ""), (10 << 20, 10 << 20));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
     let Some((_lab, veth)) = common::veth_lab("veth_zcnet_client_to_iperf3_server") else {
         return;
@@ -274,7 +274,7 @@ fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
     zcnet_received(&z, &i, "", true);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn veth_iperf3_client_to_zcnet_server_bidir_and_bytes() {
     let Some((_lab, veth)) = common::veth_lab("veth_iperf3_client_to_zcnet_server") else {
         return;
@@ -298,7 +298,7 @@ fn veth_iperf3_client_to_zcnet_server_bidir_and_bytes() {
     zcnet_received(&z, &i, "", false);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn iperf3_text_output_is_what_iperf3_prints() {
     let Some(iperf3) = common::iperf3() else {
         return skip();
@@ -337,3 +337,5 @@ fn iperf3_text_output_is_what_iperf3_prints() {
         assert!(out.contains(want), "no {want:?} in:\n{out}");
     }
 }
+
+zcnet_testkit::main!();

@@ -30,7 +30,7 @@ fn consistent(doc: &Value, len: u64, sent_packets: u64) {
     assert_eq!(bytes, (packets - lost) * len, "{r}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcnet_pair_counts_every_datagram() {
     let args = ["-u", "-b", "20M", "-t", "1", "-l", "1000", "-P", "2"];
     let (c, s) = run_pair(Net::Loopback, End::Zcnet, End::Zcnet, &args, &[]);
@@ -50,7 +50,7 @@ fn zcnet_pair_counts_every_datagram() {
     assert!((4000..=6000).contains(&sent), "{sent}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcnet_sender_with_gso_reverse() {
     let args = ["-u", "-R", "-b", "50M", "-t", "1", "-l", "1400"];
     let server = ["--gso", "--tx", "msg-zerocopy"];
@@ -68,12 +68,12 @@ fn zcnet_sender_with_gso_reverse() {
     consistent(&c, 1400, sent);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_udp() {
     zcnet_client_to_iperf3_server_udp_on(Net::Loopback);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn veth_zcnet_client_to_iperf3_server_udp() {
     if let Some((_lab, veth)) = common::veth_lab("veth_zcnet_client_to_iperf3_server_udp") {
         zcnet_client_to_iperf3_server_udp_on(Net::Veth(&veth));
@@ -97,12 +97,12 @@ fn zcnet_client_to_iperf3_server_udp_on(net: Net<'_>) {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_udp() {
     iperf3_client_to_zcnet_server_udp_on(Net::Loopback);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn veth_iperf3_client_to_zcnet_server_udp() {
     if let Some((_lab, veth)) = common::veth_lab("veth_iperf3_client_to_zcnet_server_udp") {
         iperf3_client_to_zcnet_server_udp_on(Net::Veth(&veth));
@@ -169,7 +169,7 @@ fn agree(a: u64, b: u64, peer: &Iperf3Peer) -> bool {
 
 /// `-O`: the omitted datagrams are left out of the end on both sides, as iperf3 leaves them
 /// out (`omitted_packets` in the results exchange), so that the two ends agree.
-#[test]
+#[zcnet_testkit::test]
 fn omitted_datagrams_are_left_out_on_both_sides() {
     let opts = ["-u", "-b", "10M", "-t", "1", "-O", "1", "-l", "1200"];
     // zcnet <-> zcnet: each end says what it omitted, so they agree exactly.
@@ -240,3 +240,5 @@ fn omitted_datagrams_are_left_out_on_both_sides() {
         );
     }
 }
+
+zcnet_testkit::main!();

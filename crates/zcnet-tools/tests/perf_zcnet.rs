@@ -54,7 +54,7 @@ fn exact(c: &Value, s: &Value, keys: &[&str]) -> u64 {
     total
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parallel_timed() {
     let (c, s) = pair(&["-t", "1", "-P", "2"], &[]);
     exact(&c, &s, &[""]);
@@ -62,13 +62,13 @@ fn parallel_timed() {
     assert!(!c["intervals"].as_array().is_none_or(Vec::is_empty));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reverse_bytes_exactly() {
     let (c, s) = pair(&["-n", "20000001", "-R", "-P", "3"], &[]);
     assert_eq!(exact(&c, &s, &[""]), 20_000_001);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bidir_blocks_verified() {
     let (c, s) = pair(&["-k", "200", "-l", "10000", "--bidir", "--verify"], &[]);
     exact(&c, &s, &["", "_bidir_reverse"]);
@@ -82,7 +82,7 @@ fn bidir_blocks_verified() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn low_water_marks_are_set_reported_and_do_not_hold_back_the_tail() {
     // 3,000,001 bytes is no multiple of either mark: the tail of each stream sits below the
     // receive mark until draining lowers it, so an exact count shows it was not held back.
@@ -114,7 +114,7 @@ fn low_water_marks_are_set_reported_and_do_not_hold_back_the_tail() {
     assert_eq!(s["end"]["zerocopy"]["tx"]["notsent_lowat"], Value::Null);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn copy_and_msg_zerocopy_modes_count_the_same() {
     let (c, s) = pair(
         &["-n", "8M", "--tx", "msg-zerocopy", "--rx", "copy"],
@@ -131,7 +131,7 @@ fn copy_and_msg_zerocopy_modes_count_the_same() {
     assert_eq!(s["end"]["zerocopy"]["rx"]["mechanism"], "uring");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn verify_catches_a_sender_without_the_pattern() {
     // The server sends its own payload (it is told to use the pattern only by a zcnet client
     // with --verify); a client that checks a stream it did not ask the pattern for fails.
@@ -174,7 +174,7 @@ fn verify_catches_a_sender_without_the_pattern() {
     let _ = server.wait(LIMIT);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unsupported_receive_mode_is_refused_with_the_reason() {
     let (client, st) = common::run(
         &zcnet_perf(),
@@ -196,3 +196,5 @@ fn unsupported_receive_mode_is_refused_with_the_reason() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("zcrx"), "{err}");
 }
+
+zcnet_testkit::main!();

@@ -65,3 +65,7 @@ pub fn sysctl_u64(path: &str) -> Option<u64> {
 pub fn thread_cpu_seconds() -> f64 {
     zcnet_sys::os::thread_cpu_seconds()
 }
+
+// The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
+#[cfg(test)]
+zcnet_testkit::main!();

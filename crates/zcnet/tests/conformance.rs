@@ -63,7 +63,7 @@ fn send_verified(
     (st, rep)
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_backend_moves_verified_data_over_loopback() {
     for mode in TxMode::ALL {
         let msgs = sizes(mode as u64 + 7, 1500, 65536);
@@ -104,7 +104,7 @@ fn every_backend_moves_verified_data_over_loopback() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn tiny_and_odd_sizes_stay_in_order() {
     // Many small sends keep several linked io_uring chains in flight: ordering must hold.
     for mode in TxMode::ALL {
@@ -113,7 +113,7 @@ fn tiny_and_odd_sizes_stay_in_order() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn auto_switches_to_copy_when_the_kernel_copies() {
     let msgs = vec![16384; 3000];
     let (st, _) = send_verified(TxMode::Auto, 3, &msgs, 16384);
@@ -126,7 +126,7 @@ fn auto_switches_to_copy_when_the_kernel_copies() {
     assert_eq!(st.zerocopy_bytes, 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn peer_reset_mid_stream_is_reported_with_confirmed_bytes() {
     for mode in TxMode::ALL {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -173,7 +173,7 @@ fn peer_reset_mid_stream_is_reported_with_confirmed_bytes() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn refused_connection_says_so() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
@@ -184,7 +184,7 @@ fn refused_connection_says_so() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_input_is_one_line_with_the_fix() {
     let e = TxMode::parse("zerocopy").unwrap_err();
     let msg = e.to_string();
@@ -203,7 +203,7 @@ fn bad_input_is_one_line_with_the_fix() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn region_too_small_is_refused_before_anything_is_registered() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -217,7 +217,7 @@ fn region_too_small_is_refused_before_anything_is_registered() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn huge_pages_fall_back_to_thp_and_say_so() {
     let free = std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
         .ok()
@@ -238,7 +238,7 @@ fn huge_pages_fall_back_to_thp_and_say_so() {
     assert!(r.note().unwrap().contains("transparent huge pages"));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn caller_memory_region_sends() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -265,3 +265,5 @@ fn caller_memory_region_sends() {
     assert_eq!(rx.join().unwrap().bytes, 409_600);
     assert_eq!(st.bytes, 409_600);
 }
+
+zcnet_testkit::main!();

@@ -81,7 +81,7 @@ fn assert_no_dmabuf(e: &Error) {
     assert!(!msg.contains('\n'), "one line: {msg}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn without_a_dmabuf_host_memory_is_refused_in_one_line() {
     let _g = serial();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -92,7 +92,7 @@ fn without_a_dmabuf_host_memory_is_refused_in_one_line() {
     assert_eq!(fds_leaked_by_failures(&l, &c, 16), 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn udp_is_refused_before_anything_else() {
     let _g = serial();
     let before = open_fds();
@@ -112,7 +112,7 @@ fn udp_is_refused_before_anything_else() {
     assert_eq!(open_fds(), before);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn an_unknown_interface_is_named() {
     let _g = serial();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -158,7 +158,7 @@ fn assert_bind_refused(l: &TcpListener, iface: Option<&str>, expect: &str) {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bind_tx_on_veth_is_refused_with_the_kernels_words() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("bind_tx_on_veth_is_refused_with_the_kernels_words") else {
@@ -178,3 +178,5 @@ fn bind_tx_on_veth_is_refused_with_the_kernels_words() {
         assert_bind_refused(&l, Some("lo"), "lo");
     });
 }
+
+zcnet_testkit::main!();

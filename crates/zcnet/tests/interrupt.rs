@@ -40,7 +40,7 @@ fn signal_while<T: Send + 'static>(
     (h.join().unwrap(), t0.elapsed())
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn blocking_waits_end_with_interrupted() {
     zcnet::install_interrupt_handler().unwrap();
 
@@ -88,3 +88,5 @@ fn blocking_waits_end_with_interrupted() {
     assert!(slept);
     assert!(after < Duration::from_secs(1), "{after:?}");
 }
+
+zcnet_testkit::main!();

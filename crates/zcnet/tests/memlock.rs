@@ -134,7 +134,7 @@ fn child(mode: &str, size: usize, inflight: usize, limit_kib: u64) -> Report {
 }
 
 /// The child: one sender under a small RLIMIT_MEMLOCK, reported line by line on stdout.
-#[test]
+#[zcnet_testkit::test]
 #[ignore = "run by the other tests of this file as a fresh user with a small RLIMIT_MEMLOCK"]
 fn memlock_child() {
     let Ok(spec) = std::env::var("ZCNET_MEMLOCK_CHILD") else {
@@ -260,7 +260,7 @@ fn memlock_child() {
     say("END".into());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn uring_zc_remedy_is_a_limit_that_works_and_a_page_less_does_not() {
     if let Some(why) = cannot_run() {
         eprintln!("skipped uring_zc_remedy_is_a_limit_that_works_and_a_page_less_does_not: {why}");
@@ -287,7 +287,7 @@ fn uring_zc_remedy_is_a_limit_that_works_and_a_page_less_does_not() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn uring_remedy_counts_the_ring() {
     if let Some(why) = cannot_run() {
         eprintln!("skipped uring_remedy_counts_the_ring: {why}");
@@ -305,7 +305,7 @@ fn uring_remedy_counts_the_ring() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_with_a_limit_that_works() {
     if let Some(why) = cannot_run() {
         eprintln!("skipped msg_zerocopy_under_a_small_limit_names_rlimit_memlock_with_a_limit_that_works: {why}");
@@ -326,7 +326,7 @@ fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_with_a_limit_that_works
     assert!(ok.completed(), "at the suggested {kib} KiB: {ok:?}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn auto_falls_back_to_uring_then_copy_says_why_and_completes() {
     if let Some(why) = cannot_run() {
         eprintln!("skipped auto_falls_back_to_uring_then_copy_says_why_and_completes: {why}");
@@ -385,7 +385,7 @@ fn auto_falls_back_to_uring_then_copy_says_why_and_completes() {
     assert!(r.all("FALLBACK").is_empty(), "{r:?}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_limit_shared_with_other_locked_memory_says_so_and_leaves_room_for_it() {
     if let Some(why) = cannot_run() {
         eprintln!(
@@ -411,3 +411,5 @@ fn a_limit_shared_with_other_locked_memory_says_so_and_leaves_room_for_it() {
         "{ok:?}"
     );
 }
+
+zcnet_testkit::main!();

@@ -14,7 +14,7 @@ use zcnet_tools::lab::{self, Lab};
 /// Devices of the root namespace that a lab namespace does not have.
 const ROOT_ONLY: [&str; 3] = ["eth0", "ifb0", "ifb1"];
 
-#[test]
+#[zcnet_testkit::test]
 fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
     let mut lab = match Lab::new() {
         Ok(l) => l,
@@ -96,3 +96,5 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
         other => panic!("LiveNic::open(vB) outside the lab: {other:?}"),
     }
 }
+
+zcnet_testkit::main!();

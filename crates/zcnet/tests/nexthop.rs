@@ -13,7 +13,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use zcnet::nexthop::{self, Resolution};
 
-#[test]
+#[zcnet_testkit::test]
 fn neighbours_are_resolved_by_the_kernel_and_gateways_used() {
     let Some((_lab, p)) = veth_lab("neighbours_are_resolved_by_the_kernel_and_gateways_used")
     else {
@@ -66,7 +66,7 @@ fn neighbours_are_resolved_by_the_kernel_and_gateways_used() {
     assert_eq!((l.mtu, l.xdp_prog_ids.len()), (1400, 0));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn what_cannot_be_addressed_is_refused_in_one_line() {
     let Some((_lab, p)) = veth_lab("what_cannot_be_addressed_is_refused_in_one_line") else {
         return;
@@ -101,3 +101,5 @@ fn what_cannot_be_addressed_is_refused_in_one_line() {
         assert!(!m.contains('\n'), "{m}");
     }
 }
+
+zcnet_testkit::main!();

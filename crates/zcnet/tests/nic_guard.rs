@@ -14,7 +14,7 @@ use zcnet::nic::{
 };
 use zcnet::Error;
 
-#[test]
+#[zcnet_testkit::test]
 fn setup_makes_every_change_and_restore_undoes_them() {
     let dir = tempdir();
     let before = mlx5_like();
@@ -51,7 +51,7 @@ fn setup_makes_every_change_and_restore_undoes_them() {
     assert_eq!(files(&dir), 0, "state file left behind");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_rule_installed_already_is_not_inserted_again() {
     // The user's own rule is the one setup would insert: a duplicate would add nothing, and a
     // restore after a crash between its insert and its record (which finds it by what it
@@ -79,7 +79,7 @@ fn a_rule_installed_already_is_not_inserted_again() {
     assert_eq!((nic.cfg(), nic2.cfg()), (before.clone(), before));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn drop_restores() {
     let dir = tempdir();
     let before = mlx5_like();
@@ -92,7 +92,7 @@ fn drop_restores() {
     assert_eq!(files(&dir), 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_refusal_at_any_step_leaves_the_device_as_it_was() {
     // Four changes: header split, ntuple, RSS, rule.
     for k in 0..4 {
@@ -113,7 +113,7 @@ fn a_refusal_at_any_step_leaves_the_device_as_it_was() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_queue_and_missing_ntuple_change_nothing() {
     let dir = tempdir();
     let before = mlx5_like();
@@ -134,7 +134,7 @@ fn bad_queue_and_missing_ntuple_change_nothing() {
     assert_eq!(files(&dir), 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn queue_refusals_name_a_command_that_works_or_say_there_is_none() {
     // `nic setup --iface lo` once suggested `ethtool -L lo combined 2`, which
     // cannot work on lo (no channel control) and needs a tool that may not be installed.
@@ -194,7 +194,7 @@ fn queue_refusals_name_a_command_that_works_or_say_there_is_none() {
     assert_eq!(files(&dir), 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn preflight_passes_a_device_only_privileges_stand_in_the_way_of() {
     let nic = FakeNic::new(mlx5_like(), None);
     let mut ctl = nic.clone();
@@ -202,7 +202,7 @@ fn preflight_passes_a_device_only_privileges_stand_in_the_way_of() {
     assert_eq!(nic.cfg(), mlx5_like(), "preflight changes nothing");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_second_setup_is_refused_while_changes_are_applied() {
     let dir = tempdir();
     let nic = FakeNic::new(mlx5_like(), None);
@@ -217,7 +217,7 @@ fn a_second_setup_is_refused_while_changes_are_applied() {
     drop(g);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_kept_setup_is_restored_from_its_state_file() {
     let dir = tempdir();
     let before = mlx5_like();
@@ -234,7 +234,7 @@ fn a_kept_setup_is_restored_from_its_state_file() {
     assert!(!path.exists());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_crash_between_insert_and_record_is_restored_by_matching_the_rule() {
     let dir = tempdir();
     let before = mlx5_like();
@@ -254,7 +254,7 @@ fn a_crash_between_insert_and_record_is_restored_by_matching_the_rule() {
     assert_eq!(nic.cfg(), before);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn corrupt_state_files_are_named_in_the_error() {
     let dir = tempdir();
     let p = dir.join("nic-1-x.state");
@@ -267,7 +267,7 @@ fn corrupt_state_files_are_named_in_the_error() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_state_file_appears_whole_and_stale_headers_are_swept() {
     use zcnet::nic::state::{read, state_path, Owner, StateFile};
     let dir = tempdir();
@@ -334,7 +334,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// Whatever the device looked like and wherever it refuses, setup + restore (or the
     /// failed setup) leaves it as it was, with no state file.
-    #[test]
+    #[zcnet_testkit::test]
     fn restore_is_exact((cfg, q) in any_config(), fail_at in proptest::option::of(0u32..5), rule in any::<bool>()) {
         let dir = tempdir();
         let nic = FakeNic::new(cfg.clone(), fail_at);
@@ -358,3 +358,5 @@ proptest! {
         prop_assert_eq!(files(&dir), 0);
     }
 }
+
+zcnet_testkit::main!();

@@ -273,7 +273,7 @@ fn restore_done_only(nic: &Path, dir: &Path, want: &Config) -> bool {
     FakeNic::file_cfg(nic) == *want
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sigkill_at_every_step_of_setup_then_restore_loses_nothing() {
     if let Ok(role) = std::env::var(ROLE) {
         child(&role);
@@ -357,3 +357,5 @@ fn sigkill_at_every_step_of_setup_then_restore_loses_nothing() {
     assert!(changed_when_killed > 0 && restore_kills > 0);
     assert!(broken_caught > 0, "the checks never catch a broken restore");
 }
+
+zcnet_testkit::main!();

@@ -130,7 +130,7 @@ fn integrity(
     rx
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_byte_arrives_in_order_on_every_backend() {
     for mode in HOST_MODES {
         let rx = integrity(mode, 4, 1000, 1 << 20, |_| {}, 0);
@@ -149,7 +149,7 @@ fn every_byte_arrives_in_order_on_every_backend() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn slow_consumer_starves_the_ring_and_it_resumes() {
     for mode in [RxMode::Copy, RxMode::Uring] {
         // 8 buffers of 4 KiB, the consumer keeps all it gets until a poll brings nothing: every
@@ -189,7 +189,7 @@ fn delivered_within(rx: &mut Receiver, wait: Duration) -> usize {
     n
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn the_low_water_mark_holds_small_data_until_lowered_and_streams_stay_whole() {
     for mode in [RxMode::Copy, RxMode::Uring] {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -221,3 +221,5 @@ fn the_low_water_mark_holds_small_data_until_lowered_and_streams_stay_whole() {
         integrity(mode, 3, 300, 1 << 20, |c| c.low_water = Some(128 << 10), 0);
     }
 }
+
+zcnet_testkit::main!();

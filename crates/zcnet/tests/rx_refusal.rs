@@ -53,7 +53,7 @@ fn fds_leaked_by_failures(c: &RxConfig, n: usize) -> usize {
     open_fds().saturating_sub(before)
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcrx_on_veth_is_refused_with_the_errno_and_the_fix() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("zcrx_on_veth_is_refused_with_the_errno_and_the_fix") else {
@@ -86,7 +86,7 @@ fn zcrx_on_veth_is_refused_with_the_errno_and_the_fix() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcrx_queue_choice_reaches_the_kernel() {
     // An explicit queue past veth's only RX queue: the kernel still refuses the device first
     // (no DMA device), so the errno stays EOPNOTSUPP and the message names the queue asked for.
@@ -103,7 +103,7 @@ fn zcrx_queue_choice_reaches_the_kernel() {
     assert!(e.to_string().contains("vB queue 7"), "{e}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn devmem_on_veth_names_the_device_refusal() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("devmem_on_veth_names_the_device_refusal") else {
@@ -155,7 +155,7 @@ fn devmem_on_veth_names_the_device_refusal() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn devmem_checks_the_interface_before_making_a_dmabuf() {
     // An unknown interface is reported as such, and no udmabuf (nor anything else) is left.
     let _g = serial();
@@ -168,7 +168,7 @@ fn devmem_checks_the_interface_before_making_a_dmabuf() {
     assert_eq!(open_fds(), before);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unknown_interfaces_and_missing_ones_are_clear() {
     let _g = serial();
     for mode in [RxMode::Zcrx, RxMode::Devmem] {
@@ -201,7 +201,7 @@ fn unknown_interfaces_and_missing_ones_are_clear() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn auto_on_veth_falls_back_to_uring_and_delivers_everything() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("auto_on_veth_falls_back_to_uring_and_delivers_everything")
@@ -248,3 +248,5 @@ fn auto_on_veth_falls_back_to_uring_and_delivers_everything() {
     assert_eq!(report.stats.zerocopy_bytes, 0);
     assert_eq!(report.device_bytes, 0);
 }
+
+zcnet_testkit::main!();

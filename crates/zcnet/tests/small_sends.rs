@@ -63,7 +63,7 @@ fn run(mode: TxMode, size: usize, inflight: usize) -> Run {
     run_in(mode, size, inflight, 0, None)
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn the_window_in_bytes_gives_small_sends_more_buffers() {
     let d = zcnet::tx::DEFAULT_WINDOW;
     for mode in [TxMode::UringZc, TxMode::MsgZerocopy, TxMode::Copy] {
@@ -89,7 +89,7 @@ fn the_window_in_bytes_gives_small_sends_more_buffers() {
     assert_eq!(cfg.buffers(), zcnet::tx::MAX_WINDOW_BUFFERS);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_small_zero_copy_window_turns_nagle_off_and_a_large_one_or_copy_leaves_it() {
     for mode in [TxMode::UringZc, TxMode::MsgZerocopy] {
         assert!(
@@ -111,7 +111,7 @@ fn a_small_zero_copy_window_turns_nagle_off_and_a_large_one_or_copy_leaves_it() 
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn auto_copies_sends_too_small_to_gain_and_says_why() {
     let Run { st, note, .. } = run(TxMode::Auto, 4096, 8);
     assert_eq!(st.notifications, 0, "no zero-copy send was made");
@@ -126,7 +126,7 @@ fn auto_copies_sends_too_small_to_gain_and_says_why() {
     assert!(note.is_none_or(|n| !n.contains("auto: copying")));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zero_copy_sends_of_two_segments_or_more_turn_nagle_off() {
     use zcnet::tx::zero_copy_wants_nodelay as wants;
     let w = zcnet::tx::DEFAULT_WINDOW;
@@ -178,3 +178,5 @@ fn zero_copy_sends_of_two_segments_or_more_turn_nagle_off() {
     }
     drain.join().unwrap();
 }
+
+zcnet_testkit::main!();

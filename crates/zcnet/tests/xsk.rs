@@ -138,7 +138,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn xsk_to_xsk_every_frame_in_order_across_ring_wraps() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("xsk_to_xsk_every_frame_in_order_across_ring_wraps") else {
@@ -187,7 +187,7 @@ fn xsk_to_xsk_every_frame_in_order_across_ring_wraps() {
     eprintln!("xsk→xsk: {n} frames, {} kicks, RX {k:?}", tx_stats.kicks);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn xsk_tx_reaches_a_udp_socket() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("xsk_tx_reaches_a_udp_socket") else {
@@ -220,7 +220,7 @@ fn xsk_tx_reaches_a_udp_socket() {
     assert_eq!(got, (0..n).collect::<Vec<_>>(), "every datagram, in order");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn udp_socket_reaches_xsk_rx_and_other_ports_reach_the_stack() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("udp_socket_reaches_xsk_rx_and_other_ports_reach_the_stack")
@@ -288,7 +288,7 @@ fn udp_socket_reaches_xsk_rx_and_other_ports_reach_the_stack() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn fill_ring_starvation_is_counted_and_recovers() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("fill_ring_starvation_is_counted_and_recovers") else {
@@ -321,7 +321,7 @@ fn fill_ring_starvation_is_counted_and_recovers() {
     assert_eq!(got, [7]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn the_xdp_program_goes_with_the_socket() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("the_xdp_program_goes_with_the_socket") else {
@@ -347,7 +347,7 @@ fn the_xdp_program_goes_with_the_socket() {
 }
 
 /// The child of [`the_xdp_program_goes_with_a_killed_process`]: does nothing unless run by it.
-#[test]
+#[zcnet_testkit::test]
 fn sigkill_child() {
     let Ok(ns) = std::env::var("ZCNET_XSK_CHILD_NS") else {
         return;
@@ -363,7 +363,7 @@ fn sigkill_child() {
     panic!("the parent should have killed this process");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn the_xdp_program_goes_with_a_killed_process() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("the_xdp_program_goes_with_a_killed_process") else {
@@ -409,7 +409,7 @@ fn one_line(e: &Error) -> String {
     s
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_input_is_one_line_naming_cause_and_fix() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("bad_input_is_one_line_naming_cause_and_fix") else {
@@ -466,7 +466,7 @@ fn bad_input_is_one_line_naming_cause_and_fix() {
 
 /// The child of [`a_small_memlock_limit_is_named_with_its_fix`]: run without CAP_IPC_LOCK and
 /// with a 64 KiB RLIMIT_MEMLOCK, opens an 8 MiB UMEM on lo of a private namespace.
-#[test]
+#[zcnet_testkit::test]
 fn memlock_child() {
     if std::env::var("ZCNET_XSK_MEMLOCK_CHILD").is_err() {
         return;
@@ -480,7 +480,7 @@ fn memlock_child() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_small_memlock_limit_is_named_with_its_fix() {
     let _g = serial();
     if !zcnet_sys::os::is_root() {
@@ -527,3 +527,5 @@ fn a_small_memlock_limit_is_named_with_its_fix() {
         "{line}"
     );
 }
+
+zcnet_testkit::main!();

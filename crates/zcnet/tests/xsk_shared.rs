@@ -71,7 +71,7 @@ fn write(fr: &mut TxFrame, f: &UdpFlow, seq: u64) {
     fr.set_len(len).unwrap();
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn frames_come_back_dropped_released_and_completed() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("frames_come_back_dropped_released_and_completed") else {
@@ -224,7 +224,7 @@ fn send_two(p: &VethPath, f: UdpFlow, n: u64, window: u64, acked: &AtomicU64) ->
     })
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn one_umem_on_two_queues_and_another_device_every_frame_once() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("one_umem_on_two_queues_and_another_device_every_frame_once")
@@ -317,7 +317,7 @@ fn one_umem_on_two_queues_and_another_device_every_frame_once() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_sharing_is_one_line_and_leaves_nothing_bound() {
     let _g = serial();
     let Some((_lab, p)) = veth_lab("bad_sharing_is_one_line_and_leaves_nothing_bound") else {
@@ -383,3 +383,5 @@ fn bad_sharing_is_one_line_and_leaves_nothing_bound() {
         assert!(a.xdp_link_id().is_some());
     });
 }
+
+zcnet_testkit::main!();

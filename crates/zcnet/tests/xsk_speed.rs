@@ -139,7 +139,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[test]
+#[zcnet_testkit::test]
 #[ignore = "a measurement: run with --release -- --ignored --nocapture"]
 fn xsk_facade_vs_direct_send_rate() {
     let _g = serial();
@@ -213,3 +213,5 @@ fn xsk_facade_vs_direct_send_rate() {
     );
     assert!(md > 0.0 || mx > 0.0, "at least one side ran");
 }
+
+zcnet_testkit::main!();

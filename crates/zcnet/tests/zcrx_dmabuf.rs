@@ -59,7 +59,7 @@ fn errno_of(e: &Error) -> Option<i32> {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcrx_with_a_dmabuf_on_veth_is_refused_with_the_errno_and_the_fix() {
     let _g = serial();
     let Some((_lab, p)) =
@@ -111,7 +111,7 @@ fn zcrx_with_a_dmabuf_on_veth_is_refused_with_the_errno_and_the_fix() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zcrx_with_a_dmabuf_needs_an_interface() {
     // Without an interface there is no queue to register: refused before anything is opened.
     let _g = serial();
@@ -125,7 +125,7 @@ fn zcrx_with_a_dmabuf_needs_an_interface() {
     assert_eq!(open_fds(), before);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn auto_on_veth_ignores_the_dmabuf_and_receives_into_host_memory() {
     // `auto` never chooses device memory: its zcrx attempt is the host-memory one (refused on
     // veth as before), and what it takes is a host backend.
@@ -151,3 +151,5 @@ fn auto_on_veth_ignores_the_dmabuf_and_receives_into_host_memory() {
     );
     assert_eq!(Arc::strong_count(&fd), 1);
 }
+
+zcnet_testkit::main!();

@@ -8,14 +8,14 @@ use crate::rx::{zcnet_receiver_poll, zcnet_receiver_release, zcnet_rx_event, ZCN
 use crate::tx::{zcnet_sender_buffer, zcnet_sender_send, zcnet_sender_write, ZCNET_TX_DEVMEM};
 use std::ffi::CString;
 
-#[test]
+#[zcnet_testkit::test]
 fn version_is_the_crate_version() {
     // SAFETY: zcnet_version returns a static NUL-terminated string.
     let v = unsafe { CStr::from_ptr(crate::zcnet_version()) };
     assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn status_names_cover_every_code() {
     for (i, s) in zcnet_status::ALL.iter().enumerate() {
         assert_eq!(*s as usize, i, "codes are numbered in order");
@@ -31,7 +31,7 @@ fn status_names_cover_every_code() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn null_arguments_are_named() {
     let (st, r) = region(c"host", 4096);
     assert_eq!(st, ZCNET_OK);
@@ -99,7 +99,7 @@ fn null_arguments_are_named() {
     free_region(r);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn strings_must_be_utf8() {
     let bad = CString::new(b"ho\xffst".to_vec()).unwrap();
     let (st, r) = region(&bad, 4096);
@@ -114,7 +114,7 @@ fn strings_must_be_utf8() {
     assert_fails(st, ZCNET_E_INVALID, &["addr is not valid UTF-8"]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_addresses_and_kinds_are_refused() {
     for addr in [
         c"nonsense",
@@ -144,7 +144,7 @@ fn bad_addresses_and_kinds_are_refused() {
     assert_fails(st, ZCNET_E_INVALID, &["cfg->mode 99 is no ZCNET_TX_* mode"]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn nobody_listening_is_a_connection_error() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -156,7 +156,7 @@ fn nobody_listening_is_a_connection_error() {
     assert!(tx.is_null());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_panic_is_caught_and_named() {
     let st = call("zcnet_test_panic", || panic!("boom {}", 42));
     assert_fails(
@@ -171,7 +171,7 @@ fn a_panic_is_caught_and_named() {
     assert_eq!(last_error(), "");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rx_config_is_checked() {
     let mut cfg = zcnet_rx_config {
         mode: 42,
@@ -202,7 +202,7 @@ fn rx_config_is_checked() {
     assert_eq!((d.iface, d.queue, d.buffers), (None, None, 64));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn tx_config_zero_means_defaults() {
     let t = crate::tx::tx_config(Some(&zcnet_tx_config::default())).unwrap();
     assert_eq!(
@@ -223,7 +223,7 @@ fn tx_config_zero_means_defaults() {
     assert_eq!(t.stall_timeout, std::time::Duration::from_millis(1500));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_receiver_refuses_other_threads() {
     let (rx, _) = listening_receiver(&zcnet_rx_config::default());
     let addr = rx as usize;
@@ -249,7 +249,7 @@ fn a_receiver_refuses_other_threads() {
     free_receiver(rx);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_region_note_and_device() {
     let (st, r) = region(c"host", 10_000);
     assert_eq!(st, ZCNET_OK, "{}", last_error());

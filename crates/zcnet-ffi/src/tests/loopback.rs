@@ -84,7 +84,7 @@ fn stats_of(rx: *mut zcnet_receiver) -> zcnet_rx_stats {
     s
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_mode_pair_delivers_every_byte() {
     let total = (1 << 20) + 12_345;
     for (rx_mode, tx_mode) in [
@@ -125,7 +125,7 @@ fn every_mode_pair_delivers_every_byte() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recv_stream_verifies_the_pattern() {
     let (rx, port) = listening_receiver(&zcnet_rx_config::default());
     let cfg = zcnet_tx_config::default();
@@ -152,7 +152,7 @@ fn recv_stream_verifies_the_pattern() {
     let _ = sender.join();
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_sender_refuses_misuse() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = CString::new(listener.local_addr().unwrap().to_string()).unwrap();
@@ -229,7 +229,7 @@ fn a_sender_refuses_misuse() {
     free_region(region);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn probe_json_is_the_report() {
     let mut json = ptr::null_mut();
     // SAFETY: NULL iface means every interface; `json` is a local.
@@ -256,7 +256,7 @@ fn probe_json_is_the_report() {
     assert!(json.is_null());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn failures_and_ends_become_events() {
     let mut rx = zcnet_receiver::new(None).unwrap();
     let e = zcnet::Error::PeerReset {

@@ -126,7 +126,7 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
     ]
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_error_has_its_code_and_message() {
     for (e, want) in every_variant() {
         assert_eq!(status_of(&e), want, "{e:?}");
@@ -141,7 +141,7 @@ fn every_error_has_its_code_and_message() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_code_but_ok_other_and_panic_is_reachable_from_an_error() {
     let reached: Vec<zcnet_status> = every_variant().into_iter().map(|(_, s)| s).collect();
     for s in zcnet_status::ALL {
@@ -151,14 +151,14 @@ fn every_code_but_ok_other_and_panic_is_reachable_from_an_error() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn senders_and_regions_may_move_between_threads() {
     fn send<T: Send>() {}
     send::<crate::tx::zcnet_sender>();
     send::<crate::region::zcnet_region>();
 }
 
-#[test]
+#[zcnet_testkit::test]
 #[cfg(target_pointer_width = "64")]
 fn structs_have_the_promised_layout() {
     assert_eq!(size_of::<zcnet_status>(), 4);

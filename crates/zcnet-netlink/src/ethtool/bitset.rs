@@ -215,7 +215,7 @@ mod tests {
         b.finish().unwrap()[16..].to_vec()
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn compact_with_and_without_mask() {
         let p = nest_payload(|b| {
             b.put_u32(SIZE, 40)
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(s.set_bits(), [1]);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn verbose_list_and_masked() {
         let p = nest_payload(|b| {
             b.put_u32(SIZE, 64).nest_begin(BITS);
@@ -257,7 +257,7 @@ mod tests {
         assert_eq!(s.name(3), Some("a"));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn absurd_sizes_and_indices_are_malformed() {
         let p = nest_payload(|b| {
             b.put_u32(SIZE, u32::MAX);

@@ -9,7 +9,7 @@ fn va() -> Dev<'static> {
     Dev::Name("va")
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn family_has_the_message_ids_used_here() {
     let r = Capture::load("ctrl_getfamily_ethtool")
         .replay(GETFAMILY, "ethtool")
@@ -33,7 +33,7 @@ fn family_has_the_message_ids_used_here() {
     assert!(f.op(MSG_RSS_GET).unwrap().can_dump());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rings_on_veth_are_not_supported() {
     let e = Capture::load("ethtool_rings_get_veth")
         .replay(OP_RINGS_GET, "dev va")
@@ -42,7 +42,7 @@ fn rings_on_veth_are_not_supported() {
     assert_eq!(e.extack(), None);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rings_set_errors_carry_text_and_attribute() {
     let e = Capture::load("ethtool_rings_set_tds_veth")
         .replay(OP_RINGS_SET, "dev va")
@@ -65,7 +65,7 @@ fn rings_set_errors_carry_text_and_attribute() {
     assert_eq!(e.kernel().unwrap().bad_attr.as_deref(), Some("hds-thresh"));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn channels_of_veth() {
     let r = Capture::load("ethtool_channels_get_veth")
         .replay(OP_CHANNELS_GET, "dev va")
@@ -80,7 +80,7 @@ fn channels_of_veth() {
     assert_eq!(c.combined_count, None);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn features_compact_with_strset_names() {
     let s = Capture::load("ethtool_strset_features")
         .replay(OP_STRSET_GET, "dev va")
@@ -105,7 +105,7 @@ fn features_compact_with_strset_names() {
     assert!(f.list().iter().any(|x| x.name == "loopback" && !x.active));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn features_verbose_agrees_with_compact() {
     let names = parse_strset(
         &Capture::load("ethtool_strset_features")
@@ -134,7 +134,7 @@ fn features_verbose_agrees_with_compact() {
     assert_eq!(verbose.list(), compact.list());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn features_set_replies() {
     let r = Capture::load("ethtool_features_set_gro_on_veth")
         .replay(OP_FEATURES_SET, "dev va")
@@ -170,7 +170,7 @@ fn features_set_replies() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rss_on_veth() {
     let e = Capture::load("ethtool_rss_get_veth")
         .replay(OP_RSS_GET, "dev va")
@@ -182,7 +182,7 @@ fn rss_on_veth() {
     assert!(d.is_empty(), "no device here has RSS");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rss_parses_a_context() {
     let mut b = MsgBuilder::new(0, 0, 0);
     b.nest_begin(1).put_u32(1, 4).nest_end();
@@ -204,7 +204,7 @@ fn rss_parses_a_context() {
     assert_eq!(r.flow_hash, [(4, 0xf0)]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rings_parse_all_fields() {
     let mut b = MsgBuilder::new(0, 0, 0);
     b.put_u32(2, 4096)
@@ -232,7 +232,7 @@ fn rings_parse_all_fields() {
 type Case<'a> = (&'a str, u8, &'a dyn Fn(&mut MsgBuilder));
 
 /// The library's requests are byte-for-byte those the kernel answered in the captures.
-#[test]
+#[zcnet_testkit::test]
 fn builders_match_captured_requests() {
     let tds = RingsSet {
         tcp_data_split: Some(TcpDataSplit::Enabled),

@@ -13,7 +13,7 @@ fn family() -> Family {
     Family::parse(&r[0].attrs).unwrap()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn family_lists_the_ops_of_6_18() {
     let f = family();
     assert_eq!(f.name, "netdev");
@@ -46,7 +46,7 @@ fn family_lists_the_ops_of_6_18() {
     assert_eq!(groups, ["mgmt", "page-pool"]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn dev_get_on_veth() {
     let r = Capture::load("netdev_dev_get_veth")
         .replay(OP_DEV_GET, "ifindex 3")
@@ -62,7 +62,7 @@ fn dev_get_on_veth() {
     assert_eq!(d.xsk_features, 0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn dev_dump_lists_lo_and_the_pair() {
     let r = Capture::load("netdev_dev_dump")
         .replay(OP_DEV_GET, "")
@@ -77,7 +77,7 @@ fn dev_dump_lists_lo_and_the_pair() {
     assert_eq!(devs[1].xdp_features, 0x23);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn dev_get_unknown_ifindex_is_enodev() {
     let e = Capture::load("netdev_dev_get_enodev")
         .replay(OP_DEV_GET, "ifindex 99999")
@@ -89,7 +89,7 @@ fn dev_get_unknown_ifindex_is_enodev() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn queues_of_veth() {
     let r = Capture::load("netdev_queue_dump_veth")
         .replay(OP_QUEUE_GET, "ifindex 3")
@@ -109,7 +109,7 @@ fn queues_of_veth() {
     assert_eq!(QueueInfo::parse(&one[0].attrs).unwrap(), q[0]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn napi_of_veth_appears_with_gro() {
     let off = Capture::load("netdev_napi_dump_veth_gro_off")
         .replay(OP_NAPI_GET, "")
@@ -129,7 +129,7 @@ fn napi_of_veth_appears_with_gro() {
     assert_eq!(n.gro_flush_timeout, Some(0));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn napi_get_by_id_matches_the_dump() {
     let dump = Capture::load("netdev_napi_dump_veth_gro_on")
         .replay(OP_NAPI_GET, "")
@@ -144,7 +144,7 @@ fn napi_get_by_id_matches_the_dump() {
     assert_eq!(a, b);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn missing_required_attribute_is_named() {
     let e = Capture::load("netdev_dev_get_no_ifindex")
         .replay(OP_DEV_GET, "")
@@ -157,7 +157,7 @@ fn missing_required_attribute_is_named() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn qstats_on_veth_is_eopnotsupp_pointing_at_ifindex() {
     let e = Capture::load("netdev_qstats_dump_veth")
         .replay(OP_QSTATS_GET, "ifindex 3")
@@ -172,7 +172,7 @@ fn qstats_on_veth_is_eopnotsupp_pointing_at_ifindex() {
     assert!(all.is_empty(), "no device here reports queue stats");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bind_rx_errors_name_the_attribute() {
     let e = Capture::load("netdev_bind_rx_veth")
         .replay(OP_BIND_RX, "ifindex 3")
@@ -192,7 +192,7 @@ fn bind_rx_errors_name_the_attribute() {
     assert!(e.to_string().contains("missing attribute: fd"), "{e}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bind_tx_error_carries_the_kernel_text() {
     let e = Capture::load("netdev_bind_tx_veth")
         .replay(OP_BIND_TX, "ifindex 3")
@@ -201,7 +201,7 @@ fn bind_tx_error_carries_the_kernel_text() {
     assert_eq!(e.extack(), Some("Driver does not support netmem TX"));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn page_pool_stats_are_absent() {
     let e = Capture::load("netdev_page_pool_stats_dump")
         .replay(OP_PAGE_POOL_GET, "")
@@ -213,7 +213,7 @@ fn page_pool_stats_are_absent() {
     assert!(pools.is_empty(), "veth's pools are not tied to the netdev");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn page_pool_parses_both_uint_widths() {
     let mut b = MsgBuilder::new(0, 0, 0);
     b.put_u32(1, 7)
@@ -237,7 +237,7 @@ fn page_pool_parses_both_uint_widths() {
     assert!(p.io_uring);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn qstats_names_counters() {
     let mut b = MsgBuilder::new(0, 0, 0);
     b.put_u32(1, 3)
@@ -263,7 +263,7 @@ type Case<'a> = (&'a str, u8, &'a dyn Fn(&mut MsgBuilder));
 
 /// The library's requests are byte-for-byte the ones the kernel answered in the captures
 /// (sequence number aside).
-#[test]
+#[zcnet_testkit::test]
 fn builders_match_captured_requests() {
     let cases: [Case<'_>; 6] = [
         ("netdev_dev_get_veth", CMD_DEV_GET, &|b| {

@@ -10,7 +10,7 @@ use super::*;
 /// rule_cnt at 184; rule_locs at 188 (inside the tail padding); ethtool_rx_flow_spec is 168
 /// bytes with h_u 4, h_ext 56, m_u 76, m_ext 128, ring_cookie 152, location 160;
 /// ethtool_drvinfo is 196 bytes; ethtool_rxfh_indir.ring_index at 8.
-#[test]
+#[zcnet_testkit::test]
 fn layouts_match_the_uapi_header() {
     assert_eq!(zcnet_sys::ethtool::RXNFC_LEN, 192);
     assert_eq!((OFF_CMD, OFF_FLOW_TYPE, OFF_DATA, OFF_FS), (0, 4, 8, 16));
@@ -30,7 +30,7 @@ fn layouts_match_the_uapi_header() {
     assert_eq!(rxnfc_buf(0x32, 0).len(), 192);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn tcp4_rule_bytes() {
     let r = FlowRule {
         flow: FlowType::TcpV4,
@@ -67,7 +67,7 @@ fn tcp4_rule_bytes() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn udp6_rule_round_trip_and_version_checks() {
     let r = FlowRule {
         flow: FlowType::UdpV6,
@@ -95,7 +95,7 @@ fn udp6_rule_round_trip_and_version_checks() {
     assert!(encode_rule(0x32, &other).is_err());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rule_locs_and_indir_decoding() {
     let mut b = rxnfc_buf(0x30, 12);
     put(&mut b, OFF_RULE_CNT, &3u32.to_ne_bytes());
@@ -113,7 +113,7 @@ fn rule_locs_and_indir_decoding() {
     assert!(decode_indir(&ind[..20]).is_err());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn words_round_trip() {
     let b: Vec<u8> = (0..13).collect();
     let w = to_words(&b);
@@ -128,7 +128,7 @@ fn unhex(s: &str) -> Vec<u8> {
 }
 
 /// `ETHTOOL_GDRVINFO` on veth, as the kernel wrote it back (tests/captured/ioctl_drvinfo_veth.hex).
-#[test]
+#[zcnet_testkit::test]
 fn drvinfo_of_veth() {
     let text = include_str!("../../tests/captured/ioctl_drvinfo_veth.hex");
     let reply = text
@@ -145,7 +145,7 @@ fn drvinfo_of_veth() {
 
 /// The errnos the kernel gave veth for the ntuple and indirection ioctls
 /// (tests/captured/ioctl_*_veth.hex), as the crate reports them.
-#[test]
+#[zcnet_testkit::test]
 fn ioctl_errors_on_veth() {
     for (file, op) in [
         (

@@ -11,7 +11,7 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn requests_have_the_kernels_layout() {
     let r = route_get_request(9, Ipv4Addr::new(10, 10, 0, 2), Some(7)).unwrap();
     let h = NlMsgHdr::parse(&r).unwrap();
@@ -72,7 +72,7 @@ fn ack(seq: u32, errno: i32) -> Vec<u8> {
     v
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn route_neigh_and_link_replies_parse() {
     let mut rtm = [0u8; RTMSG_LEN];
     rtm[0] = 2;
@@ -151,7 +151,7 @@ fn route_neigh_and_link_replies_parse() {
     assert!(parse_link(&bad).is_err());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn collector_takes_the_reply_then_the_ack_and_names_errors() {
     let mut rtm = [0u8; RTMSG_LEN];
     rtm[7] = RTN_UNICAST;
@@ -184,19 +184,15 @@ fn collector_takes_the_reply_then_the_ack_and_names_errors() {
 }
 
 /// Runs `f` in a thread of its own in a fresh network namespace, which goes away with the
-/// thread (nothing is named, nothing is left behind). `None` when not root.
-fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    if !zcnet_sys::os::is_root() {
-        eprintln!("skipped: needs root (a private network namespace)");
-        return None;
-    }
-    Some(
+/// thread (nothing is named, nothing is left behind). Skips the test when not root.
+fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    zcnet_testkit::require_root("a private network namespace");
+    zcnet_testkit::propagate(
         std::thread::spawn(move || {
             zcnet_sys::os::unshare_netns().unwrap();
             f()
         })
-        .join()
-        .unwrap(),
+        .join(),
     )
 }
 
@@ -213,12 +209,9 @@ fn ip(args: &[&str]) {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn live_route_neighbour_and_link_in_a_private_namespace() {
-    if std::process::Command::new("ip").arg("-V").output().is_err() {
-        eprintln!("skipped: no 'ip' (iproute2)");
-        return;
-    }
+    zcnet_testkit::require_tool("ip", "iproute2 builds the namespace's devices");
     in_private_netns(|| {
         ip(&["link", "add", "rta", "type", "veth", "peer", "name", "rtb"]);
         ip(&["addr", "add", "10.77.0.1/24", "dev", "rta"]);

@@ -239,7 +239,7 @@ mod tests {
         v
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn iterates_and_types() {
         let mut b = attr(1, &7u32.to_ne_bytes());
         b.extend(attr(2 | NLA_F_NESTED, &attr(3, b"eth0\0")));
@@ -259,7 +259,7 @@ mod tests {
         assert_eq!(attr_path_at(&b, 0, 5), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn malformed_input_is_an_error_not_a_panic() {
         // Length 3 (< header), length past the end, stray bytes.
         for bad in [&[3u8, 0, 1, 0][..], &[9, 0, 1, 0, 0], &[1, 2]] {

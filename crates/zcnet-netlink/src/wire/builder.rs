@@ -153,7 +153,7 @@ impl MsgBuilder {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn exact_bytes_of_a_small_genl_request() {
         let mut b = MsgBuilder::genl(0x1a, 0x5, 7, 3, 1);
         b.put_str(2, "netdev");
@@ -168,7 +168,7 @@ mod tests {
         assert_eq!(m, want);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn nests_get_their_length_and_flag() {
         let mut b = MsgBuilder::genl(20, 1, 1, 1, 1);
         b.nest_begin(1).put_u32(1, 5).put_flag(3).nest_end();
@@ -178,7 +178,7 @@ mod tests {
         assert_eq!(u16::from_ne_bytes([m[22], m[23]]), 1 | NLA_F_NESTED);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn oversized_attribute_is_refused() {
         let mut b = MsgBuilder::new(16, 1, 1);
         b.put_bytes(1, &vec![0u8; 70_000]);

@@ -262,7 +262,7 @@ mod tests {
     use super::super::builder::MsgBuilder;
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn splits_messages_and_rejects_bad_lengths() {
         let a = MsgBuilder::new(20, 2, 1).finish().unwrap();
         let mut b = MsgBuilder::new(21, 2, 1);
@@ -278,7 +278,7 @@ mod tests {
         assert!(messages(&bad).any(|m| m.is_err()));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn error_with_capped_request_and_tlvs() {
         let req = MsgBuilder::genl(30, 5, 9, 1, 1).finish().unwrap();
         let mut p = (-95i32).to_ne_bytes().to_vec();

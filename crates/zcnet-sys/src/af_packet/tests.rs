@@ -162,7 +162,7 @@ fn run_ring_pair(
     (got, st)
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn tx_ring_to_rx_ring_every_frame_in_order_across_wraps() {
     crate::os::in_private_netns(|| {
         let (a, _) = veth_pair();
@@ -187,7 +187,7 @@ fn tx_ring_to_rx_ring_every_frame_in_order_across_wraps() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sendmmsg_with_and_without_qdisc_bypass_to_rx_ring() {
     crate::os::in_private_netns(|| {
         let (a, _) = veth_pair();
@@ -209,7 +209,7 @@ fn sendmmsg_with_and_without_qdisc_bypass_to_rx_ring() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sendmmsg_to_recvmmsg() {
     crate::os::in_private_netns(|| {
         let (a, b) = veth_pair();
@@ -251,7 +251,7 @@ fn sendmmsg_to_recvmmsg() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_full_rx_ring_drops_and_says_so() {
     crate::os::in_private_netns(|| {
         let (a, b) = veth_pair();
@@ -284,7 +284,7 @@ fn a_full_rx_ring_drops_and_says_so() {
     });
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_requests_and_interfaces_are_refused() {
     let bad = RingRequest {
         block_size: 1000,

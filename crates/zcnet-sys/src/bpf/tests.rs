@@ -5,7 +5,7 @@ use super::*;
 use std::mem::{offset_of, size_of};
 use zcnet_core::xdp_prog::{self, op};
 
-#[test]
+#[zcnet_testkit::test]
 fn attr_layouts_match_uapi() {
     assert_eq!(size_of::<MapCreateAttr>(), 44);
     assert_eq!(offset_of!(MapCreateAttr, map_name), 28);
@@ -26,20 +26,13 @@ fn attr_layouts_match_uapi() {
     assert_eq!(name16("zcnet-xsk:5201"), *b"zcnet_xsk_5201\0\0");
 }
 
-fn root() -> bool {
-    if crate::os::is_root() {
-        true
-    } else {
-        eprintln!("skipped: needs root (CAP_BPF, CAP_NET_ADMIN)");
-        false
-    }
+fn root() {
+    zcnet_testkit::require_root("CAP_BPF, CAP_NET_ADMIN");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn the_udp_redirect_program_passes_the_verifier() {
-    if !root() {
-        return;
-    }
+    root();
     let map = XskMap::create(4, "zcnet_test").expect("XSKMAP");
     let prog = xdp_prog::udp_port_redirect(map.fd().as_raw_fd(), 5201);
     let p = BpfProg::load_xdp(&prog, "zcnet_test").unwrap_or_else(|e| panic!("refused: {e}"));
@@ -47,11 +40,9 @@ fn the_udp_redirect_program_passes_the_verifier() {
     assert!(id > 0 && prog_exists(id).expect("prog by id"));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_refused_program_comes_with_the_verifier_log() {
-    if !root() {
-        return;
-    }
+    root();
     // r2 = ctx->data; r0 = *(u8 *)(r2 + 0); exit — a packet read with no bounds check.
     let bad = [
         Insn {
@@ -77,7 +68,7 @@ fn a_refused_program_comes_with_the_verifier_log() {
     assert!(e.to_string().contains("verifier:"), "{e}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_link_detaches_when_dropped_and_refuses_a_second_program() {
     let r = crate::os::in_private_netns(|| {
         let map = XskMap::create(1, "zcnet_test").expect("XSKMAP");
@@ -104,17 +95,16 @@ fn a_link_detaches_when_dropped_and_refuses_a_second_program() {
             after,
         )
     });
-    if let Some((native, info, prog_id, second, listed, by_id, after)) = r {
-        assert_eq!(native, Some(libc::EOPNOTSUPP), "lo has no native XDP");
-        assert_eq!(info.link_type, BPF_LINK_TYPE_XDP);
-        assert_eq!((info.prog_id, info.ifindex), (prog_id, 1));
-        assert_eq!(
-            second,
-            Some(libc::EBUSY),
-            "one XDP program per interface and mode"
-        );
-        assert!(listed, "BPF_LINK_GET_NEXT_ID enumerates it");
-        assert_eq!(by_id, Some(info));
-        assert_eq!(after, None, "closing the link's fd removes it");
-    }
+    let (native, info, prog_id, second, listed, by_id, after) = r;
+    assert_eq!(native, Some(libc::EOPNOTSUPP), "lo has no native XDP");
+    assert_eq!(info.link_type, BPF_LINK_TYPE_XDP);
+    assert_eq!((info.prog_id, info.ifindex), (prog_id, 1));
+    assert_eq!(
+        second,
+        Some(libc::EBUSY),
+        "one XDP program per interface and mode"
+    );
+    assert!(listed, "BPF_LINK_GET_NEXT_ID enumerates it");
+    assert_eq!(by_id, Some(info));
+    assert_eq!(after, None, "closing the link's fd removes it");
 }

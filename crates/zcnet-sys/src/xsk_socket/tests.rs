@@ -34,7 +34,7 @@ fn lo_up() {
     assert!(st.success());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn frames_loop_back_through_all_four_rings() {
     let r = crate::os::in_private_netns(|| {
         lo_up();
@@ -97,22 +97,21 @@ fn frames_loop_back_through_all_four_rings() {
         let st = s.statistics().expect("stats");
         (got, st, s.kicks(), s.frames().counts(), s.frames_in_tx())
     });
-    if let Some((got, st, kicks, counts, in_tx)) = r {
-        assert_eq!(got, (0..200).collect::<Vec<u64>>(), "every frame, in order");
-        assert_eq!(
-            st.rx_dropped + st.rx_ring_full + st.rx_invalid_descs,
-            0,
-            "{st:?}"
-        );
-        assert_eq!(st.tx_invalid_descs, 0);
-        assert!(kicks > 0);
-        assert_eq!(counts.sent, 200);
-        assert!(counts.completed + in_tx as u64 == 200);
-        assert!(counts.received == 200 && counts.filled >= 200);
-    }
+    let (got, st, kicks, counts, in_tx) = r;
+    assert_eq!(got, (0..200).collect::<Vec<u64>>(), "every frame, in order");
+    assert_eq!(
+        st.rx_dropped + st.rx_ring_full + st.rx_invalid_descs,
+        0,
+        "{st:?}"
+    );
+    assert_eq!(st.tx_invalid_descs, 0);
+    assert!(kicks > 0);
+    assert_eq!(counts.sent, 200);
+    assert!(counts.completed + in_tx as u64 == 200);
+    assert!(counts.received == 200 && counts.filled >= 200);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn wrong_input_is_refused_before_the_kernel_sees_it() {
     let r = crate::os::in_private_netns(|| {
         let umem = Mapping::anonymous(cfg().umem_len()).expect("umem");
@@ -159,18 +158,17 @@ fn wrong_input_is_refused_before_the_kernel_sees_it() {
         let e5 = a.transmit(&mut fb).err().map(|e| e.kind());
         (e1, e2, e3, e4, e5, fb.len())
     });
-    if let Some((e1, e2, e3, e4, e5, left)) = r {
-        assert_eq!(
-            e1,
-            Some(io::ErrorKind::InvalidInput),
-            "65 frames in a 64-frame UMEM"
-        );
-        assert_eq!(e2, Some(libc::EINVAL), "chunk size not a power of two");
-        assert_eq!(e3, Some(libc::EINVAL), "lo has one queue");
-        assert_eq!(e4, Some(io::ErrorKind::InvalidInput));
-        assert_eq!(e5, Some(io::ErrorKind::InvalidInput));
-        assert_eq!(left, 64, "a refused call takes no frame");
-    }
+    let (e1, e2, e3, e4, e5, left) = r;
+    assert_eq!(
+        e1,
+        Some(io::ErrorKind::InvalidInput),
+        "65 frames in a 64-frame UMEM"
+    );
+    assert_eq!(e2, Some(libc::EINVAL), "chunk size not a power of two");
+    assert_eq!(e3, Some(libc::EINVAL), "lo has one queue");
+    assert_eq!(e4, Some(io::ErrorKind::InvalidInput));
+    assert_eq!(e5, Some(io::ErrorKind::InvalidInput));
+    assert_eq!(left, 64, "a refused call takes no frame");
 }
 
 /// vx0 ⇄ vx1, two RX and two TX queues each, up, in the calling thread's (private) namespace:
@@ -205,7 +203,7 @@ fn umem() -> Mapping {
     Mapping::anonymous(cfg().umem_len()).expect("umem")
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_shared_umem_moves_frames_on_two_queues() {
     let r = crate::os::in_private_netns(|| {
         let (vx0, vx1) = two_queue_veth();
@@ -283,25 +281,24 @@ fn a_shared_umem_moves_frames_on_two_queues() {
         let counts = [t0.frames().counts(), t1.frames().counts()];
         (got, stats, counts, tfree.len())
     });
-    if let Some((got, stats, counts, tfree)) = r {
-        let evens: Vec<u64> = (0..300).filter(|s| s % 2 == 0).collect();
-        let odds: Vec<u64> = (0..300).filter(|s| s % 2 == 1).collect();
-        assert_eq!(got[0], evens, "queue 0: every frame it was sent, in order");
-        assert_eq!(got[1], odds, "queue 1: every frame it was sent, in order");
-        for s in stats {
-            assert_eq!(
-                s.rx_dropped + s.rx_ring_full + s.rx_invalid_descs,
-                0,
-                "{s:?}"
-            );
-        }
-        assert_eq!((counts[0].sent, counts[0].completed), (150, 150));
-        assert_eq!((counts[1].sent, counts[1].completed), (150, 150));
-        assert_eq!(tfree, 64, "every TX frame came back to the one pool");
+    let (got, stats, counts, tfree) = r;
+    let evens: Vec<u64> = (0..300).filter(|s| s % 2 == 0).collect();
+    let odds: Vec<u64> = (0..300).filter(|s| s % 2 == 1).collect();
+    assert_eq!(got[0], evens, "queue 0: every frame it was sent, in order");
+    assert_eq!(got[1], odds, "queue 1: every frame it was sent, in order");
+    for s in stats {
+        assert_eq!(
+            s.rx_dropped + s.rx_ring_full + s.rx_invalid_descs,
+            0,
+            "{s:?}"
+        );
     }
+    assert_eq!((counts[0].sent, counts[0].completed), (150, 150));
+    assert_eq!((counts[1].sent, counts[1].completed), (150, 150));
+    assert_eq!(tfree, 64, "every TX frame came back to the one pool");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_sharing_is_refused_and_leaves_nothing_bound() {
     let r = crate::os::in_private_netns(|| {
         let (vx0, _) = two_queue_veth();
@@ -357,19 +354,18 @@ fn bad_sharing_is_refused_and_leaves_nothing_bound() {
             fresh,
         )
     });
-    if let Some((errs, other_size, fresh)) = r {
-        assert_eq!(
-            errs,
-            [
-                Some(libc::EINVAL),
-                Some(libc::EINVAL),
-                Some(libc::ENODEV),
-                Some(libc::ENOPROTOOPT),
-                Some(libc::EBADF)
-            ],
-            "own queue, no such queue, no such device, not AF_XDP, not bound"
-        );
-        assert_eq!(other_size, Some(io::ErrorKind::InvalidInput));
-        assert_eq!(fresh, [None; 3], "every queue unbound after close");
-    }
+    let (errs, other_size, fresh) = r;
+    assert_eq!(
+        errs,
+        [
+            Some(libc::EINVAL),
+            Some(libc::EINVAL),
+            Some(libc::ENODEV),
+            Some(libc::ENOPROTOOPT),
+            Some(libc::EBADF)
+        ],
+        "own queue, no such queue, no such device, not AF_XDP, not bound"
+    );
+    assert_eq!(other_size, Some(io::ErrorKind::InvalidInput));
+    assert_eq!(fresh, [None; 3], "every queue unbound after close");
 }

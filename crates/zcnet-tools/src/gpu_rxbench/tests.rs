@@ -44,7 +44,7 @@ fn staged_host(s: TcpStream, ring: usize, verify: Option<Pattern>) -> Result<Gpu
     })
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_case_receives_the_whole_stream_and_ratios_compare_cases_on_one_path() {
     let c = cfg(true);
     let verify = Some(Pattern::new(7));
@@ -93,7 +93,7 @@ fn every_case_receives_the_whole_stream_and_ratios_compare_cases_on_one_path() {
     assert_eq!(rep.ratio(&rep.rows[1], "naive"), None, "no such case");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_failing_case_is_a_row_with_its_error_and_the_next_case_still_runs() {
     let c = cfg(false);
     let cases = [
@@ -123,7 +123,7 @@ fn a_failing_case_is_a_row_with_its_error_and_the_next_case_still_runs() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_receiver_that_stops_early_is_reported_as_short() {
     let c = cfg(false);
     let cases = [Case {
@@ -149,7 +149,7 @@ fn a_receiver_that_stops_early_is_reported_as_short() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_configurations_are_refused_before_anything_runs() {
     let host = GpuRxBenchConfig {
         memory: MemoryKind::Anonymous,

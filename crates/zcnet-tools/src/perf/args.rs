@@ -408,7 +408,7 @@ mod tests {
         Settings::from_args(&cmd.args)
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn iperf3_letters_parse() {
         let s = settings(&[
             "-c",
@@ -449,7 +449,7 @@ mod tests {
         assert_eq!(s.bind, Some("::1".parse().unwrap()));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bytes_or_blocks_mean_no_time_limit() {
         let s = settings(&["-c", "::1", "-n", "1M"]).unwrap();
         assert_eq!((s.params.time, s.params.num), (0, 1 << 20));
@@ -459,7 +459,7 @@ mod tests {
         assert_eq!((s.params.time, s.params.len), (10, 128 * 1024));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn udp_defaults_are_iperf3s() {
         let s = settings(&["-c", "::1", "-u"]).unwrap();
         assert_eq!(s.params.protocol, Protocol::Udp);
@@ -468,14 +468,14 @@ mod tests {
         assert_eq!(s.params.bandwidth, 0);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn verify_travels_in_the_parameter_block() {
         let s = settings(&["-c", "::1", "--verify", "--seed", "7"]).unwrap();
         assert_eq!(s.verify, Some(7));
         assert_eq!(s.params.to_json()[VERIFY_KEY], 7);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn low_water_marks_default_to_auto() {
         let s = settings(&["-c", "::1"]).unwrap();
         assert_eq!(s.tuning, SocketTuning::default());
@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(s.tuning.notsent, Lowat::Bytes(16384));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bad_input_is_refused_with_the_flag_named() {
         for (line, flag) in [
             (&["-c", "::1", "-l", "2M"][..], "len"),

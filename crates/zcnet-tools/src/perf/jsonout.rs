@@ -305,7 +305,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn end_has_iperf3s_keys() {
         let l = layout(false);
         let t = Totals {
@@ -327,7 +327,7 @@ mod tests {
         assert!(e["sum_sent"].get("retransmits").is_none());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bidir_names_the_reverse_channel() {
         let l = layout(true);
         let t = Totals {

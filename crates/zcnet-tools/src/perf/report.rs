@@ -663,7 +663,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn interval_lines_match_iperf3() {
         let l = layout(false, false, 2);
         let iv = Interval {
@@ -694,7 +694,7 @@ mod tests {
         assert!(again.starts_with(SEPARATOR));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn a_sender_with_tcp_info_prints_retr_and_cwnd_as_iperf3() {
         let l = layout(false, false, 2);
         let info = TcpInfo {
@@ -735,7 +735,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn bidir_groups_senders_first_on_the_client_and_receivers_on_the_server() {
         let c = layout(false, true, 1);
         assert_eq!(c.groups(), vec![true, false]);
@@ -758,7 +758,7 @@ mod tests {
         assert!(c.reverse_channel(false) && !c.reverse_channel(true));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn summary_shows_sender_and_receiver_with_retransmits_when_reported() {
         let l = layout(false, false, 1);
         let t = Totals {
@@ -789,7 +789,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn percentages_print_as_c_g2() {
         for (x, want) in [
             (0.0, "0"),
@@ -805,7 +805,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn udp_lines_match_iperf3() {
         let mut l = layout(false, false, 1);
         l.udp = true;
@@ -851,7 +851,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn cpu_line_is_report_cpu() {
         let l = layout(true, false, 1);
         let t = Totals {

@@ -798,7 +798,7 @@ pub fn drain_receivers(
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn budget_in_bytes_cuts_the_last_send() {
         let b = Budget::new(300, 0);
         assert_eq!(
@@ -807,19 +807,19 @@ mod tests {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn budget_in_blocks_counts_sends() {
         let b = Budget::new(0, 2);
         assert_eq!((b.take(100), b.take(100), b.take(100)), (100, 100, 0));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn no_budget_is_unlimited() {
         let b = Budget::new(0, 0);
         assert!((0..1000).all(|_| b.take(7) == 7));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn budget_is_shared_exactly_between_threads() {
         let b = Arc::new(Budget::new(1_000_003, 0));
         let threads: Vec<_> = (0..4)

@@ -140,14 +140,14 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn reads_utime_and_stime_after_the_command_name() {
         let line = "1234 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 250 75 0 0 20 0 1 0";
         assert_eq!(parse_stat_times(line), Some((2.5, 0.75)));
         assert_eq!(parse_stat_times("garbage"), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn own_process_times_are_readable() {
         assert!(std::fs::read_to_string("/proc/self/stat")
             .ok()
@@ -155,7 +155,7 @@ mod tests {
             .is_some());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dates_print_as_iperf3_does() {
         // iperf3 3.12 printed "Sun, 22 Nov 2026 13:01:23 GMT" with timesecs 1795352483.
         assert_eq!(http_date(1_795_352_483), "Sun, 22 Nov 2026 13:01:23 GMT");

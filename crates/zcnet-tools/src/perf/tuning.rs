@@ -124,7 +124,7 @@ pub fn cpus() -> usize {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn parse_takes_auto_off_zero_and_sizes() {
         assert_eq!(Lowat::parse("auto"), Some(Lowat::Auto));
         assert_eq!(Lowat::parse("off"), Some(Lowat::Off));
@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(Lowat::parse("-1"), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn auto_sets_notsent_only_when_streams_reach_the_cpus() {
         let t = SocketTuning::default();
         assert_eq!(t.resolve(1, 2, 0, false).notsent_lowat, None);
@@ -150,7 +150,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn auto_rcvlowat_is_bulk_unpaced_and_a_millisecond_paced() {
         let t = SocketTuning::default();
         assert_eq!(t.resolve(0, 2, 0, false).rcvlowat, Some(BULK_LOWAT));
@@ -165,14 +165,14 @@ mod tests {
         assert_eq!(t.resolve(0, 2, 1_000_000, false).rcvlowat, None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn auto_never_holds_back_bytes_that_end_the_test() {
         let t = SocketTuning::default();
         assert_eq!(t.resolve(0, 2, 0, true).rcvlowat, None);
         assert_eq!(t.resolve(4, 2, 0, true).notsent_lowat, Some(BULK_LOWAT));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn explicit_values_win_over_the_rule() {
         let t = SocketTuning {
             notsent: Lowat::Bytes(4096),

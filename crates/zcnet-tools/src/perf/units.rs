@@ -73,7 +73,7 @@ fn adaptive(mut value: f64, step: f64, labels: &[&str; 5]) -> String {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn sizes_use_binary_suffixes() {
         assert_eq!(parse_size("128K"), Some(131_072));
         assert_eq!(parse_size("1M"), Some(1 << 20));
@@ -85,7 +85,7 @@ mod tests {
         assert_eq!(parse_size("1Q"), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn rates_use_decimal_suffixes() {
         assert_eq!(parse_rate("10M"), Some(10_000_000));
         assert_eq!(parse_rate("1g"), Some(1_000_000_000));
@@ -93,7 +93,7 @@ mod tests {
         assert_eq!(parse_rate("fast"), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn prints_as_unit_snprintf() {
         // Values from iperf3 3.12's own output over loopback.
         assert_eq!(bytes(2.49 * 1024.0 * 1024.0 * 1024.0), "2.49 GByte");

@@ -23,7 +23,7 @@ fn frame(tmpl: &[u8], seq: u64) -> Vec<u8> {
     b
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn frames_are_valid_udp_of_the_size_asked() {
     for size in [MIN_SIZE, 64, 512, 1500, MAX_SIZE] {
         let t = template(&flow(), size).unwrap();
@@ -37,7 +37,7 @@ fn frames_are_valid_udp_of_the_size_asked() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn the_check_counts_gaps_and_refuses_duplicates_and_damage() {
     let t = template(&flow(), 64).unwrap();
     let mut c = SeqCheck::new(&t);
@@ -68,7 +68,7 @@ fn the_check_counts_gaps_and_refuses_duplicates_and_damage() {
     assert_eq!(c.received(), 6);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn medians() {
     assert_eq!(median([]), None);
     assert_eq!(median([3.0]), Some(3.0));
@@ -100,7 +100,7 @@ fn row(case: Case, size: usize, runs: &[(u64, u64)]) -> Row {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn rows_and_ratios_use_medians_and_the_best_af_packet_variant() {
     let cases = default_cases();
     let rows = vec![
@@ -153,7 +153,7 @@ fn rows_and_ratios_use_medians_and_the_best_af_packet_variant() {
     assert_eq!(report.failed(), 0, "a refusal is not a failure");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sink_rows_have_no_receiver() {
     let case = Case {
         rx: RxVariant::None,
@@ -185,7 +185,7 @@ fn sink_rows_have_no_receiver() {
     assert_eq!(q[0].rx_ratio, None);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bad_configurations_are_refused_in_one_line() {
     let ok = XskBenchConfig::default();
     assert!(ok.check().is_ok());

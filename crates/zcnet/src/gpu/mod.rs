@@ -145,7 +145,7 @@ pub(crate) fn size_words(n: usize) -> String {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn missing_driver_reads_as_cause_and_fix() {
         let e = gpu_error(
             "allocating 64 MiB on cuda:0",
@@ -164,7 +164,7 @@ mod tests {
         assert_eq!(e.exit_code(), 1);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn a_device_that_does_not_exist_is_a_bad_argument() {
         let e = no_such_device(7, 2);
         assert_eq!(
@@ -175,7 +175,7 @@ mod tests {
         assert!(no_such_device(0, 0).to_string().contains("no CUDA device"));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn out_of_memory_names_the_knobs() {
         let e = gpu_error(
             "allocating 1 GiB on cuda:0",
@@ -193,7 +193,7 @@ mod tests {
         assert_eq!(e.exit_code(), 1);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn sizes_in_words() {
         assert_eq!(size_words(64 << 20), "64 MiB");
         assert_eq!(size_words(4096), "4 KiB");

@@ -187,7 +187,7 @@ pub(super) fn add_iface(g: &mut GpuReport, k: &KernelFacts, r: &IfaceReport) {
 mod tests {
     use super::*;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn this_machine_without_a_gpu_driver_says_why() {
         let g = gather(true);
         if !matches!(g.driver, GpuDriver::Missing { .. }) {
@@ -203,14 +203,14 @@ mod tests {
         assert!(fix.starts_with("install the NVIDIA driver"), "{fix}");
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn module_versions_are_read_from_the_nvrm_line() {
         let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.14  Release Build  (dvs-builder@U16)  Thu Feb 22 01:25:25 UTC 2024";
         assert_eq!(module_version(open).as_deref(), Some("550.54.14"));
         assert_eq!(module_version("NVRM version: none"), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn pci_paths_resolve_only_for_pci_addresses() {
         assert_eq!(sysfs_pci_path(""), None);
         assert_eq!(sysfs_pci_path("virtio0"), None);

@@ -475,7 +475,7 @@ mod tests {
         p
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn request_is_a_dump_of_every_link_without_stats() {
         let r = link_dump_request(9);
         let m: Vec<_> = messages(&r).map(|m| m.unwrap()).collect();
@@ -494,7 +494,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn parses_a_link_dump() {
         let mut d = msg(
             RTM_NEWLINK,
@@ -555,7 +555,7 @@ mod tests {
         assert_eq!(kind(&fake, Some("tun")), IfaceKind::Virtual);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dump_errors_and_bad_replies_are_errors() {
         let (mut out, mut intr) = (Vec::new(), false);
         let e = msg(NLMSG_DONE, 2, 1, &(-libc::EPERM).to_ne_bytes());
@@ -574,7 +574,7 @@ mod tests {
         assert!(out.is_empty());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn lists_the_calling_threads_namespace() {
         let ls = links().unwrap();
         let lo = ls.iter().find(|l| l.name == "lo").unwrap();

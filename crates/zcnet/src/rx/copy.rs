@@ -289,7 +289,7 @@ mod tests {
 
     use super::Pool;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn several_buffers_at_once_are_disjoint_and_in_order() {
         let mut p = Pool::new(6, 4).unwrap();
         let mut idxs = Vec::new();

@@ -159,7 +159,7 @@ fn run(
     rep
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn device_pieces_are_read_back_and_verified_at_their_stream_offsets() {
     let rep = run(true, true, None).expect("verified");
     assert_eq!(rep.recv.bytes, total(true) + total(false));
@@ -168,7 +168,7 @@ fn device_pieces_are_read_back_and_verified_at_their_stream_offsets() {
     assert_eq!(rep.stats.copied_bytes, total(false));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_wrong_device_byte_is_found_with_its_stream_offset() {
     // Device offset 20,000 + 7 holds stream byte 4096 + 100 + 4000 + 7 (the 4th piece).
     let e = run(true, true, Some(20_007)).expect_err("corruption found");
@@ -176,7 +176,7 @@ fn a_wrong_device_byte_is_found_with_its_stream_offset() {
     assert!(m.contains(&(4096 + 100 + 4000 + 7).to_string()), "{m}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn verify_without_a_reader_is_an_error_not_a_silent_pass() {
     let e = run(true, false, None).expect_err("device bytes cannot be checked");
     assert!(

@@ -766,7 +766,7 @@ mod tests {
         st.deliver(&mut h.ctx(), 0, &idxs, r)
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn linear_and_device_pieces_keep_stream_order() {
         let (_a, b) = tcp_pair();
         let mut st = socks(4, 4096);
@@ -874,7 +874,7 @@ mod tests {
         assert!(h.closable.is_empty());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn cmsgs_that_do_not_add_up_fail_the_connection_and_lend_nothing() {
         let (_a, b) = tcp_pair();
         let mut st = socks(4, 4096);
@@ -926,7 +926,7 @@ mod tests {
         assert_eq!(h.stats.failures, 3);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn a_read_spans_several_buffers_one_handle_per_buffer() {
         // Three 8-byte buffers' worth of linear data, with device frags between the pieces:
         // the kernel packs the linear copies from the first buffer on, so the second and third
@@ -1008,7 +1008,7 @@ mod tests {
         assert!(st.pool.has_free());
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn a_read_without_devmem_cmsgs_is_unsteered_host_data() {
         // No cmsg at all: a plain receive of host memory (the flow was not steered to the
         // bound queue). It spans buffers like linear data, and counts as unsteered bytes,
@@ -1042,7 +1042,7 @@ mod tests {
         assert_eq!((st.held(), st.pool.held()), (0, 0));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn linear_bytes_beyond_the_buffers_fail_the_connection() {
         let (_a, b) = tcp_pair();
         let mut st = socks(4, 8);
@@ -1060,7 +1060,7 @@ mod tests {
         assert_eq!((st.held(), st.pool.held()), (0, 0));
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn host_memory_arrives_as_copied_pieces_in_order() {
         // Loopback traffic is host memory: MSG_SOCK_DEVMEM reads it like recv() (a flow that is
         // not steered to the bound queue looks like this), counted as unsteered bytes. Small

@@ -550,7 +550,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dmabuf_fragments_become_device_ranges() {
         // A fragment 100 bytes into the second page of a 1 MiB area at the start of the
         // dma-buf: the CQE's offset (area id bits removed by the bookkeeping) is the offset in
@@ -585,7 +585,7 @@ mod tests {
         assert_eq!(device_slice(0, 0, 1 << 20, past), None);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn refill_entries_follow_the_area() {
         let page = zcnet_sys::mem::page_size() as u64;
         assert_eq!(rq_entries_for(0), 1);
@@ -594,7 +594,7 @@ mod tests {
         assert_eq!(rq_entries_for(1 << 40), ZCRX_MAX_RQ_ENTRIES);
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn dmabuf_refusals_say_why_in_one_line() {
         let cases = [
             (
@@ -631,7 +631,7 @@ mod tests {
         assert!(!msg.contains("dma-buf"), "{msg}");
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn efault_on_a_dmabuf_area_means_the_kernel_had_to_copy() {
         let msg = request_error(ConnId(7), libc::EFAULT, true).to_string();
         assert!(msg.contains("cannot copy into device memory"), "{msg}");

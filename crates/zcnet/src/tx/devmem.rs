@@ -250,7 +250,7 @@ mod tests {
     use zcnet_netlink::wire::Extack;
     use zcnet_netlink::KernelError;
 
-    #[test]
+    #[zcnet_testkit::test]
     fn offsets_are_relative_to_the_region_start() {
         let base = 0x7f00_0000_0000;
         assert_eq!(dmabuf_offset(base, base, 0), 0);
@@ -273,7 +273,7 @@ mod tests {
         })
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn refusals_carry_the_kernels_words_the_errno_and_the_fix() {
         // What 6.18 answers for veth: bind-tx checks the driver's netmem TX support first
         // (net/core/netdev-genl.c).
@@ -315,7 +315,7 @@ mod tests {
         assert!(e.to_string().contains("6.16+"), "{e}");
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn no_dmabuf_names_the_cause_and_the_fix() {
         let msg = no_dmabuf().to_string();
         for want in [

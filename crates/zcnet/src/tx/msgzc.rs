@@ -506,7 +506,7 @@ mod tests {
         ids
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn buffers_come_back_once_and_bytes_are_attributed_as_the_kernel_said() {
         const BUFFERS: usize = 6;
         const SIZE: usize = 8192;
@@ -574,7 +574,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn a_failed_send_keeps_the_buffer_and_consumes_no_id() {
         // ENOBUFS with nothing in flight: optmem cannot hold even one notification.
         let mut sh = shared(2, 4096);

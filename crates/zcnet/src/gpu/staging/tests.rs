@@ -85,7 +85,7 @@ fn staged_receive(total: u64, ring_len: usize, faults: HostEngineFaults) -> Resu
     res
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn receive_in_order_through_a_wrapping_ring_with_reordered_copies() {
     let faults = HostEngineFaults {
         reorder: true,
@@ -100,7 +100,7 @@ fn receive_in_order_through_a_wrapping_ring_with_reordered_copies() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_ring_smaller_than_the_host_buffers_pauses_receiving_but_loses_nothing() {
     // 40 KiB of ring for eight 16 KiB buffers: the ring, not the buffers, limits.
     let st = staged_receive(1 << 20, 40 << 10, HostEngineFaults::default()).expect("staged");
@@ -108,7 +108,7 @@ fn a_ring_smaller_than_the_host_buffers_pauses_receiving_but_loses_nothing() {
     assert!(st.pipeline.ring_full > 0, "{st:?}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_failed_copy_ends_the_transfer_with_its_error() {
     let faults = HostEngineFaults {
         reorder: false,
@@ -118,7 +118,7 @@ fn a_failed_copy_ends_the_transfer_with_its_error() {
     assert!(e.to_string().contains("injected copy failure"), "{e}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn receiving_into_host_memory_is_refused_with_the_reason() {
     let (_c, s) = pair();
     let region = Region::anonymous(1 << 20).expect("region");
@@ -186,7 +186,7 @@ fn staged_send(total: u64, src_len: usize, mode: TxMode, faults: HostEngineFault
     Ok(got)
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_from_device_memory_in_order_with_reordered_copies() {
     let faults = HostEngineFaults {
         reorder: true,
@@ -199,7 +199,7 @@ fn send_from_device_memory_in_order_with_reordered_copies() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_failed_device_to_host_copy_ends_the_send() {
     let faults = HostEngineFaults {
         reorder: false,
@@ -209,7 +209,7 @@ fn a_failed_device_to_host_copy_ends_the_send() {
     assert!(e.to_string().contains("injected copy failure"), "{e}");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn sending_from_host_memory_is_refused_with_the_reason() {
     let (c, _s) = pair();
     let region = Region::anonymous(1 << 20).expect("region");

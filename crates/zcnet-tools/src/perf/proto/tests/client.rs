@@ -58,7 +58,7 @@ fn running(p: TestParams) -> ClientControl {
     c
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn access_denied() {
     let mut c = client(TestParams::default());
     let a = c.on_bytes(T0, &[0xff]);
@@ -69,7 +69,7 @@ fn access_denied() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_error_in_pieces() {
     let mut c = client(TestParams::default());
     let msg = server_error_message(ErrorCode::IEUNIMP, 0);
@@ -91,7 +91,7 @@ fn server_error_in_pieces() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_error_with_errno_mid_test() {
     let mut c = running(TestParams::default());
     let a = c.on_bytes(secs(3), &server_error_message(ErrorCode(160), 0));
@@ -112,7 +112,7 @@ fn server_error_with_errno_mid_test() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_error_number_without_errno_then_close() {
     let mut c = client(TestParams::default());
     let msg = server_error_message(ErrorCode(142), 0);
@@ -127,14 +127,14 @@ fn server_error_number_without_errno_then_close() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_terminate() {
     let mut c = running(TestParams::default());
     let a = c.on_bytes(secs(1), &[State::ServerTerminate.to_byte()]);
     assert_eq!(failed(&a), &ProtoError::ServerTerminated);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_service_that_is_not_iperf3() {
     let mut c = client(TestParams::default());
     let a = c.on_bytes(T0, b"SSH-2.0-OpenSSH_9.6\r\n");
@@ -142,7 +142,7 @@ fn a_service_that_is_not_iperf3() {
     assert!(c.is_over());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_silent_service_times_out_in_seconds() {
     let mut c = client(TestParams::default());
     assert_eq!(c.poll_timeout(), Some(secs(5)));
@@ -156,7 +156,7 @@ fn a_silent_service_times_out_in_seconds() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_closes_at_once() {
     let mut c = client(TestParams::default());
     let a = c.on_peer_closed(T0);
@@ -169,7 +169,7 @@ fn server_closes_at_once() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn states_out_of_order() {
     let mut c = client(TestParams::default());
     c.on_bytes(T0, &[State::ParamExchange.to_byte()]);
@@ -183,21 +183,21 @@ fn states_out_of_order() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn iperf_done_from_the_server_is_ignored() {
     let mut c = client(TestParams::default());
     assert!(c.on_bytes(T0, &[State::IperfDone.to_byte()]).is_empty());
     assert!(!c.is_over());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn each_wait_refreshes_the_deadline() {
     let mut c = client(TestParams::default());
     c.on_bytes(secs(4), &[State::ParamExchange.to_byte()]);
     assert_eq!(c.poll_timeout(), Some(secs(9)));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parameters_are_checked_before_connecting() {
     let cookie = Cookie::from_random(&[0; 36]);
     let bad = TestParams {
@@ -221,7 +221,7 @@ fn parameters_are_checked_before_connecting() {
     assert!(matches!(e, ProtoError::FrameTooLong { .. }));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn end_of_test_and_results() {
     let p = TestParams {
         parallel: 2,
@@ -260,7 +260,7 @@ fn end_of_test_and_results() {
     assert!(c.is_over());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bytes_that_arrive_before_local_results_wait_for_them() {
     let mut c = running(TestParams::default());
     c.test_finished(secs(10));
@@ -278,7 +278,7 @@ fn bytes_that_arrive_before_local_results_wait_for_them() {
     assert_eq!(a[3], ClientAction::Done);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_results_naming_an_unknown_stream() {
     let mut c = running(TestParams::default());
     c.test_finished(secs(10));
@@ -290,7 +290,7 @@ fn server_results_naming_an_unknown_stream() {
     assert_eq!(failed(&a), &ProtoError::UnknownStreamId(7));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_closes_during_its_results() {
     let mut c = running(TestParams::default());
     c.test_finished(secs(10));
@@ -308,7 +308,7 @@ fn server_closes_during_its_results() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn results_that_are_not_json() {
     let mut c = running(TestParams::default());
     c.test_finished(secs(10));
@@ -318,7 +318,7 @@ fn results_that_are_not_json() {
     assert!(matches!(failed(&a), ProtoError::InvalidJson(_)));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn terminate() {
     let mut c = running(TestParams::default());
     let a = c.terminate(secs(2));
@@ -332,7 +332,7 @@ fn terminate() {
     assert!(c.terminate(secs(2)).is_empty());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn misuse_is_reported() {
     let mut c = client(TestParams::default());
     assert!(matches!(

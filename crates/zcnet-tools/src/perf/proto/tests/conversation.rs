@@ -19,7 +19,7 @@ fn assert_complete(pair: &Pair) {
     assert_eq!(pair.server.poll_timeout(), None);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn tcp_forward() {
     let pair = run(
         TestParams {
@@ -76,7 +76,7 @@ fn tcp_forward() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reverse_with_four_streams() {
     let p = TestParams {
         parallel: 4,
@@ -93,7 +93,7 @@ fn reverse_with_four_streams() {
         .all(|s| s.direction == Direction::ServerToClient));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn bidirectional() {
     let p = TestParams {
         parallel: 2,
@@ -110,7 +110,7 @@ fn bidirectional() {
     assert_eq!(pair.server_got.map(|r| r.streams.len()), Some(4));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn udp_streams_carry_no_cookie() {
     let p = TestParams {
         protocol: Protocol::Udp,
@@ -125,7 +125,7 @@ fn udp_streams_carry_no_cookie() {
     assert!(pair.server.params().is_some_and(|p| p.udp_counters_64bit));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn any_delivery_chunking_gives_the_same_test() {
     let p = TestParams {
         parallel: 2,
@@ -142,7 +142,7 @@ fn any_delivery_chunking_gives_the_same_test() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_results_may_come_after_the_clients() {
     let mut pair = Pair::new(TestParams::default());
     pair.server_results_at = ServerResultsAt::PeerResults;
@@ -154,7 +154,7 @@ fn server_results_may_come_after_the_clients() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_is_ready_for_the_next_client_after_each_test() {
     // One machine per test: a second full test after the first behaves the same.
     for _ in 0..2 {

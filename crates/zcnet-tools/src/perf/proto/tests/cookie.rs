@@ -7,7 +7,7 @@ fn valid() -> [u8; COOKIE_SIZE] {
     b
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn from_random_maps_like_make_cookie() {
     let mut random = [0u8; 36];
     for (i, r) in random.iter_mut().enumerate() {
@@ -26,21 +26,21 @@ fn from_random_maps_like_make_cookie() {
     assert_eq!(c.as_str().len(), 36);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn from_random_edges() {
     assert_eq!(Cookie::from_random(&[0; 36]).as_str(), "a".repeat(36));
     assert_eq!(Cookie::from_random(&[255; 36]).as_str(), "7".repeat(36));
     assert_eq!(Cookie::from_random(&[32 + 26; 36]).as_str(), "2".repeat(36));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parse_accepts_a_made_cookie() {
     let c = Cookie::from_random(&[99; 36]);
     assert_eq!(Cookie::parse(c.as_bytes()), Ok(c));
     assert_eq!(Cookie::parse(&valid()).map(|c| *c.as_bytes()), Ok(valid()));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parse_rejects_wrong_length() {
     assert_eq!(
         Cookie::parse(&valid()[..36]),
@@ -52,7 +52,7 @@ fn parse_rejects_wrong_length() {
     assert!(Cookie::parse(&[]).is_err());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parse_rejects_missing_nul() {
     let mut b = valid();
     b[36] = b'a';
@@ -62,7 +62,7 @@ fn parse_rejects_missing_nul() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn parse_rejects_characters_outside_the_alphabet() {
     for bad in [b'A', b'1', b'8', b'-', 0, b' ', 0xff] {
         let mut b = valid();
@@ -76,7 +76,7 @@ fn parse_rejects_characters_outside_the_alphabet() {
     assert!(Cookie::parse(&http[..37]).is_err());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn matches_only_the_same_bytes() {
     let c = Cookie::from_random(&[5; 36]);
     assert!(c.matches(c.as_bytes()));

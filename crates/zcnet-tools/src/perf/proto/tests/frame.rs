@@ -9,13 +9,13 @@ fn frame(len: u32, body: &[u8]) -> Vec<u8> {
     f
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn encodes_length_then_compact_json() {
     let f = encode_frame(&json!({"tcp": true}), MAX_PARAMS_LEN).unwrap();
     assert_eq!(f, frame(12, br#"{"tcp":true}"#));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn encode_refuses_over_the_limit() {
     let v = json!({"title": "x".repeat(100)});
     assert!(matches!(
@@ -24,7 +24,7 @@ fn encode_refuses_over_the_limit() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn decodes_and_leaves_what_follows() {
     let mut bytes = frame(12, br#"{"tcp":true}"#);
     bytes.push(14); // DISPLAY_RESULTS right behind the results
@@ -35,7 +35,7 @@ fn decodes_and_leaves_what_follows() {
     assert!(!d.is_partial());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn decodes_byte_by_byte() {
     let bytes = encode_frame(&json!({"a": [1, 2, 3]}), 100).unwrap();
     let mut d = FrameDecoder::new(100);
@@ -52,7 +52,7 @@ fn decodes_byte_by_byte() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn decodes_two_frames_in_a_row() {
     let mut bytes = encode_frame(&json!(1), 10).unwrap();
     bytes.extend(encode_frame(&json!("two"), 10).unwrap());
@@ -63,7 +63,7 @@ fn decodes_two_frames_in_a_row() {
     assert!(input.is_empty());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn zero_length_is_an_error() {
     let mut d = FrameDecoder::new(10);
     assert_eq!(
@@ -72,7 +72,7 @@ fn zero_length_is_an_error() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn too_long_fails_on_the_header_alone() {
     let mut d = FrameDecoder::new(MAX_PARAMS_LEN);
     let header = (MAX_PARAMS_LEN as u32 + 1).to_be_bytes();
@@ -93,7 +93,7 @@ fn too_long_fails_on_the_header_alone() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn not_json_is_an_error() {
     let mut d = FrameDecoder::new(100);
     for body in [&b"{\"tcp\": tru"[..], b"hello world", b"{}{}", b"\xff\xfe"] {
@@ -106,7 +106,7 @@ fn not_json_is_an_error() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn trailing_nul_is_tolerated() {
     let mut d = FrameDecoder::new(100);
     let f = frame(3, b"{}\0");
@@ -156,7 +156,7 @@ fn json_value() -> impl Strategy<Value = Value> {
 }
 
 proptest! {
-    #[test]
+    #[zcnet_testkit::test]
     fn any_split_of_a_valid_frame_decodes_the_same(
         v in json_value(),
         tail in prop::collection::vec(any::<u8>(), 0..8),
@@ -176,7 +176,7 @@ proptest! {
         }
     }
 
-    #[test]
+    #[zcnet_testkit::test]
     fn any_split_of_any_bytes_decides_the_same(
         input in prop::collection::vec(any::<u8>(), 0..80),
         small_len in 0u32..70,

@@ -7,7 +7,7 @@ fn parse(text: &str) -> TestParams {
     TestParams::from_json(&value(text)).unwrap()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_3_9_tcp_with_defaults_for_missing_keys() {
     let p = parse(fixtures::PARAMS_3_9_TCP);
     assert_eq!(
@@ -20,7 +20,7 @@ fn reads_3_9_tcp_with_defaults_for_missing_keys() {
     assert_eq!((p.num, p.blockcount), (0, 0));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_3_9_udp() {
     let p = parse(fixtures::PARAMS_3_9_UDP);
     assert_eq!(p.protocol, Protocol::Udp);
@@ -32,7 +32,7 @@ fn reads_3_9_udp() {
     assert_eq!(p.stream_count(), 4);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_3_21_bidir() {
     let p = parse(fixtures::PARAMS_3_21_BIDIR);
     assert_eq!((p.omit, p.time, p.num, p.parallel), (1, 0, 1 << 30, 2));
@@ -44,7 +44,7 @@ fn reads_3_21_bidir() {
     assert_eq!(p.stream_count(), 4);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn writes_what_3_21_writes() {
     let tcp = TestParams {
         client_version: Some("3.21".into()),
@@ -65,7 +65,7 @@ fn writes_what_3_21_writes() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn round_trips_every_fixture() {
     for f in [
         fixtures::PARAMS_3_9_TCP,
@@ -79,7 +79,7 @@ fn round_trips_every_fixture() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn round_trips_every_field() {
     let p = TestParams {
         protocol: Protocol::Udp,
@@ -126,7 +126,7 @@ fn round_trips_every_field() {
     assert_eq!(TestParams::from_json(&p.to_json()).unwrap(), p);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn empty_block_is_iperf3_defaults() {
     let p = TestParams::from_json(&json!({})).unwrap();
     assert_eq!(p, TestParams::default());
@@ -136,7 +136,7 @@ fn empty_block_is_iperf3_defaults() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unknown_keys_are_ignored_but_kept() {
     let p =
         TestParams::from_json(&json!({"udp": true, "len": 1400, "new_in_3_99": [1, 2]})).unwrap();
@@ -146,7 +146,7 @@ fn unknown_keys_are_ignored_but_kept() {
     assert!(p.validate().is_ok());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn numbers_as_cjson_reads_them() {
     let p = TestParams::from_json(&json!({"time": 10.9, "parallel": 2.0, "num": 1e9})).unwrap();
     assert_eq!((p.time, p.parallel, p.num), (10, 2, 1_000_000_000));
@@ -155,7 +155,7 @@ fn numbers_as_cjson_reads_them() {
     assert_eq!((p.time, p.reverse), (10, false));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn out_of_range_numbers_are_errors() {
     for (k, v) in [
         ("parallel", json!(-1)),
@@ -171,7 +171,7 @@ fn out_of_range_numbers_are_errors() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn flags_true_or_nonzero() {
     let p = TestParams::from_json(
         &json!({"reverse": 1, "nodelay": false, "get_server_output": 1, "skip_rx_copy": 0}),
@@ -180,7 +180,7 @@ fn flags_true_or_nonzero() {
     assert!(p.reverse && !p.nodelay && p.get_server_output && !p.skip_rx_copy);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn last_protocol_key_wins_as_in_get_parameters() {
     let p = TestParams::from_json(&json!({"tcp": true, "udp": true})).unwrap();
     assert_eq!(p.protocol, Protocol::Udp);
@@ -188,7 +188,7 @@ fn last_protocol_key_wins_as_in_get_parameters() {
     assert_eq!(p.protocol, Protocol::Sctp);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn validate_enforces_iperf3_limits() {
     let cases: [(TestParams, ErrorCode); 11] = [
         (
@@ -299,7 +299,7 @@ fn validate_enforces_iperf3_limits() {
     assert!(udp.validate().is_err());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn options_in_use_and_unsupported() {
     let p = parse(fixtures::PARAMS_3_21_BIDIR);
     assert_eq!(
@@ -327,7 +327,7 @@ fn options_in_use_and_unsupported() {
     assert_eq!(sctp.options_in_use(), vec!["sctp", "pacing_timer"]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reject_unsupported_says_which() {
     let p = parse(fixtures::PARAMS_3_21_BIDIR);
     assert_eq!(
@@ -343,7 +343,7 @@ fn reject_unsupported_says_which() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn to_frame_refuses_a_block_over_8k() {
     let ok = TestParams::default().to_frame().unwrap();
     assert_eq!(&ok[..4], &(ok.len() as u32 - 4).to_be_bytes());
@@ -357,7 +357,7 @@ fn to_frame_refuses_a_block_over_8k() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn block_len_defaults_per_protocol() {
     assert_eq!(
         TestParams {

@@ -22,7 +22,7 @@ fn sample_stream(id: i64) -> StreamResults {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_3_9_tcp_server_results() {
     let r = parse(fixtures::RESULTS_3_9_TCP_SERVER);
     assert_eq!(r.sender_has_retransmits, -1);
@@ -37,7 +37,7 @@ fn reads_3_9_tcp_server_results() {
     assert_eq!((s.start_time, s.end_time), (Some(0.0), Some(10.000182)));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_3_9_udp_client_results() {
     let r = parse(fixtures::RESULTS_3_9_UDP_CLIENT);
     let ids: Vec<i64> = r.streams.iter().map(|s| s.id).collect();
@@ -47,7 +47,7 @@ fn reads_3_9_udp_client_results() {
     assert_eq!(r.cpu_util_system, 2.0);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_3_21_udp_server_results_with_text_output() {
     let r = parse(fixtures::RESULTS_3_21_UDP_SERVER);
     let s = &r.streams[0];
@@ -63,7 +63,7 @@ fn reads_3_21_udp_server_results_with_text_output() {
     assert_eq!(r.server_output_json, None);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_3_21_bidir_with_json_output() {
     let r = parse(fixtures::RESULTS_3_21_BIDIR_SERVER_JSON);
     assert_eq!(r.streams.len(), 4);
@@ -76,7 +76,7 @@ fn reads_3_21_bidir_with_json_output() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reads_pre_3_2_without_times() {
     let r = parse(fixtures::RESULTS_PRE_3_2);
     assert_eq!(
@@ -85,7 +85,7 @@ fn reads_pre_3_2_without_times() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_fixture_round_trips_to_the_same_json() {
     for f in [
         fixtures::RESULTS_3_9_TCP_SERVER,
@@ -98,7 +98,7 @@ fn every_fixture_round_trips_to_the_same_json() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_zcnet_peers_zerocopy_account_rides_along_and_nothing_else_does() {
     let mut r = parse(fixtures::RESULTS_PRE_3_2);
     assert_eq!(r.zerocopy, None, "iperf3 sends no account");
@@ -111,7 +111,7 @@ fn a_zcnet_peers_zerocopy_account_rides_along_and_nothing_else_does() {
     assert_eq!(TestResults::from_json(&v).expect("parse").zerocopy, None);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn writes_the_keys_3_21_writes() {
     let r = TestResults {
         cpu_util_total: 3.5,
@@ -160,7 +160,7 @@ fn writes_the_keys_3_21_writes() {
     assert_eq!(TestResults::from_json(&v).unwrap(), r);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn numbers_print_as_cjson_does() {
     let r = TestResults {
         streams: vec![StreamResults {
@@ -181,7 +181,7 @@ fn numbers_print_as_cjson_does() {
     assert_eq!(nan.to_json()["cpu_util_total"], Value::Null);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_output_json_wins_over_text() {
     let r = TestResults {
         server_output_text: Some("text".into()),
@@ -193,7 +193,7 @@ fn server_output_json_wins_over_text() {
     assert_eq!(v["server_output_json"], json!({"a": 1}));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn missing_required_keys_are_errors() {
     for key in [
         "cpu_util_total",
@@ -221,7 +221,7 @@ fn missing_required_keys_are_errors() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn wrong_types_and_values_are_errors() {
     let mut v = value(fixtures::RESULTS_3_9_TCP_SERVER);
     v["cpu_util_total"] = json!("1.0");
@@ -247,7 +247,7 @@ fn wrong_types_and_values_are_errors() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn omitted_keys_come_in_pairs() {
     let mut v = value(fixtures::RESULTS_3_21_UDP_SERVER);
     v["streams"][0]
@@ -263,7 +263,7 @@ fn omitted_keys_come_in_pairs() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unknown_keys_are_ignored() {
     let mut v = value(fixtures::RESULTS_3_21_UDP_SERVER);
     v["future"] = json!(true);

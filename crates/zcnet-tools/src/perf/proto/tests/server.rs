@@ -70,7 +70,7 @@ fn failed(actions: &[ServerAction]) -> &ProtoError {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn server_error_bytes() {
     assert_eq!(
         server_error_message(ErrorCode(114), 0),
@@ -83,7 +83,7 @@ fn server_error_bytes() {
     assert_eq!(ACCESS_DENIED_REPLY, [0xff]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn starts_once_every_stream_is_in() {
     let p = TestParams {
         parallel: 2,
@@ -102,7 +102,7 @@ fn starts_once_every_stream_is_in() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn garbage_instead_of_a_cookie() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     let actions = s.on_bytes(
@@ -115,7 +115,7 @@ fn garbage_instead_of_a_cookie() {
     assert!(s.on_bytes(T0, b"more").is_empty(), "nothing after the end");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn cookie_in_pieces() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     let c = cookie();
@@ -127,7 +127,7 @@ fn cookie_in_pieces() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn params_too_long() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(T0, cookie().as_bytes());
@@ -137,7 +137,7 @@ fn params_too_long() {
     assert!(matches!(failed(&actions), ProtoError::FrameTooLong { .. }));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn params_not_json() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(T0, cookie().as_bytes());
@@ -148,7 +148,7 @@ fn params_not_json() {
     assert!(matches!(failed(&actions), ProtoError::InvalidJson(_)));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn params_not_an_object() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(T0, cookie().as_bytes());
@@ -156,7 +156,7 @@ fn params_not_an_object() {
     assert_eq!(failed(&actions), &ProtoError::NotAnObject);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn params_out_of_limits() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(T0, cookie().as_bytes());
@@ -167,7 +167,7 @@ fn params_out_of_limits() {
     assert_eq!(actions[0], server_error(ErrorCode::IENUMSTREAMS));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unsupported_option_is_refused_by_name() {
     let p = TestParams {
         mptcp: true,
@@ -188,7 +188,7 @@ fn unsupported_option_is_refused_by_name() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn listener_failure_carries_errno() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(T0, cookie().as_bytes());
@@ -210,7 +210,7 @@ fn listener_failure_carries_errno() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn stream_with_a_wrong_or_no_cookie_is_denied_and_the_test_goes_on() {
     let mut s = listening(&TestParams::default());
     let other = Cookie::from_random(&[4; 36]);
@@ -232,7 +232,7 @@ fn stream_with_a_wrong_or_no_cookie_is_denied_and_the_test_goes_on() {
     assert_eq!(a.last(), Some(&ServerAction::StartTest));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn udp_streams_need_no_cookie() {
     let p = TestParams {
         protocol: super::super::Protocol::Udp,
@@ -244,7 +244,7 @@ fn udp_streams_need_no_cookie() {
     assert!(matches!(a[0], ServerAction::AcceptStream(_)));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_stream_too_many_is_denied() {
     let mut s = running(&TestParams::default());
     let a = s.on_stream(T0, Some(cookie().as_bytes()));
@@ -255,7 +255,7 @@ fn a_stream_too_many_is_denied() {
     assert!(!s.is_over());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn garbage_state_byte_mid_test() {
     let mut s = running(&TestParams::default());
     let actions = s.on_bytes(secs(1), &[0x42]);
@@ -263,7 +263,7 @@ fn garbage_state_byte_mid_test() {
     assert_eq!(failed(&actions), &ProtoError::UnknownState(0x42));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn wrong_state_mid_test() {
     let mut s = running(&TestParams::default());
     let actions = s.on_bytes(secs(1), &[State::ExchangeResults.to_byte()]);
@@ -277,7 +277,7 @@ fn wrong_state_mid_test() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn test_start_from_the_client_is_ignored_like_iperf3() {
     let mut s = running(&TestParams::default());
     assert!(s
@@ -286,7 +286,7 @@ fn test_start_from_the_client_is_ignored_like_iperf3() {
     assert!(!s.is_over());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_vanishes_mid_test() {
     let mut s = running(&TestParams::default());
     let actions = s.on_peer_closed(secs(3));
@@ -300,7 +300,7 @@ fn client_vanishes_mid_test() {
     assert!(s.is_over());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_closes_with_half_sent_params() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(T0, cookie().as_bytes());
@@ -316,7 +316,7 @@ fn client_closes_with_half_sent_params() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_closes_with_half_sent_cookie() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(T0, &cookie().as_bytes()[..5]);
@@ -326,7 +326,7 @@ fn client_closes_with_half_sent_cookie() {
     ));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_terminate() {
     let mut s = running(&TestParams::default());
     let actions = s.on_bytes(secs(2), &[State::ClientTerminate.to_byte()]);
@@ -336,7 +336,7 @@ fn client_terminate() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn half_sent_params_time_out() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     s.on_bytes(secs(1), cookie().as_bytes());
@@ -353,7 +353,7 @@ fn half_sent_params_time_out() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn no_cookie_times_out() {
     let mut s = ServerControl::new(
         ServerConfig {
@@ -367,7 +367,7 @@ fn no_cookie_times_out() {
     assert_eq!(actions[0], server_error(ErrorCode::IERECVCOOKIE));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn streams_that_never_come_time_out() {
     let mut s = listening(&TestParams {
         parallel: 2,
@@ -378,7 +378,7 @@ fn streams_that_never_come_time_out() {
     assert_eq!(actions[0], server_error(ErrorCode::IESTREAMACCEPT));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn timed_test_deadline_is_time_plus_omit_plus_grace() {
     let p = TestParams {
         time: 10,
@@ -396,7 +396,7 @@ fn timed_test_deadline_is_time_plus_omit_plus_grace() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn byte_count_test_has_no_deadline() {
     let s = running(&TestParams {
         time: 0,
@@ -417,7 +417,7 @@ fn ending(p: &TestParams) -> ServerControl {
     s
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn results_exchange_then_display_then_done() {
     let p = TestParams::default();
     let mut s = ending(&p);
@@ -437,7 +437,7 @@ fn results_exchange_then_display_then_done() {
     );
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_client_that_closes_instead_of_iperf_done_is_done() {
     let mut s = ending(&TestParams::default());
     s.local_results(secs(10), results_for(s.streams(), 2.0));
@@ -445,7 +445,7 @@ fn a_client_that_closes_instead_of_iperf_done_is_done() {
     assert_eq!(s.on_peer_closed(secs(10)), vec![ServerAction::Done]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn a_client_silent_after_display_is_done_at_the_deadline() {
     let mut s = ending(&TestParams::default());
     s.local_results(secs(10), results_for(s.streams(), 2.0));
@@ -453,7 +453,7 @@ fn a_client_silent_after_display_is_done_at_the_deadline() {
     assert_eq!(s.handle_timeout(secs(20)), vec![ServerAction::Done]);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_results_naming_an_unknown_stream() {
     let mut s = ending(&TestParams::default());
     let mut bad = results_for(s.streams(), 1.0);
@@ -463,7 +463,7 @@ fn client_results_naming_an_unknown_stream() {
     assert_eq!(failed(&actions), &ProtoError::UnknownStreamId(2));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn client_results_not_results() {
     let mut s = ending(&TestParams::default());
     let actions = s.on_bytes(
@@ -473,7 +473,7 @@ fn client_results_not_results() {
     assert_eq!(actions[0], server_error(ErrorCode::IERECVRESULTS));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn misuse_is_reported() {
     let mut s = ServerControl::new(ServerConfig::default(), T0);
     assert!(matches!(failed(&s.listening(T0)), ProtoError::Misuse(_)));

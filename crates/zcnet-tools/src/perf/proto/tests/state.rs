@@ -1,6 +1,6 @@
 use super::super::{ProtoError, State};
 
-#[test]
+#[zcnet_testkit::test]
 fn values_are_iperf3s() {
     // src/iperf_api.h, "states".
     let expected: [(State, i8); 18] = [
@@ -31,7 +31,7 @@ fn values_are_iperf3s() {
     assert_eq!(State::ServerError.to_byte(), 0xfe);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn every_state_round_trips() {
     for s in State::ALL {
         assert_eq!(State::from_byte(s.to_byte()), Ok(s));
@@ -39,7 +39,7 @@ fn every_state_round_trips() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn unknown_bytes_are_errors() {
     let known: Vec<u8> = State::ALL.iter().map(|s| s.to_byte()).collect();
     for b in 0..=255u8 {
@@ -55,7 +55,7 @@ fn unknown_bytes_are_errors() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn names_and_display() {
     assert_eq!(State::TestStart.name(), "TEST_START");
     assert_eq!(State::ServerError.to_string(), "SERVER_ERROR(-2)");

@@ -1,6 +1,6 @@
 use super::super::{stream_id, stream_plan, Direction, TestParams};
 
-#[test]
+#[zcnet_testkit::test]
 fn ids_skip_two_as_iperf_add_stream_does() {
     let ids: Vec<i64> = (0..6).map(stream_id).collect();
     assert_eq!(ids, vec![1, 3, 4, 5, 6, 7]);
@@ -10,7 +10,7 @@ fn shape(p: &TestParams) -> Vec<(i64, Direction)> {
     stream_plan(p).iter().map(|s| (s.id, s.direction)).collect()
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn forward_reverse_bidir() {
     use Direction::{ClientToServer as C2S, ServerToClient as S2C};
     let p = TestParams {

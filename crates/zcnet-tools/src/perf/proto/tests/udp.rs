@@ -4,7 +4,7 @@ use super::super::udp::{
 };
 use super::super::{ProtoError, Timestamp, UdpHeader, UdpRecvStats};
 
-#[test]
+#[zcnet_testkit::test]
 fn connect_constants_match_iperf_h_on_both_byte_orders() {
     // iperf.h: little-endian hosts write 0x36373839 / 0x39383736 / 987654321 in host order,
     // big-endian hosts 0x39383736 / 0x36373839 / 0xb168de3a; the wire bytes agree.
@@ -20,7 +20,7 @@ fn connect_constants_match_iperf_h_on_both_byte_orders() {
     assert_eq!(&UDP_CONNECT_REPLY, b"6789");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn recognises_replies() {
     assert!(is_connect_reply(&UDP_CONNECT_REPLY));
     assert!(is_connect_reply(&LEGACY_UDP_CONNECT_REPLY));
@@ -31,13 +31,13 @@ fn recognises_replies() {
     assert!(!is_connect_reply(&[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn reply_budget_as_iperf_udp_connect() {
     assert_eq!(connect_reply_budget(false, 1400), 4);
     assert_eq!(connect_reply_budget(true, 1400), 4 + 2 * 1400);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn header_bytes_32_bit() {
     let h = UdpHeader {
         sent: Timestamp {
@@ -58,7 +58,7 @@ fn header_bytes_32_bit() {
     assert_eq!(back.sent, h.sent);
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn header_bytes_64_bit() {
     let h = UdpHeader {
         sent: Timestamp { secs: 7, usecs: 8 },
@@ -70,7 +70,7 @@ fn header_bytes_64_bit() {
     assert_eq!(UdpHeader::read(&buf, true), Ok(h));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn short_datagrams_are_errors() {
     let mut small = [0u8; 15];
     let h = UdpHeader {
@@ -92,7 +92,7 @@ fn short_datagrams_are_errors() {
     assert!(UdpHeader::read(&small[..12], false).is_ok());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn timestamps() {
     let t = Timestamp::from_micros(3_000_000_250);
     assert_eq!((t.secs, t.usecs), (3000, 250));
@@ -104,7 +104,7 @@ fn timestamps() {
     assert_eq!(t.abs_diff_secs(u), u.abs_diff_secs(t));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn loss_and_reordering_on_a_crafted_sequence() {
     let mut s = UdpRecvStats::new();
     let t = Timestamp::from_micros;
@@ -131,7 +131,7 @@ fn loss_and_reordering_on_a_crafted_sequence() {
     assert_eq!(s.jitter(), 0.0, "constant transit, no jitter");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn errors_never_go_negative() {
     let mut s = UdpRecvStats::new();
     let t = Timestamp::default();
@@ -141,7 +141,7 @@ fn errors_never_go_negative() {
     assert_eq!((s.errors(), s.out_of_order()), (0, 2));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn jitter_follows_rfc_1889() {
     let mut s = UdpRecvStats::new();
     let t = Timestamp::from_micros;
@@ -156,7 +156,7 @@ fn jitter_follows_rfc_1889() {
     assert!((s.jitter() - j4).abs() < 1e-12, "{} vs {j4}", s.jitter());
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn jitter_ignores_a_clock_offset_either_way() {
     for offset in [5_000_000i64, -5_000_000] {
         let mut s = UdpRecvStats::new();
@@ -173,7 +173,7 @@ fn jitter_ignores_a_clock_offset_either_way() {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn end_omit_snapshots_and_restarts_jitter() {
     let mut s = UdpRecvStats::new();
     let t = Timestamp::from_micros;
