@@ -26,6 +26,8 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub mod cuda_standin;
+
 #[doc(hidden)]
 pub use inventory;
 pub use zcnet_testkit_macros::test;
