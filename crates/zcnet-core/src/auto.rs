@@ -97,7 +97,8 @@ pub struct AutoPolicy {
 }
 
 impl Default for AutoPolicy {
-    /// Window of 32 notifications (8 for a re-check); re-check after 1 s, doubling up to 8 s.
+    /// The first decision and every re-check on 8 notifications, later ones on windows of 32;
+    /// re-check after 1 s, doubling up to 8 s.
     fn default() -> Self {
         AutoPolicy::new(32, 1_000_000_000, 8_000_000_000).with_recheck_window(8)
     }
