@@ -14,7 +14,12 @@ use clap::{Args, Parser, Subcommand};
 
 /// zcnet: zero-copy networking, measured honestly.
 #[derive(Parser, Debug)]
-#[command(name = "zcnet", version, about, long_about = None)]
+#[command(
+    name = "zcnet",
+    version,
+    about = "The zcnet command: probe, nic, bench, send, recv, perf, lab",
+    long_about = None
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -88,11 +93,13 @@ pub struct BenchTxArgs {
     /// Bytes in flight: smaller sends get more buffers (4K sends: 128); 0: exactly --inflight.
     #[arg(long, default_value = "512K", allow_hyphen_values = true)]
     pub window: String,
-    /// Buffer memory: host (4 KiB pages), hugepage (2 MiB pages; THP when none reserved), or
-    /// cuda[:N] (GPU memory: devmem TX where the NIC can, else staged through pinned host memory).
-    #[arg(long, default_value = "anon")]
+    /// Buffer memory: host (alias anon; 4 KiB pages), hugepage (alias huge; 2 MiB pages, THP
+    /// when none reserved), or cuda[:N] (GPU memory: devmem TX where the NIC can, else staged
+    /// through pinned host memory).
+    #[arg(long, default_value = "host")]
     pub mem: String,
-    /// Skip the raw SEND_ZC loop that measures zcnet's own overhead.
+    /// Skip the raw loops that measure zcnet's own overhead on sink: raw-uring-zc (SEND_ZC,
+    /// beside uring-zc) and raw-msg-zerocopy (MSG_ZEROCOPY, beside msg-zerocopy).
     #[arg(long)]
     pub no_baseline: bool,
     /// Print one JSON document instead of the table.
@@ -320,5 +327,68 @@ mod tests {
             panic!("not bench tx")
         };
         assert_eq!(a.duration, -1.0);
+    }
+
+    /// Every `--mem` default is the name the command itself reports for that memory (`host`,
+    /// not an alias the rest of the command never prints).
+    #[test]
+    fn mem_defaults_are_shown_by_their_own_name() {
+        use clap::CommandFactory;
+        fn walk(c: &clap::Command, path: &str, found: &mut usize) {
+            for a in c.get_arguments() {
+                if a.get_id() == "mem" {
+                    for d in a.get_default_values() {
+                        let d = d.to_string_lossy();
+                        let kind = zcnet::MemoryKind::parse(&d).expect("a --mem default parses");
+                        assert_eq!(kind.name(), d, "{path} --mem [default: {d}]");
+                        *found += 1;
+                    }
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), found);
+            }
+        }
+        let mut found = 0;
+        walk(&Cli::command(), "zcnet", &mut found);
+        assert!(found >= 4, "{found} --mem defaults");
+    }
+
+    /// `--no-baseline` names every raw loop it skips.
+    #[test]
+    fn no_baseline_help_names_every_raw_loop() {
+        use clap::CommandFactory;
+        let mut c = Cli::command();
+        let help = c
+            .find_subcommand_mut("bench")
+            .and_then(|b| b.find_subcommand_mut("tx"))
+            .expect("bench tx")
+            .render_long_help()
+            .to_string();
+        let line: String = help
+            .split("--no-baseline")
+            .nth(1)
+            .expect("--no-baseline in the help")
+            .split("--json")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        for (_, raw) in zcnet_tools::bench::RAW_LOOPS {
+            assert!(line.contains(raw), "{raw} not in: {line}");
+        }
+    }
+
+    /// The first line of `zcnet --help` names every command.
+    #[test]
+    fn top_level_help_names_every_command() {
+        use clap::CommandFactory;
+        let c = Cli::command();
+        let about = c.get_about().expect("an about line").to_string();
+        for s in c.get_subcommands() {
+            let name = s.get_name();
+            if name != "help" {
+                assert!(about.contains(name), "{name} not in: {about}");
+            }
+        }
     }
 }
