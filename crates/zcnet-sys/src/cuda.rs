@@ -39,6 +39,12 @@ pub const ERR_NOT_SUPPORTED: i32 = E::CUDA_ERROR_NOT_SUPPORTED as i32;
 const ERR_NOT_READY: i32 = E::CUDA_ERROR_NOT_READY as i32;
 /// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`.
 const HANDLE_DMA_BUF_FD: c_int = 1;
+/// `CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE` (cuda.h, enum CUmemRangeFlags, CUDA 12.8):
+/// the dma-buf is mapped through the GPU's PCIe BAR1, as a peer device's DMA needs.
+pub const DMA_BUF_MAPPING_TYPE_PCIE: u64 =
+    cudarc::driver::sys::CUmemRangeFlags_enum::CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE as u64;
+/// The first driver version (`cuDriverGetVersion`) that knows [`DMA_BUF_MAPPING_TYPE_PCIE`].
+pub const DMA_BUF_PCIE_MIN_DRIVER: i32 = 12080;
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
 const STREAM_NON_BLOCKING: c_uint = 1;
 /// `CU_EVENT_DISABLE_TIMING`: cheaper events, used only for completion.
@@ -51,7 +57,15 @@ pub enum CudaError {
     NoLibrary {
         /// The files tried.
         tried: String,
-        /// `dlerror()` for the last one.
+        /// `dlerror()` for each of them, joined with "; ".
+        reason: String,
+    },
+    /// A CUDA driver library is there but could not be loaded (not an ELF file, another
+    /// architecture, a missing dependency): a broken install, not a machine without a driver.
+    BadLibrary {
+        /// The file.
+        library: String,
+        /// `dlerror()`.
         reason: String,
     },
     /// The library lacks a function zcnet needs (a driver older than CUDA 11.7).
@@ -86,6 +100,10 @@ impl fmt::Display for CudaError {
             CudaError::NoLibrary { tried, reason } => {
                 write!(f, "no CUDA driver library ({tried}): {reason}")
             }
+            CudaError::BadLibrary { library, reason } => write!(
+                f,
+                "the CUDA driver library {library} is present but could not be loaded: {reason}"
+            ),
             CudaError::MissingSymbol { name } => {
                 write!(
                     f,
@@ -107,29 +125,49 @@ type CuPtr = u64;
 type Handle = *mut c_void;
 
 macro_rules! driver_fns {
-    ($( $field:ident : $sym:literal => fn($($arg:ty),*); )*) => {
-        /// The driver functions zcnet calls, resolved once.
-        struct Fns { $( $field: unsafe extern "C" fn($($arg),*) -> c_int, )* }
+    (
+        required { $( $field:ident : $sym:literal => fn($($arg:ty),*); )* }
+        optional { $( $ofield:ident : $osym:literal => fn($($oarg:ty),*); )* }
+    ) => {
+        /// The driver functions zcnet calls, resolved once; the optional ones are `None` in a
+        /// driver that lacks them (only the features that need them are then refused).
+        struct Fns {
+            $( $field: unsafe extern "C" fn($($arg),*) -> c_int, )*
+            $( $ofield: Option<unsafe extern "C" fn($($oarg),*) -> c_int>, )*
+        }
         impl Fns {
             /// # Safety
             /// `lib` is a live handle from `dlopen` of a CUDA driver library, which exports each
             /// symbol with the C signature written here (cuda.h).
             unsafe fn load(lib: *mut c_void) -> Result<Fns> {
-                Ok(Fns { $( $field: {
-                    // SAFETY: the name is a NUL-terminated literal; dlsym only reads it.
-                    let p = unsafe { libc::dlsym(lib, concat!($sym, "\0").as_ptr().cast()) };
-                    if p.is_null() {
-                        return Err(CudaError::MissingSymbol { name: $sym });
-                    }
-                    // SAFETY: per this function's contract the symbol has this signature.
-                    unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> c_int>(p) }
-                }, )* })
+                Ok(Fns {
+                    $( $field: {
+                        // SAFETY: the name is a NUL-terminated literal; dlsym only reads it.
+                        let p = unsafe { libc::dlsym(lib, concat!($sym, "\0").as_ptr().cast()) };
+                        if p.is_null() {
+                            return Err(CudaError::MissingSymbol { name: $sym });
+                        }
+                        // SAFETY: per this function's contract the symbol has this signature.
+                        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> c_int>(p) }
+                    }, )*
+                    $( $ofield: {
+                        // SAFETY: the name is a NUL-terminated literal; dlsym only reads it.
+                        let p = unsafe { libc::dlsym(lib, concat!($osym, "\0").as_ptr().cast()) };
+                        if p.is_null() {
+                            None
+                        } else {
+                            // SAFETY: per this function's contract the symbol has this signature.
+                            Some(unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($oarg),*) -> c_int>(p) })
+                        }
+                    }, )*
+                })
             }
         }
     };
 }
 
 driver_fns! {
+    required {
     init: "cuInit" => fn(c_uint);
     driver_get_version: "cuDriverGetVersion" => fn(*mut c_int);
     device_get_count: "cuDeviceGetCount" => fn(*mut c_int);
@@ -150,7 +188,6 @@ driver_fns! {
     memset_d8: "cuMemsetD8_v2" => fn(CuPtr, u8, usize);
     mem_host_register: "cuMemHostRegister_v2" => fn(*mut c_void, usize, c_uint);
     mem_host_unregister: "cuMemHostUnregister" => fn(*mut c_void);
-    get_handle_for_range: "cuMemGetHandleForAddressRange" => fn(*mut c_void, CuPtr, usize, c_int, u64);
     stream_create: "cuStreamCreate" => fn(*mut Handle, c_uint);
     stream_destroy: "cuStreamDestroy_v2" => fn(Handle);
     stream_synchronize: "cuStreamSynchronize" => fn(Handle);
@@ -161,6 +198,11 @@ driver_fns! {
     event_destroy: "cuEventDestroy_v2" => fn(Handle);
     get_error_name: "cuGetErrorName" => fn(c_int, *mut *const c_char);
     get_error_string: "cuGetErrorString" => fn(c_int, *mut *const c_char);
+    }
+    optional {
+    // CUDA 11.7 / r515: only dma-buf export needs it; staging and --naive work without it.
+    get_handle_for_range: "cuMemGetHandleForAddressRange" => fn(*mut c_void, CuPtr, usize, c_int, u64);
+    }
 }
 
 /// The opened driver library.
@@ -188,8 +230,15 @@ fn open_driver() -> Result<Driver> {
     open_from(&library_candidates())
 }
 
+/// glibc's `dlerror()` text when the file does not exist (ENOENT); any other failure means a
+/// library was found and is broken.
+fn is_not_found(dlerror: &str) -> bool {
+    dlerror.contains("No such file or directory") || dlerror == "not found"
+}
+
 fn open_from(names: &[String]) -> Result<Driver> {
-    let mut reason = String::new();
+    let mut reasons = Vec::new();
+    let mut broken: Option<CudaError> = None;
     for name in names {
         let c = std::ffi::CString::new(name.as_str()).map_err(|_| CudaError::NoLibrary {
             tried: name.clone(),
@@ -201,12 +250,19 @@ fn open_from(names: &[String]) -> Result<Driver> {
         if lib.is_null() {
             // SAFETY: dlerror returns NULL or a NUL-terminated string valid until the next dl call.
             let e = unsafe { libc::dlerror() };
-            reason = if e.is_null() {
+            let reason: String = if e.is_null() {
                 "not found".into()
             } else {
                 // SAFETY: non-null, NUL-terminated, read before any other dl call.
                 unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
             };
+            if !is_not_found(&reason) && broken.is_none() {
+                broken = Some(CudaError::BadLibrary {
+                    library: name.clone(),
+                    reason: reason.clone(),
+                });
+            }
+            reasons.push(reason);
             continue;
         }
         // SAFETY: `lib` is the CUDA driver just opened; the handle is never closed.
@@ -216,10 +272,11 @@ fn open_from(names: &[String]) -> Result<Driver> {
         d.check("cuInit", unsafe { (d.fns.init)(0) })?;
         return Ok(d);
     }
-    Err(CudaError::NoLibrary {
+    // A library that is there but broken says so, rather than reading as "no driver".
+    Err(broken.unwrap_or_else(|| CudaError::NoLibrary {
         tried: names.join(", "),
-        reason,
-    })
+        reason: reasons.join("; "),
+    }))
 }
 
 fn driver() -> Result<&'static Driver> {
@@ -502,16 +559,27 @@ impl DeviceMem {
     pub fn export_dmabuf(&self) -> Result<OwnedFd> {
         let mut fd: c_int = -1;
         let (ptr, len) = (self.ptr, self.len);
-        self.ctx.call("cuMemGetHandleForAddressRange", |f| {
+        let d = driver()?;
+        let export = d.fns.get_handle_for_range.ok_or(CudaError::MissingSymbol {
+            name: "cuMemGetHandleForAddressRange",
+        })?;
+        // Map through the PCIe BAR where the driver knows the flag (CUDA 12.8+; an older driver
+        // rejects any non-zero flags), as a NIC importing the dma-buf needs.
+        let flags = if driver_version().is_ok_and(|v| v >= DMA_BUF_PCIE_MIN_DRIVER) {
+            DMA_BUF_MAPPING_TYPE_PCIE
+        } else {
+            0
+        };
+        self.ctx.call("cuMemGetHandleForAddressRange", |_| {
             // SAFETY: `fd` is a live int out-parameter (the handle type DMA_BUF_FD writes an
             // int); [ptr, ptr+len) is page-aligned memory allocated here.
             unsafe {
-                (f.get_handle_for_range)(
+                export(
                     (&mut fd as *mut c_int).cast(),
                     ptr,
                     len,
                     HANDLE_DMA_BUF_FD,
-                    0,
+                    flags,
                 )
             }
         })?;
@@ -695,7 +763,11 @@ impl Stream {
             // copy only reads it. The destination was bounds-checked against `dst`.
             unsafe { (f.memcpy_htod_async)(d, src.as_ptr().cast(), src.len(), s) }
         })?;
-        self.event()
+        self.event().inspect_err(|_| {
+            // The copy is queued but nothing will say when it read `src`: wait for the stream
+            // before the caller gets its buffer back (and may hand it to the kernel).
+            let _ = self.synchronize();
+        })
     }
 
     /// Queues a copy of `dst.len()` bytes from `src[off..]` into the host slot `dst` (inside
@@ -872,6 +944,66 @@ mod tests {
             other => panic!("expected NoLibrary, got {other:?}"),
         }
         assert!(e.to_string().starts_with("no CUDA driver library"), "{e}");
+    }
+
+    /// A libcuda.so.1 that is there but not a loadable ELF file is a broken driver install, not
+    /// "no driver": the error names the file and the loader's reason, whichever candidate it is.
+    #[zcnet_testkit::test]
+    fn a_corrupt_library_is_not_read_as_no_driver() {
+        let dir = std::env::temp_dir().join(format!("zcnet-cuda-corrupt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let bad = dir.join("libcuda.so.1");
+        std::fs::write(&bad, b"this is not an ELF shared object\n").expect("write");
+        let bad = bad.to_string_lossy().into_owned();
+        for names in [
+            vec![bad.clone()],
+            vec!["/nonexistent/zcnet/libcuda.so.1".to_string(), bad.clone()],
+            vec![bad.clone(), "/nonexistent/zcnet/libcuda.so".to_string()],
+        ] {
+            let e = open_from(&names)
+                .err()
+                .expect("a corrupt library does not load");
+            match &e {
+                CudaError::BadLibrary { library, reason } => {
+                    assert_eq!(library, &bad);
+                    assert!(
+                        reason.contains("ELF") || reason.contains("too short"),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{names:?}: expected BadLibrary, got {other:?}"),
+            }
+            let text = e.to_string();
+            assert!(!text.contains("no CUDA driver library"), "{text}");
+            assert!(text.contains("present but could not be loaded"), "{text}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every candidate's reason is kept, not only the last one's.
+    #[zcnet_testkit::test]
+    fn each_missing_candidate_keeps_its_reason() {
+        let names = [
+            "/nonexistent/a/libcuda.so.1".to_string(),
+            "/nonexistent/b/libcuda.so".to_string(),
+        ];
+        match open_from(&names) {
+            Err(CudaError::NoLibrary { tried, reason }) => {
+                assert_eq!(tried, names.join(", "));
+                assert!(
+                    reason.contains("/nonexistent/a/") && reason.contains("/nonexistent/b/"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected NoLibrary, got {:?}", other.err()),
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn pcie_mapping_flag_matches_cuda_h() {
+        // cuda.h (12.8+): CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE = 0x1.
+        assert_eq!(DMA_BUF_MAPPING_TYPE_PCIE, 1);
+        assert_eq!(DMA_BUF_PCIE_MIN_DRIVER, 12080);
     }
 
     #[zcnet_testkit::test]

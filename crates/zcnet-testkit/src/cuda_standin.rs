@@ -84,12 +84,25 @@ pub fn build(variant: Variant) -> PathBuf {
     // Several tests (threads and processes) may build at once: each writes its own files and
     // renames the library into place, which is atomic.
     static N: AtomicU64 = AtomicU64::new(0);
-    let tag = format!("{}.{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+    let tag = format!(
+        "{}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
     let src = dir.join(format!("standin.{tag}.c"));
     let tmp = dir.join(format!("libcuda.so.1.{tag}"));
     std::fs::write(&src, SOURCE).unwrap_or_else(|e| panic!("writing {}: {e}", src.display()));
     let out = Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Werror"])
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-g",
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+        ])
         .args(variant.flags())
         .arg("-o")
         .arg(&tmp)

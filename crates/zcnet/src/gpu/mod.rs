@@ -102,6 +102,11 @@ pub(crate) fn gpu_error(what: impl Into<String>, e: CudaError) -> Error {
             "install the NVIDIA driver (or set ZCNET_LIBCUDA to libcuda.so.1's path), or use --mem host".to_string(),
             false,
         ),
+        CudaError::BadLibrary { .. } => (
+            e.to_string(),
+            "reinstall the NVIDIA driver (this libcuda is damaged or not for this machine), or set ZCNET_LIBCUDA to a working libcuda.so.1, or use --mem host".to_string(),
+            false,
+        ),
         CudaError::MissingSymbol { .. } => (
             e.to_string(),
             "update the NVIDIA driver to r515 or newer, or use --mem host".to_string(),
