@@ -27,6 +27,7 @@ struct JsonRow<'a> {
     received_bytes: Option<u64>,
     ratio_to_copy: Option<f64>,
     switches: &'a [String],
+    why: Option<String>,
     error: Option<&'a str>,
 }
 
@@ -99,9 +100,9 @@ pub(crate) fn all_ran(bench: &str, failed: usize, total: usize) -> Result<(), Er
 /// A progress line on stderr: rewritten in place on a terminal, one line per case otherwise.
 pub(crate) fn show_progress(tty: bool, line: &str) {
     if tty {
-        eprint!("\r\x1b[K{line}");
+        zcnet_tools::eout!("\r\x1b[K{line}");
     } else {
-        eprintln!("{line}");
+        zcnet_tools::eoutln!("{line}");
     }
     let _ = std::io::stderr().flush();
 }
@@ -109,7 +110,7 @@ pub(crate) fn show_progress(tty: bool, line: &str) {
 /// Clears the progress line on a terminal (before printing a result).
 pub(crate) fn clear_progress(tty: bool) {
     if tty {
-        eprint!("\r\x1b[K");
+        zcnet_tools::eout!("\r\x1b[K");
     }
 }
 
@@ -129,7 +130,7 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
         Progress::Done(row) => {
             clear_progress(tty);
             if let Some(e) = &row.error {
-                eprintln!("  {} {} {} B failed: {e}", row.path, row.tx, row.size);
+                zcnet_tools::eoutln!("  {} {} {} B failed: {e}", row.path, row.tx, row.size);
             }
         }
     };
@@ -144,6 +145,7 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
 }
 
 fn print_json(r: &TxReport) {
+    let frags = bench::max_skb_frags();
     let results = r
         .rows
         .iter()
@@ -162,6 +164,7 @@ fn print_json(r: &TxReport) {
             received_bytes: row.received_bytes,
             ratio_to_copy: r.ratio_to(row, "copy"),
             switches: &row.switches,
+            why: bench::slow_zero_copy_reason(row, r.ratio_to(row, "copy"), frags),
             error: row.error.as_deref(),
         })
         .collect();
@@ -170,22 +173,30 @@ fn print_json(r: &TxReport) {
         notes: &r.notes,
     };
     match serde_json::to_string_pretty(&doc) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("zcnet: JSON: {e}"),
+        Ok(s) => zcnet_tools::outln!("{s}"),
+        Err(e) => zcnet_tools::eoutln!("zcnet: JSON: {e}"),
     }
 }
 
 fn print_table(r: &TxReport) {
+    let frags = bench::max_skb_frags();
     for n in &r.notes {
-        println!("note: {n}");
+        zcnet_tools::outln!("note: {n}");
     }
-    println!(
+    zcnet_tools::outln!(
         "{:<9} {:<16} {:>7} {:>10} {:>7} {:>6} {:>9} {:>8}",
-        "path", "tx", "size", "MB/s", "x copy", "zc %", "CPU s/GB", "notifs"
+        "path",
+        "tx",
+        "size",
+        "MB/s",
+        "x copy",
+        "zc %",
+        "CPU s/GB",
+        "notifs"
     );
     for row in &r.rows {
         if let Some(e) = &row.error {
-            println!("{:<9} {:<16} {:>7} failed: {e}", row.path, row.tx, row.size);
+            zcnet_tools::outln!("{:<9} {:<16} {:>7} failed: {e}", row.path, row.tx, row.size);
             continue;
         }
         let ratio = r
@@ -197,15 +208,22 @@ fn print_table(r: &TxReport) {
         let cpu = row
             .cpu_seconds_per_gb()
             .map_or("-".to_string(), |x| format!("{x:.3}"));
-        println!(
+        zcnet_tools::outln!(
             "{:<9} {:<16} {:>7} {:>10.0} {:>7} {:>6} {:>9} {:>8}",
-            row.path, row.tx, row.size, row.mb_per_s, ratio, zc, cpu, row.notifications
+            row.path,
+            row.tx,
+            row.size,
+            row.mb_per_s,
+            ratio,
+            zc,
+            cpu,
+            row.notifications
         );
         for s in &row.switches {
-            println!("{:<9}   auto: {s}", "");
+            zcnet_tools::outln!("{:<9}   auto: {s}", "");
         }
-        if let Some(why) = slow_zero_copy_reason(row, r.ratio_to(row, "copy")) {
-            println!("{:<9}   why: {why}", "");
+        if let Some(why) = bench::slow_zero_copy_reason(row, r.ratio_to(row, "copy"), frags) {
+            zcnet_tools::outln!("{:<9}   why: {why}", "");
         }
     }
     for (mode, raw) in bench::RAW_LOOPS {
@@ -215,7 +233,7 @@ fn print_table(r: &TxReport) {
             .filter(|x| x.tx == mode.name() && x.error.is_none());
         for row in rows {
             if let Some(x) = r.ratio_to(row, raw) {
-                println!(
+                zcnet_tools::outln!(
                     "zcnet overhead: {} {} B: {} / {raw} loop = {x:.3} (1.000 = no overhead)",
                     row.path,
                     row.size,
@@ -224,39 +242,6 @@ fn print_table(r: &TxReport) {
             }
         }
     }
-}
-
-/// Why a zero-copy row runs below 0.9x copy, in words, so that no row looks broken unexplained:
-/// the kernel copied anyway, or the sends are too small for zero copy to pay.
-fn slow_zero_copy_reason(row: &zcnet_tools::bench::TxRow, ratio: Option<f64>) -> Option<String> {
-    let zero_copy = matches!(row.tx.as_str(), "msg-zerocopy" | "uring-zc");
-    if !zero_copy || row.error.is_some() || ratio.is_none_or(|x| x >= 0.9) {
-        return None;
-    }
-    if row.zerocopy_bytes == 0 && row.copied_bytes > 0 {
-        let mut why = "the kernel copied every byte (TCP over loopback or veth is copied on the receive side), so zero copy only adds pinning and notifications here".to_string();
-        let page = zcnet::tx::buffer_stride(1);
-        if row.size < page && row.path != PathKind::Sink.name() {
-            // Measured on loopback at 1 KiB: ~8.6 KB sent per TCP segment (ACKs included)
-            // against ~18 KB copying (nstat TcpOutSegs, docs/perf.md).
-            why.push_str(&format!(
-                "; and sends of {} B each take a page fragment of their own, of which a segment holds at most {} (net.core.max_skb_frags): smaller segments than copying makes",
-                row.size,
-                std::fs::read_to_string("/proc/sys/net/core/max_skb_frags")
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u32>().ok())
-                    .unwrap_or(17)
-            ));
-        }
-        return Some(why);
-    }
-    if row.size < zcnet::tx::AUTO_MIN_ZERO_COPY {
-        return Some(format!(
-            "below {} KiB a notification per send costs more than the copy saves (auto copies here)",
-            zcnet::tx::AUTO_MIN_ZERO_COPY >> 10
-        ));
-    }
-    None
 }
 
 /// One result of `bench rx --json` (schema in docs/cli.md).
@@ -367,7 +352,7 @@ pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {
         RxProgress::Done(row) => {
             clear_progress(tty);
             if let Some(e) = &row.error {
-                eprintln!("  {} {}: {e}", row.path, row.rx);
+                zcnet_tools::eoutln!("  {} {}: {e}", row.path, row.rx);
             }
         }
     };
@@ -430,8 +415,8 @@ fn print_rx_json(r: &RxReport) {
         notes: &r.notes,
     };
     match serde_json::to_string_pretty(&doc) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("zcnet: JSON: {e}"),
+        Ok(s) => zcnet_tools::outln!("{s}"),
+        Err(e) => zcnet_tools::eoutln!("zcnet: JSON: {e}"),
     }
 }
 
@@ -441,11 +426,19 @@ fn opt(x: Option<f64>, digits: usize) -> String {
 
 fn print_rx_table(r: &RxReport) {
     for n in &r.notes {
-        println!("note: {n}");
+        zcnet_tools::outln!("note: {n}");
     }
-    println!(
+    zcnet_tools::outln!(
         "{:<9} {:<13} {:>7} {:>9} {:>8} {:>12} {:>8} {:>8} {:>7}",
-        "path", "rx", "size", "qps", "Gbit/s", "CPU µs/req", "p50 µs", "p99 µs", "x copy"
+        "path",
+        "rx",
+        "size",
+        "qps",
+        "Gbit/s",
+        "CPU µs/req",
+        "p50 µs",
+        "p99 µs",
+        "x copy"
     );
     for row in &r.rows {
         let name = match row.chosen {
@@ -453,14 +446,16 @@ fn print_rx_table(r: &RxReport) {
             _ => row.rx.to_string(),
         };
         if let Some(why) = &row.refused {
-            println!(
+            zcnet_tools::outln!(
                 "{:<9} {:<13} {:>7} refused: {why}",
-                row.path, name, row.size
+                row.path,
+                name,
+                row.size
             );
             continue;
         }
         if row.requests == 0 {
-            println!(
+            zcnet_tools::outln!(
                 "{:<9} {:<13} {:>7} failed: {}",
                 row.path,
                 name,
@@ -469,7 +464,7 @@ fn print_rx_table(r: &RxReport) {
             );
             continue;
         }
-        println!(
+        zcnet_tools::outln!(
             "{:<9} {:<13} {:>7} {:>9.0} {:>8.2} {:>12} {:>8} {:>8} {:>7}",
             row.path,
             name,
@@ -482,7 +477,7 @@ fn print_rx_table(r: &RxReport) {
             opt(r.ratio_to_copy(row), 2)
         );
         for f in &row.fallbacks {
-            println!(
+            zcnet_tools::outln!(
                 "{:<9}   {} chose {}: {f}",
                 "",
                 row.rx,
@@ -490,43 +485,14 @@ fn print_rx_table(r: &RxReport) {
             );
         }
         if let Some(e) = &row.error {
-            println!("{:<9}   warning: {e}", "");
+            zcnet_tools::outln!("{:<9}   warning: {e}", "");
         }
         if let Some(o) = row.other_cpu_seconds.filter(|&o| o > 0.1 * row.seconds) {
-            println!(
+            zcnet_tools::outln!(
                 "{:<9}   warning: other processes used {o:.2} CPU-s during these {:.1} s: the machine was not quiet",
                 "", row.seconds
             );
         }
     }
-    println!("Gbit/s: request payload, one direction (the echo carries as much back); CPU µs/req: the pinned server thread's CPU time / round trips");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slow_zero_copy_reason;
-    use zcnet_tools::bench::TxRow;
-
-    fn row(tx: &str, size: usize, zc: u64, copied: u64) -> TxRow {
-        TxRow {
-            path: "loopback",
-            tx: tx.into(),
-            size,
-            zerocopy_bytes: zc,
-            copied_bytes: copied,
-            ..TxRow::default()
-        }
-    }
-
-    #[test]
-    fn slow_zero_copy_rows_say_why_and_others_stay_quiet() {
-        let copied = slow_zero_copy_reason(&row("uring-zc", 65536, 0, 100), Some(0.5));
-        assert!(copied.is_some_and(|w| w.contains("copied every byte")));
-        let small = slow_zero_copy_reason(&row("msg-zerocopy", 4096, 100, 0), Some(0.5));
-        assert!(small.is_some_and(|w| w.contains("below 16 KiB")));
-        assert!(slow_zero_copy_reason(&row("uring-zc", 4096, 100, 0), Some(0.95)).is_none());
-        assert!(slow_zero_copy_reason(&row("copy", 4096, 0, 100), Some(0.5)).is_none());
-        assert!(slow_zero_copy_reason(&row("uring-zc", 65536, 100, 0), Some(0.5)).is_none());
-        assert!(slow_zero_copy_reason(&row("uring-zc", 4096, 0, 0), None).is_none());
-    }
+    zcnet_tools::outln!("Gbit/s: request payload, one direction (the echo carries as much back); CPU µs/req: the pinned server thread's CPU time / round trips");
 }

@@ -130,6 +130,8 @@ pub struct TxRow {
     pub inflight: usize,
     /// Bytes the kernel accepted.
     pub bytes: u64,
+    /// Sends the kernel accepted.
+    pub sends: u64,
     /// Wall seconds (including the final wait for notifications).
     pub seconds: f64,
     /// MB/s (10^6 B/s).
@@ -180,6 +182,79 @@ impl TxReport {
         })?;
         (base.mb_per_s > 0.0 && row.error.is_none()).then(|| row.mb_per_s / base.mb_per_s)
     }
+}
+
+/// The ratio to copy below which a zero-copy row gets a `why:` line.
+pub const SLOW_ZERO_COPY: f64 = 0.9;
+
+/// `net.core.max_skb_frags`: the page fragments one TCP segment holds (17 when unreadable).
+pub fn max_skb_frags() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/max_skb_frags")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(17)
+}
+
+/// Why a zero-copy row runs below [`SLOW_ZERO_COPY`] times copy (`ratio`), in words: every
+/// such row gets one, so that no row looks broken unexplained. A zero-copy row is a
+/// `msg-zerocopy`, `uring-zc` or raw-loop row, or an `auto` row that sent zero-copy. `None` for
+/// other rows, failed rows, and rows at or above the threshold. Pure: `max_skb_frags` is
+/// [`max_skb_frags`] of the machine that ran the row.
+pub fn slow_zero_copy_reason(
+    row: &TxRow,
+    ratio: Option<f64>,
+    max_skb_frags: u32,
+) -> Option<String> {
+    let zero_copy = matches!(
+        row.tx.as_str(),
+        "msg-zerocopy" | "uring-zc" | RAW_BASELINE | RAW_MSG_ZEROCOPY
+    ) || row.zerocopy_bytes > 0;
+    let ratio = ratio?;
+    if !zero_copy || row.error.is_some() || ratio.is_nan() || ratio >= SLOW_ZERO_COPY {
+        return None;
+    }
+    let tcp = row.path != PathKind::Sink.name();
+    let confirmed = row.zerocopy_bytes + row.copied_bytes;
+    if confirmed == 0 {
+        return Some(format!(
+            "no notification confirmed any byte ({} notifications for {} sends), so the kernel's accounting cannot say whether it copied; zero copy paid its pinning and notifications either way",
+            row.notifications, row.sends
+        ));
+    }
+    if row.zerocopy_bytes == 0 {
+        let mut why = if tcp {
+            "the kernel copied every byte (TCP over loopback or veth is copied on the receive side), so zero copy only adds pinning and notifications here".to_string()
+        } else {
+            "the kernel copied every byte on this path (it reported every send COPIED), so zero copy only adds pinning and notifications here".to_string()
+        };
+        if tcp && row.size < zcnet::tx::buffer_stride(1) {
+            // Measured on loopback at 1 KiB: ~8.6 KB sent per TCP segment (ACKs included)
+            // against ~18 KB copying (nstat TcpOutSegs, docs/perf.md).
+            why.push_str(&format!(
+                "; and sends of {} B each take a page fragment of their own, of which a segment holds at most {max_skb_frags} (net.core.max_skb_frags): smaller segments than copying makes",
+                row.size
+            ));
+        }
+        return Some(why);
+    }
+    let copied_pct = 100.0 * row.copied_bytes as f64 / confirmed as f64;
+    if copied_pct >= 10.0 {
+        return Some(format!(
+            "the kernel copied {copied_pct:.0} % of the bytes anyway (notifications flagged COPIED), so much of the sending paid both the copy and zero copy's pinning and notifications"
+        ));
+    }
+    if row.size < zcnet::tx::AUTO_MIN_ZERO_COPY {
+        return Some(format!(
+            "below {} KiB a notification per send costs more than the copy saves (auto copies here)",
+            zcnet::tx::AUTO_MIN_ZERO_COPY >> 10
+        ));
+    }
+    Some(format!(
+        "the kernel avoided the copy ({:.0} % zero-copy), but on this path a {} B copy costs less than zero copy's fixed work per send: pinning the pages, holding them until the device lets go, and a completion to reap; the size where zero copy starts to pay is above {} B here",
+        100.0 - copied_pct,
+        row.size,
+        row.size
+    ))
 }
 
 /// Progress of a run.
@@ -358,6 +433,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
 
 fn fill_row(row: &mut TxRow, st: &TxStats, received: Option<u64>) {
     row.bytes = st.bytes;
+    row.sends = st.sends;
     row.seconds = st.seconds;
     row.mb_per_s = st.mb_per_s();
     row.zerocopy_bytes = st.zerocopy_bytes;
@@ -677,5 +753,86 @@ mod tests {
                 other => panic!("{asked:?}: {other:?}"),
             }
         }
+    }
+
+    fn row(path: PathKind, tx: &str, size: usize, zc: u64, copied: u64) -> TxRow {
+        TxRow {
+            path: path.name(),
+            tx: tx.into(),
+            size,
+            bytes: zc + copied,
+            sends: (zc + copied) / size as u64,
+            zerocopy_bytes: zc,
+            copied_bytes: copied,
+            notifications: 10,
+            ..TxRow::default()
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn the_reported_row_gets_its_why_line() {
+        // issue 20: sink msg-zerocopy 16 KiB at 0.69x copy, every byte zero-copy, no why line.
+        let r = row(Sink, "msg-zerocopy", 16384, 1 << 30, 0);
+        let why = slow_zero_copy_reason(&r, Some(0.69), 17).expect("a why line");
+        assert!(why.contains("avoided the copy"), "{why}");
+    }
+
+    /// The rule is total: every zero-copy row below 0.9x copy gets a reason, whatever its
+    /// path, size and accounting; rows at or above 0.9x, copy rows and failed rows get none.
+    #[zcnet_testkit::test]
+    fn every_slow_zero_copy_row_says_why() {
+        let zero_copy = ["msg-zerocopy", "uring-zc", RAW_BASELINE, RAW_MSG_ZEROCOPY];
+        let sizes = [1, 1024, 4096, 16383, 16384, 64000, 65536, 1 << 20];
+        let accounts = [
+            (0, 0),
+            (0, 1000),
+            (1000, 0),
+            (500, 500),
+            (950, 50),
+            (10, 990),
+        ];
+        for path in PathKind::ALL {
+            for tx in zero_copy.iter().chain(&["auto"]) {
+                for size in sizes {
+                    for (zc, copied) in accounts {
+                        let r = row(path, tx, size, zc * size as u64, copied * size as u64);
+                        let counts = *tx != "auto" || zc > 0;
+                        for ratio in [0.0, 0.1, 0.5, 0.69, 0.8999] {
+                            let why = slow_zero_copy_reason(&r, Some(ratio), 17);
+                            assert_eq!(why.is_some(), counts, "{r:?} at {ratio}: {why:?}");
+                            assert!(why.is_none_or(|w| !w.is_empty()));
+                        }
+                        for ratio in [None, Some(0.9), Some(1.5)] {
+                            assert!(slow_zero_copy_reason(&r, ratio, 17).is_none());
+                        }
+                        let mut failed = r.clone();
+                        failed.error = Some("x".into());
+                        assert!(slow_zero_copy_reason(&failed, Some(0.5), 17).is_none());
+                    }
+                }
+            }
+            for tx in ["copy", "uring"] {
+                let r = row(path, tx, 4096, 0, 4096 * 100);
+                assert!(slow_zero_copy_reason(&r, Some(0.5), 17).is_none());
+            }
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn the_reasons_match_the_accounting() {
+        let why = |r: &TxRow| slow_zero_copy_reason(r, Some(0.5), 17).unwrap_or_default();
+        let all_copied = why(&row(Loopback, "uring-zc", 65536, 0, 1 << 20));
+        assert!(all_copied.contains("copied every byte"), "{all_copied}");
+        assert!(all_copied.contains("receive side"), "{all_copied}");
+        let small_tcp = why(&row(Loopback, "msg-zerocopy", 1024, 0, 1 << 20));
+        assert!(small_tcp.contains("at most 17"), "{small_tcp}");
+        let sink_copied = why(&row(Sink, "uring-zc", 65536, 0, 1 << 20));
+        assert!(!sink_copied.contains("receive side"), "{sink_copied}");
+        let part = why(&row(Sink, "uring-zc", 65536, 1 << 19, 1 << 19));
+        assert!(part.contains("copied 50 %"), "{part}");
+        let small = why(&row(Sink, "msg-zerocopy", 4096, 1 << 20, 0));
+        assert!(small.contains("below 16 KiB"), "{small}");
+        let unknown = why(&row(Sink, "uring-zc", 65536, 0, 0));
+        assert!(unknown.contains("no notification"), "{unknown}");
     }
 }
