@@ -76,7 +76,7 @@ pub fn run_rx(a: &BenchRxArgs, memory: MemoryKind) -> Result<(), Error> {
         GpuRxProgress::Done(row) => {
             clear_progress(tty);
             if let Some(e) = &row.error {
-                eprintln!("  {} {}: {e}", row.path, row.case);
+                zcnet_tools::eoutln!("  {} {}: {e}", row.path, row.case);
             }
         }
     };
@@ -130,19 +130,25 @@ fn print_json(r: &GpuRxReport, memory: MemoryKind) -> Result<(), Error> {
 
 fn print_table(r: &GpuRxReport) {
     for n in &r.notes {
-        println!("note: {n}");
+        zcnet_tools::outln!("note: {n}");
     }
-    println!(
+    zcnet_tools::outln!(
         "{:<9} {:<8} {:<12} {:>9} {:>9} {:>7} {:>8}",
-        "path", "case", "via", "MB/s", "CPU s/GB", "x host", "x naive"
+        "path",
+        "case",
+        "via",
+        "MB/s",
+        "CPU s/GB",
+        "x host",
+        "x naive"
     );
     let opt = |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
     for row in &r.rows {
         if let Some(e) = &row.error {
-            println!("{:<9} {:<8} failed: {e}", row.path, row.case);
+            zcnet_tools::outln!("{:<9} {:<8} failed: {e}", row.path, row.case);
             continue;
         }
-        println!(
+        zcnet_tools::outln!(
             "{:<9} {:<8} {:<12} {:>9.0} {:>9} {:>7} {:>8}",
             row.path,
             row.case,
@@ -153,8 +159,10 @@ fn print_table(r: &GpuRxReport) {
             opt(r.ratio(row, "naive"), 2)
         );
         for x in &row.report.refused {
-            println!("{:<9}   not {}: {}", "", x.path, x.reason);
+            zcnet_tools::outln!("{:<9}   not {}: {}", "", x.path, x.reason);
         }
     }
-    println!("targets (issue 9): GPU row >= 0.90 x host and >= 2.00 x naive on each path");
+    zcnet_tools::outln!(
+        "targets (issue 9): GPU row >= 0.90 x host and >= 2.00 x naive on each path"
+    );
 }

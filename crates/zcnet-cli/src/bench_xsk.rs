@@ -209,8 +209,8 @@ fn print_json(r: &XskReport) {
         duration_s: r.duration.as_secs_f64(),
     };
     match serde_json::to_string_pretty(&doc) {
-        Ok(s) => println!("{s}"),
-        Err(e) => eprintln!("zcnet: JSON: {e}"),
+        Ok(s) => zcnet_tools::outln!("{s}"),
+        Err(e) => zcnet_tools::eoutln!("zcnet: JSON: {e}"),
     }
 }
 
@@ -223,13 +223,13 @@ fn cpu(x: Option<f64>) -> String {
 }
 
 fn print_table(r: &XskReport) {
-    println!(
+    zcnet_tools::outln!(
         "{}; medians of {} run(s) of {:.1} s each, interleaved",
         r.placement,
         r.repeat,
         r.duration.as_secs_f64()
     );
-    println!(
+    zcnet_tools::outln!(
         "{:<5} {:<16} {:<21} {:<10} {:>5} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10}",
         "path",
         "mode",
@@ -254,10 +254,10 @@ fn print_table(r: &XskReport) {
         );
         if let Some(e) = &row.error {
             let what = if row.refused { "refused" } else { "failed" };
-            println!("{head} {what}: {e}");
+            zcnet_tools::outln!("{head} {what}: {e}");
             continue;
         }
-        println!(
+        zcnet_tools::outln!(
             "{head} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10}",
             mpps(row.tx_pps()),
             mpps(row.rx_pps()),
@@ -287,6 +287,6 @@ fn print_table(r: &XskReport) {
             _ if x.path == "sink" => "no RX (the sink drops every frame)".into(),
             _ => "RX: no ratio (a row is missing)".into(),
         };
-        println!("{} {} B: af-xdp-copy {tx}; {rx}", x.path, x.size);
+        zcnet_tools::outln!("{} {} B: af-xdp-copy {tx}; {rx}", x.path, x.size);
     }
 }

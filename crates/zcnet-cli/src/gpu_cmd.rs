@@ -73,9 +73,9 @@ pub fn send(
     let (mut tx, refused) = GpuSender::open(stream.into(), region, cfg)?;
     if !a.json {
         for r in &refused {
-            eprintln!("zcnet send: {r}");
+            zcnet_tools::eoutln!("zcnet send: {r}");
         }
-        eprintln!("zcnet send: from {} by {}", memory.name(), tx.path());
+        zcnet_tools::eoutln!("zcnet send: from {} by {}", memory.name(), tx.path());
     }
     let pattern = Pattern::new(a.seed);
     let fill = a.verify.then_some(&pattern);
@@ -103,7 +103,7 @@ pub fn send(
         };
         print_json(&doc)?;
     } else {
-        eprintln!(
+        zcnet_tools::eoutln!(
             "zcnet send: {} B in {:.2} s ({:.0} MB/s) from {} by {}: {} B zero-copy, {} B copied, {} device-to-host copies, CPU {:.3} s",
             st.tx.bytes,
             st.tx.seconds,
@@ -141,7 +141,7 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
     let prepared = gpu::PreparedReceive::new(&mut region, cfg)?;
     if !a.json {
         for r in prepared.refused() {
-            eprintln!("zcnet recv: {r}");
+            zcnet_tools::eoutln!("zcnet recv: {r}");
         }
     }
     let listener = listen_announced(addr)?;
@@ -161,7 +161,7 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
         };
         print_json(&doc)?;
     } else {
-        eprintln!(
+        zcnet_tools::eoutln!(
             "zcnet recv: {} B from {peer} in {:.2} s ({:.0} MB/s) into {} by {}: {} host-to-device copies, ring full {}x{}",
             rep.bytes,
             rep.seconds,
@@ -213,7 +213,7 @@ fn report_naive(
         };
         print_json(&doc)?;
     } else {
-        eprintln!(
+        zcnet_tools::eoutln!(
             "zcnet {what}: {bytes} B in {secs:.2} s ({mbps:.0} MB/s) with {} by the naive loop (synchronous copies through pageable memory), CPU {cpu:.3} s",
             memory.name()
         );

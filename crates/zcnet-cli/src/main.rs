@@ -1,5 +1,8 @@
 //! The `zcnet` command.
 
+// A closed stdout or stderr must not panic a command: print with zcnet_tools' `outln!` and co.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod bench_cmd;
 mod bench_gpu;
 mod bench_xsk;
@@ -164,7 +167,7 @@ pub struct BenchRxArgs {
 fn main() {
     // First, so that a signal at any later point is caught and the run stops on its normal path.
     if let Err(e) = zcnet::install_interrupt_handler() {
-        eprintln!("zcnet: warning: {e}");
+        zcnet_tools::eoutln!("zcnet: warning: {e}");
     }
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     let r = match cli.cmd {
@@ -180,7 +183,7 @@ fn main() {
     };
     let (line, code) = outcome(r, zcnet::interrupted());
     if let Some(l) = line {
-        eprintln!("zcnet: {l}");
+        zcnet_tools::eoutln!("zcnet: {l}");
     }
     std::process::exit(code);
 }
@@ -192,7 +195,7 @@ fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
         Ok(()) if zcnet::interrupted() => std::process::exit(130),
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            eprintln!("zcnet perf: error - {e}");
+            zcnet_tools::eoutln!("zcnet perf: error - {e}");
             std::process::exit(if zcnet::interrupted() {
                 130
             } else {
@@ -228,7 +231,7 @@ fn usage_error(e: clap::Error) -> ! {
     ) {
         e.exit();
     }
-    eprintln!("zcnet: {}", one_line(&e.render().to_string()));
+    zcnet_tools::eoutln!("zcnet: {}", one_line(&e.render().to_string()));
     std::process::exit(2);
 }
 
@@ -263,10 +266,10 @@ fn lab_cleanup() -> zcnet::Result<()> {
     }
     let removed = zcnet_tools::lab::cleanup_stale()?;
     if removed.is_empty() {
-        println!("no stale lab namespaces");
+        zcnet_tools::outln!("no stale lab namespaces");
     }
     for ns in removed {
-        println!("deleted {ns}");
+        zcnet_tools::outln!("deleted {ns}");
     }
     Ok(())
 }

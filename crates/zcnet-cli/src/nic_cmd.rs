@@ -125,24 +125,25 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
     let changes: Vec<String> = guard.changes().iter().map(|c| c.describe()).collect();
     let path = guard.state_path().map(|p| p.display().to_string());
     if a.json {
-        println!(
+        zcnet_tools::outln!(
             "{}",
             json!({"iface": a.iface, "queue": a.queue, "changes": changes, "state_file": path, "kept": a.keep})
         );
     } else {
         if changes.is_empty() {
-            println!(
+            zcnet_tools::outln!(
                 "{}: already set up for zero copy on queue {}: nothing to change",
-                a.iface, a.queue
+                a.iface,
+                a.queue
             );
         }
         for c in &changes {
-            println!("{}: {c}", a.iface);
+            zcnet_tools::outln!("{}: {c}", a.iface);
         }
     }
     if a.keep {
         if let Some(p) = guard.keep() {
-            eprintln!(
+            zcnet_tools::eoutln!(
                 "changes kept; undo them with 'zcnet nic restore --iface {}' (state: {})",
                 a.iface,
                 p.display()
@@ -151,14 +152,14 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
         return Ok(0);
     }
     let held = if a.command.is_empty() {
-        eprintln!("holding the setup; Ctrl-C restores it");
+        zcnet_tools::eoutln!("holding the setup; Ctrl-C restores it");
         hold()
     } else {
         run_child(&a.command)
     };
     // Restored whatever ended the hold: the command's exit, SIGINT/SIGTERM, a failure to start it.
     let n = guard.restore()?;
-    eprintln!("{}: restored ({n} change(s) undone)", a.iface);
+    zcnet_tools::eoutln!("{}: restored ({n} change(s) undone)", a.iface);
     held
 }
 
@@ -247,7 +248,7 @@ fn channels(a: &ChannelsArgs) -> zcnet::Result<()> {
             .iter()
             .map(|&(k, cur, max)| (k.to_string(), json!({"current": cur, "max": max})))
             .collect();
-        println!("{}", json!({"iface": a.iface, "channels": doc}));
+        zcnet_tools::outln!("{}", json!({"iface": a.iface, "channels": doc}));
         return Ok(());
     }
     for ((k, was, _), (_, cur, max)) in before.kinds().into_iter().zip(now.kinds()) {
@@ -259,7 +260,7 @@ fn channels(a: &ChannelsArgs) -> zcnet::Result<()> {
         } else {
             String::new()
         };
-        println!("{}: {k} {cur} of at most {max}{change}", a.iface);
+        zcnet_tools::outln!("{}: {k} {cur} of at most {max}{change}", a.iface);
     }
     Ok(())
 }
@@ -285,7 +286,7 @@ fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
     need_root("zcnet nic restore")?;
     let files = state_files(a.iface.as_deref());
     if files.is_empty() {
-        println!("nothing to restore: no zcnet NIC state in this network namespace");
+        zcnet_tools::outln!("nothing to restore: no zcnet NIC state in this network namespace");
         return Ok(());
     }
     for p in files {
@@ -293,7 +294,7 @@ fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
         let mut ctl = LiveNic::open(&owner.iface)?;
         let undone = nic::restore_from_file(&mut ctl, &p)?;
         for r in undone.iter().rev() {
-            println!("{}: undid {}", owner.iface, r.change.describe());
+            zcnet_tools::outln!("{}: undid {}", owner.iface, r.change.describe());
         }
     }
     Ok(())
@@ -336,7 +337,7 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
             "changes": recs.iter().map(|r| json!({"change": r.change.describe(), "done": r.done})).collect::<Vec<_>>(),
         }));
         if !a.json {
-            println!(
+            zcnet_tools::outln!(
                 "{}: set up by pid {} ({}), queue {}, state {}",
                 owner.iface,
                 owner.pid,
@@ -349,7 +350,7 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
                 p.display()
             );
             for r in &recs {
-                println!(
+                zcnet_tools::outln!(
                     "  {}{}",
                     r.change.describe(),
                     if r.done { "" } else { " (may be half-made)" }
@@ -386,22 +387,22 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
             "rss_indirection": txt(&indir),
         });
         if !a.json {
-            println!("{i} now:");
+            zcnet_tools::outln!("{i} now:");
             for (k, v) in doc
                 .as_object()
                 .into_iter()
                 .flatten()
                 .filter(|(k, _)| *k != "iface")
             {
-                println!("  {k}: {}", plain(v));
+                zcnet_tools::outln!("  {k}: {}", plain(v));
             }
         }
         live.push(doc);
     }
     if a.json {
-        println!("{}", json!({"applied": applied, "devices": live}));
+        zcnet_tools::outln!("{}", json!({"applied": applied, "devices": live}));
     } else if files.is_empty() && ifaces.is_empty() {
-        println!("no zcnet NIC changes applied in this network namespace");
+        zcnet_tools::outln!("no zcnet NIC changes applied in this network namespace");
     }
     Ok(())
 }

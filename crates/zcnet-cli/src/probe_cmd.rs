@@ -37,12 +37,12 @@ pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
         a.queue,
     )?;
     if a.json {
-        println!(
+        zcnet_tools::outln!(
             "{}",
             serde_json::to_string_pretty(&probe::json::to_json(&r)).unwrap_or_default()
         );
     } else {
-        print!("{}", table(&r));
+        zcnet_tools::out!("{}", table(&r));
     }
     Ok(())
 }

@@ -204,7 +204,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let region = Region::new(memory, zcnet::tx::region_len(&cfg))?;
     let mut tx = Sender::new(sock, region, &cfg)?;
     if let Some(n) = tx.note() {
-        eprintln!("zcnet: note: {n}");
+        zcnet_tools::eoutln!("zcnet: note: {n}");
     }
     // What goes into each send. Only a data source writes the buffers: stdin (netcat-style),
     // or with --verify the seeded pattern at its stream offset, for the receiver to check.
@@ -257,7 +257,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
         let zc = st
             .zerocopy_fraction()
             .map_or("n/a".into(), |f| format!("{:.1}%", f * 100.0));
-        eprintln!(
+        zcnet_tools::eoutln!(
             "zcnet send: {} B in {:.2} s ({:.0} MB/s) with {}: zero-copy {zc} ({} B zero-copy, {} B copied, {} notifications), CPU {:.3} s",
             st.bytes,
             st.seconds,
@@ -269,7 +269,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             st.cpu_seconds
         );
         for s in &st.switches {
-            eprintln!("zcnet send: auto {s}");
+            zcnet_tools::eoutln!("zcnet send: auto {s}");
         }
     }
     Ok(())
@@ -377,7 +377,7 @@ pub fn listen_announced(addr: std::net::SocketAddr) -> Result<std::net::TcpListe
     let at = listener
         .local_addr()
         .map_err(|e| Error::io("local_addr", e))?;
-    eprintln!("zcnet recv: listening on {at}");
+    zcnet_tools::eoutln!("zcnet recv: listening on {at}");
     Ok(listener)
 }
 
@@ -385,7 +385,7 @@ pub fn listen_announced(addr: std::net::SocketAddr) -> Result<std::net::TcpListe
 pub fn print_json(doc: &impl Serialize) -> Result<(), Error> {
     let line = serde_json::to_string(doc)
         .map_err(|e| Error::io("writing JSON", std::io::Error::other(e)))?;
-    println!("{line}");
+    zcnet_tools::outln!("{line}");
     Ok(())
 }
 
@@ -554,10 +554,10 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     let listener = listen_announced(addr)?;
     if !a.json {
         for f in rx.fallbacks() {
-            eprintln!("zcnet recv: {f}");
+            zcnet_tools::eoutln!("zcnet recv: {f}");
         }
         if mode == RxMode::Auto {
-            eprintln!("zcnet recv: auto chose {}", rx.mode());
+            zcnet_tools::eoutln!("zcnet recv: auto chose {}", rx.mode());
         }
     }
     let (s, peer) = net::accept(&listener)?;
@@ -600,7 +600,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         } else {
             0.0
         };
-        eprintln!(
+        zcnet_tools::eoutln!(
             "zcnet recv: {} B from {peer} in {secs:.2} s ({mbps:.0} MB/s) with {}: {} B zero-copy, {} B copied, {} buffers, starved {}x, re-armed {}x{}",
             rep.recv.bytes,
             rx.mode(),

@@ -106,9 +106,9 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
     })?;
     if !a.json {
         if let Some(why) = tx.zerocopy_refused() {
-            eprintln!("zcnet send: note: AF_XDP zero copy refused ({why}): copy mode");
+            zcnet_tools::eoutln!("zcnet send: note: AF_XDP zero copy refused ({why}): copy mode");
         }
-        eprintln!("zcnet send: {}", tx.describe());
+        zcnet_tools::eoutln!("zcnet send: {}", tx.describe());
     }
     // The same sources as the other modes: stdin, the pattern at each datagram's stream
     // offset (--verify), or nothing written (zeros: the UMEM frames are never written past
@@ -134,7 +134,7 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
     if a.json {
         print_json(&rep.to_json())
     } else {
-        eprintln!("zcnet send: {}", rep.summary());
+        zcnet_tools::eoutln!("zcnet send: {}", rep.summary());
         Ok(())
     }
 }
@@ -200,15 +200,15 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         idle,
     };
     let mut rx = UdpReceiver::open(&cfg)?;
-    eprintln!("zcnet recv: listening on {}", rx.local_addr());
+    zcnet_tools::eoutln!("zcnet recv: listening on {}", rx.local_addr());
     if !a.json {
         if let Some(why) = rx.zerocopy_refused() {
-            eprintln!("zcnet recv: note: AF_XDP zero copy refused ({why}): copy mode");
+            zcnet_tools::eoutln!("zcnet recv: note: AF_XDP zero copy refused ({why}): copy mode");
         }
         if a.rx == "auto" {
-            eprintln!("zcnet recv: auto chose copy (UDP: af-xdp only when asked, it takes the port from the stack)");
+            zcnet_tools::eoutln!("zcnet recv: auto chose copy (UDP: af-xdp only when asked, it takes the port from the stack)");
         }
-        eprintln!("zcnet recv: {}", rx.describe());
+        zcnet_tools::eoutln!("zcnet recv: {}", rx.describe());
     }
     let discard = a.discard || a.verify || a.json || std::io::stdout().is_terminal();
     let mut out = if discard { None } else { Some(Stdout::open()?) };
@@ -221,7 +221,7 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
     if a.json {
         print_json(&rep.to_json(&a.rx))?;
     } else {
-        eprintln!("zcnet recv: {}", rep.summary());
+        zcnet_tools::eoutln!("zcnet recv: {}", rep.summary());
     }
     if rep.stop == Stop::Interrupted {
         return Err(Error::Interrupted);

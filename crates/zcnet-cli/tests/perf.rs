@@ -90,4 +90,74 @@ fn bad_use_exits_2_and_a_closed_port_fails_fast() {
     assert!(err.contains("zcnet perf: error"), "{err}");
 }
 
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port()
+}
+
+/// `zcnet perf -s | head -1`: the server's stdout (or stderr) closes under it. As iperf3 3.12
+/// does, it stops printing and serves the test to its end: the client finishes with exit 0 and
+/// a one-off server exits 0 (a panic on EPIPE exited 101 and reset the client). A client whose
+/// stdout closes finishes its test as well.
+#[zcnet_testkit::test]
+fn a_closed_stdout_or_stderr_does_not_stop_the_server() {
+    for closed in ["stdout", "stderr"] {
+        let port = free_port();
+        let mut cmd = zcnet();
+        cmd.args(["perf", "-s", "-1", "-p", &port.to_string()]);
+        if closed == "stderr" {
+            // With -J the banner goes to stderr, and the results are on stdout.
+            cmd.arg("-J");
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn server");
+        let out = child.stdout.take().expect("stdout");
+        let err = child.stderr.take().expect("stderr");
+        let mut server = Server(child);
+        // Read the first line (printed once the server listens), then close the pipe (what
+        // `| head -1` does); the other pipe is drained so that it never fills.
+        let (first, other): (Box<dyn std::io::Read + Send>, Box<dyn std::io::Read + Send>) =
+            if closed == "stdout" {
+                (Box::new(out), Box::new(err))
+            } else {
+                (Box::new(err), Box::new(out))
+            };
+        let mut line = String::new();
+        BufReader::new(first)
+            .read_line(&mut line)
+            .expect("first line");
+        assert!(!line.is_empty(), "{closed}: nothing printed");
+        let drain = std::thread::spawn(move || std::io::read_to_string(other).unwrap_or_default());
+        // The client's stdout closes after its first line too (`zcnet perf -c … | head -1`).
+        let mut c = zcnet()
+            .args(["perf", "-c", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-t", "2", "-i", "0.2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("client");
+        let mut line = String::new();
+        BufReader::new(c.stdout.take().expect("client stdout"))
+            .read_line(&mut line)
+            .expect("client's first line");
+        let c = c.wait_with_output().expect("client");
+        assert!(
+            c.status.success(),
+            "{closed} closed: client exit {}: {}",
+            c.status,
+            String::from_utf8_lossy(&c.stderr)
+        );
+        let st = server.0.wait().expect("one-off server exits");
+        let rest = drain.join().expect("drain thread");
+        assert!(st.success(), "{closed} closed: server exit {st}: {rest}");
+        assert!(!rest.contains("panicked"), "{rest}");
+    }
+}
+
 zcnet_testkit::main!();

@@ -175,7 +175,7 @@ impl Drop for Lab {
     fn drop(&mut self) {
         for ns in self.namespaces.drain(..).rev() {
             if let Err(e) = ip(&["netns", "del", &ns]) {
-                eprintln!("zcnet: could not delete namespace {ns}: {e} (delete it with 'ip netns del {ns}')");
+                crate::eoutln!("zcnet: could not delete namespace {ns}: {e} (delete it with 'ip netns del {ns}')");
             }
         }
     }

@@ -49,6 +49,8 @@
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// A closed stdout or stderr must not panic a command: print with `outln!` and co. (`say`).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bench;
 pub mod dgram;
@@ -57,6 +59,7 @@ pub mod gpu_rxbench;
 pub mod lab;
 pub mod perf;
 pub mod rxbench;
+pub mod say;
 pub mod xskbench;
 
 // The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.

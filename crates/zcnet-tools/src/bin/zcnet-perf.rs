@@ -1,6 +1,9 @@
 //! `zcnet-perf`: `zcnet perf` on its own, an iperf3-compatible client and server with
 //! zcnet's data paths (`zcnet-perf -s`, `zcnet-perf -c HOST [iperf3 flags] [--tx MODE]`).
 
+// A closed stdout or stderr must not panic it: print with `eoutln!` and co.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 use clap::Parser;
 use zcnet_tools::perf::{self, PerfArgs};
 
@@ -15,10 +18,10 @@ struct Cli {
 fn main() {
     let cli = Cli::parse();
     if let Err(e) = zcnet::install_interrupt_handler() {
-        eprintln!("zcnet-perf: warning: {e}: Ctrl-C will not stop a test cleanly");
+        zcnet_tools::eoutln!("zcnet-perf: warning: {e}: Ctrl-C will not stop a test cleanly");
     }
     if let Err(e) = perf::run(&cli.args) {
-        eprintln!("zcnet-perf: error - {e}");
+        zcnet_tools::eoutln!("zcnet-perf: error - {e}");
         std::process::exit(e.exit_code());
     }
 }

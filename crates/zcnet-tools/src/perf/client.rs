@@ -63,9 +63,9 @@ pub fn check_receive_path(s: &Settings) -> Result<(), PerfError> {
     let rx = zcnet::Receiver::new(&s.data.rx)?;
     if s.verbose && !s.json {
         for f in rx.fallbacks() {
-            println!("zcnet rx {}: {f}", s.data.rx.mode);
+            crate::outln!("zcnet rx {}: {f}", s.data.rx.mode);
         }
-        println!("zcnet rx {}: using {}", s.data.rx.mode, rx.mode());
+        crate::outln!("zcnet rx {}: using {}", s.data.rx.mode, rx.mode());
     }
     Ok(())
 }
@@ -99,11 +99,11 @@ impl<'a> Client<'a> {
         let timesecs = sysinfo::unix_now();
         if !s.json {
             if s.verbose {
-                println!("Time: {}", sysinfo::http_date(timesecs));
+                crate::outln!("Time: {}", sysinfo::http_date(timesecs));
             }
-            println!("Connecting to host {host}, port {}", s.port);
+            crate::outln!("Connecting to host {host}, port {}", s.port);
             if s.params.reverse {
-                println!("Reverse mode, remote host {host} is sending");
+                crate::outln!("Reverse mode, remote host {host} is sending");
             }
         }
         let ctrl = net::connect(addr, s.bind, None, CONNECT_TIMEOUT)
@@ -114,7 +114,7 @@ impl<'a> Client<'a> {
         events::spawn_control_reader(reader, 0, tx.clone()).map_err(io_failed)?;
         let cookie = events::new_cookie().map_err(io_failed)?;
         if s.verbose && !s.json {
-            println!("      Cookie: {cookie}");
+            crate::outln!("      Cookie: {cookie}");
         }
         let machine = ClientControl::new(ClientConfig::default(), cookie, s.params.clone())?;
         Ok(Client {
@@ -288,7 +288,7 @@ impl<'a> Client<'a> {
                 Ok(d) => {
                     if !self.s.json {
                         let meta = d.meta(d.spec.client_sends());
-                        println!("{}", report::connected_line(&meta));
+                        crate::outln!("{}", report::connected_line(&meta));
                     }
                     self.connected.push(d);
                 }
@@ -322,7 +322,7 @@ impl<'a> Client<'a> {
 
     fn prepare(&self) {
         if self.s.verbose && !self.s.json {
-            println!("{}", report::starting_line(&self.s.params));
+            crate::outln!("{}", report::starting_line(&self.s.params));
         }
     }
 
@@ -416,14 +416,14 @@ impl<'a> Client<'a> {
             );
             print_json(&doc);
         } else {
-            print!(
+            crate::out!(
                 "{}",
                 report::summary_text(run.layout(), &totals, self.s.verbose)
             );
             for line in paths.lines() {
-                println!("{line}");
+                crate::outln!("{line}");
             }
-            println!("\niperf Done.");
+            crate::outln!("\niperf Done.");
         }
         self.done = Some(Ok(()));
     }
@@ -475,8 +475,8 @@ pub fn udp_config(p: &TestParams, gso: bool) -> Option<UdpConfig> {
 /// Prints a `-J` document.
 pub fn print_json(doc: &Value) {
     match serde_json::to_string_pretty(doc) {
-        Ok(text) => println!("{text}"),
-        Err(e) => eprintln!("zcnet perf: cannot write the JSON document: {e}"),
+        Ok(text) => crate::outln!("{text}"),
+        Err(e) => crate::eoutln!("zcnet perf: cannot write the JSON document: {e}"),
     }
 }
 

@@ -287,7 +287,7 @@ impl TestRun {
         if self.style.json {
             self.intervals.push(jsonout::interval(&self.layout, &iv));
         } else {
-            print!(
+            crate::out!(
                 "{}",
                 report::interval_text(&self.layout, &iv, self.first_interval)
             );

@@ -175,11 +175,11 @@ impl Server<'_> {
     fn banner(&self) {
         let n = self.tests + 1;
         if self.s.json {
-            eprintln!("zcnet perf: server listening on {} (test #{n})", self.port);
+            crate::eoutln!("zcnet perf: server listening on {} (test #{n})", self.port);
             return;
         }
         let rule = "-----------------------------------------------------------";
-        println!(
+        crate::outln!(
             "{rule}\nServer listening on {} (test #{n})\n{rule}",
             self.port
         );
@@ -260,7 +260,7 @@ impl Server<'_> {
             .is_some_and(|p| p.protocol == Protocol::Udp);
         if !t.machine.accepting_streams() || udp {
             let _ = (&s).write_all(&ACCESS_DENIED_REPLY);
-            eprintln!(
+            crate::eoutln!(
                 "zcnet perf: refused {} port {}: test #{} is running (ACCESS_DENIED)",
                 peer.ip(),
                 peer.port(),
@@ -279,7 +279,7 @@ impl Server<'_> {
                 stream: s,
                 cookie: None,
             }),
-            Err(e) => eprintln!("zcnet perf: dropped a data connection from {peer}: {e}"),
+            Err(e) => crate::eoutln!("zcnet perf: dropped a data connection from {peer}: {e}"),
         }
     }
 
@@ -287,7 +287,7 @@ impl Server<'_> {
         self.tests += 1;
         let id = self.tests;
         if !self.s.json {
-            println!(
+            crate::outln!(
                 "Accepted connection from {}, port {}",
                 peer.ip(),
                 peer.port()
@@ -296,10 +296,10 @@ impl Server<'_> {
         let _ = s.set_nodelay(true);
         let reader = match s.try_clone() {
             Ok(r) => r,
-            Err(e) => return eprintln!("zcnet perf: test #{id} from {peer}: {e}"),
+            Err(e) => return crate::eoutln!("zcnet perf: test #{id} from {peer}: {e}"),
         };
         if let Err(e) = events::spawn_control_reader(reader, id, self.tx.clone()) {
-            return eprintln!("zcnet perf: test #{id} from {peer}: {e}");
+            return crate::eoutln!("zcnet perf: test #{id} from {peer}: {e}");
         }
         let config = ServerConfig {
             step_timeout: self.s.step_timeout,
@@ -402,7 +402,7 @@ impl Server<'_> {
             Ok(d) => {
                 if !self.s.json {
                     let meta = d.meta(d.spec.server_sends());
-                    println!("{}", report::connected_line(&meta));
+                    crate::outln!("{}", report::connected_line(&meta));
                 }
                 t.accepted.push(d);
             }
@@ -489,7 +489,7 @@ impl Server<'_> {
         }
         let Some(t) = &mut self.test else { return };
         if self.s.verbose && !self.s.json {
-            println!("{}", report::starting_line(&p));
+            crate::outln!("{}", report::starting_line(&p));
         }
         t.params = Some(p);
         let acts = t.machine.listening(t.now());
@@ -615,7 +615,7 @@ impl Server<'_> {
                 Ok(())
             }
             Err(e) => {
-                eprintln!(
+                crate::eoutln!(
                     "zcnet perf: test #{} from {} port {}: {e}",
                     t.id,
                     t.peer.ip(),
@@ -646,12 +646,12 @@ impl Server<'_> {
             let start = std::mem::take(&mut t.start_json);
             print_json(&jsonout::document(start, run.take_intervals(), end, None));
         } else {
-            print!(
+            crate::out!(
                 "{}",
                 report::summary_text(run.layout(), &totals, self.s.verbose)
             );
             for line in paths.lines() {
-                println!("{line}");
+                crate::outln!("{line}");
             }
         }
         let _ = std::io::stdout().flush();
@@ -663,12 +663,12 @@ fn deny_stream(s: &TcpStream, e: &ProtoError) {
     let _ = (&*s).write_all(&ACCESS_DENIED_REPLY);
     let peer = s.peer_addr().map(net::canonical);
     match peer {
-        Ok(p) => eprintln!(
+        Ok(p) => crate::eoutln!(
             "zcnet perf: refused a data stream from {} port {}: {e}",
             p.ip(),
             p.port()
         ),
-        Err(_) => eprintln!("zcnet perf: refused a data stream: {e}"),
+        Err(_) => crate::eoutln!("zcnet perf: refused a data stream: {e}"),
     }
 }
 

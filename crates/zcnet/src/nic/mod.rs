@@ -541,7 +541,13 @@ impl<C: NicControl> Drop for NicGuard<C> {
             return;
         }
         if let Err(e) = self.undo_all() {
-            eprintln!("zcnet: restoring {} failed: {e}", self.ctl.name());
+            use std::io::Write as _;
+            // Not eprintln!: a closed stderr would panic here, in a drop.
+            let _ = writeln!(
+                std::io::stderr(),
+                "zcnet: restoring {} failed: {e}",
+                self.ctl.name()
+            );
         }
     }
 }
