@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{can_run_as_nobody, stderr, zcnet_as_nobody};
+use common::{need_nobody, stderr, zcnet_as_nobody};
 
 use std::net::TcpListener;
 use std::process::{Command, Output};
@@ -210,9 +210,7 @@ fn a_failed_bench_case_makes_the_run_fail() {
 
 #[zcnet_testkit::test]
 fn bench_tx_without_root_and_without_loopback_says_nothing_can_run() {
-    if !can_run_as_nobody() {
-        return;
-    }
+    need_nobody();
     for path in ["sink,veth", "sink", "veth"] {
         let o = zcnet_as_nobody(&["bench", "tx", "--path", path, "--duration", "0.2"]);
         let e = stderr(&o);
@@ -309,10 +307,10 @@ fn nic_channels_bad_input_is_one_line_naming_it_and_changes_nothing() {
     // combined ones) in a lab namespace.
     let mut lab = match Lab::new() {
         Ok(l) => l,
-        Err(zcnet::Error::NotRoot { .. }) => {
-            eprintln!("skipped the device half: needs root for network namespaces");
-            return;
-        }
+        Err(zcnet::Error::NotRoot { .. }) => zcnet_testkit::skip(
+            zcnet_testkit::Need::Root,
+            "the device half needs network namespaces",
+        ),
         Err(e) => panic!("lab: {e}"),
     };
     let v = lab.veth().unwrap();

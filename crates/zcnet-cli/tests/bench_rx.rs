@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{can_run_as_nobody, is_root, stderr, zcnet_as_nobody};
+use common::{need_nobody, need_root, stderr, zcnet_as_nobody};
 
 use serde_json::Value;
 use std::process::{Command, Output};
@@ -155,12 +155,7 @@ fn usage_errors_are_one_line() {
 
 #[zcnet_testkit::test]
 fn veth_as_root_runs_in_a_lab_that_is_gone_afterwards() {
-    if !is_root() {
-        eprintln!(
-            "skipped veth_as_root_runs_in_a_lab_that_is_gone_afterwards: needs root for the lab"
-        );
-        return;
-    }
+    need_root("the namespace lab");
     let child = Command::new(env!("CARGO_BIN_EXE_zcnet"))
         .args([
             "bench",
@@ -198,9 +193,7 @@ fn veth_as_root_runs_in_a_lab_that_is_gone_afterwards() {
 
 #[zcnet_testkit::test]
 fn without_root_veth_is_refused_and_loopback_still_runs() {
-    if !can_run_as_nobody() {
-        return;
-    }
+    need_nobody();
     let as_nobody = zcnet_as_nobody;
     let o = as_nobody(&["bench", "rx", "--path", "veth", "--rx", "copy"]);
     assert_eq!(o.status.code(), Some(1));

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{can_run_as_nobody, is_root, stderr, zcnet_as_nobody};
+use common::{need_nobody, need_root, stderr, zcnet_as_nobody};
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -43,10 +43,7 @@ fn num(r: &Value, k: &str) -> f64 {
 
 #[zcnet_testkit::test]
 fn json_has_every_mode_with_counts_that_add_up() {
-    if !is_root() {
-        eprintln!("skipped json_has_every_mode_with_counts_that_add_up: needs root for the lab");
-        return;
-    }
+    need_root("the namespace lab");
     let child = zcnet()
         .args([
             "bench",
@@ -166,9 +163,7 @@ fn usage_errors_are_one_line_and_exit_2() {
 
 #[zcnet_testkit::test]
 fn without_root_it_says_so_in_one_line() {
-    if !can_run_as_nobody() {
-        return;
-    }
+    need_nobody();
     let o = zcnet_as_nobody(&["bench", "xsk", "--duration", "0.1", "--repeat", "1"]);
     let e = stderr(&o);
     assert!(!o.status.success(), "{e}");
@@ -178,12 +173,7 @@ fn without_root_it_says_so_in_one_line() {
 
 #[zcnet_testkit::test]
 fn ctrl_c_mid_run_exits_130_and_leaves_no_namespace() {
-    if !is_root() {
-        eprintln!(
-            "skipped ctrl_c_mid_run_exits_130_and_leaves_no_namespace: needs root for the lab"
-        );
-        return;
-    }
+    need_root("the namespace lab");
     for mode in ["af-xdp-copy", "af-packet"] {
         let mut child = zcnet()
             .args([

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{can_run_as_nobody, is_root, stderr, zcnet_as_nobody};
+use common::{is_root, need_nobody, need_root, stderr, zcnet_as_nobody};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::UdpSocket;
@@ -233,9 +233,7 @@ fn recv_refusals_are_one_line_errors() {
 fn unprivileged_zcrx_and_devmem_on_lo_are_refused_for_los_reason_not_for_root() {
     // Without CAP_NET_ADMIN the kernel says EPERM before it looks at the
     // device, and the message told the user to run it as root, where lo is refused too.
-    if !can_run_as_nobody() {
-        return;
-    }
+    need_nobody();
     for rx in ["zcrx", "devmem"] {
         let o = zcnet_as_nobody(&[
             "recv",
@@ -520,11 +518,7 @@ fn bench_json_on_loopback_has_the_documented_schema() {
 
 #[zcnet_testkit::test]
 fn ctrl_c_during_a_lab_bench_leaves_no_namespace() {
-    let root = is_root();
-    if !root {
-        eprintln!("skipped ctrl_c_during_a_lab_bench_leaves_no_namespace: needs root for the lab");
-        return;
-    }
+    need_root("the namespace lab");
     let mut child = zcnet()
         .args(["bench", "tx", "--path", "sink,veth", "--duration", "2"])
         .stdout(Stdio::null())
@@ -567,10 +561,12 @@ fn memlock_too_small_is_named_with_the_fix() {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    let root = is_root();
-    if !have_setpriv || !root {
-        eprintln!("skipped memlock_too_small_is_named_with_the_fix: needs root and setpriv (util-linux) to drop CAP_IPC_LOCK");
-        return;
+    need_root("dropping CAP_IPC_LOCK");
+    if !have_setpriv {
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Tool,
+            "setpriv (util-linux) drops CAP_IPC_LOCK",
+        );
     }
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();

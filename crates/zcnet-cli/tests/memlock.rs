@@ -12,7 +12,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{is_root, stderr};
+use common::stderr;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -31,28 +31,23 @@ fn as_fresh_user() -> String {
     format!("setpriv --reuid={uid} --regid={uid} --clear-groups")
 }
 
-/// Whether the tests can run here; prints why not when they cannot.
-fn can_run(test: &str) -> bool {
-    let why = if !is_root() {
-        Some("needs root to run zcnet as a user of its own".to_string())
-    } else {
-        match Command::new("sh")
-            .args(["-c", &format!("exec {} {ZCNET} --version", as_fresh_user())])
-            .output()
-        {
-            Ok(o) if o.status.success() => None,
-            Ok(o) => Some(format!(
+/// Skips the calling test unless zcnet can run here as a user of its own.
+fn need_fresh_user() {
+    zcnet_testkit::require_root("to run zcnet as a user of its own");
+    match Command::new("sh")
+        .args(["-c", &format!("exec {} {ZCNET} --version", as_fresh_user())])
+        .output()
+    {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => zcnet_testkit::skip(
+            zcnet_testkit::Need::Tool,
+            format!(
                 "setpriv cannot run zcnet as another user here: {}",
                 stderr(&o).trim()
-            )),
-            Err(e) => Some(format!("no sh: {e}")),
-        }
-    };
-    if let Some(why) = why {
-        eprintln!("skipped {test}: {why}");
-        return false;
+            ),
+        ),
+        Err(e) => zcnet_testkit::skip(zcnet_testkit::Need::Tool, format!("no sh: {e}")),
     }
-    true
 }
 
 /// Starts `zcnet recv --verify --seed 13` on an ephemeral loopback port.
@@ -93,9 +88,7 @@ fn ulimit_in(msg: &str) -> u64 {
 
 #[zcnet_testkit::test]
 fn uring_zc_limit_in_the_message_works_and_a_page_less_does_not() {
-    if !can_run("uring_zc_limit_in_the_message_works_and_a_page_less_does_not") {
-        return;
-    }
+    need_fresh_user();
     let args = ["--tx", "uring-zc", "--size", "64K", "--inflight", "8"];
     // The issue: a 512 KiB region at `ulimit -l 512` fails (the ring needs 8 KiB more).
     let (o, _) = send_limited(512, &args);
@@ -122,9 +115,7 @@ fn uring_zc_limit_in_the_message_works_and_a_page_less_does_not() {
 
 #[zcnet_testkit::test]
 fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_not_optmem() {
-    if !can_run("msg_zerocopy_under_a_small_limit_names_rlimit_memlock_not_optmem") {
-        return;
-    }
+    need_fresh_user();
     let args = ["--tx", "msg-zerocopy", "--size", "64K", "--inflight", "8"];
     let (o, _) = send_limited(64, &args);
     let e = stderr(&o);
@@ -146,9 +137,7 @@ fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_not_optmem() {
 
 #[zcnet_testkit::test]
 fn auto_falls_back_to_uring_then_copy_and_says_why() {
-    if !can_run("auto_falls_back_to_uring_then_copy_and_says_why") {
-        return;
-    }
+    need_fresh_user();
     let args = ["--tx", "auto", "--size", "64K", "--inflight", "8", "--json"];
     for (limit, used, refused) in [(64, "uring", 1), (4, "copy", 2)] {
         let (o, verified) = send_limited(limit, &args);
@@ -196,14 +185,8 @@ fn in_netns_with_optmem(optmem: u64, sender_prefix: &str) -> Output {
 
 #[zcnet_testkit::test]
 fn optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself() {
-    let test = "optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself";
-    if !can_run(test) {
-        return;
-    }
-    if Command::new("unshare").arg("--version").output().is_err() {
-        eprintln!("skipped {test}: needs unshare (util-linux)");
-        return;
-    }
+    need_fresh_user();
+    zcnet_testkit::require_tool("unshare", "util-linux: a namespace with its own optmem_max");
     // The issue: optmem_max at 1 MiB, a 64 KiB memlock limit. Before, the message blamed
     // optmem_max and said to raise it to 1048576.
     let o = in_netns_with_optmem(1 << 20, &format!("ulimit -l 64 && {}", as_fresh_user()));

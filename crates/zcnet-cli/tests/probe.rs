@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{can_run_as_nobody, is_root, zcnet_as_nobody};
+use common::{need_nobody, zcnet_as_nobody};
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -13,13 +13,10 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use zcnet_tools::lab::Lab;
 
-/// A lab, or `None` (with the reason printed) when not root.
-fn lab() -> Option<Lab> {
-    if !is_root() {
-        eprintln!("skipped: needs root for network namespaces");
-        return None;
-    }
-    Some(Lab::new().unwrap())
+/// A lab; skips the calling test when not root.
+fn lab() -> Lab {
+    zcnet_testkit::require_root("network namespaces for the lab");
+    Lab::new().unwrap()
 }
 
 /// Runs `zcnet ARGS` inside namespace `ns` with its own state directory.
@@ -94,7 +91,7 @@ fn assert_software_verdicts(i: &Value, confirmed: bool) {
 
 #[zcnet_testkit::test]
 fn veth_lo_and_ifb_get_this_kernels_verdicts() {
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let veth = lab.veth().unwrap();
     let sink = lab.sink().unwrap();
     let st = state_dir("verdicts");
@@ -228,7 +225,7 @@ fn no_xsk_left(ns: &str, st: &PathBuf) -> bool {
 
 #[zcnet_testkit::test]
 fn active_iface_probe_tries_each_queue_in_both_modes_and_leaves_nothing_bound() {
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let veth = lab.veth().unwrap();
     two_queue_veth(&veth.a);
     let st = state_dir("xsk-queues");
@@ -353,7 +350,7 @@ fn active_iface_probe_tries_each_queue_in_both_modes_and_leaves_nothing_bound() 
 
 #[zcnet_testkit::test]
 fn per_queue_probe_refuses_a_queue_or_interface_that_does_not_exist() {
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let veth = lab.veth().unwrap();
     two_queue_veth(&veth.a);
     let st = state_dir("xsk-bad");
@@ -403,7 +400,7 @@ fn per_queue_probe_refuses_a_queue_or_interface_that_does_not_exist() {
 
 #[zcnet_testkit::test]
 fn active_probe_confirms_and_leaves_nothing_behind() {
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let veth = lab.veth().unwrap();
     let st = state_dir("active");
     let doc = json_in(&veth.a, &st, &["probe", "--active", "--json"]);
@@ -445,7 +442,7 @@ fn active_probe_confirms_and_leaves_nothing_behind() {
 fn an_ifbs_send_verdicts_are_not_confirmed_by_a_trial_over_loopback() {
     // `probe --active` once marked an ifb's TCP verdicts confirmed (`*`) when
     // the MSG_ZEROCOPY / SEND_ZC trial had run over loopback.
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let sink = lab.sink().unwrap();
     let st = state_dir("ifb-active");
     let doc = json_in(&sink.ns, &st, &["probe", "--active", "--json"]);
@@ -480,7 +477,7 @@ fn an_ifbs_send_verdicts_are_not_confirmed_by_a_trial_over_loopback() {
 fn active_probe_in_a_namespace_whose_lo_is_down_finishes() {
     // The loopback trial's reader thread waited in accept for a connect that had failed
     // (lo down), and the probe waited for that thread forever.
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let sink = lab.sink().unwrap();
     ip(&["-n", &sink.ns, "link", "set", "lo", "down"]);
     let st = state_dir("lo-down");
@@ -519,7 +516,7 @@ fn active_probe_in_a_namespace_whose_lo_is_down_finishes() {
 fn nic_setup_on_lo_and_ifb_offers_no_command_that_cannot_work() {
     // `nic setup --iface lo` once suggested `ethtool -L lo combined 2`: lo (and
     // ifb) have no channel control, and ethtool may not even be installed.
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let sink = lab.sink().unwrap();
     let st = state_dir("nic-lo");
     for (dev, queue) in [("lo", "0"), ("lo", "3"), ("sinkA", "0")] {
@@ -579,7 +576,7 @@ fn nic_setup_on_lo_and_ifb_offers_no_command_that_cannot_work() {
 
 #[zcnet_testkit::test]
 fn probe_table_fits_a_screen_and_unknown_interfaces_are_usage_errors() {
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let veth = lab.veth().unwrap();
     let st = state_dir("table");
     let o = zcnet_in(&veth.a, &st, &["probe"]);
@@ -617,7 +614,7 @@ fn nic_snapshot(ns: &str, dev: &str) -> String {
 
 #[zcnet_testkit::test]
 fn nic_setup_on_veth_fails_with_the_kernels_message_and_changes_nothing() {
-    let Some(mut lab) = lab() else { return };
+    let mut lab = lab();
     let veth = lab.veth().unwrap();
     // A veth with four queues, so that the setup gets past its own checks to the kernel.
     ip(&[
@@ -675,9 +672,7 @@ fn nic_setup_on_veth_fails_with_the_kernels_message_and_changes_nothing() {
 
 #[zcnet_testkit::test]
 fn without_privileges_probe_still_answers_and_nic_setup_says_why_not() {
-    if !can_run_as_nobody() {
-        return;
-    }
+    need_nobody();
     let as_nobody = zcnet_as_nobody;
     let o = as_nobody(&["probe", "--iface", "lo", "--active", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -707,10 +702,8 @@ fn without_privileges_probe_still_answers_and_nic_setup_says_why_not() {
 fn without_privileges_nic_setup_says_what_root_would_be_refused_too() {
     // A device with queues enough but no ring parameters (a veth with 4 queues): root gets
     // the kernel's "setting TCP data split is not supported", so "needs root" would be false.
-    if !can_run_as_nobody() {
-        return;
-    }
-    let Some(mut lab) = lab() else { return };
+    need_nobody();
+    let mut lab = lab();
     let veth = lab.veth().unwrap();
     ip(&[
         "-n",

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{is_root, StderrLines};
+use common::{is_root, need_root, StderrLines};
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -248,10 +248,8 @@ fn send_to_a_peer_that_never_reads_stops() {
 
 #[zcnet_testkit::test]
 fn send_waiting_in_connect_stops() {
-    if !is_root() || Command::new("unshare").arg("--help").output().is_err() {
-        eprintln!("skipped send_waiting_in_connect_stops: needs root and unshare (util-linux) for a private network namespace whose peer never answers");
-        return;
-    }
+    need_root("a private network namespace whose peer never answers");
+    zcnet_testkit::require_tool("unshare", "util-linux: a private network namespace");
     for sig in SIGNALS {
         // A private namespace (gone with the process) where 10.9.9.2 has a neighbour entry but
         // nobody answers its SYNs: connect() would wait out the SYN retries (minutes).
@@ -337,10 +335,7 @@ fn bench_rx_loopback_mid_case_stops() {
 
 #[zcnet_testkit::test]
 fn bench_tx_lab_cases_stop_and_leave_no_namespace() {
-    if !is_root() {
-        eprintln!("skipped bench_tx_lab_cases_stop_and_leave_no_namespace: needs root for the lab");
-        return;
-    }
+    need_root("the namespace lab");
     // veth (a TCP case between two namespaces), and the sink's raw SEND_ZC and MSG_ZEROCOPY
     // baselines, the cases that are loops of their own: each comes second, after a 4 s case of
     // its mode, and is signalled 0.3 s into its own 4 s.

@@ -14,7 +14,7 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{is_root, stderr, StderrLines};
+use common::{stderr, StderrLines};
 
 use serde_json::Value;
 use std::io::Read;
@@ -41,14 +41,12 @@ fn in_ns(ns: &str, args: &[&str]) -> Command {
     c
 }
 
-fn lab() -> Option<(Lab, VethPath)> {
-    if !is_root() {
-        eprintln!("skipped: needs root for the namespace lab and AF_XDP");
-        return None;
-    }
+/// A lab with a veth pair; skips the calling test when not root.
+fn lab() -> (Lab, VethPath) {
+    zcnet_testkit::require_root("the namespace lab and AF_XDP");
     let mut lab = Lab::new().unwrap();
     let v = lab.veth().unwrap();
-    Some((lab, v))
+    (lab, v)
 }
 
 /// The XDP programs attached to `iface` in namespace `ns`, as the kernel reports them
@@ -221,7 +219,7 @@ fn transfer(v: &VethPath, tx: &str, rx: &str, size: &str, bytes: u64, port: u16)
 
 #[zcnet_testkit::test]
 fn af_xdp_and_socket_datagrams_arrive_whole_in_every_pairing() {
-    let Some((_lab, v)) = lab() else { return };
+    let (_lab, v) = lab();
     // 1,500,500 B of 1000 B datagrams (the last one 500 B): 1501 datagrams; 2 MB of 1472 B
     // (the MTU's worth): 1359. Both fit the receivers' buffering whole.
     for (i, (tx, rx)) in [("af-xdp", "copy"), ("copy", "af-xdp"), ("af-xdp", "af-xdp")]
@@ -238,7 +236,7 @@ fn af_xdp_and_socket_datagrams_arrive_whole_in_every_pairing() {
 
 #[zcnet_testkit::test]
 fn other_ports_reach_the_stack_while_the_xdp_program_runs() {
-    let Some((_lab, v)) = lab() else { return };
+    let (_lab, v) = lab();
     let xdp = Receiver::start(
         &v.b,
         &[
@@ -307,7 +305,7 @@ fn other_ports_reach_the_stack_while_the_xdp_program_runs() {
 
 #[zcnet_testkit::test]
 fn sigint_ends_the_af_xdp_receiver_with_130_and_detaches_it() {
-    let Some((_lab, v)) = lab() else { return };
+    let (_lab, v) = lab();
     let r = Receiver::start(
         &v.b,
         &[
@@ -370,7 +368,7 @@ fn sigint_ends_the_af_xdp_receiver_with_130_and_detaches_it() {
 
 #[zcnet_testkit::test]
 fn a_wrong_seed_and_an_unanswered_address_are_refused_in_one_line() {
-    let Some((_lab, v)) = lab() else { return };
+    let (_lab, v) = lab();
     let r = Receiver::start(
         &v.b,
         &[

@@ -81,8 +81,10 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> (bool, String, String) {
 #[zcnet_testkit::test]
 fn c_example_sends_and_verifies_8_mib() {
     let Some(cc) = c_compiler() else {
-        eprintln!("SKIP: no C compiler ($CC or cc) to build examples/c/send_recv.c");
-        return;
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Tool,
+            "no C compiler ($CC or cc) to build examples/c/send_recv.c",
+        );
     };
     let lib = built_library();
     let lib_dir = lib.parent().expect("a directory").to_path_buf();

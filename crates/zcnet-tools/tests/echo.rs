@@ -334,10 +334,7 @@ fn an_exhausted_buffer_ring_stalls_no_one() {
 
 #[zcnet_testkit::test]
 fn an_interface_that_disappears_fails_its_connections_only() {
-    if !zcnet_sys::os::is_root() {
-        eprintln!("skipped: the namespace lab needs root");
-        return;
-    }
+    zcnet_testkit::require_root("the namespace lab");
     for mode in MODES {
         let mut lab = Lab::new().unwrap();
         let v = lab.veth().unwrap();

@@ -11,13 +11,8 @@ use zcnet::net::{self, drain_stream};
 use zcnet::{Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
 use zcnet_tools::lab::{self, Lab};
 
-fn root_or_skip(test: &str) -> bool {
-    if zcnet_sys::os::is_root() {
-        true
-    } else {
-        eprintln!("skipped {test}: needs root to create network namespaces");
-        false
-    }
+fn need_root() {
+    zcnet_testkit::require_root("network namespaces for the lab");
 }
 
 fn send_n(sock: Socket, mode: TxMode, size: usize, n: usize, pattern: Option<Pattern>) -> TxStats {
@@ -39,9 +34,7 @@ fn send_n(sock: Socket, mode: TxMode, size: usize, n: usize, pattern: Option<Pat
 
 #[zcnet_testkit::test]
 fn sink_zero_copy_is_confirmed_by_the_kernel() {
-    if !root_or_skip("sink_zero_copy_is_confirmed_by_the_kernel") {
-        return;
-    }
+    need_root();
     let mut lab = Lab::new().unwrap();
     let sink = lab.sink().unwrap();
     for mode in TxMode::ALL {
@@ -81,9 +74,7 @@ fn sink_zero_copy_is_confirmed_by_the_kernel() {
 
 #[zcnet_testkit::test]
 fn veth_tcp_is_copied_and_data_verified() {
-    if !root_or_skip("veth_tcp_is_copied_and_data_verified") {
-        return;
-    }
+    need_root();
     let mut lab = Lab::new().unwrap();
     let veth = lab.veth().unwrap();
     for (i, mode) in TxMode::ALL.into_iter().enumerate() {
@@ -120,9 +111,7 @@ fn veth_tcp_is_copied_and_data_verified() {
 
 #[zcnet_testkit::test]
 fn lab_deletes_its_namespaces_on_drop_and_on_error() {
-    if !root_or_skip("lab_deletes_its_namespaces_on_drop_and_on_error") {
-        return;
-    }
+    need_root();
     let names = {
         let mut lab = Lab::new().unwrap();
         lab.veth().unwrap();
@@ -145,9 +134,7 @@ fn lab_deletes_its_namespaces_on_drop_and_on_error() {
 
 #[zcnet_testkit::test]
 fn bench_runs_every_path_and_tears_down() {
-    if !root_or_skip("bench_runs_every_path_and_tears_down") {
-        return;
-    }
+    need_root();
     let cfg = zcnet_tools::bench::TxBenchConfig {
         modes: vec![TxMode::Copy, TxMode::UringZc],
         sizes: vec![16384],
@@ -187,9 +174,7 @@ fn bench_runs_every_path_and_tears_down() {
 
 #[zcnet_testkit::test]
 fn each_zero_copy_mode_gets_its_raw_loop_on_the_sink() {
-    if !root_or_skip("each_zero_copy_mode_gets_its_raw_loop_on_the_sink") {
-        return;
-    }
+    need_root();
     let cfg = zcnet_tools::bench::TxBenchConfig {
         paths: vec![zcnet_tools::bench::PathKind::Sink],
         modes: vec![TxMode::MsgZerocopy, TxMode::UringZc],

@@ -16,35 +16,25 @@ use common::{assert_clean, assert_close, run_pair, sum_bytes, End, Iperf3Peer, N
 const LIMIT: Duration = Duration::from_secs(30);
 
 /// zcnet perf client against `iperf3 -s -1 -J`; returns (client doc, server doc).
-fn zcnet_to_iperf3(args: &[&str]) -> Option<(serde_json::Value, serde_json::Value)> {
+fn zcnet_to_iperf3(args: &[&str]) -> (serde_json::Value, serde_json::Value) {
     zcnet_to_iperf3_on(Net::Loopback, args)
 }
 
 /// [`zcnet_to_iperf3`] over `net`.
-fn zcnet_to_iperf3_on(
-    net: Net<'_>,
-    args: &[&str],
-) -> Option<(serde_json::Value, serde_json::Value)> {
-    let iperf3 = common::iperf3()?;
-    Some(run_pair(net, End::Zcnet, End::Iperf3(&iperf3), args, &[]))
+fn zcnet_to_iperf3_on(net: Net<'_>, args: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let iperf3 = need_iperf3!();
+    run_pair(net, End::Zcnet, End::Iperf3(&iperf3), args, &[])
 }
 
 /// `iperf3 -c` against a zcnet perf server (-1 -J); returns (client doc, server doc).
-fn iperf3_to_zcnet(args: &[&str]) -> Option<(serde_json::Value, serde_json::Value)> {
+fn iperf3_to_zcnet(args: &[&str]) -> (serde_json::Value, serde_json::Value) {
     iperf3_to_zcnet_on(Net::Loopback, args)
 }
 
 /// [`iperf3_to_zcnet`] over `net`.
-fn iperf3_to_zcnet_on(
-    net: Net<'_>,
-    args: &[&str],
-) -> Option<(serde_json::Value, serde_json::Value)> {
-    let iperf3 = common::iperf3()?;
-    Some(run_pair(net, End::Iperf3(&iperf3), End::Zcnet, args, &[]))
-}
-
-fn skip() {
-    eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
+fn iperf3_to_zcnet_on(net: Net<'_>, args: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let iperf3 = need_iperf3!();
+    run_pair(net, End::Iperf3(&iperf3), End::Zcnet, args, &[])
 }
 
 /// The sums of one direction: (sum_sent, sum_received) under `key` ("" or "_bidir_reverse").
@@ -131,9 +121,7 @@ fn cross_checks(peer: &Iperf3Peer, zcnet: &serde_json::Value) -> bool {
 
 #[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_parallel() {
-    let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "-P", "4"]) else {
-        return skip();
-    };
+    let (z, i) = zcnet_to_iperf3(&["-t", "1", "-P", "4"]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     assert_eq!(z["end"]["streams"].as_array().map(Vec::len), Some(4));
@@ -159,9 +147,7 @@ fn tcp_info_reported(z: &serde_json::Value) {
 
 #[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_reverse() {
-    let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "-R"]) else {
-        return skip();
-    };
+    let (z, i) = zcnet_to_iperf3(&["-t", "1", "-R"]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     zcnet_received(&z, &i, "", true);
@@ -169,9 +155,7 @@ fn zcnet_client_to_iperf3_server_reverse() {
 
 #[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_bidir() {
-    let Some((z, i)) = zcnet_to_iperf3(&["-t", "1", "--bidir", "-P", "2"]) else {
-        return skip();
-    };
+    let (z, i) = zcnet_to_iperf3(&["-t", "1", "--bidir", "-P", "2"]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     iperf3_received(&z, &i, "", true);
@@ -180,9 +164,7 @@ fn zcnet_client_to_iperf3_server_bidir() {
 
 #[zcnet_testkit::test]
 fn zcnet_client_to_iperf3_server_bytes() {
-    let Some((z, i)) = zcnet_to_iperf3(&["-n", "10M", "-P", "2"]) else {
-        return skip();
-    };
+    let (z, i) = zcnet_to_iperf3(&["-n", "10M", "-P", "2"]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     assert_eq!(sums(&z, "").0, 10 << 20, "-n 10M sends exactly 10 MiB");
@@ -191,9 +173,7 @@ fn zcnet_client_to_iperf3_server_bytes() {
 
 #[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_parallel() {
-    let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "-P", "4"]) else {
-        return skip();
-    };
+    let (i, z) = iperf3_to_zcnet(&["-t", "1", "-P", "4"]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     zcnet_received(&z, &i, "", false);
@@ -201,9 +181,7 @@ fn iperf3_client_to_zcnet_server_parallel() {
 
 #[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_reverse() {
-    let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "-R"]) else {
-        return skip();
-    };
+    let (i, z) = iperf3_to_zcnet(&["-t", "1", "-R"]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     iperf3_received(&z, &i, "", false);
@@ -218,9 +196,7 @@ fn iperf3_client_to_zcnet_server_reverse() {
 
 #[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_bidir() {
-    let Some((i, z)) = iperf3_to_zcnet(&["-t", "1", "--bidir"]) else {
-        return skip();
-    };
+    let (i, z) = iperf3_to_zcnet(&["-t", "1", "--bidir"]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     zcnet_received(&z, &i, "", false);
@@ -232,12 +208,13 @@ fn iperf3_client_to_zcnet_server_bytes_reverse() {
     if let Some(v) = common::iperf3().map(|p| common::iperf3_version(&p)) {
         if v < (3, 10) {
             // Against an iperf3 server as well: the client counts only what it sends.
-            return eprintln!("SKIP: iperf3 {v:?} clients never end a -R -n test (fixed in 3.10)");
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::Tool,
+                format!("iperf3 {v:?} clients never end a -R -n test (fixed in 3.10)"),
+            );
         }
     }
-    let Some((i, z)) = iperf3_to_zcnet(&["-n", "10M", "-R"]) else {
-        return skip();
-    };
+    let (i, z) = iperf3_to_zcnet(&["-n", "10M", "-R"]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     // The server sends exactly -n bytes and the client stops once it has them all.
@@ -247,17 +224,13 @@ fn iperf3_client_to_zcnet_server_bytes_reverse() {
 
 #[zcnet_testkit::test]
 fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
-    let Some((_lab, veth)) = common::veth_lab("veth_zcnet_client_to_iperf3_server") else {
-        return;
-    };
-    let Some((z, i)) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-t", "1", "-P", "4"]) else {
-        return skip();
-    };
+    let (_lab, veth) = common::veth_lab();
+    let (z, i) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-t", "1", "-P", "4"]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     assert_eq!(z["end"]["streams"].as_array().map(Vec::len), Some(4));
     iperf3_received(&z, &i, "", true);
-    let (z, i) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-n", "20M", "-R"]).expect("iperf3");
+    let (z, i) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-n", "20M", "-R"]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
     // The iperf3 server sends: 3.10+ checks -n before each 128 KiB write, so it may send a
@@ -276,18 +249,13 @@ fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
 
 #[zcnet_testkit::test]
 fn veth_iperf3_client_to_zcnet_server_bidir_and_bytes() {
-    let Some((_lab, veth)) = common::veth_lab("veth_iperf3_client_to_zcnet_server") else {
-        return;
-    };
-    let Some((i, z)) = iperf3_to_zcnet_on(Net::Veth(&veth), &["-t", "1", "--bidir", "-P", "2"])
-    else {
-        return skip();
-    };
+    let (_lab, veth) = common::veth_lab();
+    let (i, z) = iperf3_to_zcnet_on(Net::Veth(&veth), &["-t", "1", "--bidir", "-P", "2"]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     zcnet_received(&z, &i, "", false);
     iperf3_received(&z, &i, "_bidir_reverse", false);
-    let (i, z) = iperf3_to_zcnet_on(Net::Veth(&veth), &["-n", "20M", "-P", "4"]).expect("iperf3");
+    let (i, z) = iperf3_to_zcnet_on(Net::Veth(&veth), &["-n", "20M", "-P", "4"]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
     // iperf3 checks -n between 128 KiB writes of each of its 4 streams, so it may send a few
@@ -300,9 +268,7 @@ fn veth_iperf3_client_to_zcnet_server_bidir_and_bytes() {
 
 #[zcnet_testkit::test]
 fn iperf3_text_output_is_what_iperf3_prints() {
-    let Some(iperf3) = common::iperf3() else {
-        return skip();
-    };
+    let iperf3 = need_iperf3!();
     let (mut server, port) = common::zcnet_server(&["-1"]);
     let port = port.to_string();
     let (client, st) = common::run(

@@ -75,15 +75,12 @@ fn zcnet_client_to_iperf3_server_udp() {
 
 #[zcnet_testkit::test]
 fn veth_zcnet_client_to_iperf3_server_udp() {
-    if let Some((_lab, veth)) = common::veth_lab("veth_zcnet_client_to_iperf3_server_udp") {
-        zcnet_client_to_iperf3_server_udp_on(Net::Veth(&veth));
-    }
+    let (_lab, veth) = common::veth_lab();
+    zcnet_client_to_iperf3_server_udp_on(Net::Veth(&veth));
 }
 
 fn zcnet_client_to_iperf3_server_udp_on(net: Net<'_>) {
-    let Some(iperf3) = common::iperf3() else {
-        return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
-    };
+    let iperf3 = need_iperf3!();
     let args = ["-u", "-b", "10M", "-t", "1", "-P", "2"];
     let (z, i) = run_pair(net, End::Zcnet, End::Iperf3(&iperf3), &args, &[]);
     assert_clean(&z, "zcnet");
@@ -104,15 +101,12 @@ fn iperf3_client_to_zcnet_server_udp() {
 
 #[zcnet_testkit::test]
 fn veth_iperf3_client_to_zcnet_server_udp() {
-    if let Some((_lab, veth)) = common::veth_lab("veth_iperf3_client_to_zcnet_server_udp") {
-        iperf3_client_to_zcnet_server_udp_on(Net::Veth(&veth));
-    }
+    let (_lab, veth) = common::veth_lab();
+    iperf3_client_to_zcnet_server_udp_on(Net::Veth(&veth));
 }
 
 fn iperf3_client_to_zcnet_server_udp_on(net: Net<'_>) {
-    let Some(iperf3) = common::iperf3() else {
-        return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
-    };
+    let iperf3 = need_iperf3!();
     let args = ["-u", "-b", "10M", "-t", "1", "-l", "1200"];
     let (i, z) = run_pair(net, End::Iperf3(&iperf3), End::Zcnet, &args, &[]);
     assert_clean_udp_peer(&i);
@@ -194,9 +188,7 @@ fn omitted_datagrams_are_left_out_on_both_sides() {
     assert_eq!(num(&c["end"]["sum_received"], &["packets"]), got);
     assert_eq!(num(&s["end"]["sum_sent"], &["packets"]), sent);
 
-    let Some(iperf3) = common::iperf3() else {
-        return eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
-    };
+    let iperf3 = need_iperf3!();
     // zcnet client -> iperf3 server.
     let (z, i) = run_pair(Net::Loopback, End::Zcnet, End::Iperf3(&iperf3), &opts, &[]);
     assert_clean(&z, "zcnet");

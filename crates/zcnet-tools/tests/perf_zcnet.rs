@@ -157,9 +157,7 @@ fn verify_catches_a_sender_without_the_pattern() {
     );
     assert!(server.wait(LIMIT).success(), "{}", server.stderr());
     // Against iperf3's payload (any non-zcnet sender), the check fails with the reason.
-    let Some(iperf3) = common::iperf3() else {
-        return eprintln!("SKIP (second half): iperf3 is not installed");
-    };
+    let iperf3 = need_iperf3!();
     let (mut server, port) = common::iperf3_server(&iperf3, &["-1"]);
     let port = port.to_string();
     let args = ["-c", "127.0.0.1", "-p", &port, "-n", "1M", "-R", "--verify"];

@@ -272,7 +272,7 @@ fn main() {
     if tcp {
         tcp_cases("loopback", &mut cases);
     }
-    let lab = common::veth_lab("the veth and UDP sink cases");
+    let lab = common::try_veth_lab();
     if lab.is_some() {
         if tcp {
             tcp_cases("veth", &mut cases);

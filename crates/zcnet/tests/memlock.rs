@@ -27,15 +27,10 @@ fn fresh_uid() -> u32 {
     2_000_000_000 + std::process::id() * 64 + N.fetch_add(1, Ordering::Relaxed) % 64
 }
 
-/// Why these tests cannot run here, if they cannot.
-fn cannot_run() -> Option<&'static str> {
-    if !zcnet_sys::os::is_root() {
-        return Some("needs root (to run the child as a user of its own)");
-    }
-    if Command::new("setpriv").arg("--version").output().is_err() {
-        return Some("needs setpriv (util-linux)");
-    }
-    None
+/// Skips the calling test unless the child can run as a user of its own.
+fn need_child() {
+    zcnet_testkit::require_root("to run the child as a user of its own");
+    zcnet_testkit::require_tool("setpriv", "util-linux: the child's user and limits");
 }
 
 /// What one child run reported.
@@ -262,10 +257,7 @@ fn memlock_child() {
 
 #[zcnet_testkit::test]
 fn uring_zc_remedy_is_a_limit_that_works_and_a_page_less_does_not() {
-    if let Some(why) = cannot_run() {
-        eprintln!("skipped uring_zc_remedy_is_a_limit_that_works_and_a_page_less_does_not: {why}");
-        return;
-    }
+    need_child();
     // (size, inflight, the smallest `ulimit -l` measured to work: region + the ring's 8 KiB)
     for (size, inflight, measured) in [(64 << 10, 8, 520), (60000, 8, 488), (4096, 1, 12)] {
         let r = child("uring-zc", size, inflight, 4);
@@ -289,10 +281,7 @@ fn uring_zc_remedy_is_a_limit_that_works_and_a_page_less_does_not() {
 
 #[zcnet_testkit::test]
 fn uring_remedy_counts_the_ring() {
-    if let Some(why) = cannot_run() {
-        eprintln!("skipped uring_remedy_counts_the_ring: {why}");
-        return;
-    }
+    need_child();
     // 256 buffers: a 512-entry ring, 13 pages (52 KiB), measured.
     for (inflight, measured) in [(8, 8), (256, 52)] {
         let r = child("uring", 64 << 10, inflight, 4);
@@ -307,10 +296,7 @@ fn uring_remedy_counts_the_ring() {
 
 #[zcnet_testkit::test]
 fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_with_a_limit_that_works() {
-    if let Some(why) = cannot_run() {
-        eprintln!("skipped msg_zerocopy_under_a_small_limit_names_rlimit_memlock_with_a_limit_that_works: {why}");
-        return;
-    }
+    need_child();
     // 64 KiB limit, 64 KiB sends: one send charges 18 pages (72 KiB): ENOBUFS at the first send.
     let r = child("msg-zerocopy", 64 << 10, 8, 64);
     let e = r.get("SEND-ERR").unwrap_or_else(|| panic!("{r:?}"));
@@ -328,10 +314,7 @@ fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_with_a_limit_that_works
 
 #[zcnet_testkit::test]
 fn auto_falls_back_to_uring_then_copy_says_why_and_completes() {
-    if let Some(why) = cannot_run() {
-        eprintln!("skipped auto_falls_back_to_uring_then_copy_says_why_and_completes: {why}");
-        return;
-    }
+    need_child();
     // 64 KiB: the ring (8 KiB) fits, the ring and the 512 KiB region do not.
     let r = child("auto", 64 << 10, 8, 64);
     assert!(r.completed(), "{r:?}");
@@ -387,12 +370,7 @@ fn auto_falls_back_to_uring_then_copy_says_why_and_completes() {
 
 #[zcnet_testkit::test]
 fn a_limit_shared_with_other_locked_memory_says_so_and_leaves_room_for_it() {
-    if let Some(why) = cannot_run() {
-        eprintln!(
-            "skipped a_limit_shared_with_other_locked_memory_says_so_and_leaves_room_for_it: {why}"
-        );
-        return;
-    }
+    need_child();
     // A first uring-zc sender of the same user holds 520 KiB; 1 MiB would hold either alone.
     let r = child("uring-zc+hold", 64 << 10, 8, 1024);
     assert!(r.lines.iter().any(|l| l == "HOLD-OK"), "{r:?}");

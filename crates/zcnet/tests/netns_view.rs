@@ -19,8 +19,7 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
     let mut lab = match Lab::new() {
         Ok(l) => l,
         Err(Error::NotRoot { .. }) => {
-            eprintln!("skipped: needs root to create network namespaces");
-            return;
+            zcnet_testkit::skip(zcnet_testkit::Need::Root, "network namespaces for the lab")
         }
         Err(e) => panic!("lab: {e}"),
     };

@@ -56,9 +56,7 @@ fn fds_leaked_by_failures(c: &RxConfig, n: usize) -> usize {
 #[zcnet_testkit::test]
 fn zcrx_on_veth_is_refused_with_the_errno_and_the_fix() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("zcrx_on_veth_is_refused_with_the_errno_and_the_fix") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let (e, leaked) = in_ns(&p.b, || {
         let c = cfg(RxMode::Zcrx, Some("vB"));
         let e = refused(&c);
@@ -91,9 +89,7 @@ fn zcrx_queue_choice_reaches_the_kernel() {
     // An explicit queue past veth's only RX queue: the kernel still refuses the device first
     // (no DMA device), so the errno stays EOPNOTSUPP and the message names the queue asked for.
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("zcrx_queue_choice_reaches_the_kernel") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let e = in_ns(&p.b, || {
         let mut c = cfg(RxMode::Zcrx, Some("vB"));
         c.queue = Some(7);
@@ -106,9 +102,7 @@ fn zcrx_queue_choice_reaches_the_kernel() {
 #[zcnet_testkit::test]
 fn devmem_on_veth_names_the_device_refusal() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("devmem_on_veth_names_the_device_refusal") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     // No dma-buf given: making a udmabuf fails here (no /dev/udmabuf), but the device's
     // refusal is the one that matters and the one reported.
     let (e, leaked) = in_ns(&p.b, || {
@@ -204,10 +198,7 @@ fn unknown_interfaces_and_missing_ones_are_clear() {
 #[zcnet_testkit::test]
 fn auto_on_veth_falls_back_to_uring_and_delivers_everything() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("auto_on_veth_falls_back_to_uring_and_delivers_everything")
-    else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     const BYTES: u64 = 24 << 20;
     let seed = 0x5eed_2024;
     let a_ns = p.a.clone();

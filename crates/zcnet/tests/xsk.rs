@@ -141,9 +141,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 #[zcnet_testkit::test]
 fn xsk_to_xsk_every_frame_in_order_across_ring_wraps() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("xsk_to_xsk_every_frame_in_order_across_ring_wraps") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let f = flow(&p, PORT);
     let n = 2000; // 31 times round the 64-entry rings
     let acked = AtomicU64::new(0);
@@ -190,9 +188,7 @@ fn xsk_to_xsk_every_frame_in_order_across_ring_wraps() {
 #[zcnet_testkit::test]
 fn xsk_tx_reaches_a_udp_socket() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("xsk_tx_reaches_a_udp_socket") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let f = flow(&p, PORT);
     let n = 500;
     let acked = AtomicU64::new(0);
@@ -223,10 +219,7 @@ fn xsk_tx_reaches_a_udp_socket() {
 #[zcnet_testkit::test]
 fn udp_socket_reaches_xsk_rx_and_other_ports_reach_the_stack() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("udp_socket_reaches_xsk_rx_and_other_ports_reach_the_stack")
-    else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let n = 300u64;
     let acked = AtomicU64::new(0);
     let other = in_ns(&p.b, || UdpSocket::bind("10.10.0.2:47001").unwrap());
@@ -291,9 +284,7 @@ fn udp_socket_reaches_xsk_rx_and_other_ports_reach_the_stack() {
 #[zcnet_testkit::test]
 fn fill_ring_starvation_is_counted_and_recovers() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("fill_ring_starvation_is_counted_and_recovers") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let f = flow(&p, PORT);
     let mut c = cfg(Some(PORT));
     c.rx_frames = 16; // 16 frames on the fill ring, a 64-entry RX ring
@@ -324,9 +315,7 @@ fn fill_ring_starvation_is_counted_and_recovers() {
 #[zcnet_testkit::test]
 fn the_xdp_program_goes_with_the_socket() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("the_xdp_program_goes_with_the_socket") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let xsk = in_ns(&p.b, || open("vB", &cfg(Some(PORT))).unwrap());
     let link = xsk.xdp_link_id().expect("a bpf_link");
     let prog = xsk.xdp_prog_id().expect("a program");
@@ -366,9 +355,7 @@ fn sigkill_child() {
 #[zcnet_testkit::test]
 fn the_xdp_program_goes_with_a_killed_process() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("the_xdp_program_goes_with_a_killed_process") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -412,9 +399,7 @@ fn one_line(e: &Error) -> String {
 #[zcnet_testkit::test]
 fn bad_input_is_one_line_naming_cause_and_fix() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("bad_input_is_one_line_naming_cause_and_fix") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     in_ns(&p.b, || {
         let mut c = cfg(Some(PORT));
         c.queue = 5;
@@ -483,10 +468,7 @@ fn memlock_child() {
 #[zcnet_testkit::test]
 fn a_small_memlock_limit_is_named_with_its_fix() {
     let _g = serial();
-    if !zcnet_sys::os::is_root() {
-        eprintln!("skipped a_small_memlock_limit_is_named_with_its_fix: needs root");
-        return;
-    }
+    zcnet_testkit::require_root("a child without CAP_IPC_LOCK");
     // setpriv drops CAP_IPC_LOCK (with it the kernel does not charge RLIMIT_MEMLOCK), prlimit
     // sets the limit; both are util-linux.
     let out = Command::new("setpriv")
@@ -507,10 +489,7 @@ fn a_small_memlock_limit_is_named_with_its_fix() {
         .output();
     let out = match out {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipped a_small_memlock_limit_is_named_with_its_fix: setpriv: {e}");
-            return;
-        }
+        Err(e) => zcnet_testkit::skip(zcnet_testkit::Need::Tool, format!("setpriv: {e}")),
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout

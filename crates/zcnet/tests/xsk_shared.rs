@@ -74,9 +74,7 @@ fn write(fr: &mut TxFrame, f: &UdpFlow, seq: u64) {
 #[zcnet_testkit::test]
 fn frames_come_back_dropped_released_and_completed() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("frames_come_back_dropped_released_and_completed") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let f = UdpFlow {
         src_mac: in_ns(&p.a, || interface_mac("vA").unwrap()),
         dst_mac: in_ns(&p.b, || interface_mac("vB").unwrap()),
@@ -227,10 +225,7 @@ fn send_two(p: &VethPath, f: UdpFlow, n: u64, window: u64, acked: &AtomicU64) ->
 #[zcnet_testkit::test]
 fn one_umem_on_two_queues_and_another_device_every_frame_once() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("one_umem_on_two_queues_and_another_device_every_frame_once")
-    else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     two_queue_pair(&p);
     let f = UdpFlow {
         src_mac: in_ns(&p.a, || interface_mac("vA2").unwrap()),
@@ -320,9 +315,7 @@ fn one_umem_on_two_queues_and_another_device_every_frame_once() {
 #[zcnet_testkit::test]
 fn bad_sharing_is_one_line_and_leaves_nothing_bound() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("bad_sharing_is_one_line_and_leaves_nothing_bound") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     two_queue_pair(&p);
     in_ns(&p.b, || {
         let c = cfg(0, 128, 0);

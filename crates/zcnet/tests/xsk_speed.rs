@@ -143,9 +143,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[ignore = "a measurement: run with --release -- --ignored --nocapture"]
 fn xsk_facade_vs_direct_send_rate() {
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("xsk_facade_vs_direct_send_rate") else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let n = env_u64("ZCNET_XSK_SPEED_N", 2_000_000);
     let rounds = env_u64("ZCNET_XSK_SPEED_ROUNDS", 5);
     let only = std::env::var("ZCNET_XSK_SPEED_ONLY").ok();

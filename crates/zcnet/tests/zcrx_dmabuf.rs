@@ -62,11 +62,7 @@ fn errno_of(e: &Error) -> Option<i32> {
 #[zcnet_testkit::test]
 fn zcrx_with_a_dmabuf_on_veth_is_refused_with_the_errno_and_the_fix() {
     let _g = serial();
-    let Some((_lab, p)) =
-        veth_lab("zcrx_with_a_dmabuf_on_veth_is_refused_with_the_errno_and_the_fix")
-    else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let results = in_ns(&p.b, || {
         let mut out = Vec::new();
         for (what, fd) in [("/dev/null", dev_null()), ("memfd", memfd(4 << 20))] {
@@ -130,10 +126,7 @@ fn auto_on_veth_ignores_the_dmabuf_and_receives_into_host_memory() {
     // `auto` never chooses device memory: its zcrx attempt is the host-memory one (refused on
     // veth as before), and what it takes is a host backend.
     let _g = serial();
-    let Some((_lab, p)) = veth_lab("auto_on_veth_ignores_the_dmabuf_and_receives_into_host_memory")
-    else {
-        return;
-    };
+    let (_lab, p) = veth_lab();
     let fd = memfd(4 << 20);
     let (mode, fallbacks) = in_ns(&p.b, || {
         let mut c = cfg(&fd);

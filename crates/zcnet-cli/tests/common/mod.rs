@@ -18,15 +18,16 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// Whether `zcnet` can be run as an unprivileged user here: root, and `setpriv` installed.
-/// Prints why not when it cannot.
-pub fn can_run_as_nobody() -> bool {
-    let have_setpriv = Command::new("setpriv").arg("--help").output().is_ok();
-    if !is_root() || !have_setpriv {
-        eprintln!("skipped: needs root and setpriv to run zcnet as an unprivileged user");
-        return false;
-    }
-    true
+/// Skips the calling test unless `zcnet` can be run as an unprivileged user here: root, and
+/// `setpriv` installed.
+pub fn need_nobody() {
+    zcnet_testkit::require_root("to run zcnet as an unprivileged user");
+    zcnet_testkit::require_tool("setpriv", "util-linux: runs zcnet as an unprivileged user");
+}
+
+/// Skips the calling test unless root (`what` says what needs it).
+pub fn need_root(what: &str) {
+    zcnet_testkit::require_root(what);
 }
 
 /// Runs `zcnet ARGS` as user and group 65534 (nobody), no supplementary groups.

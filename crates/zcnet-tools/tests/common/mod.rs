@@ -23,17 +23,17 @@ pub fn iperf3() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Skips the calling test (returns `None`) with a printed reason when iperf3 is missing.
+/// iperf3's path; skips the calling test (reported as ignored, with the reason) when it is
+/// missing.
 #[macro_export]
 macro_rules! need_iperf3 {
     () => {
-        match common::iperf3() {
-            Some(p) => p,
-            None => {
-                eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
-                return;
-            }
-        }
+        common::iperf3().unwrap_or_else(|| {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::Tool,
+                "iperf3 is not installed (apt-get install iperf3)",
+            )
+        })
     };
 }
 
@@ -207,19 +207,24 @@ impl Net<'_> {
     }
 }
 
-/// A lab with a veth pair, or `None` (with the reason printed) when not root.
-pub fn veth_lab(test: &str) -> Option<(zcnet_tools::lab::Lab, zcnet_tools::lab::VethPath)> {
+/// A lab with a veth pair, or `None` when not root (for the measurement binaries, which have
+/// no test harness).
+pub fn try_veth_lab() -> Option<(zcnet_tools::lab::Lab, zcnet_tools::lab::VethPath)> {
     match zcnet_tools::lab::Lab::new() {
         Ok(mut lab) => {
             let p = lab.veth().expect("veth pair");
             Some((lab, p))
         }
-        Err(zcnet::Error::NotRoot { .. }) => {
-            eprintln!("SKIP {test}: needs root to create network namespaces");
-            None
-        }
+        Err(zcnet::Error::NotRoot { .. }) => None,
         Err(e) => panic!("lab: {e}"),
     }
+}
+
+/// A lab with a veth pair; skips the calling test when not root.
+pub fn veth_lab() -> (zcnet_tools::lab::Lab, zcnet_tools::lab::VethPath) {
+    try_veth_lab().unwrap_or_else(|| {
+        zcnet_testkit::skip(zcnet_testkit::Need::Root, "network namespaces for the lab")
+    })
 }
 
 /// A zcnet perf server on a free port (`-p 0`), with `args` (e.g. `-J`, `-1`): the process

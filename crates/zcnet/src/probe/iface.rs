@@ -582,10 +582,7 @@ mod tests {
         for l in &ls {
             assert_eq!(zcnet_sys::zcrx::if_index(&l.name), Some(l.ifindex), "{l:?}");
         }
-        if !zcnet_sys::os::is_root() {
-            eprintln!("skipped the private namespace part: unshare(CLONE_NEWNET) needs root");
-            return;
-        }
+        zcnet_testkit::require_root("the private namespace part: unshare(CLONE_NEWNET)");
         let (ls, lo_queues) = std::thread::spawn(|| {
             zcnet_sys::os::unshare_netns().unwrap();
             let ls = links().unwrap();

@@ -22,16 +22,15 @@ pub fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// A lab with a veth pair, or `None` (with the reason printed) when not root.
-pub fn veth_lab(test: &str) -> Option<(Lab, VethPath)> {
+/// A lab with a veth pair; skips the calling test (reported as ignored) when not root.
+pub fn veth_lab() -> (Lab, VethPath) {
     match Lab::new() {
         Ok(mut lab) => {
             let p = lab.veth().unwrap();
-            Some((lab, p))
+            (lab, p)
         }
         Err(Error::NotRoot { .. }) => {
-            eprintln!("skipped {test}: needs root to create network namespaces");
-            None
+            zcnet_testkit::skip(zcnet_testkit::Need::Root, "network namespaces for the lab")
         }
         Err(e) => panic!("lab: {e}"),
     }
@@ -45,7 +44,7 @@ pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
             f()
         })
         .join()
-        .unwrap()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
 }
 
