@@ -439,6 +439,78 @@ fn batches_wrap_at_u32_max() {
     assert_eq!(c.release(4).unwrap(), 2);
 }
 
+/// Issue 20: a second reservation before a submit must count the first one. Free slots are
+/// `size - (tail - consumer)`, from the *reserved* end (`tail`), not the published one
+/// (`head`): counting from `head` hands out slots already reserved (reserve 5 + reserve 5 on a
+/// ring of 8 gave 10), which only the fuzz smoke noticed. Every count is checked exactly
+/// through reserve, reserve, submit, a partial consume by the kernel side and the wrap.
+#[test]
+fn reserving_twice_before_submitting_counts_the_first_reservation() {
+    let loads = std::cell::Cell::new(0u32);
+    let mut p = Producer::new(8, 0, 0);
+    let kernel_consumer = std::cell::Cell::new(0u32);
+    // Copy (it captures references only): each reserve gets its own.
+    let load = || {
+        loads.set(loads.get() + 1);
+        kernel_consumer.get()
+    };
+
+    let a = p.reserve(5, load).unwrap();
+    assert_eq!((a.start, a.len), (0, 5));
+    assert_eq!((p.reserved(), p.pending(), p.producer()), (5, 0, 0));
+    // Only 3 slots are left: the 5 reserved are not free although none is published yet.
+    let b = p.reserve(5, load).unwrap();
+    assert_eq!(
+        (b.start, b.len),
+        (5, 3),
+        "second reserve on a ring of 8 with 5 reserved"
+    );
+    assert_eq!(b.slots().collect::<Vec<_>>(), [5, 6, 7]);
+    assert_eq!(p.reserved(), 8);
+    assert_eq!(
+        loads.get(),
+        1,
+        "5 known free, so the second reserve reloaded"
+    );
+    // Full with nothing published: a third reserve gets nothing.
+    assert_eq!(p.reserve(1, load).unwrap().len, 0);
+    assert_eq!(p.reserved(), 8);
+
+    // Publish 6 of the 8: 2 stay reserved, and the ring is still full.
+    assert_eq!(p.submit(6).unwrap(), 6);
+    assert_eq!((p.reserved(), p.pending()), (2, 6));
+    assert_eq!(p.reserve(1, load).unwrap().len, 0, "6 pending + 2 reserved");
+
+    // The kernel consumes 4 of the 6: exactly 4 slots free up, wrapping to slots 0..4.
+    kernel_consumer.set(4);
+    let c = p.reserve(8, load).unwrap();
+    assert_eq!((c.start, c.len), (8, 4), "only what the kernel consumed");
+    assert_eq!(c.slots().collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert_eq!((p.reserved(), p.pending(), p.cached_consumer()), (6, 2, 4));
+    assert_eq!(p.reserve(1, load).unwrap().len, 0);
+
+    // Give back 1 reserved entry: exactly that one is free again.
+    p.cancel(1).unwrap();
+    assert_eq!(p.reserved(), 5);
+    let d = p.reserve(2, load).unwrap();
+    assert_eq!((d.start, d.len), (11, 1));
+    assert_eq!(p.submit(6).unwrap(), 12);
+    assert_eq!((p.reserved(), p.pending()), (0, 8));
+    assert!(matches!(
+        p.submit(1),
+        Err(RingError::Overrun {
+            asked: 1,
+            available: 0
+        })
+    ));
+
+    // The kernel catches up: the whole ring is free, and no more.
+    kernel_consumer.set(12);
+    let e = p.reserve(9, load).unwrap();
+    assert_eq!((e.start, e.len), (12, 8));
+    assert_eq!(p.reserve(1, load).unwrap().len, 0);
+}
+
 #[test]
 fn the_other_index_is_loaded_only_when_needed() {
     let mut loads = 0;
