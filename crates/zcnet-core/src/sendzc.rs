@@ -234,6 +234,72 @@ mod tests {
         assert!(n.released);
     }
 
+    /// Issue 20, step by step: after a result CQE with `F_MORE` the slot is still in flight
+    /// (not released, a new submit on it is `Busy`) and only the notification frees it; a
+    /// result *without* `F_MORE` (a plain send, or a zero-copy request that failed before it
+    /// took the buffer: no notification will come) frees it at once. Two slots interleaved so
+    /// that one slot's release cannot stand in for the other's.
+    #[test]
+    fn the_slot_is_free_only_after_the_notification() {
+        let mut t = SendZcTracker::new(2);
+        t.on_submit(0, 4096).unwrap();
+        t.on_submit(1, 512).unwrap();
+        assert_eq!((t.in_flight(), t.awaiting_result()), (2, 2));
+
+        let r = t.on_cqe(0, 4096, IORING_CQE_F_MORE).unwrap();
+        assert_eq!(r.result, Some((Ok(4096), 4096)));
+        assert_eq!(r.notification, None);
+        assert!(
+            !r.released,
+            "released on the result CQE (F_MORE): the kernel still holds the buffer"
+        );
+        assert_eq!((t.in_flight(), t.awaiting_result()), (2, 1));
+        assert_eq!(
+            t.on_submit(0, 1),
+            Err(TrackerError::Busy(0)),
+            "not free yet"
+        );
+
+        // Slot 1: a result without F_MORE, no notification will come: free now.
+        let r = t.on_cqe(1, 512, 0).unwrap();
+        assert_eq!(r.result, Some((Ok(512), 512)));
+        assert!(
+            r.released,
+            "a result without F_MORE is the request's last CQE"
+        );
+        assert_eq!((t.in_flight(), t.awaiting_result()), (1, 0));
+        assert_eq!(
+            t.on_cqe(1, 0, IORING_CQE_F_NOTIF),
+            Err(TrackerError::Unexpected(1)),
+            "no notification follows a result without F_MORE"
+        );
+        t.on_submit(1, 64).unwrap();
+
+        // Slot 0 is still held until its notification.
+        assert_eq!(t.on_submit(0, 1), Err(TrackerError::Busy(0)));
+        let n = t.on_cqe(0, 0, IORING_CQE_F_NOTIF).unwrap();
+        assert_eq!(n.result, None);
+        assert_eq!(
+            n.notification,
+            Some(Notification {
+                bytes: 4096,
+                copied: false
+            })
+        );
+        assert!(n.released, "the notification frees the slot");
+        assert_eq!((t.in_flight(), t.awaiting_result()), (1, 1));
+        t.on_submit(0, 8).unwrap();
+
+        // A zero-copy request that failed without F_MORE (e.g. -EINVAL at prep): freed by
+        // its only CQE.
+        let r = t.on_cqe(0, -22, 0).unwrap();
+        assert_eq!(r.result, Some((Err(22), 8)));
+        assert!(r.released);
+        let r = t.on_cqe(1, 64, 0).unwrap();
+        assert!(r.released);
+        assert_eq!((t.in_flight(), t.awaiting_result()), (0, 0));
+    }
+
     /// Found by fuzz/ (target sendzc): a result of i32::MIN overflowed the negation.
     #[test]
     fn a_result_of_i32_min_is_an_error_not_a_panic() {

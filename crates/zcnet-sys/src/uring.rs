@@ -299,3 +299,166 @@ impl Drop for Ring {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::Mapping;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use zcnet_core::sendzc::{IORING_CQE_F_MORE, IORING_CQE_F_NOTIF};
+    use zcnet_core::SendZcTracker;
+    use zcnet_testkit::{skip, Need};
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (b, _) = l.accept().expect("accept");
+        (a, b)
+    }
+
+    /// What one drained completion said, and the slot it handed back.
+    #[derive(Debug)]
+    struct Seen {
+        slot_id: u32,
+        res: i32,
+        flags: u32,
+        returned: Option<Slot>,
+    }
+
+    /// Drains until `done(seen so far)`; fails after 5 s.
+    fn drain_until(ring: &mut Ring, seen: &mut Vec<Seen>, done: impl Fn(&[Seen]) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done(seen) {
+            assert!(Instant::now() < deadline, "completions so far: {seen:?}");
+            ring.submit_and_wait(1, Duration::from_millis(50))
+                .expect("io_uring_enter");
+            ring.drain(|c| {
+                seen.push(Seen {
+                    slot_id: c.slot_id,
+                    res: c.res,
+                    flags: c.flags,
+                    returned: c.slot,
+                })
+            });
+        }
+    }
+
+    /// Issue 20: the memory rule itself. A zero-copy send's result CQE (`F_MORE`) must not hand
+    /// its slot back: the kernel still references the bytes until the notification
+    /// (`F_NOTIF`), which is the CQE that returns it. A CQE without `F_MORE` (a plain send's
+    /// only CQE: no notification will come) returns its slot at once. The send is made with
+    /// `MSG_MORE` so the kernel holds the partial segment after accepting it: the result
+    /// arrives while the notification cannot have (it comes once the next send without
+    /// `MSG_MORE` pushes the segment out). Every completion is also fed to `SendZcTracker`,
+    /// whose `released` must agree with the ring.
+    #[zcnet_testkit::test]
+    fn a_zero_copy_send_keeps_its_slot_until_the_notification() {
+        let mut ring =
+            Ring::new(8, 2).unwrap_or_else(|e| skip(Need::Kernel, format!("io_uring: {e}")));
+        if !ring.supports_send_zc().unwrap_or(false) {
+            skip(Need::Kernel, "no IORING_OP_SEND_ZC (Linux 6.0)");
+        }
+        let (_map, slots) = Mapping::anonymous(2 * 4096)
+            .expect("mmap")
+            .into_slots(4096, 2)
+            .expect("slots");
+        let [mut zc, mut plain] = <[Slot; 2]>::try_from(slots).expect("two slots");
+        zc.bytes_mut().expect("cpu memory").fill(0x5a);
+        plain.bytes_mut().expect("cpu memory").fill(0xa5);
+        let (a, mut b) = pair();
+        let op = |zero_copy: bool, more: bool| SendOp {
+            fd: a.as_raw_fd(),
+            len: 4096,
+            zero_copy,
+            fixed: false,
+            msg_flags: if more { libc::MSG_MORE } else { 0 },
+            link: false,
+        };
+        let mut tracker = SendZcTracker::new(2);
+        let mut seen = Vec::new();
+
+        ring.push_send(zc, &op(true, true))
+            .map_err(|(_, e)| e)
+            .expect("queue the zero-copy send");
+        tracker.on_submit(0, 4096).expect("submit");
+        ring.submit().expect("submit");
+        drain_until(&mut ring, &mut seen, |s| {
+            s.iter()
+                .any(|c| c.slot_id == 0 && c.flags & IORING_CQE_F_NOTIF == 0)
+        });
+        let result = seen
+            .iter()
+            .find(|c| c.slot_id == 0 && c.flags & IORING_CQE_F_NOTIF == 0)
+            .expect("the result");
+        assert_eq!(result.res, 4096, "{seen:?}");
+        assert_ne!(
+            result.flags & IORING_CQE_F_MORE,
+            0,
+            "a zero-copy result announces its notification: {seen:?}"
+        );
+        assert!(
+            result.returned.is_none(),
+            "the slot came back with the result CQE (F_MORE): the kernel may still read it"
+        );
+        let finals = seen.iter().filter(|c| c.returned.is_some()).count();
+        assert_eq!(
+            ring.in_flight(),
+            1 - finals,
+            "in flight until the notification: {seen:?}"
+        );
+
+        // A plain send: its only CQE has no F_MORE and returns its slot. Without MSG_MORE it
+        // also pushes the held segment out, so the zero-copy notification follows.
+        ring.push_send(plain, &op(false, false))
+            .map_err(|(_, e)| e)
+            .expect("queue the plain send");
+        tracker.on_submit(1, 4096).expect("submit");
+        ring.submit().expect("submit");
+        let mut got = vec![0u8; 8192];
+        b.read_exact(&mut got).expect("read");
+        assert!(got[..4096].iter().all(|&x| x == 0x5a));
+        assert!(got[4096..].iter().all(|&x| x == 0xa5));
+        drain_until(&mut ring, &mut seen, |s| {
+            s.iter().filter(|c| c.returned.is_some()).count() == 2
+        });
+        assert_eq!(ring.in_flight(), 0);
+
+        for c in &seen {
+            let out = tracker
+                .on_cqe(c.slot_id as usize, c.res, c.flags)
+                .unwrap_or_else(|e| panic!("{e}: {seen:?}"));
+            let last = c.flags & IORING_CQE_F_MORE == 0;
+            assert_eq!(
+                c.returned.is_some(),
+                last,
+                "a slot comes back with its request's final CQE and only then: {c:?}"
+            );
+            assert_eq!(out.released, last, "the tracker agrees: {c:?}");
+            if let Some(s) = &c.returned {
+                assert_eq!(s.id(), c.slot_id);
+            }
+        }
+        let notif = seen
+            .iter()
+            .find(|c| c.flags & IORING_CQE_F_NOTIF != 0)
+            .expect("the notification");
+        assert_eq!(notif.slot_id, 0);
+        assert!(
+            notif.returned.is_some(),
+            "the notification returns the slot"
+        );
+        let plain_cqe = seen.iter().find(|c| c.slot_id == 1).expect("plain CQE");
+        assert_eq!(
+            (plain_cqe.res, plain_cqe.flags & IORING_CQE_F_MORE),
+            (4096, 0)
+        );
+        assert_eq!(
+            seen.len(),
+            3,
+            "result, notification, plain result: {seen:?}"
+        );
+        assert_eq!(tracker.in_flight(), 0);
+    }
+}
