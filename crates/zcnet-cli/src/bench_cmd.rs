@@ -27,6 +27,8 @@ struct JsonRow<'a> {
     received_bytes: Option<u64>,
     ratio_to_copy: Option<f64>,
     switches: &'a [String],
+    samples_mb_per_s: &'a [f64],
+    other_cpu_seconds: Option<f64>,
     why: Option<String>,
     error: Option<&'a str>,
 }
@@ -79,6 +81,7 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         window,
         memory,
         baseline: !a.no_baseline,
+        repeats: bench::OVERHEAD_RUNS,
     })
 }
 
@@ -124,8 +127,17 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
             path,
             tx,
             size,
+            run: (run, runs),
         } => {
-            show_progress(tty, &format!("[{index}/{total}] {path} {tx} {size} B ..."));
+            let of = if runs > 1 {
+                format!(" (run {run} of {runs})")
+            } else {
+                String::new()
+            };
+            show_progress(
+                tty,
+                &format!("[{index}/{total}] {path} {tx} {size} B{of} ..."),
+            );
         }
         Progress::Done(row) => {
             clear_progress(tty);
@@ -164,6 +176,8 @@ fn print_json(r: &TxReport) {
             received_bytes: row.received_bytes,
             ratio_to_copy: r.ratio_to(row, "copy"),
             switches: &row.switches,
+            samples_mb_per_s: &row.samples_mb_per_s,
+            other_cpu_seconds: row.other_cpu_seconds,
             why: bench::slow_zero_copy_reason(row, r.ratio_to(row, "copy"), frags),
             error: row.error.as_deref(),
         })
@@ -225,20 +239,22 @@ fn print_table(r: &TxReport) {
         if let Some(why) = bench::slow_zero_copy_reason(row, r.ratio_to(row, "copy"), frags) {
             zcnet_tools::outln!("{:<9}   why: {why}", "");
         }
+        if let Some(w) = zcnet_tools::cpu::busy_warning(row.other_cpu_seconds, row.seconds) {
+            zcnet_tools::outln!("{:<9}   {w}", "");
+        }
     }
+    let mut heading = false;
     for (mode, raw) in bench::RAW_LOOPS {
         let rows = r
             .rows
             .iter()
             .filter(|x| x.tx == mode.name() && x.error.is_none());
         for row in rows {
-            if let Some(x) = r.ratio_to(row, raw) {
-                zcnet_tools::outln!(
-                    "zcnet overhead: {} {} B: {} / {raw} loop = {x:.3} (1.000 = no overhead)",
-                    row.path,
-                    row.size,
-                    mode.name()
-                );
+            if let Some(o) = r.overhead(row, raw) {
+                if !std::mem::replace(&mut heading, true) {
+                    zcnet_tools::outln!("{}", bench::OVERHEAD_HEADING);
+                }
+                zcnet_tools::outln!("{}", o.line(row.path, row.size, mode.name(), raw));
             }
         }
     }
@@ -487,11 +503,8 @@ fn print_rx_table(r: &RxReport) {
         if let Some(e) = &row.error {
             zcnet_tools::outln!("{:<9}   warning: {e}", "");
         }
-        if let Some(o) = row.other_cpu_seconds.filter(|&o| o > 0.1 * row.seconds) {
-            zcnet_tools::outln!(
-                "{:<9}   warning: other processes used {o:.2} CPU-s during these {:.1} s: the machine was not quiet",
-                "", row.seconds
-            );
+        if let Some(w) = zcnet_tools::cpu::busy_warning(row.other_cpu_seconds, row.seconds) {
+            zcnet_tools::outln!("{:<9}   {w}", "");
         }
     }
     zcnet_tools::outln!("Gbit/s: request payload, one direction (the echo carries as much back); CPU µs/req: the pinned server thread's CPU time / round trips");

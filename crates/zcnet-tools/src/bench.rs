@@ -77,6 +77,9 @@ pub struct TxBenchConfig {
     /// Also run the raw loops on `sink` to measure zcnet's own overhead: the raw SEND_ZC loop
     /// when `uring-zc` is in `modes`, the raw MSG_ZEROCOPY loop when `msg-zerocopy` is.
     pub baseline: bool,
+    /// Runs of each case compared with a raw loop (the mode and its loop, alternated, each run
+    /// `duration / repeats` long): the spread of [`TxReport::overhead`]. At least 1.
+    pub repeats: usize,
 }
 
 impl TxBenchConfig {
@@ -101,6 +104,7 @@ impl Default for TxBenchConfig {
             window: zcnet::tx::DEFAULT_WINDOW,
             memory: MemoryKind::Anonymous,
             baseline: true,
+            repeats: OVERHEAD_RUNS,
         }
     }
 }
@@ -110,6 +114,9 @@ pub const RAW_BASELINE: &str = "raw-uring-zc";
 
 /// The `tx` name of the raw MSG_ZEROCOPY loop's rows (the yardstick of `msg-zerocopy`).
 pub const RAW_MSG_ZEROCOPY: &str = "raw-msg-zerocopy";
+
+/// Runs of a mode and of its raw loop, alternated, for [`TxReport::overhead`] (default).
+pub const OVERHEAD_RUNS: usize = 3;
 
 /// The raw loops and the mode each measures: `(mode, raw row name)`.
 pub const RAW_LOOPS: [(TxMode, &str); 2] = [
@@ -148,6 +155,11 @@ pub struct TxRow {
     pub received_bytes: Option<u64>,
     /// Mode switches of `auto`, in words.
     pub switches: Vec<String>,
+    /// MB/s of each run, when the case ran more than once ([`TxBenchConfig::repeats`]); the
+    /// row's other numbers are the sums (and `mb_per_s` the rate) over all of them.
+    pub samples_mb_per_s: Vec<f64>,
+    /// CPU seconds other processes used during the case ([`crate::cpu::OtherCpu`]).
+    pub other_cpu_seconds: Option<f64>,
     /// Why the case failed, if it did.
     pub error: Option<String>,
 }
@@ -182,7 +194,101 @@ impl TxReport {
         })?;
         (base.mb_per_s > 0.0 && row.error.is_none()).then(|| row.mb_per_s / base.mb_per_s)
     }
+
+    /// zcnet's overhead for `row` (a mode's row): its throughput over the `raw` loop's on the
+    /// same path and size, run by run (the runs alternate, so each pair saw the same machine).
+    pub fn overhead(&self, row: &TxRow, raw: &str) -> Option<Overhead> {
+        let base = self.rows.iter().find(|r| {
+            r.path == row.path && r.size == row.size && r.tx == raw && r.error.is_none()
+        })?;
+        if row.error.is_some() {
+            return None;
+        }
+        let pairs: Vec<(f64, f64)> = if row.samples_mb_per_s.is_empty() {
+            vec![(row.mb_per_s, base.mb_per_s)]
+        } else {
+            row.samples_mb_per_s
+                .iter()
+                .copied()
+                .zip(base.samples_mb_per_s.iter().copied())
+                .collect()
+        };
+        Overhead::of(&pairs)
+    }
 }
+
+/// zcnet's throughput over the raw loop's, over paired runs: 1 = no overhead, below 1 =
+/// zcnet's own cost; above 1 is noise (zcnet makes the raw loop's syscalls and more).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overhead {
+    /// The median of the runs' ratios.
+    pub median: f64,
+    /// The lowest run's ratio.
+    pub min: f64,
+    /// The highest run's ratio.
+    pub max: f64,
+    /// Paired runs.
+    pub runs: usize,
+}
+
+impl Overhead {
+    /// The spread above which the runs are said to disagree (the machine was noisy).
+    pub const NOISY_SPREAD: f64 = 0.1;
+
+    /// From `(zcnet MB/s, raw MB/s)` per run; `None` when no pair has a positive raw rate.
+    pub fn of(pairs: &[(f64, f64)]) -> Option<Overhead> {
+        let mut r: Vec<f64> = pairs
+            .iter()
+            .filter(|(_, raw)| *raw > 0.0)
+            .map(|(z, raw)| z / raw)
+            .collect();
+        if r.is_empty() {
+            return None;
+        }
+        r.sort_by(f64::total_cmp);
+        let n = r.len();
+        let median = if n % 2 == 1 {
+            r[n / 2]
+        } else {
+            (r[n / 2 - 1] + r[n / 2]) / 2.0
+        };
+        Some(Overhead {
+            median,
+            min: r[0],
+            max: r[n - 1],
+            runs: n,
+        })
+    }
+
+    /// Whether the runs disagree by more than [`Overhead::NOISY_SPREAD`], or one of them says
+    /// zcnet beat the loop it wraps by as much: either means noise, not zcnet.
+    pub fn noisy(&self) -> bool {
+        self.max - self.min > Self::NOISY_SPREAD || self.max > 1.0 + Self::NOISY_SPREAD
+    }
+
+    /// The line of the table: `sink 16384 B msg-zerocopy / raw-msg-zerocopy: 0.97 (3 paired
+    /// runs: 0.95 to 0.99)`, two decimals, and what a noisy result means.
+    pub fn line(&self, path: &str, size: usize, mode: &str, raw: &str) -> String {
+        let mut l = format!("  {path} {size} B {mode} / {raw}: {:.2}", self.median);
+        if self.runs > 1 {
+            l.push_str(&format!(
+                " ({} paired runs: {:.2} to {:.2})",
+                self.runs, self.min, self.max
+            ));
+        } else {
+            l.push_str(" (1 run: no spread known)");
+        }
+        if self.noisy() {
+            l.push_str(
+                "; noisy: the runs disagree or zcnet 'beat' its own raw loop, so this is the machine, not zcnet: rerun on a quiet machine or with a longer --duration",
+            );
+        }
+        l
+    }
+}
+
+/// The heading of the overhead lines: what the ratio means.
+pub const OVERHEAD_HEADING: &str = "zcnet overhead (a mode's MB/s / its raw loop's MB/s on the same path and size, runs alternated; 1.00 = no overhead, below 1 = zcnet's own cost, above 1 = noise: zcnet makes the raw loop's syscalls and more):";
 
 /// The ratio to copy below which a zero-copy row gets a `why:` line.
 pub const SLOW_ZERO_COPY: f64 = 0.9;
@@ -272,6 +378,8 @@ pub enum Progress<'a> {
         tx: &'a str,
         /// Size.
         size: usize,
+        /// Which run of the case this is, of how many (`(1, 1)` for a case run once).
+        run: (usize, usize),
     },
     /// A case finished.
     Done(&'a TxRow),
@@ -372,47 +480,67 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
         .filter(|(m, _)| cfg.baseline && cfg.modes.contains(m))
         .map(|&(_, name)| name)
         .collect();
-    let per_size = cfg.modes.len();
-    let total: usize = paths
+    // Per path: the cases and the order of their runs.
+    let plans: Vec<(Vec<String>, Vec<Run>)> = paths
         .iter()
-        .map(|&p| cfg.sizes.len() * (per_size + if p == PathKind::Sink { raws.len() } else { 0 }))
-        .sum();
-    let mut index = 0;
-    for (path, env) in &envs {
-        for &size in &cfg.sizes {
-            let size = effective_size(*path, size);
+        .map(|&p| {
             let mut cases: Vec<String> = cfg.modes.iter().map(|m| m.name().to_string()).collect();
-            if *path == PathKind::Sink {
+            if p == PathKind::Sink {
                 cases.extend(raws.iter().map(|r| r.to_string()));
             }
-            for tx in &cases {
-                if zcnet::interrupted() {
-                    return Err(Error::Interrupted);
-                }
-                index += 1;
-                progress(Progress::Start {
-                    index,
-                    total,
-                    path: path.name(),
-                    tx,
-                    size,
-                });
-                let mut row = TxRow {
+            let order = run_order(&cases, cfg.repeats);
+            (cases, order)
+        })
+        .collect();
+    let total: usize = plans.iter().map(|(_, o)| o.len()).sum::<usize>() * cfg.sizes.len();
+    let mut index = 0;
+    for ((path, env), (cases, order)) in envs.iter().zip(&plans) {
+        for &size in &cfg.sizes {
+            let size = effective_size(*path, size);
+            let mut rows: Vec<TxRow> = cases
+                .iter()
+                .map(|tx| TxRow {
                     path: path.name(),
                     tx: tx.clone(),
                     size,
                     // The raw loops keep the same number in flight as zcnet's sender.
                     inflight: cfg.tx_config(TxMode::Copy, size).buffers(),
                     ..TxRow::default()
-                };
-                let outcome = if raws.contains(&tx.as_str()) {
-                    run_raw(env, tx, size, cfg)
+                })
+                .collect();
+            for &(case, run, runs) in order {
+                if zcnet::interrupted() {
+                    return Err(Error::Interrupted);
+                }
+                index += 1;
+                let row = &mut rows[case];
+                if row.error.is_some() {
+                    continue;
+                }
+                progress(Progress::Start {
+                    index,
+                    total,
+                    path: path.name(),
+                    tx: &row.tx,
+                    size,
+                    run: (run + 1, runs),
+                });
+                let mut case_cfg = cfg.clone();
+                case_cfg.duration = cfg.duration / runs as u32;
+                let other = crate::cpu::OtherCpu::start();
+                let outcome = if raws.contains(&row.tx.as_str()) {
+                    run_raw(env, &row.tx, size, &case_cfg)
                 } else {
-                    run_case(env, TxMode::parse(tx)?, size, cfg)
+                    TxMode::parse(&row.tx).and_then(|m| run_case(env, m, size, &case_cfg))
+                };
+                let other = other.seconds();
+                row.other_cpu_seconds = match (row.other_cpu_seconds, other) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
                 };
                 match outcome {
                     Ok((st, received, note)) => {
-                        fill_row(&mut row, &st, received);
+                        add_run(row, &st, received, runs > 1);
                         if let Some(n) = note {
                             if !report.notes.contains(&n) {
                                 report.notes.push(n);
@@ -422,26 +550,67 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                     Err(Error::Interrupted) => return Err(Error::Interrupted),
                     Err(e) => row.error = Some(e.to_string()),
                 }
-                progress(Progress::Done(&row));
-                report.rows.push(row);
+                if run + 1 == runs || row.error.is_some() {
+                    progress(Progress::Done(row));
+                }
             }
+            report.rows.extend(rows);
         }
     }
     drop(lab.take());
     Ok(report)
 }
 
-fn fill_row(row: &mut TxRow, st: &TxStats, received: Option<u64>) {
-    row.bytes = st.bytes;
-    row.sends = st.sends;
-    row.seconds = st.seconds;
-    row.mb_per_s = st.mb_per_s();
-    row.zerocopy_bytes = st.zerocopy_bytes;
-    row.copied_bytes = st.copied_bytes;
-    row.cpu_seconds = st.cpu_seconds;
-    row.notifications = st.notifications;
-    row.received_bytes = received;
-    row.switches = st.switches.iter().map(|s| s.to_string()).collect();
+/// One run of a case: (index into the cases, run from 0, runs of that case).
+pub type Run = (usize, usize, usize);
+
+/// The order of the runs of one (path, size): `(case, run, runs)` with `case` an index into
+/// `cases`. A mode with a raw loop among `cases` and its loop run `repeats` times each,
+/// alternated (mode, loop, mode, loop…) so that each pair of runs sees the same machine; every
+/// other case runs once.
+pub fn run_order(cases: &[String], repeats: usize) -> Vec<Run> {
+    let repeats = repeats.max(1);
+    let pos = |name: &str| cases.iter().position(|c| c == name);
+    let pairs: Vec<(usize, usize)> = RAW_LOOPS
+        .iter()
+        .filter_map(|(m, raw)| pos(m.name()).zip(pos(raw)))
+        .collect();
+    let paired = |i: usize| pairs.iter().any(|&(m, r)| m == i || r == i);
+    let mut order = Vec::new();
+    for i in (0..cases.len()).filter(|&i| !paired(i)) {
+        order.push((i, 0, 1));
+    }
+    for &(m, r) in &pairs {
+        for k in 0..repeats {
+            order.push((m, k, repeats));
+            order.push((r, k, repeats));
+        }
+    }
+    order
+}
+
+/// Adds one run's numbers to `row` (keeping its MB/s as a sample when `sample`).
+fn add_run(row: &mut TxRow, st: &TxStats, received: Option<u64>, sample: bool) {
+    row.bytes += st.bytes;
+    row.sends += st.sends;
+    row.seconds += st.seconds;
+    row.mb_per_s = if row.seconds > 0.0 {
+        row.bytes as f64 / row.seconds / 1e6
+    } else {
+        0.0
+    };
+    if sample {
+        row.samples_mb_per_s.push(st.mb_per_s());
+    }
+    row.zerocopy_bytes += st.zerocopy_bytes;
+    row.copied_bytes += st.copied_bytes;
+    row.cpu_seconds += st.cpu_seconds;
+    row.notifications += st.notifications;
+    if let Some(r) = received {
+        row.received_bytes = Some(row.received_bytes.unwrap_or(0) + r);
+    }
+    row.switches
+        .extend(st.switches.iter().map(|s| s.to_string()));
     if let Some(r) = received {
         if r != st.bytes {
             row.error = Some(format!(
@@ -834,5 +1003,61 @@ mod tests {
         assert!(small.contains("below 16 KiB"), "{small}");
         let unknown = why(&row(Sink, "uring-zc", 65536, 0, 0));
         assert!(unknown.contains("no notification"), "{unknown}");
+    }
+
+    #[zcnet_testkit::test]
+    fn a_mode_and_its_raw_loop_alternate_and_the_rest_run_once() {
+        let cases: Vec<String> = [
+            "copy",
+            "msg-zerocopy",
+            "uring-zc",
+            RAW_BASELINE,
+            RAW_MSG_ZEROCOPY,
+        ]
+        .map(String::from)
+        .to_vec();
+        let order = run_order(&cases, 2);
+        assert_eq!(
+            order,
+            [
+                (0, 0, 1),
+                (2, 0, 2),
+                (3, 0, 2),
+                (2, 1, 2),
+                (3, 1, 2),
+                (1, 0, 2),
+                (4, 0, 2),
+                (1, 1, 2),
+                (4, 1, 2)
+            ]
+        );
+        // No raw loop (not the sink, or --no-baseline): every case once, in order.
+        let order = run_order(&cases[..3], 3);
+        assert_eq!(order, [(0, 0, 1), (1, 0, 1), (2, 0, 1)]);
+        assert_eq!(run_order(&cases, 0).len(), 5);
+    }
+
+    #[zcnet_testkit::test]
+    fn overhead_is_the_median_of_paired_runs_with_its_spread() {
+        let o = Overhead::of(&[(97.0, 100.0), (45.0, 50.0), (200.0, 200.0)]).unwrap();
+        assert_eq!((o.runs, o.min, o.median, o.max), (3, 0.9, 0.97, 1.0));
+        assert!(!o.noisy());
+        let l = o.line("sink", 16384, "msg-zerocopy", RAW_MSG_ZEROCOPY);
+        assert_eq!(
+            l,
+            "  sink 16384 B msg-zerocopy / raw-msg-zerocopy: 0.97 (3 paired runs: 0.90 to 1.00)"
+        );
+        // The noisy run of issue 20: 1.29 and 0.55 are noise, and the line says so.
+        let noisy = Overhead::of(&[(129.0, 100.0), (55.0, 100.0), (90.0, 100.0)]).unwrap();
+        assert!(noisy.noisy());
+        assert!(noisy
+            .line("sink", 4096, "uring-zc", RAW_BASELINE)
+            .contains("noisy"));
+        assert!(Overhead::of(&[(1.0, 0.0)]).is_none());
+        let once = Overhead::of(&[(1.0, 1.0)]).unwrap();
+        assert!(once
+            .line("sink", 1, "uring-zc", RAW_BASELINE)
+            .contains("1 run"));
+        assert!(OVERHEAD_HEADING.contains("1.00 = no overhead"));
     }
 }

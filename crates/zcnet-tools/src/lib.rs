@@ -53,6 +53,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bench;
+pub mod cpu;
 pub mod dgram;
 pub mod echo;
 pub mod gpu_rxbench;

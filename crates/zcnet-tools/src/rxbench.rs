@@ -275,12 +275,9 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
                 server_cpu: Some(server_cpu),
                 ..RxRow::default()
             };
-            let before = cpu_ticks();
+            let other = crate::cpu::OtherCpu::start();
             let outcome = run_case(cfg, place, mode, server_cpu, &client_cpus, &mut row);
-            row.other_cpu_seconds = before.zip(cpu_ticks()).map(|((m0, s0), (m1, s1))| {
-                let other = (m1 - m0) as f64 - (s1 - s0) as f64;
-                (other / ticks_per_second()).max(0.0)
-            });
+            row.other_cpu_seconds = other.seconds();
             match outcome {
                 Ok(()) => {}
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
@@ -314,33 +311,6 @@ fn steer_rx(ns: &str, dev: &str, cpus: &[usize]) -> Result<()> {
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
     }
-}
-
-/// (busy ticks of the whole machine: user, nice, system, irq, softirq; utime + stime ticks of
-/// this process, whose softirq work done in its threads counts as its own).
-fn cpu_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let cpu: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .take(7)
-        .map(|v| v.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq: all but idle and iowait.
-    let busy = cpu.get(..3)?.iter().sum::<u64>() + cpu.get(5..7)?.iter().sum::<u64>();
-    let me = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
-    let rest = &me[me.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let own = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some((busy, own))
-}
-
-/// `USER_HZ`, the unit of /proc/stat (100 on Linux for every architecture zcnet runs on).
-fn ticks_per_second() -> f64 {
-    100.0
 }
 
 fn run_case(

@@ -1,0 +1,109 @@
+//! `zcnet bench tx` as a user runs it: the warning when other processes took CPU during a case,
+//! and the "zcnet overhead" lines (what the ratio means, the spread of repeated runs).
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+fn zcnet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `zcnet ARGS` while this process (another process, to zcnet) keeps every CPU busy.
+fn zcnet_on_a_busy_machine(args: &[&str]) -> Output {
+    let stop = AtomicBool::new(false);
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..cpus {
+            s.spawn(|| {
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            });
+        }
+        let o = zcnet(args);
+        stop.store(true, Ordering::Relaxed);
+        o
+    })
+}
+
+#[zcnet_testkit::test(timeout = 60)]
+fn a_case_that_shared_the_machine_says_so() {
+    let args = [
+        "bench",
+        "tx",
+        "--path",
+        "loopback",
+        "--tx",
+        "copy",
+        "--size",
+        "64K",
+        "--duration",
+        "1",
+    ];
+    let o = zcnet_on_a_busy_machine(&args);
+    let out = stdout(&o);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("warning: other processes used") && out.contains("not quiet"),
+        "{out}"
+    );
+    let o = zcnet_on_a_busy_machine(&[&args[..], &["--json"]].concat());
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let other = doc["results"][0]["other_cpu_seconds"].as_f64();
+    assert!(other.is_some_and(|x| x > 0.1), "{doc}");
+}
+
+#[zcnet_testkit::test(timeout = 120)]
+fn overhead_lines_say_what_the_ratio_means_and_show_the_spread() {
+    zcnet_testkit::require_root("the sink path is in a namespace lab");
+    let o = zcnet(&[
+        "bench",
+        "tx",
+        "--path",
+        "sink",
+        "--tx",
+        "copy,msg-zerocopy",
+        "--size",
+        "16K",
+        "--duration",
+        "0.6",
+    ]);
+    let out = stdout(&o);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let head = out
+        .lines()
+        .find(|l| l.starts_with("zcnet overhead"))
+        .unwrap_or_else(|| panic!("no overhead heading: {out}"));
+    assert!(
+        head.contains("1.00 = no overhead") && head.contains("noise"),
+        "{out}"
+    );
+    let line = out
+        .lines()
+        .find(|l| l.contains("msg-zerocopy / raw-msg-zerocopy"))
+        .unwrap_or_else(|| panic!("no overhead line: {out}"));
+    // Two decimals and the range of the paired runs, not one number to three decimals.
+    assert!(line.contains("3 paired runs"), "{line}");
+    let ratio = line.split(": ").nth(1).unwrap().split(' ').next().unwrap();
+    assert_eq!(ratio.split('.').nth(1).map(str::len), Some(2), "{line}");
+}
+
+zcnet_testkit::main!();
