@@ -229,7 +229,7 @@ fn send_datagrams<E>(
         if !want.is_multiple_of(st.len) && want % st.len < hdr {
             want += hdr - want % st.len;
         }
-        if !pace_at(job, started, st.offset) {
+        if !pace_at(job, tx, started, st.offset)? {
             return Ok(());
         }
         let mut buf = tx.buffer()?;

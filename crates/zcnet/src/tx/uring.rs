@@ -11,7 +11,7 @@
 //! `MSG_WAITALL` so a short send breaks the chain instead of leaving a hole), and a new chain
 //! starts only when every send of the previous one has its result. Buffers still awaiting their
 //! *notification* do not hold the next chain back, so zero-copy keeps many buffers in flight.
-//! Datagram sends are independent and go out as soon as they are queued.
+//! Datagram sends are independent: each goes out with the next submit, in any order.
 
 use super::{memlock, Shared, TxBackend};
 use crate::error::{Error, Result};
