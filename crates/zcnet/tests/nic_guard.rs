@@ -194,6 +194,34 @@ fn queue_refusals_name_a_command_that_works_or_say_there_is_none() {
     assert_eq!(files(&dir), 0);
 }
 
+/// A device that cannot split headers (no ring parameters, as veth) is refused for that first,
+/// whatever else is wrong with it: advice to add queues would have the user change channels
+/// (which zcnet does not undo) only to be refused on header split afterwards.
+#[zcnet_testkit::test]
+fn no_header_split_is_said_before_any_queue_advice() {
+    let dir = tempdir();
+    let mut one = mlx5_like();
+    one.rings = 1;
+    one.indir = default_indir(128, 1);
+    for (cfg, queue) in [(one, 0), (mlx5_like(), 11), (mlx5_like(), 1)] {
+        let nic = FakeNic::new(cfg.clone(), None).without_ringparam();
+        let mut ctl = nic.clone();
+        let pre = nic::preflight(&mut ctl, &tcp_9999(queue)).unwrap_err();
+        let applied = NicGuard::apply(nic.clone(), &tcp_9999(queue), &dir).unwrap_err();
+        for e in [pre, applied] {
+            let msg = e.to_string();
+            assert!(msg.contains("header split cannot be turned on"), "{msg}");
+            assert!(
+                !msg.contains("nic channels") && !msg.contains("queue"),
+                "{msg}"
+            );
+            assert!(msg.contains("nothing was changed"), "{msg}");
+        }
+        assert_eq!(nic.cfg(), cfg);
+        assert_eq!(files(&dir), 0);
+    }
+}
+
 #[zcnet_testkit::test]
 fn preflight_passes_a_device_only_privileges_stand_in_the_way_of() {
     let nic = FakeNic::new(mlx5_like(), None);

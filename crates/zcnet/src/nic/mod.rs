@@ -279,26 +279,20 @@ fn check_queues<C: NicControl + ?Sized>(
     Ok(rings)
 }
 
-/// What [`NicGuard::apply`] would refuse for the device's own reasons, found with reads any
-/// user may make, so that a process without the privileges to apply learns that root would be
-/// refused too instead of being told to get root: the queue checks of `apply`, and a device
-/// that reports no ring parameters (no `get_ringparam`: veth, lo, ifb), on which the kernel
-/// refuses every rings-set and so header split can never be turned on. `Ok` means only
-/// privileges stand in the way, as far as reads can tell. Nothing is changed either way.
-pub fn preflight<C: NicControl + ?Sized>(ctl: &mut C, setup: &NicSetup) -> Result<()> {
+/// The first check of a setup, before any about queues: whether the device can split headers
+/// at all. A device that reports no ring parameters (no `get_ringparam`: veth, lo, ifb) is
+/// refused every rings-set by the kernel, root included, so header split can never be turned
+/// on there; said first, so that no advice to change its channels (which zcnet does not undo)
+/// comes before a refusal that no change of channels avoids. Returns the ring parameters.
+fn check_header_split<C: NicControl + ?Sized>(
+    ctl: &mut C,
+) -> std::result::Result<RingsState, (&'static str, Error)> {
     let iface = ctl.name().to_string();
-    let refuse = |step: &str, cause: Error| Error::NicSetup {
-        iface: iface.clone(),
-        step: step.to_string(),
-        cause: cause.to_string(),
-        undo: "nothing was changed".into(),
-    };
-    check_queues(ctl, setup).map_err(|(step, e)| refuse(step, e))?;
     match ctl.rings() {
         Err(Error::Kernel {
             errno: Some(EOPNOTSUPP),
             ..
-        }) => Err(refuse(
+        }) => Err((
             "reading ring parameters",
             Error::Kernel {
                 what: String::new(),
@@ -308,9 +302,27 @@ pub fn preflight<C: NicControl + ?Sized>(ctl: &mut C, setup: &NicSetup) -> Resul
                 errno: Some(EOPNOTSUPP),
             },
         )),
-        Err(e) => Err(refuse("reading ring parameters", e)),
-        Ok(_) => Ok(()),
+        Err(e) => Err(("reading ring parameters", e)),
+        Ok(r) => Ok(r),
     }
+}
+
+/// What [`NicGuard::apply`] would refuse for the device's own reasons, found with reads any
+/// user may make, so that a process without the privileges to apply learns that root would be
+/// refused too instead of being told to get root: the checks of `apply`, in its order (header
+/// split first, [`check_header_split`], then the queues). `Ok` means only privileges stand in
+/// the way, as far as reads can tell. Nothing is changed either way.
+pub fn preflight<C: NicControl + ?Sized>(ctl: &mut C, setup: &NicSetup) -> Result<()> {
+    let iface = ctl.name().to_string();
+    let refuse = |step: &str, cause: Error| Error::NicSetup {
+        iface: iface.clone(),
+        step: step.to_string(),
+        cause: cause.to_string(),
+        undo: "nothing was changed".into(),
+    };
+    check_header_split(ctl).map_err(|(step, e)| refuse(step, e))?;
+    check_queues(ctl, setup).map_err(|(step, e)| refuse(step, e))?;
+    Ok(())
 }
 
 /// NIC changes for zero copy, undone on drop.
@@ -332,7 +344,12 @@ impl<C: NicControl> NicGuard<C> {
             changes: Vec::new(),
         };
         let iface = g.ctl.name().to_string();
-        // Validate before touching anything.
+        // Validate before touching anything: header split first (no queue advice for a device
+        // that can never split headers), then the queues.
+        let r = match check_header_split(&mut g.ctl) {
+            Ok(r) => r,
+            Err((step, e)) => return Err(g.fail(step, e)),
+        };
         let rings = match check_queues(&mut g.ctl, setup) {
             Ok(rings) => rings,
             Err((step, e)) => return Err(g.fail(step, e)),
@@ -347,26 +364,12 @@ impl<C: NicControl> NicGuard<C> {
                 queue: setup.queue,
             },
         )?);
-        g.apply_steps(setup, rings)?;
+        g.apply_steps(setup, rings, r)?;
         Ok(g)
     }
 
-    fn apply_steps(&mut self, setup: &NicSetup, rings: u32) -> Result<()> {
-        // 1. Header split on, hds-thresh 0.
-        let r = match self.ctl.rings() {
-            Ok(r) => r,
-            // No ring parameters to read (veth, lo, ifb...). Asking for the change anyway gets
-            // the kernel's own reason (ethtool netlink validates the attributes it cannot set
-            // before anything else, and refuses every set without get_ringparam).
-            Err(Error::Kernel {
-                errno: Some(EOPNOTSUPP),
-                ..
-            }) => RingsState {
-                split: split::UNKNOWN,
-                hds_thresh: None,
-            },
-            Err(e) => return Err(self.fail("reading ring parameters", e)),
-        };
+    fn apply_steps(&mut self, setup: &NicSetup, rings: u32, r: RingsState) -> Result<()> {
+        // 1. Header split on, hds-thresh 0 (`r`: the ring parameters read before anything).
         if r.split != split::ENABLED || r.hds_thresh.unwrap_or(0) != 0 {
             let c = Change::HeaderSplit {
                 prev_split: r.split,

@@ -142,6 +142,9 @@ pub struct Sim {
     park: Option<(u32, PathBuf)>,
     /// What channels-get reports (`None`: no channel control, as lo and ifb).
     channels: Option<RxChannels>,
+    /// Whether the driver has get_ringparam (veth, lo and ifb have none: every rings-get and
+    /// rings-set is refused with EOPNOTSUPP, so header split can never be turned on).
+    ringparam: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -187,6 +190,7 @@ impl FakeNic {
             boundaries: 0,
             park: None,
             channels,
+            ringparam: true,
         })))
     }
 
@@ -210,6 +214,12 @@ impl FakeNic {
     /// The configuration in the file at `path`.
     pub fn file_cfg(path: &Path) -> Config {
         Device::decode(&std::fs::read_to_string(path).unwrap()).cfg
+    }
+
+    /// A driver without get_ringparam (as veth): no header split, ever.
+    pub fn without_ringparam(self) -> FakeNic {
+        self.0.borrow_mut().ringparam = false;
+        self
     }
 
     pub fn with_channels(self, channels: Option<RxChannels>) -> FakeNic {
@@ -292,6 +302,9 @@ impl NicControl for FakeNic {
     }
     fn rings(&mut self) -> zcnet::Result<RingsState> {
         self.call(|n| {
+            if !n.0.borrow().ringparam {
+                return Err(refused());
+            }
             let c = n.cfg();
             Ok(RingsState {
                 split: c.split,
@@ -301,6 +314,9 @@ impl NicControl for FakeNic {
     }
     fn set_rings(&mut self, s: u8, hds: Option<u32>) -> zcnet::Result<()> {
         self.call(|n| {
+            if !n.0.borrow().ringparam {
+                return Err(refused());
+            }
             n.mutate(|d| {
                 d.cfg.split = s;
                 if hds.is_some() {
