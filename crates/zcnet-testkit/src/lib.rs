@@ -286,7 +286,17 @@ pub fn run_bounded(
         return Outcome::Failed(format!("could not start a thread for it: {e}"));
     }
     let start = Instant::now();
-    match rx.recv_timeout(limit) {
+    let r = rx.recv_timeout(limit);
+    // A test near its limit is a hang waiting to happen on a slower machine: say so.
+    let took = start.elapsed();
+    if r.is_ok() && took > limit / 2 {
+        eprintln!(
+            "zcnet-testkit: {name} took {:.0} s of its {:.0} s limit",
+            took.as_secs_f64(),
+            limit.as_secs_f64()
+        );
+    }
+    match r {
         Ok(Ok(Ok(()))) => Outcome::Passed,
         Ok(Ok(Err(e))) => Outcome::Failed(e),
         Ok(Err((p, text))) => match p.downcast::<Skipped>() {

@@ -337,6 +337,7 @@ fn the_xdp_program_goes_with_the_socket() {
 
 /// The child of [`the_xdp_program_goes_with_a_killed_process`]: does nothing unless run by it.
 #[zcnet_testkit::test]
+#[ignore = "run by its parent test as a child process"]
 fn sigkill_child() {
     let Ok(ns) = std::env::var("ZCNET_XSK_CHILD_NS") else {
         return;
@@ -360,6 +361,7 @@ fn the_xdp_program_goes_with_a_killed_process() {
         .args([
             "--exact",
             "sigkill_child",
+            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -452,6 +454,7 @@ fn bad_input_is_one_line_naming_cause_and_fix() {
 /// The child of [`a_small_memlock_limit_is_named_with_its_fix`]: run without CAP_IPC_LOCK and
 /// with a 64 KiB RLIMIT_MEMLOCK, opens an 8 MiB UMEM on lo of a private namespace.
 #[zcnet_testkit::test]
+#[ignore = "run by its parent test as a child process"]
 fn memlock_child() {
     if std::env::var("ZCNET_XSK_MEMLOCK_CHILD").is_err() {
         return;
@@ -482,6 +485,7 @@ fn a_small_memlock_limit_is_named_with_its_fix() {
         .args([
             "--exact",
             "memlock_child",
+            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
