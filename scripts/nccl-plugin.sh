@@ -3,8 +3,8 @@
 #
 #     scripts/nccl-plugin.sh [DIR]        (default DIR: target/release)
 #
-# then run NCCL programs with LD_LIBRARY_PATH=DIR NCCL_NET_PLUGIN=zcnet (or
-# NCCL_NET_PLUGIN=DIR/libnccl-net-zcnet.so). Cargo names the library libnccl_net_zcnet.so;
+# then run NCCL programs with LD_LIBRARY_PATH=DIR NCCL_NET_PLUGIN=zcnet (or, from NCCL 2.21
+# on, NCCL_NET_PLUGIN=DIR/libnccl-net-zcnet.so: NCCL 2.20 takes a plugin name only). Cargo names the library libnccl_net_zcnet.so;
 # NCCL loads libnccl-net-<NCCL_NET_PLUGIN>.so.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -600,7 +600,7 @@ unsafe extern "C" fn test(req: Ptr, done: *mut c_int, sizes: *mut c_int) -> nccl
 
 const NAME: *const std::ffi::c_char = c"zcnet".as_ptr();
 
-/// NCCL 2.20 - 2.21.
+/// The newest table NCCL 2.20 - 2.23 look up.
 #[no_mangle]
 pub static ncclNetPlugin_v8: Exported<ncclNet_v8_t> = Exported(ncclNet_v8_t {
     name: NAME,
@@ -624,7 +624,7 @@ pub static ncclNetPlugin_v8: Exported<ncclNet_v8_t> = Exported(ncclNet_v8_t {
     irecvConsumed: None,
 });
 
-/// NCCL 2.22 - 2.23.
+/// The newest table NCCL 2.24 - 2.25 look up.
 #[no_mangle]
 pub static ncclNetPlugin_v9: Exported<ncclNet_v9_t> = Exported(ncclNet_v9_t {
     name: NAME,
@@ -649,7 +649,7 @@ pub static ncclNetPlugin_v9: Exported<ncclNet_v9_t> = Exported(ncclNet_v9_t {
     makeVDevice: None,
 });
 
-/// NCCL 2.24 - 2.26.
+/// The newest table NCCL 2.26 - 2.27 look up.
 #[no_mangle]
 pub static ncclNetPlugin_v10: Exported<ncclNet_v10_t> = Exported(ncclNet_v10_t {
     name: NAME,
@@ -703,12 +703,12 @@ macro_rules! table_v11 {
     };
 }
 
-/// NCCL 2.27.
+/// The newest table NCCL 2.28 - 2.29 look up.
 #[no_mangle]
 pub static ncclNetPlugin_v11: Exported<ncclNet_v11_t<ncclNetProperties_v11_t>> =
     table_v11!(ncclNetProperties_v11_t, get_properties_v11);
 
-/// NCCL 2.28 and later.
+/// The newest table NCCL 2.30 and later look up.
 #[no_mangle]
 pub static ncclNetPlugin_v12: Exported<ncclNet_v11_t<ncclNetProperties_v12_t>> =
     table_v11!(ncclNetProperties_v12_t, get_properties_v12);
