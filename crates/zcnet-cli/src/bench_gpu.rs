@@ -163,6 +163,6 @@ fn print_table(r: &GpuRxReport) {
         }
     }
     zcnet_tools::outln!(
-        "targets (issue 9): GPU row >= 0.90 x host and >= 2.00 x naive on each path"
+        "targets: GPU row >= 0.90 x host and >= 2.00 x naive on each path"
     );
 }
