@@ -411,16 +411,24 @@ const UPGRADE: &str = "upgrade the kernel";
 
 /// Why the path through this interface copies, if it does (software devices deliver locally).
 /// The words do not name the device, so that the report can say them once for all of them.
+/// They say the protocol: the verdict is TCP's (a stream always ends in a socket), while UDP
+/// that no socket on this host receives is not copied (the ifb sink of `bench tx`).
 fn local_delivery(i: &IfaceFacts) -> Option<String> {
     match i.kind {
         IfaceKind::Physical => None,
         _ => Some(
-            "TCP through lo, veth or another software device ends in a socket on this host: \
-             the kernel copies the pages (skb_orphan_frags_rx) and reports COPIED"
+            "TCP: a stream through lo, veth or another software device ends in a socket on this \
+             host: the kernel copies the pages (skb_orphan_frags_rx) and reports COPIED (so does \
+             UDP delivered to a socket here)"
                 .to_string(),
         ),
     }
 }
+
+/// The remedy of [`local_delivery`]: what is zero copy, for which protocol.
+const LOCAL_DELIVERY_FIX: &str = "TCP zero copy needs a path that leaves through a NIC; UDP that \
+     no socket on this host receives is not copied: `zcnet bench tx --path sink` sends UDP into \
+     an ifb that drops it, 100 % zero-copy";
 
 fn send_path(
     m: Mechanism,
@@ -434,20 +442,23 @@ fn send_path(
     };
     if m == Mechanism::UringZc {
         if let Some(why) = &k.uring.unusable {
-            return Finding::new(Verdict::Unsupported, format!("io_uring is unusable: {why}"))
-                .remedy("sysctl -w kernel.io_uring_disabled=0");
+            return Finding::new(
+                Verdict::Unsupported,
+                format!("TCP and UDP: io_uring is unusable: {why}"),
+            )
+            .remedy("sysctl -w kernel.io_uring_disabled=0");
         }
         if !k.uring.send_zc {
             return Finding::new(
                 Verdict::Unsupported,
-                "the kernel has no IORING_OP_SEND_ZC (Linux 6.0 or newer)",
+                "TCP and UDP: the kernel has no IORING_OP_SEND_ZC (Linux 6.0 or newer)",
             )
             .remedy(UPGRADE);
         }
     } else if !k.at_least(min.0, min.1) {
         return Finding::new(
             Verdict::Unsupported,
-            "the kernel has no MSG_ZEROCOPY (Linux 4.14 or newer)",
+            "TCP and UDP: the kernel has no MSG_ZEROCOPY (Linux 4.14 or newer)",
         )
         .remedy(UPGRADE);
     }
@@ -457,7 +468,7 @@ fn send_path(
     if let Some(Err(r)) = trial.filter(|r| !matches!(r, Err(r) if r.errno == errno::EPERM)) {
         let mut f = Finding::new(
             Verdict::Unsupported,
-            format!("{what} over loopback failed: {}", r.message),
+            format!("TCP: {what} over loopback failed: {}", r.message),
         );
         if !over_this {
             f.reason
@@ -467,11 +478,10 @@ fn send_path(
         return f;
     }
     let mut f = match local_delivery(i) {
-        Some(why) => Finding::new(Verdict::Copies, why)
-            .remedy("zero copy needs a path that leaves through a NIC; `zcnet bench tx --path sink` shows it"),
+        Some(why) => Finding::new(Verdict::Copies, why).remedy(LOCAL_DELIVERY_FIX),
         None if i.scatter_gather == Some(false) => Finding::new(
             Verdict::Copies,
-            format!("scatter-gather is off on {}: the stack linearizes (copies) each payload", i.name),
+            format!("TCP and UDP: scatter-gather is off on {}: the stack linearizes (copies) each payload", i.name),
         )
         .remedy(if k.ethtool_cli {
             format!("ethtool -K {} sg on", i.name)
@@ -481,7 +491,7 @@ fn send_path(
         None => Finding::new(
             Verdict::ZeroCopy,
             format!(
-                "{what} sends from pinned user pages through {} (scatter-gather on); `zcnet bench tx` counts the kernel's COPIED reports per flow",
+                "TCP and UDP: {what} sends from pinned user pages through {} (scatter-gather on); `zcnet bench tx` counts the kernel's COPIED reports per flow",
                 i.driver_name()
             ),
         ),

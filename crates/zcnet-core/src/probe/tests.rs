@@ -108,6 +108,60 @@ fn veth_lo_ifb_get_the_verdicts_this_kernel_gives() {
     }
 }
 
+/// A send verdict says which protocol it is about: an ifb "copies" TCP (a stream ends in a
+/// socket on this host) while UDP into an ifb that drops it (`bench tx --path sink`) is zero
+/// copy; a verdict that named neither, next to a remedy pointing at the sink, contradicted it.
+#[test]
+fn send_verdicts_name_their_protocol() {
+    let k = kernel_618();
+    let mut eth = nic(HeaderSplit::Enabled, 0, 8, Some(true));
+    let mut no_sg = eth.clone();
+    no_sg.scatter_gather = Some(false);
+    eth.name = "eth9".into();
+    let trials = [
+        Trials::default(),
+        Trials {
+            msg_zerocopy_loopback: Some(Ok(0.0)),
+            send_zc_loopback: Some(Ok(1.0)),
+            ..Trials::default()
+        },
+    ];
+    for i in [
+        soft("v0", IfaceKind::Veth, Some("veth"), 0x23),
+        soft("lo", IfaceKind::Loopback, None, 0),
+        soft("sink0", IfaceKind::Ifb, Some("ifb"), 0),
+        soft("tun0", IfaceKind::Virtual, Some("tun"), 0),
+        eth.clone(),
+        no_sg.clone(),
+    ] {
+        for t in &trials {
+            for m in [Mechanism::MsgZerocopy, Mechanism::UringZc] {
+                let f = judge_one(m, &k, &i, t);
+                let says = |p: &str| f.reason.contains(p);
+                assert!(says("TCP") || says("UDP"), "{} {m:?}: {}", i.name, f.reason);
+                if let Some(fix) = f.remedy.as_deref().filter(|r| r.contains("--path sink")) {
+                    // The sink is UDP: a remedy pointing at it says so, and the verdict it
+                    // follows is about TCP.
+                    assert!(
+                        fix.contains("UDP") && says("TCP"),
+                        "{}: {} / {fix}",
+                        i.name,
+                        f.reason
+                    );
+                }
+            }
+        }
+    }
+    let ifb = soft("sink0", IfaceKind::Ifb, Some("ifb"), 0);
+    let f = judge_one(Mechanism::MsgZerocopy, &k, &ifb, &Trials::default());
+    assert!(f.reason.starts_with("TCP"), "{}", f.reason);
+    assert!(
+        f.remedy.as_deref().is_some_and(|r| r.contains("UDP")),
+        "{:?}",
+        f.remedy
+    );
+}
+
 #[test]
 fn veth_reasons_name_the_cause() {
     let k = kernel_618();
