@@ -220,4 +220,50 @@ fn udp_at_a_set_rate_is_paced_in_every_send_mode() {
     }
 }
 
+/// Flags that cannot work are refused before anything connects: exit 2, one line that names
+/// the flag and the fix. (`-n 0` ran forever; `--cport 65534 -P 4` wrapped to port 1;
+/// negative numbers and `-P 0` got messages that did not name the flag; client options on a
+/// server and two end conditions were taken, where iperf3 refuses them.) The port is one
+/// nothing listens on: a flag that got through fails to connect instead (exit 1).
+#[zcnet_testkit::test]
+fn flags_that_cannot_work_exit_2_naming_the_flag() {
+    let p = free_port().to_string();
+    let client = ["perf", "-c", "127.0.0.1", "-p", &p];
+    for (extra, named) in [
+        (&["-n", "0"][..], "-n 0"),
+        (&["-k", "0"][..], "-k 0"),
+        (&["--cport", "65534", "-P", "4"][..], "--cport 65532"),
+        (&["-P", "0"][..], "-P 0"),
+        (&["-P", "-1"][..], "-P -1"),
+        (&["-t", "-1"][..], "-t -1"),
+        (&["-n", "-5"][..], "-n -5"),
+        (&["-l", "-1"][..], "-l -1"),
+        (&["-b", "-1"][..], "-b -1"),
+        (&["-O", "-1"][..], "-O -1"),
+        (&["-t", "5", "-n", "1M"][..], "-t and -n"),
+        (&["-1"][..], "-1 is a server option"),
+    ] {
+        let out = zcnet().args(client).args(extra).output().expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{extra:?}: {err}");
+        assert!(err.contains(named), "{extra:?}: {err}");
+    }
+    for (extra, named) in [
+        (&["-t", "5"][..], "-t is a client option"),
+        (&["-P", "2"][..], "-P is a client option"),
+        (&["-u"][..], "-u is a client option"),
+        (&["--cport", "5000"][..], "--cport is a client option"),
+    ] {
+        let out = zcnet()
+            .args(["perf", "-s", "-p", &p])
+            .args(extra)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "-s {extra:?}: {err}");
+        assert!(err.contains(named), "-s {extra:?}: {err}");
+    }
+}
+
 zcnet_testkit::main!();

@@ -11,7 +11,9 @@ use clap::Args;
 use zcnet::{MemoryKind, RxConfig, RxMode, TxMode};
 
 use super::error::PerfError;
-use super::proto::{Protocol, TestParams, DEFAULT_TCP_LEN, DEFAULT_UDP_LEN};
+use super::proto::{
+    Protocol, TestParams, DEFAULT_TCP_LEN, DEFAULT_UDP_LEN, MAX_OMIT, MAX_STREAMS, MAX_TIME,
+};
 use super::tuning::{Lowat, SocketTuning};
 use super::units;
 
@@ -36,23 +38,48 @@ pub struct PerfArgs {
     #[arg(short = 'c', long = "client", value_name = "HOST")]
     pub client: Option<String>,
     /// Server port to listen on / connect to.
-    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
-    pub port: u16,
-    /// Seconds to transmit (default 10; 0 with -n or -k).
-    #[arg(short = 't', long = "time", value_name = "SECS")]
-    pub time: Option<u32>,
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT.into(), allow_negative_numbers = true)]
+    pub port: i64,
+    /// Seconds to transmit (default 10; 0 for no limit). Only one of -t, -n, -k.
+    #[arg(
+        short = 't',
+        long = "time",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub time: Option<i64>,
     /// Bytes to transmit instead of -t (K, M, G, T suffixes are powers of 1024).
-    #[arg(short = 'n', long = "bytes", value_name = "N[KMGT]")]
+    #[arg(
+        short = 'n',
+        long = "bytes",
+        value_name = "N[KMGT]",
+        allow_hyphen_values = true
+    )]
     pub bytes: Option<String>,
     /// Blocks (-l each) to transmit instead of -t.
-    #[arg(short = 'k', long = "blockcount", value_name = "N[KMGT]")]
+    #[arg(
+        short = 'k',
+        long = "blockcount",
+        value_name = "N[KMGT]",
+        allow_hyphen_values = true
+    )]
     pub blockcount: Option<String>,
     /// Bytes per write: default 128K for TCP, 1460 for UDP.
-    #[arg(short = 'l', long = "length", value_name = "N[KMG]")]
+    #[arg(
+        short = 'l',
+        long = "length",
+        value_name = "N[KMG]",
+        allow_hyphen_values = true
+    )]
     pub length: Option<String>,
-    /// Streams per direction.
-    #[arg(short = 'P', long = "parallel", default_value_t = 1)]
-    pub parallel: u32,
+    /// Streams per direction (default 1).
+    #[arg(
+        short = 'P',
+        long = "parallel",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub parallel: Option<i64>,
     /// Reverse: the server sends, the client receives.
     #[arg(short = 'R', long = "reverse", conflicts_with = "bidir")]
     pub reverse: bool,
@@ -64,7 +91,8 @@ pub struct PerfArgs {
         short = 'i',
         long = "interval",
         default_value_t = 1.0,
-        value_name = "SECS"
+        value_name = "SECS",
+        allow_negative_numbers = true
     )]
     pub interval: f64,
     /// Output in JSON, with iperf3's structure plus a "zerocopy" section.
@@ -77,11 +105,16 @@ pub struct PerfArgs {
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     pub bind: Option<String>,
     /// Client: data streams from this local port (stream k from port + k).
-    #[arg(long = "cport", value_name = "PORT")]
-    pub cport: Option<u16>,
-    /// Seconds at the start to leave out of the results.
-    #[arg(short = 'O', long = "omit", default_value_t = 0, value_name = "SECS")]
-    pub omit: u32,
+    #[arg(long = "cport", value_name = "PORT", allow_negative_numbers = true)]
+    pub cport: Option<i64>,
+    /// Seconds at the start to leave out of the results (default 0).
+    #[arg(
+        short = 'O',
+        long = "omit",
+        value_name = "SECS",
+        allow_negative_numbers = true
+    )]
+    pub omit: Option<i64>,
     /// More detail: the test's settings, CPU use, the data path per stream.
     #[arg(short = 'V', long = "verbose")]
     pub verbose: bool,
@@ -96,7 +129,12 @@ pub struct PerfArgs {
     pub udp: bool,
     /// Target bitrate in bits/s per stream (K, M, G are powers of 1000); 0 for unlimited.
     /// Default: unlimited for TCP, 1M for UDP.
-    #[arg(short = 'b', long = "bitrate", value_name = "N[KMG]")]
+    #[arg(
+        short = 'b',
+        long = "bitrate",
+        value_name = "N[KMG]",
+        allow_hyphen_values = true
+    )]
     pub bitrate: Option<String>,
     /// Send mechanism: copy, msg-zerocopy, uring, uring-zc, auto (devmem needs a dma-buf).
     #[arg(long = "tx", default_value = "auto", value_name = "MODE")]
@@ -108,7 +146,7 @@ pub struct PerfArgs {
     #[arg(long = "iface", value_name = "IF")]
     pub iface: Option<String>,
     /// zcrx/devmem: the receive queue they are steered to.
-    #[arg(long = "queue", value_name = "Q")]
+    #[arg(long = "queue", value_name = "Q", allow_negative_numbers = true)]
     pub queue: Option<u32>,
     /// Send from huge pages (reserved ones, else transparent huge pages, as the region says).
     #[arg(long = "hugepages")]
@@ -135,10 +173,15 @@ pub struct PerfArgs {
     #[arg(long = "verify")]
     pub verify: bool,
     /// The pattern's seed for --verify.
-    #[arg(long = "seed", default_value_t = 1)]
+    #[arg(long = "seed", default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
     /// Server: seconds a client may take for each step outside the running test.
-    #[arg(long = "step-timeout", default_value_t = 10.0, hide = true)]
+    #[arg(
+        long = "step-timeout",
+        default_value_t = 10.0,
+        hide = true,
+        allow_negative_numbers = true
+    )]
     pub step_timeout: f64,
 }
 
@@ -216,6 +259,21 @@ impl Settings {
             (None, true) => Role::Server,
             _ => return Err(usage("say what to be: -s (server) or -c HOST (client)")),
         };
+        only_where_they_apply(a, &role)?;
+        let port = port_arg("-p", a.port, 0)?;
+        let cport = a.cport.map(|p| port_arg("--cport", p, 1)).transpose()?;
+        let params = params_from(a)?;
+        if let Some(first) = cport {
+            // Stream k connects from first + k: the last one must still be a port.
+            let streams = params.parallel * if params.bidirectional { 2 } else { 1 };
+            let last = u32::from(first) + streams - 1;
+            if last > u32::from(u16::MAX) {
+                return Err(usage(format!(
+                    "--cport {first}: {streams} streams connect from ports {first} to {last}, past 65535: give --cport {} or lower",
+                    u32::from(u16::MAX) + 1 - streams
+                )));
+            }
+        }
         let family = match (a.ipv4, a.ipv6) {
             (true, _) => Family::V4,
             (_, true) => Family::V6,
@@ -227,18 +285,18 @@ impl Settings {
             .then(|| Duration::from_secs_f64(a.step_timeout))
             .ok_or_else(|| usage("--step-timeout: give a positive number of seconds"))?;
         Ok(Settings {
-            params: params_from(a)?,
+            params,
             data: data_path(a)?,
             verify: a.verify.then_some(a.seed),
             gso: a.gso,
             tuning: tuning(a)?,
             role,
-            port: a.port,
+            port,
             interval,
             json: a.json,
             one_off: a.one_off,
             bind,
-            cport: a.cport,
+            cport,
             verbose: a.verbose,
             family,
             step_timeout,
@@ -308,8 +366,36 @@ fn params_from(a: &PerfArgs) -> Result<TestParams, PerfError> {
             "--verify checks TCP streams only (UDP datagrams may be lost or reordered): drop -u or --verify",
         ));
     }
-    let num = a.bytes.as_deref().map(|s| size("-n", s)).transpose()?;
-    let blocks = a.blockcount.as_deref().map(|s| size("-k", s)).transpose()?;
+    let ends = [
+        a.time.map(|_| "-t"),
+        a.bytes.as_ref().map(|_| "-n"),
+        a.blockcount.as_ref().map(|_| "-k"),
+    ];
+    if let [x, y, ..] = ends.iter().flatten().collect::<Vec<_>>()[..] {
+        return Err(usage(format!(
+            "{x} and {y}: only one test end condition (-t, -n, -k) may be given: drop one"
+        )));
+    }
+    let num = a.bytes.as_deref().map(|s| count("-n", s)).transpose()?;
+    let blocks = a
+        .blockcount
+        .as_deref()
+        .map(|s| count("-k", s))
+        .transpose()?;
+    let time = a
+        .time
+        .map(|t| whole("-t", t, MAX_TIME, "seconds (0 for no limit)"))
+        .transpose()?;
+    let omit = whole("-O", a.omit.unwrap_or(0), MAX_OMIT, "seconds")?;
+    let parallel = match a.parallel {
+        Some(p) if !(1..=i64::from(MAX_STREAMS)).contains(&p) => {
+            return Err(usage(format!(
+                "-P {p}: give 1 to {MAX_STREAMS} streams per direction"
+            )))
+        }
+        Some(p) => p as u32,
+        None => 1,
+    };
     let default_len = if a.udp {
         DEFAULT_UDP_LEN
     } else {
@@ -331,7 +417,7 @@ fn params_from(a: &PerfArgs) -> Result<TestParams, PerfError> {
         None if a.udp => DEFAULT_UDP_RATE,
         None => 0,
     };
-    let time = match (a.time, num.is_some() || blocks.is_some()) {
+    let time = match (time, num.is_some() || blocks.is_some()) {
         (Some(t), _) => t,
         (None, true) => 0,
         (None, false) => super::proto::DEFAULT_TIME,
@@ -342,11 +428,11 @@ fn params_from(a: &PerfArgs) -> Result<TestParams, PerfError> {
         num: num.unwrap_or(0),
         blockcount: blocks.unwrap_or(0),
         len,
-        parallel: a.parallel,
+        parallel,
         reverse: a.reverse,
         bidirectional: a.bidir,
         bandwidth,
-        omit: a.omit,
+        omit,
         client_version: Some(format!("zcnet-perf {}", env!("CARGO_PKG_VERSION"))),
         ..TestParams::default()
     };
@@ -355,6 +441,64 @@ fn params_from(a: &PerfArgs) -> Result<TestParams, PerfError> {
     }
     p.validate().map_err(|e| usage(format!("{e}")))?;
     Ok(p)
+}
+
+/// `-n`, `-k`: a size above 0 (0 would never end the test: iperf3 takes it as no -n at all).
+fn count(flag: &str, s: &str) -> Result<u64, PerfError> {
+    match size(flag, s)? {
+        0 => Err(usage(format!(
+            "{flag} {s}: give more than 0 (or drop {flag} for a {}-second test)",
+            super::proto::DEFAULT_TIME
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// A whole number from 0 to `max` for `flag`, `what` saying what it counts.
+fn whole(flag: &str, v: i64, max: u32, what: &str) -> Result<u32, PerfError> {
+    u32::try_from(v)
+        .ok()
+        .filter(|&v| v <= max)
+        .ok_or_else(|| usage(format!("{flag} {v}: give 0 to {max} {what}")))
+}
+
+/// `-p`, `--cport`: a port from `min` to 65535.
+fn port_arg(flag: &str, v: i64, min: u16) -> Result<u16, PerfError> {
+    u16::try_from(v)
+        .ok()
+        .filter(|&p| p >= min)
+        .ok_or_else(|| usage(format!("{flag} {v}: give a port from {min} to 65535")))
+}
+
+/// iperf3's "some option you are trying to set is client only" (and server only), naming the
+/// flag: a server takes the test's settings from its client, so these would do nothing there.
+fn only_where_they_apply(a: &PerfArgs, role: &Role) -> Result<(), PerfError> {
+    if *role == Role::Server {
+        let client_only = [
+            (a.time.is_some(), "-t"),
+            (a.bytes.is_some(), "-n"),
+            (a.blockcount.is_some(), "-k"),
+            (a.length.is_some(), "-l"),
+            (a.parallel.is_some(), "-P"),
+            (a.reverse, "-R"),
+            (a.bidir, "--bidir"),
+            (a.omit.is_some(), "-O"),
+            (a.udp, "-u"),
+            (a.bitrate.is_some(), "-b"),
+            (a.cport.is_some(), "--cport"),
+            (a.verify, "--verify"),
+        ];
+        if let Some((_, flag)) = client_only.iter().find(|(given, _)| *given) {
+            return Err(usage(format!(
+                "{flag} is a client option: a server takes the test's settings from its client; drop {flag} here (give it to `zcnet perf -c`)"
+            )));
+        }
+    } else if a.one_off {
+        return Err(usage(
+            "-1 is a server option (serve one test, then exit): drop it, or use -s",
+        ));
+    }
+    Ok(())
 }
 
 fn size(flag: &str, s: &str) -> Result<u64, PerfError> {
@@ -453,8 +597,8 @@ mod tests {
     fn bytes_or_blocks_mean_no_time_limit() {
         let s = settings(&["-c", "::1", "-n", "1M"]).unwrap();
         assert_eq!((s.params.time, s.params.num), (0, 1 << 20));
-        let s = settings(&["-c", "::1", "-k", "10", "-t", "5"]).unwrap();
-        assert_eq!((s.params.time, s.params.blockcount), (5, 10));
+        let s = settings(&["-c", "::1", "-k", "10"]).unwrap();
+        assert_eq!((s.params.time, s.params.blockcount), (0, 10));
         let s = settings(&["-c", "::1"]).unwrap();
         assert_eq!((s.params.time, s.params.len), (10, 128 * 1024));
     }
@@ -491,7 +635,6 @@ mod tests {
             (&["-c", "::1", "-n", "lots"][..], "-n"),
             (&["-c", "::1", "-b", "fast"][..], "-b"),
             (&["-c", "::1", "-i", "100"][..], "-i"),
-            (&["-c", "::1", "-P", "0"][..], "parallel"),
             (&["-c", "::1", "--tx", "telepathy"][..], "telepathy"),
             (&["-c", "::1", "--rcvlowat", "lots"][..], "--rcvlowat"),
             (
@@ -503,12 +646,51 @@ mod tests {
                 "--rcvlowat",
             ),
             (&["-s", "-B", "localhost"][..], "-B"),
+            // A count of 0 would never end; negative numbers reach the checks.
+            (&["-c", "::1", "-n", "0"][..], "-n 0"),
+            (&["-c", "::1", "-k", "0"][..], "-k 0"),
+            (&["-c", "::1", "-n", "-5"][..], "-n -5"),
+            (&["-c", "::1", "-P", "-1"][..], "-P -1"),
+            (&["-c", "::1", "-P", "0"][..], "-P 0"),
+            (&["-c", "::1", "-t", "-1"][..], "-t -1"),
+            (&["-c", "::1", "-O", "-1"][..], "-O -1"),
+            (&["-c", "::1", "-l", "-1"][..], "-l -1"),
+            (&["-c", "::1", "-b", "-1"][..], "-b -1"),
+            (&["-c", "::1", "-i", "-1"][..], "-i -1"),
+            (&["-c", "::1", "-p", "-1"][..], "-p -1"),
+            (&["-c", "::1", "--cport", "-1"][..], "--cport -1"),
+            // Stream k connects from --cport + k: no wrapping past 65535.
+            (
+                &["-c", "::1", "--cport", "65534", "-P", "4"][..],
+                "--cport 65532",
+            ),
+            (
+                &["-c", "::1", "--cport", "65535", "-P", "1", "--bidir"][..],
+                "--cport 65534",
+            ),
+            // One end condition, as iperf3.
+            (&["-c", "::1", "-n", "1M", "-t", "5"][..], "-t and -n"),
+            (&["-c", "::1", "-n", "1M", "-k", "5"][..], "-n and -k"),
+            // Client options on a server, a server option on a client.
+            (&["-s", "-t", "5"][..], "-t is a client option"),
+            (&["-s", "-P", "2"][..], "-P is a client option"),
+            (&["-s", "-u"][..], "-u is a client option"),
+            (&["-s", "-R"][..], "-R is a client option"),
+            (&["-s", "-n", "1M"][..], "-n is a client option"),
+            (&["-s", "--cport", "5000"][..], "--cport is a client option"),
+            (&["-s", "--verify"][..], "--verify is a client option"),
+            (&["-c", "::1", "-1"][..], "-1 is a server option"),
             (&[][..], "-s"),
         ] {
             let e = settings(line).unwrap_err().to_string();
             assert!(e.contains(flag), "{line:?}: {e}");
         }
         assert!(settings(&["-c", "::1", "-R", "--bidir"]).is_err());
+        // The edges still pass.
+        let s = settings(&["-c", "::1", "--cport", "65532", "-P", "4"]).unwrap();
+        assert_eq!(s.cport, Some(65532));
+        assert_eq!(settings(&["-c", "::1", "-t", "0"]).unwrap().params.time, 0);
+        assert!(settings(&["-s", "-1", "-p", "0", "-J", "-i", "0.5"]).is_ok());
         assert!(settings(&["-s", "-c", "::1"]).is_err());
     }
 }
