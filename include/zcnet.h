@@ -526,8 +526,10 @@ void zcnet_receiver_free(struct zcnet_receiver *rx);
 // Probes the kernel and the interfaces of the calling thread's network namespace (only
 // `iface` when it is not NULL) and writes the report as a JSON document, the one
 // `zcnet probe --json` prints, to `*json`; free it with `zcnet_string_free`. With `active`
-// non-zero each mechanism is also tried and undone (this registers a zcrx queue, binds AF_XDP
-// sockets and sends over TCP loopback; on a real NIC it briefly restarts the last RX queue).
+// non-zero each mechanism is also tried and undone: sends over TCP loopback and, only when
+// `iface` names an interface, a zcrx queue registered and AF_XDP sockets bound on it (on a
+// real NIC this briefly restarts its last RX queue); with `iface` NULL the report's notes say
+// that the interface trials need one.
 // A fact that cannot be read is a note in the report, not a failure.
 //
 // # Safety

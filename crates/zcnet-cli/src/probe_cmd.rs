@@ -11,14 +11,18 @@ pub struct ProbeArgs {
     /// One interface (default: all of this network namespace).
     #[arg(long)]
     pub iface: Option<String>,
-    /// Confirm each verdict by trying the mechanism and undoing it (registers a zcrx queue,
-    /// binds AF_XDP sockets, sends over TCP loopback). On a real NIC this briefly restarts the
-    /// last RX queue. With --iface, also binds an AF_XDP socket to each RX queue (the first 16)
-    /// in copy and in zero-copy mode and closes it at once, to report which mode each queue
-    /// accepts; on a NIC with AF_XDP zero-copy each zero-copy bind briefly reconfigures that
-    /// queue.
+    /// Confirm each verdict by trying the mechanism and undoing it: sends over TCP loopback,
+    /// and on the interface named by --iface (or on every one with --all-ifaces) a zcrx queue
+    /// registered and AF_XDP sockets bound, which on a real NIC briefly restarts its last RX
+    /// queue. With --iface, also binds an AF_XDP socket to each RX queue (the first 16) in copy
+    /// and in zero-copy mode and closes it at once, to report which mode each queue accepts; on
+    /// a NIC with AF_XDP zero-copy each zero-copy bind briefly reconfigures that queue.
     #[arg(long)]
     pub active: bool,
+    /// With --active and no --iface: run the interface trials on every interface, the uplink's
+    /// NIC included (without it, --active alone tries only the sends over TCP loopback).
+    #[arg(long, requires = "active", conflicts_with = "iface")]
+    pub all_ifaces: bool,
     /// With --active --iface IF: bind-test only this RX queue (instead of the first 16).
     #[arg(long, requires_all = ["iface", "active"])]
     pub queue: Option<u32>,
@@ -33,6 +37,7 @@ pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
         &ProbeOptions {
             iface: a.iface.clone(),
             active: a.active,
+            all_ifaces: a.all_ifaces,
         },
         a.queue,
     )?;
@@ -194,6 +199,9 @@ pub fn table(r: &ProbeReport) -> String {
     }
     if r.active {
         out.push_str("(* confirmed by trying it)\n");
+    }
+    for n in probe::json::report_notes(r) {
+        out.push_str(&format!("note: {n}\n"));
     }
     out.push_str("\nwhy:\n");
     // Each distinct (mechanism, reason, remedy) once, with the interfaces it applies to.

@@ -400,12 +400,85 @@ fn per_queue_probe_refuses_a_queue_or_interface_that_does_not_exist() {
     let _ = std::fs::remove_dir_all(&st);
 }
 
+/// `probe --active` without `--iface` once made the zero-copy trials (a zcrx queue, AF_XDP
+/// binds, netdev bindings) on every interface, the uplink's NIC included: now only on the one
+/// named, or on all with `--all-ifaces`; without either the output says they need `--iface`.
+#[zcnet_testkit::test]
+fn active_probe_tries_interfaces_only_when_named_or_all_asked() {
+    let mut lab = lab();
+    let veth = lab.veth().unwrap();
+    let st = state_dir("active-named");
+    let doc = json_in(&veth.a, &st, &["probe", "--active", "--json"]);
+    assert_eq!(
+        (&doc["active"], &doc["iface_trials"]),
+        (&true.into(), &false.into()),
+        "{doc}"
+    );
+    assert!(
+        doc["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("need --iface IF"),
+        "{doc}"
+    );
+    for name in ["vA", "lo"] {
+        let i = iface(&doc, name);
+        for m in [
+            "zcrx",
+            "devmem-rx",
+            "devmem-tx",
+            "af-xdp-copy",
+            "af-xdp-zerocopy",
+        ] {
+            assert_eq!(i["mechanisms"][m]["confirmed"], false, "{name} {m}: {i}");
+        }
+    }
+    // lo's send verdicts are still confirmed: the sends over TCP loopback touch no queue.
+    assert_eq!(
+        iface(&doc, "lo")["mechanisms"]["uring-zc"]["confirmed"],
+        true
+    );
+    let o = zcnet_in(&veth.a, &st, &["probe", "--active"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("note: active trials on interfaces") && out.contains("--all-ifaces"),
+        "{out}"
+    );
+    // Named: that interface only.
+    let doc = json_in(
+        &veth.a,
+        &st,
+        &["probe", "--active", "--json", "--iface", "vA"],
+    );
+    assert_eq!(doc["iface_trials"], true);
+    assert!(doc["notes"].as_array().unwrap().is_empty(), "{doc}");
+    assert_eq!(
+        iface(&doc, "vA")["mechanisms"]["af-xdp-copy"]["confirmed"],
+        true,
+        "{doc}"
+    );
+    // --all-ifaces needs --active, and names no interface.
+    let o = zcnet_in(&veth.a, &st, &["probe", "--all-ifaces"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = zcnet_in(
+        &veth.a,
+        &st,
+        &["probe", "--active", "--all-ifaces", "--iface", "vA"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&st);
+}
+
 #[zcnet_testkit::test]
 fn active_probe_confirms_and_leaves_nothing_behind() {
     let mut lab = lab();
     let veth = lab.veth().unwrap();
     let st = state_dir("active");
-    let doc = json_in(&veth.a, &st, &["probe", "--active", "--json"]);
+    let doc = json_in(
+        &veth.a,
+        &st,
+        &["probe", "--active", "--all-ifaces", "--json"],
+    );
     assert_eq!(doc["active"], true);
     for name in ["vA", "lo"] {
         let i = iface(&doc, name);
@@ -447,7 +520,11 @@ fn an_ifbs_send_verdicts_are_not_confirmed_by_a_trial_over_loopback() {
     let mut lab = lab();
     let sink = lab.sink().unwrap();
     let st = state_dir("ifb-active");
-    let doc = json_in(&sink.ns, &st, &["probe", "--active", "--json"]);
+    let doc = json_in(
+        &sink.ns,
+        &st,
+        &["probe", "--active", "--all-ifaces", "--json"],
+    );
     let ifb = iface(&doc, "sinkA");
     assert_software_verdicts(ifb, true);
     for m in ["msg-zerocopy", "uring-zc"] {

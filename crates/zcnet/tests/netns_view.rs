@@ -58,6 +58,7 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
             let one = ProbeOptions {
                 iface: Some("vB".into()),
                 active: false,
+                all_ifaces: false,
             };
             let r = probe(&one).unwrap();
             assert_eq!(r.interfaces.len(), 1);
@@ -66,6 +67,7 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
                 let opts = ProbeOptions {
                     iface: Some(name.into()),
                     active: false,
+                    all_ifaces: false,
                 };
                 match probe(&opts) {
                     Err(Error::UnknownInterface { given }) => assert_eq!(given, name),

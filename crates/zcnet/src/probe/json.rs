@@ -121,10 +121,25 @@ pub fn to_json(r: &ProbeReport) -> Value {
     json!({
         "kernel": kernel_json(&r.kernel),
         "active": r.active,
+        "iface_trials": r.iface_trials,
+        "notes": report_notes(r),
         "interfaces": r.interfaces.iter().map(iface_json).collect::<Vec<_>>(),
         "gpu": gpu_json(&r.gpu),
     })
 }
+
+/// What the whole report should say besides its findings: that `active` ran no trial on any
+/// interface because none was named.
+pub fn report_notes(r: &ProbeReport) -> Vec<String> {
+    let mut notes = Vec::new();
+    if r.active && !r.iface_trials {
+        notes.push(ACTIVE_NEEDS_IFACE.to_string());
+    }
+    notes
+}
+
+/// The note of an active probe that named no interface.
+pub const ACTIVE_NEEDS_IFACE: &str = "active trials on interfaces (zcrx, AF_XDP, devmem bindings) need --iface IF, or --all-ifaces to run them on every interface (on a real NIC each briefly reconfigures a queue, the uplink's included): only the sends over TCP loopback (and the GPU checks) were tried";
 
 pub(crate) fn export_words(e: &ExportTrial) -> (&'static str, Option<&str>) {
     match e {

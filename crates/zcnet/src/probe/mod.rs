@@ -46,8 +46,14 @@ use crate::{Error, Result};
 pub struct ProbeOptions {
     /// One interface (default: every interface of the calling thread's network namespace).
     pub iface: Option<String>,
-    /// Confirm verdicts by trying each mechanism (and undoing it).
+    /// Confirm verdicts by trying each mechanism (and undoing it). The trials on an interface
+    /// (a zcrx queue registered, AF_XDP sockets bound, netdev bindings) run only on the one
+    /// named in `iface`, or on every interface with `all_ifaces`: on a real NIC they briefly
+    /// reconfigure a queue, and the uplink is among "every interface". Without either, only
+    /// the sends over TCP loopback run, and [`ProbeReport::iface_trials`] is false.
     pub active: bool,
+    /// With `active` and no `iface`: run the interface trials on every interface.
+    pub all_ifaces: bool,
 }
 
 /// The probe's whole answer.
@@ -59,6 +65,9 @@ pub struct ProbeReport {
     pub interfaces: Vec<IfaceReport>,
     /// Whether trials ran.
     pub active: bool,
+    /// Whether the trials on interfaces ran (`active` with an interface named, or with
+    /// `all_ifaces`); `active` alone runs only the sends over TCP loopback.
+    pub iface_trials: bool,
     /// The GPUs, and per interface the best path between the NIC and GPU memory.
     pub gpu: gpu::GpuReport,
 }
@@ -167,6 +176,8 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
         ),
         _ => None,
     };
+    // Trials that touch an interface's queues only where the caller named it, or asked for all.
+    let iface_trials = opts.active && (opts.iface.is_some() || opts.all_ifaces);
     let mut kernel = kernel(&fam);
     if opts.active {
         kernel.loopback_trials = trials::loopback();
@@ -178,7 +189,7 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
         if let (Some(plan), true) = (&plan, kernel.facts.af_xdp) {
             r.xsk_queues = Some(trials::xsk_queues(r.ifindex, plan));
         }
-        if opts.active {
+        if iface_trials {
             r.trials = trials::on_iface(&r.facts, r.ifindex, &kernel.facts, r.xsk_queues.as_ref());
         }
         let mut t = r.trials.clone();
@@ -192,6 +203,7 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
         kernel,
         interfaces,
         active: opts.active,
+        iface_trials,
         gpu,
     })
 }
