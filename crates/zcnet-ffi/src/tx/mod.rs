@@ -10,6 +10,7 @@ use crate::region::zcnet_region;
 use std::ffi::CStr;
 use std::net::SocketAddr;
 use std::time::Duration;
+use zcnet::gpu::GpuSender;
 use zcnet::{Region, Sender, TxBuf, TxConfig, TxMode, TxStats};
 
 /// Send mode: zero copy until the kernel reports that it copies, then plain sends (re-checked
@@ -115,9 +116,78 @@ impl From<&TxStats> for zcnet_tx_stats {
 #[derive(Debug)]
 pub struct zcnet_sender {
     /// `None` once finished.
-    tx: Option<Sender>,
+    tx: Option<Tx>,
     /// Buffers lent to the caller, by id.
     lent: Vec<Option<TxBuf>>,
+}
+
+/// The library's sender for the region, as `zcnet send` picks it: a [`Sender`] for host
+/// memory, a [`GpuSender`] (devmem TX where the NIC can, else staging through pinned host
+/// buffers) for a CUDA region. Only dispatch here: both are the library's code.
+#[derive(Debug)]
+pub(crate) enum Tx {
+    Host(Box<Sender>),
+    Gpu(GpuSender),
+}
+
+impl Tx {
+    fn open(stream: std::net::TcpStream, region: Region, cfg: &TxConfig) -> Result<Tx> {
+        Ok(if region.device_ordinal().is_some() {
+            // The refusals of the better paths are the CLI's to print; the mode says what ran.
+            Tx::Gpu(GpuSender::open(stream.into(), region, cfg)?.0)
+        } else {
+            Tx::Host(Box::new(Sender::new(stream.into(), region, cfg)?))
+        })
+    }
+
+    fn buffers(&self) -> usize {
+        match self {
+            Tx::Host(t) => t.buffers(),
+            Tx::Gpu(t) => t.buffers(),
+        }
+    }
+
+    fn buffer(&mut self) -> zcnet::Result<TxBuf> {
+        match self {
+            Tx::Host(t) => t.buffer(),
+            Tx::Gpu(t) => t.buffer(),
+        }
+    }
+
+    fn send(&mut self, buf: TxBuf, len: usize) -> zcnet::Result<()> {
+        match self {
+            Tx::Host(t) => t.send(buf, len),
+            Tx::Gpu(t) => t.send(buf, len),
+        }
+    }
+
+    pub(crate) fn flush(&mut self) -> zcnet::Result<()> {
+        match self {
+            Tx::Host(t) => t.flush(),
+            Tx::Gpu(t) => t.flush(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> TxStats {
+        match self {
+            Tx::Host(t) => t.stats(),
+            Tx::Gpu(t) => t.stats(),
+        }
+    }
+
+    pub(crate) fn mode(&self) -> TxMode {
+        match self {
+            Tx::Host(t) => t.mode(),
+            Tx::Gpu(t) => t.mode(),
+        }
+    }
+
+    fn finish(self) -> zcnet::Result<TxStats> {
+        match self {
+            Tx::Host(t) => t.finish(),
+            Tx::Gpu(t) => Ok(t.finish()?.tx),
+        }
+    }
 }
 
 /// The library's configuration for `cfg` (NULL: the defaults).
@@ -183,12 +253,12 @@ impl zcnet_sender {
             Some(r) => r.take()?,
             None => Region::anonymous(zcnet::tx::region_len(&cfg))?,
         };
-        let tx = Sender::new(stream.into(), region, &cfg)?;
+        let tx = Tx::open(stream, region, &cfg)?;
         let lent = (0..tx.buffers()).map(|_| None).collect();
         Ok(zcnet_sender { tx: Some(tx), lent })
     }
 
-    fn sender(&mut self) -> Result<&mut Sender> {
+    fn sender(&mut self) -> Result<&mut Tx> {
         self.tx
             .as_mut()
             .ok_or_else(|| invalid("the sender was finished"))

@@ -6,10 +6,13 @@
 use super::staging::StagedReceiver;
 use super::staging::{StagedSender, StagedStats};
 use crate::error::{Error, Result};
-use crate::region::Region;
+use crate::region::{Region, TxBuf};
 use crate::rx::{Receiver, RxConfig, RxMode};
 use crate::tx::{Sender, Socket, TxConfig, TxMode, TxStats};
+use std::collections::VecDeque;
+use std::sync::Arc;
 use zcnet_core::Pattern;
+use zcnet_sys::mem::Mapping;
 
 /// A way between the network and GPU memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,12 +61,32 @@ impl std::fmt::Display for Refusal {
 /// Sends from GPU memory by the best path: devmem TX when asked for (`--tx devmem`) or when
 /// `auto` finds it works, else staging with `cfg.mode` (default `uring-zc` under `auto`) on
 /// the host leg.
+///
+/// Like a [`Sender`], it lends buffers of the region ([`Self::buffer`], device memory written
+/// with [`TxBuf::write`]) that [`Self::send`] takes back: `zcnet send --mem cuda`, `bench tx
+/// --mem cuda` and the C ABI's senders on a CUDA region all send through it.
 #[derive(Debug)]
-pub enum GpuSender {
+pub struct GpuSender {
+    how: How,
+}
+
+#[derive(Debug)]
+enum How {
     /// devmem TX: a [`Sender`] over the device region's buffers.
     Devmem(Box<Sender>),
-    /// Staging through pinned host memory.
-    Staged(Box<StagedSender>),
+    /// Staging through pinned host memory, from the device region's buffers.
+    Staged(Box<Staged>),
+}
+
+/// A staged sender and the device region cut into buffers.
+#[derive(Debug)]
+struct Staged {
+    tx: StagedSender,
+    /// The device mapping the buffers are cut from (offsets are from its start).
+    map: Arc<Mapping>,
+    /// Buffers not lent, in the order they are handed out again.
+    free: VecDeque<TxBuf>,
+    total: usize,
 }
 
 impl GpuSender {
@@ -84,7 +107,10 @@ impl GpuSender {
                 Sender::new(sock.try_clone()?, region, &c)
             });
             match attempt {
-                Ok(tx) => return Ok((GpuSender::Devmem(Box::new(tx)), refused)),
+                Ok(tx) => {
+                    let how = How::Devmem(Box::new(tx));
+                    return Ok((GpuSender { how }, refused));
+                }
                 // Asked for by name: its refusal is the answer.
                 Err(e) if cfg.mode == TxMode::Devmem => return Err(e),
                 Err(e) => refused.push(Refusal {
@@ -105,22 +131,105 @@ impl GpuSender {
         if matches!(c.mode, TxMode::Auto | TxMode::Devmem) {
             c.mode = TxMode::UringZc;
         }
+        // The device memory is cut into buffers as a Sender cuts a region: each is a range the
+        // caller fills (a copy to the GPU) and the pipeline copies out of.
+        let len = dev.len();
+        let stride = crate::tx::buffer_stride(c.buf_size);
+        if c.buf_size == 0 || c.buf_size > len {
+            return Err(Error::RegionTooSmall {
+                need: c.buf_size.max(1),
+                have: len,
+            });
+        }
+        let count = c.buffers().min((len - c.buf_size) / stride + 1).max(1);
+        let (map, slots) = Arc::clone(&dev)
+            .into_mapping()
+            .into_slots_strided(c.buf_size, stride, count)
+            .map_err(|e| Error::io("cutting the GPU memory into buffers", e))?;
         let tx = StagedSender::from_device(sock, dev, &c)?;
-        Ok((GpuSender::Staged(Box::new(tx)), refused))
+        let staged = Staged {
+            tx,
+            map,
+            free: slots.into_iter().map(|slot| TxBuf { slot }).collect(),
+            total: count,
+        };
+        let how = How::Staged(Box::new(staged));
+        Ok((GpuSender { how }, refused))
     }
 
     /// The path in use.
     pub fn path(&self) -> GpuPath {
-        match self {
-            GpuSender::Devmem(_) => GpuPath::Devmem,
-            GpuSender::Staged(_) => GpuPath::Staging,
+        match &self.how {
+            How::Devmem(_) => GpuPath::Devmem,
+            How::Staged(_) => GpuPath::Staging,
         }
     }
 
-    /// Sends the stream's next `len` bytes (`len` at most the buffer size) from GPU memory.
-    /// With `fill`, the bytes are first written there as `fill`'s pattern at `stream_off` (a
-    /// synchronous copy to the GPU: verification mode only); without, whatever the GPU memory
-    /// holds is sent.
+    /// The mechanism that sends: [`TxMode::Devmem`], or the host leg's under staging.
+    pub fn mode(&self) -> TxMode {
+        match &self.how {
+            How::Devmem(tx) => tx.mode(),
+            How::Staged(st) => st.tx.mode(),
+        }
+    }
+
+    /// Number of buffers of the device region.
+    pub fn buffers(&self) -> usize {
+        match &self.how {
+            How::Devmem(tx) => tx.buffers(),
+            How::Staged(st) => st.total,
+        }
+    }
+
+    /// A buffer of the device region to fill ([`TxBuf::write`]: a copy to the GPU) and
+    /// [`Self::send`]. devmem waits for the NIC to release one; staging has every buffer not
+    /// lent free at once (its sends return after the copies out of the buffer completed), so
+    /// there it is an error when all are lent.
+    pub fn buffer(&mut self) -> Result<TxBuf> {
+        match &mut self.how {
+            How::Devmem(tx) => tx.buffer(),
+            How::Staged(st) => st.free.pop_front().ok_or_else(|| {
+                Error::invalid_input(
+                    "every GPU buffer is lent: send one first (a send of 0 bytes gives it back)",
+                )
+            }),
+        }
+    }
+
+    /// Sends `buf[..len]` from GPU memory. devmem: the NIC reads the buffer, which comes back
+    /// from [`Self::buffer`] once it is done. Staging: returns once every byte was copied out of
+    /// the buffer into a host buffer and handed to the kernel, and the buffer is free again.
+    pub fn send(&mut self, buf: TxBuf, len: usize) -> Result<()> {
+        match &mut self.how {
+            How::Devmem(tx) => tx.send(buf, len),
+            How::Staged(st) => {
+                if !Arc::ptr_eq(buf.slot.mapping(), &st.map) {
+                    return Err(Error::invalid_input(
+                        "GpuSender::send: the buffer is not one of this sender's",
+                    ));
+                }
+                if len > buf.capacity() {
+                    st.free.push_back(buf);
+                    return Err(Error::io(
+                        "send",
+                        std::io::Error::from_raw_os_error(libc::EINVAL),
+                    ));
+                }
+                if len > 0 {
+                    let off = (buf.slot.addr() - st.map.addr()) as u64;
+                    // On failure the buffer is not given back: a copy out of it may still run.
+                    st.tx.send(off, len as u64)?;
+                }
+                st.free.push_back(buf);
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends the stream's next `len` bytes (`len` at most the buffer size) from GPU memory, from
+    /// the next buffer. With `fill`, the bytes are first written there as `fill`'s pattern at
+    /// `stream_off` (a synchronous copy to the GPU: verification mode only); without, whatever
+    /// the GPU memory holds is sent.
     pub fn send_chunk(
         &mut self,
         stream_off: u64,
@@ -128,49 +237,46 @@ impl GpuSender {
         fill: Option<&Pattern>,
         scratch: &mut Vec<u8>,
     ) -> Result<()> {
+        let mut buf = self.buffer()?;
+        if len > buf.capacity() {
+            // Given back unsent (a send of 0 bytes).
+            self.send(buf, 0)?;
+            return Err(Error::invalid_input("send_chunk: more than one buffer"));
+        }
         if let Some(p) = fill {
             scratch.resize(len, 0);
             p.fill(stream_off, scratch);
+            buf.write(scratch)?;
         }
-        match self {
-            GpuSender::Devmem(tx) => {
-                let mut buf = tx.buffer()?;
-                if len > buf.capacity() {
-                    return Err(Error::invalid_input("send_chunk: more than one buffer"));
-                }
-                if fill.is_some() {
-                    buf.write(scratch)?;
-                }
-                tx.send(buf, len)
-            }
-            GpuSender::Staged(st) => {
-                let Some(dev) = st.source().cloned() else {
-                    return Err(Error::invalid_input("staged sender without GPU memory"));
-                };
-                // Chunks go round the GPU buffer; `send` returns only once every copy out of it
-                // finished, so the next write cannot race a copy.
-                let slots = (dev.len() / len.max(1)).max(1) as u64;
-                let off = (stream_off / len.max(1) as u64 % slots) * len as u64;
-                if fill.is_some() {
-                    dev.write(off, scratch).map_err(|e| {
-                        super::gpu_error(format!("copying to cuda:{}", dev.context().ordinal()), e)
-                    })?;
-                }
-                st.send(off, len as u64)
-            }
+        self.send(buf, len)
+    }
+
+    /// Waits until every send so far completed.
+    pub fn flush(&mut self) -> Result<()> {
+        match &mut self.how {
+            How::Devmem(tx) => tx.flush(),
+            How::Staged(st) => st.tx.flush(),
+        }
+    }
+
+    /// The statistics of the sends (devmem's, or staging's host leg) so far.
+    pub fn stats(&self) -> TxStats {
+        match &self.how {
+            How::Devmem(tx) => tx.stats(),
+            How::Staged(st) => st.tx.stats(),
         }
     }
 
     /// Waits for every send to complete; the statistics from the kernel's completions.
     pub fn finish(self) -> Result<GpuSendStats> {
-        match self {
-            GpuSender::Devmem(tx) => Ok(GpuSendStats {
+        match self.how {
+            How::Devmem(tx) => Ok(GpuSendStats {
                 path: GpuPath::Devmem,
                 tx: (*tx).finish()?,
                 staged: StagedStats::default(),
             }),
-            GpuSender::Staged(st) => {
-                let (tx, staged) = st.finish()?;
+            How::Staged(st) => {
+                let (tx, staged) = st.tx.finish()?;
                 Ok(GpuSendStats {
                     path: GpuPath::Staging,
                     tx,

@@ -324,8 +324,6 @@ pub struct StagedSender {
     sending: Vec<bool>,
     handed: u64,
     done: Vec<Done>,
-    /// The GPU memory sent from (`None` with the test engine).
-    src: Option<Arc<DeviceMem>>,
 }
 
 impl StagedSender {
@@ -342,16 +340,19 @@ impl StagedSender {
     ) -> Result<StagedSender> {
         let region = Region::anonymous(crate::tx::region_len(cfg))?;
         let tx = Sender::new(sock, region, cfg)?;
-        let mut s = StagedSender::with_sender(tx, |host| {
+        StagedSender::with_sender(tx, |host| {
             Ok(Box::new(CudaEngine::new(Arc::clone(&dev), host)?) as Box<dyn CopyEngine>)
-        })?;
-        s.src = Some(dev);
-        Ok(s)
+        })
     }
 
-    /// The GPU memory sent from.
-    pub(crate) fn source(&self) -> Option<&Arc<DeviceMem>> {
-        self.src.as_ref()
+    /// The mechanism of the host leg (the sends from the pinned host buffers).
+    pub fn mode(&self) -> crate::tx::TxMode {
+        self.tx.mode()
+    }
+
+    /// The host leg's statistics so far.
+    pub fn stats(&self) -> TxStats {
+        self.tx.stats()
     }
 
     pub(crate) fn with_sender(
@@ -383,7 +384,6 @@ impl StagedSender {
             bufs,
             handed: 0,
             done: Vec::new(),
-            src: None,
         })
     }
 
@@ -399,10 +399,16 @@ impl StagedSender {
         r
     }
 
+    /// Waits until every byte handed to [`Self::send`] so far was sent and its send completed
+    /// (for zero copy: notified); more may be sent afterwards.
+    pub fn flush(&mut self) -> Result<()> {
+        self.pump(|s| s.core.is_finished())
+    }
+
     /// Waits for every send to complete and returns the statistics of the host leg (bytes,
     /// zero-copy bytes from the kernel's notifications) with the pipeline's.
     pub fn finish(mut self) -> Result<(TxStats, StagedStats)> {
-        self.pump(|s| s.core.is_finished())?;
+        self.flush()?;
         let staged = StagedStats {
             bytes: self.core.confirmed(),
             pipeline: self.core.stats().clone(),
