@@ -34,9 +34,16 @@ pub fn tx_mode(s: &str) -> Result<TxMode, Error> {
     })
 }
 
-/// `--iface`/`--queue` of `send` belong to `--tx af-xdp` (devmem finds its interface from the
-/// socket).
+/// `--tx devmem` is TCP only; `--iface`/`--queue` of `send` belong to `--tx af-xdp` (devmem
+/// finds its interface from the socket).
 pub fn check_send_flags(a: &SendArgs) -> Result<(), Error> {
+    // devmem transmit is TCP only: refused here, before a socket or memory is made (the
+    // library's refusal comes after both, exit 1).
+    if a.udp && TxMode::parse(&a.tx).is_ok_and(|m| m == TxMode::Devmem) {
+        return Err(Error::invalid_input(
+            "--tx devmem with --udp: devmem transmit is TCP only: drop --udp, or use --tx msg-zerocopy or uring-zc for UDP",
+        ));
+    }
     if a.iface.is_some() || a.queue.is_some() {
         let flag = if a.iface.is_some() {
             "--iface"

@@ -83,7 +83,14 @@ fn refused_connection_names_the_fix() {
 #[zcnet_testkit::test]
 fn oversized_udp_payload_is_refused() {
     // A bad argument: exit 2 (docs/cli.md, "Exit codes").
-    let o = run(&["send", "127.0.0.1:9", "--udp", "--size", "64K", "--verify"]);
+    let o = run(&[
+        "send",
+        "127.0.0.1:9",
+        "--udp",
+        "--size",
+        "65508",
+        "--verify",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("65507"), "{}", stderr(&o));
 }
@@ -595,6 +602,91 @@ fn memlock_too_small_is_named_with_the_fix() {
     );
     assert_eq!(e.lines().count(), 1, "{e}");
     drop(l);
+}
+
+/// `send --udp` with its default `--size` (64K) sends 64,000 B per send, as `bench tx` does on
+/// its UDP path (65,536 B do not fit a datagram: it was refused with its own default).
+#[zcnet_testkit::test]
+fn udp_send_with_the_default_size_sends_64000_bytes_per_send() {
+    let rx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    rx.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let port = rx.local_addr().expect("addr").port();
+    let o = run(&[
+        "send",
+        "--udp",
+        &format!("127.0.0.1:{port}"),
+        "--tx",
+        "copy",
+        "--verify",
+        "--bytes",
+        "64000",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(
+        (v["bytes"].as_u64(), v["sends"].as_u64()),
+        (Some(64000), Some(1))
+    );
+    // Cut by UDP GSO into 1,472-byte datagrams (sizes above 1472 B use it), 64,000 B in all.
+    let (mut buf, mut got) = (vec![0u8; 65536], 0);
+    while got < 64000 {
+        got += rx.recv(&mut buf).expect("the send's datagrams");
+    }
+    assert_eq!(got, 64000);
+}
+
+/// `send --udp --tx devmem` is refused as a usage error (exit 2) before any socket or memory
+/// is made: devmem transmit is TCP only (it exited 1 after creating the socket).
+#[zcnet_testkit::test]
+fn udp_devmem_send_is_refused_before_anything_is_made() {
+    let rx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let port = rx.local_addr().expect("addr").port();
+    let to = format!("127.0.0.1:{port}");
+    for mem in ["host", "hugepage"] {
+        let o = run(&[
+            "send", "--udp", &to, "--tx", "devmem", "--size", "1K", "--bytes", "1M", "--mem", mem,
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "--mem {mem}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("--tx devmem") && err.contains("--udp"),
+            "{err}"
+        );
+    }
+}
+
+/// Negative numbers reach the checks that name the flag (clap took them for options:
+/// "unexpected argument '-1' found").
+#[zcnet_testkit::test]
+fn negative_numbers_are_refused_naming_the_flag() {
+    for (args, flag) in [
+        (&["send", "127.0.0.1:9", "--size", "-1"][..], "--size"),
+        (
+            &["send", "127.0.0.1:9", "--verify", "--bytes", "-5"][..],
+            "--bytes",
+        ),
+        (&["send", "127.0.0.1:9", "--queue", "-1"][..], "--queue"),
+        (&["send", "127.0.0.1:9", "--seed", "-1"][..], "--seed"),
+        (
+            &["send", "127.0.0.1:9", "--inflight", "-1"][..],
+            "--inflight",
+        ),
+        (&["recv", "--udp", "--bytes", "-5"][..], "--bytes"),
+        (&["recv", "--buf-size", "-1"][..], "--buf-size"),
+        (&["recv", "--area", "-1"][..], "--area"),
+        (&["recv", "--queue", "-1"][..], "--queue"),
+        (&["recv", "--seed", "-1"][..], "--seed"),
+        (&["recv", "--buffers", "-1"][..], "--buffers"),
+    ] {
+        let o = run(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains('-'), "{args:?}: {err}");
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+    }
 }
 
 zcnet_testkit::main!();
