@@ -728,17 +728,15 @@ impl RecvState {
         for ev in events.drain(..) {
             match ev {
                 RxEvent::Data(b) => {
-                    if let (Some(p), Some(bytes)) = (self.pattern, rx.bytes(&b)) {
-                        if let Err(m) = p.verify(self.bytes, bytes) {
-                            self.error = Some(format!(
-                                "--verify: {m} (is the sender zcnet perf with --verify?)"
-                            ));
-                        }
+                    if let Some(bytes) = rx.bytes(&b) {
+                        self.check(bytes);
                     }
                     self.bytes += b.len() as u64;
                 }
                 RxEvent::Eof(_) => self.complete = true,
-                RxEvent::Failed(_, e) => self.error = Some(e.to_string()),
+                RxEvent::Failed(_, e) => {
+                    self.error.get_or_insert_with(|| e.to_string());
+                }
             }
         }
         if self.bytes > before {
@@ -746,6 +744,22 @@ impl RecvState {
             counters
                 .moved
                 .fetch_add(self.bytes - before, Ordering::Relaxed);
+        }
+    }
+}
+
+impl RecvState {
+    /// `--verify`: checks `bytes`, which start at stream offset `self.bytes`. The first
+    /// mismatch of the stream is the one reported: once one is found (or the stream failed),
+    /// later buffers are not checked, so they cannot replace it.
+    fn check(&mut self, bytes: &[u8]) {
+        let Some(p) = self.pattern.filter(|_| self.error.is_none()) else {
+            return;
+        };
+        if let Err(m) = p.verify(self.bytes, bytes) {
+            self.error = Some(format!(
+                "--verify: {m} (is the sender zcnet perf with --verify?)"
+            ));
         }
     }
 }
@@ -804,6 +818,31 @@ pub fn drain_receivers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A batch of buffers of which the second and third are corrupted: the error names the
+    /// first wrong byte of the stream (it named the last buffer's), and later batches keep it.
+    #[zcnet_testkit::test]
+    fn verify_reports_the_first_mismatch_of_a_stream() {
+        let p = Pattern::new(9);
+        let mut stream = vec![0u8; 4 * 1000];
+        p.fill(0, &mut stream);
+        stream[1234] ^= 0xff;
+        stream[2500] ^= 0x01;
+        stream[3999] ^= 0x80;
+        let mut st = RecvState {
+            bytes: 0,
+            last: None,
+            pattern: Some(p),
+            complete: false,
+            error: None,
+        };
+        for chunk in stream.chunks(1000) {
+            st.check(chunk);
+            st.bytes += chunk.len() as u64;
+        }
+        let e = st.error.expect("a mismatch");
+        assert!(e.contains("mismatch at byte 1234:"), "{e}");
+    }
 
     #[zcnet_testkit::test]
     fn budget_in_bytes_cuts_the_last_send() {
