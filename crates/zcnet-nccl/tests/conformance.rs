@@ -22,9 +22,12 @@ use std::ffi::c_int;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use zcnet_testkit::{Need, Outcome};
 
 const NULLP: P = std::ptr::null_mut();
 const LIMIT: Duration = Duration::from_secs(60);
+/// How long a sender process of its own may take (its transfers each wait up to LIMIT).
+const SENDER_LIMIT: Duration = Duration::from_secs(300);
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -350,6 +353,21 @@ fn main() {
         },
         Ok("recv-then-hang") => faults::recv_then_hang(),
         Ok("send-then-hang") => faults::send_then_hang(),
+        Ok("recv-late") => match recv_late() {
+            Ok(()) => {
+                println!("OK");
+                std::process::exit(0);
+            }
+            Err(e) => {
+                println!("FAIL {e}");
+                std::process::exit(1);
+            }
+        },
+        Ok("send-rewrite") => {
+            send_rewrite();
+            println!("OK");
+            std::process::exit(0);
+        }
         Ok("send") => {
             // A sender process of its own for one (ZCNET_NCCL_TX, ZCNET_NCCL_RX) pair.
             every_version_once();
@@ -362,55 +380,119 @@ fn main() {
     if std::env::var("ZCNET_NCCL_IFACE").is_err() {
         std::env::set_var("ZCNET_NCCL_IFACE", "=lo");
     }
-    let tests: Vec<(&str, fn())> = vec![
-        (
+    // (name, its time limit in seconds, the case). Each runs on a thread of its own under its
+    // limit (zcnet_testkit::run_bounded): a hang anywhere in it, or in a child it waits for,
+    // fails naming it. A case that cannot run here calls zcnet_testkit::skip/require_* and is
+    // counted as ignored, or failed where ZCNET_TEST_STRICT names the need.
+    type Case = fn() -> Result<(), String>;
+    macro_rules! case {
+        ($name:literal, $secs:expr, $f:path) => {
+            ($name, $secs, (|| Ok($f())) as Case)
+        };
+    }
+    let tests: Vec<(&str, u64, Case)> = vec![
+        case!(
             "every_version_moves_random_scripts_verified_byte_for_byte",
-            every_version,
+            300,
+            every_version
         ),
-        ("large_messages_over_several_sockets", large_messages),
-        ("messages_of_64_mib", huge_messages),
-        ("every_tx_and_rx_mode_in_a_process_of_its_own", every_mode),
-        ("between_lab_namespaces_over_veth", lab_namespaces),
-        (
+        case!("large_messages_over_several_sockets", 120, large_messages),
+        case!("messages_of_64_mib", 180, huge_messages),
+        case!(
+            "every_tx_and_rx_mode_in_a_process_of_its_own",
+            600,
+            every_mode
+        ),
+        case!(
+            "a_buffer_rewritten_once_test_says_done_never_changes_what_the_peer_gets",
+            180,
+            rewrite_after_done
+        ),
+        case!("between_lab_namespaces_over_veth", 300, lab_namespaces),
+        case!(
             "faults_give_the_matching_result_and_never_hang",
-            faults::all,
+            180,
+            faults::all
         ),
     ];
+    let strict = strict_needs();
     let (fds0, threads0) = (open_fds(), threads());
-    let mut failed = 0;
-    for (name, f) in &tests {
-        let r = std::panic::catch_unwind(f);
-        println!(
-            "test {name} ... {}",
-            if r.is_ok() { "ok" } else { "FAILED" }
-        );
-        failed += usize::from(r.is_err());
+    let (mut passed, mut failed, mut ignored) = (0, 0, 0);
+    let mut failures = Vec::new();
+    for (name, limit_s, f) in &tests {
+        match zcnet_testkit::run_bounded(name, case_limit(*limit_s), &strict, *f) {
+            Outcome::Passed => {
+                println!("test {name} ... ok");
+                passed += 1;
+            }
+            Outcome::Skipped(why) => {
+                println!("test {name} ... ignored, {why}");
+                ignored += 1;
+            }
+            Outcome::Failed(msg) => {
+                println!("test {name} ... FAILED");
+                failures.push((*name, msg));
+                failed += 1;
+            }
+        }
     }
     // Connect threads end with their connect; give the last one a moment.
     std::thread::sleep(Duration::from_millis(100));
     let leak = (open_fds() > fds0, threads() > threads0);
-    println!(
-        "test nothing_is_left_behind ... {}",
-        if leak == (false, false) {
-            "ok"
-        } else {
-            "FAILED"
-        }
-    );
-    if leak != (false, false) {
-        eprintln!(
-            "fds {fds0} -> {}, threads {threads0} -> {}",
-            open_fds(),
-            threads()
-        );
+    if leak == (false, false) {
+        println!("test nothing_is_left_behind ... ok");
+        passed += 1;
+    } else {
+        println!("test nothing_is_left_behind ... FAILED");
+        failures.push((
+            "nothing_is_left_behind",
+            format!(
+                "fds {fds0} -> {}, threads {threads0} -> {}",
+                open_fds(),
+                threads()
+            ),
+        ));
         failed += 1;
     }
+    if !failures.is_empty() {
+        println!("\nfailures:");
+        for (name, msg) in &failures {
+            println!("\n---- {name} ----\n{msg}");
+        }
+        println!("\nfailures:");
+        for (name, _) in &failures {
+            println!("    {name}");
+        }
+    }
     println!(
-        "\ntest result: {}. {} passed; {failed} failed; 0 ignored; 0 measured; 0 filtered out",
+        "\ntest result: {}. {passed} passed; {failed} failed; {ignored} ignored; 0 measured; 0 filtered out",
         if failed == 0 { "ok" } else { "FAILED" },
-        tests.len() + 1 - failed
     );
     std::process::exit(i32::from(failed > 0));
+}
+
+/// A case's limit: `secs` times `ZCNET_TEST_TIMEOUT_SCALE`, as zcnet-testkit scales its own.
+fn case_limit(secs: u64) -> Duration {
+    let scale = std::env::var("ZCNET_TEST_TIMEOUT_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(1.0);
+    Duration::from_secs_f64(secs as f64 * scale)
+}
+
+/// The needs `ZCNET_TEST_STRICT` forbids skipping, by zcnet-testkit's rule: `all`, or a
+/// comma-separated list of need names (`root,tool,kernel,hardware`).
+fn strict_needs() -> Vec<Need> {
+    let all = [Need::Root, Need::Tool, Need::Kernel, Need::Hardware];
+    match std::env::var("ZCNET_TEST_STRICT") {
+        Ok(v) if v.trim() == "all" => all.to_vec(),
+        Ok(v) => all
+            .into_iter()
+            .filter(|n| v.split(',').any(|w| w.trim() == n.name()))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 fn every_version() {
@@ -452,21 +534,67 @@ const MODES: &[(&str, &str)] = &[
     ("auto", "copy"),
 ];
 
-/// Runs this binary as a sender with `envs`, the receiver children inheriting them; panics
-/// with its output unless it printed OK in time.
+/// Runs this binary as a sender (`ZCNET_NCCL_ROLE=send`) with `cmd`'s environment, the receiver
+/// children inheriting it; panics with its output unless it printed OK in time.
 fn run_sender(what: &str, cmd: &mut Command) {
-    let out = cmd
-        .env("ZCNET_NCCL_ROLE", "send")
+    run_role("send", what, cmd)
+}
+
+/// Runs this binary in `role` with `cmd`'s environment; panics with its output unless it
+/// printed OK within [`SENDER_LIMIT`] (it is killed then: a hang is a failure, not a hang).
+fn run_role(role: &str, what: &str, cmd: &mut Command) {
+    let mut child = cmd
+        .env("ZCNET_NCCL_ROLE", role)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .output()
+        .spawn()
         .expect("spawn sender");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let pipe = |r: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        if let Some(mut r) = r {
+            std::thread::spawn(move || {
+                let mut b = Vec::new();
+                let _ = r.read_to_end(&mut b);
+                let _ = tx.send(b);
+            });
+        }
+        rx
+    };
+    let out = pipe(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = pipe(child.stderr.take().map(|p| Box::new(p) as _));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if start.elapsed() > SENDER_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+                rx.recv_timeout(Duration::from_secs(1))
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default()
+            };
+            panic!(
+                "{what}: no result within {} s: killed (a hang)\n{}\n{}",
+                SENDER_LIMIT.as_secs(),
+                text(out),
+                text(err)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The receiver children it started hold no copy of these pipes past its end (they have
+    // their own stdout; stderr they inherit ends with them, each bounded by LIMIT).
+    let text = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+        rx.recv_timeout(LIMIT)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
+    let (text, etext) = (text(out), text(err));
     assert!(
-        out.status.success() && text.contains("OK"),
-        "{what}: {}\n{text}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+        status.success() && text.lines().any(|l| l == "OK"),
+        "{what}: {status}\n{text}\n{etext}"
     );
 }
 
@@ -480,10 +608,8 @@ fn every_mode() {
 
 /// As root: the sender in one lab namespace, the receiver in another, over veth.
 fn lab_namespaces() {
-    if !zcnet_sys::os::is_root() {
-        println!("skipped: the lab leg needs root (network namespaces)");
-        return;
-    }
+    zcnet_testkit::require_root("the lab leg: two network namespaces over veth");
+    zcnet_testkit::require_tool("ip", "the lab leg runs the receiver with `ip netns exec`");
     let mut lab = zcnet_tools::lab::Lab::new().expect("lab");
     let v = lab.veth().expect("veth");
     let mut c = Command::new("ip");
@@ -494,6 +620,174 @@ fn lab_namespaces() {
         .env("ZCNET_NCCL_RECV_IFACE", "=vB");
     run_sender("over veth between lab namespaces", &mut c);
     drop(lab);
+}
+
+/// The messages of the rewrite check: (size, sent from memory registered with regMr). The
+/// receiver posts each receive only [`LATE`] after the previous one completed, so each message
+/// sits in socket buffers, still read by the kernel, when its send's bytes are all accepted.
+const REWRITE: &[(usize, bool)] = &[
+    (1 << 20, true),
+    (256 << 10, false),
+    (3 << 20, true),
+    (64 << 10, true),
+    (1 << 20, false),
+];
+const LATE: Duration = Duration::from_millis(300);
+
+fn rewrite_pattern(round: usize, off: usize) -> u8 {
+    pattern(1000 + round as u64, off)
+}
+
+/// Child (`recv-late`): accept, then for each message of [`REWRITE`] wait [`LATE`], post its
+/// receive and compare every byte with what the sender gave isend.
+fn recv_late() -> Result<(), String> {
+    let t = load(12);
+    let ctx = init(&t);
+    let mut h = [0u8; NET_HANDLE_MAXSIZE];
+    let (rc, l) = t.listen(ctx, 0, &mut h);
+    if rc != 0 || l.is_null() {
+        return Err(format!("listen rc {rc}"));
+    }
+    println!("HANDLE {}", hex(&h));
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let r = loop {
+        let (rc, r) = t.accept(l);
+        if rc != 0 {
+            return Err(format!("accept rc {rc}"));
+        }
+        if !r.is_null() {
+            break r;
+        }
+        if start.elapsed() > LIMIT {
+            return Err("accept timed out".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let max = REWRITE.iter().map(|m| m.0).max().unwrap_or(0);
+    let mut buf = vec![0u8; max];
+    for (round, &(size, _)) in REWRITE.iter().enumerate() {
+        std::thread::sleep(LATE);
+        buf.fill(0);
+        let start = Instant::now();
+        let req = loop {
+            let (rc, req) = t.irecv(r, &[(buf.as_mut_ptr(), size)], &[round as c_int], &[NULLP]);
+            if rc != 0 {
+                return Err(format!("irecv rc {rc}"));
+            }
+            if !req.is_null() {
+                break req;
+            }
+            if start.elapsed() > LIMIT {
+                return Err("irecv never accepted".into());
+            }
+        };
+        loop {
+            let mut sz = [-1 as c_int; 1];
+            let (rc, done) = t.test(req, &mut sz);
+            if rc != 0 {
+                return Err(format!("test rc {rc} on message {round}"));
+            }
+            if done {
+                if sz[0] as usize != size {
+                    return Err(format!("message {round}: {} B, sent {size}", sz[0]));
+                }
+                break;
+            }
+            if start.elapsed() > LIMIT {
+                return Err(format!("message {round} never arrived"));
+            }
+        }
+        let wrong: Vec<usize> = (0..size)
+            .filter(|&o| buf[o] != rewrite_pattern(round, o))
+            .collect();
+        if let Some(&first) = wrong.first() {
+            return Err(format!(
+                "message {round} ({size} B): {} bytes differ from what isend was given, the first at {first} ({:#04x}, sent {:#04x}): the sender rewrote its buffer once test() said done, and the kernel was still reading it",
+                wrong.len(),
+                buf[first],
+                rewrite_pattern(round, first)
+            ));
+        }
+    }
+    assert_eq!(t.close_recv(r), 0);
+    assert_eq!(t.close_listen(l), 0);
+    assert_eq!(t.finalize(ctx), 0);
+    Ok(())
+}
+
+/// Sender process (`send-rewrite`, `ZCNET_NCCL_TX` set by the parent): sends the messages of
+/// [`REWRITE`] from one buffer and overwrites it with garbage the moment test() says the send
+/// is done, as NCCL may: a send is done only when the kernel no longer reads the buffer (every
+/// zero-copy notification in), so the receiver must still get every byte as sent.
+fn send_rewrite() {
+    let t = load(12);
+    let ctx = init(&t);
+    let mut child = receiver_command("recv-late")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn receiver");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut h = read_handle(&mut out);
+    let s = connect(&t, ctx, &mut h);
+    let max = REWRITE.iter().map(|m| m.0).max().unwrap_or(0);
+    let mut arena = vec![0u8; max];
+    let (rc, mr) = t.reg_mr(s, arena.as_mut_ptr(), arena.len(), PTR_HOST);
+    assert_eq!(rc, 0, "regMr");
+    for (round, &(size, registered)) in REWRITE.iter().enumerate() {
+        for (o, b) in arena[..size].iter_mut().enumerate() {
+            *b = rewrite_pattern(round, o);
+        }
+        let m = if registered { mr } else { NULLP };
+        let start = Instant::now();
+        let req = loop {
+            let (rc, req) = t.isend(s, arena.as_mut_ptr(), size, round as c_int, m);
+            assert_eq!(rc, 0, "isend");
+            if !req.is_null() {
+                break req;
+            }
+            assert!(start.elapsed() < LIMIT, "isend never accepted");
+        };
+        loop {
+            let mut sz = [-1 as c_int; 1];
+            let (rc, done) = t.test(req, &mut sz);
+            assert_eq!(rc, 0, "test");
+            if done {
+                assert_eq!(sz[0] as usize, size, "send size");
+                break;
+            }
+            assert!(start.elapsed() < LIMIT, "send {round} never completed");
+        }
+        // The buffer is the caller's again: garbage, at once.
+        arena[..size].fill(0xa5);
+    }
+    assert_eq!(t.dereg_mr(s, mr), 0);
+    assert_eq!(t.close_send(s), 0);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("child output");
+    let st = child.wait().expect("child");
+    assert!(st.success() && rest.contains("OK"), "receiver: {rest}");
+    assert_eq!(t.finalize(ctx), 0);
+}
+
+/// The rewrite check with zero-copy sends: `uring-zc`, and `auto` (which starts zero-copy),
+/// each in a sender process of its own (the knobs are read once per process).
+fn rewrite_after_done() {
+    let zc = zcnet_sys::foreign_ring::ForeignRing::new(16, 0)
+        .map(|r| r.supports_send_zc())
+        .unwrap_or(false);
+    if !zc {
+        zcnet_testkit::skip(Need::Kernel, "no io_uring SEND_ZC (Linux 6.0)");
+    }
+    for tx in ["uring-zc", "auto"] {
+        let mut c = Command::new(std::env::current_exe().expect("exe"));
+        c.env("ZCNET_NCCL_TX", tx);
+        run_role(
+            "send-rewrite",
+            &format!("ZCNET_NCCL_TX={tx}: a send buffer rewritten once test() said done"),
+            &mut c,
+        );
+    }
 }
 
 #[path = "conformance/faults.rs"]
