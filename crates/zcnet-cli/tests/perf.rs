@@ -266,4 +266,131 @@ fn flags_that_cannot_work_exit_2_naming_the_flag() {
     }
 }
 
+/// A `zcnet perf -s` on a free port, listening once this returns.
+fn zcnet_server() -> (Server, u16) {
+    let port = free_port();
+    let mut child = zcnet()
+        .args(["perf", "-s", "-p", &port.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn server");
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    let mut r = BufReader::new(out);
+    r.read_line(&mut line).expect("banner");
+    // Keep reading (and dropping) what it prints.
+    std::thread::spawn(move || std::io::copy(&mut r, &mut std::io::sink()));
+    (Server(child), port)
+}
+
+/// Between two zcnet ends, --verify says how many bytes it checked (text and -J); it said
+/// nothing.
+#[zcnet_testkit::test]
+fn verify_between_zcnet_ends_says_how_many_bytes_it_checked() {
+    let (_server, port) = zcnet_server();
+    let p = port.to_string();
+    for extra in [&["-R"][..], &[][..]] {
+        let out = zcnet()
+            .args([
+                "perf",
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-n",
+                "4M",
+                "--verify",
+                "-J",
+            ])
+            .args(extra)
+            .output()
+            .expect("client");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(
+            v["end"]["verify"]["verified_bytes"],
+            4 << 20,
+            "{extra:?}: {v}"
+        );
+        assert_eq!(v["end"]["verify"]["seed"], 1);
+    }
+    let out = zcnet()
+        .args([
+            "perf",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-n",
+            "4M",
+            "--verify",
+            "--seed",
+            "5",
+        ])
+        .output()
+        .expect("client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("4194304 bytes verified against the pattern (seed 5)"),
+        "{text}"
+    );
+}
+
+/// Against a stock iperf3 server, --verify says in one line that nothing was verified (the
+/// server ignores the pattern); it checked nothing and said nothing.
+#[zcnet_testkit::test]
+fn verify_against_iperf3_says_nothing_was_verified() {
+    zcnet_testkit::require_tool("iperf3", "a stock iperf3 server to verify against");
+    let (_server, port, name) = udp_server();
+    assert_eq!(name, "iperf3 -s");
+    let p = port.to_string();
+    let out = zcnet()
+        .args(["perf", "-c", "127.0.0.1", "-p", &p, "-n", "1M", "--verify"])
+        .output()
+        .expect("client");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let notes: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("nothing verified"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{text}");
+    let out = zcnet()
+        .args([
+            "perf",
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-n",
+            "1M",
+            "--verify",
+            "-J",
+        ])
+        .output()
+        .expect("client");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["end"]["verify"]["verified_bytes"], 0, "{v}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing verified"));
+}
+
 zcnet_testkit::main!();

@@ -402,12 +402,22 @@ impl<'a> Client<'a> {
         };
         let totals = run.totals(peer);
         let paths = run.path_summary();
+        let verified = self
+            .s
+            .verify
+            .map(|seed| verify_outcome(seed, &totals, peer.zerocopy.is_some()));
         if self.s.json {
-            let end = jsonout::end(
+            let mut end = jsonout::end(
                 run.layout(),
                 &totals,
                 paths.to_json_with_peer(peer.zerocopy.as_ref()),
             );
+            if let Some(v) = &verified {
+                end["verify"] = v.to_json();
+                if let Some(note) = v.note() {
+                    crate::eoutln!("zcnet perf: {note}");
+                }
+            }
             let doc = jsonout::document(
                 std::mem::take(&mut self.start_json),
                 run.take_intervals(),
@@ -422,6 +432,9 @@ impl<'a> Client<'a> {
             );
             for line in paths.lines() {
                 crate::outln!("{line}");
+            }
+            if let Some(v) = &verified {
+                crate::outln!("{}", v.line());
             }
             crate::outln!("\niperf Done.");
         }
@@ -463,6 +476,70 @@ impl<'a> Client<'a> {
         result
     }
 }
+
+/// What `--verify` checked, told at the end of a test that passed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verified {
+    /// Both ends are zcnet: every byte received, on either side, was checked against the
+    /// pattern of `seed` (a mismatch fails the test), `bytes` in all.
+    Bytes {
+        /// The pattern's seed.
+        seed: u64,
+        /// Bytes checked.
+        bytes: u64,
+    },
+    /// The server is not zcnet (its results carry no zcnet section): it ignored the pattern's
+    /// seed and checked nothing it received.
+    PeerNotZcnet {
+        /// The pattern's seed.
+        seed: u64,
+    },
+}
+
+/// `--verify`'s outcome: the bytes both ends received when the peer is zcnet (each receiving
+/// stream checks the pattern), else nothing.
+pub fn verify_outcome(seed: u64, totals: &report::Totals, peer_is_zcnet: bool) -> Verified {
+    if peer_is_zcnet {
+        let bytes = totals.streams.iter().map(|s| s.received).sum();
+        Verified::Bytes { seed, bytes }
+    } else {
+        Verified::PeerNotZcnet { seed }
+    }
+}
+
+impl Verified {
+    /// The line printed after the summary.
+    pub fn line(&self) -> String {
+        match self {
+            Verified::Bytes { seed, bytes } => format!(
+                "zcnet verify: {bytes} bytes verified against the pattern (seed {seed}), none wrong"
+            ),
+            Verified::PeerNotZcnet { .. } => format!("zcnet verify: {}", NOT_ZCNET),
+        }
+    }
+
+    /// The one-line note for a peer that checked nothing (on stderr with `-J`).
+    pub fn note(&self) -> Option<String> {
+        matches!(self, Verified::PeerNotZcnet { .. }).then(|| format!("--verify: {NOT_ZCNET}"))
+    }
+
+    /// `end.verify` of `-J`.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Verified::Bytes { seed, bytes } => {
+                serde_json::json!({"seed": seed, "verified_bytes": bytes, "peer_checks": true})
+            }
+            Verified::PeerNotZcnet { seed } => serde_json::json!({
+                "seed": seed,
+                "verified_bytes": 0,
+                "peer_checks": false,
+                "note": NOT_ZCNET,
+            }),
+        }
+    }
+}
+
+const NOT_ZCNET: &str = "nothing verified: the server is not zcnet perf (iperf3?), so it did not check the pattern it received; run `zcnet perf -s` there to verify";
 
 /// How a UDP test's datagrams are made (`None` for TCP).
 pub fn udp_config(p: &TestParams, gso: bool) -> Option<UdpConfig> {
