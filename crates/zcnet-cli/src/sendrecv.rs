@@ -83,7 +83,9 @@ pub struct RecvArgs {
     /// Receive UDP datagrams instead of one TCP stream (until --bytes, --idle or Ctrl-C).
     #[arg(long)]
     pub udp: bool,
-    /// --udp: stop once this many bytes have arrived.
+    /// --udp: stop once this many bytes have arrived (fewer by --idle: exit 1). TCP: the
+    /// stream must carry exactly this many bytes; one cut short (a peer reset, a sender that
+    /// stopped early) or longer is exit 1, with --verify or not.
     #[arg(long, allow_hyphen_values = true)]
     pub bytes: Option<String>,
     /// --udp: stop once nothing has arrived for this many seconds after the first datagram
@@ -532,7 +534,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     }
     // Every argument is checked before anything is listened on or allocated (exit code 2).
     let mode = RxMode::parse(&a.rx)?;
-    crate::udp_cmd::check_stream_recv_flags(a)?;
+    let want_bytes = crate::udp_cmd::check_stream_recv_flags(a)?;
     check_rx_iface(mode, a.iface.as_deref(), a.naive)?;
     let addr = net::parse_addr(&a.listen)?;
     let mut cfg = RxConfig::new(mode);
@@ -623,5 +625,23 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             if a.verify { ", pattern verified" } else { "" }
         );
     }
-    Ok(())
+    stream_length(rep.recv.bytes, want_bytes)
+}
+
+/// `recv --bytes N` on a stream: `received` must be exactly N.
+pub(crate) fn stream_length(received: u64, want: Option<u64>) -> Result<(), Error> {
+    match want {
+        Some(n) if received != n => Err(Error::io(
+            format!("recv --bytes {n}"),
+            std::io::Error::other(format!(
+                "the stream carried {received} B, not {n} B: {}",
+                if received < n {
+                    "cut short"
+                } else {
+                    "longer than asked"
+                }
+            )),
+        )),
+        _ => Ok(()),
+    }
 }

@@ -58,16 +58,18 @@ pub fn check_send_flags(a: &SendArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// `--bytes`/`--idle` of `recv` belong to `--udp` (a stream ends by itself).
-pub fn check_stream_recv_flags(a: &RecvArgs) -> Result<(), Error> {
-    let flag = match (&a.bytes, a.idle) {
-        (Some(_), _) => "--bytes",
-        (None, Some(_)) => "--idle",
-        (None, None) => return Ok(()),
-    };
-    Err(Error::invalid_input(format!(
-        "{flag} applies to --udp (datagrams have no end of stream); a TCP stream ends when the sender closes it: drop {flag} or add --udp"
-    )))
+/// `--idle` of `recv` belongs to `--udp` (a stream ends by itself); `--bytes` on a stream is
+/// the length it must have. Returns that length.
+pub fn check_stream_recv_flags(a: &RecvArgs) -> Result<Option<u64>, Error> {
+    if a.idle.is_some() {
+        return Err(Error::invalid_input(
+            "--idle applies to --udp (datagrams have no end of stream); a TCP stream ends when the sender closes it: drop --idle or add --udp",
+        ));
+    }
+    a.bytes
+        .as_deref()
+        .map(|b| bytes_arg("--bytes", b))
+        .transpose()
 }
 
 /// `zcnet send --udp --tx af-xdp --iface IFACE [--queue Q] ADDR:PORT`.
@@ -232,6 +234,14 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
     }
     if rep.stop == Stop::Interrupted {
         return Err(Error::Interrupted);
+    }
+    if a.verify && rep.bytes == 0 {
+        return Err(Error::io(
+            "recv --verify",
+            std::io::Error::other(
+                "nothing to verify: 0 B of payload arrived, so the pattern was not checked",
+            ),
+        ));
     }
     if let Some(want) = bytes.filter(|&b| rep.bytes < b) {
         return Err(Error::io(

@@ -476,7 +476,7 @@ fn a_wrong_seed_and_an_unanswered_address_are_refused_in_one_line() {
 #[zcnet_testkit::test]
 fn bad_arguments_exit_2_in_one_line_naming_the_flag() {
     // lo exists everywhere (MTU 65536: one AF_XDP frame carries at most 4096 − 42 B).
-    let cases: [(&[&str], &[&str]); 9] = [
+    let cases: [(&[&str], &[&str]); 10] = [
         (
             &[
                 "send",
@@ -529,7 +529,9 @@ fn bad_arguments_exit_2_in_one_line_naming_the_flag() {
             &["recv", "--udp", "--rx", "uring"],
             &["--rx uring", "--rx copy"],
         ),
-        (&["recv", "--bytes", "1"], &["--bytes applies to --udp"]),
+        (&["recv", "--idle", "1"], &["--idle applies to --udp"]),
+        // On a stream --bytes is the length it must have: checked like any size.
+        (&["recv", "--bytes", "0"], &["--bytes"]),
     ];
     for (args, named) in cases {
         let o = zcnet(args);

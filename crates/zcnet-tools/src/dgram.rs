@@ -567,7 +567,8 @@ pub struct UdpRecvReport {
     pub datagrams: u64,
     /// Seconds from the first datagram to the last.
     pub seconds: f64,
-    /// Whether every datagram was checked against the pattern (and passed).
+    /// Whether every datagram was checked against the pattern (and passed), and there was at
+    /// least one byte to check: 0 B verify nothing.
     pub verified: bool,
     /// With verification: bytes below the highest offset that never arrived.
     pub missing_bytes: Option<u64>,
@@ -849,7 +850,7 @@ impl UdpReceiver {
             bytes: t.bytes,
             datagrams: t.datagrams,
             seconds,
-            verified: t.check.is_some(),
+            verified: t.check.is_some() && t.bytes > 0,
             missing_bytes: t.check.as_ref().map(DatagramCheck::missing_bytes),
             late: t.check.as_ref().map(DatagramCheck::late),
             stop,
@@ -975,8 +976,14 @@ impl UdpRecvReport {
             }
             _ => {}
         }
-        if let (Some(m), Some(l)) = (self.missing_bytes, self.late) {
-            s += &format!("; pattern verified, {m} B missing, {l} datagrams late");
+        match (self.missing_bytes, self.late) {
+            (Some(_), Some(_)) if !self.verified => {
+                s += "; nothing to verify: 0 B of payload arrived";
+            }
+            (Some(m), Some(l)) => {
+                s += &format!("; pattern verified, {m} B missing, {l} datagrams late");
+            }
+            _ => {}
         }
         s
     }
