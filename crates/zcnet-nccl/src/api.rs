@@ -163,7 +163,8 @@ pub fn device(dev: i32) -> Result<&'static Device> {
 /// Listens on device `dev`: fills `handle` and returns the listen comm.
 pub fn listen(dev: i32, handle_out: &mut [u8]) -> Result<u64> {
     let d = device(dev)?;
-    let l = Listen::new(d.addr, engine()?.knobs.nsocks)?;
+    let k = &engine()?.knobs;
+    let l = Listen::new(d.addr, k.nsocks, k.connect_timeout)?;
     handle_out.fill(0);
     handle_out[..handle::HANDLE_LEN].copy_from_slice(&l.handle().encode());
     insert(Obj::Listen(l))
@@ -180,7 +181,8 @@ pub fn connect(dev: i32, handle_buf: &mut [u8]) -> Result<Option<u64>> {
     if stage == 0 {
         t.next += 1;
         let key = t.next;
-        t.dialing.insert(key, Dialing::start(h)?);
+        t.dialing
+            .insert(key, Dialing::start(h, engine()?.knobs.connect_timeout)?);
         handle::set_stage(handle_buf, key);
         return Ok(None);
     }

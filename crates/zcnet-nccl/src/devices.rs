@@ -32,6 +32,9 @@ pub struct Knobs {
     pub tx: TxMode,
     /// How receives move (`ZCNET_NCCL_RX`).
     pub rx: RxMode,
+    /// How long a connection may take to connect and greet, on either side
+    /// (`ZCNET_NCCL_CONNECT_TIMEOUT_MS`, 100..=600000, default 30000).
+    pub connect_timeout: std::time::Duration,
 }
 
 /// `ZCNET_NCCL_TX`: how the plugin sends.
@@ -122,11 +125,13 @@ impl Knobs {
             RxMode::Uring,
             &[("copy", RxMode::Copy), ("uring", RxMode::Uring)],
         )?;
+        let timeout_ms = parse_knob(&get, "ZCNET_NCCL_CONNECT_TIMEOUT_MS", 30_000, 100, 600_000)?;
         Ok(Knobs {
             nsocks: nsocks as u16,
             chunk: chunk as u32,
             tx,
             rx,
+            connect_timeout: std::time::Duration::from_millis(timeout_ms),
         })
     }
 }
@@ -253,6 +258,7 @@ mod tests {
                 chunk: 512 << 10,
                 tx: TxMode::Auto,
                 rx: RxMode::Uring,
+                connect_timeout: std::time::Duration::from_secs(30),
             }
         );
         let k = Knobs::from(env(&[

@@ -5,7 +5,11 @@
 //! handle: magic u32 "ZCNH" | version u16 | nsocks u16 | port u16 | family u16 (4 or 6) |
 //!         ip [u8; 16] | nonce u64 | stage u64 (connect's progress, written by connect)   = 48 B
 //! hello:  magic u32 "ZCNS" | version u16 | index u16 | nsocks u16 | reserved u16 | nonce u64 = 20 B
+//! answer: "ZCNW" (the listener took the socket)                                              =  4 B
 //! ```
+//!
+//! Version 2 added the answer: a version 1 listener never sends it, so a version 2 connect to
+//! one fails after its timeout instead of hanging.
 
 use crate::abi::NET_HANDLE_MAXSIZE;
 use crate::error::{PluginError, Result};
@@ -13,11 +17,14 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 const HANDLE_MAGIC: u32 = u32::from_le_bytes(*b"ZCNH");
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"ZCNS");
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
 /// Bytes of the handle that are used.
 pub const HANDLE_LEN: usize = 48;
 /// Bytes of a hello.
 pub const HELLO_LEN: usize = 20;
+/// The listener's answer to a hello it took: the connecting side waits for it, so a peer that
+/// accepts and never reads, or goes away, fails `connect` instead of a later send.
+pub const WELCOME: [u8; 4] = *b"ZCNW";
 /// Where `stage` lives in the handle.
 const STAGE_AT: usize = 40;
 

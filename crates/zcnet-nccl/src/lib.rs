@@ -20,12 +20,14 @@
 //!
 //! Progress happens inside `isend`, `irecv` and `test`: no thread of the plugin runs (or spins)
 //! while NCCL is idle. Knobs: `ZCNET_NCCL_IFACE` (else `NCCL_SOCKET_IFNAME`), `ZCNET_NCCL_NSOCKS`
-//! (sockets per connection, default 2), `ZCNET_NCCL_CHUNK` (default 512K), `ZCNET_NCCL_DEBUG`
+//! (sockets per connection, default 2), `ZCNET_NCCL_CHUNK` (default 512K),
+//! `ZCNET_NCCL_CONNECT_TIMEOUT_MS` (connect and greeting, default 30000), `ZCNET_NCCL_DEBUG`
 //! (log to stderr when NCCL gave no logger).
 
 pub mod abi;
 pub mod api;
 mod conn;
+pub use conn::MAX_GREETING;
 pub mod data;
 pub mod devices;
 pub mod error;

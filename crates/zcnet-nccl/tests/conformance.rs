@@ -363,6 +363,11 @@ fn main() {
                 std::process::exit(1);
             }
         },
+        Ok("conn-faults") => {
+            connect::child();
+            println!("OK");
+            std::process::exit(0);
+        }
         Ok("send-rewrite") => {
             send_rewrite();
             println!("OK");
@@ -413,6 +418,11 @@ fn main() {
             "faults_give_the_matching_result_and_never_hang",
             180,
             faults::all
+        ),
+        case!(
+            "connections_that_never_finish_greeting_fail_in_time_and_leak_nothing",
+            120,
+            connect::all
         ),
     ];
     let strict = strict_needs();
@@ -790,5 +800,7 @@ fn rewrite_after_done() {
     }
 }
 
+#[path = "conformance/connect.rs"]
+mod connect;
 #[path = "conformance/faults.rs"]
 mod faults;
