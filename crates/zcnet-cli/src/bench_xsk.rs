@@ -214,6 +214,9 @@ fn print_json(r: &XskReport) {
     }
 }
 
+/// What the `drops` column counts, printed under the table.
+const DROPS_LEGEND: &str = "drops: frames sent minus frames received over all runs: frames the receiver never got (lost on the veth, dropped by the kernel because the receive ring was full or the fill ring empty, or still in flight when a run ended); the kernel's own counters of them (AF_XDP XDP_STATISTICS rx_dropped + rx_ring_full, AF_PACKET tp_drops, ENOBUFS from the device) are kernel_drops in --json; '-' for the sink, which has no receiver";
+
 fn mpps(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.3}", v / 1e6))
 }
@@ -267,6 +270,9 @@ fn print_table(r: &XskReport) {
             row.drops().map_or("-".into(), |d| d.to_string())
         );
     }
+    if r.rows.iter().any(|row| row.drops().is_some()) {
+        zcnet_tools::outln!("{DROPS_LEGEND}");
+    }
     for x in &r.ratios {
         let tx = match (x.tx_ratio, x.best_af_packet_tx) {
             (Some(q), Some((name, pps))) => {
@@ -288,5 +294,22 @@ fn print_table(r: &XskReport) {
             _ => "RX: no ratio (a row is missing)".into(),
         };
         zcnet_tools::outln!("{} {} B: af-xdp-copy {tx}; {rx}", x.path, x.size);
+    }
+}
+
+#[cfg(test)]
+mod drops_tests {
+    /// The drops column says what it counts and where the kernel's own counts are.
+    #[test]
+    fn the_drops_legend_names_what_it_counts() {
+        let l = super::DROPS_LEGEND;
+        for w in [
+            "sent minus frames received",
+            "rx_ring_full",
+            "tp_drops",
+            "kernel_drops",
+        ] {
+            assert!(l.contains(w), "{w}: {l}");
+        }
     }
 }
