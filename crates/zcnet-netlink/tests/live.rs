@@ -1,6 +1,8 @@
 //! Live tests against the running kernel, each inside a network namespace of its own with a
 //! veth pair `va`/`vb` (no addresses, no traffic). They need root and skip with a message
 //! otherwise. The namespace is deleted by a guard on every exit path, panics included.
+// A failed unwrap is a failed test (clippy's allow-unwrap-in-tests sees only libtest's #[test]).
+#![allow(clippy::unwrap_used)]
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd};
