@@ -31,12 +31,17 @@ struct JsonRow<'a> {
     other_cpu_seconds: Option<f64>,
     why: Option<String>,
     error: Option<&'a str>,
+    /// `"(stand-in driver: not GPU figures)"` for `--mem cuda` on zcnet's CUDA driver stand-in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    standin_note: Option<&'static str>,
 }
 
 #[derive(Serialize)]
 struct JsonDoc<'a> {
     results: Vec<JsonRow<'a>>,
     notes: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    standin_note: Option<&'static str>,
 }
 
 fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
@@ -147,16 +152,21 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
         }
     };
     let report = bench::run_tx(&cfg, &mut progress)?;
+    // `--mem cuda` on zcnet's CUDA driver stand-in: every row says its rates are not a GPU's.
+    let standin = match cfg.memory {
+        MemoryKind::Cuda(n) => zcnet::gpu::standin_label(n),
+        _ => None,
+    };
     if a.json {
-        print_json(&report);
+        print_json(&report, standin);
     } else {
-        print_table(&report);
+        print_table(&report, standin);
     }
     let failed = report.rows.iter().filter(|r| r.error.is_some()).count();
     all_ran("bench tx", failed, report.rows.len())
 }
 
-fn print_json(r: &TxReport) {
+fn print_json(r: &TxReport, standin_note: Option<&'static str>) {
     let frags = bench::max_skb_frags();
     let results = r
         .rows
@@ -180,11 +190,13 @@ fn print_json(r: &TxReport) {
             other_cpu_seconds: row.other_cpu_seconds,
             why: bench::slow_zero_copy_reason(row, r.ratio_to(row, "copy"), frags),
             error: row.error.as_deref(),
+            standin_note,
         })
         .collect();
     let doc = JsonDoc {
         results,
         notes: &r.notes,
+        standin_note,
     };
     match serde_json::to_string_pretty(&doc) {
         Ok(s) => zcnet_tools::outln!("{s}"),
@@ -192,7 +204,8 @@ fn print_json(r: &TxReport) {
     }
 }
 
-fn print_table(r: &TxReport) {
+fn print_table(r: &TxReport, standin: Option<&str>) {
+    let label = standin.map_or(String::new(), |l| format!("  {l}"));
     let frags = bench::max_skb_frags();
     for n in &r.notes {
         zcnet_tools::outln!("note: {n}");
@@ -210,7 +223,12 @@ fn print_table(r: &TxReport) {
     );
     for row in &r.rows {
         if let Some(e) = &row.error {
-            zcnet_tools::outln!("{:<9} {:<16} {:>7} failed: {e}", row.path, row.tx, row.size);
+            zcnet_tools::outln!(
+                "{:<9} {:<16} {:>7} failed: {e}{label}",
+                row.path,
+                row.tx,
+                row.size
+            );
             continue;
         }
         let ratio = r
@@ -223,7 +241,7 @@ fn print_table(r: &TxReport) {
             .cpu_seconds_per_gb()
             .map_or("-".to_string(), |x| format!("{x:.3}"));
         zcnet_tools::outln!(
-            "{:<9} {:<16} {:>7} {:>10.0} {:>7} {:>6} {:>9} {:>8}",
+            "{:<9} {:<16} {:>7} {:>10.0} {:>7} {:>6} {:>9} {:>8}{label}",
             row.path,
             row.tx,
             row.size,
@@ -254,7 +272,7 @@ fn print_table(r: &TxReport) {
                 if !std::mem::replace(&mut heading, true) {
                     zcnet_tools::outln!("{}", bench::OVERHEAD_HEADING);
                 }
-                zcnet_tools::outln!("{}", o.line(row.path, row.size, mode.name(), raw));
+                zcnet_tools::outln!("{}{label}", o.line(row.path, row.size, mode.name(), raw));
             }
         }
     }

@@ -38,6 +38,16 @@ struct GpuSendJson {
     notifications: u64,
     copies: u64,
     cpu_seconds: f64,
+    /// `"(stand-in driver: not GPU figures)"` on zcnet's CUDA driver stand-in; absent on a GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    standin_note: Option<&'static str>,
+}
+
+/// The stand-in's label for `region`'s device, appended to every line about the run (so no
+/// stand-in figure passes for a GPU one); empty on a GPU.
+fn label_of(region: &Region) -> (Option<&'static str>, String) {
+    let l = region.device_ordinal().and_then(gpu::standin_label);
+    (l, l.map_or(String::new(), |l| format!("  {l}")))
 }
 
 /// Checks what `--mem cuda` cannot do, before anything is connected or allocated.
@@ -69,13 +79,14 @@ pub fn send(
     }
     // The GPU memory first: a missing driver or device fails before any connection.
     let region = Region::new(memory, zcnet::tx::region_len(cfg))?;
+    let (standin_note, label) = label_of(&region);
     let stream = net::connect_tcp(addr)?;
     let (mut tx, refused) = GpuSender::open(stream.into(), region, cfg)?;
     if !a.json {
         for r in &refused {
-            zcnet_tools::eoutln!("zcnet send: {r}");
+            zcnet_tools::eoutln!("zcnet send: {r}{label}");
         }
-        zcnet_tools::eoutln!("zcnet send: from {} by {}", memory.name(), tx.path());
+        zcnet_tools::eoutln!("zcnet send: from {} by {}{label}", memory.name(), tx.path());
     }
     let pattern = Pattern::new(a.seed);
     let fill = a.verify.then_some(&pattern);
@@ -100,11 +111,12 @@ pub fn send(
             notifications: st.tx.notifications,
             copies: st.staged.pipeline.copies_completed,
             cpu_seconds: st.tx.cpu_seconds,
+            standin_note,
         };
         print_json(&doc)?;
     } else {
         zcnet_tools::eoutln!(
-            "zcnet send: {} B in {:.2} s ({:.0} MB/s) from {} by {}: {} B zero-copy, {} B copied, {} device-to-host copies, CPU {:.3} s",
+            "zcnet send: {} B in {:.2} s ({:.0} MB/s) from {} by {}: {} B zero-copy, {} B copied, {} device-to-host copies, CPU {:.3} s{label}",
             st.tx.bytes,
             st.tx.seconds,
             st.tx.mb_per_s(),
@@ -129,6 +141,9 @@ struct GpuRecvJson {
     verified: bool,
     copies: u64,
     ring_full: u64,
+    /// `"(stand-in driver: not GPU figures)"` on zcnet's CUDA driver stand-in; absent on a GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    standin_note: Option<&'static str>,
 }
 
 /// `zcnet recv --mem cuda[:N]`: the GPU memory is a ring of `--area` bytes.
@@ -138,10 +153,11 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
     if a.naive {
         return naive_recv(a, addr, memory, region);
     }
+    let (standin_note, label) = label_of(&region);
     let prepared = gpu::PreparedReceive::new(&mut region, cfg)?;
     if !a.json {
         for r in prepared.refused() {
-            zcnet_tools::eoutln!("zcnet recv: {r}");
+            zcnet_tools::eoutln!("zcnet recv: {r}{label}");
         }
     }
     let listener = listen_announced(addr)?;
@@ -158,11 +174,12 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
             verified: rep.verified,
             copies: rep.copies,
             ring_full: rep.ring_full,
+            standin_note,
         };
         print_json(&doc)?;
     } else {
         zcnet_tools::eoutln!(
-            "zcnet recv: {} B from {peer} in {:.2} s ({:.0} MB/s) into {} by {}: {} host-to-device copies, ring full {}x{}",
+            "zcnet recv: {} B from {peer} in {:.2} s ({:.0} MB/s) into {} by {}: {} host-to-device copies, ring full {}x{}{label}",
             rep.bytes,
             rep.seconds,
             rep.mb_per_s(),
@@ -185,17 +202,23 @@ struct NaiveJson {
     mb_per_s: f64,
     cpu_seconds: f64,
     verified: bool,
+    /// `"(stand-in driver: not GPU figures)"` on zcnet's CUDA driver stand-in; absent on a GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    standin_note: Option<&'static str>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn report_naive(
     a_json: bool,
     what: &str,
     memory: MemoryKind,
+    region: &Region,
     bytes: u64,
     secs: f64,
     cpu: f64,
     verified: bool,
 ) -> Result<(), Error> {
+    let (standin_note, label) = label_of(region);
     let mbps = if secs > 0.0 {
         bytes as f64 / secs / 1e6
     } else {
@@ -210,11 +233,12 @@ fn report_naive(
             mb_per_s: mbps,
             cpu_seconds: cpu,
             verified,
+            standin_note,
         };
         print_json(&doc)?;
     } else {
         zcnet_tools::eoutln!(
-            "zcnet {what}: {bytes} B in {secs:.2} s ({mbps:.0} MB/s) with {} by the naive loop (synchronous copies through pageable memory), CPU {cpu:.3} s",
+            "zcnet {what}: {bytes} B in {secs:.2} s ({mbps:.0} MB/s) with {} by the naive loop (synchronous copies through pageable memory), CPU {cpu:.3} s{label}",
             memory.name()
         );
     }
@@ -252,7 +276,7 @@ fn naive_send(
         t0.elapsed().as_secs_f64(),
         zcnet::thread_cpu_seconds() - cpu0,
     );
-    report_naive(a.json, "send", memory, offset, secs, cpu, a.verify)
+    report_naive(a.json, "send", memory, &region, offset, secs, cpu, a.verify)
 }
 
 /// The loop people write first: `recv()` into pageable memory, then a synchronous copy into
@@ -271,6 +295,7 @@ fn naive_recv(
         a.json,
         "recv",
         memory,
+        &region,
         rep.bytes,
         rep.seconds,
         rep.cpu_seconds,

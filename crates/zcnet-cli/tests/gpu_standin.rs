@@ -19,6 +19,9 @@ zcnet_testkit::main!();
 
 const BYTES: u64 = 8 << 20;
 
+/// What every line and JSON object about a device or rate of the stand-in carries.
+const LABEL: &str = "(stand-in driver: not GPU figures)";
+
 /// `zcnet` with the stand-in `lib` as its CUDA driver, writing its summary to `summary`.
 fn zcnet(lib: &Path, summary: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zcnet"));
@@ -46,6 +49,15 @@ fn json_of(o: &Output) -> Value {
 /// `recv --mem cuda --verify --json` and `send --mem cuda --verify --json` over loopback, both
 /// on the stand-in; returns (recv doc, send doc, recv summary, send summary).
 fn send_recv(variant: Variant, extra: &[&str]) -> (Value, Value, Summary, Summary) {
+    let extra: Vec<&str> = ["--json"].iter().chain(extra).copied().collect();
+    let (r, send, rs, ss) = send_recv_output(variant, &extra);
+    let (rdoc, sdoc) = (json_of(&r), json_of(&send));
+    (rdoc, sdoc, rs, ss)
+}
+
+/// `recv --mem cuda --verify` and `send --mem cuda --verify` with `extra` over loopback, both
+/// on the stand-in; returns (recv output, send output, recv summary, send summary).
+fn send_recv_output(variant: Variant, extra: &[&str]) -> (Output, Output, Summary, Summary) {
     let lib = cuda_standin::build(variant);
     let (rs, ss) = (
         cuda_standin::summary_path("recv"),
@@ -59,7 +71,6 @@ fn send_recv(variant: Variant, extra: &[&str]) -> (Value, Value, Summary, Summar
             "--mem",
             "cuda",
             "--verify",
-            "--json",
         ])
         .args(extra)
         .stdout(Stdio::piped())
@@ -67,8 +78,11 @@ fn send_recv(variant: Variant, extra: &[&str]) -> (Value, Value, Summary, Summar
         .spawn()
         .unwrap();
     let mut err = BufReader::new(recv.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
+    // Without --json the refusals come first: the port is on the "listening on" line.
+    let (mut before, mut line) = (String::new(), String::new());
+    while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
+        before.push_str(&std::mem::take(&mut line));
+    }
     let port: u16 = line
         .trim()
         .rsplit(':')
@@ -86,22 +100,61 @@ fn send_recv(variant: Variant, extra: &[&str]) -> (Value, Value, Summary, Summar
             "cuda",
             "--verify",
         ])
-        .args(["--bytes", &BYTES.to_string(), "--json"])
+        .args(["--bytes", &BYTES.to_string()])
         .args(extra)
         .output()
         .unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     let mut r = recv.wait_with_output().unwrap();
-    r.stderr = format!("{line}{rest}").into_bytes();
-    let (rdoc, sdoc) = (json_of(&r), json_of(&send));
-    (rdoc, sdoc, Summary::read(&rs), Summary::read(&ss))
+    r.stderr = format!("{before}{line}{rest}").into_bytes();
+    (r, send, Summary::read(&rs), Summary::read(&ss))
 }
 
 fn assert_path(doc: &Value, path: &str) {
     assert_eq!(doc["mem"], "cuda:0", "{doc}");
     assert_eq!(doc["path"], path, "{doc}");
     assert_eq!(doc["bytes"], BYTES, "{doc}");
+    assert_eq!(doc["standin_note"], LABEL, "{doc}");
+}
+
+/// Every line of `out` but those `skip` accepts carries the stand-in's label.
+fn assert_labelled(out: &str, skip: impl Fn(&str) -> bool) {
+    let lines: Vec<&str> = out.lines().filter(|l| !skip(l)).collect();
+    assert!(!lines.is_empty(), "no lines: {out}");
+    for l in lines {
+        assert!(
+            l.contains(LABEL),
+            "unlabelled stand-in line {l:?} in:\n{out}"
+        );
+    }
+}
+
+/// In the text output too, every line about the stand-in's device or a rate measured against it
+/// says it is a stand-in: a rate with no label could be read as a GPU figure.
+#[zcnet_testkit::test(timeout = 300)]
+fn send_and_recv_lines_say_stand_in() {
+    for extra in [&[][..], &["--naive"][..]] {
+        let (r, s, rs, ss) = send_recv_output(Variant::Full, extra);
+        assert!(
+            r.status.success() && s.status.success(),
+            "{}\n{}",
+            text(&r),
+            text(&s)
+        );
+        let (rerr, serr) = (
+            String::from_utf8_lossy(&r.stderr),
+            String::from_utf8_lossy(&s.stderr),
+        );
+        assert!(
+            rerr.contains("MB/s") && serr.contains("MB/s"),
+            "{rerr}\n{serr}"
+        );
+        assert_labelled(&rerr, |l| l.starts_with("zcnet recv: listening on"));
+        assert_labelled(&serr, |_| false);
+        rs.assert_clean();
+        ss.assert_clean();
+    }
 }
 
 #[zcnet_testkit::test(timeout = 300)]
@@ -176,6 +229,7 @@ fn bench_rx_into_the_stand_in_verifies_every_case() {
         .unwrap();
     let doc = json_of(&o);
     assert_eq!(doc["mem"], "cuda:0", "{doc}");
+    assert_eq!(doc["standin_note"], LABEL, "{doc}");
     let rows = doc["results"].as_array().unwrap();
     let cases: Vec<&str> = rows.iter().map(|r| r["case"].as_str().unwrap()).collect();
     assert_eq!(cases, ["host", "cuda:0", "naive"], "{doc}");
@@ -185,6 +239,7 @@ fn bench_rx_into_the_stand_in_verifies_every_case() {
         assert_eq!(r["verified"], true, "{r}");
         assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
         assert_eq!(r["bytes"], r["sent"], "every byte sent was received: {r}");
+        assert_eq!(r["standin_note"], LABEL, "{r}");
     }
     assert_eq!(rows[1]["via"], "staging", "{doc}");
     assert!(rows[1]["copies"].as_u64().unwrap() > 0, "{doc}");
@@ -192,6 +247,59 @@ fn bench_rx_into_the_stand_in_verifies_every_case() {
     s.assert_clean();
     assert!(s.count("async_htod") > 0, "{s}");
     assert_eq!(s.count("pageable_async"), 0, "{s}");
+
+    // The table: every row with a rate says stand-in.
+    let sum = cuda_standin::summary_path("bench-rx-table");
+    let o = zcnet(&lib, &sum)
+        .args(["bench", "rx", "--path", "loopback", "--mem", "cuda"])
+        .args(["--duration", "0.5"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("MB/s"), "{out}");
+    // The heading and the refusals of a row (indented) are not rows.
+    assert_labelled(&out, |l| {
+        l.starts_with("path ") || l.starts_with("note: ") || l.starts_with("   ")
+    });
+    Summary::read(&sum).assert_clean();
+}
+
+/// `bench tx --mem cuda` sends from the stand-in's memory (staging, through the library's
+/// GpuSender) and labels every row, in the table and in JSON.
+#[zcnet_testkit::test(timeout = 300)]
+fn bench_tx_from_the_stand_in_says_stand_in() {
+    let lib = cuda_standin::build(Variant::Full);
+    let bench = |json: bool| {
+        let sum = cuda_standin::summary_path(if json { "bench-tx" } else { "bench-tx-table" });
+        let o = zcnet(&lib, &sum)
+            .args(["bench", "tx", "--path", "loopback", "--mem", "cuda"])
+            .args(["--tx", "copy", "--size", "64K", "--duration", "0.3"])
+            .args(["--no-baseline"])
+            .args(if json { &["--json"][..] } else { &[][..] })
+            .output()
+            .unwrap();
+        let s = Summary::read(&sum);
+        s.assert_clean();
+        assert!(s.count("async_dtoh") > 0, "{s}");
+        o
+    };
+    let doc = json_of(&bench(true));
+    assert_eq!(doc["standin_note"], LABEL, "{doc}");
+    let rows = doc["results"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{doc}");
+    for r in rows {
+        assert_eq!(r["error"], Value::Null, "{r}");
+        assert!(r["bytes"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["standin_note"], LABEL, "{r}");
+    }
+    let o = bench(false);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("MB/s"), "{out}");
+    assert_labelled(&out, |l| {
+        l.starts_with("path ") || l.starts_with("note: ") || l.starts_with("   ")
+    });
 }
 
 fn probe(lib: &Path, summary: &Path, extra: &[&str]) -> Output {
@@ -215,8 +323,14 @@ fn probe_reports_the_stand_in_and_confirms_its_export() {
     assert_eq!(devs[0]["name"], cuda_standin::DEVICE_NAME, "{g}");
     assert_eq!(devs[0]["dma_buf"], true, "{g}");
     assert_eq!(devs[0]["export"], "confirmed", "{g}");
+    // It says it is a stand-in (an attribute no real driver knows), and so does every object
+    // about it.
+    assert_eq!(devs[0]["standin"], true, "{g}");
+    assert_eq!(devs[0]["standin_note"], LABEL, "{g}");
+    assert_eq!(g["driver"]["standin_note"], LABEL, "{g}");
     let paths = g["interfaces"][0]["paths"].as_array().unwrap();
     assert_eq!(paths[0]["gpu"], 0, "{g}");
+    assert_eq!(paths[0]["standin_note"], LABEL, "{g}");
     for dir in ["gpu-rx", "gpu-tx"] {
         assert_eq!(paths[0][dir]["verdict"], "staging", "{dir}: {g}");
     }
@@ -238,6 +352,21 @@ fn probe_reports_the_stand_in_and_confirms_its_export() {
         .find(|l| l.starts_with("GPU cuda:0"))
         .unwrap_or_else(|| panic!("no device line: {out}"));
     assert!(line.contains("zcnet stand-in"), "{line}");
+    // Every line of the GPU section says stand-in (the driver's "CUDA 12.8" too), but a
+    // verdict's fix and warning lines, which go with their labelled line.
+    let start = out
+        .find("GPU driver:")
+        .unwrap_or_else(|| panic!("no driver line: {out}"));
+    let gpu: String = out[start..]
+        .lines()
+        .take_while(|l| l.starts_with("GPU ") || l.starts_with("  "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(gpu.contains("gpu-rx") && gpu.contains("gpu-tx"), "{gpu}");
+    assert_labelled(&gpu, |l| {
+        let t = l.trim_start();
+        t.starts_with("fix: ") || t.starts_with("warning: ")
+    });
     Summary::read(&sum).assert_clean();
 }
 

@@ -46,6 +46,16 @@ pub const DMA_BUF_MAPPING_TYPE_PCIE: u64 =
 /// The first driver version (`cuDriverGetVersion`) that knows [`DMA_BUF_MAPPING_TYPE_PCIE`].
 pub const DMA_BUF_PCIE_MIN_DRIVER: i32 = 12080;
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
+/// A device attribute no CUDA driver knows (cuda.h's `CUdevice_attribute` ends far below it, and
+/// a driver answers an unknown one with `CUDA_ERROR_INVALID_VALUE`); zcnet's CUDA driver
+/// stand-in (crates/zcnet-sys/tests/cuda-standin) answers 1, which marks its device as a
+/// stand-in ([`DeviceInfo::standin`]): nothing measured against it is a GPU figure.
+pub const STANDIN_ATTRIBUTE: c_int = 0x7a63_6e74; // "zcnt"
+
+/// What every line or JSON object that reports a stand-in device, or a rate measured against
+/// it, carries.
+pub const STANDIN_LABEL: &str = "(stand-in driver: not GPU figures)";
+
 const STREAM_NON_BLOCKING: c_uint = 1;
 /// `CU_EVENT_DISABLE_TIMING`: cheaper events, used only for completion.
 const EVENT_DISABLE_TIMING: c_uint = 2;
@@ -381,6 +391,16 @@ pub struct DeviceInfo {
     pub vmm: bool,
     /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED`.
     pub gpudirect_rdma_vmm: bool,
+    /// The device is zcnet's CUDA driver stand-in, not a GPU (it answers
+    /// [`STANDIN_ATTRIBUTE`], which no real driver knows): its figures are not GPU figures.
+    pub standin: bool,
+}
+
+impl DeviceInfo {
+    /// [`STANDIN_LABEL`] for the stand-in, `None` for a GPU.
+    pub fn standin_label(&self) -> Option<&'static str> {
+        self.standin.then_some(STANDIN_LABEL)
+    }
 }
 
 fn device_handle(d: &Driver, ordinal: u32) -> Result<CuDevice> {
@@ -395,14 +415,16 @@ fn device_handle(d: &Driver, ordinal: u32) -> Result<CuDevice> {
 pub fn device_info(ordinal: u32) -> Result<DeviceInfo> {
     let d = driver()?;
     let dev = device_handle(d, ordinal)?;
-    let attr = |a: A| -> Result<bool> {
+    let raw_attr = |a: c_int| -> Result<bool> {
         let mut v = 0;
-        // SAFETY: `v` is a live out-parameter; the attribute is a cuda.h enum value.
+        // SAFETY: `v` is a live out-parameter; the driver checks the attribute's value (an
+        // unknown one is CUDA_ERROR_INVALID_VALUE).
         d.check("cuDeviceGetAttribute", unsafe {
-            (d.fns.device_get_attribute)(&mut v, a as c_int, dev)
+            (d.fns.device_get_attribute)(&mut v, a, dev)
         })?;
         Ok(v != 0)
     };
+    let attr = |a: A| raw_attr(a as c_int);
     // SAFETY: `p` has room for `n` bytes (string_of); `dev` is a valid device.
     let name = d.string_of("cuDeviceGetName", |p, n| unsafe {
         (d.fns.device_get_name)(p, n, dev)
@@ -427,6 +449,8 @@ pub fn device_info(ordinal: u32) -> Result<DeviceInfo> {
         vmm: attr(A::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED).unwrap_or(false),
         gpudirect_rdma_vmm: attr(A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED)
             .unwrap_or(false),
+        // A real driver refuses the attribute: not a stand-in.
+        standin: raw_attr(STANDIN_ATTRIBUTE).unwrap_or(false),
     })
 }
 

@@ -124,6 +124,9 @@ fn child_round_trip() {
     let info = cuda::device_info(0).unwrap();
     assert_eq!(info.name, cuda_standin::DEVICE_NAME);
     assert!(info.dma_buf);
+    // It says it is a stand-in through an attribute no real driver knows.
+    assert!(info.standin, "{info:?}");
+    assert_eq!(info.standin_label(), Some(cuda::STANDIN_LABEL));
     let ctx = Context::new(0).unwrap();
     let dev = DeviceMem::alloc(&ctx, 1 << 20).unwrap();
     assert_eq!(dev.device_addr() % 4096, 0);

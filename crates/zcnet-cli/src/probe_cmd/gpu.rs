@@ -18,20 +18,23 @@ pub(super) fn gpu_table(g: &GpuReport) -> String {
         return format!("GPU: none usable \u{2014} {cause}; {fix}\n");
     }
     let mut out = String::new();
+    // zcnet's CUDA driver stand-in: every line about it says so.
+    let label = |l: Option<&str>| l.map_or(String::new(), |l| format!("  {l}"));
     if let GpuDriver::Present {
         version,
         open_modules,
     } = &g.driver
     {
         out.push_str(&format!(
-            "GPU driver: CUDA {}, NVIDIA kernel module {}{}\n",
+            "GPU driver: CUDA {}, NVIDIA kernel module {}{}{}\n",
             version.map_or("?".into(), |(a, b)| format!("{a}.{b}")),
             g.module.as_deref().unwrap_or("?"),
             match open_modules {
                 Some(true) => " (open)",
                 Some(false) => " (proprietary)",
                 None => "",
-            }
+            },
+            label(g.standin_label()),
         ));
     }
     for d in &g.devices {
@@ -43,7 +46,7 @@ pub(super) fn gpu_table(g: &GpuReport) -> String {
             ExportTrial::Inconclusive(m) => format!(", export not tried: {m}"),
         };
         out.push_str(&format!(
-            "GPU cuda:{} {}  pci {}  {} GiB  dma-buf {}{export}  GPUDirect RDMA {}  VMM {} (RDMA with VMM {})\n",
+            "GPU cuda:{} {}  pci {}  {} GiB  dma-buf {}{export}  GPUDirect RDMA {}  VMM {} (RDMA with VMM {}){}\n",
             i.ordinal,
             i.name,
             i.pci_bus_id,
@@ -52,15 +55,17 @@ pub(super) fn gpu_table(g: &GpuReport) -> String {
             yes_no(i.gpudirect_rdma),
             yes_no(i.vmm),
             yes_no(i.gpudirect_rdma_vmm),
+            label(i.standin_label()),
         ));
     }
     for i in &g.interfaces {
         for p in &i.paths {
             if let (Some(n), Some(rel), Some(_)) = (p.gpu, &p.relation, &i.pci_path) {
                 out.push_str(&format!(
-                    "  pcie   {} / cuda:{n}: {}\n",
+                    "  pcie   {} / cuda:{n}: {}{}\n",
                     i.name,
-                    rel.describe()
+                    rel.describe(),
+                    label(g.device_label(Some(n))),
                 ));
             }
         }
@@ -81,10 +86,11 @@ pub(super) fn gpu_table(g: &GpuReport) -> String {
             let to = gpu.map_or(String::new(), |n| format!(" cuda:{n}"));
             let mark = if f.confirmed { "*" } else { "" };
             out.push_str(&format!(
-                "  {dir} [{}]{to}: {}{mark} \u{2014} {}\n",
+                "  {dir} [{}]{to}: {}{mark} \u{2014} {}{}\n",
                 ifs.join(","),
                 f.verdict.name(),
-                f.reason
+                f.reason,
+                label(g.device_label(gpu)),
             ));
             if let Some(fix) = &f.remedy {
                 out.push_str(&format!("         fix: {fix}\n"));
@@ -154,6 +160,7 @@ mod tests {
                     gpudirect_rdma: true,
                     vmm: true,
                     gpudirect_rdma_vmm: false,
+                    standin: false,
                 },
                 facts: GpuFacts {
                     ordinal: 0,

@@ -88,6 +88,10 @@ enum {
 #define ATTR_COMPUTE_CAPABILITY_MAJOR 75
 #define ATTR_COMPUTE_CAPABILITY_MINOR 76
 #define ATTR_LAST_KNOWN 150
+/* Not a cuda.h attribute (CUdevice_attribute ends far below it; a real driver answers
+ * CUDA_ERROR_INVALID_VALUE): this stand-in answers 1, so that zcnet marks its device as a
+ * stand-in and labels every figure measured against it (zcnet_sys::cuda::STANDIN_ATTRIBUTE). */
+#define ATTR_ZCNET_STANDIN 0x7a636e74 /* "zcnt" */
 
 #define DEVICE_NAME "zcnet stand-in"
 #define PCI_BUS_ID "ffff:ff:1f.7" /* a domain no machine has: no sysfs device */
@@ -440,11 +444,14 @@ EXPORT CUresult cuDeviceGetPCIBusId(char *id, int len, CUdevice dev) {
 EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice dev) {
     pthread_mutex_lock(&mu);
     NEED_INIT();
-    if (!v || attr <= 0 || attr > ATTR_LAST_KNOWN)
+    if (!v || attr <= 0 || (attr > ATTR_LAST_KNOWN && attr != ATTR_ZCNET_STANDIN))
         RETURN(CUDA_ERROR_INVALID_VALUE);
     if (dev != 0)
         RETURN(CUDA_ERROR_INVALID_DEVICE);
     switch (attr) {
+    case ATTR_ZCNET_STANDIN:
+        *v = 1;
+        break;
     case ATTR_DMA_BUF_SUPPORTED:
 #ifdef STANDIN_NO_DMABUF
         RETURN(CUDA_ERROR_INVALID_VALUE); /* a driver before 11.7 does not know it */

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use std::sync::Arc;
 use zcnet_sys::cuda::{self, Context, CudaError};
 
-pub use zcnet_sys::cuda::DeviceInfo;
+pub use zcnet_sys::cuda::{DeviceInfo, STANDIN_LABEL};
 
 /// The staging pipeline without a GPU: a [`StagedReceiver`] over `stream` whose "device" is the
 /// host buffer `dev` (its length is the ring's), with copies that complete newest first, as a
@@ -62,6 +62,18 @@ pub fn devices() -> Result<Vec<DeviceInfo>> {
     (0..n as u32)
         .map(|i| cuda::device_info(i).map_err(|e| gpu_error(format!("reading cuda:{i}"), e)))
         .collect()
+}
+
+/// What the driver says about `cuda:ordinal`.
+pub fn device_info(ordinal: u32) -> Result<DeviceInfo> {
+    cuda::device_info(ordinal).map_err(|e| gpu_error(format!("reading cuda:{ordinal}"), e))
+}
+
+/// [`STANDIN_LABEL`] when `cuda:ordinal` is zcnet's CUDA driver stand-in
+/// ([`DeviceInfo::standin`]), for every line that reports it or a rate measured against it;
+/// `None` for a GPU (or a device that cannot be read).
+pub fn standin_label(ordinal: u32) -> Option<&'static str> {
+    device_info(ordinal).ok()?.standin_label()
 }
 
 /// The primary context of `cuda:ordinal`, after checking that the device exists.

@@ -56,6 +56,21 @@ pub struct GpuReport {
 }
 
 impl GpuReport {
+    /// [`crate::gpu::STANDIN_LABEL`] when the driver is zcnet's CUDA stand-in (one of its
+    /// devices says so): the driver line carries it.
+    pub fn standin_label(&self) -> Option<&'static str> {
+        self.devices.iter().find_map(|d| d.info.standin_label())
+    }
+
+    /// The label of `cuda:ordinal` when it is the stand-in (for lines that name a device).
+    pub fn device_label(&self, ordinal: Option<u32>) -> Option<&'static str> {
+        let n = ordinal?;
+        self.devices
+            .iter()
+            .find(|d| d.info.ordinal == n)
+            .and_then(|d| d.info.standin_label())
+    }
+
     /// Why no GPU path exists: (cause, fix), or `None` when a driver and a GPU answered.
     pub fn none_usable(&self) -> Option<(String, String)> {
         let facts: Vec<GpuFacts> = self.devices.iter().map(|d| d.facts.clone()).collect();

@@ -155,31 +155,45 @@ fn gpu_finding_json(f: &GpuFinding) -> Value {
            "warning": f.warning, "confirmed": f.confirmed})
 }
 
-/// The `gpu` object of the `--json` document.
+/// Adds `"standin_note"` with the stand-in's label to `v` (an object) when there is one.
+fn with_standin(mut v: Value, label: Option<&str>) -> Value {
+    if let (Some(l), Some(o)) = (label, v.as_object_mut()) {
+        o.insert("standin_note".into(), json!(l));
+    }
+    v
+}
+
+/// The `gpu` object of the `--json` document. The driver, device and path objects of zcnet's
+/// CUDA driver stand-in carry `"standin_note": "(stand-in driver: not GPU figures)"` (and
+/// devices `"standin": true`).
 pub fn gpu_json(g: &GpuReport) -> Value {
     let driver = match &g.driver {
         GpuDriver::Missing { .. } => Value::Null,
         GpuDriver::Present {
             version,
             open_modules,
-        } => json!({
-            "cuda": version.map(|(a, b)| [a, b]),
-            "module": g.module,
-            "open_modules": open_modules,
-        }),
+        } => with_standin(
+            json!({
+                "cuda": version.map(|(a, b)| [a, b]),
+                "module": g.module,
+                "open_modules": open_modules,
+            }),
+            g.standin_label(),
+        ),
     };
     let devices: Vec<Value> = g
         .devices
         .iter()
         .map(|d| {
             let (export, export_error) = export_words(&d.facts.export);
-            json!({
+            let v = json!({
                 "ordinal": d.info.ordinal, "name": d.info.name, "pci_bus_id": d.info.pci_bus_id,
                 "pci_path": d.facts.pci_path, "total_mem": d.info.total_mem,
                 "dma_buf": d.info.dma_buf, "gpudirect_rdma": d.info.gpudirect_rdma,
                 "vmm": d.info.vmm, "gpudirect_rdma_vmm": d.info.gpudirect_rdma_vmm,
-                "export": export, "export_error": export_error,
-            })
+                "export": export, "export_error": export_error, "standin": d.info.standin,
+            });
+            with_standin(v, d.info.standin_label())
         })
         .collect();
     let interfaces: Vec<Value> = g
@@ -190,14 +204,15 @@ pub fn gpu_json(g: &GpuReport) -> Value {
                 .paths
                 .iter()
                 .map(|p| {
-                    json!({
+                    let v = json!({
                         "gpu": p.gpu,
                         "pcie": p.relation.as_ref().map(|r| json!({
                             "relation": r.name(), "common": r.common(), "text": r.describe(),
                         })),
                         "gpu-rx": gpu_finding_json(&p.rx),
                         "gpu-tx": gpu_finding_json(&p.tx),
-                    })
+                    });
+                    with_standin(v, g.device_label(p.gpu))
                 })
                 .collect();
             json!({"name": i.name, "pci_path": i.pci_path, "paths": paths})
