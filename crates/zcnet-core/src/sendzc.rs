@@ -234,7 +234,7 @@ mod tests {
         assert!(n.released);
     }
 
-    /// Issue 20, step by step: after a result CQE with `F_MORE` the slot is still in flight
+    /// Step by step: after a result CQE with `F_MORE` the slot is still in flight
     /// (not released, a new submit on it is `Busy`) and only the notification frees it; a
     /// result *without* `F_MORE` (a plain send, or a zero-copy request that failed before it
     /// took the buffer: no notification will come) frees it at once. Two slots interleaved so

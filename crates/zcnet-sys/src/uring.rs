@@ -345,7 +345,7 @@ mod tests {
         }
     }
 
-    /// Issue 20: the memory rule itself. A zero-copy send's result CQE (`F_MORE`) must not hand
+    /// The memory rule itself. A zero-copy send's result CQE (`F_MORE`) must not hand
     /// its slot back: the kernel still references the bytes until the notification
     /// (`F_NOTIF`), which is the CQE that returns it. A CQE without `F_MORE` (a plain send's
     /// only CQE: no notification will come) returns its slot at once. The send is made with

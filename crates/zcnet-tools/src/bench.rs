@@ -940,7 +940,8 @@ mod tests {
 
     #[zcnet_testkit::test]
     fn the_reported_row_gets_its_why_line() {
-        // issue 20: sink msg-zerocopy 16 KiB at 0.69x copy, every byte zero-copy, no why line.
+        // A row once printed without a why line: sink msg-zerocopy 16 KiB at 0.69x copy, every
+        // byte zero-copy.
         let r = row(Sink, "msg-zerocopy", 16384, 1 << 30, 0);
         let why = slow_zero_copy_reason(&r, Some(0.69), 17).expect("a why line");
         assert!(why.contains("avoided the copy"), "{why}");
@@ -1047,7 +1048,7 @@ mod tests {
             l,
             "  sink 16384 B msg-zerocopy / raw-msg-zerocopy: 0.97 (3 paired runs: 0.90 to 1.00)"
         );
-        // The noisy run of issue 20: 1.29 and 0.55 are noise, and the line says so.
+        // A noisy run once read 1.29 and 0.55: noise, and the line says so.
         let noisy = Overhead::of(&[(129.0, 100.0), (55.0, 100.0), (90.0, 100.0)]).unwrap();
         assert!(noisy.noisy());
         assert!(noisy

@@ -439,7 +439,7 @@ fn batches_wrap_at_u32_max() {
     assert_eq!(c.release(4).unwrap(), 2);
 }
 
-/// Issue 20: a second reservation before a submit must count the first one. Free slots are
+/// A second reservation before a submit must count the first one. Free slots are
 /// `size - (tail - consumer)`, from the *reserved* end (`tail`), not the published one
 /// (`head`): counting from `head` hands out slots already reserved (reserve 5 + reserve 5 on a
 /// ring of 8 gave 10), which only the fuzz smoke noticed. Every count is checked exactly
