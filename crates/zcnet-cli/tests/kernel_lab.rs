@@ -1,0 +1,165 @@
+//! `scripts/kernel-lab.sh`: the built `zcnet` run under a downloaded Debian kernel in QEMU (TCG)
+//! with this machine's user space (docs/design.md, "Kernel lab").
+//!
+//! The guest tests boot Linux 7.2 and check what its probe reports (the release, io_uring's
+//! recv-zc op and zcrx ring, the netdev family's ops, which on 7.2 go past bind-tx where 6.18's
+//! end), that the command's exit status comes back, and that an unknown kernel is one line and
+//! exit 2. Without qemu or busybox, or when Debian's archive cannot be reached, they skip
+//! (`Need::Tool`) with the script's one line as the reason. Correctness only: TCG is 50-100x
+//! slower than the host, so nothing here is timed.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scripts/kernel-lab.sh")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Runs `kernel-lab.sh ARGS` (no guest is started unless ARGS ask for one).
+fn lab(args: &[&str]) -> Output {
+    Command::new("bash")
+        .arg(script())
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs CMD under `kernel`; skips the calling test when the lab could not start for want of a
+/// tool or a download (exit 2 before any boot: the script's last line says why and the fix).
+fn guest(kernel: &str, cmd: &[&str]) -> Output {
+    let mut args = vec!["--kernel", kernel, "--timeout", "600", "--"];
+    args.extend_from_slice(cmd);
+    let o = lab(&args);
+    let err = text(&o.stderr);
+    if o.status.code() == Some(2) && !err.contains("kernel-lab: booting") {
+        let line = err
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("kernel-lab: "))
+            .unwrap_or("kernel-lab exited 2 without a reason")
+            .to_string();
+        zcnet_testkit::skip(zcnet_testkit::Need::Tool, line);
+    }
+    o
+}
+
+#[zcnet_testkit::test(timeout = 900)]
+fn probe_on_7_2() {
+    let o = guest("7.2", &[env!("CARGO_BIN_EXE_zcnet"), "probe", "--json"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "zcnet probe --json in 7.2: {err}");
+    let doc: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("probe output is not JSON ({e}): {}\n{err}", text(&o.stdout)));
+    let k = &doc["kernel"];
+
+    let release = k["release"].as_str().unwrap();
+    assert!(release.starts_with("7.2."), "release {release}");
+    assert_eq!(k["version"], serde_json::json!([7, 2]), "{k}");
+    assert_eq!(k["root"], true, "the guest runs CMD as root: {k}");
+
+    let ur = &k["io_uring"];
+    assert_eq!(ur["usable"], true, "io_uring: {ur}");
+    for op in ["recv-zc", "send-zc", "sendmsg-zc"] {
+        assert_eq!(ur["ops"][op], true, "io_uring op {op}: {ur}");
+    }
+    assert_eq!(ur["setup_flags"]["zcrx-ring"], true, "zcrx ring: {ur}");
+
+    // The netdev family: devmem's bind-rx/bind-tx, and (unlike 6.18, where bind-tx is the
+    // last op) an op after bind-tx, whatever name zcnet gives it.
+    let nd = &k["netdev_family"];
+    assert_eq!(nd["present"], true, "netdev family: {nd}");
+    let ops: Vec<&str> = nd["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    for op in ["bind-rx", "bind-tx", "page-pool-stats-get"] {
+        assert!(ops.contains(&op), "netdev op {op}: {ops:?}");
+    }
+    let tx = ops.iter().position(|o| *o == "bind-tx").unwrap();
+    assert!(
+        tx + 1 < ops.len(),
+        "7.2 has a netdev op after bind-tx: {ops:?}"
+    );
+
+    // Loopback only, and the devices the initramfs loaded: software, so no zcrx.
+    let ifs = doc["interfaces"].as_array().unwrap();
+    let names: Vec<&str> = ifs.iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"lo"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("eth")),
+        "no NIC in the guest: {names:?}"
+    );
+    let lo = ifs.iter().find(|i| i["name"] == "lo").unwrap();
+    assert_eq!(lo["mechanisms"]["zcrx"]["verdict"], "unsupported", "{lo}");
+    assert_eq!(lo["mechanisms"]["uring-zc"]["verdict"], "copies", "{lo}");
+}
+
+#[zcnet_testkit::test(timeout = 900)]
+fn exit_status_comes_back() {
+    let o = guest("7.2", &["sh", "-c", "echo out; echo err >&2; exit 7"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(7), "{err}");
+    assert_eq!(text(&o.stdout), "out\n");
+    assert!(err.lines().any(|l| l == "err"), "CMD's stderr: {err}");
+}
+
+#[zcnet_testkit::test(timeout = 60)]
+fn unknown_kernel_is_one_line_and_exit_2() {
+    let o = lab(&["--kernel", "9.9", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("kernel-lab: ") && err.contains("9.9"),
+        "{err}"
+    );
+    assert!(
+        err.contains("7.2") && err.contains("--list"),
+        "names the choices: {err}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+#[zcnet_testkit::test(timeout = 60)]
+fn list_names_the_pinned_versions() {
+    let o = lab(&["--list"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(rows.len() >= 2, "{out}");
+    for (short, suite) in [("7.2", "sid"), ("6.18", "trixie-backports")] {
+        let r = rows
+            .iter()
+            .find(|r| r[0] == short)
+            .unwrap_or_else(|| panic!("no {short}: {out}"));
+        // short, `uname -r`, suite, then package=exact-version pairs.
+        assert!(r[1].starts_with(&format!("{short}.")), "{r:?}");
+        assert_eq!(r[2], suite, "{r:?}");
+        assert!(r.len() >= 4, "{r:?}");
+        for pv in &r[3..] {
+            let (p, v) = pv
+                .split_once('=')
+                .unwrap_or_else(|| panic!("{pv}: no =version"));
+            assert!(p.starts_with("linux-") && p.contains(r[1]), "{pv}");
+            assert!(v.starts_with(&format!("{short}.")), "{pv}");
+        }
+    }
+}
+
+zcnet_testkit::main!();
