@@ -140,6 +140,8 @@ pub struct RecvRing {
     /// The buffers, by id. Each is in the kernel or held (`held[id]`).
     bufs: Vec<Slot>,
     held: Vec<bool>,
+    /// Held buffers taken out as a [`HeldBuf`]: only [`RecvRing::give_back`] returns them.
+    taken: Vec<bool>,
     /// Ids of one completion's buffers, in ring order.
     next: Vec<u16>,
     prev: Vec<u16>,
@@ -235,6 +237,7 @@ impl RecvRing {
             entries: entries_ptr,
             bufs,
             held: vec![true; n],
+            taken: vec![false; n],
             next: vec![NONE; n],
             prev: vec![NONE; n],
             owner: vec![0; n],
@@ -539,8 +542,10 @@ impl RecvRing {
     /// (io_ring_head_to_buf()/io_ring_buffers_peek() in io_uring/kbuf.c; liburing's
     /// io_uring_buf_ring_advance() is the same store-release), so it never sees a tail that
     /// covers an entry whose fields are not yet visible.
+    /// A buffer taken out as a [`HeldBuf`] is refused (`EINVAL`): it goes back with
+    /// [`give_back`](Self::give_back) only.
     pub fn recycle(&mut self, buf_id: u16) -> io::Result<()> {
-        if !self.is_held(buf_id) {
+        if !self.is_held(buf_id) || self.taken[buf_id as usize] {
             return Err(einval());
         }
         let id = buf_id as usize;
@@ -585,11 +590,57 @@ impl RecvRing {
             return Ok(());
         }
         // Validates the whole chain first, so that an error leaves every buffer as it was.
-        let mut id = self.check_chain(c)?;
+        let first = self.check_chain(c)?;
+        let mut id = first;
+        for _ in 0..c.buf_count {
+            if self.taken[id as usize] {
+                return Err(einval());
+            }
+            id = self.next[id as usize];
+        }
+        let mut id = first;
         for _ in 0..c.buf_count {
             let n = self.next[id as usize];
             self.recycle(id)?;
             id = n;
+        }
+        Ok(())
+    }
+
+    /// Takes held buffer `buf_id` out of the ring as an owned handle: until the handle comes
+    /// back through [`give_back`](Self::give_back), nothing can recycle the buffer, so the
+    /// kernel cannot receive into it while whoever holds the handle (e.g. an asynchronous copy
+    /// to a GPU) reads it. `EINVAL` if the application does not hold it or it is already taken.
+    pub fn take(&mut self, buf_id: u16) -> io::Result<HeldBuf> {
+        if !self.is_held(buf_id) || self.taken[buf_id as usize] {
+            return Err(einval());
+        }
+        let slot = &self.bufs[buf_id as usize];
+        self.taken[buf_id as usize] = true;
+        Ok(HeldBuf {
+            map: Arc::clone(slot.mapping()),
+            addr: slot.addr(),
+            len: self.buf_size as usize,
+            id: buf_id,
+        })
+    }
+
+    /// Recycles a buffer taken with [`take`](Self::take) (see [`recycle`](Self::recycle)).
+    /// `EINVAL`, with the handle back, if it is not one of this ring's.
+    #[allow(clippy::result_large_err)] // the handle comes back with the error
+    pub fn give_back(&mut self, buf: HeldBuf) -> Result<(), (HeldBuf, io::Error)> {
+        let id = buf.id as usize;
+        let mine = self
+            .bufs
+            .get(id)
+            .is_some_and(|s| Arc::ptr_eq(s.mapping(), &buf.map) && s.addr() == buf.addr);
+        if !mine || !self.taken[id] {
+            return Err((buf, einval()));
+        }
+        self.taken[id] = false;
+        if let Err(e) = self.recycle(buf.id) {
+            self.taken[id] = true;
+            return Err((buf, e));
         }
         Ok(())
     }
@@ -679,6 +730,43 @@ impl Drop for RecvRing {
             std::mem::forget(self.ring_mem.take());
         }
         // Fields drop next: the io_uring (closed), then the ring memory and the buffers.
+    }
+}
+
+/// A received buffer taken out of its [`RecvRing`] ([`RecvRing::take`]): the ring cannot give
+/// it back to the kernel until [`RecvRing::give_back`] returns this handle, so its bytes stay
+/// as received for as long as it lives (a [`crate::cuda::CopySource`]: an asynchronous copy to
+/// the GPU keeps it until the copy completed; several copies share it through an `Arc`).
+/// Dropped instead of given back, the buffer stays out of the ring for good.
+#[derive(Debug)]
+pub struct HeldBuf {
+    /// Keeps the buffers mapped, even past the ring.
+    map: Arc<Mapping>,
+    addr: usize,
+    len: usize,
+    id: u16,
+}
+
+impl HeldBuf {
+    /// The buffer's id in its ring.
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The whole buffer (the ring's buffer size; what was received is at its start).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: [addr, addr+len) is one buffer of the mapping `map` keeps alive; the ring
+        // marked it taken, so it is neither published to the kernel (which writes only
+        // published buffers) nor written by the ring until this handle comes back.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+}
+
+// SAFETY: `bytes` is the same range for the handle's whole life, wherever it moves (the mapping
+// stays put), and nothing writes it while the handle lives (see `bytes`).
+unsafe impl crate::cuda::CopySource for HeldBuf {
+    fn host_bytes(&self) -> &[u8] {
+        self.bytes()
     }
 }
 

@@ -761,37 +761,55 @@ impl Stream {
         Ok(ev)
     }
 
-    /// Queues a copy of `src` (which must lie inside `reg`, host memory registered with CUDA)
-    /// to `dst[off..]`, and returns the event that completes with it. The copy reads `src`
-    /// after this returns: the caller must not hand those bytes to anyone who writes them
-    /// (e.g. back to the kernel's receive ring) until the event completed. `reg` keeps the
-    /// memory mapped; the stream is synchronised before it is dropped.
-    pub fn copy_to_device(
+    /// Queues a copy of `src`'s bytes (which must lie inside `reg`, host memory registered with
+    /// CUDA) to `dst[off..]`. The source is moved into the returned [`Pending`], which gives it
+    /// back only once the copy's event completed: the type system, not a rule in a comment,
+    /// keeps the bytes alive and unwritten while the GPU reads them (a ring buffer cannot go
+    /// back to the kernel early). On error the source comes back with it, safe to reuse (when
+    /// the copy was queued but its event could not be made, the stream was waited for first).
+    /// `reg` keeps the memory mapped; the stream is synchronised before it is dropped.
+    #[allow(clippy::result_large_err)] // the source must come back with the error
+    pub fn copy_to_device<S: CopySource>(
         &self,
         reg: &HostRegistration,
-        src: &[u8],
+        src: S,
         dst: &DeviceMem,
         off: u64,
-    ) -> Result<Event> {
-        if !reg.contains(src.as_ptr() as usize, src.len()) {
-            return Err(CudaError::Call {
+    ) -> std::result::Result<Pending<S>, (S, CudaError)> {
+        let bytes = src.host_bytes();
+        let (p, len) = (bytes.as_ptr(), bytes.len());
+        if !reg.contains(p as usize, len) {
+            let e = CudaError::Call {
                 call: "cuMemcpyHtoDAsync",
                 code: E::CUDA_ERROR_INVALID_VALUE as i32,
                 text: "the source is not inside the registered host memory".into(),
-            });
+            };
+            return Err((src, e));
         }
-        let d = dst.range(off, src.len())?;
+        let d = match dst.range(off, len) {
+            Ok(d) => d,
+            Err(e) => return Err((src, e)),
+        };
         let s = self.raw;
-        self.ctx.call("cuMemcpyHtoDAsync", |f| {
+        let r = self.ctx.call("cuMemcpyHtoDAsync", |f| {
             // SAFETY: the source lies in pinned memory kept mapped by `reg` (checked above); the
-            // copy only reads it. The destination was bounds-checked against `dst`.
-            unsafe { (f.memcpy_htod_async)(d, src.as_ptr().cast(), src.len(), s) }
-        })?;
-        self.event().inspect_err(|_| {
-            // The copy is queued but nothing will say when it read `src`: wait for the stream
-            // before the caller gets its buffer back (and may hand it to the kernel).
-            let _ = self.synchronize();
-        })
+            // copy only reads it, and `src` (whose bytes nobody writes while it lives, by
+            // CopySource's contract) moves into the Pending below until the copy completed. The
+            // destination was bounds-checked against `dst`.
+            unsafe { (f.memcpy_htod_async)(d, p.cast(), len, s) }
+        });
+        if let Err(e) = r {
+            return Err((src, e));
+        }
+        match self.event() {
+            Ok(event) => Ok(Pending { value: src, event }),
+            Err(e) => {
+                // The copy is queued but nothing will say when it read `src`: wait for the
+                // stream before the caller gets its source back (and may hand it to the kernel).
+                let _ = self.synchronize();
+                Err((src, e))
+            }
+        }
     }
 
     /// Queues a copy of `dst.len()` bytes from `src[off..]` into the host slot `dst` (inside
@@ -839,7 +857,7 @@ impl Stream {
             return Err((dst, e));
         }
         match self.event() {
-            Ok(event) => Ok(PendingSlot { slot: dst, event }),
+            Ok(event) => Ok(Pending { value: dst, event }),
             Err(e) => {
                 // Without an event, wait for the stream so the slot can be given back safely.
                 let _ = self.synchronize();
@@ -910,28 +928,91 @@ impl Drop for Event {
     }
 }
 
-/// A host slot the GPU is writing; the slot comes back only once the copy completed.
+/// Host memory an asynchronous copy to the device may read: [`Stream::copy_to_device`] takes
+/// the value and gives it back only once the copy completed.
+///
+/// # Safety
+/// `host_bytes` returns the same bytes (address and length) for as long as the value lives,
+/// wherever the value is moved, and nobody writes those bytes while it lives (only shared
+/// access, or exclusive access that needs the value itself).
+pub unsafe trait CopySource: Send {
+    /// The bytes to copy.
+    fn host_bytes(&self) -> &[u8];
+}
+
+// SAFETY: a slot is a unique range of a mapping its Arc keeps mapped (its address does not move
+// with the value); writing it needs `&mut Slot`, which nobody has while the value is held.
+// Device memory has no host bytes: an empty slice, which no registration contains.
+unsafe impl CopySource for crate::mem::Slot {
+    fn host_bytes(&self) -> &[u8] {
+        self.bytes().unwrap_or(&[])
+    }
+}
+
+// SAFETY: an Arc gives only shared access to `T`, which stays where it is on the heap however
+// the Arc moves; `T`'s own contract holds while any clone (and so `T`) lives.
+unsafe impl<T: CopySource + Sync> CopySource for Arc<T> {
+    fn host_bytes(&self) -> &[u8] {
+        (**self).host_bytes()
+    }
+}
+
+/// Part of a [`CopySource`]: `len` bytes from `start` (a range of a ring buffer that several
+/// copies read, each its own range of one shared buffer).
 #[derive(Debug)]
-pub struct PendingSlot {
-    slot: crate::mem::Slot,
+pub struct SourceRange<S> {
+    src: S,
+    start: usize,
+    len: usize,
+}
+
+impl<S: CopySource> SourceRange<S> {
+    /// `len` bytes of `src` from `start`; `None` when they are not all inside it.
+    pub fn new(src: S, start: usize, len: usize) -> std::result::Result<SourceRange<S>, S> {
+        match start.checked_add(len) {
+            Some(end) if end <= src.host_bytes().len() => Ok(SourceRange { src, start, len }),
+            _ => Err(src),
+        }
+    }
+
+    /// The whole source back.
+    pub fn into_inner(self) -> S {
+        self.src
+    }
+}
+
+// SAFETY: a sub-range of `S`'s bytes, which by `S`'s contract stay put and unwritten; `start`
+// and `len` never change after `new` checked them.
+unsafe impl<S: CopySource> CopySource for SourceRange<S> {
+    fn host_bytes(&self) -> &[u8] {
+        &self.src.host_bytes()[self.start..self.start + self.len]
+    }
+}
+
+/// Host memory an asynchronous copy is reading ([`Stream::copy_to_device`], the source) or
+/// writing ([`Stream::copy_to_host`], the destination slot): the value comes back only once
+/// the copy completed, so nobody can touch those bytes while the GPU does.
+#[derive(Debug)]
+pub struct Pending<T> {
+    value: T,
     event: Event,
 }
 
-impl PendingSlot {
-    /// The slot once the copy completed (`Ok(Ok(slot))`), itself while pending (`Ok(Err(self))`),
-    /// or the error with the slot (waited for, so it is safe to reuse) when the copy failed.
-    pub fn poll(
-        self,
-    ) -> std::result::Result<
-        std::result::Result<crate::mem::Slot, Self>,
-        (crate::mem::Slot, CudaError),
-    > {
+/// A host slot the GPU is writing; the slot comes back only once the copy completed.
+pub type PendingSlot = Pending<crate::mem::Slot>;
+
+impl<T> Pending<T> {
+    /// The value once the copy completed (`Ok(Ok(value))`), itself while pending
+    /// (`Ok(Err(self))`), or the error with the value (waited for, so it is safe to reuse) when
+    /// the copy failed.
+    #[allow(clippy::result_large_err)] // the value must come back with the error
+    pub fn poll(self) -> std::result::Result<std::result::Result<T, Self>, (T, CudaError)> {
         match self.event.query() {
-            Ok(true) => Ok(Ok(self.slot)),
+            Ok(true) => Ok(Ok(self.value)),
             Ok(false) => Ok(Err(self)),
             Err(e) => {
                 let _ = self.event.wait();
-                Err((self.slot, e))
+                Err((self.value, e))
             }
         }
     }
@@ -942,10 +1023,11 @@ impl PendingSlot {
     }
 
     /// Blocks until the copy completed.
-    pub fn wait(self) -> std::result::Result<crate::mem::Slot, (crate::mem::Slot, CudaError)> {
+    #[allow(clippy::result_large_err)] // the value must come back with the error
+    pub fn wait(self) -> std::result::Result<T, (T, CudaError)> {
         match self.event.wait() {
-            Ok(()) => Ok(self.slot),
-            Err(e) => Err((self.slot, e)),
+            Ok(()) => Ok(self.value),
+            Err(e) => Err((self.value, e)),
         }
     }
 }

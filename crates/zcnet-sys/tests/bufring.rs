@@ -369,6 +369,63 @@ fn recycled_buffer_is_refused_and_double_recycle_is_refused() {
     assert!(streams[&5].data == data);
 }
 
+/// A buffer taken out as a HeldBuf stays out of the kernel's reach until its handle comes back:
+/// recycling it by id (alone or with its completion) and taking it twice are refused, and
+/// give_back returns it to the ring, which receives into it again.
+#[zcnet_testkit::test]
+fn a_taken_buffer_goes_back_only_with_its_handle() {
+    let mut ring = RecvRing::new(8, 4, 64, 3).unwrap();
+    let mut other = RecvRing::new(8, 4, 64, 4).unwrap();
+    let (mut tx, rx) = tcp_pair();
+    ring.arm(rx.as_raw_fd(), 5, false).unwrap();
+    tx.write_all(b"hello").unwrap();
+    let mut cs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cs.is_empty() {
+        assert!(Instant::now() < deadline);
+        ring.wait(1, Duration::from_millis(100)).unwrap();
+        ring.drain(|c| cs.push(c));
+    }
+    let c = cs.pop().unwrap();
+    let id = c.buf_id.unwrap();
+    assert!(
+        ring.take((id + 1) % 4).is_err(),
+        "a buffer the kernel owns cannot be taken"
+    );
+    let h = ring.take(id).unwrap();
+    assert_eq!((h.id(), &h.bytes()[..5]), (id, &b"hello"[..]));
+    assert_eq!(
+        ring.take(id).unwrap_err().raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    assert_eq!(
+        ring.recycle(id).unwrap_err().raw_os_error(),
+        Some(libc::EINVAL)
+    );
+    assert!(ring.recycle_completion(&c).is_err());
+    assert!(ring.is_held(id), "refusals leave it held");
+    // Another ring's give_back refuses the handle and hands it back.
+    let (h, e) = other.give_back(h).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+    ring.give_back(h).unwrap();
+    assert!(!ring.is_held(id));
+    assert_eq!(ring.held_count(), 0);
+
+    // The ring still receives everything in order.
+    let data = pattern(10_000, 12);
+    let sender = send_in_chunks(tx, data.clone(), &[1, 200, 3000]);
+    let mut streams = HashMap::from([(
+        5,
+        Stream {
+            fd: rx.as_raw_fd(),
+            ..Default::default()
+        },
+    )]);
+    receive_all(&mut ring, &mut streams, false);
+    sender.join().unwrap();
+    assert!(streams[&5].data == data);
+}
+
 #[zcnet_testkit::test]
 fn eof_is_ok_zero_without_more() {
     let mut ring = RecvRing::new(8, 4, 256, 0).unwrap();

@@ -145,18 +145,18 @@ fn child_round_trip() {
 
     let (reg, mut slots) = host(&ctx);
     let stream = Stream::new(&ctx).unwrap();
-    // Host to device: pending until waited for.
+    // Host to device: pending until waited for; the source slot comes back only then.
     let src = pattern(1, 1 << 16);
     slots[0].bytes_mut().unwrap().copy_from_slice(&src);
-    let ev = stream
-        .copy_to_device(&reg, slots[0].bytes().unwrap(), &dev, 4096)
+    let pending = stream
+        .copy_to_device(&reg, slots.swap_remove(0), &dev, 4096)
         .unwrap();
-    assert!(
-        !ev.query().unwrap(),
-        "an asynchronous copy is pending at first"
-    );
-    ev.wait().unwrap();
-    assert!(ev.query().unwrap());
+    let pending = match pending.poll().unwrap() {
+        Err(p) => p,
+        Ok(_) => panic!("an asynchronous copy is pending at first"),
+    };
+    let back_src = pending.wait().unwrap();
+    assert_eq!(back_src.bytes().unwrap(), &src[..]);
     let mut got = vec![0u8; 1 << 16];
     dev.read(4096, &mut got).unwrap();
     assert_eq!(got, src);
@@ -196,8 +196,8 @@ fn child_event_create_fails() {
     let (reg, mut slots) = host(&ctx);
     let stream = Stream::new(&ctx).unwrap();
     slots[0].bytes_mut().unwrap().fill(0x11);
-    let e = stream
-        .copy_to_device(&reg, slots[0].bytes().unwrap(), &dev, 0)
+    let (mut slot, e) = stream
+        .copy_to_device(&reg, slots.swap_remove(0), &dev, 0)
         .unwrap_err();
     assert_eq!(e.code(), Some(cuda::ERR_OUT_OF_MEMORY), "{e}");
     assert!(
@@ -206,7 +206,7 @@ fn child_event_create_fails() {
         "{e}"
     );
     // The caller has its buffer back: reusing it now must be safe (the copy already ran).
-    slots[0].bytes_mut().unwrap().fill(0x22);
+    slot.bytes_mut().unwrap().fill(0x22);
     let mut got = vec![0u8; 1 << 16];
     dev.read(0, &mut got).unwrap();
     assert!(got.iter().all(|&b| b == 0x11));
@@ -236,10 +236,10 @@ fn child_no_dmabuf() {
     let (reg, mut slots) = host(&ctx);
     let stream = Stream::new(&ctx).unwrap();
     slots[0].bytes_mut().unwrap().fill(9);
-    let ev = stream
-        .copy_to_device(&reg, slots[0].bytes().unwrap(), &dev, 0)
+    let pending = stream
+        .copy_to_device(&reg, slots.swap_remove(0), &dev, 0)
         .unwrap();
-    ev.wait().unwrap();
+    pending.wait().unwrap();
 }
 
 #[zcnet_testkit::test]
@@ -287,11 +287,17 @@ fn child_changes_source_early() {
     let dev = DeviceMem::alloc(&ctx, 1 << 20).unwrap();
     let (reg, mut slots) = host(&ctx);
     let stream = Stream::new(&ctx).unwrap();
-    let ev = stream
-        .copy_to_device(&reg, slots[0].bytes().unwrap(), &dev, 0)
+    let (addr, len) = (slots[0].addr(), slots[0].len());
+    let pending = stream
+        .copy_to_device(&reg, slots.swap_remove(0), &dev, 0)
         .unwrap();
-    slots[0].bytes_mut().unwrap().fill(0xee); // the bug: before the event completed
-    let _ = ev.wait();
+    // The bug, before the event completed. copy_to_device holds the slot until then, so safe
+    // code cannot write it: only a raw write around the type system can, as C code could.
+    // SAFETY: [addr, addr+len) is the slot's memory, mapped (the registration holds the
+    // mapping) and not borrowed by any Rust reference while the slot sits in `pending`; the
+    // stand-in reads it only when the stream is waited for, after this write.
+    unsafe { std::ptr::write_bytes(addr as *mut u8, 0xee, len) };
+    let _ = pending.wait();
 }
 
 #[zcnet_testkit::test]

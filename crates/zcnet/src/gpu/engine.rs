@@ -8,22 +8,37 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use zcnet_core::staging::CopyId;
-use zcnet_sys::cuda::{DeviceMem, Event, HostRegistration, PendingSlot, Stream};
+use zcnet_sys::bufring::HeldBuf;
+use zcnet_sys::cuda::{DeviceMem, HostRegistration, Pending, PendingSlot, SourceRange, Stream};
 use zcnet_sys::mem::{Mapping, Slot};
 
-/// A finished copy: its id, its outcome, and (device-to-host) the host slot it wrote.
+/// What a host-to-device copy reads: a range of a received ring buffer, shared by the copies out
+/// of it, held (so the ring cannot hand it to the kernel) until the copy completed.
+pub(crate) type HostSrc = SourceRange<Arc<HeldBuf>>;
+
+/// A finished copy: its id, its outcome, and the host memory it used, given back: the slot it
+/// wrote (device-to-host), or the source it read (host-to-device).
 #[derive(Debug)]
 pub(crate) struct Done {
     pub id: CopyId,
     pub result: Result<()>,
     pub slot: Option<Slot>,
+    pub src: Option<HostSrc>,
 }
 
 /// Runs asynchronous copies between pinned host memory and a device buffer.
 pub(crate) trait CopyEngine: Send + std::fmt::Debug {
     /// Starts copying `src` (inside the host memory the engine was made for) to `dst_off` of
-    /// the device buffer. The caller keeps `src` unwritten until the copy is reported done.
-    fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()>;
+    /// the device buffer; the engine keeps `src` until the copy is reported done (with it), or
+    /// gives it back with the error.
+    // The source must come back with the error so that no buffer is lost; a cold path.
+    #[allow(clippy::result_large_err)]
+    fn to_device(
+        &mut self,
+        id: CopyId,
+        src: HostSrc,
+        dst_off: u64,
+    ) -> std::result::Result<(), (HostSrc, Error)>;
     /// Starts copying `len` bytes at `src_off` of the device buffer into `dst`, which the engine
     /// keeps until the copy is reported done (with it).
     // The slot must come back with the error so that no buffer is lost; a cold path.
@@ -44,15 +59,15 @@ pub(crate) trait CopyEngine: Send + std::fmt::Debug {
     fn in_flight(&self) -> usize;
 }
 
-enum Pending {
-    ToDevice(Event),
+enum InFlight {
+    ToDevice(Pending<HostSrc>),
     ToHost(PendingSlot),
 }
 
 /// The GPU's engine: every copy on one CUDA stream (so they complete in order), an event
 /// after each.
 pub(crate) struct CudaEngine {
-    pending: VecDeque<(CopyId, Pending)>,
+    pending: VecDeque<(CopyId, InFlight)>,
     stream: Stream,
     reg: HostRegistration,
     dev: Arc<DeviceMem>,
@@ -92,13 +107,22 @@ impl CudaEngine {
 
 #[allow(clippy::result_large_err)] // see CopyEngine::to_host
 impl CopyEngine for CudaEngine {
-    fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()> {
-        let ev = self
+    fn to_device(
+        &mut self,
+        id: CopyId,
+        src: HostSrc,
+        dst_off: u64,
+    ) -> std::result::Result<(), (HostSrc, Error)> {
+        match self
             .stream
             .copy_to_device(&self.reg, src, &self.dev, dst_off)
-            .map_err(|e| self.err("copying to", e))?;
-        self.pending.push_back((id, Pending::ToDevice(ev)));
-        Ok(())
+        {
+            Ok(p) => {
+                self.pending.push_back((id, InFlight::ToDevice(p)));
+                Ok(())
+            }
+            Err((src, e)) => Err((src, self.err("copying to", e))),
+        }
     }
 
     fn to_host(
@@ -113,7 +137,7 @@ impl CopyEngine for CudaEngine {
             .copy_to_host(&self.reg, &self.dev, src_off, dst, len)
         {
             Ok(p) => {
-                self.pending.push_back((id, Pending::ToHost(p)));
+                self.pending.push_back((id, InFlight::ToHost(p)));
                 Ok(())
             }
             Err((slot, e)) => Err((slot, self.err("copying from", e))),
@@ -124,35 +148,37 @@ impl CopyEngine for CudaEngine {
         // One stream: copies finish in order, so stop at the first one still running.
         while let Some((id, p)) = self.pending.pop_front() {
             match p {
-                Pending::ToDevice(ev) => match ev.query() {
-                    Ok(false) => {
-                        self.pending.push_front((id, Pending::ToDevice(ev)));
+                InFlight::ToDevice(p) => match p.poll() {
+                    Ok(Err(still)) => {
+                        self.pending.push_front((id, InFlight::ToDevice(still)));
                         return;
                     }
-                    Ok(true) => done.push(Done {
+                    Ok(Ok(src)) => done.push(Done {
                         id,
                         result: Ok(()),
                         slot: None,
+                        src: Some(src),
                     }),
-                    Err(e) => {
-                        let _ = ev.wait();
+                    Err((src, e)) => {
                         let result = Err(self.err("copying to", e));
                         done.push(Done {
                             id,
                             result,
                             slot: None,
+                            src: Some(src),
                         });
                     }
                 },
-                Pending::ToHost(ps) => match ps.poll() {
+                InFlight::ToHost(ps) => match ps.poll() {
                     Ok(Err(still)) => {
-                        self.pending.push_front((id, Pending::ToHost(still)));
+                        self.pending.push_front((id, InFlight::ToHost(still)));
                         return;
                     }
                     Ok(Ok(slot)) => done.push(Done {
                         id,
                         result: Ok(()),
                         slot: Some(slot),
+                        src: None,
                     }),
                     Err((slot, e)) => {
                         let result = Err(self.err("copying from", e));
@@ -160,6 +186,7 @@ impl CopyEngine for CudaEngine {
                             id,
                             result,
                             slot: Some(slot),
+                            src: None,
                         });
                     }
                 },
@@ -174,8 +201,8 @@ impl CopyEngine for CudaEngine {
         loop {
             let ready = match self.pending.front() {
                 None => return,
-                Some((_, Pending::ToDevice(ev))) => ev.query().unwrap_or(true),
-                Some((_, Pending::ToHost(p))) => p.ready(),
+                Some((_, InFlight::ToDevice(p))) => p.ready(),
+                Some((_, InFlight::ToHost(p))) => p.ready(),
             };
             if ready || std::time::Instant::now() >= deadline {
                 return;
@@ -193,11 +220,12 @@ pub(crate) use host::{HostEngine, HostEngineFaults};
 
 /// The host engine: tests, and [`super::host_staged_receiver`] for machines without a GPU.
 mod host {
-    use super::{CopyEngine, Done};
+    use super::{CopyEngine, Done, HostSrc};
     use crate::error::{Error, Result};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     use zcnet_core::staging::CopyId;
+    use zcnet_sys::cuda::CopySource;
     use zcnet_sys::mem::Slot;
 
     /// What the host engine does, for tests: complete copies newest first (out of order), and
@@ -215,7 +243,7 @@ mod host {
     #[derive(Debug)]
     pub(crate) struct HostEngine {
         dev: Arc<Mutex<Vec<u8>>>,
-        pending: Vec<(CopyId, Option<Slot>)>,
+        pending: Vec<(CopyId, Option<Slot>, Option<HostSrc>)>,
         faults: HostEngineFaults,
     }
 
@@ -242,12 +270,21 @@ mod host {
 
     #[allow(clippy::result_large_err)] // see CopyEngine::to_host
     impl CopyEngine for HostEngine {
-        fn to_device(&mut self, id: CopyId, src: &[u8], dst_off: u64) -> Result<()> {
-            let r = self.range(dst_off, src.len())?;
+        fn to_device(
+            &mut self,
+            id: CopyId,
+            src: HostSrc,
+            dst_off: u64,
+        ) -> std::result::Result<(), (HostSrc, Error)> {
+            let r = match self.range(dst_off, src.host_bytes().len()) {
+                Ok(r) => r,
+                Err(e) => return Err((src, e)),
+            };
             if let Ok(mut d) = self.dev.lock() {
-                d[r].copy_from_slice(src);
+                d[r].copy_from_slice(src.host_bytes());
             }
-            self.pending.push((id, None));
+            // Held until the completion is reported, as the GPU's engine holds it.
+            self.pending.push((id, None, Some(src)));
             Ok(())
         }
 
@@ -271,7 +308,7 @@ mod host {
                     ))
                 }
             }
-            self.pending.push((id, Some(dst)));
+            self.pending.push((id, Some(dst), None));
             Ok(())
         }
 
@@ -279,7 +316,7 @@ mod host {
             if self.faults.reorder {
                 self.pending.reverse();
             }
-            for (id, slot) in self.pending.drain(..) {
+            for (id, slot, src) in self.pending.drain(..) {
                 let result = if self.faults.fail == Some(id.0) {
                     Err(Error::Gpu {
                         what: format!("{id}"),
@@ -290,7 +327,12 @@ mod host {
                 } else {
                     Ok(())
                 };
-                done.push(Done { id, result, slot });
+                done.push(Done {
+                    id,
+                    result,
+                    slot,
+                    src,
+                });
             }
         }
 

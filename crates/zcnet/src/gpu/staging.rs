@@ -22,8 +22,8 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use zcnet_core::staging::{StagingConfig, StagingError, StagingRx, StagingStats, StagingTx};
-use zcnet_sys::bufring::RecvRing;
-use zcnet_sys::cuda::DeviceMem;
+use zcnet_sys::bufring::{HeldBuf, RecvRing};
+use zcnet_sys::cuda::{DeviceMem, SourceRange};
 
 const ARM_TAG: u64 = 1;
 
@@ -84,6 +84,9 @@ pub struct StagedReceiver {
     // Drop order: the engine (waits for its copies) before the ring that holds the buffers.
     engine: Box<dyn CopyEngine>,
     ring: RecvRing,
+    /// Received buffers taken out of the ring, by id, while copies read them: each copy holds
+    /// a clone, and the buffer goes back to the ring only once the last copy completed.
+    held: Vec<Option<Arc<HeldBuf>>>,
     core: StagingRx,
     stream: TcpStream,
     armed: bool,
@@ -135,6 +138,7 @@ impl StagedReceiver {
         })?;
         Ok(StagedReceiver {
             engine,
+            held: (0..ring.nbufs()).map(|_| None).collect(),
             ring,
             core,
             stream,
@@ -217,7 +221,17 @@ impl StagedReceiver {
             }
             match (res, buf) {
                 (Ok(0), _) => self.eof = true,
-                (Ok(n), Some(b)) => self.core.on_recv(b, n as u32).map_err(staging_error)?,
+                (Ok(n), Some(b)) => {
+                    // Out of the ring until its copies completed (see `recycle`).
+                    let h = self
+                        .ring
+                        .take(b)
+                        .map_err(|e| Error::io(format!("taking staging buffer {b}"), e))?;
+                    if let Some(slot) = self.held.get_mut(b as usize) {
+                        *slot = Some(Arc::new(h));
+                    }
+                    self.core.on_recv(b, n as u32).map_err(staging_error)?
+                }
                 (Ok(_), None) => {}
                 // The ring ran dry (every host buffer waits on a copy): re-armed at the next poll.
                 (Err(e), _) if e.raw_os_error() == Some(libc::ENOBUFS) => {}
@@ -234,14 +248,19 @@ impl StagedReceiver {
         self.engine.poll(&mut self.done);
         let mut failed = None;
         for d in std::mem::take(&mut self.done) {
-            match d.result {
+            let Done {
+                id, result, src, ..
+            } = d;
+            // The copy's share of its ring buffer: the buffer goes back once no copy holds it.
+            drop(src);
+            match result {
                 Ok(()) => {
-                    if let Some(b) = self.core.on_copy_done(d.id).map_err(staging_error)? {
+                    if let Some(b) = self.core.on_copy_done(id).map_err(staging_error)? {
                         self.recycle(b)?;
                     }
                 }
                 Err(e) => {
-                    for b in self.core.on_copy_failed(d.id).map_err(staging_error)? {
+                    for b in self.core.on_copy_failed(id).map_err(staging_error)? {
                         self.recycle(b)?;
                     }
                     failed.get_or_insert(e);
@@ -254,20 +273,44 @@ impl StagedReceiver {
         }
     }
 
+    /// Gives received buffer `b` back to the ring (and so to the kernel): only once no copy
+    /// holds it, which the handle's ownership, not only the pipeline's count, guarantees.
     fn recycle(&mut self, b: u16) -> Result<()> {
-        self.ring
-            .recycle(b)
-            .map_err(|e| Error::io(format!("returning staging buffer {b}"), e))
+        let what = || format!("returning staging buffer {b}");
+        let einval = || std::io::Error::from_raw_os_error(libc::EINVAL);
+        let Some(h) = self.held.get_mut(b as usize).and_then(Option::take) else {
+            return Err(Error::io(what(), einval()));
+        };
+        match Arc::try_unwrap(h) {
+            Ok(h) => self
+                .ring
+                .give_back(h)
+                .map_err(|(_, e)| Error::io(what(), e)),
+            Err(h) => {
+                // A copy still reads it: the pipeline's bookkeeping is wrong; keep it out.
+                self.held[b as usize] = Some(h);
+                Err(staging_error(StagingError::HostBufHeld(b)))
+            }
+        }
     }
 
     fn issue_copies(&mut self) -> Result<()> {
         while let Some(c) = self.core.next_copy() {
-            let end = (c.host_off + c.len) as usize;
-            let r = match self.ring.buf(c.host_buf, end) {
-                Ok(src) => self
+            let held = self.held.get(c.host_buf as usize).and_then(Option::as_ref);
+            let src = held.and_then(|h| {
+                SourceRange::new(Arc::clone(h), c.host_off as usize, c.len as usize).ok()
+            });
+            let r = match src {
+                // On failure the engine gives the source back: dropped, it is the ring's again
+                // once the pipeline says so (below).
+                Some(src) => self
                     .engine
-                    .to_device(c.copy, &src[c.host_off as usize..], c.dev_off),
-                Err(e) => Err(Error::io("reading a staging buffer", e)),
+                    .to_device(c.copy, src, c.dev_off)
+                    .map_err(|(_, e)| e),
+                None => Err(Error::io(
+                    "reading a staging buffer",
+                    std::io::Error::from_raw_os_error(libc::EINVAL),
+                )),
             };
             if let Err(e) = r {
                 for b in self.core.on_copy_failed(c.copy).map_err(staging_error)? {
@@ -282,7 +325,7 @@ impl StagedReceiver {
     /// Ends the transfer: every host buffer no copy reads goes back now.
     fn stop(&mut self) {
         for b in self.core.abort() {
-            let _ = self.ring.recycle(b);
+            let _ = self.recycle(b);
         }
     }
 }
