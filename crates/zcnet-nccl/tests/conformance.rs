@@ -425,12 +425,12 @@ fn main() {
             connect::all
         ),
     ];
-    let strict = strict_needs();
+    let strict = zcnet_testkit::strict_needs();
     let (fds0, threads0) = (open_fds(), threads());
     let (mut passed, mut failed, mut ignored) = (0, 0, 0);
     let mut failures = Vec::new();
     for (name, limit_s, f) in &tests {
-        match zcnet_testkit::run_bounded(name, case_limit(*limit_s), &strict, *f) {
+        match zcnet_testkit::run_bounded(name, zcnet_testkit::limit(Some(*limit_s)), &strict, *f) {
             Outcome::Passed => {
                 println!("test {name} ... ok");
                 passed += 1;
@@ -479,30 +479,6 @@ fn main() {
         if failed == 0 { "ok" } else { "FAILED" },
     );
     std::process::exit(i32::from(failed > 0));
-}
-
-/// A case's limit: `secs` times `ZCNET_TEST_TIMEOUT_SCALE`, as zcnet-testkit scales its own.
-fn case_limit(secs: u64) -> Duration {
-    let scale = std::env::var("ZCNET_TEST_TIMEOUT_SCALE")
-        .ok()
-        .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(1.0);
-    Duration::from_secs_f64(secs as f64 * scale)
-}
-
-/// The needs `ZCNET_TEST_STRICT` forbids skipping, by zcnet-testkit's rule: `all`, or a
-/// comma-separated list of need names (`root,tool,kernel,hardware`).
-fn strict_needs() -> Vec<Need> {
-    let all = [Need::Root, Need::Tool, Need::Kernel, Need::Hardware];
-    match std::env::var("ZCNET_TEST_STRICT") {
-        Ok(v) if v.trim() == "all" => all.to_vec(),
-        Ok(v) => all
-            .into_iter()
-            .filter(|n| v.split(',').any(|w| w.trim() == n.name()))
-            .collect(),
-        Err(_) => Vec::new(),
-    }
 }
 
 fn every_version() {

@@ -183,8 +183,9 @@ pub fn require_kernel(major: u32, minor: u32, what: &str) {
     }
 }
 
-/// The needs that `ZCNET_TEST_STRICT` forbids skipping (`all`, or names from [`Need::name`]).
-fn strict_needs() -> Vec<Need> {
+/// The needs that `ZCNET_TEST_STRICT` forbids skipping (`all`, or names from [`Need::name`]);
+/// public for harnesses of their own (the NCCL conformance harness) that keep the same rule.
+pub fn strict_needs() -> Vec<Need> {
     let all = [Need::Root, Need::Tool, Need::Kernel, Need::Hardware];
     match std::env::var("ZCNET_TEST_STRICT") {
         Ok(v) if v.trim() == "all" => all.to_vec(),
@@ -196,8 +197,9 @@ fn strict_needs() -> Vec<Need> {
     }
 }
 
-/// The time limit for a test whose attribute says `own` (None: the default).
-fn limit(own: Option<u64>) -> Duration {
+/// The time limit for a test whose attribute says `own` seconds (None: the default), scaled by
+/// `ZCNET_TEST_TIMEOUT_SCALE`.
+pub fn limit(own: Option<u64>) -> Duration {
     let scale = std::env::var("ZCNET_TEST_TIMEOUT_SCALE")
         .ok()
         .and_then(|s| s.parse::<f64>().ok())
