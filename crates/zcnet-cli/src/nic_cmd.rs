@@ -110,6 +110,9 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
     let proto = Proto::parse(&a.proto).ok_or_else(|| {
         Error::invalid_input(format!("unknown --proto '{}': use tcp or udp", a.proto))
     })?;
+    // A queue the device does not have: a bad argument, said before anything else is read or
+    // changed (exit code 2).
+    nic::check_queue(&a.iface, a.queue, false, None)?;
     let mut ctl = LiveNic::open(&a.iface)?;
     let want = NicSetup {
         queue: a.queue,

@@ -546,6 +546,15 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     cfg.area_len = size_arg("--area", &a.area, usize::MAX)?;
     let lowat = crate::units::lowat_arg("--rcvlowat", &a.rcvlowat)?;
     let memory = parse_mem(&a.mem)?;
+    // A queue the interface does not have: refused before anything is made (exit code 2).
+    if let (Some(iface), Some(queue)) = (a.iface.as_deref(), a.queue) {
+        zcnet::nic::check_queue(
+            iface,
+            queue,
+            false,
+            Some("leave --queue out (the interface's last RX queue)"),
+        )?;
+    }
     if memory.is_device() {
         return crate::gpu_cmd::recv(a, memory, &cfg);
     }

@@ -236,6 +236,80 @@ fn recv_refusals_are_one_line_errors() {
     );
 }
 
+/// Asserts that `o` is the one-line refusal of `--queue Q` on `iface` (which has `n` queues):
+/// exit 2, naming the flag, the count and the fix, and nothing listened on.
+pub fn assert_no_such_queue(o: &Output, iface: &str, queue: u32, n: u32) {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.contains(&format!("--queue {queue}: {iface} has {n} ")) && e.contains("pick one of them"),
+        "{e}"
+    );
+    assert!(!e.contains("listening on"), "{e}");
+}
+
+/// A queue the interface does not have is a bad argument (exit 2) said before anything is made:
+/// no ring, no listening socket, no XDP program, no NIC change.
+#[zcnet_testkit::test]
+fn a_queue_the_interface_lacks_is_refused_before_anything_is_made() {
+    for rx in ["zcrx", "devmem", "auto"] {
+        let o = run(&[
+            "recv",
+            "--listen",
+            "127.0.0.1:0",
+            "--rx",
+            rx,
+            "--iface",
+            "lo",
+            "--queue",
+            "7",
+        ]);
+        assert_no_such_queue(&o, "lo", 7, 1);
+        assert!(stderr(&o).contains("leave --queue out"), "{}", stderr(&o));
+    }
+    let o = run(&[
+        "recv",
+        "--udp",
+        "--rx",
+        "af-xdp",
+        "--iface",
+        "lo",
+        "--queue",
+        "9",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert_no_such_queue(&o, "lo", 9, 1);
+    let o = run(&[
+        "send",
+        "--udp",
+        "--tx",
+        "af-xdp",
+        "--iface",
+        "lo",
+        "--queue",
+        "9",
+        "--size",
+        "1K",
+        "--bytes",
+        "1K",
+        "127.0.0.2:9",
+    ]);
+    assert_no_such_queue(&o, "lo", 9, 1);
+    let o = run(&["nic", "setup", "--iface", "lo", "--queue", "99"]);
+    assert_no_such_queue(&o, "lo", 99, 1);
+    // lo cannot split headers: no command to add queues is offered for zero-copy receive.
+    assert!(
+        stderr(&o).contains("more queues would not help"),
+        "{}",
+        stderr(&o)
+    );
+    // The queue it has is not refused as missing (lo's own reason comes instead).
+    let o = run(&["nic", "setup", "--iface", "lo", "--queue", "0"]);
+    assert!(!stderr(&o).contains("--queue 0:"), "{}", stderr(&o));
+}
+
 #[zcnet_testkit::test]
 fn unprivileged_zcrx_and_devmem_on_lo_are_refused_for_los_reason_not_for_root() {
     // Without CAP_NET_ADMIN the kernel says EPERM before it looks at the

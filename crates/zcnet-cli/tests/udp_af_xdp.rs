@@ -545,4 +545,80 @@ fn bad_arguments_exit_2_in_one_line_naming_the_flag() {
     }
 }
 
+/// On a lab veth (one queue each way), a queue it lacks is refused with exit 2 before anything
+/// is bound or attached: AF_XDP both ways, zcrx, and `nic setup`, whose fix offers no command to
+/// add queues (a veth cannot split headers, so more queues would not give it zero-copy receive).
+#[zcnet_testkit::test]
+fn a_queue_the_veth_lacks_is_refused_before_anything_is_made() {
+    let (_lab, v) = lab();
+    let refused = |ns: &str, args: &[&str], queue: &str| {
+        let o = in_ns(ns, args).output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(
+            e.contains(&format!("--queue {queue}: "))
+                && e.contains(" has 1 ")
+                && e.contains("pick one of them"),
+            "{args:?}: {e}"
+        );
+        assert!(!e.contains("listening on"), "{args:?}: {e}");
+        e
+    };
+    let dst = format!("{}:9", v.b_addr);
+    refused(
+        &v.a,
+        &[
+            "send", "--udp", "--tx", "af-xdp", "--iface", "vA", "--queue", "9", "--size", "1K",
+            "--bytes", "1K", &dst,
+        ],
+        "9",
+    );
+    refused(
+        &v.b,
+        &[
+            "recv",
+            "--udp",
+            "--rx",
+            "af-xdp",
+            "--iface",
+            "vB",
+            "--queue",
+            "9",
+            "--listen",
+            "0.0.0.0:5300",
+            "--idle",
+            "1",
+        ],
+        "9",
+    );
+    refused(
+        &v.b,
+        &[
+            "recv",
+            "--rx",
+            "zcrx",
+            "--iface",
+            "vB",
+            "--queue",
+            "7",
+            "--listen",
+            "0.0.0.0:5301",
+        ],
+        "7",
+    );
+    let e = refused(
+        &v.b,
+        &["nic", "setup", "--iface", "vB", "--queue", "99"],
+        "99",
+    );
+    assert!(
+        e.contains("more queues would not help: vB reports no ring parameters"),
+        "{e}"
+    );
+    // Nothing was attached.
+    assert!(xdp_progs(&v.b, "vB").is_empty());
+    assert!(xdp_progs(&v.a, "vA").is_empty());
+}
+
 zcnet_testkit::main!();

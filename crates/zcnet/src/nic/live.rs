@@ -41,6 +41,11 @@ impl LiveNic {
         })
     }
 
+    /// Its ethtool netlink socket.
+    pub(crate) fn ethtool(&mut self) -> &mut Ethtool {
+        &mut self.ethtool
+    }
+
     fn dev(&self) -> Dev<'static> {
         Dev::Index(self.ifindex)
     }

@@ -221,6 +221,88 @@ pub fn indir_without(current_len: usize, rings: u32, queue: u32) -> Vec<u32> {
     (0..current_len).map(|i| others[i % others.len()]).collect()
 }
 
+/// Why a device with `rings` queues of `kind` has no queue at or past `rings`, and the fix: a
+/// queue it has (or `default`, what leaving the flag out gives), or `more` (a command that adds
+/// queues, or why none can).
+fn no_such_queue(
+    iface: &str,
+    rings: u32,
+    kind: &str,
+    default: Option<&str>,
+    more: std::result::Result<String, String>,
+) -> String {
+    let add = match more {
+        Ok(cmd) => format!(", or add queues: {cmd}"),
+        Err(none) => format!(" ({none})"),
+    };
+    format!(
+        "{iface} has {rings} {kind}(s) (0..{}): pick one of them{}{add}",
+        rings.saturating_sub(1),
+        default.map_or(String::new(), |d| format!(" or {d}"))
+    )
+}
+
+/// Refuses `--queue queue` of interface `iface` when the interface has no such queue, before
+/// anything is made or changed for it: [`Error::invalid_input`] (exit code 2) naming `--queue`,
+/// the interface's queue count and the fix (a queue it has, or the command that adds queues
+/// where its driver can: [`zcnet_core::probe::add_rx_queues`]). `default` (e.g. "leave --queue
+/// out") is offered beside it where the flag has one. The count is the probe's (the queues the
+/// netdev family lists, else ethtool channels, else those rtnetlink says are allocated); AF_XDP
+/// (`af_xdp`) binds to any index below the larger of the RX and TX counts
+/// (`xsk_reg_pool_at_qid`), so TX queues listed count there too; for zero-copy receive (not
+/// `af_xdp`) no command to add queues is offered on a device that cannot split headers. With no
+/// count at all, nothing
+/// is refused here (the kernel answers later). An interface that does not exist is
+/// [`Error::UnknownInterface`].
+pub fn check_queue(iface: &str, queue: u32, af_xdp: bool, default: Option<&str>) -> Result<()> {
+    let mut ctl = LiveNic::open(iface)?;
+    let rx = crate::probe::rx_queues(ctl.ifindex(), ctl.ethtool());
+    let tx = if af_xdp {
+        zcnet_netlink::netdev::Netdev::open()
+            .and_then(|mut nd| nd.queue_dump(ctl.ifindex()))
+            .map(|qs| {
+                qs.iter()
+                    .filter(|q| q.kind == zcnet_netlink::netdev::QueueKind::Tx)
+                    .count() as u32
+            })
+            .unwrap_or(0)
+    } else {
+        0
+    };
+    let have = rx.max(tx);
+    if have == 0 || queue < have {
+        return Ok(());
+    }
+    // Zero-copy receive needs header split: on a device that can never split headers (no ring
+    // parameters: veth, lo, ifb) more queues would not help, so no command to add them is
+    // offered (as `nic setup` says that first, check_header_split).
+    let no_split = !af_xdp
+        && matches!(
+            ctl.rings(),
+            Err(Error::Kernel {
+                errno: Some(EOPNOTSUPP),
+                ..
+            })
+        );
+    let more = match ctl.channels() {
+        _ if no_split => Err(format!(
+            "more queues would not help: {iface} reports no ring parameters, so it cannot split headers, which zero-copy receive needs"
+        )),
+        Ok(ch) => zcnet_core::probe::add_rx_queues(
+            iface,
+            queue + 1,
+            ch.as_ref(),
+            crate::probe::ethtool_installed(),
+        ),
+        Err(e) => Err(format!("its channels could not be read ({e})")),
+    };
+    let kind = if tx > rx { "TX queue" } else { "RX queue" };
+    Err(Error::invalid_input(format!(
+        "--queue {queue}: {}",
+        no_such_queue(iface, have, kind, default, more)
+    )))
+}
+
 /// The checks [`NicGuard::apply`] makes before it changes anything: the queue exists, and
 /// taking it out of RSS leaves another. A refusal names a command that adds queues where the
 /// driver reports channels it can change (zcnet's own, `ethtool -L` beside it only when
@@ -244,18 +326,11 @@ fn check_queues<C: NicControl + ?Sized>(
         Err(e) => Err(format!("its channels could not be read ({e})")),
     };
     if setup.queue >= rings {
-        let add = match more(setup.queue + 1) {
-            Ok(cmd) => format!(", or add queues: {cmd}"),
-            Err(none) => format!(" ({none})"),
-        };
         return Err((
             "checking the queue",
             Error::Kernel {
                 what: format!("queue {}", setup.queue),
-                message: format!(
-                    "{iface} has {rings} RX queue(s) (0..{}): pick one of them{add}",
-                    rings.saturating_sub(1)
-                ),
+                message: no_such_queue(&iface, rings, "RX queue", None, more(setup.queue + 1)),
                 errno: None,
             },
         ));
