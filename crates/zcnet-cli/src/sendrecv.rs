@@ -586,8 +586,14 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     let mut out = if discard { None } else { Some(Stdout::open()?) };
     let sink = out.as_mut().map(|o| o as &mut dyn Write);
     let verify = a.verify.then(|| Pattern::new(a.seed));
-    let rep = net::receive_stream(&mut rx, s, verify, sink)?;
+    let (rep, failed) = net::receive_stream_until_failure(&mut rx, s, verify, sink, None)?;
     drop(out);
+    // A peer reset ends the stream where it was: the bytes that came (and were checked) are
+    // still reported, then the reset is the exit status (1). Other failures say only themselves.
+    match failed {
+        Some(e) if !e.is_connection_reset() => return Err(e),
+        _ => {}
+    }
     let st = &rep.stats;
     if a.json {
         let doc = RecvJson {
@@ -633,6 +639,9 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             st.rearms,
             if a.verify { ", pattern verified" } else { "" }
         );
+    }
+    if let Some(reset) = failed {
+        return Err(reset);
     }
     stream_length(rep.recv.bytes, want_bytes)
 }

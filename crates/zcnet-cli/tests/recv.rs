@@ -96,4 +96,47 @@ fn recv_bytes_requires_the_stream_length() {
     }
 }
 
+/// A peer that sends some bytes and then resets the connection (SO_LINGER 0, close): `recv`
+/// still prints its summary (the bytes that came, checked against the pattern) and the JSON
+/// document, then exits 1 naming the reset.
+#[zcnet_testkit::test(timeout = 60)]
+fn a_peer_reset_still_gets_the_totals_then_exit_1() {
+    use std::os::fd::AsRawFd;
+    const SENT: usize = 100_000;
+    let mut data = vec![0u8; SENT];
+    zcnet::Pattern::new(3).fill(0, &mut data);
+    for json in [false, true] {
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut args = vec!["--listen", &addr, "--verify", "--seed", "3"];
+        if json {
+            args.push("--json");
+        }
+        let child = recv(&args);
+        let mut s = connect(port);
+        s.write_all(&data).unwrap();
+        // Let the receiver read it all before the reset (a reset drops what is unread).
+        std::thread::sleep(Duration::from_millis(300));
+        zcnet_sys::os::set_linger_zero(s.as_raw_fd()).unwrap();
+        drop(s);
+        let o = child.wait_with_output().unwrap();
+        let out = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let last = err.lines().last().unwrap_or_default();
+        assert!(last.contains("reset"), "{out}");
+        if json {
+            let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            assert_eq!(doc["bytes"], SENT as u64, "{doc}");
+            assert_eq!(doc["verified"], true, "{doc}");
+        } else {
+            assert!(
+                err.contains(&format!("zcnet recv: {SENT} B from"))
+                    && err.contains("pattern verified"),
+                "{out}"
+            );
+        }
+    }
+}
+
 zcnet_testkit::main!();

@@ -200,6 +200,15 @@ impl Error {
             if source.get_ref().is_some_and(|r| r.is::<BadArgument>()))
     }
 
+    /// Whether the peer reset the connection (`ECONNRESET`, or a send's [`Error::PeerReset`]).
+    pub fn is_connection_reset(&self) -> bool {
+        match self {
+            Error::PeerReset { .. } => true,
+            Error::Io { source, .. } => source.raw_os_error() == Some(libc::ECONNRESET),
+            _ => false,
+        }
+    }
+
     /// The process exit code the CLI uses for this error: 130 for an interrupt, 2 for a bad
     /// argument, 1 for everything else.
     pub fn exit_code(&self) -> i32 {

@@ -233,9 +233,27 @@ pub fn receive_stream_reading_device(
     rx: &mut crate::rx::Receiver,
     stream: TcpStream,
     verify: Option<Pattern>,
-    mut sink: Option<&mut dyn std::io::Write>,
+    sink: Option<&mut dyn std::io::Write>,
     read_device: Option<DeviceReader<'_>>,
 ) -> Result<StreamReport> {
+    let (rep, failed) = receive_stream_until_failure(rx, stream, verify, sink, read_device)?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(rep),
+    }
+}
+
+/// [`receive_stream_reading_device`] that keeps what was received when the stream fails (a
+/// peer reset, a wrong byte, a failed write to the sink): the report of the bytes that came
+/// (and were checked) before it, and the failure (`None`: the stream ended normally). `Err`
+/// only when the stream could not be received at all (the receiver refused it).
+pub fn receive_stream_until_failure(
+    rx: &mut crate::rx::Receiver,
+    stream: TcpStream,
+    verify: Option<Pattern>,
+    mut sink: Option<&mut dyn std::io::Write>,
+    read_device: Option<DeviceReader<'_>>,
+) -> Result<(StreamReport, Option<Error>)> {
     use crate::rx::RxEvent;
     let mut back = Vec::new();
     let conn = rx.add(stream)?;
@@ -312,12 +330,20 @@ pub fn receive_stream_reading_device(
     events.clear();
     rx.close(conn);
     rep.seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
-    result?;
-    // Hand the last buffers back so the statistics are final.
-    rx.poll(&mut events, std::time::Duration::ZERO)?;
-    Ok(StreamReport {
-        recv: rep,
-        stats: rx.stats(),
-        device_bytes,
-    })
+    // Hand the last buffers back so the statistics are final (after a failure too: its report
+    // is printed).
+    let last = rx.poll(&mut events, std::time::Duration::ZERO);
+    events.clear();
+    let failed = match (result, last) {
+        (Err(e), _) | (Ok(()), Err(e)) => Some(e),
+        (Ok(()), Ok(())) => None,
+    };
+    Ok((
+        StreamReport {
+            recv: rep,
+            stats: rx.stats(),
+            device_bytes,
+        },
+        failed,
+    ))
 }
