@@ -208,13 +208,19 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     if memory.is_device() {
         return crate::gpu_cmd::send(a, addr, memory, &cfg, limit, deadline);
     }
+    // The region, and whether RLIMIT_MEMLOCK can hold what the sender will lock (its ring and
+    // the registered region), before connecting: a limit too small is said before any peer
+    // sees a connection (exit code 2, the message the sender's own refusal would have).
+    let region = Region::new(memory, zcnet::tx::region_len(&cfg))?;
+    if let Some(e) = zcnet::tx::memlock_refusal(&region, &cfg) {
+        return Err(Error::invalid_input(e.to_string()));
+    }
     let sock: Socket = if a.udp {
         let gso = (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500);
         net::connect_udp(addr, gso)?.into()
     } else {
         net::connect_tcp(addr)?.into()
     };
-    let region = Region::new(memory, zcnet::tx::region_len(&cfg))?;
     let mut tx = Sender::new(sock, region, &cfg)?;
     if let Some(n) = tx.note() {
         zcnet_tools::eoutln!("zcnet: note: {n}");

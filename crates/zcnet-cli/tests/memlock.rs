@@ -93,7 +93,8 @@ fn uring_zc_limit_in_the_message_works_and_a_page_less_does_not() {
     // The issue: a 512 KiB region at `ulimit -l 512` fails (the ring needs 8 KiB more).
     let (o, _) = send_limited(512, &args);
     let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{e}");
+    // Found before connecting: exit 2 (memlock_refusal_comes_before_any_connection).
+    assert_eq!(o.status.code(), Some(2), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(
         e.contains("RLIMIT_MEMLOCK (524288 B) is too small") && e.contains("io_uring ring"),
@@ -109,7 +110,7 @@ fn uring_zc_limit_in_the_message_works_and_a_page_less_does_not() {
     );
     let (o, _) = send_limited(kib - 4, &args);
     let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "a page below {kib} KiB: {e}");
+    assert_eq!(o.status.code(), Some(2), "a page below {kib} KiB: {e}");
     assert_eq!(ulimit_in(&e), kib, "{e}");
 }
 
@@ -215,6 +216,40 @@ fn optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself() {
         "optmem_max={suggested} (exit 3: the receiver did not verify): {}",
         stderr(&o)
     );
+}
+
+/// `send --tx uring-zc` (and `uring`) under a limit too small for its ring and region is
+/// refused before it connects: exit 2 with the sender's own message, and the listener never
+/// sees a connection.
+#[zcnet_testkit::test]
+fn memlock_refusal_comes_before_any_connection() {
+    need_fresh_user();
+    for (tx, limit, what) in [
+        ("uring-zc", 64, "region registered with it"),
+        ("uring", 4, "the io_uring ring ("),
+    ] {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        let port = l.local_addr().unwrap().port();
+        let script = format!(
+            "ulimit -l {limit} && exec {} {ZCNET} send 127.0.0.1:{port} --tx {tx} --bytes 1M",
+            as_fresh_user()
+        );
+        let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{tx}: {e}");
+        assert_eq!(e.lines().count(), 1, "{tx}: {e}");
+        assert!(
+            e.contains(&format!("RLIMIT_MEMLOCK ({} B) is too small", limit * 1024))
+                && e.contains(what)
+                && e.contains("ulimit -l "),
+            "{tx}: {e}"
+        );
+        match l.accept() {
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("{tx}: a connection was made before the refusal: {other:?}"),
+        }
+    }
 }
 
 zcnet_testkit::main!();

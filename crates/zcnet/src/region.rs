@@ -235,6 +235,10 @@ impl Region {
         self.note.as_deref()
     }
 
+    pub(crate) fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
     pub(crate) fn into_mapping(self) -> Mapping {
         self.map
     }

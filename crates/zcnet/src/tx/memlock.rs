@@ -103,3 +103,27 @@ pub(crate) fn msg_zerocopy_enobufs(
         },
     }
 }
+
+/// The RLIMIT_MEMLOCK refusal a [`crate::Sender`] of `cfg` on `region` would meet when it is
+/// made, found before anything else is (a connection, the sender): `uring-zc` locks its ring
+/// and registers the region, `uring` locks its ring, each charged in full when the sender is
+/// made (what [`super::uring::Charges`] counts, the figures of the refusal itself). `None` when
+/// they fit the limit, when the kernel does not apply it (CAP_IPC_LOCK, unlimited), and for the
+/// other modes (`msg-zerocopy` is charged per send in flight, `auto` falls back instead).
+/// Other locked memory of the same user can still make the sender's own setup fail.
+pub fn memlock_refusal(region: &crate::Region, cfg: &super::TxConfig) -> Option<Error> {
+    let zero_copy = match cfg.mode {
+        super::TxMode::UringZc => true,
+        super::TxMode::Uring => false,
+        _ => return None,
+    };
+    let stride = super::buffer_stride(cfg.buf_size).max(1);
+    let buffers = cfg.buffers().min(region.len() / stride);
+    let c = super::uring::Charges::of(region.mapping(), buffers, zero_copy);
+    let need = c.ring_bytes + c.region_bytes;
+    let limit = applying_limit()?;
+    if need <= limit {
+        return None;
+    }
+    too_small(c.what, need, need)
+}

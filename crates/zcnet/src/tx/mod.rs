@@ -21,6 +21,7 @@ mod uring;
 
 use crate::error::{Error, Result};
 use crate::region::{Region, TxBuf};
+pub use memlock::memlock_refusal;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;

@@ -25,6 +25,47 @@ use zcnet_sys::uring::{Ring, SendOp};
 
 const WAIT: Duration = Duration::from_millis(100);
 
+/// What an io_uring sender of `buffers` buffers locks: without CAP_IPC_LOCK the ring itself is
+/// charged to RLIMIT_MEMLOCK when it is set up, and (zero copy) the registered region after it:
+/// a remedy must cover both (tx/memlock.rs).
+pub(crate) struct Charges {
+    /// SQ entries of the ring.
+    pub entries: u32,
+    /// Bytes the ring locks.
+    pub ring_bytes: u64,
+    /// Bytes registering the region locks (0 without zero copy).
+    pub region_bytes: u64,
+    /// Both in words, for [`memlock::too_small`].
+    pub what: String,
+}
+
+impl Charges {
+    pub(crate) fn of(map: &Mapping, buffers: usize, zero_copy: bool) -> Charges {
+        let entries = (2 * buffers as u32).next_power_of_two().max(8);
+        let ring_bytes = memlock::ring_bytes(entries);
+        let region_bytes = if zero_copy {
+            memlock::registered_bytes(map)
+        } else {
+            0
+        };
+        let what = if zero_copy {
+            format!(
+                "the io_uring ring ({}) and the {} region registered with it",
+                memlock::size_words(ring_bytes),
+                memlock::size_words(region_bytes)
+            )
+        } else {
+            format!("the io_uring ring ({})", memlock::size_words(ring_bytes))
+        };
+        Charges {
+            entries,
+            ring_bytes,
+            region_bytes,
+            what,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct UringTx {
     ring: Ring,
@@ -42,27 +83,16 @@ impl UringTx {
         zero_copy: bool,
         stream: bool,
     ) -> Result<Self> {
-        let entries = (2 * buffers as u32).next_power_of_two().max(8);
-        // Without CAP_IPC_LOCK the ring itself is charged to RLIMIT_MEMLOCK when it is set up,
-        // and the registered region after it: a remedy must cover both (tx/memlock.rs).
-        let ring_bytes = memlock::ring_bytes(entries);
-        let region_bytes = if zero_copy {
-            memlock::registered_bytes(map)
-        } else {
-            0
-        };
+        let Charges {
+            entries,
+            ring_bytes,
+            region_bytes,
+            what,
+        } = Charges::of(map, buffers, zero_copy);
         // `charged`: what the kernel has been asked to lock when `e` came (the ring at setup,
         // the ring and the region at registration).
         let memlock_error = |e: std::io::Error, doing: &str, charged: u64| {
-            let what = if zero_copy {
-                format!(
-                    "the io_uring ring ({}) and the {} region registered with it",
-                    memlock::size_words(ring_bytes),
-                    memlock::size_words(region_bytes)
-                )
-            } else {
-                format!("the io_uring ring ({})", memlock::size_words(ring_bytes))
-            };
+            let what = what.clone();
             match e.raw_os_error() {
                 Some(libc::ENOMEM) => memlock::too_small(what, ring_bytes + region_bytes, charged)
                     .unwrap_or_else(|| Error::io(doing, e)),
