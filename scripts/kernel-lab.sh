@@ -167,6 +167,7 @@ cleanup() {
     wait "$qpid" 2>/dev/null
   fi
   for t in "${tails[@]}"; do kill "$t" 2>/dev/null; wait "$t" 2>/dev/null; done
+  [ -n "${ZCNET_KERNEL_LAB_CONSOLE:-}" ] && cp "$work/console.log" "$ZCNET_KERNEL_LAB_CONSOLE" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -195,7 +196,7 @@ cat >"$ird/init" <<'EOF'
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-echo 0 >/proc/sys/kernel/printk
+echo "kernel-lab guest: init, loading modules" >/dev/console
 for m in /modules/*.ko; do [ -e "$m" ] && insmod "$m"; done
 fail() { echo "kernel-lab guest: $*"; poweroff -f; echo o >/proc/sysrq-trigger; }
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot /newroot || fail "mounting the host's / failed"
@@ -214,9 +215,11 @@ mount -t tmpfs -o mode=1777 shm $R/dev/shm
 [ -d $R/sys/kernel/debug ] && mount -t debugfs debugfs $R/sys/kernel/debug 2>/dev/null
 ip link set lo up
 hostname kernel-lab
+echo "kernel-lab guest: running the command" >/dev/console
 chroot $R /bin/bash /run/kernel-lab/cmd.sh </dev/null >$R/run/kernel-lab/stdout 2>$R/run/kernel-lab/stderr
 echo $? >$R/run/kernel-lab/status.tmp
 mv $R/run/kernel-lab/status.tmp $R/run/kernel-lab/status
+echo "kernel-lab guest: the command exited $(cat $R/run/kernel-lab/status), powering off" >/dev/console
 sync
 poweroff -f
 echo o >/proc/sysrq-trigger
@@ -248,7 +251,7 @@ t0=$SECONDS
   -nodefaults -no-user-config -display none -monitor none -no-reboot \
   -serial "file:$work/console.log" \
   -kernel "$kdir/vmlinuz" -initrd "$work/initramfs.cpio" \
-  -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
+  -append "console=ttyS0 loglevel=5 panic=-1 rdinit=/init" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
   -virtfs "local,path=$share,mount_tag=labshare,security_model=none,multidevs=remap" \
   </dev/null >"$work/qemu.log" 2>&1 &
@@ -277,7 +280,8 @@ for t in "${tails[@]}"; do wait "$t" 2>/dev/null; done
 tails=()
 
 if [ "$timed_out" = 1 ]; then
-  echo "$me: timed out after ${timeout_s} s: the guest was killed (raise --timeout; TCG runs 50-100x slower than the host)" >&2
+  echo "$me: timed out after ${timeout_s} s: the guest was killed (raise --timeout; TCG runs 50-100x slower than the host); its last console lines:" >&2
+  tail -n 8 "$work/console.log" >&2
   exit 124
 fi
 if [ ! -s "$share/status" ]; then

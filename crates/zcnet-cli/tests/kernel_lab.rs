@@ -38,7 +38,7 @@ fn text(b: &[u8]) -> String {
 /// Runs CMD under `kernel`; skips the calling test when the lab could not start for want of a
 /// tool or a download (exit 2 before any boot: the script's last line says why and the fix).
 fn guest(kernel: &str, cmd: &[&str]) -> Output {
-    let mut args = vec!["--kernel", kernel, "--timeout", "600", "--"];
+    let mut args = vec!["--kernel", kernel, "--timeout", "300", "--"];
     args.extend_from_slice(cmd);
     let o = lab(&args);
     let err = text(&o.stderr);
@@ -54,9 +54,30 @@ fn guest(kernel: &str, cmd: &[&str]) -> Output {
     o
 }
 
+/// A copy of the built `zcnet` that no concurrent `cargo build` replaces while the guest runs
+/// it (the guest reads it over 9p); under the target directory, which the guest sees (its /tmp
+/// is its own).
+struct ZcnetCopy(PathBuf);
+
+impl ZcnetCopy {
+    fn new() -> Self {
+        let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("kernel-lab-zcnet-{}", std::process::id()));
+        std::fs::copy(env!("CARGO_BIN_EXE_zcnet"), &p).unwrap();
+        ZcnetCopy(p)
+    }
+}
+
+impl Drop for ZcnetCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 #[zcnet_testkit::test(timeout = 900)]
 fn probe_on_7_2() {
-    let o = guest("7.2", &[env!("CARGO_BIN_EXE_zcnet"), "probe", "--json"]);
+    let zcnet = ZcnetCopy::new();
+    let o = guest("7.2", &[zcnet.0.to_str().unwrap(), "probe", "--json"]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "zcnet probe --json in 7.2: {err}");
     let doc: Value = serde_json::from_slice(&o.stdout)
