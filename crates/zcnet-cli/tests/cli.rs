@@ -310,6 +310,81 @@ fn a_queue_the_interface_lacks_is_refused_before_anything_is_made() {
     assert!(!stderr(&o).contains("--queue 0:"), "{}", stderr(&o));
 }
 
+/// Zero-copy sends with less than one segment in flight crawl at one window per delayed ACK
+/// (~40 ms) against a receiver that does not read at once (`recv` under its default
+/// --rcvlowat): the sender says so and names the fixes; each named fix makes 200 one-byte
+/// sends take well under 200 x 37 ms.
+#[zcnet_testkit::test]
+fn tiny_zero_copy_windows_name_the_delayed_ack_and_its_fixes() {
+    let send = |port: u16, extra: &[&str]| {
+        let p = format!("127.0.0.1:{port}");
+        let mut args = vec!["send", &p, "--json"];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        o
+    };
+    let one = [
+        "--tx",
+        "uring-zc",
+        "--size",
+        "1",
+        "--inflight",
+        "1",
+        "--window",
+        "0",
+    ];
+    // The hint, against the default receiver (3 sends: ~0.1 s).
+    let (r, port) = start_recv(&["--discard"]);
+    let o = send(port, &[&one[..], &["--bytes", "3"]].concat());
+    r.wait_with_output().unwrap();
+    let e = stderr(&o);
+    let note = e
+        .lines()
+        .find(|l| l.starts_with("zcnet: note:") && l.contains("ACK"))
+        .unwrap_or_else(|| panic!("no hint: {e}"));
+    for fix in ["--window", "--inflight", "--tx copy", "--rcvlowat off"] {
+        assert!(note.contains(fix), "{fix} not in: {note}");
+    }
+    // The fixes it names, 200 sends each.
+    for (recv_extra, send_extra) in [
+        (&["--discard", "--rcvlowat", "off"][..], &one[..]),
+        (
+            &["--discard"][..],
+            &[
+                "--tx",
+                "copy",
+                "--size",
+                "1",
+                "--inflight",
+                "1",
+                "--window",
+                "0",
+            ][..],
+        ),
+    ] {
+        let (r, port) = start_recv(recv_extra);
+        let t = Instant::now();
+        let o = send(port, &[send_extra, &["--bytes", "200"]].concat());
+        let took = t.elapsed();
+        r.wait_with_output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(doc["bytes"], 200, "{doc}");
+        assert!(
+            took < Duration::from_millis(1500),
+            "{recv_extra:?} {send_extra:?}: 200 one-byte sends took {took:?} (37 ms each would be 7.4 s)"
+        );
+    }
+    // Enough bytes in flight (one 64 KiB buffer fills a loopback segment): no hint.
+    let (r, port) = start_recv(&["--discard"]);
+    let o = send(
+        port,
+        &["--tx", "uring-zc", "--size", "64K", "--bytes", "1M"],
+    );
+    r.wait_with_output().unwrap();
+    assert!(!stderr(&o).contains("ACK"), "{}", stderr(&o));
+}
+
 #[zcnet_testkit::test]
 fn unprivileged_zcrx_and_devmem_on_lo_are_refused_for_los_reason_not_for_root() {
     // Without CAP_NET_ADMIN the kernel says EPERM before it looks at the

@@ -270,6 +270,27 @@ pub fn zero_copy_wants_nodelay(
     zero_copy && (window < NAGLE_SAFE_WINDOW || whole_segments)
 }
 
+/// Why a zero-copy TCP sender of `count` buffers of `buf_size` bytes will crawl, when its bytes
+/// in flight are under one full `segment`: Nagle is off then (the rule above), but each buffer
+/// comes back only once the receiver ACKs its bytes, and a receiver that does not read them at
+/// once (`zcnet recv` under its default SO_RCVLOWAT) ACKs less than a segment only when its
+/// delayed-ACK timer fires, about 40 ms later: one window per 40 ms (1-byte sends with one
+/// buffer: 100 B in 3.7 s on loopback; with the receiver reading at once, or copying, 0.003 s).
+/// `None` otherwise.
+pub fn ack_paced(
+    mode: TxMode,
+    count: usize,
+    buf_size: usize,
+    segment: Option<usize>,
+) -> Option<String> {
+    let zero_copy = matches!(mode, TxMode::MsgZerocopy | TxMode::UringZc | TxMode::Auto);
+    let in_flight = count.saturating_mul(buf_size);
+    let segment = segment.filter(|&m| zero_copy && in_flight < m)?;
+    Some(format!(
+        "{count} buffer(s) of {buf_size} B in flight ({in_flight} B, under one {segment} B segment): each comes back only once the receiver ACKs it, and a receiver that does not read at once delays that ACK (~40 ms; e.g. zcnet recv with its default --rcvlowat), which then paces every send: raise --window or --inflight, send with --tx copy, or receive with --rcvlowat off"
+    ))
+}
+
 /// A connected TCP socket's full segment: its path MTU (TCP_INFO `tcpi_pmtu`) less the IPv4,
 /// TCP and timestamp headers (52 B): 65,484 on loopback, 1,448 on a 1500-byte link. Not the
 /// current MSS (`TCP_MAXSEG`), which starts at half the peer's first window on loopback
@@ -419,6 +440,12 @@ impl Sender {
             if zero_copy_wants_nodelay(mode, cfg.buf_size, count * cfg.buf_size, segment) {
                 zcnet_sys::sock::set_nodelay(fd)
                     .map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+            }
+            if let Some(why) = ack_paced(mode, count, cfg.buf_size, segment) {
+                note = Some(match note {
+                    Some(n) => format!("{n}; {why}"),
+                    None => why,
+                });
             }
         }
         let mut fallbacks = Vec::new();
