@@ -744,7 +744,8 @@ fn memlock_too_small_is_named_with_the_fix() {
         .output()
         .unwrap();
     let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{e}");
+    // Found before connecting: exit 2 (memlock.rs, memlock_refusal_comes_before_any_connection).
+    assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(
         e.contains("RLIMIT_MEMLOCK (65536 B) is too small") && e.contains("ulimit -l"),
         "{e}"
