@@ -32,12 +32,15 @@
 //! - Copy fallback: bytes not in a zcrx buffer (e.g. the skb linear part when the NIC did not
 //!   split the header) are copied into a free area buffer by `io_zcrx_copy_chunk`, which posts
 //!   the same kind of CQE. 6.18 does not flag it, so it is invisible here and counted as
-//!   delivered like the rest.
+//!   delivered like the rest; whether delivered bytes were copied is [`ZcrxCopyAccount`]'s
+//!   business (copied, zero-copy, or unknown: never zero-copy by default).
 
 use crate::sendzc::IORING_CQE_F_MORE;
 use std::collections::{BTreeMap, VecDeque};
 
+mod accounting;
 mod types;
+pub use accounting::{CopySplit, ZcrxCopyAccount, ZcrxCopyKnowledge};
 pub use types::{RecvZcCqe, RefillEntry, RxError, RxEvent, RxStats};
 
 #[cfg(test)]

@@ -156,7 +156,9 @@ pub struct IoUringRegionDesc {
 }
 
 /// `struct io_uring_zcrx_ifq_reg` (96 bytes), the argument of `IORING_REGISTER_ZCRX_IFQ`.
-/// In 6.18 the field after `zcrx_id` is `__resv2` (later kernels name it `rx_buf_len`).
+/// In 6.18 the field after `zcrx_id` is `__resv2` and the next 24 bytes `__resv[3]`, all of
+/// which must be 0 (else `EINVAL`); Linux 7.2 names them `rx_buf_len` and `event_desc`,
+/// `__resv[2]` (include/uapi/linux/io_uring.h), with 0 still meaning "as before".
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct IoUringZcrxIfqReg {
@@ -166,7 +168,7 @@ pub struct IoUringZcrxIfqReg {
     pub if_rxq: u32,
     /// `rq_entries`: refill-ring entries (in; the kernel writes back the power of two it used).
     pub rq_entries: u32,
-    /// `flags` (must be 0 in 6.18).
+    /// `flags` (must be 0 in 6.18; [`ZCRX_REG_NODEV`] from Linux 7.1).
     pub flags: u32,
     /// `area_ptr`: pointer to an [`IoUringZcrxAreaReg`] (the kernel writes it back).
     pub area_ptr: u64,
@@ -176,11 +178,77 @@ pub struct IoUringZcrxIfqReg {
     pub offsets: IoUringZcrxOffsets,
     /// `zcrx_id` (out; must be 0 in).
     pub zcrx_id: u32,
-    /// `__resv2` (must be 0).
-    pub resv2: u32,
+    /// `rx_buf_len` (7.2; `__resv2` before): buffer size, 0 for the default `PAGE_SIZE`.
+    pub rx_buf_len: u32,
+    /// `event_desc` (7.2; `__resv[0]` before, which must be 0): pointer to a
+    /// [`ZcrxEventDesc`], or 0.
+    pub event_desc: u64,
     /// `__resv` (must be 0).
-    pub resv: [u64; 3],
+    pub resv: [u64; 2],
 }
+
+/// `ZCRX_REG_NODEV` (Linux 7.1, `enum zcrx_reg_flags`): an ifq without a network device, with
+/// `if_idx` and `if_rxq` 0. Every received byte is *copied* into the area by the kernel, and
+/// refill entries are not consumed until [`ZcrxIfq::flush_refill_queue`]
+/// (`ZCRX_CTRL_FLUSH_RQ`). 6.18 refuses any `flags` with `EINVAL`.
+pub const ZCRX_REG_NODEV: u32 = 2;
+/// `IORING_REGISTER_ZCRX_CTRL` (Linux 7.1): auxiliary zcrx operations ([`ZcrxCtrl`]).
+pub const IORING_REGISTER_ZCRX_CTRL: u32 = 36;
+/// `ZCRX_CTRL_FLUSH_RQ` (`enum zcrx_ctrl_op`): make the kernel consume the refill ring now.
+pub const ZCRX_CTRL_FLUSH_RQ: u32 = 0;
+/// `ZCRX_EVENT_DESC_FLAG_STATS` (Linux 7.2, `enum zcrx_event_desc_flags`): `stats_offset`
+/// names where in the refill region the kernel keeps a [`ZcrxStats`].
+pub const ZCRX_EVENT_DESC_FLAG_STATS: u32 = 1;
+
+/// `struct zcrx_ctrl` (72 bytes), the argument of `IORING_REGISTER_ZCRX_CTRL` (`nr_args` 0,
+/// as liburing's test/zcrx.c passes it): `zcrx_id`, `op`, `__resv[2]`, then a 48-byte union
+/// (`zcrx_ctrl_flush_rq` is `__resv[6]`, all 0; `zcrx_ctrl_export` is an fd and padding).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ZcrxCtrl {
+    /// `zcrx_id`: the ifq.
+    pub zcrx_id: u32,
+    /// `op`: [`ZCRX_CTRL_FLUSH_RQ`], ...
+    pub op: u32,
+    /// `__resv` (must be 0).
+    pub resv: [u64; 2],
+    /// The op's union member (all 0 for a flush).
+    pub arg: [u64; 6],
+}
+
+/// `struct zcrx_event_desc` (96 bytes, Linux 7.2): notifications (`type_mask`, none here) and
+/// statistics (`flags` = [`ZCRX_EVENT_DESC_FLAG_STATS`], `stats_offset` from the start of the
+/// refill region).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ZcrxEventDesc {
+    /// `user_data` of notification CQEs.
+    pub user_data: u64,
+    /// `type_mask`: notification types wanted (`1 << ZCRX_EVENT_*`).
+    pub type_mask: u32,
+    /// `flags`: [`ZCRX_EVENT_DESC_FLAG_STATS`].
+    pub flags: u32,
+    /// `stats_offset`: where the [`ZcrxStats`] is, from the start of the refill region.
+    pub stats_offset: u64,
+    /// `__resv2` (must be 0).
+    pub resv2: [u64; 9],
+}
+
+/// `struct zcrx_stats` (16 bytes, Linux 7.2), kept up to date by the kernel in the refill
+/// region: cumulative copy-fallback completions and bytes the kernel copied into the area.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ZcrxStats {
+    /// `copy_count`: completions whose bytes the kernel copied.
+    pub copy_count: u64,
+    /// `copy_bytes`: bytes the kernel copied.
+    pub copy_bytes: u64,
+}
+
+/// Bytes at the end of the refill region where zcnet asks for the [`ZcrxStats`]: past the
+/// entries in any case, since [`refill_region_len`] leaves at least a page minus the kernel's
+/// header (`ALIGN(sizeof(struct io_uring), L1_CACHE_BYTES)`) after them.
+const STATS_TAIL: usize = 64;
 
 /// Bytes of refill-region memory for `rq_entries` entries: one page of header (the kernel
 /// needs 64 bytes on x86-64; iou-zcrx.rst reserves a page) plus the entries, with `rq_entries`
@@ -221,6 +289,21 @@ pub fn explain_register_errno(errno: i32) -> &'static str {
 struct Registered {
     reg: IoUringZcrxIfqReg,
     area_token: u64,
+    /// Where in the refill region the kernel keeps a [`ZcrxStats`] (Linux 7.2), if it took
+    /// the request.
+    stats_offset: Option<usize>,
+    /// The registration's flags ([`ZCRX_REG_NODEV`]).
+    flags: u32,
+}
+
+/// What a registration asks for beyond the queue and the memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RegOpts {
+    /// `io_uring_zcrx_ifq_reg.flags` ([`ZCRX_REG_NODEV`]).
+    flags: u32,
+    /// Ask for the kernel's copy statistics (Linux 7.2), falling back to none where the
+    /// kernel refuses the request.
+    stats: bool,
 }
 
 /// `IORING_REGISTER_ZCRX_IFQ` on `ring` for `area` and the refill region `rq_mem`, with the
@@ -228,9 +311,9 @@ struct Registered {
 ///
 /// # Safety
 /// On success the kernel pins `area` and `rq_mem` and may write into them (received data, the
-/// refill ring's head) until the ring is closed. The caller must ensure no Rust reference to
-/// their bytes exists (they are not cut into slots, nor `Backing::Caller`) and that every later
-/// access to them goes through raw pointers or atomics.
+/// refill ring's head, the statistics) until the ring is closed. The caller must ensure no Rust
+/// reference to their bytes exists (they are not cut into slots, nor `Backing::Caller`) and
+/// that every later access to them goes through raw pointers or atomics.
 unsafe fn register_raw(
     ring: BorrowedFd<'_>,
     if_idx: u32,
@@ -238,6 +321,7 @@ unsafe fn register_raw(
     rq_entries: u32,
     area: &Mapping,
     rq_mem: &Mapping,
+    opts: RegOpts,
 ) -> io::Result<Registered> {
     let area_reg = IoUringZcrxAreaReg {
         addr: area.addr() as u64,
@@ -245,7 +329,7 @@ unsafe fn register_raw(
         ..IoUringZcrxAreaReg::default()
     };
     // SAFETY: the caller's contract covers `area` (the memory `area_reg` describes) and `rq_mem`.
-    unsafe { register_area_raw(ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem) }
+    unsafe { register_area_raw(ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem, opts) }
 }
 
 /// The `IORING_ZCRX_AREA_DMABUF` area registration for `len` bytes at `offset` of `dmabuf`.
@@ -260,7 +344,16 @@ fn dmabuf_area_reg(dmabuf: BorrowedFd<'_>, offset: u64, len: u64) -> IoUringZcrx
     }
 }
 
+/// Where zcnet asks the kernel to keep the statistics in a refill region of `len` bytes: its
+/// last [`STATS_TAIL`] bytes (8-aligned, past the entries: see [`STATS_TAIL`]).
+fn stats_offset_in(len: usize) -> usize {
+    len - STATS_TAIL
+}
+
 /// As [`register_raw`] with the area registration given as is (host memory or a dma-buf).
+/// With `opts.stats` the kernel is first asked for its statistics (a [`ZcrxEventDesc`]); a
+/// kernel without them (6.18: `event_desc` is a reserved field that must be 0) refuses that
+/// with `EINVAL`, and the registration is tried again without.
 ///
 /// # Safety
 /// As for [`register_raw`], for the memory `area_reg` describes when it is host memory; a
@@ -270,8 +363,52 @@ unsafe fn register_area_raw(
     if_idx: u32,
     if_rxq: u32,
     rq_entries: u32,
+    area_reg: IoUringZcrxAreaReg,
+    rq_mem: &Mapping,
+    opts: RegOpts,
+) -> io::Result<Registered> {
+    if opts.stats {
+        let off = stats_offset_in(rq_mem.len());
+        // SAFETY: the caller's contract, passed on.
+        match unsafe {
+            register_once(
+                ring,
+                if_idx,
+                if_rxq,
+                rq_entries,
+                area_reg,
+                rq_mem,
+                opts,
+                Some(off),
+            )
+        } {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            r => return r,
+        }
+    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        register_once(
+            ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem, opts, None,
+        )
+    }
+}
+
+/// One `IORING_REGISTER_ZCRX_IFQ` call, asking for the statistics at `stats_offset` of the
+/// refill region when given.
+///
+/// # Safety
+/// As for [`register_area_raw`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn register_once(
+    ring: BorrowedFd<'_>,
+    if_idx: u32,
+    if_rxq: u32,
+    rq_entries: u32,
     mut area_reg: IoUringZcrxAreaReg,
     rq_mem: &Mapping,
+    opts: RegOpts,
+    stats_offset: Option<usize>,
 ) -> io::Result<Registered> {
     let mut region = IoUringRegionDesc {
         user_addr: rq_mem.addr() as u64,
@@ -279,17 +416,28 @@ unsafe fn register_area_raw(
         flags: IORING_MEM_REGION_TYPE_USER,
         ..IoUringRegionDesc::default()
     };
+    let mut events = ZcrxEventDesc {
+        flags: ZCRX_EVENT_DESC_FLAG_STATS,
+        stats_offset: stats_offset.unwrap_or(0) as u64,
+        ..ZcrxEventDesc::default()
+    };
     let mut reg = IoUringZcrxIfqReg {
         if_idx,
         if_rxq,
         rq_entries,
+        flags: opts.flags,
         area_ptr: &mut area_reg as *mut IoUringZcrxAreaReg as u64,
         region_ptr: &mut region as *mut IoUringRegionDesc as u64,
+        event_desc: match stats_offset {
+            Some(_) => &mut events as *mut ZcrxEventDesc as u64,
+            None => 0,
+        },
         ..IoUringZcrxIfqReg::default()
     };
-    // SAFETY: reg, area_reg and region are live, writable locals of exactly the uapi layouts
-    // (pinned by the tests) and outlive the call; the kernel reads and writes back only those
-    // three structs. The memory they describe is covered by the caller's contract.
+    // SAFETY: reg, area_reg, region and events are live, writable locals of exactly the uapi
+    // layouts (pinned by the tests) and outlive the call; the kernel reads and writes back only
+    // those structs. The memory they describe (the statistics lie inside `rq_mem`) is covered
+    // by the caller's contract.
     unsafe {
         io_uring_register_raw(
             ring,
@@ -301,6 +449,8 @@ unsafe fn register_area_raw(
     Ok(Registered {
         reg,
         area_token: area_reg.rq_area_token,
+        stats_offset,
+        flags: opts.flags,
     })
 }
 
@@ -470,6 +620,10 @@ pub struct ZcrxIfq {
     rq_entries: u32,
     offsets: IoUringZcrxOffsets,
     area_token: u64,
+    /// Registered with [`ZCRX_REG_NODEV`]: no device; refills need a flush.
+    nodev: bool,
+    /// The kernel's [`ZcrxStats`] in `rq_mem`, when it took the request (Linux 7.2).
+    stats: Option<NonNull<ZcrxStats>>,
 }
 
 impl std::fmt::Debug for ZcrxIfq {
@@ -482,6 +636,8 @@ impl std::fmt::Debug for ZcrxIfq {
             .field("offsets", &self.offsets)
             .field("area", &self.area)
             .field("rq_mem", &self.rq_mem)
+            .field("nodev", &self.nodev)
+            .field("stats", &self.stats.is_some())
             .finish()
     }
 }
@@ -527,12 +683,46 @@ impl ZcrxIfq {
         // SAFETY: the ring (and so its fd) is alive for the whole call. (io-uring's `AsFd` impl
         // is behind its `io_safety` feature.)
         let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        let opts = RegOpts {
+            flags: 0,
+            stats: true,
+        };
         // SAFETY: `area` and `rq_mem` are owned here and move into the ZcrxIfq below (on error
         // the kernel has released everything before returning); neither is cut into slots nor
         // caller-backed, so no Rust reference to their bytes exists, and ZcrxIfq touches them
         // only through raw pointers and atomics.
-        let done = unsafe { register_raw(ring_fd, ifindex, rx_queue, rq_entries, &area, &rq_mem) }?;
+        let done =
+            unsafe { register_raw(ring_fd, ifindex, rx_queue, rq_entries, &area, &rq_mem, opts) }?;
         Self::assemble(ring, rq_mem, ZcrxArea::Host(area), ifindex, rx_queue, done)
+    }
+
+    /// As [`Self::register_on`] without a network device (`ZCRX_REG_NODEV`, Linux 7.1+:
+    /// `if_idx` and `if_rxq` 0): RECV_ZC then works on any TCP socket, loopback included, and
+    /// the kernel *copies* every received byte into `area` (at most a page per completion, the
+    /// same 32-byte CQEs as with a device). Refill entries are consumed only when
+    /// [`Self::flush_refill_queue`] asks ([`ZcrxReceiver::flush_refills`] does). The kernel's
+    /// statistics are asked for (Linux 7.2), and done without where refused. Host memory only
+    /// (a dma-buf area needs a device to attach to). A kernel without NODEV (6.18) refuses the
+    /// flag with `EINVAL` (after `EPERM` without CAP_NET_ADMIN, and the ring checks).
+    pub fn register_nodev_on(
+        ring: ZcrxRing,
+        area: Mapping,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        if area.backing() == Backing::Caller {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let rq_mem = Mapping::anonymous(refill_region_len(rq_entries))?;
+        // SAFETY: the ring (and so its fd) is alive for the whole call.
+        let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        let opts = RegOpts {
+            flags: ZCRX_REG_NODEV,
+            stats: true,
+        };
+        // SAFETY: as in register_on: `area` and `rq_mem` are owned here, move into the ZcrxIfq
+        // (on error the kernel has released them), and are never referenced by Rust after.
+        let done = unsafe { register_raw(ring_fd, 0, 0, rq_entries, &area, &rq_mem, opts) }?;
+        Self::assemble(ring, rq_mem, ZcrxArea::Host(area), 0, 0, done)
     }
 
     /// As [`Self::register_on`] with a dma-buf area: `len` bytes at `offset` of `dmabuf`
@@ -557,12 +747,18 @@ impl ZcrxIfq {
         };
         // SAFETY: the ring (and so its fd) is alive for the whole call.
         let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        let opts = RegOpts {
+            flags: 0,
+            stats: true,
+        };
         // SAFETY: `rq_mem` is owned here and moves into the ZcrxIfq below (on error the kernel
         // has released everything before returning), never cut into slots, and used afterwards
         // only through raw pointers and atomics; the dma-buf fd in `area_reg` is open (`dmabuf`
         // is held) for the call and, moved into the ZcrxIfq, for the registration's life.
         let done = unsafe {
-            register_area_raw(ring_fd, ifindex, rx_queue, rq_entries, area_reg, &rq_mem)
+            register_area_raw(
+                ring_fd, ifindex, rx_queue, rq_entries, area_reg, &rq_mem, opts,
+            )
         }?;
         Self::assemble(
             ring,
@@ -601,6 +797,18 @@ impl ZcrxIfq {
                 return Err(e);
             }
         };
+        // The statistics must lie past the entries the kernel described, inside the region.
+        let entries_end = (done.reg.offsets.rqes as usize)
+            .saturating_add(done.reg.rq_entries as usize * std::mem::size_of::<IoUringZcrxRqe>());
+        let stats = done
+            .stats_offset
+            .filter(|&off| {
+                off >= entries_end
+                    && off % 8 == 0
+                    && off + std::mem::size_of::<ZcrxStats>() <= rq_mem.len()
+            })
+            // SAFETY: just checked to lie inside the region, 8-aligned (the base is a page).
+            .map(|off| unsafe { base.add(off) }.cast::<ZcrxStats>());
         Ok(ZcrxIfq {
             ring,
             refill,
@@ -612,6 +820,8 @@ impl ZcrxIfq {
             rq_entries: done.reg.rq_entries,
             offsets: done.reg.offsets,
             area_token: done.area_token,
+            nodev: done.flags & ZCRX_REG_NODEV != 0,
+            stats,
         })
     }
 
@@ -619,6 +829,57 @@ impl ZcrxIfq {
     /// (`io_uring::opcode::RecvZc::ifq`).
     pub fn id(&self) -> u32 {
         self.zcrx_id
+    }
+
+    /// Whether it was registered without a device ([`Self::register_nodev_on`]): every byte is
+    /// copied by the kernel, and refills need [`Self::flush_refill_queue`].
+    pub fn is_nodev(&self) -> bool {
+        self.nodev
+    }
+
+    /// The kernel's copy statistics (Linux 7.2: cumulative copy-fallback completions and
+    /// bytes), or `None` where the kernel keeps none for this ifq. Read after the completions
+    /// of interest were drained: with DEFER_TASKRUN the kernel does the receive work, copy
+    /// and counters included, inside `io_uring_enter` on this thread, so a drained completion's
+    /// copy is already counted.
+    pub fn kernel_stats(&self) -> Option<ZcrxStats> {
+        let p = self.stats?;
+        // SAFETY: `p` was checked to lie 8-aligned inside `rq_mem`, which lives as long as
+        // `self`; the kernel updates the counters in place, so they are read as atomics
+        // (`AtomicU64` has the layout of `u64`), never through a reference to the struct.
+        let (count, bytes) = unsafe {
+            let base = p.as_ptr().cast::<std::sync::atomic::AtomicU64>();
+            (&*base, &*base.add(1))
+        };
+        Some(ZcrxStats {
+            copy_count: count.load(Ordering::Relaxed),
+            copy_bytes: bytes.load(Ordering::Relaxed),
+        })
+    }
+
+    /// `IORING_REGISTER_ZCRX_CTRL` with [`ZCRX_CTRL_FLUSH_RQ`]: the kernel consumes the refill
+    /// ring now. A NODEV ifq needs it after every publish: nothing else consumes its refill
+    /// ring, and once every buffer is out receiving stalls silently (liburing test/zcrx.c
+    /// flushes after returning buffers). Errors are the kernel's (`EINVAL` before Linux 7.1).
+    pub fn flush_refill_queue(&self) -> io::Result<()> {
+        let mut ctrl = ZcrxCtrl {
+            zcrx_id: self.zcrx_id,
+            op: ZCRX_CTRL_FLUSH_RQ,
+            ..ZcrxCtrl::default()
+        };
+        // SAFETY: the ring fd is open (owned by self) for the call.
+        let ring = unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) };
+        // SAFETY: `ctrl` is a live local of the uapi layout (pinned by the tests) that outlives
+        // the call; the kernel only reads (and for other ops writes) those 72 bytes.
+        unsafe {
+            io_uring_register_raw(
+                ring,
+                IORING_REGISTER_ZCRX_CTRL,
+                (&mut ctrl as *mut ZcrxCtrl).cast(),
+                0,
+            )?
+        };
+        Ok(())
     }
 
     /// The interface index.
@@ -793,8 +1054,20 @@ mod tests {
         assert_eq!(offset_of!(IoUringZcrxIfqReg, region_ptr), 24);
         assert_eq!(offset_of!(IoUringZcrxIfqReg, offsets), 32);
         assert_eq!(offset_of!(IoUringZcrxIfqReg, zcrx_id), 64);
-        assert_eq!(offset_of!(IoUringZcrxIfqReg, resv2), 68);
-        assert_eq!(offset_of!(IoUringZcrxIfqReg, resv), 72);
+        assert_eq!(offset_of!(IoUringZcrxIfqReg, rx_buf_len), 68);
+        assert_eq!(offset_of!(IoUringZcrxIfqReg, event_desc), 72);
+        assert_eq!(offset_of!(IoUringZcrxIfqReg, resv), 80);
+        assert_eq!(size_of::<ZcrxCtrl>(), 72);
+        assert_eq!(offset_of!(ZcrxCtrl, op), 4);
+        assert_eq!(offset_of!(ZcrxCtrl, resv), 8);
+        assert_eq!(offset_of!(ZcrxCtrl, arg), 24);
+        assert_eq!(size_of::<ZcrxEventDesc>(), 96);
+        assert_eq!(offset_of!(ZcrxEventDesc, type_mask), 8);
+        assert_eq!(offset_of!(ZcrxEventDesc, flags), 12);
+        assert_eq!(offset_of!(ZcrxEventDesc, stats_offset), 16);
+        assert_eq!(offset_of!(ZcrxEventDesc, resv2), 24);
+        assert_eq!(size_of::<ZcrxStats>(), 16);
+        assert_eq!(offset_of!(ZcrxStats, copy_bytes), 8);
         assert_eq!(IORING_ZCRX_AREA_MASK, 0xffff_0000_0000_0000);
     }
 
@@ -918,7 +1191,7 @@ mod tests {
         let rq = Mapping::anonymous(refill_region_len(64))?;
         // SAFETY: area and rq are owned by this function, not cut into slots, and dropped only
         // after `ring` (locals drop in reverse order), which ends any registration.
-        let r = unsafe { register_raw(ring.fd(), 1, 0, 64, &area, &rq) };
+        let r = unsafe { register_raw(ring.fd(), 1, 0, 64, &area, &rq, RegOpts::default()) };
         drop(ring);
         r
     }
@@ -1073,6 +1346,22 @@ impl ZcrxIfq {
             .build(RECEIVE_SQ_ENTRIES)?;
         let area = Mapping::anonymous(area_len)?;
         Self::register_on(ring, ifindex, rx_queue, area, rq_entries)
+    }
+
+    /// As [`Self::register_for_receive`] without a network device ([`Self::register_nodev_on`],
+    /// Linux 7.1+): an area of `area_len` bytes of anonymous memory that the kernel copies
+    /// every received byte into. On error nothing stays pinned or open.
+    pub fn register_nodev_for_receive(area_len: usize, rq_entries: u32) -> io::Result<ZcrxIfq> {
+        if area_len == 0 {
+            return Err(einval());
+        }
+        let ring = ZcrxRing::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_cqsize(RECEIVE_CQ_ENTRIES)
+            .build(RECEIVE_SQ_ENTRIES)?;
+        let area = Mapping::anonymous(area_len)?;
+        Self::register_nodev_on(ring, area, rq_entries)
     }
 
     /// As [`Self::register_for_receive`] with a dma-buf area of `len` bytes at `offset` of
@@ -1252,17 +1541,22 @@ impl ZcrxReceiver {
 
     /// Pushes released fragments' refill entries, oldest first, into the refill ring and
     /// publishes them. Entries that do not fit wait for the next flush (counted in the
-    /// bookkeeping's `refill_starved`).
-    pub fn flush_refills(&mut self) -> RefillFlush {
+    /// bookkeeping's `refill_starved`). On a NODEV ifq ([`ZcrxIfq::is_nodev`]) the kernel is
+    /// then told to consume them ([`ZcrxIfq::flush_refill_queue`]): nothing else would, and
+    /// receiving would stall once the area is out. Its error is the only one.
+    pub fn flush_refills(&mut self) -> io::Result<RefillFlush> {
         let ZcrxReceiver { ifq, core } = self;
         let pushed = core.flush_refills(|e| ifq.refill_push(e.off, e.len));
         if pushed > 0 {
             ifq.refill_commit();
+            if ifq.is_nodev() {
+                ifq.flush_refill_queue()?;
+            }
         }
-        RefillFlush {
+        Ok(RefillFlush {
             pushed,
             waiting: core.queued_refills(),
-        }
+        })
     }
 
     /// Submits what is queued and waits for at least `min` completions or `timeout`. With
@@ -1355,6 +1649,102 @@ mod receive_tests {
         });
         let e = r;
         assert_eq!(e, [Some(libc::EOPNOTSUPP), Some(libc::EINVAL)]);
+    }
+}
+
+#[cfg(test)]
+mod nodev_tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A connected loopback TCP pair in the calling thread's network namespace.
+    fn tcp_pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    #[zcnet_testkit::test]
+    fn nodev_before_linux_7_1_is_einval() {
+        zcnet_testkit::require_kernel(6, 15, "zcrx");
+        zcnet_testkit::require_root("CAP_NET_ADMIN, checked before the flags");
+        if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 1)) {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::Kernel,
+                "this kernel has ZCRX_REG_NODEV",
+            );
+        }
+        // 6.18 refuses any flag (`reg.flags` must be 0), whatever the area.
+        let e = ZcrxIfq::register_nodev_for_receive(4 << 12, 4).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+    }
+
+    /// Receives `len` bytes of a pattern on loopback through a NODEV ifq with an area of
+    /// `pages` pages (refill wrap when the stream is longer), checking every byte; returns the
+    /// kernel's statistics at the end.
+    fn receive_over_loopback(len: usize, pages: usize) -> Option<ZcrxStats> {
+        let page = crate::mem::page_size();
+        let ifq = ZcrxIfq::register_nodev_for_receive(pages * page, pages as u32).unwrap();
+        assert!(ifq.is_nodev());
+        let mut rx = ZcrxReceiver::new(ifq).unwrap();
+        let (mut tx, sock) = tcp_pair();
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let sender = std::thread::spawn(move || {
+            tx.write_all(&data).unwrap();
+        });
+        rx.arm(sock.as_raw_fd(), 7).unwrap();
+        let mut got = 0usize;
+        let mut eof = false;
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !eof {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "stalled at {got} of {len} B"
+            );
+            rx.flush_refills().unwrap();
+            rx.wait(1, Duration::from_millis(100)).unwrap();
+            let mut done = Vec::new();
+            rx.drain(|c| done.push(c));
+            for c in done {
+                match c.event.unwrap() {
+                    RxEvent::Data { frag, .. } => {
+                        let b = rx.bytes(frag).unwrap();
+                        for (k, &x) in b.iter().enumerate() {
+                            assert_eq!(x, ((got + k) % 251) as u8, "byte {}", got + k);
+                        }
+                        got += b.len();
+                        rx.release(frag).unwrap();
+                    }
+                    RxEvent::Eof { .. } => eof = true,
+                    RxEvent::Rearm { .. } | RxEvent::Done { .. } => {
+                        rx.arm(sock.as_raw_fd(), 7).unwrap()
+                    }
+                    RxEvent::Error { errno, .. } => {
+                        panic!("RECV_ZC: {}", io::Error::from_raw_os_error(errno))
+                    }
+                }
+            }
+        }
+        sender.join().unwrap();
+        let _ = Read::read(&mut &sock, &mut [0u8; 1]);
+        assert_eq!(got, len);
+        rx.ifq().kernel_stats()
+    }
+
+    #[zcnet_testkit::test]
+    fn nodev_receives_loopback_through_a_small_area() {
+        zcnet_testkit::require_kernel(7, 1, "zcrx without a device (ZCRX_REG_NODEV)");
+        zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
+        // 4 pages for 1 MiB: every buffer goes round 64 times; without the flush it stalls.
+        let stats = receive_over_loopback(1 << 20, 4);
+        if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 2)) {
+            let st = stats.expect("Linux 7.2 keeps zcrx statistics");
+            // NODEV copies everything. (`copy_count` counts copy runs, not completions: 108
+            // for this 1 MiB in the kernel lab's 7.2.)
+            assert_eq!(st.copy_bytes, 1 << 20, "{st:?}");
+            assert!(st.copy_count > 0, "{st:?}");
+        }
     }
 }
 

@@ -136,6 +136,12 @@ pub struct RxConfig {
     /// (or re-armed after a starvation) while data is queued takes what is there at once. Not
     /// applied to `zcrx` or `devmem` (untested there).
     pub low_water: Option<u32>,
+    /// `zcrx` (explicit, not `auto`): register the area without a network device
+    /// (`ZCRX_REG_NODEV`, Linux 7.1+): RECV_ZC then works on any TCP connection, loopback
+    /// included, but the kernel *copies* every byte into the area, so it is counted as copied.
+    /// `iface`, `queue` and `dmabuf` must be unset. Default false. A kernel without it refuses
+    /// with its errno (`EINVAL`) and a reason naming Linux 7.1.
+    pub no_device: bool,
 }
 
 impl RxConfig {
@@ -151,6 +157,7 @@ impl RxConfig {
             area_len: 64 << 20,
             dmabuf: None,
             low_water: None,
+            no_device: false,
         }
     }
 }
@@ -229,8 +236,9 @@ impl RxBuf {
         }
     }
 
-    /// Whether the kernel copied these bytes (true for `copy`/`uring`, for zcrx's copy fallback
-    /// when the kernel reports it, and for devmem's linear data).
+    /// Whether the kernel copied these bytes (true for `copy`/`uring`, for zcrx without a device,
+    /// and for devmem's linear data). zcrx with a device cannot tell per buffer (false): its
+    /// counts are in [`RxStats`].
     pub fn copied(&self) -> bool {
         self.copied
     }
@@ -266,10 +274,17 @@ pub struct RxStats {
     pub bytes: u64,
     /// Buffers (handles) delivered.
     pub buffers: u64,
-    /// Of `bytes`, those the kernel copied (all of them for copy/uring).
+    /// Of `bytes`, those the kernel copied (all of them for copy/uring and for zcrx without a
+    /// device; for zcrx with one, what Linux 7.2's zcrx statistics count as copied).
     pub copied_bytes: u64,
-    /// Of `bytes`, those the NIC wrote directly into registered memory (zcrx, devmem frags).
+    /// Of `bytes`, those the NIC wrote directly into registered memory (devmem frags; zcrx
+    /// into a dma-buf, which the kernel cannot copy into; zcrx into host memory where the
+    /// kernel's statistics say it did not copy them).
     pub zerocopy_bytes: u64,
+    /// Of `bytes`, those whose way in nothing reports: zcrx into host memory on a kernel
+    /// without zcrx statistics (before Linux 7.2), where a copy fallback looks the same as
+    /// the NIC's write. Never counted as zero-copy. `bytes = copied + zerocopy + unknown`.
+    pub unknown_copy_bytes: u64,
     /// Times receiving paused because the application held every buffer (refill starvation);
     /// it resumes by itself once buffers come back.
     pub starved: u64,
@@ -317,15 +332,29 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// Delivers one buffer.
+    /// Delivers one buffer, counted as copied or zero-copy.
     pub fn deliver(&mut self, conn: ConnId, key: u64, len: usize, loc: Location, copied: bool) {
-        self.stats.bytes += len as u64;
-        self.stats.buffers += 1;
         if copied {
             self.stats.copied_bytes += len as u64;
         } else {
             self.stats.zerocopy_bytes += len as u64;
         }
+        self.deliver_unsplit(conn, key, len, loc, copied);
+    }
+
+    /// Delivers one buffer without counting it as copied or zero-copy: the backend accounts
+    /// its bytes with [`Self::account_split`] (zcrx, where the split comes from the kernel's
+    /// statistics after draining). `copied` is the handle's [`RxBuf::copied`].
+    pub fn deliver_unsplit(
+        &mut self,
+        conn: ConnId,
+        key: u64,
+        len: usize,
+        loc: Location,
+        copied: bool,
+    ) {
+        self.stats.bytes += len as u64;
+        self.stats.buffers += 1;
         self.out.push(RxEvent::Data(RxBuf {
             conn,
             key,
@@ -334,6 +363,13 @@ impl Ctx<'_> {
             copied,
             ret: Arc::clone(self.ret),
         }));
+    }
+
+    /// Counts delivered bytes (of [`Self::deliver_unsplit`]) as copied, zero-copy or unknown.
+    pub fn account_split(&mut self, split: zcnet_core::rxring::CopySplit) {
+        self.stats.copied_bytes += split.copied;
+        self.stats.zerocopy_bytes += split.zerocopy;
+        self.stats.unknown_copy_bytes += split.unknown;
     }
 
     /// Reports end of stream.

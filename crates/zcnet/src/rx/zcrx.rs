@@ -24,6 +24,18 @@
 //! relative to its start. The kernel cannot copy into device memory, so data it would have to
 //! copy (an unsteered flow, payload left in an skb's linear part) ends the connection's
 //! request with `EFAULT`: that connection fails with the reason and the fix.
+//!
+//! With `cfg.no_device` (and `cfg.mode` `zcrx`: `auto` never takes it) the ifq has no device
+//! (`ZCRX_REG_NODEV`, Linux 7.1+): any TCP connection works, loopback included, and the kernel
+//! copies every byte into the area (fragments are [`Location::Host`], `copied` true). Nothing
+//! consumes its refill ring by itself, so every publish of refill entries is followed by
+//! `ZCRX_CTRL_FLUSH_RQ` (zcnet_sys::zcrx::ZcrxReceiver::flush_refills).
+//!
+//! Accounting (zcnet_core::rxring::ZcrxCopyAccount): a completion does not say whether the NIC
+//! wrote its bytes or the kernel copied them. Without a device every byte is copied; into a
+//! dma-buf none is; with a device into host memory the kernel's zcrx statistics (Linux 7.2,
+//! asked for at registration) say how many were copied, and where there are none the bytes
+//! are counted as unknown ([`super::RxStats::unknown_copy_bytes`]), never as zero-copy.
 
 use super::copy::recv_error;
 use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
@@ -33,7 +45,7 @@ use std::io;
 use std::os::fd::{AsFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
-use zcnet_core::rxring::{Frag, RxEvent, ZcrxRx};
+use zcnet_core::rxring::{Frag, RxEvent, ZcrxCopyAccount, ZcrxCopyKnowledge, ZcrxRx};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
 use zcnet_sys::zcrx::{ZcrxCompletion, ZcrxIfq, ZcrxReceiver, ZCRX_MAX_RQ_ENTRIES};
 
@@ -189,6 +201,52 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
     }
 }
 
+/// Why a registration without a device (`ZCRX_REG_NODEV`) was refused, and the way out; the
+/// kernel release `release` (major, minor) decides what `EINVAL` means: before 7.1 the flag
+/// itself (6.18 refuses any `flags`), from 7.1 the area or refill ring.
+fn nodev_refusal(e: io::Error, release: Option<(u32, u32, u32)>) -> Error {
+    let this = release.map_or(
+        "this kernel's release is unknown".to_string(),
+        |(a, b, c)| format!("this is Linux {a}.{b}.{c}"),
+    );
+    let (reason, fix): (String, &'static str) = match e.raw_os_error() {
+        Some(libc::EINVAL) if release.is_none_or(|(a, b, _)| (a, b) < (7, 1)) => (
+            format!("needs Linux 7.1+ (ZCRX_REG_NODEV); {this}"),
+            "run Linux 7.1 or later, or use --rx uring (the kernel copies there too)",
+        ),
+        Some(libc::EINVAL) => (
+            "the kernel refused the area or the refill ring".into(),
+            "give --area a page multiple of at least one page, or use --rx uring",
+        ),
+        Some(libc::EPERM) | Some(libc::EACCES) => (
+            "needs CAP_NET_ADMIN (or io_uring is disabled by kernel.io_uring_disabled)".into(),
+            "run it as root (CAP_NET_ADMIN), or use --rx uring",
+        ),
+        Some(libc::ENOMEM) => (
+            "pinning the receive area failed: out of memory, or past RLIMIT_MEMLOCK".into(),
+            "raise the locked-memory limit (ulimit -l) or use a smaller --area, or use --rx uring",
+        ),
+        Some(libc::EOPNOTSUPP) => (
+            "the kernel is built without zcrx (CONFIG_IO_URING_ZCRX)".into(),
+            "use --rx uring",
+        ),
+        Some(libc::ENOSYS) => ("the kernel has no io_uring".into(), "use --rx copy"),
+        Some(errno) => (
+            zcnet_sys::zcrx::explain_register_errno(errno).into(),
+            "use --rx uring",
+        ),
+        None => (
+            "the kernel's reply did not fit the refill region".into(),
+            "please report this; use --rx uring",
+        ),
+    };
+    Error::Unsupported {
+        what: format!("io_uring zero-copy receive (zcrx) without a device ({reason})"),
+        source: e,
+        fix,
+    }
+}
+
 /// The reason and fix for `EPERM`/`EACCES` from a zcrx registration or a devmem binding
 /// (`what`: "zcrx", "devmem TCP"). The kernel checks CAP_NET_ADMIN before it looks at the
 /// device, so the errno says nothing about whether root would succeed; the probe's device rules
@@ -283,10 +341,17 @@ pub(super) struct ZcrxBackend {
     done: Vec<ZcrxCompletion>,
     /// For a dma-buf area: (area id, offset of the area in the dma-buf, area length).
     device: Option<(u32, u64, u64)>,
+    /// Bytes delivered by the completions of the current poll, not yet split.
+    unsplit: u64,
+    /// Which delivered bytes were copied.
+    account: ZcrxCopyAccount,
 }
 
 impl ZcrxBackend {
     pub fn new(cfg: &RxConfig) -> Result<ZcrxBackend> {
+        if cfg.no_device && cfg.mode == RxMode::Zcrx {
+            return Self::without_device(cfg);
+        }
         let target = target(cfg, RxMode::Zcrx)?;
         // Only an explicit zcrx takes the dma-buf: `auto` never chooses device memory, which an
         // application that asked for bytes cannot read (it registers host memory, as before).
@@ -312,6 +377,38 @@ impl ZcrxBackend {
         let device = ifq
             .is_dmabuf()
             .then(|| (ifq.area_id(), 0, ifq.area().len()));
+        Self::with_ifq(ifq, target, device)
+    }
+
+    /// `cfg.no_device`: an ifq without a network device (`ZCRX_REG_NODEV`, Linux 7.1+).
+    fn without_device(cfg: &RxConfig) -> Result<ZcrxBackend> {
+        if cfg.iface.is_some() || cfg.queue.is_some() || cfg.dmabuf.is_some() {
+            return Err(Error::invalid_input(
+                "zcrx without a device (RxConfig::no_device, --no-device) takes no interface, queue or dma-buf: leave them unset",
+            ));
+        }
+        if cfg.area_len == 0 {
+            return Err(Error::io(
+                "zcrx receive area of 0 bytes: give --area a size (default 64M)",
+                io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
+        let ifq =
+            ZcrxIfq::register_nodev_for_receive(cfg.area_len, rq_entries_for(cfg.area_len as u64))
+                .map_err(|e| nodev_refusal(e, zcnet_sys::os::kernel_version()))?;
+        let target = Target {
+            iface: "no device".into(),
+            ifindex: 0,
+            queue: 0,
+        };
+        Self::with_ifq(ifq, target, None)
+    }
+
+    fn with_ifq(
+        ifq: ZcrxIfq,
+        target: Target,
+        device: Option<(u32, u64, u64)>,
+    ) -> Result<ZcrxBackend> {
         // On error the ifq drops here: the ring closes, the kernel unpins everything (and lets
         // go of the dma-buf).
         let rx =
@@ -325,7 +422,35 @@ impl ZcrxBackend {
             starving: false,
             done: Vec::new(),
             device,
+            unsplit: 0,
+            account: ZcrxCopyAccount::new(),
         })
+    }
+
+    /// Where the data comes from, for messages.
+    fn source(&self) -> String {
+        if self.rx.ifq().is_nodev() {
+            "without a device".into()
+        } else {
+            format!("{} queue {}", self.target.iface, self.target.queue)
+        }
+    }
+
+    /// What is known now about which delivered bytes the kernel copied (read after draining).
+    fn copy_knowledge(&self) -> ZcrxCopyKnowledge {
+        let ifq = self.rx.ifq();
+        if ifq.is_nodev() {
+            ZcrxCopyKnowledge::AllCopied
+        } else if ifq.is_dmabuf() {
+            ZcrxCopyKnowledge::NoneCopied
+        } else {
+            match ifq.kernel_stats() {
+                Some(st) => ZcrxCopyKnowledge::Counted {
+                    copy_bytes: st.copy_bytes,
+                },
+                None => ZcrxCopyKnowledge::Unknown,
+            }
+        }
     }
 
     /// Registers the queue with the whole of `dmabuf` as the area (offset 0, its size: what
@@ -351,12 +476,10 @@ impl ZcrxBackend {
                 io::Error::from_raw_os_error(libc::ENOENT),
             )
         })?;
+        let source = self.source();
         self.rx.arm(fd, conn.0).map_err(|e| {
             Error::io(
-                format!(
-                    "arming zero-copy receive on connection {conn} ({} queue {})",
-                    self.target.iface, self.target.queue
-                ),
+                format!("arming zero-copy receive on connection {conn} ({source})"),
                 e,
             )
         })
@@ -364,14 +487,20 @@ impl ZcrxBackend {
 
     /// Returns released fragments to the kernel; notes a pause when the application holds (or
     /// has not yet handed back) every buffer of the area, or the refill ring is full.
-    fn refill(&mut self, ctx: &mut Ctx<'_>) {
-        let f = self.rx.flush_refills();
+    fn refill(&mut self, ctx: &mut Ctx<'_>) -> Result<()> {
+        let f = self.rx.flush_refills().map_err(|e| {
+            Error::io(
+                "returning buffers to a zcrx ifq without a device (IORING_REGISTER_ZCRX_CTRL, ZCRX_CTRL_FLUSH_RQ)",
+                e,
+            )
+        })?;
         let core: &ZcrxRx = self.rx.core();
         let starving = f.waiting > 0 || core.stats().bufs_in_kernel == 0;
         if starving && !self.starving {
             ctx.stats.starved += 1;
         }
         self.starving = starving;
+        Ok(())
     }
 
     /// Re-arms connections whose request the kernel ended, unless no buffer is free (the
@@ -430,7 +559,9 @@ impl ZcrxBackend {
                         }
                     },
                 };
-                ctx.deliver(conn, frag.off, frag.len as usize, loc, false);
+                self.unsplit += u64::from(frag.len);
+                let copied = self.rx.ifq().is_nodev();
+                ctx.deliver_unsplit(conn, frag.off, frag.len as usize, loc, copied);
                 if !more {
                     self.rearm.push(conn);
                 }
@@ -507,7 +638,7 @@ impl RxBackend for ZcrxBackend {
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
-        self.refill(ctx);
+        self.refill(ctx)?;
         self.rearm_waiting(ctx);
         let timeout = if self.starving {
             Duration::ZERO
@@ -523,6 +654,13 @@ impl RxBackend for ZcrxBackend {
             self.complete(ctx, c);
         }
         self.done = done;
+        if self.unsplit > 0 {
+            let known = self.copy_knowledge();
+            ctx.account_split(
+                self.account
+                    .account(std::mem::take(&mut self.unsplit), known),
+            );
+        }
         Ok(())
     }
 
@@ -629,6 +767,30 @@ mod tests {
         .to_string();
         assert!(msg.contains("(zcrx) on vB queue 0"), "{msg}");
         assert!(!msg.contains("dma-buf"), "{msg}");
+    }
+
+    #[zcnet_testkit::test]
+    fn nodev_refusals_name_the_kernel_and_the_fix_in_one_line() {
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let old = nodev_refusal(einval(), Some((6, 18, 44))).to_string();
+        assert!(old.contains("without a device"), "{old}");
+        assert!(old.contains("needs Linux 7.1+ (ZCRX_REG_NODEV)"), "{old}");
+        assert!(old.contains("this is Linux 6.18.44"), "{old}");
+        assert!(old.contains("--rx uring"), "{old}");
+        // On 7.1+ EINVAL is about what was passed, not the flag.
+        let new = nodev_refusal(einval(), Some((7, 2, 13))).to_string();
+        assert!(!new.contains("7.1+"), "{new}");
+        let perm = nodev_refusal(io::Error::from_raw_os_error(libc::EPERM), None).to_string();
+        assert!(perm.contains("CAP_NET_ADMIN"), "{perm}");
+        for m in [&old, &new, &perm] {
+            assert!(!m.contains('\n'), "one line: {m}");
+        }
+        match nodev_refusal(einval(), None) {
+            Error::Unsupported { source, .. } => {
+                assert_eq!(source.raw_os_error(), Some(libc::EINVAL))
+            }
+            e => panic!("{e:?}"),
+        }
     }
 
     #[zcnet_testkit::test]

@@ -1,0 +1,126 @@
+//! zcrx without a device (`RxConfig::no_device`, `ZCRX_REG_NODEV`, Linux 7.1+): several
+//! loopback connections on one receiver through an area of a few pages (every buffer goes
+//! round many times: the refill ring must be flushed), checked byte for byte, and every byte
+//! counted as copied. Before 7.1 the kernel refuses the flag (`EINVAL`), which is what the
+//! host (6.18) checks; the receiving test runs in the kernel lab (scripts/kernel-lab.sh
+//! --kernel 7.2 -- target/debug/deps/zcrx_nodev-*).
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+use zcnet::rx::{Receiver, RxConfig, RxEvent, RxMode};
+use zcnet::{Error, Pattern};
+
+fn nodev(area_len: usize) -> RxConfig {
+    let mut c = RxConfig::new(RxMode::Zcrx);
+    c.no_device = true;
+    c.area_len = area_len;
+    c
+}
+
+#[zcnet_testkit::test]
+fn nodev_before_linux_7_1_is_refused_with_the_kernels_errno() {
+    zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN, checked before the flag");
+    if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 1)) {
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Kernel,
+            "this kernel has ZCRX_REG_NODEV",
+        );
+    }
+    let e = match Receiver::new(&nodev(1 << 20)) {
+        Ok(rx) => panic!("NODEV accepted on a kernel before 7.1: {}", rx.mode()),
+        Err(e) => e,
+    };
+    let msg = e.to_string();
+    assert!(msg.contains("needs Linux 7.1+ (ZCRX_REG_NODEV)"), "{msg}");
+    assert!(!msg.contains('\n'), "{msg}");
+    match e {
+        Error::Unsupported { source, .. } => assert_eq!(source.raw_os_error(), Some(libc::EINVAL)),
+        e => panic!("{e:?}"),
+    }
+}
+
+#[zcnet_testkit::test]
+fn nodev_takes_no_interface_and_auto_never_uses_it() {
+    let mut c = nodev(1 << 20);
+    c.iface = Some("lo".into());
+    let e = Receiver::new(&c).err().unwrap();
+    assert!(e.is_bad_argument(), "{e}");
+    // `auto` ignores the flag: it copies, so it is no zero-copy mechanism to prefer.
+    let mut c = nodev(1 << 20);
+    c.mode = RxMode::Auto;
+    let rx = Receiver::new(&c).unwrap();
+    assert_ne!(rx.mode(), RxMode::Zcrx);
+}
+
+#[zcnet_testkit::test(timeout = 600)]
+fn nodev_receives_several_connections_through_a_small_area() {
+    zcnet_testkit::require_kernel(7, 1, "zcrx without a device (ZCRX_REG_NODEV)");
+    zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
+    let page = zcnet_sys::mem::page_size();
+    let mut rx = Receiver::new(&nodev(4 * page)).unwrap();
+    assert_eq!(rx.mode(), RxMode::Zcrx);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = l.local_addr().unwrap();
+    // Three connections of different lengths and seeds, sent at once.
+    let plan = [(1u64, 3 << 20), (2, 1 << 20), (3, 100_000)];
+    let mut want = HashMap::new();
+    let mut senders = Vec::new();
+    for (seed, len) in plan {
+        let mut tx = TcpStream::connect(at).unwrap();
+        let (sock, _) = l.accept().unwrap();
+        let conn = rx.add(sock).unwrap();
+        want.insert(conn, (Pattern::new(seed), len as u64, 0u64));
+        senders.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 10];
+            let mut off = 0u64;
+            while off < len as u64 {
+                let n = buf.len().min((len as u64 - off) as usize);
+                Pattern::new(seed).fill(off, &mut buf[..n]);
+                tx.write_all(&buf[..n]).unwrap();
+                off += n as u64;
+            }
+        }));
+    }
+    let mut open = want.len();
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while open > 0 {
+        assert!(Instant::now() < deadline, "stalled: {want:?}");
+        rx.poll(&mut events, Duration::from_millis(100)).unwrap();
+        for ev in events.drain(..) {
+            match ev {
+                RxEvent::Data(buf) => {
+                    assert!(buf.copied(), "NODEV data is copied by the kernel");
+                    let (p, _, got) = want.get_mut(&buf.conn()).unwrap();
+                    let bytes = rx.bytes(&buf).unwrap();
+                    p.verify(*got, bytes).unwrap();
+                    *got += bytes.len() as u64;
+                }
+                RxEvent::Eof(conn) => {
+                    let (_, len, got) = want[&conn];
+                    assert_eq!(got, len, "connection {conn}");
+                    rx.close(conn);
+                    open -= 1;
+                }
+                RxEvent::Failed(conn, e) => panic!("connection {conn}: {e}"),
+            }
+        }
+    }
+    for s in senders {
+        s.join().unwrap();
+    }
+    let st = rx.stats();
+    let total: u64 = plan.iter().map(|p| p.1 as u64).sum();
+    assert_eq!(st.bytes, total, "{st:?}");
+    assert_eq!(
+        (st.copied_bytes, st.zerocopy_bytes, st.unknown_copy_bytes),
+        (total, 0, 0),
+        "{st:?}"
+    );
+}
+
+zcnet_testkit::main!();
