@@ -59,10 +59,6 @@ fn bad_values_exit_2_naming_the_flag_before_anything_happens() {
             &["send", ADDR, "--udp", "--verify", "--size", "65508"],
             "--size",
         ),
-        (
-            &["send", ADDR, "--udp", "--verify", "--size", "64K"],
-            "--size",
-        ),
         (&["send", ADDR, "--mem", "cuda", "--size", "0"], "--size"),
         (
             &["recv", "--listen", "127.0.0.1:0", "--buf-size", "0"],
