@@ -30,7 +30,7 @@ KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 MODULES=(fs/netfs/netfs net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p
   drivers/net/dummy drivers/net/veth drivers/net/ifb)
 
-me=kernel-lab
+me='kernel-lab'
 die() { # one line naming the cause and the fix; exit 2
   echo "$me: $*" >&2
   exit 2
@@ -130,7 +130,7 @@ EOF
   # apt-get update exits 0 when the archive cannot be reached (it only warns): the index it
   # leaves behind is what tells.
   APT_CONFIG=$apt/apt.conf apt-get -q update >"$log" 2>&1
-  if ! ls "$apt/lists/" 2>/dev/null | grep -q '_Packages'; then
+  if ! compgen -G "$apt/lists/*_Packages*" >/dev/null; then
     why=$(grep -m1 -A1 -E '^Err:' "$log" | tail -n1 | sed 's/^ *//' | cut -c1-160)
     die "cannot fetch Debian's $suite index from $MIRROR (${why:-see $log}): check the network, or set ZCNET_KERNEL_LAB_MIRROR to a reachable Debian mirror"
   fi
@@ -149,7 +149,7 @@ EOF
   [ -f "$vmlinuz" ] || die "no vmlinuz for $release in $pkgs: update PINS in $0"
   ln -sfn "${vmlinuz#"$kdir"/}" "$kdir/vmlinuz"
   ln -sfn "${mdir#"$kdir"/}" "$kdir/modules"
-  rm -rf "$apt/archives" # the unpacked tree is what is kept
+  rm -rf "$apt" # the unpacked tree is what is kept
   touch "$kdir/.complete"
   say "Linux $release ready in $((SECONDS - t0)) s"
 fi
@@ -157,7 +157,8 @@ flock -u 9
 
 # ---- the initramfs: busybox, the modules above, and /init ----
 work=$(mktemp -d "${TMPDIR:-/tmp}/kernel-lab.XXXXXX") || die "mktemp failed: check ${TMPDIR:-/tmp}"
-qpid= tails=()
+qpid='' tails=()
+# shellcheck disable=SC2329 # invoked by the trap
 cleanup() {
   # The guest is powered off on every way out: qemu is killed, then waited for.
   if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
