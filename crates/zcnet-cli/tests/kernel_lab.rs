@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -35,12 +36,19 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// One guest at a time: two TCG guests of 2 vCPUs each on a 2-core CI machine only slow each
+/// other down.
+static ONE_GUEST: Mutex<()> = Mutex::new(());
+
 /// Runs CMD under `kernel`; skips the calling test when the lab could not start for want of a
 /// tool or a download (exit 2 before any boot: the script's last line says why and the fix).
 fn guest(kernel: &str, cmd: &[&str]) -> Output {
     let mut args = vec!["--kernel", kernel, "--timeout", "300", "--"];
     args.extend_from_slice(cmd);
-    let o = lab(&args);
+    let o = {
+        let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
+        lab(&args)
+    };
     let err = text(&o.stderr);
     if o.status.code() == Some(2) && !err.contains("kernel-lab: booting") {
         let line = err
