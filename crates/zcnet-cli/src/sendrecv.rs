@@ -106,6 +106,11 @@ pub struct RecvArgs {
     /// copy/uring: number of receive buffers.
     #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
     pub buffers: usize,
+    /// zcrx: receive without a network device (Linux 7.1+, ZCRX_REG_NODEV): any TCP
+    /// connection, loopback included, but the kernel copies every byte into the area (counted
+    /// as copied). Only with --rx zcrx; no --iface or --queue.
+    #[arg(long)]
+    pub no_device: bool,
     /// zcrx: bytes of registered receive area; devmem: size of the udmabuf made when no
     /// dma-buf is given.
     #[arg(long, default_value = "64M", allow_hyphen_values = true)]
@@ -420,6 +425,31 @@ pub fn check_rx_iface(mode: RxMode, iface: Option<&str>, naive: bool) -> Result<
     Ok(())
 }
 
+/// `recv --no-device`: only with `--rx zcrx` (auto never takes it: it copies), without an
+/// interface, a queue, device memory or the naive loop (exit code 2).
+fn check_no_device(a: &RecvArgs, mode: RxMode) -> Result<(), Error> {
+    if !a.no_device {
+        return Ok(());
+    }
+    if mode != RxMode::Zcrx {
+        return Err(Error::invalid_input(format!(
+            "--no-device applies to --rx zcrx (zcrx without a network device), not --rx {mode}: add --rx zcrx or drop --no-device"
+        )));
+    }
+    let clash = [
+        (a.iface.is_some(), "--iface"),
+        (a.queue.is_some(), "--queue"),
+        (a.naive, "--naive"),
+        (a.mem != "host", "--mem other than host"),
+    ];
+    if let Some((_, flag)) = clash.iter().find(|(on, _)| *on) {
+        return Err(Error::invalid_input(format!(
+            "--no-device receives into host memory without a NIC queue: drop {flag}"
+        )));
+    }
+    Ok(())
+}
+
 /// Parses `--mem`.
 pub fn parse_mem(s: &str) -> Result<MemoryKind, Error> {
     MemoryKind::parse(s).ok_or_else(|| {
@@ -522,6 +552,8 @@ struct RecvJson {
     verified: bool,
     zerocopy_bytes: u64,
     copied_bytes: u64,
+    /// Bytes nothing says were copied or not (zcrx with a device, before Linux 7.2).
+    unknown_copy_bytes: u64,
     device_bytes: u64,
     starved: u64,
     rearms: u64,
@@ -541,11 +573,15 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     // Every argument is checked before anything is listened on or allocated (exit code 2).
     let mode = RxMode::parse(&a.rx)?;
     let want_bytes = crate::udp_cmd::check_stream_recv_flags(a)?;
-    check_rx_iface(mode, a.iface.as_deref(), a.naive)?;
+    check_no_device(a, mode)?;
+    if !a.no_device {
+        check_rx_iface(mode, a.iface.as_deref(), a.naive)?;
+    }
     let addr = net::parse_addr(&a.listen)?;
     let mut cfg = RxConfig::new(mode);
     cfg.iface = a.iface.clone();
     cfg.queue = a.queue;
+    cfg.no_device = a.no_device;
     cfg.buf_size = size_arg("--buf-size", &a.buf_size, MAX_BUFFER)?;
     cfg.buffers = count_arg("--buffers", a.buffers, usize::MAX)?;
     total_arg(("--buf-size", cfg.buf_size), ("--buffers", cfg.buffers))?;
@@ -619,6 +655,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             verified: a.verify,
             zerocopy_bytes: st.zerocopy_bytes,
             copied_bytes: st.copied_bytes,
+            unknown_copy_bytes: st.unknown_copy_bytes,
             device_bytes: rep.device_bytes,
             starved: st.starved,
             rearms: st.rearms,
@@ -634,10 +671,19 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         } else {
             0.0
         };
+        let unknown = if st.unknown_copy_bytes > 0 {
+            format!(
+                ", {} B copied or not (the kernel does not say)",
+                st.unknown_copy_bytes
+            )
+        } else {
+            String::new()
+        };
         zcnet_tools::eoutln!(
-            "zcnet recv: {} B from {peer} in {secs:.2} s ({mbps:.0} MB/s) with {}: {} B zero-copy, {} B copied, {} buffers, starved {}x, re-armed {}x{}",
+            "zcnet recv: {} B from {peer} in {secs:.2} s ({mbps:.0} MB/s) with {}{}: {} B zero-copy, {} B copied{unknown}, {} buffers, starved {}x, re-armed {}x{}",
             rep.recv.bytes,
             rx.mode(),
+            if a.no_device { " without a device" } else { "" },
             st.zerocopy_bytes,
             st.copied_bytes,
             rep.recv.reads,

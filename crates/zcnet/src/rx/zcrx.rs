@@ -10,8 +10,8 @@
 //! fbnic in 6.18), header split on and the queue not used by another memory provider
 //! (`zcnet nic setup` does both, and takes the queue out of RSS), and the connections' flows
 //! steered to that queue (an ntuple rule). Traffic of an added connection that arrives on
-//! another queue is copied into the area by the kernel (6.18 does not flag it, so it is counted
-//! as zero-copy; zcnet cannot tell).
+//! another queue is copied into the area by the kernel (6.18 does not flag it; see "Accounting"
+//! below: such bytes are copied per 7.2's statistics, or unknown, never zero-copy by default).
 //!
 //! With `cfg.dmabuf` set and `cfg.mode` `zcrx` (not `auto`) the area is that dma-buf instead (`IORING_ZCRX_AREA_DMABUF`, Linux
 //! 6.16+; e.g. GPU memory): the whole dma-buf, offset 0 and its size (`lseek(SEEK_END)`, which
