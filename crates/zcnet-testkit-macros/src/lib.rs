@@ -55,10 +55,7 @@ fn expand(attr: TokenStream, item: TokenStream) -> Result<TokenStream, String> {
     let name = name.ok_or("#[zcnet_testkit::test] goes on a function")?;
     let ignored = match &ignore {
         None => "::core::option::Option::None".to_string(),
-        Some(r) => format!(
-            "::core::option::Option::Some({})",
-            Literal::string(r)
-        ),
+        Some(r) => format!("::core::option::Option::Some({})", Literal::string(r)),
     };
     let timeout = match timeout {
         None => "::core::option::Option::None".to_string(),
