@@ -82,6 +82,9 @@ pub enum Need {
     /// Hardware this machine lacks (a GPU, a NIC with header split and queue management), or
     /// hardware it has that the test must not meet (a real CUDA driver).
     Hardware,
+    /// Something a server outside this machine no longer serves or cannot be reached for (a
+    /// pinned kernel package Debian dropped): not the machine's to fix, so CI allows it.
+    Download,
 }
 
 impl Need {
@@ -92,6 +95,7 @@ impl Need {
             Need::Tool => "tool",
             Need::Kernel => "kernel",
             Need::Hardware => "hardware",
+            Need::Download => "download",
         }
     }
 }
@@ -186,7 +190,13 @@ pub fn require_kernel(major: u32, minor: u32, what: &str) {
 /// The needs that `ZCNET_TEST_STRICT` forbids skipping (`all`, or names from [`Need::name`]);
 /// public for harnesses of their own (the NCCL conformance harness) that keep the same rule.
 pub fn strict_needs() -> Vec<Need> {
-    let all = [Need::Root, Need::Tool, Need::Kernel, Need::Hardware];
+    let all = [
+        Need::Root,
+        Need::Tool,
+        Need::Kernel,
+        Need::Hardware,
+        Need::Download,
+    ];
     match std::env::var("ZCNET_TEST_STRICT") {
         Ok(v) if v.trim() == "all" => all.to_vec(),
         Ok(v) => all
