@@ -1,0 +1,56 @@
+"""zcnet: zero-copy networking for Linux, from Python.
+
+Received buffers are tensors without a copy (DLPack: ``np.from_dlpack(buf)``,
+``torch.from_dlpack(buf)``); sends take numpy arrays, tensors and bytes-like objects::
+
+    import socket, numpy as np, zcnet
+
+    rx = zcnet.Receiver(mode="auto")      # copy | uring | zcrx | devmem | auto
+    rx.add(conn)                          # a connected socket.socket: zcnet takes it over
+    for buf in rx:                        # until every connection ended
+        view = np.from_dlpack(buf)        # 1-D uint8, read-only, no copy
+        ...                               # dropping the last reference returns it to the kernel
+    print(rx.stats())
+
+    tx = zcnet.Sender(sock, mode="auto")  # copy | msg-zerocopy | uring | uring-zc | devmem | auto
+    tx.send(np.arange(1 << 20, dtype=np.uint32))
+    print(tx.finish())
+
+Errors are ``zcnet.Error`` subclasses carrying the library's cause and remedy.
+"""
+
+from ._zcnet import (
+    MODES,
+    ArgumentError,
+    Buffer,
+    ConnectionError,
+    Error,
+    MemlockError,
+    NotRootError,
+    Receiver,
+    Sender,
+    StalledError,
+    StarvedError,
+    UnsupportedError,
+    VerifyError,
+    pattern,
+    probe,
+)
+
+__all__ = [
+    "MODES",
+    "ArgumentError",
+    "Buffer",
+    "ConnectionError",
+    "Error",
+    "MemlockError",
+    "NotRootError",
+    "Receiver",
+    "Sender",
+    "StalledError",
+    "StarvedError",
+    "UnsupportedError",
+    "VerifyError",
+    "pattern",
+    "probe",
+]

@@ -1,0 +1,112 @@
+//! The Python exceptions: `zcnet.Error` and its subclasses, each carrying the library's message
+//! (what failed, the kernel's reason, the remedy), and `errno` where the kernel gave one.
+
+use pyo3::prelude::*;
+
+pyo3::create_exception!(
+    zcnet,
+    Error,
+    pyo3::exceptions::PyException,
+    "Any zcnet failure; the message is the library's (cause and remedy)."
+);
+pyo3::create_exception!(
+    zcnet,
+    UnsupportedError,
+    Error,
+    "The kernel, the device or the machine refuses a mechanism (the message says why and what would make it work)."
+);
+pyo3::create_exception!(
+    zcnet,
+    MemlockError,
+    UnsupportedError,
+    "Locked memory (RLIMIT_MEMLOCK) or socket option memory (optmem_max) is too small for the mechanism."
+);
+pyo3::create_exception!(
+    zcnet,
+    NotRootError,
+    Error,
+    "The operation needs root (CAP_NET_ADMIN / CAP_SYS_ADMIN)."
+);
+pyo3::create_exception!(
+    zcnet,
+    ArgumentError,
+    Error,
+    "A bad argument: an unknown mode, interface or address, a size out of range."
+);
+pyo3::create_exception!(
+    zcnet,
+    ConnectionError,
+    Error,
+    "The peer reset the connection, or nobody listens at the address."
+);
+pyo3::create_exception!(
+    zcnet,
+    StalledError,
+    Error,
+    "Sending made no progress for the stall timeout (the peer stopped reading)."
+);
+pyo3::create_exception!(
+    zcnet,
+    VerifyError,
+    Error,
+    "Received data differs from the expected pattern."
+);
+pyo3::create_exception!(
+    zcnet,
+    StarvedError,
+    Error,
+    "The receiver has no buffer left to receive into because Python holds them (zcnet.Buffer objects, or arrays and tensors made from them, still referenced); `held` says how many."
+);
+
+/// The Python exception for a library error.
+pub(crate) fn to_py(e: zcnet::Error) -> PyErr {
+    use zcnet::Error as E;
+    let msg = e.to_string();
+    let errno = match &e {
+        E::Unsupported { source, .. } | E::Io { source, .. } => source.raw_os_error(),
+        E::Kernel { errno, .. } => *errno,
+        _ => None,
+    };
+    let err = match &e {
+        E::MemlockTooSmall { .. } | E::OptmemExhausted { .. } => MemlockError::new_err(msg),
+        E::Unsupported { .. }
+        | E::NotCpuAccessible
+        | E::NoHugePages { .. }
+        | E::Kernel { .. }
+        | E::Gpu {
+            bad_argument: false,
+            ..
+        } => UnsupportedError::new_err(msg),
+        E::NotRoot { .. } => NotRootError::new_err(msg),
+        E::PeerReset { .. } | E::ConnectionRefused { .. } => ConnectionError::new_err(msg),
+        E::Stalled { .. } => StalledError::new_err(msg),
+        E::Verify(_) => VerifyError::new_err(msg),
+        E::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err(msg),
+        // Exit status 2 is the library's (and the CLI's) "bad argument".
+        _ if e.exit_code() == 2 => ArgumentError::new_err(msg),
+        _ => Error::new_err(msg),
+    };
+    if let Some(n) = errno {
+        Python::attach(|py| {
+            // Best effort: an exception object that refuses the attribute still carries the
+            // message, which names the errno too.
+            let _ = err.value(py).setattr("errno", n);
+        });
+    }
+    err
+}
+
+/// Adds the exception classes to the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
+    m.add("MemlockError", py.get_type::<MemlockError>())?;
+    m.add("NotRootError", py.get_type::<NotRootError>())?;
+    m.add("ArgumentError", py.get_type::<ArgumentError>())?;
+    m.add("ConnectionError", py.get_type::<ConnectionError>())?;
+    m.add("StalledError", py.get_type::<StalledError>())?;
+    m.add("VerifyError", py.get_type::<VerifyError>())?;
+    m.add("StarvedError", py.get_type::<StarvedError>())?;
+    Ok(())
+}

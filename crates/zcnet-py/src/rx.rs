@@ -1,0 +1,489 @@
+//! `zcnet.Receiver` and `zcnet.Buffer`.
+
+use crate::errors::{self, StarvedError};
+use crate::OnThisThread;
+use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::FromRawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zcnet::rx::Location;
+use zcnet::{ConnId, RxConfig, RxEvent, RxMode};
+
+/// The longest the GIL stays released in one wait: signals (Ctrl-C) are checked between slices.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// Receives on connected TCP sockets with one mechanism; iterating yields `zcnet.Buffer`s, in
+/// order per connection, until every connection has ended.
+///
+/// `Receiver(mode="auto", iface=None, queue=None, *, buffers=None, buf_size=None, area=None,
+/// low_water=None, starve_timeout=1.0)`: `mode` is copy, uring, zcrx, devmem or auto; `buffers`
+/// and `buf_size` size the copy/uring pool (default 64 × 16 KiB), `area` the zcrx area; a
+/// receiver whose buffers Python has held for `starve_timeout` seconds while data waits raises
+/// `zcnet.StarvedError` instead of stalling.
+#[pyclass(unsendable, module = "zcnet")]
+pub(crate) struct Receiver {
+    inner: zcnet::Receiver,
+    events: VecDeque<RxEvent>,
+    scratch: Vec<RxEvent>,
+    /// Stream offset of each connection's next byte.
+    offsets: HashMap<ConnId, u64>,
+    /// Buffers the backend was made with (for messages).
+    capacity: usize,
+    starve_timeout: Duration,
+    /// `RxStats::starved` last seen.
+    starved_seen: u64,
+    /// Since when receiving has been starved with nothing coming back, and the returned count
+    /// then.
+    starving: Option<(Instant, u64)>,
+    /// The unread tail of a buffer `recv_into` did not take whole: handed out first.
+    partial: Option<Buffer>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("mode", &self.inner.mode())
+            .field("connections", &self.inner.connections())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes from an int.
+fn size_arg(name: &str, v: Option<u64>) -> PyResult<Option<usize>> {
+    v.map(|n| {
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| PyValueError::new_err(format!("{name} must be a positive size")))
+    })
+    .transpose()
+}
+
+#[pymethods]
+impl Receiver {
+    #[new]
+    #[pyo3(signature = (mode="auto", iface=None, queue=None, *, buffers=None, buf_size=None, area=None, low_water=None, starve_timeout=1.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        mode: &str,
+        iface: Option<String>,
+        queue: Option<u32>,
+        buffers: Option<u64>,
+        buf_size: Option<u64>,
+        area: Option<u64>,
+        low_water: Option<u32>,
+        starve_timeout: f64,
+    ) -> PyResult<Self> {
+        let mode = RxMode::parse(mode).map_err(errors::to_py)?;
+        let mut cfg = RxConfig::new(mode);
+        cfg.iface = iface;
+        cfg.queue = queue;
+        if let Some(n) = size_arg("buffers", buffers)? {
+            cfg.buffers = n;
+        }
+        if let Some(n) = size_arg("buf_size", buf_size)? {
+            cfg.buf_size = n;
+        }
+        if let Some(n) = size_arg("area", area)? {
+            cfg.area_len = n;
+        }
+        cfg.low_water = low_water;
+        if !(starve_timeout.is_finite() && starve_timeout >= 0.0) {
+            return Err(PyValueError::new_err(
+                "starve_timeout must be a number of seconds, 0 or more",
+            ));
+        }
+        // Making a receiver may register memory with the kernel: the GIL is released. The
+        // receiver is made on this thread, the one that polls it (io_uring wants that).
+        let c = OnThisThread(&cfg);
+        let inner = py
+            .detach(move || OnThisThread(zcnet::Receiver::new(c.get())))
+            .get()
+            .map_err(errors::to_py)?;
+        let capacity = match inner.mode() {
+            RxMode::Uring => cfg.buffers.next_power_of_two(),
+            _ => cfg.buffers,
+        };
+        Ok(Receiver {
+            inner,
+            events: VecDeque::new(),
+            scratch: Vec::new(),
+            offsets: HashMap::new(),
+            capacity,
+            starve_timeout: Duration::from_secs_f64(starve_timeout),
+            starved_seen: 0,
+            starving: None,
+            partial: None,
+        })
+    }
+
+    /// Takes over a connected TCP `socket.socket` (it is detached: the Python object is closed,
+    /// zcnet owns the connection) and starts receiving on it. Returns the connection's id.
+    fn add(&mut self, sock: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let socket = sock.py().import("socket")?;
+        let stream_type = socket.getattr("SOCK_STREAM")?;
+        if !sock.hasattr("detach")? || !sock.getattr("type")?.eq(&stream_type)? {
+            return Err(PyTypeError::new_err(
+                "zcnet.Receiver.add takes a connected TCP socket.socket (SOCK_STREAM)",
+            ));
+        }
+        // The peer must be connected: getpeername raises OSError otherwise.
+        sock.call_method0("getpeername")?;
+        sock.call_method1("setblocking", (true,))?;
+        let fd: i32 = sock.call_method0("detach")?.extract()?;
+        // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        let id = self.inner.add(stream).map_err(errors::to_py)?;
+        self.offsets.insert(id, 0);
+        Ok(id.0)
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Buffer>> {
+        let py = slf.py();
+        let mut this = slf.borrow_mut();
+        if let Some(b) = this.partial.take() {
+            return Ok(Some(b));
+        }
+        loop {
+            while let Some(ev) = this.events.pop_front() {
+                match ev {
+                    RxEvent::Data(b) => {
+                        let off = this.offsets.entry(b.conn()).or_insert(0);
+                        let offset = *off;
+                        *off += b.len() as u64;
+                        let ptr = this
+                            .inner
+                            .bytes(&b)
+                            .map_or(std::ptr::null(), <[u8]>::as_ptr);
+                        let device = matches!(b.location(), Location::Device(_));
+                        return Ok(Some(Buffer {
+                            ptr: ptr as usize,
+                            len: b.len(),
+                            conn: b.conn().0,
+                            offset,
+                            copied: b.copied(),
+                            device,
+                            buf: Arc::new(b),
+                            rx: slf.clone().unbind().into_any(),
+                        }));
+                    }
+                    RxEvent::Eof(c) => {
+                        this.inner.close(c);
+                        this.offsets.remove(&c);
+                    }
+                    RxEvent::Failed(c, e) => {
+                        this.inner.close(c);
+                        this.offsets.remove(&c);
+                        return Err(errors::to_py(e));
+                    }
+                }
+            }
+            if this.inner.connections() == 0 {
+                return Ok(None);
+            }
+            this.wait(py)?;
+        }
+    }
+
+    /// Counters since the receiver was made: bytes, buffers, copied and zero-copy bytes,
+    /// starvations, the mode in use and the mechanisms `auto` fell back from (with the reasons).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats();
+        let d = PyDict::new(py);
+        d.set_item("mode", self.inner.mode().name())?;
+        d.set_item("bytes", s.bytes)?;
+        d.set_item("buffers", s.buffers)?;
+        d.set_item("copied_bytes", s.copied_bytes)?;
+        d.set_item("zerocopy_bytes", s.zerocopy_bytes)?;
+        d.set_item("starved", s.starved)?;
+        d.set_item("rearms", s.rearms)?;
+        d.set_item("eofs", s.eofs)?;
+        d.set_item("failures", s.failures)?;
+        d.set_item("linear_fallbacks", s.linear_fallbacks)?;
+        d.set_item("unsteered", s.unsteered)?;
+        d.set_item("returned", s.returned)?;
+        d.set_item("held", self.inner.held())?;
+        d.set_item("connections", self.inner.connections())?;
+        let fb = pyo3::types::PyList::empty(py);
+        for f in self.inner.fallbacks() {
+            let e = PyDict::new(py);
+            e.set_item("tried", f.tried.name())?;
+            e.set_item("reason", &f.reason)?;
+            fb.append(e)?;
+        }
+        d.set_item("fallbacks", fb)?;
+        Ok(d)
+    }
+
+    /// The mechanism in use (for auto, the one it chose).
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.inner.mode().name()
+    }
+
+    /// Buffers Python holds now (Buffers alive, or dropped since the last receive).
+    #[getter]
+    fn held(&self) -> usize {
+        self.inner.held()
+    }
+
+    /// Connections added and not yet ended.
+    #[getter]
+    fn connections(&self) -> usize {
+        self.inner.connections()
+    }
+
+    /// Fills `out` (a writable, C-contiguous bytes-like object: bytearray, numpy array, ...)
+    /// with the next bytes received, copying them out of the receiver's buffers, and returns how
+    /// many: fewer than it holds only when every connection has ended (0: nothing left).
+    fn recv_into(slf: &Bound<'_, Self>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let py = slf.py();
+        let view = crate::pybuf::get(out, true)?.ok_or_else(|| {
+            PyTypeError::new_err(
+                "zcnet.Receiver.recv_into takes a writable bytes-like object (bytearray, numpy array, memoryview)",
+            )
+        })?;
+        let (dst, cap) = (view.ptr(), view.len());
+        let mut filled = 0usize;
+        let r = (|| -> PyResult<()> {
+            while filled < cap {
+                let Some(buf) = Self::__next__(slf)? else {
+                    break;
+                };
+                let n = buf.len.min(cap - filled);
+                if buf.device || buf.ptr == 0 {
+                    return Err(PyValueError::new_err(
+                        "zcnet: recv_into of device memory (devmem) is not supported",
+                    ));
+                }
+                // SAFETY: `buf.ptr` holds `buf.len` bytes lent by the receiver while `buf`
+                // lives; `dst` holds `cap` bytes exported by `out` until the view's release.
+                unsafe { std::ptr::copy_nonoverlapping(buf.ptr as *const u8, dst.add(filled), n) };
+                filled += n;
+                if n < buf.len {
+                    // The rest of the buffer is handed out first next time.
+                    slf.borrow_mut().partial = Some(buf.tail(py, n));
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        view.release(py);
+        r.map(|()| filled)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "zcnet.Receiver(mode={:?}, connections={}, held={})",
+            self.inner.mode().name(),
+            self.inner.connections(),
+            self.inner.held()
+        )
+    }
+}
+
+impl Receiver {
+    /// Waits one slice (GIL released) for events, then checks signals and starvation.
+    fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
+        let mut out = std::mem::take(&mut self.scratch);
+        let starving = self.starving.is_some();
+        let r = {
+            let rx = OnThisThread(&mut self.inner);
+            let o = OnThisThread(&mut out);
+            py.detach(move || {
+                let (rx, out) = (rx.get(), o.get());
+                let t0 = Instant::now();
+                let r = rx.poll(out, SLICE);
+                // A starved copy receiver only looks (returns at once): do not spin.
+                if starving && out.is_empty() {
+                    std::thread::sleep(Duration::from_millis(10).saturating_sub(t0.elapsed()));
+                }
+                OnThisThread(r)
+            })
+            .get()
+        };
+        let got_data = out.iter().any(|e| matches!(e, RxEvent::Data(_)));
+        self.events.extend(out.drain(..));
+        self.scratch = out;
+        r.map_err(errors::to_py)?;
+        let s = self.inner.stats();
+        if s.starved > self.starved_seen {
+            // Receiving paused for want of a buffer (possibly in the poll that delivered the last
+            // one): the clock starts, or restarts.
+            self.starving = Some((Instant::now(), s.returned));
+        } else if got_data {
+            self.starving = None;
+        }
+        self.starved_seen = s.starved;
+        if let Some((since, returned)) = self.starving {
+            if s.returned > returned {
+                // Buffers are coming back: not stuck (a new starvation counts again).
+                self.starving = None;
+            } else if since.elapsed() >= self.starve_timeout && self.events.is_empty() {
+                self.starving = None;
+                let held = self.inner.held();
+                return Err(StarvedError::new_err(format!(
+                    "receive starved: Python holds {held} of the receiver's {cap} buffers (zcnet.Buffer objects, or arrays/tensors made from them with from_dlpack, still referenced) and data is waiting; \
+                     the kernel cannot receive until some come back. Drop them (del, or copy what you keep: np.array(view)), or make the Receiver with more buffers (buffers=N)",
+                    cap = self.capacity
+                )));
+            }
+        }
+        py.check_signals()
+    }
+}
+
+/// One received buffer, lent by its `Receiver` until the last reference to it (and to every
+/// array or tensor made from it) is gone; then it goes back to the kernel.
+///
+/// `np.from_dlpack(buf)` / `torch.from_dlpack(buf)`: a 1-D uint8 view of the bytes, no copy
+/// (read-only where the consumer honours DLPack's flag). `len(buf)`, `bytes(buf)` (a copy),
+/// `buf.offset` (its first byte's offset in its connection's stream), `buf.conn`, `buf.copied`
+/// (whether the kernel copied the bytes).
+#[pyclass(frozen, weakref, module = "zcnet")]
+pub(crate) struct Buffer {
+    /// Address of the bytes (0: device memory).
+    ptr: usize,
+    len: usize,
+    conn: u64,
+    offset: u64,
+    copied: bool,
+    device: bool,
+    /// Gives the buffer back when dropped.
+    #[allow(dead_code)]
+    buf: Arc<zcnet::RxBuf>,
+    /// The receiver, whose memory holds the bytes: alive while the buffer is.
+    #[allow(dead_code)]
+    rx: Py<PyAny>,
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buffer")
+            .field("len", &self.len)
+            .field("conn", &self.conn)
+            .field("offset", &self.offset)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Buffer {
+    /// The same buffer from byte `from` on (sharing its return to the kernel).
+    fn tail(&self, py: Python<'_>, from: usize) -> Buffer {
+        Buffer {
+            ptr: self.ptr + from,
+            len: self.len - from,
+            conn: self.conn,
+            offset: self.offset + from as u64,
+            copied: self.copied,
+            device: self.device,
+            buf: Arc::clone(&self.buf),
+            rx: self.rx.clone_ref(py),
+        }
+    }
+
+    fn host(&self) -> PyResult<*const u8> {
+        if self.device || self.ptr == 0 {
+            return Err(PyBufferError::new_err(
+                "zcnet: this buffer is in device memory (devmem) and is not exported through DLPack by the Python layer yet",
+            ));
+        }
+        Ok(self.ptr as *const u8)
+    }
+}
+
+#[pymethods]
+impl Buffer {
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let this = slf.get();
+        let ptr = this.host()?;
+        if let Some(s) = stream {
+            // CPU memory has no stream: None (or -1, "no synchronization") only.
+            if !s.is_none() && s.extract::<i64>().ok() != Some(-1) {
+                return Err(PyValueError::new_err(
+                    "zcnet.Buffer is host memory: __dlpack__'s stream must be None",
+                ));
+            }
+        }
+        if let Some(d) = dl_device {
+            if d != (crate::dlpack::DL_CPU, 0) {
+                return Err(PyBufferError::new_err(format!(
+                    "zcnet.Buffer is host memory (kDLCPU, 0); it cannot be exported to device {d:?}"
+                )));
+            }
+        }
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(
+                "zcnet.Buffer exports its memory without a copy only (copy=True: copy after import, e.g. np.array(np.from_dlpack(buf)))",
+            ));
+        }
+        let versioned = max_version.is_some_and(|(major, _)| major >= crate::dlpack::VERSION.0);
+        crate::dlpack::export(
+            py,
+            ptr,
+            this.len,
+            slf.clone().unbind().into_any(),
+            versioned,
+        )
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (crate::dlpack::DL_CPU, 0)
+    }
+
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    fn __bytes__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let ptr = self.host()?;
+        // SAFETY: `ptr` holds `len` bytes lent by the receiver (kept alive by `self.rx`) while
+        // `self.buf` lives.
+        let b = unsafe { std::slice::from_raw_parts(ptr, self.len) };
+        Ok(PyBytes::new(py, b))
+    }
+
+    /// The connection (the id `Receiver.add` returned).
+    #[getter]
+    fn conn(&self) -> u64 {
+        self.conn
+    }
+
+    /// Offset of the first byte in its connection's stream.
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Whether the kernel copied the bytes (copy and uring always; zcrx when it fell back).
+    #[getter]
+    fn copied(&self) -> bool {
+        self.copied
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "zcnet.Buffer(len={}, conn={}, offset={}, copied={})",
+            self.len,
+            self.conn,
+            self.offset,
+            if self.copied { "True" } else { "False" }
+        )
+    }
+}

@@ -1,0 +1,244 @@
+//! `zcnet.Sender`.
+
+use crate::errors;
+use crate::OnThisThread;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use std::os::fd::FromRawFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use zcnet::{Region, TxConfig, TxMode};
+
+/// The longest the GIL stays released while sending: signals (Ctrl-C) are checked between slices.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// Sends on a connected TCP socket with one mechanism, from zcnet's registered buffers.
+///
+/// `Sender(sock, mode="auto", *, buf_size=65536, inflight=8, window=524288, stall_timeout=10.0)`:
+/// `mode` is copy, msg-zerocopy, uring, uring-zc, devmem or auto. The socket is detached (zcnet
+/// owns the connection). `send(obj)` takes bytes-like objects (bytes, bytearray, memoryview,
+/// numpy arrays: the buffer protocol) and tensors (`__dlpack__`: torch), C-contiguous host
+/// memory; `finish()` waits for every send to complete, closes the connection and returns the
+/// statistics.
+#[pyclass(module = "zcnet")]
+pub(crate) struct Sender {
+    inner: Mutex<Option<zcnet::Sender>>,
+}
+
+impl std::fmt::Debug for Sender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
+fn finished() -> PyErr {
+    errors::Error::new_err("zcnet.Sender: finish() was called: the sender is closed")
+}
+
+fn stats_dict<'py>(
+    py: Python<'py>,
+    s: &zcnet::TxStats,
+    mode: TxMode,
+    note: Option<&str>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("mode", mode.name())?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("sends", s.sends)?;
+    d.set_item("notifications", s.notifications)?;
+    d.set_item("copied_notifications", s.copied_notifications)?;
+    d.set_item("zerocopy_bytes", s.zerocopy_bytes)?;
+    d.set_item("copied_bytes", s.copied_bytes)?;
+    d.set_item("zerocopy_fraction", s.zerocopy_fraction())?;
+    d.set_item("enobufs_waits", s.enobufs_waits)?;
+    d.set_item("seconds", s.seconds)?;
+    d.set_item("cpu_seconds", s.cpu_seconds)?;
+    d.set_item("mb_per_s", s.mb_per_s())?;
+    let sw = PyList::empty(py);
+    for w in &s.switches {
+        let e = PyDict::new(py);
+        e.set_item("at_ns", w.at_ns)?;
+        e.set_item("to", w.to.name())?;
+        e.set_item("copied", w.copied)?;
+        e.set_item("of", w.of)?;
+        e.set_item("reason", w.reason.as_deref())?;
+        sw.append(e)?;
+    }
+    d.set_item("switches", sw)?;
+    d.set_item("note", note)?;
+    Ok(d)
+}
+
+/// Sends `len` bytes from `data` in the sender's buffers, for at most one slice; returns the
+/// bytes sent.
+fn send_slice(tx: &mut zcnet::Sender, data: *const u8, len: usize) -> zcnet::Result<usize> {
+    let t0 = Instant::now();
+    let mut done = 0;
+    while done < len {
+        let mut buf = tx.buffer()?;
+        // SAFETY: the caller guarantees `len` readable bytes at `data` for this call (the
+        // exporter's view or capsule is held by the caller).
+        let src = unsafe { std::slice::from_raw_parts(data.add(done), len - done) };
+        let n = buf.write(src)?;
+        tx.send(buf, n)?;
+        done += n;
+        if t0.elapsed() >= SLICE {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+#[pymethods]
+impl Sender {
+    #[new]
+    #[pyo3(signature = (sock, mode="auto", *, buf_size=65536, inflight=8, window=524288, stall_timeout=10.0))]
+    fn new(
+        py: Python<'_>,
+        sock: &Bound<'_, PyAny>,
+        mode: &str,
+        buf_size: usize,
+        inflight: usize,
+        window: usize,
+        stall_timeout: f64,
+    ) -> PyResult<Self> {
+        let mode = TxMode::parse(mode).map_err(errors::to_py)?;
+        let mut cfg = TxConfig::new(mode);
+        if buf_size == 0 || inflight == 0 {
+            return Err(PyValueError::new_err(
+                "buf_size and inflight must be positive",
+            ));
+        }
+        if !(stall_timeout.is_finite() && stall_timeout > 0.0) {
+            return Err(PyValueError::new_err(
+                "stall_timeout must be a positive number of seconds",
+            ));
+        }
+        cfg.buf_size = buf_size;
+        cfg.inflight = inflight;
+        cfg.window = window;
+        cfg.stall_timeout = Duration::from_secs_f64(stall_timeout);
+        let socket = py.import("socket")?;
+        if !sock.hasattr("detach")? || !sock.getattr("type")?.eq(socket.getattr("SOCK_STREAM")?)? {
+            return Err(PyTypeError::new_err(
+                "zcnet.Sender takes a connected TCP socket.socket (SOCK_STREAM)",
+            ));
+        }
+        sock.call_method0("getpeername")?;
+        sock.call_method1("setblocking", (true,))?;
+        let fd: i32 = sock.call_method0("detach")?.extract()?;
+        // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        let inner = py
+            .detach(move || {
+                let region = Region::anonymous(zcnet::tx::region_len(&cfg))?;
+                zcnet::Sender::new(zcnet::Socket::from(stream), region, &cfg)
+            })
+            .map_err(errors::to_py)?;
+        Ok(Sender {
+            inner: Mutex::new(Some(inner)),
+        })
+    }
+
+    /// Sends the bytes of `obj`: a bytes-like object (buffer protocol) or a tensor
+    /// (`__dlpack__`), C-contiguous, in host memory. Returns the bytes sent. Their copy into
+    /// zcnet's registered buffers is done when this returns: `obj` may be changed then.
+    fn send(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+        // Keep the exporter's view or capsule until the bytes are copied.
+        let (data, len, view, capsule) = match crate::pybuf::get(obj, false)? {
+            Some(v) => (v.ptr().cast_const(), v.len(), Some(v), None),
+            None => {
+                if !obj.hasattr("__dlpack__")? {
+                    return Err(PyTypeError::new_err(format!(
+                        "zcnet.Sender.send takes a bytes-like object or a tensor with __dlpack__, not {}",
+                        obj.get_type().name()?
+                    )));
+                }
+                let (cap, imp) = crate::dlpack::import(obj)?;
+                (imp.data, imp.len, None, Some(cap))
+            }
+        };
+        let r = self.send_all(py, data, len);
+        if let Some(v) = view {
+            v.release(py);
+        }
+        drop(capsule);
+        r
+    }
+
+    /// Waits until every send completed (every zero-copy notification arrived), closes the
+    /// connection and returns the statistics: bytes, sends, zero-copy and copied bytes, the mode
+    /// and `auto`'s switches with their reasons.
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let tx = self.lock()?.take().ok_or_else(finished)?;
+        let mode = tx.mode();
+        let note = tx.note().map(str::to_string);
+        let stats = py
+            .detach(move || OnThisThread(tx.finish()))
+            .get()
+            .map_err(errors::to_py)?;
+        stats_dict(py, &stats, mode, note.as_deref())
+    }
+
+    /// The statistics so far.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let g = self.lock()?;
+        let tx = g.as_ref().ok_or_else(finished)?;
+        stats_dict(py, &tx.stats(), tx.mode(), tx.note())
+    }
+
+    /// The mechanism.
+    #[getter]
+    fn mode(&self) -> PyResult<&'static str> {
+        let g = self.lock()?;
+        Ok(g.as_ref().ok_or_else(finished)?.mode().name())
+    }
+
+    fn __repr__(&self) -> String {
+        match self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|t| t.mode()))
+        {
+            Some(m) => format!("zcnet.Sender(mode={:?})", m.name()),
+            None => "zcnet.Sender(finished)".to_string(),
+        }
+    }
+}
+
+impl Sender {
+    /// The sender, if no other thread is using it: waiting for the lock while holding the GIL
+    /// would deadlock with a thread that released the GIL inside a send.
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Option<zcnet::Sender>>> {
+        self.inner.try_lock().map_err(|e| match e {
+            std::sync::TryLockError::WouldBlock => errors::Error::new_err(
+                "zcnet.Sender is in use by another thread: use one sender per thread",
+            ),
+            std::sync::TryLockError::Poisoned(_) => {
+                errors::Error::new_err("zcnet.Sender: an earlier send panicked")
+            }
+        })
+    }
+
+    fn send_all(&self, py: Python<'_>, data: *const u8, len: usize) -> PyResult<usize> {
+        let mut g = self.lock()?;
+        let tx = g.as_mut().ok_or_else(finished)?;
+        let mut done = 0;
+        while done < len {
+            let t = OnThisThread(&mut *tx);
+            // SAFETY (of the pointer's use): `data` holds `len` bytes while the caller keeps the
+            // exporter's view or capsule, which it does until this returns.
+            let d = OnThisThread(data.wrapping_add(done));
+            let rest = len - done;
+            let n = py
+                .detach(move || OnThisThread(send_slice(t.get(), d.get(), rest)))
+                .get()
+                .map_err(errors::to_py)?;
+            done += n;
+            py.check_signals()?;
+        }
+        Ok(done)
+    }
+}

@@ -1,0 +1,118 @@
+"""Sending with zcnet.Sender: numpy arrays (the buffer protocol), bytes-like objects, torch
+tensors (DLPack), and the refusal of memory that is not one C-contiguous range."""
+
+import numpy as np
+import pytest
+
+import zcnet
+from conftest import Thread
+
+
+def drain(listener):
+    """Accepts one connection and returns everything it carries (a plain socket reader)."""
+    conn = listener.accept()
+    chunks = []
+    while True:
+        b = conn.recv(1 << 20)
+        if not b:
+            break
+        chunks.append(b)
+    conn.close()
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("mode", ["auto", "copy", "msg-zerocopy", "uring", "uring-zc"])
+def test_send_c_contiguous_arrays(listener, mode):
+    rng = np.random.default_rng(1)
+    arrays = [
+        np.arange(1 << 18, dtype=np.uint32),
+        rng.standard_normal((300, 257)),  # float64, 2-D
+        np.asfortranarray(rng.integers(0, 255, (64, 1), dtype=np.uint8)),  # one column: contiguous
+        np.zeros(0, dtype=np.int16),
+        np.arange(10, dtype=np.int64)[::1],
+    ]
+    extra = [b"bytes", bytearray(b"bytearray"), memoryview(b"memoryview")]
+    peer = Thread(drain, listener)
+    tx = zcnet.Sender(listener.connect(), mode=mode)
+    sent = 0
+    for a in arrays + extra:
+        n = tx.send(a)
+        assert n == (a.nbytes if isinstance(a, np.ndarray) else len(a))
+        sent += n
+    st = tx.finish()
+    got = peer.result()
+    assert st["bytes"] == sent == len(got)
+    assert got == b"".join(bytes(memoryview(a).cast("B")) if isinstance(a, np.ndarray) else bytes(a) for a in arrays + extra)
+    assert st["mode"] == mode
+    with pytest.raises(zcnet.Error, match="finish"):
+        tx.send(b"more")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.arange(100, dtype=np.uint64)[::2],
+        lambda: np.arange(100, dtype=np.float32).reshape(10, 10).T,
+        lambda: np.arange(100, dtype=np.uint8).reshape(10, 10)[:, :5],
+        lambda: memoryview(bytes(range(100)))[::3],
+    ],
+    ids=["strided", "transposed", "sliced-columns", "strided-memoryview"],
+)
+def test_refuses_non_contiguous_with_a_clear_message(listener, make):
+    peer = Thread(drain, listener)
+    tx = zcnet.Sender(listener.connect(), mode="copy")
+    with pytest.raises(ValueError, match="not C-contiguous.*ascontiguousarray"):
+        tx.send(make())
+    tx.send(np.ascontiguousarray(make()))
+    tx.finish()
+    assert len(peer.result()) > 0
+
+
+def test_refuses_what_has_no_memory(listener):
+    peer = Thread(drain, listener)
+    tx = zcnet.Sender(listener.connect())
+    with pytest.raises(TypeError, match="bytes-like object or a tensor"):
+        tx.send(12)
+    with pytest.raises(TypeError, match="bytes-like object or a tensor"):
+        tx.send("text")
+    tx.finish()
+    peer.result()
+
+
+def test_python_sender_to_python_receiver_numpy_roundtrip(listener):
+    a = np.random.default_rng(2).integers(0, 1 << 62, 3 << 20, dtype=np.int64)  # 24 MiB
+
+    def send():
+        tx = zcnet.Sender(listener.connect(), mode="auto")
+        tx.send(a)
+        return tx.finish()
+
+    peer = Thread(send)
+    rx = zcnet.Receiver()
+    rx.add(listener.accept())
+    out = np.empty_like(a)
+    raw = out.view(np.uint8)
+    for buf in rx:
+        raw[buf.offset : buf.offset + len(buf)] = np.from_dlpack(buf)
+    assert np.array_equal(out, a)
+    assert peer.result()["bytes"] == a.nbytes
+
+
+def test_torch_cpu_tensors(listener):
+    torch = pytest.importorskip("torch", reason="torch is not installed: the torch CPU test needs it")
+    t = torch.arange(1 << 20, dtype=torch.int32)
+
+    def send():
+        tx = zcnet.Sender(listener.connect())
+        tx.send(t)  # through __dlpack__
+        with pytest.raises(ValueError, match="not C-contiguous"):
+            tx.send(t[::2])
+        return tx.finish()
+
+    peer = Thread(send)
+    rx = zcnet.Receiver()
+    rx.add(listener.accept())
+    parts = [torch.from_dlpack(buf).clone() for buf in rx]
+    got = torch.cat(parts).view(torch.int32)
+    assert torch.equal(got, t)
+    assert peer.result()["bytes"] == t.numel() * 4
