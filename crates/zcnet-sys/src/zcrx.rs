@@ -1671,7 +1671,7 @@ mod nodev_tests {
         zcnet_testkit::require_root("CAP_NET_ADMIN, checked before the flags");
         if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 1)) {
             zcnet_testkit::skip(
-                zcnet_testkit::Need::Kernel,
+                zcnet_testkit::Need::KernelVersion,
                 "this kernel has ZCRX_REG_NODEV",
             );
         }

@@ -26,7 +26,7 @@ fn nodev_before_linux_7_1_is_refused_with_the_kernels_errno() {
     zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN, checked before the flag");
     if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 1)) {
         zcnet_testkit::skip(
-            zcnet_testkit::Need::Kernel,
+            zcnet_testkit::Need::KernelVersion,
             "this kernel has ZCRX_REG_NODEV",
         );
     }
