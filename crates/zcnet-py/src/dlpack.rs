@@ -263,7 +263,7 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny
     };
     let raw = cap.as_ptr();
     // SAFETY: PyCapsule_IsValid accepts any object and only reads it; the GIL is held.
-    let (t, versioned) = if unsafe { ffi::PyCapsule_IsValid(raw, VERSIONED_NAME.as_ptr()) } == 1 {
+    let t: &DLTensor = if unsafe { ffi::PyCapsule_IsValid(raw, VERSIONED_NAME.as_ptr()) } == 1 {
         // SAFETY: the name matched; the capsule (kept alive by `cap`) owns the managed tensor.
         let m = unsafe { ffi::PyCapsule_GetPointer(raw, VERSIONED_NAME.as_ptr()) }
             .cast::<DLManagedTensorVersioned>();
@@ -275,20 +275,19 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny
                 mt.version.major, mt.version.minor
             )));
         }
-        (&mt.dl_tensor, true)
+        &mt.dl_tensor
     // SAFETY: as above.
     } else if unsafe { ffi::PyCapsule_IsValid(raw, LEGACY_NAME.as_ptr()) } == 1 {
         // SAFETY: as above, for the legacy structure.
         let m = unsafe { ffi::PyCapsule_GetPointer(raw, LEGACY_NAME.as_ptr()) }
             .cast::<DLManagedTensor>();
         // SAFETY: a valid `dltensor` capsule points to a live DLManagedTensor.
-        (unsafe { &(*m).dl_tensor }, false)
+        unsafe { &(*m).dl_tensor }
     } else {
         return Err(pyo3::exceptions::PyTypeError::new_err(
             "zcnet: __dlpack__ returned something that is not a DLPack capsule",
         ));
     };
-    let _ = versioned;
     let what = format!("device type {}", t.device.device_type);
     match t.device.device_type {
         DL_CPU | DL_CUDA_HOST => {}

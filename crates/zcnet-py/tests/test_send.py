@@ -116,3 +116,47 @@ def test_torch_cpu_tensors(listener):
     got = torch.cat(parts).view(torch.int32)
     assert torch.equal(got, t)
     assert peer.result()["bytes"] == t.numel() * 4
+
+
+class DlpackOnly:
+    """An object with DLPack and no buffer protocol (as a torch tensor is)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+def test_send_through_dlpack(listener):
+    a = np.arange(1 << 16, dtype=np.float32).reshape(256, 256)
+    peer = Thread(drain, listener)
+    tx = zcnet.Sender(listener.connect())
+    assert tx.send(DlpackOnly(a)) == a.nbytes
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        tx.send(DlpackOnly(a.T))
+    assert tx.send(DlpackOnly(a[:, :1].copy())) == 256 * 4
+    tx.finish()
+    assert peer.result() == a.tobytes() + a[:, :1].tobytes()
+
+
+def test_forward_received_buffers(listener):
+    """A received zcnet.Buffer is itself sendable (through its DLPack capsule): a relay."""
+    from conftest import Listener, send_pattern
+
+    size = 6 << 20
+    first = Thread(send_pattern, listener, size, 8)
+    out = Listener()
+    sink = Thread(drain, out)
+    rx = zcnet.Receiver()
+    rx.add(listener.accept())
+    tx = zcnet.Sender(out.connect())
+    for buf in rx:
+        tx.send(buf)
+    assert tx.finish()["bytes"] == size
+    first.result()
+    assert sink.result() == zcnet.pattern(8, 0, size)
+    out.close()
