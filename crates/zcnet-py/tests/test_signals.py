@@ -48,3 +48,20 @@ def test_gil_is_released_while_receiving(listener):
     t.result()
     closer.join()
     assert len(ticks) > 20
+
+
+def test_keyboard_interrupt_during_a_blocking_send(listener):
+    """A copying send to a peer that does not read blocks in send(2); SIGINT ends it."""
+    import numpy as np
+
+    tx = zcnet.Sender(listener.connect(), mode="copy")
+    idle = listener.accept()  # never reads
+    timer = threading.Timer(0.3, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        tx.send(np.zeros(256 << 20, dtype=np.uint8))
+    elapsed = time.monotonic() - t0
+    timer.join()
+    assert elapsed < 2.0
+    idle.close()
