@@ -9,7 +9,8 @@
 # busybox initramfs that mounts this machine's / read-only over 9p and chroots into it, runs CMD
 # there as root in the current directory with the caller's environment, prints CMD's stdout and
 # stderr as they come and exits with CMD's status. The guest has loopback only; /tmp, /run and
-# /dev/shm are empty tmpfs; dummy, veth and ifb are loaded. See docs/design.md, "Kernel lab".
+# /dev/shm are its own tmpfs (a current directory under /tmp is bound in, read-only); dummy,
+# veth and ifb are loaded. See docs/design.md, "Kernel lab".
 #
 # Exit status: CMD's own; 2 when the lab could not start (bad arguments, unknown kernel, qemu or
 # busybox missing, download failed: one line on stderr says why and how to fix it); 124 when
@@ -79,8 +80,12 @@ read -r _ release suite pkgs <<<"$pin"
 [[ $mem =~ ^[0-9]+$ && $mem -ge 256 ]] || die "--mem wants MiB >= 256, not '$mem'"
 [[ $cpus =~ ^[0-9]+$ && $cpus -ge 1 ]] || die "--cpus wants a count >= 1, not '$cpus'"
 
+# The guest's /tmp is its own tmpfs; a current directory under the host's /tmp (a CI clone
+# there, say) is bound into it read-only, the top directory below /tmp whole (keep_tmp).
+keep_tmp=
 case $PWD/ in
-  /tmp/* | /run/* | /dev/shm/*) die "the current directory $PWD is not visible in the guest (its /tmp, /run and /dev/shm are its own tmpfs): cd elsewhere first" ;;
+  /run/* | /dev/shm/*) die "the current directory $PWD is not visible in the guest (its /run and /dev/shm are its own tmpfs): cd elsewhere first" ;;
+  /tmp/*/*) keep_tmp=${PWD#/tmp/}; keep_tmp=${keep_tmp%%/*} ;;
 esac
 
 # ---- tools ----
@@ -202,7 +207,13 @@ for m in /modules/*.ko; do [ -e "$m" ] && insmod "$m"; done
 fail() { echo "kernel-lab guest: $*"; poweroff -f; echo o >/proc/sysrq-trigger; }
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot /newroot || fail "mounting the host's / failed"
 R=/newroot
+mkdir -p /hostview
+mount -o bind $R /hostview
 mount -t tmpfs -o mode=1777 tmp $R/tmp
+if [ -s /keep_tmp ]; then
+  k=$(cat /keep_tmp)
+  mkdir -p "$R/tmp/$k" && mount -o bind "/hostview/tmp/$k" "$R/tmp/$k" || fail "binding the host's /tmp/$k failed"
+fi
 mount -t tmpfs -o mode=755 run $R/run
 mkdir -p $R/run/kernel-lab
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 labshare $R/run/kernel-lab || fail "mounting the share failed"
@@ -226,6 +237,7 @@ poweroff -f
 echo o >/proc/sysrq-trigger
 EOF
 chmod +x "$ird/init"
+printf '%s' "$keep_tmp" >"$ird/keep_tmp"
 (cd "$ird" && find . | "$busybox" cpio -o -H newc >"$work/initramfs.cpio" 2>/dev/null) ||
   die "building the initramfs with busybox cpio failed: apt-get install busybox-static"
 
