@@ -56,8 +56,9 @@ pub struct SendArgs {
     /// Stop after this many seconds (pattern mode).
     #[arg(long, allow_negative_numbers = true)]
     pub duration: Option<f64>,
-    /// Buffer memory: host (alias anon), hugepage (alias huge), or cuda[:N] (GPU memory N:
-    /// sent by devmem TX where the NIC can, else staged through pinned host memory).
+    /// Buffer memory: host (alias anon), hugepage (alias huge), udmabuf (host memory that is
+    /// also a dma-buf, for --tx devmem; needs /dev/udmabuf, CONFIG_UDMABUF), or cuda[:N] (GPU
+    /// memory N: sent by devmem TX where the NIC can, else staged through pinned host memory).
     #[arg(long, default_value = "host")]
     pub mem: String,
     /// With --mem cuda: the loop people write first instead (a synchronous copy from the GPU
@@ -134,8 +135,10 @@ pub struct RecvArgs {
         allow_hyphen_values = true
     )]
     pub rcvlowat: String,
-    /// Where the data lands: host, or cuda[:N] (GPU memory N, a ring of --area bytes: devmem
-    /// TCP where the NIC can, else staged through pinned host memory; --verify copies back).
+    /// Where the data lands: host, udmabuf (with --rx zcrx or devmem: the --area as a dma-buf
+    /// of host memory; needs /dev/udmabuf, CONFIG_UDMABUF), or cuda[:N] (GPU memory N, a ring
+    /// of --area bytes: devmem TCP where the NIC can, else staged through pinned host memory;
+    /// --verify copies back).
     #[arg(long, default_value = "host")]
     pub mem: String,
     /// With --mem cuda: the loop people write first instead (recv() into pageable memory,
@@ -599,6 +602,17 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     }
     if memory.is_device() {
         return crate::gpu_cmd::recv(a, memory, &cfg);
+    }
+    if memory == MemoryKind::Udmabuf {
+        // The receive area as a dma-buf of host memory: zcrx's dma-buf area
+        // (IORING_ZCRX_AREA_DMABUF) or devmem's binding, which then meet the kernel for real.
+        if !matches!(mode, RxMode::Zcrx | RxMode::Devmem) {
+            return Err(Error::invalid_input(format!(
+                "--mem udmabuf with --rx {}: only --rx zcrx and --rx devmem receive into a dma-buf; use --mem host",
+                mode.name()
+            )));
+        }
+        cfg.dmabuf = Some(Region::udmabuf(cfg.area_len)?.dmabuf()?);
     }
     if mode.is_device() && a.verify {
         return Err(Error::invalid_input(

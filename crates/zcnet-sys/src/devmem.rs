@@ -19,7 +19,7 @@
 
 use crate::cvt;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use zcnet_core::devmem::{DmabufToken, MAX_DONTNEED_TOKENS, MSG_SOCK_DEVMEM, SO_DEVMEM_DONTNEED};
 
 /// `MSG_SOCK_DEVMEM` as a `recvmsg` flag.
@@ -272,6 +272,28 @@ pub fn dmabuf_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
 /// CONFIG_UDMABUF, or the module not loaded), `EINVAL` past the driver's `size_limit_mb` (64 MiB
 /// by default), `EACCES`/`EPERM` without access to the device. See [`explain_udmabuf_errno`].
 pub fn udmabuf_create(len: usize) -> io::Result<OwnedFd> {
+    let (dev, memfd, size) = udmabuf_parts(len)?;
+    udmabuf_of(&dev, &memfd, size)
+}
+
+/// A host region that is also a dma-buf: a memfd of `len` bytes (rounded up to pages) sealed
+/// against shrinking, mapped shared and writable into this process ([`crate::mem::Mapping`],
+/// `Backing::Memfd`), and the dma-buf `/dev/udmabuf` made of the same pages (offset 0 = the
+/// mapping's first byte). What the CPU writes through the mapping is what a device reads
+/// through the dma-buf. The memfd and the device fd are closed before returning; the mapping
+/// and the dma-buf each keep the pages. Errors as [`udmabuf_create`]'s.
+pub fn udmabuf_region(len: usize) -> io::Result<(crate::mem::Mapping, OwnedFd)> {
+    let (dev, memfd, size) = udmabuf_parts(len)?;
+    let map = crate::mem::Mapping::shared_fd(memfd.as_fd(), size)?;
+    let dmabuf = udmabuf_of(&dev, &memfd, size)?;
+    Ok((map, dmabuf))
+}
+
+/// `/dev/udmabuf` opened, and a memfd of `len` bytes rounded up to pages (returned as `size`)
+/// sealed with `F_SEAL_SHRINK`, as `UDMABUF_CREATE` requires (drivers/dma-buf/udmabuf.c
+/// `check_memfd_seals`: F_SEAL_SHRINK set, F_SEAL_WRITE not). The device is opened first:
+/// without it nothing else is made.
+fn udmabuf_parts(len: usize) -> io::Result<(std::fs::File, OwnedFd, usize)> {
     if len == 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
@@ -279,7 +301,6 @@ pub fn udmabuf_create(len: usize) -> io::Result<OwnedFd> {
     let size = len
         .checked_next_multiple_of(page)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-    // The device first: without it nothing else is made.
     let dev = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -300,6 +321,11 @@ pub fn udmabuf_create(len: usize) -> io::Result<OwnedFd> {
     cvt(unsafe { libc::ftruncate(memfd.as_raw_fd(), size_off) })?;
     // SAFETY: fcntl(F_ADD_SEALS) takes an owned, open fd and an integer flag set.
     cvt(unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) })?;
+    Ok((dev, memfd, size))
+}
+
+/// `UDMABUF_CREATE` on `dev` for `size` bytes of `memfd` from offset 0: a new dma-buf fd.
+fn udmabuf_of(dev: &std::fs::File, memfd: &OwnedFd, size: usize) -> io::Result<OwnedFd> {
     let mut req = UdmabufCreate {
         memfd: u32::try_from(memfd.as_raw_fd())
             .map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?,

@@ -26,6 +26,9 @@ pub enum Backing {
     Caller,
     /// GPU memory (CUDA): the addresses are device addresses the CPU cannot dereference.
     Device,
+    /// A shared mapping of a memfd (pre-faulted): the pages of a udmabuf
+    /// ([`crate::devmem::udmabuf_region`]).
+    Memfd,
 }
 
 /// A span of memory, unmapped (or dropped) when the last reference goes.
@@ -149,6 +152,39 @@ impl Mapping {
             off += page_size();
         }
         Ok(m)
+    }
+
+    /// `len` bytes (a page multiple, at most the file's size) of `fd` from offset 0, mapped
+    /// shared, readable and writable, and pre-faulted: the pages of a memfd that a udmabuf also
+    /// holds. The mapping keeps the pages after `fd` is closed.
+    pub fn shared_fd(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+        if len == 0 || !len.is_multiple_of(page_size()) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: a new shared mapping of an fd we borrow (open) at an address of the kernel's
+        // choosing aliases no existing Rust object; the result is checked for MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(crate::last_err());
+        }
+        let ptr =
+            NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        Ok(Mapping {
+            ptr,
+            len,
+            backing: Backing::Memfd,
+            owned: None,
+            device: None,
+        })
     }
 
     /// Memory the caller owns; dropped with the mapping. It starts wherever the allocator put it,
@@ -360,6 +396,31 @@ mod tests {
         let m = Mapping::transparent_huge(3 << 20).unwrap();
         assert_eq!(m.addr() % HUGE_2M, 0);
         assert_eq!(m.len(), 4 << 20);
+    }
+
+    #[zcnet_testkit::test]
+    fn a_shared_memfd_mapping_writes_the_file() {
+        use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+        use std::os::unix::fs::FileExt;
+        // SAFETY: the name is a NUL-terminated literal; memfd_create only reads it.
+        let fd =
+            crate::cvt(unsafe { libc::memfd_create(c"zcnet-test".as_ptr(), libc::MFD_CLOEXEC) })
+                .unwrap();
+        // SAFETY: memfd_create returned a fresh fd that nothing else owns.
+        let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let len = 2 * page_size();
+        f.set_len(len as u64).unwrap();
+        assert!(
+            Mapping::shared_fd(f.as_fd(), 100).is_err(),
+            "not a page multiple"
+        );
+        let m = Mapping::shared_fd(f.as_fd(), len).unwrap();
+        assert_eq!((m.backing(), m.len()), (Backing::Memfd, len));
+        let (_map, mut slots) = m.into_slots(page_size(), 2).unwrap();
+        slots[1].bytes_mut().unwrap()[..3].copy_from_slice(b"zcn");
+        let mut back = [0u8; 3];
+        f.read_exact_at(&mut back, page_size() as u64).unwrap();
+        assert_eq!(&back, b"zcn");
     }
 
     #[zcnet_testkit::test]

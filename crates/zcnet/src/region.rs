@@ -1,7 +1,8 @@
 //! Registered memory: where the bytes that are sent without copying live.
 //!
 //! A [`Region`] is anonymous pages, 2 MiB huge pages (falling back to transparent huge pages,
-//! and saying so), memory the caller hands over, or GPU memory ([`Region::cuda`]). A
+//! and saying so), a udmabuf (host pages that are also a dma-buf, [`Region::udmabuf`]), memory
+//! the caller hands over, or GPU memory ([`Region::cuda`]). A
 //! [`crate::Sender`] cuts it into [`TxBuf`]s and registers it once with io_uring as fixed
 //! buffers. Device memory is a region the CPU cannot read: [`TxBuf::bytes_mut`] returns `None`
 //! there, [`TxBuf::write`] copies to the device, and [`Region::dmabuf`] exports it as a dma-buf
@@ -21,18 +22,22 @@ pub enum MemoryKind {
     Huge,
     /// Memory of CUDA device `N` (`cuda:N`).
     Cuda(u32),
+    /// Host memory that is also a dma-buf: a memfd made into a udmabuf ([`Region::udmabuf`];
+    /// needs `/dev/udmabuf`, CONFIG_UDMABUF).
+    Udmabuf,
 }
 
 impl MemoryKind {
     /// The `--mem` values, for messages.
-    pub const NAMES: &'static str = "host, hugepage, cuda[:N]";
+    pub const NAMES: &'static str = "host, hugepage, udmabuf, cuda[:N]";
 
-    /// Parses a `--mem` value: `host` (alias `anon`), `hugepage` (alias `huge`), `cuda` or
-    /// `cuda:N`.
+    /// Parses a `--mem` value: `host` (alias `anon`), `hugepage` (alias `huge`), `udmabuf`,
+    /// `cuda` or `cuda:N`.
     pub fn parse(s: &str) -> Option<MemoryKind> {
         match s {
             "host" | "anon" | "anonymous" | "pages" => Some(MemoryKind::Anonymous),
             "hugepage" | "huge" | "hugepages" => Some(MemoryKind::Huge),
+            "udmabuf" => Some(MemoryKind::Udmabuf),
             "cuda" | "gpu" => Some(MemoryKind::Cuda(0)),
             _ => s
                 .strip_prefix("cuda:")
@@ -46,6 +51,7 @@ impl MemoryKind {
         match self {
             MemoryKind::Anonymous => "host".into(),
             MemoryKind::Huge => "hugepage".into(),
+            MemoryKind::Udmabuf => "udmabuf".into(),
             MemoryKind::Cuda(n) => format!("cuda:{n}"),
         }
     }
@@ -115,8 +121,44 @@ impl Region {
         match kind {
             MemoryKind::Anonymous => Region::anonymous(len),
             MemoryKind::Huge => Region::huge(len),
+            MemoryKind::Udmabuf => Region::udmabuf(len),
             MemoryKind::Cuda(n) => Region::cuda(n, len),
         }
+    }
+
+    /// `len` bytes (rounded up to the page size) of host memory that is also a dma-buf: a memfd
+    /// sealed against shrinking (F_SEAL_SHRINK), mapped here and handed to `/dev/udmabuf`
+    /// (`UDMABUF_CREATE`), so that [`Region::dmabuf`] is that dma-buf (offset 0 = the region's
+    /// start) and the CPU fills the same pages a device reads. For devmem TX and zcrx's dma-buf
+    /// areas on machines without a GPU exporter. Without `/dev/udmabuf` (a kernel built without
+    /// CONFIG_UDMABUF, or the module not loaded): [`Error::Unsupported`] in one line with the fix.
+    pub fn udmabuf(len: usize) -> Result<Region> {
+        let (map, dmabuf) = zcnet_sys::devmem::udmabuf_region(len).map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(0);
+            let fix = match errno {
+                libc::ENOENT | libc::ENODEV | libc::ENXIO => {
+                    "boot a kernel built with CONFIG_UDMABUF=y (or =m and 'modprobe udmabuf'), or use --mem host (devmem TX then needs --mem cuda)"
+                }
+                libc::EACCES | libc::EPERM => {
+                    "run as root, or give your user read-write access to /dev/udmabuf"
+                }
+                libc::EINVAL => {
+                    "use a smaller region, or raise udmabuf's size_limit_mb (modprobe udmabuf size_limit_mb=N)"
+                }
+                _ => "",
+            };
+            Error::Unsupported {
+                what: format!(
+                    "a udmabuf region of {len} B (--mem udmabuf: {})",
+                    zcnet_sys::devmem::explain_udmabuf_errno(errno)
+                ),
+                source: e,
+                fix,
+            }
+        })?;
+        let mut r = Region::of(map);
+        r.dmabuf = Some(Arc::new(dmabuf));
+        Ok(r)
     }
 
     fn of(map: Mapping) -> Region {

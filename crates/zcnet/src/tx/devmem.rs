@@ -97,7 +97,7 @@ fn no_dmabuf() -> Error {
             }
         ),
         source: io::Error::from_raw_os_error(libc::EINVAL),
-        fix: "use a device region (--mem cuda, exported as a dma-buf) or a udmabuf of the region's memfd where /dev/udmabuf exists, or use --tx msg-zerocopy",
+        fix: "use a device region (--mem cuda, exported as a dma-buf) or --mem udmabuf (host memory made a dma-buf, where /dev/udmabuf exists), or use --tx msg-zerocopy",
     }
 }
 
