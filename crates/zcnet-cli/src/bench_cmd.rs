@@ -45,11 +45,15 @@ struct JsonDoc<'a> {
 }
 
 fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
-    let paths = a
+    let mut paths = a
         .path
         .iter()
         .map(|p| PathKind::parse(p.trim()))
         .collect::<Result<Vec<_>, _>>()?;
+    if paths.is_empty() {
+        // The default set: dummy only where the kernel has the driver.
+        paths = bench::default_paths(zcnet_tools::lab::dummy_driver());
+    }
     let modes =
         a.tx.iter()
             .map(|m| TxMode::parse(m.trim()))
@@ -63,12 +67,16 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         let size = size_arg("--size", s.trim(), MAX_BUFFER)?;
         total_arg(("--size", size), ("--inflight", inflight))?;
         let on_sink = bench::effective_size(PathKind::Sink, size);
-        if paths.contains(&PathKind::Sink) && on_sink > bench::UDP_MAX_PAYLOAD {
-            return Err(Error::invalid_input(format!(
-                "--size {} ({on_sink} B) is larger than one UDP datagram can carry ({} B over IPv4) on the sink path: use a smaller --size, or leave sink out of --path",
-                s.trim(),
-                bench::UDP_MAX_PAYLOAD
-            )));
+        if let Some(p) = paths.iter().find(|p| p.is_udp_drop()) {
+            if on_sink > bench::UDP_MAX_PAYLOAD {
+                return Err(Error::invalid_input(format!(
+                    "--size {} ({on_sink} B) is larger than one UDP datagram can carry ({} B over IPv4) on the {} path: use a smaller --size, or leave {} out of --path",
+                    s.trim(),
+                    bench::UDP_MAX_PAYLOAD,
+                    p.name(),
+                    p.name()
+                )));
+            }
         }
         sizes.push(size);
     }

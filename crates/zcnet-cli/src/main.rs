@@ -72,8 +72,10 @@ enum LabCmd {
 /// Options of `zcnet bench tx`.
 #[derive(Args, Debug)]
 pub struct BenchTxArgs {
-    /// Paths: sink (UDP+GSO into an ifb drop), veth (TCP between namespaces), loopback (TCP).
-    #[arg(long, value_delimiter = ',', default_value = "sink,veth,loopback")]
+    /// Paths: sink (UDP+GSO into an ifb drop), veth (TCP between namespaces), loopback (TCP),
+    /// dummy (UDP into a dummy device with MTU 65535 that drops; needs CONFIG_DUMMY). Default:
+    /// sink,veth,loopback, and dummy where the kernel has the dummy driver.
+    #[arg(long, value_delimiter = ',')]
     pub path: Vec<String>,
     /// Send mechanisms: copy, msg-zerocopy, uring, uring-zc, auto; also devmem (devmem TCP
     /// transmit from a dma-buf: not in the default set, it needs a NIC with netmem TX).

@@ -2,9 +2,12 @@
 //!
 //! Paths: `sink` (UDP with GSO into an ifb that drops everything: the kernel can really avoid the
 //! copy), `veth` (TCP between two namespaces) and `loopback` (TCP on 127.0.0.1): on those two the
-//! kernel copies whatever the application asks for, and the accounting must say so.
+//! kernel copies whatever the application asks for, and the accounting must say so. `dummy`
+//! (UDP into a dummy device with MTU 65535, the device of the original SEND_ZC measurements) is
+//! the sink's twin where the kernel has the dummy driver (CONFIG_DUMMY): in the default set only
+//! there ([`default_paths`]), refused in one line when asked for elsewhere.
 
-use crate::lab::{self, Lab, SinkPath, VethPath};
+use crate::lab::{self, DummyPath, Lab, SinkPath, VethPath};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 use zcnet::gpu::GpuSender;
@@ -26,11 +29,18 @@ pub enum PathKind {
     Veth,
     /// TCP over loopback.
     Loopback,
+    /// UDP into a dummy device (MTU 65535) whose driver drops: needs CONFIG_DUMMY.
+    Dummy,
 }
 
 impl PathKind {
     /// All paths, in table order.
-    pub const ALL: [PathKind; 3] = [PathKind::Sink, PathKind::Veth, PathKind::Loopback];
+    pub const ALL: [PathKind; 4] = [
+        PathKind::Sink,
+        PathKind::Veth,
+        PathKind::Loopback,
+        PathKind::Dummy,
+    ];
 
     /// The `--path` name.
     pub fn name(self) -> &'static str {
@@ -38,7 +48,14 @@ impl PathKind {
             PathKind::Sink => "sink",
             PathKind::Veth => "veth",
             PathKind::Loopback => "loopback",
+            PathKind::Dummy => "dummy",
         }
+    }
+
+    /// Whether it sends UDP into a device that drops (`sink`, `dummy`): no receiver, and a
+    /// datagram cannot carry 64 KiB.
+    pub fn is_udp_drop(self) -> bool {
+        matches!(self, PathKind::Sink | PathKind::Dummy)
     }
 
     /// Parses a `--path` name.
@@ -93,10 +110,20 @@ impl TxBenchConfig {
     }
 }
 
+/// The paths `bench tx` runs when none are named: all of them, `dummy` only where the kernel
+/// has the dummy driver (`dummy_driver`: [`lab::dummy_driver`]), so that the default run never
+/// fails for want of it.
+pub fn default_paths(dummy_driver: bool) -> Vec<PathKind> {
+    PathKind::ALL
+        .into_iter()
+        .filter(|p| *p != PathKind::Dummy || dummy_driver)
+        .collect()
+}
+
 impl Default for TxBenchConfig {
     fn default() -> Self {
         TxBenchConfig {
-            paths: PathKind::ALL.to_vec(),
+            paths: default_paths(lab::dummy_driver()),
             modes: TxMode::ALL.to_vec(),
             sizes: vec![4096, 16384, 65536],
             duration: Duration::from_secs(3),
@@ -319,7 +346,7 @@ pub fn slow_zero_copy_reason(
     if !zero_copy || row.error.is_some() || ratio.is_nan() || ratio >= SLOW_ZERO_COPY {
         return None;
     }
-    let tcp = row.path != PathKind::Sink.name();
+    let tcp = !PathKind::parse(row.path).is_ok_and(PathKind::is_udp_drop);
     let confirmed = row.zerocopy_bytes + row.copied_bytes;
     if confirmed == 0 {
         return Some(format!(
@@ -387,7 +414,7 @@ pub enum Progress<'a> {
 
 /// The payload size actually sent for `size` on `path`.
 pub fn effective_size(path: PathKind, size: usize) -> usize {
-    if path == PathKind::Sink && size == 65536 {
+    if path.is_udp_drop() && size == 65536 {
         64_000
     } else {
         size
@@ -396,6 +423,7 @@ pub fn effective_size(path: PathKind, size: usize) -> usize {
 
 enum Env {
     Sink(SinkPath),
+    Dummy(DummyPath),
     Veth(VethPath),
     Loopback,
 }
@@ -454,11 +482,15 @@ pub fn runnable_paths(
 /// is left to run, [`Error::NotRoot`]. The lab is torn down before this returns, whatever
 /// happens.
 pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Result<TxReport> {
+    // Asked for by name on a kernel without the driver: refused before anything is made.
+    if cfg.paths.contains(&PathKind::Dummy) && !lab::dummy_driver() {
+        return Err(lab::no_dummy_driver(None));
+    }
     let mut report = TxReport::default();
     let paths = runnable_paths(
         &cfg.paths,
         zcnet_sys::os::is_root(),
-        "bench tx: nothing can run: the namespace lab (paths sink and veth)",
+        "bench tx: nothing can run: the namespace lab (paths sink, veth and dummy)",
         &mut report.notes,
     )?;
     let mut lab = if paths.iter().any(|p| p.needs_root()) {
@@ -471,6 +503,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
         let env = match (p, lab.as_mut()) {
             (PathKind::Sink, Some(l)) => Env::Sink(l.sink()?),
             (PathKind::Veth, Some(l)) => Env::Veth(l.veth()?),
+            (PathKind::Dummy, Some(l)) => Env::Dummy(l.dummy()?),
             _ => Env::Loopback,
         };
         envs.push((p, env));
@@ -719,6 +752,23 @@ fn run_case(env: &Env, mode: TxMode, size: usize, cfg: &TxBenchConfig) -> CaseRe
             .join()
             .unwrap_or_else(|_| Err(panicked("sender thread")))
         }),
+        // One datagram per send, no GSO: the MTU (65535) takes the largest, and with the
+        // checksum left to the device UDP sends it from the pages as they are.
+        Env::Dummy(d) => std::thread::scope(|sc| {
+            sc.spawn(|| {
+                lab::enter(&d.ns)?;
+                let sock = net::connect_udp(d.dest, None)?;
+                let (st, note) = send_for(
+                    sock.into(),
+                    &cfg.tx_config(mode, size),
+                    cfg.memory,
+                    cfg.duration,
+                )?;
+                Ok((st, None, note))
+            })
+            .join()
+            .unwrap_or_else(|_| Err(panicked("sender thread")))
+        }),
         Env::Veth(v) => tcp_case(
             Some(&v.a),
             Some(&v.b),
@@ -877,6 +927,57 @@ mod tests {
     use PathKind::{Loopback, Sink, Veth};
 
     const WHAT: &str = "bench tx: nothing can run: the namespace lab (paths sink and veth)";
+
+    #[zcnet_testkit::test]
+    fn dummy_is_a_default_path_only_where_the_driver_exists() {
+        assert_eq!(default_paths(true), PathKind::ALL.to_vec());
+        assert_eq!(default_paths(false), vec![Sink, Veth, Loopback]);
+        assert_eq!(
+            TxBenchConfig::default().paths.contains(&PathKind::Dummy),
+            lab::dummy_driver()
+        );
+        assert_eq!(PathKind::parse("dummy").unwrap(), PathKind::Dummy);
+        assert_eq!(effective_size(PathKind::Dummy, 65536), 64_000);
+    }
+
+    /// On a kernel without the dummy driver (this host: CONFIG_DUMMY off), `--path dummy` is
+    /// refused before any lab is made, in one line naming CONFIG_DUMMY and the fix; with the
+    /// driver, the lab makes the device and the path sends (kernel_lab_devices runs it in 7.2).
+    #[zcnet_testkit::test]
+    fn dummy_path_without_the_driver_is_refused_in_one_line() {
+        let cfg = TxBenchConfig {
+            paths: vec![PathKind::Dummy],
+            modes: vec![TxMode::MsgZerocopy],
+            sizes: vec![65536],
+            duration: Duration::from_millis(100),
+            repeats: 1,
+            ..TxBenchConfig::default()
+        };
+        if lab::dummy_driver() {
+            // No refusal to see: the path runs, and the kernel sends without copying.
+            zcnet_testkit::require_root("the dummy path's namespace");
+            let r = run_tx(&cfg, &mut |_| {}).unwrap();
+            let row = r.rows.iter().find(|r| r.tx == "msg-zerocopy").unwrap();
+            assert!(row.error.is_none() && row.sends > 0, "{row:?}");
+            assert_eq!(row.zerocopy_percent(), Some(100.0), "{row:?}");
+            return;
+        }
+        let e = run_tx(&cfg, &mut |_| {}).unwrap_err();
+        let m = e.to_string();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+        for want in ["dummy path", "CONFIG_DUMMY", "kernel-lab.sh", "--path sink"] {
+            assert!(m.contains(want), "missing '{want}' in: {m}");
+        }
+        assert!(!m.contains('\n'), "one line: {m}");
+        // The kernel's own answer, where root can ask it: the same refusal, with what ip said.
+        if zcnet_sys::os::is_root() {
+            let mut l = Lab::new().unwrap();
+            let e = l.dummy().unwrap_err();
+            let m = e.to_string();
+            assert!(m.contains("CONFIG_DUMMY") && m.contains("; ip: "), "{m}");
+            assert!(!m.contains('\n'), "one line: {m}");
+        }
+    }
 
     #[zcnet_testkit::test]
     fn root_runs_every_path_asked_once() {

@@ -209,10 +209,11 @@ pub(crate) fn run_cases(
             "bench rx --mem cuda: size, ring and duration must be positive",
         ));
     }
-    if cfg.paths.contains(&PathKind::Sink) {
-        return Err(Error::invalid_input(
-            "bench rx: path 'sink' has no TCP receiver (UDP into a drop device): use veth or loopback",
-        ));
+    if let Some(p) = cfg.paths.iter().find(|p| p.is_udp_drop()) {
+        return Err(Error::invalid_input(format!(
+            "bench rx: path '{}' has no TCP receiver (UDP into a drop device): use veth or loopback",
+            p.name()
+        )));
     }
     let mut report = GpuRxReport::default();
     let paths = runnable_paths(

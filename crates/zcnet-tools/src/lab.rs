@@ -5,7 +5,11 @@
 //! ```text
 //!   ns …-a: vA 10.10.0.1/24 ══ veth ══ ns …-b: vB 10.10.0.2/24
 //!   ns …-s: sinkA (ifb) 10.20.0.1/24, route 10.30.0.0/24 dev sinkA → sends to 10.30.0.2 are dropped
+//!   ns …-d: dumA (dummy, MTU 65535) 10.40.0.1/24, route 10.50.0.0/24 dev dumA → 10.50.0.2 dropped
 //! ```
+//! The dummy path is the device of the original SEND_ZC measurements; it needs the kernel's
+//! dummy driver (CONFIG_DUMMY), which [`dummy_driver`] looks for and [`Lab::dummy`] names when
+//! the kernel refuses the device.
 //! Names are `zcnet-<pid>-<n>-<role>`: unique per process and per lab, so concurrent runs never
 //! collide. Interfaces are created directly inside the lab's namespaces (`ip -n NS link add … netns
 //! NS2`): nothing is added to, or taken from, the root namespace (its boot-time ifb0/ifb1 and eth0
@@ -44,6 +48,50 @@ pub struct SinkPath {
     pub dest: SocketAddr,
     /// The ifb device the route ends in (inside `ns`).
     pub dev: String,
+}
+
+/// The dummy path: a UDP sender in `ns` whose packets to `dest` leave through a dummy device
+/// (MTU 65535), whose driver drops them.
+#[derive(Debug, Clone)]
+pub struct DummyPath {
+    /// Sender namespace.
+    pub ns: String,
+    /// Where to send.
+    pub dest: SocketAddr,
+    /// The dummy device the route ends in (inside `ns`).
+    pub dev: String,
+}
+
+/// Whether this kernel can make a `dummy` device: the driver is built in or loaded
+/// (`/sys/module/dummy`, which its `numdummies` parameter creates), or a module the kernel can
+/// load on `ip link add` (`drivers/net/dummy.ko` in `modules.dep` or `modules.builtin` of the
+/// running release). Needs no root; [`Lab::dummy`] gives the kernel's own answer.
+pub fn dummy_driver() -> bool {
+    if std::path::Path::new("/sys/module/dummy").exists() {
+        return true;
+    }
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    ["modules.dep", "modules.builtin"].iter().any(|f| {
+        std::fs::read_to_string(format!("/lib/modules/{}/{f}", release.trim()))
+            .is_ok_and(|s| s.contains("drivers/net/dummy.ko"))
+    })
+}
+
+/// The refusal of the dummy path on a kernel without the dummy driver, in one line: the cause
+/// (CONFIG_DUMMY) and the fix. `kernel`: what `ip link add … type dummy` said, if it ran.
+pub fn no_dummy_driver(kernel: Option<&str>) -> Error {
+    let said = kernel
+        .map(|k| format!("; ip: {}", k.trim().replace(['\n', '\r'], " ")))
+        .unwrap_or_default();
+    Error::Unsupported {
+        what: format!(
+            "the dummy path (a dummy device the kernel sends through without copying and whose driver drops: this kernel has no dummy driver, CONFIG_DUMMY{said})"
+        ),
+        source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+        fix: "boot a kernel built with CONFIG_DUMMY=y or =m (the kernel lab has it: scripts/kernel-lab.sh --kernel 7.2 -- zcnet bench tx --path dummy), or use --path sink (an ifb device that drops: the same measurement)",
+    }
 }
 
 /// Namespaces made by this lab, deleted on drop.
@@ -167,6 +215,34 @@ impl Lab {
             ns: s,
             dest: SocketAddr::new(Ipv4Addr::new(10, 30, 0, 2).into(), 9),
             dev: "sinkA".into(),
+        })
+    }
+
+    /// A namespace whose route to 10.50.0.0/24 leaves through a dummy device (MTU 65535, so a
+    /// 64 KB datagram leaves in one piece with its checksum left to the device, which lets UDP
+    /// send it without copying); the driver drops every packet. Without the dummy driver:
+    /// [`no_dummy_driver`] with what `ip` said.
+    pub fn dummy(&mut self) -> Result<DummyPath> {
+        let d = self.add_ns("d")?;
+        match ip(&["-n", &d, "link", "add", "dumA", "type", "dummy"]) {
+            Ok(()) => {}
+            Err(Error::Lab { stderr, .. })
+                if stderr.contains("Unknown device type")
+                    || stderr.contains("not supported")
+                    || stderr.contains("Not supported") =>
+            {
+                return Err(no_dummy_driver(Some(&stderr)));
+            }
+            Err(e) => return Err(e),
+        }
+        ip(&["-n", &d, "link", "set", "dumA", "mtu", "65535"])?;
+        ip(&["-n", &d, "addr", "add", "10.40.0.1/24", "dev", "dumA"])?;
+        ip(&["-n", &d, "link", "set", "dumA", "up"])?;
+        ip(&["-n", &d, "route", "add", "10.50.0.0/24", "dev", "dumA"])?;
+        Ok(DummyPath {
+            ns: d,
+            dest: SocketAddr::new(Ipv4Addr::new(10, 50, 0, 2).into(), 9),
+            dev: "dumA".into(),
         })
     }
 }

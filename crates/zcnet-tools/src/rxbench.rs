@@ -190,7 +190,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             "bench rx: size, connections, threads and duration must be positive",
         ));
     }
-    if let Some(p) = cfg.paths.iter().find(|p| **p == PathKind::Sink) {
+    if let Some(p) = cfg.paths.iter().find(|p| p.is_udp_drop()) {
         return Err(Error::invalid_input(format!(
             "bench rx: path '{}' has no echo peer (UDP into a drop device): use veth or loopback",
             p.name()
