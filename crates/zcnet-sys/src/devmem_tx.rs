@@ -8,6 +8,8 @@
 //! - The control message is `SOL_SOCKET`/`SCM_DEVMEM_DMABUF` with exactly `CMSG_LEN(sizeof(u32))`
 //!   bytes holding the binding id; any other length is `EINVAL`. Each `iov_base` is an *offset*
 //!   into the dma-buf (the kernel never reads memory of this process for it).
+//! - A zero-length send returns 0 after the control message is parsed; Linux 7.2 refuses it with
+//!   `EINVAL` (zcnet never sends zero bytes).
 //! - `MSG_ZEROCOPY` on a socket with `SO_ZEROCOPY` is required, else `EINVAL`; completions come
 //!   on the error queue exactly as for `MSG_ZEROCOPY` (see [`crate::sock::read_errqueue`]).
 //! - An id that names no binding, or an RX binding, is `EINVAL`; a socket whose route (its
@@ -295,10 +297,17 @@ mod tests {
         let e = sendmsg_devmem(fd, 5, 0, 4096, 0).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
         crate::sock::enable_zerocopy(fd).unwrap();
-        // A zero-length send gets past the devmem checks (the binding is looked up only for a
-        // send with a size), so it tells a well-formed control message (0 bytes sent) from a
-        // malformed one (EINVAL from __sock_cmsg_send).
-        assert_eq!(sendmsg_devmem(fd, 5, 0, 0, 0).unwrap(), 0);
+        // On 6.18 a zero-length send gets past the devmem checks (the binding is looked up
+        // only for a send with a size), so it tells a well-formed control message (0 bytes
+        // sent) from a malformed one (EINVAL from __sock_cmsg_send). Linux 7.2 refuses any
+        // zero-length devmem send with EINVAL (no probe tells it apart: by release).
+        let zero = sendmsg_devmem(fd, 5, 0, 0, 0);
+        if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 2)) {
+            let e = zero.unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+        } else {
+            assert_eq!(zero.unwrap(), 0);
+        }
         let mut bad = *tx_control(5).as_bytes();
         bad[0] = TX_CMSG_SPACE as u8; // cmsg_len CMSG_SPACE(4) instead of CMSG_LEN(4)
         let e = sendmsg_with_control(fd, &bad, 5, 0, 0, 0).unwrap_err();

@@ -40,8 +40,13 @@ fn page() -> u64 {
 }
 
 /// Bytes an io_uring ring set up with `entries` SQ entries (zcnet's send rings: no CQSIZE,
-/// 16-byte CQEs, 64-byte SQEs) charges.
+/// 16-byte CQEs, 64-byte SQEs) charges: none where the kernel no longer charges rings (Linux
+/// 7.2; measured, `zcnet_sys::os::uring_rings_charged`), else its pages (6.18, and where the
+/// measurement could not tell).
 pub(crate) fn ring_bytes(entries: u32) -> u64 {
+    if zcnet_sys::os::uring_rings_charged() == Some(false) {
+        return 0;
+    }
     RingGeometry::for_entries(entries).locked_bytes(page())
 }
 

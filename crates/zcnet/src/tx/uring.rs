@@ -48,7 +48,12 @@ impl Charges {
         } else {
             0
         };
-        let what = if zero_copy {
+        let what = if zero_copy && ring_bytes == 0 {
+            format!(
+                "the {} region registered with io_uring (the ring itself is not charged on this kernel)",
+                memlock::size_words(region_bytes)
+            )
+        } else if zero_copy {
             format!(
                 "the io_uring ring ({}) and the {} region registered with it",
                 memlock::size_words(ring_bytes),
@@ -94,8 +99,11 @@ impl UringTx {
         let memlock_error = |e: std::io::Error, doing: &str, charged: u64| {
             let what = what.clone();
             match e.raw_os_error() {
-                Some(libc::ENOMEM) => memlock::too_small(what, ring_bytes + region_bytes, charged)
-                    .unwrap_or_else(|| Error::io(doing, e)),
+                // Nothing charged (a ring on a kernel that does not charge rings): not memlock.
+                Some(libc::ENOMEM) if charged > 0 => {
+                    memlock::too_small(what, ring_bytes + region_bytes, charged)
+                        .unwrap_or_else(|| Error::io(doing, e))
+                }
                 _ => Error::io(doing, e),
             }
         };
