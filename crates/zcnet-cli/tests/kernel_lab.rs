@@ -10,89 +10,19 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::sync::Mutex;
+mod common;
 
+use common::lab_guest::{self, ExeCopy};
 use serde_json::Value;
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scripts/kernel-lab.sh")
-        .canonicalize()
-        .unwrap()
-}
-
-/// Runs `kernel-lab.sh ARGS` (no guest is started unless ARGS ask for one).
-fn lab(args: &[&str]) -> Output {
-    Command::new("bash")
-        .arg(script())
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// One guest at a time: two TCG guests of 2 vCPUs each on a 2-core CI machine only slow each
-/// other down.
-static ONE_GUEST: Mutex<()> = Mutex::new(());
-
-/// Runs CMD under `kernel`; skips the calling test when the lab could not start for want of a
-/// tool or a download (exit 2 before any boot: the script's last line says why and the fix).
-fn guest(kernel: &str, cmd: &[&str]) -> Output {
-    let mut args = vec!["--kernel", kernel, "--timeout", "300", "--"];
-    args.extend_from_slice(cmd);
-    let o = {
-        let _one = ONE_GUEST.lock().unwrap_or_else(|e| e.into_inner());
-        lab(&args)
-    };
-    let err = text(&o.stderr);
-    if o.status.code() == Some(2) && !err.contains("kernel-lab: booting") {
-        let line = err
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("kernel-lab: "))
-            .unwrap_or("kernel-lab exited 2 without a reason")
-            .to_string();
-        // The archive unreachable, or a pinned version it no longer serves, is not this
-        // machine's to fix (CI's strict mode allows it); a missing qemu or busybox is.
-        let need = if line.contains("cannot fetch Debian's") || line.contains("downloading ") {
-            zcnet_testkit::Need::Download
-        } else {
-            zcnet_testkit::Need::Tool
-        };
-        zcnet_testkit::skip(need, line);
-    }
-    o
-}
-
-/// A copy of the built `zcnet` that no concurrent `cargo build` replaces while the guest runs
-/// it (the guest reads it over 9p); under the target directory, which the guest sees (its /tmp
-/// is its own).
-struct ZcnetCopy(PathBuf);
-
-impl ZcnetCopy {
-    fn new() -> Self {
-        let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("kernel-lab-zcnet-{}", std::process::id()));
-        std::fs::copy(env!("CARGO_BIN_EXE_zcnet"), &p).unwrap();
-        ZcnetCopy(p)
-    }
-}
-
-impl Drop for ZcnetCopy {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[zcnet_testkit::test(timeout = 900)]
 fn probe_on_7_2() {
-    let zcnet = ZcnetCopy::new();
-    let o = guest("7.2", &[zcnet.0.to_str().unwrap(), "probe", "--json"]);
+    let zcnet = ExeCopy::zcnet();
+    let o = lab_guest::guest("7.2", 300, &[zcnet.path(), "probe", "--json"], &[]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "zcnet probe --json in 7.2: {err}");
     let doc: Value = serde_json::from_slice(&o.stdout)
@@ -145,7 +75,12 @@ fn probe_on_7_2() {
 
 #[zcnet_testkit::test(timeout = 900)]
 fn exit_status_comes_back() {
-    let o = guest("7.2", &["sh", "-c", "echo out; echo err >&2; exit 7"]);
+    let o = lab_guest::guest(
+        "7.2",
+        300,
+        &["sh", "-c", "echo out; echo err >&2; exit 7"],
+        &[],
+    );
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(7), "{err}");
     assert_eq!(text(&o.stdout), "out\n");
@@ -154,7 +89,7 @@ fn exit_status_comes_back() {
 
 #[zcnet_testkit::test(timeout = 60)]
 fn unknown_kernel_is_one_line_and_exit_2() {
-    let o = lab(&["--kernel", "9.9", "--", "true"]);
+    let o = lab_guest::lab(&["--kernel", "9.9", "--", "true"], &[]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
@@ -171,7 +106,7 @@ fn unknown_kernel_is_one_line_and_exit_2() {
 
 #[zcnet_testkit::test(timeout = 60)]
 fn list_names_the_pinned_versions() {
-    let o = lab(&["--list"]);
+    let o = lab_guest::lab(&["--list"], &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     let rows: Vec<Vec<&str>> = out

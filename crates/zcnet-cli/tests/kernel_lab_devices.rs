@@ -12,7 +12,10 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::lab_guest::{self, ExeCopy};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -21,71 +24,13 @@ use zcnet::{Error, MemoryKind, Region};
 /// Set in the guest: the udmabuf test must find /dev/udmabuf (no refusal branch).
 const EXPECT_UDMABUF: &str = "ZCNET_LAB_EXPECT_UDMABUF";
 
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../scripts/kernel-lab.sh")
-        .canonicalize()
-        .unwrap()
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Runs CMD as root under Linux 7.2 (with `env` added to the caller's environment); skips the
-/// calling test when the lab could not start for want of a tool or a download (exit 2 before
-/// any boot: the script's last line says why and the fix).
+/// Runs CMD as root under Linux 7.2 with `env` added (see [`lab_guest::guest`]).
 fn guest(cmd: &[&str], env: &[(&str, &str)]) -> Output {
-    let o = Command::new("bash")
-        .arg(script())
-        .args(["--kernel", "7.2", "--timeout", "600", "--"])
-        .args(cmd)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let err = text(&o.stderr);
-    if o.status.code() == Some(2) && !err.contains("kernel-lab: booting") {
-        let line = err
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("kernel-lab: "))
-            .unwrap_or("kernel-lab exited 2 without a reason")
-            .to_string();
-        let need = if line.contains("cannot fetch Debian's") || line.contains("downloading ") {
-            zcnet_testkit::Need::Download
-        } else {
-            zcnet_testkit::Need::Tool
-        };
-        zcnet_testkit::skip(need, line);
-    }
-    o
-}
-
-/// A copy of a built program that no concurrent `cargo build` replaces while the guest runs it
-/// (the guest reads it over 9p); under the target directory, which the guest sees.
-struct Copy(PathBuf);
-
-impl Copy {
-    fn of(exe: &Path, what: &str) -> Self {
-        let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("kernel-lab-{what}-{}", std::process::id()));
-        std::fs::copy(exe, &p).unwrap();
-        Copy(p)
-    }
-
-    fn zcnet() -> Self {
-        Copy::of(Path::new(env!("CARGO_BIN_EXE_zcnet")), "zcnet")
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for Copy {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
+    lab_guest::guest("7.2", 600, cmd, env)
 }
 
 fn have_udmabuf() -> bool {
@@ -150,7 +95,7 @@ fn udmabuf_region_here() {
 
 #[zcnet_testkit::test(timeout = 900)]
 fn udmabuf_region_in_7_2() {
-    let me = Copy::of(&std::env::current_exe().unwrap(), "devices-test");
+    let me = ExeCopy::of(&std::env::current_exe().unwrap(), "devices-test");
     let o = guest(
         &[me.path(), "--exact", "udmabuf_region_here", "--nocapture"],
         &[(EXPECT_UDMABUF, "1")],
@@ -166,7 +111,7 @@ fn udmabuf_region_in_7_2() {
 
 #[zcnet_testkit::test(timeout = 900)]
 fn devmem_tx_from_udmabuf_on_lo_in_7_2_is_the_kernels_refusal() {
-    let zcnet = Copy::zcnet();
+    let zcnet = ExeCopy::zcnet();
     // A receiver to connect to; the sender is refused after connecting (bind-tx on lo), the
     // receiver then sees an empty stream and ends.
     let script = format!(
@@ -200,7 +145,7 @@ fn devmem_tx_from_udmabuf_on_lo_in_7_2_is_the_kernels_refusal() {
 
 #[zcnet_testkit::test(timeout = 900)]
 fn dummy_path_in_7_2_sends_without_copying() {
-    let zcnet = Copy::zcnet();
+    let zcnet = ExeCopy::zcnet();
     let o = guest(
         &[
             zcnet.path(),

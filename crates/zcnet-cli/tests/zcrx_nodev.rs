@@ -9,7 +9,9 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::path::PathBuf;
+mod common;
+
+use common::lab_guest::{self, ExeCopy};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -72,25 +74,6 @@ fn wrong_combinations_are_usage_errors() {
     }
 }
 
-/// A copy of the built `zcnet` that no concurrent `cargo build` replaces while the guest runs
-/// it over 9p; under the target directory, which the guest sees (its /tmp is its own).
-struct ZcnetCopy(PathBuf);
-
-impl ZcnetCopy {
-    fn new() -> Self {
-        let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("zcrx-nodev-zcnet-{}", std::process::id()));
-        std::fs::copy(env!("CARGO_BIN_EXE_zcnet"), &p).unwrap();
-        ZcnetCopy(p)
-    }
-}
-
-impl Drop for ZcnetCopy {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// The guest's script: `$1` is zcnet; two receivers (4 MiB seed 1 on :7001, 1 MiB seed 7 on
 /// :7002, a 16 KiB area each) and their senders, all at once; then each sender's exit status
 /// as `S<n> <status>` and each receiver's with its JSON document as `R<n> <status> <json>`
@@ -115,47 +98,17 @@ fn loopback_streams_verified_and_counted_as_copied_on_7_2() {
     // Already on 7.2 (this test inside the lab's guest, scripts/kernel-lab-tests.sh): the
     // script runs here; else in a 7.2 guest of its own.
     let here = zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 2));
-    let z = (!here).then(ZcnetCopy::new);
-    if here {
-        zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
-    }
     let o = if here {
+        zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
         Command::new("sh")
             .args(["-c", SCRIPT, "sh", env!("CARGO_BIN_EXE_zcnet")])
             .output()
             .unwrap()
     } else {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../scripts/kernel-lab.sh")
-            .canonicalize()
-            .unwrap();
-        Command::new("bash")
-            .arg(script)
-            .args([
-                "--kernel",
-                "7.2",
-                "--timeout",
-                "600",
-                "--",
-                "sh",
-                "-c",
-                SCRIPT,
-                "sh",
-            ])
-            .arg(&z.as_ref().unwrap().0)
-            .output()
-            .unwrap()
+        let z = ExeCopy::zcnet();
+        lab_guest::guest("7.2", 600, &["sh", "-c", SCRIPT, "sh", z.path()], &[])
     };
     let err = text(&o.stderr);
-    if o.status.code() == Some(2) && !err.contains("kernel-lab: booting") {
-        let line = err
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("kernel-lab: "))
-            .unwrap_or("kernel-lab exited 2 without a reason")
-            .to_string();
-        zcnet_testkit::skip(zcnet_testkit::Need::Tool, line);
-    }
     assert_eq!(o.status.code(), Some(0), "the guest script: {err}");
     let out = text(&o.stdout);
     for tag in ["S1 0", "S2 0"] {

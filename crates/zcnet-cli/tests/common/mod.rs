@@ -2,6 +2,8 @@
 //! part of them).
 #![allow(dead_code)]
 
+pub mod lab_guest;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
