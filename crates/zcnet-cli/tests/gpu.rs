@@ -89,7 +89,7 @@ fn bad_mem_values_are_refused_before_anything_happens() {
         ),
         (
             &["--mem", "gpu0", "--bytes", "1M"],
-            "host, hugepage, cuda[:N]",
+            "host, hugepage, udmabuf, cuda[:N]",
         ),
         (&["--mem", "cuda"], "give --bytes, --duration or --verify"),
         (&["--mem", "cuda", "--udp", "--bytes", "1M"], "drop --udp"),
