@@ -42,7 +42,8 @@ fn probe_on_7_2() {
     assert_eq!(ur["setup_flags"]["zcrx-ring"], true, "zcrx ring: {ur}");
 
     // The netdev family: devmem's bind-rx/bind-tx, and (unlike 6.18, where bind-tx is the
-    // last op) an op after bind-tx, whatever name zcnet gives it.
+    // last op) queue-create (op 16) after bind-tx, by its name: zcnet names every netdev op of
+    // 7.2, so no op is left as op-N.
     let nd = &k["netdev_family"];
     assert_eq!(nd["present"], true, "netdev family: {nd}");
     let ops: Vec<&str> = nd["ops"]
@@ -55,9 +56,14 @@ fn probe_on_7_2() {
         assert!(ops.contains(&op), "netdev op {op}: {ops:?}");
     }
     let tx = ops.iter().position(|o| *o == "bind-tx").unwrap();
+    assert_eq!(
+        ops.get(tx + 1),
+        Some(&"queue-create"),
+        "7.2's netdev op after bind-tx: {ops:?}"
+    );
     assert!(
-        tx + 1 < ops.len(),
-        "7.2 has a netdev op after bind-tx: {ops:?}"
+        !ops.iter().any(|o| o.starts_with("op-")),
+        "every netdev op of 7.2 is named: {ops:?}"
     );
 
     // Loopback only, and the devices the initramfs loaded: software, so no zcrx.

@@ -41,9 +41,16 @@ pub const CMD_BIND_RX: u8 = 13;
 pub const CMD_NAPI_SET: u8 = 14;
 /// `NETDEV_CMD_BIND_TX` (Linux 6.16: the devmem TX series, 8802087d20c0 "TCP tx netlink api").
 pub const CMD_BIND_TX: u8 = 15;
+/// `NETDEV_CMD_QUEUE_CREATE` (Linux 7.2 has it: the queue-lease series, which adds
+/// `NETDEV_A_QUEUE_LEASE`; needs CAP_NET_ADMIN). The newest netdev command known here: the
+/// enum netdev_cmd of Linux 7.2's include/uapi/linux/netdev.h ends with it, as the 7.2.13 lab
+/// kernel's BTF (/sys/kernel/btf/vmlinux) lists the enum's constants.
+pub const CMD_QUEUE_CREATE: u8 = 16;
 
-/// The spec names of the netdev commands, by number (Documentation/netlink/specs/netdev.yaml).
-pub const CMD_NAMES: [(u8, &str); 15] = [
+/// The spec names of the netdev commands, by number (Documentation/netlink/specs/netdev.yaml;
+/// enum netdev_cmd in include/uapi/linux/netdev.h, up to Linux 7.2's queue-create). A command
+/// past the table is named `op-N` by [`cmd_name`].
+pub const CMD_NAMES: [(u8, &str); 16] = [
     (1, "dev-get"),
     (2, "dev-add-ntf"),
     (3, "dev-del-ntf"),
@@ -59,6 +66,7 @@ pub const CMD_NAMES: [(u8, &str); 15] = [
     (13, "bind-rx"),
     (14, "napi-set"),
     (15, "bind-tx"),
+    (16, "queue-create"),
 ];
 
 /// The spec name of netdev command `cmd`, or `op-N` for one newer than this crate.

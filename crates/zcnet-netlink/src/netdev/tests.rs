@@ -47,6 +47,32 @@ fn family_lists_the_ops_of_6_18() {
 }
 
 #[zcnet_testkit::test]
+fn cmd_names_follow_the_uapi_enum_up_to_7_2() {
+    // enum netdev_cmd (include/uapi/linux/netdev.h): numbered from 1 with no gaps, so the table
+    // is exactly 1..=16, and the constants name the same numbers as the table.
+    let nums: Vec<u8> = CMD_NAMES.iter().map(|&(c, _)| c).collect();
+    assert_eq!(nums, (1..=16).collect::<Vec<u8>>());
+    for (cmd, name) in [
+        (CMD_DEV_GET, "dev-get"),
+        (CMD_PAGE_POOL_GET, "page-pool-get"),
+        (CMD_PAGE_POOL_STATS_GET, "page-pool-stats-get"),
+        (CMD_QUEUE_GET, "queue-get"),
+        (CMD_NAPI_GET, "napi-get"),
+        (CMD_QSTATS_GET, "qstats-get"),
+        (CMD_BIND_RX, "bind-rx"),
+        (CMD_NAPI_SET, "napi-set"),
+        (CMD_BIND_TX, "bind-tx"),
+        (CMD_QUEUE_CREATE, "queue-create"),
+    ] {
+        assert_eq!(cmd_name(u32::from(cmd)), name);
+    }
+    // Linux 7.2's op after bind-tx has its name; anything newer stays op-N.
+    assert_eq!(cmd_name(16), "queue-create");
+    assert_eq!(cmd_name(17), "op-17");
+    assert_eq!(cmd_name(0), "op-0");
+}
+
+#[zcnet_testkit::test]
 fn dev_get_on_veth() {
     let r = Capture::load("netdev_dev_get_veth")
         .replay(OP_DEV_GET, "ifindex 3")
