@@ -108,6 +108,59 @@ fn veth_lo_ifb_get_the_verdicts_this_kernel_gives() {
     }
 }
 
+/// A dummy device (the 7.2 lab loads the driver; `bench tx --path dummy`): a software device, so
+/// no zcrx or devmem, but UDP sent through it is zero copy (the driver frees each skb without
+/// copying), and AF_XDP copy-mode TX copies (dummy does not set IFF_TX_SKB_NO_LINEAR).
+#[test]
+fn dummy_is_software_with_zero_copy_udp_sends() {
+    let k = kernel_618();
+    let dm = soft("dm0", IfaceKind::Virtual, Some("dummy"), 0);
+    assert_eq!(
+        verdicts(&k, &dm, &Trials::default()),
+        [
+            ("copy", "copies"),
+            ("msg-zerocopy", "zero-copy"),
+            ("uring-zc", "zero-copy"),
+            ("zcrx", "unsupported"),
+            ("devmem-rx", "unsupported"),
+            ("devmem-tx", "unsupported"),
+            ("af-xdp-copy", "copies"),
+            ("af-xdp-zerocopy", "unsupported"),
+        ]
+    );
+    for m in [Mechanism::MsgZerocopy, Mechanism::UringZc] {
+        let f = judge_one(m, &k, &dm, &Trials::default());
+        assert!(f.reason.starts_with("UDP: "), "{}", f.reason);
+        for word in ["dummy_xmit", "no COPIED", "TCP through it reaches no peer"] {
+            assert!(f.reason.contains(word), "{word}: {}", f.reason);
+        }
+        assert_eq!((f.remedy, f.confirmed), (None, false));
+    }
+    // A loopback trial is evidence about the mechanism, not about the dummy device.
+    let t = Trials {
+        msg_zerocopy_loopback: Some(Ok(0.0)),
+        ..Trials::default()
+    };
+    let f = judge_one(Mechanism::MsgZerocopy, &k, &dm, &t);
+    assert_eq!((f.verdict, f.confirmed), (Verdict::ZeroCopy, false));
+    // Scatter-gather off still linearizes (copies) each payload.
+    let mut no_sg = dm.clone();
+    no_sg.scatter_gather = Some(false);
+    let f = judge_one(Mechanism::UringZc, &k, &no_sg, &Trials::default());
+    assert_eq!(f.verdict, Verdict::Copies, "{}", f.reason);
+    // Another software device (tun), and a device that only calls itself dummy without being
+    // a software one, keep their verdicts.
+    let tun = soft("tun0", IfaceKind::Virtual, Some("tun"), 0);
+    assert_eq!(verdicts(&k, &tun, &Trials::default()), SOFTWARE_VERDICTS);
+    let mut phys = nic(HeaderSplit::Enabled, 0, 8, Some(true));
+    phys.driver = Some("dummy".into());
+    let f = judge_one(Mechanism::MsgZerocopy, &k, &phys, &Trials::default());
+    assert!(f.reason.starts_with("TCP and UDP"), "{}", f.reason);
+    let g = xsk::generic_zc_xmit(&k, &dm);
+    assert_eq!((g.answer, g.inferred), (xsk::ZcXmit::No, true), "{g:?}");
+    assert!(g.reason.contains("dummy.c:dummy_setup"), "{}", g.reason);
+}
+
 /// A send verdict says which protocol it is about: an ifb "copies" TCP (a stream ends in a
 /// socket on this host) while UDP into an ifb that drops it (`bench tx --path sink`) is zero
 /// copy; a verdict that named neither, next to a remedy pointing at the sink, contradicted it.

@@ -49,6 +49,9 @@ const NO_LINEAR_TABLE: &[(&str, bool, &str)] = &[
     ("loopback", false, "drivers/net/loopback.c:loopback_setup"),
     ("ifb", false, "drivers/net/ifb.c:ifb_setup"),
     ("tun", false, "drivers/net/tun.c:tun_net_initialize"),
+    // dummy_setup's priv_flags: IFF_LIVE_ADDR_CHANGE | IFF_NO_QUEUE (| IFF_LLTX since 6.9) and
+    // IFF_TX_SKB_SHARING; read in dummy.c and its patches up to the 6.15 era (request_ops_lock).
+    ("dummy", false, "drivers/net/dummy.c:dummy_setup"),
     ("macvlan", false, "drivers/net/macvlan.c:macvlan_setup"),
     ("bridge", false, "net/bridge/br_device.c:br_dev_setup"),
     (
@@ -528,12 +531,13 @@ mod tests {
     }
 
     #[test]
-    fn veth_lo_and_ifb_are_no() {
+    fn veth_lo_ifb_and_dummy_are_no() {
         let k = kernel((6, 18), true);
         for (f, drv) in [
             (iface("vA", IfaceKind::Veth, Some("veth")), "veth"),
             (iface("lo", IfaceKind::Loopback, None), "loopback"),
             (iface("sinkA", IfaceKind::Ifb, Some("ifb")), "ifb"),
+            (iface("dm0", IfaceKind::Virtual, Some("dummy")), "dummy"),
         ] {
             let g = generic_zc_xmit(&k, &f);
             assert_eq!(g.answer, ZcXmit::No, "{g:?}");
