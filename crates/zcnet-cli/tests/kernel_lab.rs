@@ -77,6 +77,23 @@ fn probe_on_7_2() {
     let lo = ifs.iter().find(|i| i["name"] == "lo").unwrap();
     assert_eq!(lo["mechanisms"]["zcrx"]["verdict"], "unsupported", "{lo}");
     assert_eq!(lo["mechanisms"]["uring-zc"]["verdict"], "copies", "{lo}");
+
+    // dummy0 (the dummy module makes one): a driver the probe knows, a software device whose
+    // UDP sends are zero copy, with no zcrx, and no generic zero-copy xmit (not "unknown").
+    let dm = ifs.iter().find(|i| i["driver"] == "dummy");
+    let dm = dm.unwrap_or_else(|| panic!("a dummy device in the guest: {names:?}"));
+    assert_eq!(dm["kind"], "virtual", "{dm}");
+    assert_eq!(dm["generic_zc_xmit"]["answer"], "no", "{dm}");
+    let ms = &dm["mechanisms"];
+    assert_eq!(ms["zcrx"]["verdict"], "unsupported", "{dm}");
+    assert_eq!(ms["devmem-tx"]["verdict"], "unsupported", "{dm}");
+    for m in ["msg-zerocopy", "uring-zc"] {
+        assert_eq!(ms[m]["verdict"], "zero-copy", "{m}: {dm}");
+        assert!(
+            ms[m]["reason"].as_str().unwrap().starts_with("UDP"),
+            "{m}: {dm}"
+        );
+    }
 }
 
 #[zcnet_testkit::test(timeout = 900)]
