@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Python bindings against the zcnet CLI on 127.0.0.1 (issue 23's performance figures).
+
+    scripts/py-bench.py ZCNET [--bytes 4G] [--rounds 3] [--buf-size N]
+
+ZCNET is a built zcnet binary (target/release/zcnet); the `zcnet` module is the one installed in
+the interpreter running this script (`pip install ./crates/zcnet-py`). Nothing is built here.
+Every sender sends 64 KiB messages. Each round runs every case once, in turn (interleaved):
+
+receive (sender: `zcnet send 127.0.0.1:P --tx copy --size 64K --bytes N`)
+  cli-recv   `zcnet recv --listen 127.0.0.1:P --discard`
+  py-recv    `zcnet.Receiver()` (mode auto); each buffer is touched: `np.from_dlpack(buf)`, then
+             `view[::4096].sum()` (one byte per 4 KiB page is read and summed) and dropped
+  py-lowat   as py-recv, with SO_RCVLOWAT 128 KiB set on the socket before `Receiver.add`
+             (what `zcnet recv --discard` sets by default)
+  recv_into  the usual Python loop: `sock.recv_into(mv)` into a preallocated 64 KiB bytearray,
+             touched the same way (`arr[:n:4096].sum()` over an np.frombuffer view of it)
+send (receiver: `zcnet recv --listen 127.0.0.1:P --discard`)
+  cli-send   `zcnet send 127.0.0.1:P --tx copy --size 64K --bytes N`
+  py-send    `zcnet.Sender(sock, mode="copy").send(a)` with one 64 KiB numpy array, repeated
+             N / 64 KiB times, then `finish()`
+
+A rate is bytes / wall seconds from the moment the sender is started (the Python processes
+are started and ready before that) to the moment the receiver has seen the end of the stream.
+Prints each run, then the median per case and the ratios the issue asks for.
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+MSG = 64 * 1024
+TOUCH_STEP = 4096
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
+
+
+# ---- child roles (run as `py-bench.py --role ROLE ...` by the parent) ----
+
+
+def child_recv(role, buf_size):
+    import numpy as np
+
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    print(json.dumps({"port": ls.getsockname()[1]}), flush=True)
+    conn, _ = ls.accept()
+    t0 = time.perf_counter()
+    total = 0
+    acc = 0
+    t_touch = 0.0
+    nbufs = 0
+    if role == "recv_into":
+        ba = bytearray(MSG)
+        mv = memoryview(ba)
+        arr = np.frombuffer(ba, dtype=np.uint8)
+        while True:
+            n = conn.recv_into(mv)
+            if n == 0:
+                break
+            total += n
+            nbufs += 1
+            acc += int(arr[:n:TOUCH_STEP].sum())
+    else:
+        import zcnet
+
+        if role == "py-lowat":
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 128 * 1024)
+        kw = {"buf_size": buf_size} if buf_size else {}
+        rx = zcnet.Receiver("auto", **kw)
+        rx.add(conn)
+        it = iter(rx)
+        t_next = 0.0
+        pc = time.perf_counter
+        while True:
+            a = pc()
+            buf = next(it, None)
+            b = pc()
+            t_next += b - a
+            if buf is None:
+                break
+            view = np.from_dlpack(buf)
+            acc += int(view[::TOUCH_STEP].sum())
+            total += len(view)
+            nbufs += 1
+            del view, buf
+            t_touch += pc() - b
+    t1 = time.perf_counter()
+    out = {"bytes": total, "seconds": t1 - t0, "buffers": nbufs, "sum": acc}
+    if role not in ("recv_into",):
+        out["next_s"] = t_next
+        out["touch_s"] = t_touch
+        st = rx.stats()
+        out["mode"] = st.get("mode")
+    print(json.dumps(out), flush=True)
+
+
+def child_send(port, nbytes):
+    import numpy as np
+    import zcnet
+
+    a = np.arange(MSG, dtype=np.uint8)
+    print(json.dumps({"ready": True}), flush=True)
+    sys.stdin.readline()
+    s = socket.create_connection(("127.0.0.1", port))
+    tx = zcnet.Sender(s, mode="copy")
+    t0 = time.perf_counter()
+    n = 0
+    while n < nbytes:
+        n += tx.send(a)
+    st = tx.finish()
+    print(json.dumps({"bytes": n, "seconds": time.perf_counter() - t0, "mode": st.get("mode")}), flush=True)
+
+
+# ---- the parent ----
+
+PORT_BASE = 5390 + os.getpid() % 500
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_listening(port, deadline=5.0):
+    # zcnet recv prints nothing before it accepts: poll /proc/net/tcp for the listener.
+    hexport = f"{port:04X}"
+    end = time.time() + deadline
+    while time.time() < end:
+        with open("/proc/net/tcp") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if parts[1].endswith(":" + hexport) and parts[3] == "0A":
+                    return
+        time.sleep(0.01)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def cli_recv_cmd(a, port):
+    cmd = [a.zcnet, "recv", "--listen", f"127.0.0.1:{port}", "--discard", "--json"]
+    if a.buf_size:
+        cmd += ["--buf-size", str(a.buf_size)]
+    return cmd
+
+
+def cli_send_cmd(a, port):
+    return [a.zcnet, "send", f"127.0.0.1:{port}", "--tx", "copy", "--size", "64K", "--bytes", str(a.nbytes)]
+
+
+def run_case(case, a):
+    me = [sys.executable, os.path.abspath(__file__)]
+    info = {}
+    if case in ("cli-recv", "cli-send"):
+        port = free_port()
+        rcv = subprocess.Popen(cli_recv_cmd(a, port), stdout=subprocess.PIPE, text=True)
+        wait_listening(port)
+        if case == "cli-recv":
+            t0 = time.perf_counter()
+            snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
+        else:
+            snd = None
+    if case in ("py-recv", "py-lowat", "recv_into"):
+        args = ["--role", case] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
+        rcv = subprocess.Popen(me + args, stdout=subprocess.PIPE, text=True)
+        port = json.loads(rcv.stdout.readline())["port"]
+        t0 = time.perf_counter()
+        snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
+        info = json.loads(rcv.stdout.readline())
+        t1 = time.perf_counter()
+        rcv.wait()
+        snd.wait()
+    elif case == "cli-recv":
+        out = rcv.communicate()[0]
+        t1 = time.perf_counter()
+        snd.wait()
+        info = {"bytes": json.loads(out).get("bytes", a.nbytes)} if out.strip().startswith("{") else {}
+    elif case == "cli-send":
+        t0 = time.perf_counter()
+        snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
+        rcv.communicate()
+        t1 = time.perf_counter()
+        snd.wait()
+    elif case == "py-send":
+        port = free_port()
+        rcv = subprocess.Popen(cli_recv_cmd(a, port), stdout=subprocess.PIPE, text=True)
+        wait_listening(port)
+        snd = subprocess.Popen(
+            me + ["--role", "py-send", "--port", str(port), "--bytes", str(a.nbytes)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        snd.stdout.readline()
+        t0 = time.perf_counter()
+        snd.stdin.write("go\n")
+        snd.stdin.flush()
+        rcv.communicate()
+        t1 = time.perf_counter()
+        info = json.loads(snd.stdout.readline())
+        snd.wait()
+    if rcv.returncode or snd.returncode:
+        raise RuntimeError(f"{case}: exit {rcv.returncode}/{snd.returncode}")
+    secs = t1 - t0
+    return a.nbytes / secs / 1e6, secs, info
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("zcnet", nargs="?")
+    p.add_argument("--bytes", default="4G")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--buf-size", type=int, default=0, help="Receiver buf_size and recv --buf-size (default: theirs)")
+    p.add_argument("--cases", default="cli-recv,py-recv,py-lowat,recv_into,cli-send,py-send")
+    p.add_argument("--role")
+    p.add_argument("--port", type=int)
+    a = p.parse_args()
+    a.nbytes = parse_size(a.bytes)
+    if a.role in ("py-recv", "py-lowat", "recv_into"):
+        return child_recv(a.role, a.buf_size)
+    if a.role == "py-send":
+        return child_send(a.port, a.nbytes)
+    if not a.zcnet:
+        p.error("the zcnet binary is required")
+    import zcnet
+
+    print(f"zcnet module {zcnet.__file__}; binary {a.zcnet}; {a.nbytes} B per run, 64 KiB messages, {a.rounds} rounds")
+    cases = a.cases.split(",")
+    rates = {c: [] for c in cases}
+    for r in range(a.rounds):
+        for c in cases:
+            mbs, secs, info = run_case(c, a)
+            rates[c].append(mbs)
+            extra = ""
+            if "next_s" in info:
+                extra = (f"  [mode {info['mode']}, {info['buffers']} buffers of {info['bytes'] // max(info['buffers'], 1)} B avg; "
+                         f"in next(): {info['next_s']:.2f} s, from_dlpack+touch+drop: {info['touch_s']:.2f} s, "
+                         f"{1e6 * info['touch_s'] / max(info['buffers'], 1):.2f} us/buffer]")
+            elif "buffers" in info:
+                extra = f"  [{info['buffers']} recv_into calls, {info['bytes'] // max(info['buffers'], 1)} B avg]"
+            print(f"round {r + 1} {c:10s} {mbs:9.0f} MB/s  ({secs:.3f} s){extra}", flush=True)
+    med = {c: statistics.median(v) for c, v in rates.items()}
+    print("medians (MB/s):", ", ".join(f"{c} {m:.0f}" for c, m in med.items()))
+
+    def ratio(x, y, target):
+        if x in med and y in med:
+            q = med[x] / med[y]
+            print(f"  {x} / {y} = {q:.2f}  (target >= {target}: {'met' if q >= target else 'NOT met'})")
+
+    ratio("py-recv", "cli-recv", 0.9)
+    ratio("py-lowat", "cli-recv", 0.9)
+    ratio("py-recv", "recv_into", 1.5)
+    ratio("py-lowat", "recv_into", 1.5)
+    ratio("py-send", "cli-send", 0.9)
+
+
+if __name__ == "__main__":
+    main()
