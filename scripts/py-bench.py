@@ -123,8 +123,6 @@ def child_send(port, nbytes):
 
 # ---- the parent ----
 
-PORT_BASE = 5390 + os.getpid() % 500
-
 
 def free_port():
     s = socket.socket()
