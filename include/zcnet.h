@@ -251,6 +251,9 @@ typedef struct zcnet_rx_stats {
     uint64_t returned;
     // Buffers lent to the caller now (delivered, not yet released).
     uint64_t held;
+    // Of `bytes`, those whose copy the kernel did not report (zcrx on a device before Linux
+    // 7.2's statistics): counted neither as copied nor as zero-copy.
+    uint64_t unknown_copy_bytes;
 } zcnet_rx_stats;
 
 // What `zcnet_receiver_recv_stream` saw.

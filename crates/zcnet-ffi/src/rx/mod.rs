@@ -132,6 +132,9 @@ pub struct zcnet_rx_stats {
     pub returned: u64,
     /// Buffers lent to the caller now (delivered, not yet released).
     pub held: u64,
+    /// Of `bytes`, those whose copy the kernel did not report (zcrx on a device before Linux
+    /// 7.2's statistics): counted neither as copied nor as zero-copy.
+    pub unknown_copy_bytes: u64,
 }
 
 /// What `zcnet_receiver_recv_stream` saw.
@@ -218,5 +221,6 @@ pub(crate) fn stats(s: &RxStats, held: usize) -> zcnet_rx_stats {
         unsteered: s.unsteered,
         returned: s.returned,
         held: held as u64,
+        unknown_copy_bytes: s.unknown_copy_bytes,
     }
 }

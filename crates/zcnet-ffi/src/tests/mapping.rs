@@ -186,7 +186,31 @@ fn structs_have_the_promised_layout() {
     assert_eq!(offset_of!(zcnet_rx_event, dmabuf_id), 48);
     assert_eq!(offset_of!(zcnet_rx_event, copied), 52);
     assert_eq!(offset_of!(zcnet_rx_event, error), 56);
-    assert_eq!(size_of::<zcnet_rx_stats>(), 12 * 8);
-    assert_eq!(size_of::<zcnet_stream_report>(), 4 * 8 + 12 * 8);
+    assert_eq!(size_of::<zcnet_rx_stats>(), 13 * 8);
+    assert_eq!(size_of::<zcnet_stream_report>(), 4 * 8 + 13 * 8);
     assert_eq!(offset_of!(zcnet_stream_report, stats), 32);
+}
+
+/// The C counters carry the library's, the copy split included: bytes the kernel did not say
+/// it copied are neither copied nor zero-copy in C either.
+#[zcnet_testkit::test]
+fn rx_stats_carry_the_copy_split_and_what_is_held() {
+    let s = zcnet::RxStats {
+        bytes: 10,
+        copied_bytes: 3,
+        zerocopy_bytes: 2,
+        unknown_copy_bytes: 5,
+        ..Default::default()
+    };
+    let c = crate::rx::stats(&s, 4);
+    assert_eq!(
+        (
+            c.bytes,
+            c.copied_bytes,
+            c.zerocopy_bytes,
+            c.unknown_copy_bytes,
+            c.held
+        ),
+        (10, 3, 2, 5, 4)
+    );
 }
