@@ -676,24 +676,7 @@ impl ZcrxIfq {
         area: Mapping,
         rq_entries: u32,
     ) -> io::Result<ZcrxIfq> {
-        if area.backing() == Backing::Caller {
-            return Err(io::Error::from_raw_os_error(libc::EINVAL));
-        }
-        let rq_mem = Mapping::anonymous(refill_region_len(rq_entries))?;
-        // SAFETY: the ring (and so its fd) is alive for the whole call. (io-uring's `AsFd` impl
-        // is behind its `io_safety` feature.)
-        let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
-        let opts = RegOpts {
-            flags: 0,
-            stats: true,
-        };
-        // SAFETY: `area` and `rq_mem` are owned here and move into the ZcrxIfq below (on error
-        // the kernel has released everything before returning); neither is cut into slots nor
-        // caller-backed, so no Rust reference to their bytes exists, and ZcrxIfq touches them
-        // only through raw pointers and atomics.
-        let done =
-            unsafe { register_raw(ring_fd, ifindex, rx_queue, rq_entries, &area, &rq_mem, opts) }?;
-        Self::assemble(ring, rq_mem, ZcrxArea::Host(area), ifindex, rx_queue, done)
+        Self::register_host(ring, ifindex, rx_queue, area, rq_entries, 0)
     }
 
     /// As [`Self::register_on`] without a network device (`ZCRX_REG_NODEV`, Linux 7.1+:
@@ -709,20 +692,34 @@ impl ZcrxIfq {
         area: Mapping,
         rq_entries: u32,
     ) -> io::Result<ZcrxIfq> {
+        Self::register_host(ring, 0, 0, area, rq_entries, ZCRX_REG_NODEV)
+    }
+
+    /// [`Self::register_on`] and [`Self::register_nodev_on`]: a host-memory area with `flags`
+    /// (0 or `ZCRX_REG_NODEV`, whose `ifindex` and `rx_queue` are 0).
+    fn register_host(
+        ring: ZcrxRing,
+        ifindex: u32,
+        rx_queue: u32,
+        area: Mapping,
+        rq_entries: u32,
+        flags: u32,
+    ) -> io::Result<ZcrxIfq> {
         if area.backing() == Backing::Caller {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         let rq_mem = Mapping::anonymous(refill_region_len(rq_entries))?;
-        // SAFETY: the ring (and so its fd) is alive for the whole call.
+        // SAFETY: the ring (and so its fd) is alive for the whole call. (io-uring's `AsFd` impl
+        // is behind its `io_safety` feature.)
         let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
-        let opts = RegOpts {
-            flags: ZCRX_REG_NODEV,
-            stats: true,
-        };
-        // SAFETY: as in register_on: `area` and `rq_mem` are owned here, move into the ZcrxIfq
-        // (on error the kernel has released them), and are never referenced by Rust after.
-        let done = unsafe { register_raw(ring_fd, 0, 0, rq_entries, &area, &rq_mem, opts) }?;
-        Self::assemble(ring, rq_mem, ZcrxArea::Host(area), 0, 0, done)
+        let opts = RegOpts { flags, stats: true };
+        // SAFETY: `area` and `rq_mem` are owned here and move into the ZcrxIfq below (on error
+        // the kernel has released everything before returning); neither is cut into slots nor
+        // caller-backed, so no Rust reference to their bytes exists, and ZcrxIfq touches them
+        // only through raw pointers and atomics.
+        let done =
+            unsafe { register_raw(ring_fd, ifindex, rx_queue, rq_entries, &area, &rq_mem, opts) }?;
+        Self::assemble(ring, rq_mem, ZcrxArea::Host(area), ifindex, rx_queue, done)
     }
 
     /// As [`Self::register_on`] with a dma-buf area: `len` bytes at `offset` of `dmabuf`
@@ -1326,6 +1323,16 @@ pub const RECEIVE_CQ_ENTRIES: u32 = 4096;
 /// Submission-queue entries of that ring (arms and cancels only).
 pub const RECEIVE_SQ_ENTRIES: u32 = 64;
 
+/// A ring sized for receiving: [`RECEIVE_SQ_ENTRIES`] SQEs and [`RECEIVE_CQ_ENTRIES`] CQEs,
+/// SINGLE_ISSUER|DEFER_TASKRUN|CQE32.
+fn receive_ring() -> io::Result<ZcrxRing> {
+    ZcrxRing::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .setup_cqsize(RECEIVE_CQ_ENTRIES)
+        .build(RECEIVE_SQ_ENTRIES)
+}
+
 impl ZcrxIfq {
     /// As [`Self::register`], with a ring sized for receiving: [`RECEIVE_SQ_ENTRIES`] SQEs and
     /// [`RECEIVE_CQ_ENTRIES`] CQEs (SINGLE_ISSUER|DEFER_TASKRUN|CQE32). On error nothing stays
@@ -1339,11 +1346,7 @@ impl ZcrxIfq {
         if area_len == 0 {
             return Err(einval());
         }
-        let ring = ZcrxRing::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_cqsize(RECEIVE_CQ_ENTRIES)
-            .build(RECEIVE_SQ_ENTRIES)?;
+        let ring = receive_ring()?;
         let area = Mapping::anonymous(area_len)?;
         Self::register_on(ring, ifindex, rx_queue, area, rq_entries)
     }
@@ -1355,11 +1358,7 @@ impl ZcrxIfq {
         if area_len == 0 {
             return Err(einval());
         }
-        let ring = ZcrxRing::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_cqsize(RECEIVE_CQ_ENTRIES)
-            .build(RECEIVE_SQ_ENTRIES)?;
+        let ring = receive_ring()?;
         let area = Mapping::anonymous(area_len)?;
         Self::register_nodev_on(ring, area, rq_entries)
     }
@@ -1376,11 +1375,7 @@ impl ZcrxIfq {
         len: u64,
         rq_entries: u32,
     ) -> io::Result<ZcrxIfq> {
-        let ring = ZcrxRing::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .setup_cqsize(RECEIVE_CQ_ENTRIES)
-            .build(RECEIVE_SQ_ENTRIES)?;
+        let ring = receive_ring()?;
         Self::register_dmabuf_on(ring, ifindex, rx_queue, dmabuf, offset, len, rq_entries)
     }
 }
