@@ -79,27 +79,9 @@ fn child() -> Result<u64, String> {
         .map_err(|_| "groups")?;
     let t = load(v);
     let ctx = init(&t);
-    let mut h = [0u8; NET_HANDLE_MAXSIZE];
-    let (rc, l) = t.listen(ctx, 0, &mut h);
-    if rc != 0 || l.is_null() {
-        return Err(format!("listen rc {rc}"));
-    }
-    println!("HANDLE {}", hex(&h));
-    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    // The receiver's whole run, accept included, is bounded by LIMIT.
     let start = Instant::now();
-    let r = loop {
-        let (rc, r) = t.accept(l);
-        if rc != 0 {
-            return Err(format!("accept rc {rc}"));
-        }
-        if !r.is_null() {
-            break r;
-        }
-        if start.elapsed() > LIMIT {
-            return Err("accept timed out".into());
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    };
+    let (l, r) = listen_and_accept(&t, ctx)?;
     let groups = script(seed, ngroups, max);
     let mut rng = Rng(seed ^ 0xabc);
     // Buffers per group, slots in a shuffled order (tags choose the slot).
@@ -624,11 +606,9 @@ fn rewrite_pattern(round: usize, off: usize) -> u8 {
     pattern(1000 + round as u64, off)
 }
 
-/// Child (`recv-late`): accept, then for each message of [`REWRITE`] wait [`LATE`], post its
-/// receive and compare every byte with what the sender gave isend.
-fn recv_late() -> Result<(), String> {
-    let t = load(12);
-    let ctx = init(&t);
+/// A receiving child's side of a connection: listens, hands the sender its handle on stdout
+/// (`HANDLE <hex>`), then polls accept until the connection is up; (listen comm, recv comm).
+fn listen_and_accept(t: &Table, ctx: P) -> Result<(P, P), String> {
     let mut h = [0u8; NET_HANDLE_MAXSIZE];
     let (rc, l) = t.listen(ctx, 0, &mut h);
     if rc != 0 || l.is_null() {
@@ -637,19 +617,27 @@ fn recv_late() -> Result<(), String> {
     println!("HANDLE {}", hex(&h));
     std::io::stdout().flush().map_err(|e| e.to_string())?;
     let start = Instant::now();
-    let r = loop {
+    loop {
         let (rc, r) = t.accept(l);
         if rc != 0 {
             return Err(format!("accept rc {rc}"));
         }
         if !r.is_null() {
-            break r;
+            return Ok((l, r));
         }
         if start.elapsed() > LIMIT {
             return Err("accept timed out".into());
         }
         std::thread::sleep(Duration::from_millis(1));
-    };
+    }
+}
+
+/// Child (`recv-late`): accept, then for each message of [`REWRITE`] wait [`LATE`], post its
+/// receive and compare every byte with what the sender gave isend.
+fn recv_late() -> Result<(), String> {
+    let t = load(12);
+    let ctx = init(&t);
+    let (l, r) = listen_and_accept(&t, ctx)?;
     let max = REWRITE.iter().map(|m| m.0).max().unwrap_or(0);
     let mut buf = vec![0u8; max];
     for (round, &(size, _)) in REWRITE.iter().enumerate() {
