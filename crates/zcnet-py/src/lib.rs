@@ -47,6 +47,25 @@ impl<T> OnThisThread<T> {
     }
 }
 
+/// Takes over a connected TCP `socket.socket` for `who` (named in the error): checks it is a
+/// connected stream socket, makes it blocking and detaches its fd (the Python object is closed;
+/// zcnet owns the connection from here).
+pub(crate) fn take_tcp_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<std::net::TcpStream> {
+    use std::os::fd::FromRawFd;
+    let stream_type = sock.py().import("socket")?.getattr("SOCK_STREAM")?;
+    if !sock.hasattr("detach")? || !sock.getattr("type")?.eq(&stream_type)? {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{who} takes a connected TCP socket.socket (SOCK_STREAM)"
+        )));
+    }
+    // The peer must be connected: getpeername raises OSError otherwise.
+    sock.call_method0("getpeername")?;
+    sock.call_method1("setblocking", (true,))?;
+    let fd: i32 = sock.call_method0("detach")?.extract()?;
+    // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
+    Ok(unsafe { std::net::TcpStream::from_raw_fd(fd) })
+}
+
 /// A `serde_json` value as the Python object `json.loads` would give.
 pub(crate) fn json_to_py<'py>(
     py: Python<'py>,

@@ -6,7 +6,6 @@ use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::FromRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet::rx::Location;
@@ -124,19 +123,7 @@ impl Receiver {
     /// Takes over a connected TCP `socket.socket` (it is detached: the Python object is closed,
     /// zcnet owns the connection) and starts receiving on it. Returns the connection's id.
     fn add(&mut self, sock: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let socket = sock.py().import("socket")?;
-        let stream_type = socket.getattr("SOCK_STREAM")?;
-        if !sock.hasattr("detach")? || !sock.getattr("type")?.eq(&stream_type)? {
-            return Err(PyTypeError::new_err(
-                "zcnet.Receiver.add takes a connected TCP socket.socket (SOCK_STREAM)",
-            ));
-        }
-        // The peer must be connected: getpeername raises OSError otherwise.
-        sock.call_method0("getpeername")?;
-        sock.call_method1("setblocking", (true,))?;
-        let fd: i32 = sock.call_method0("detach")?.extract()?;
-        // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
-        let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        let stream = crate::take_tcp_socket(sock, "zcnet.Receiver.add")?;
         let id = self.inner.add(stream).map_err(errors::to_py)?;
         self.offsets.insert(id, 0);
         Ok(id.0)

@@ -5,7 +5,6 @@ use crate::OnThisThread;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use std::os::fd::FromRawFd;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use zcnet::{Region, TxConfig, TxMode};
@@ -119,17 +118,7 @@ impl Sender {
         cfg.inflight = inflight;
         cfg.window = window;
         cfg.stall_timeout = Duration::from_secs_f64(stall_timeout);
-        let socket = py.import("socket")?;
-        if !sock.hasattr("detach")? || !sock.getattr("type")?.eq(socket.getattr("SOCK_STREAM")?)? {
-            return Err(PyTypeError::new_err(
-                "zcnet.Sender takes a connected TCP socket.socket (SOCK_STREAM)",
-            ));
-        }
-        sock.call_method0("getpeername")?;
-        sock.call_method1("setblocking", (true,))?;
-        let fd: i32 = sock.call_method0("detach")?.extract()?;
-        // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
-        let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        let stream = crate::take_tcp_socket(sock, "zcnet.Sender")?;
         let inner = py
             .detach(move || {
                 let region = Region::anonymous(zcnet::tx::region_len(&cfg))?;
