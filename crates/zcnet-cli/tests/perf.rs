@@ -181,27 +181,11 @@ fn udp_server() -> (Server, u16, &'static str) {
     // Ready once the kernel lists its listening socket. Not by connecting: iperf3 3.12 takes a
     // bare connect and close as a failed test, and a client right after it found the control
     // connection closed (Broken pipe) now and then.
-    while !listening(port) {
+    while !zcnet_testkit::tcp_listening(None, port) {
         assert!(t.elapsed() < Duration::from_secs(10), "{name}: no listener");
         std::thread::sleep(Duration::from_millis(20));
     }
     (server, port, name)
-}
-
-/// Whether a TCP socket listens on `port` (IPv4 or IPv6), from /proc/net/tcp{,6}: state 0A is
-/// TCP_LISTEN, the local address is `ADDR:PORT` in hex.
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let mut it = l.split_whitespace();
-                let local = it.nth(1).unwrap_or_default();
-                let state = it.nth(1).unwrap_or_default();
-                local.ends_with(&want) && state == "0A"
-            })
-        })
-    })
 }
 
 /// `-u -b 10M` is paced in every send mode: the uring modes queued datagrams in the ring until

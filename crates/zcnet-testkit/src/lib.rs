@@ -171,6 +171,23 @@ pub fn require_tool(tool: &str, why: &str) {
     }
 }
 
+/// Whether a TCP socket listens on `port` (IPv4 or IPv6) in the network namespace of process
+/// `pid` (`None`: this process's), from `/proc/PID/net/tcp{,6}`: state `0A` is TCP_LISTEN and the
+/// local address is `ADDR:PORT` in hex. Lets a test wait for a server without connecting to it
+/// (iperf3 takes a bare connect and close as a failed test).
+pub fn tcp_listening(pid: Option<u32>, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let dir = pid.map_or("/proc/net".to_string(), |p| format!("/proc/{p}/net"));
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("{dir}/{f}")).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
 /// This kernel's (major, minor), from /proc/sys/kernel/osrelease.
 pub fn kernel_version() -> Option<(u32, u32)> {
     let s = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;

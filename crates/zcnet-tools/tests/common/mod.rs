@@ -263,7 +263,7 @@ pub fn iperf3_server_in(ns: Option<&str>, iperf3: &std::path::Path, args: &[&str
         let mut p = Proc::spawn_in(ns, iperf3, &all);
         let until = Instant::now() + Duration::from_secs(5);
         while Instant::now() < until {
-            if listening_in(p.id(), port) {
+            if zcnet_testkit::tcp_listening(Some(p.id()), port) {
                 return (p, port);
             }
             if p.child.try_wait().ok().flatten().is_some() {
@@ -282,21 +282,6 @@ fn random_port(salt: u32) -> u16 {
         .map_or(0, |d| d.subsec_nanos());
     let mix = nanos ^ std::process::id().wrapping_mul(2_654_435_761) ^ salt.wrapping_mul(40_503);
     20_000 + (mix % 30_000) as u16
-}
-
-/// Whether something listens on TCP `port` in the network namespace of process `pid` (from
-/// /proc/PID/net/tcp{,6}: state 0A is LISTEN), so that a one-off server is not woken by a probe
-/// connection.
-pub fn listening_in(pid: u32, port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["tcp", "tcp6"].iter().any(|f| {
-        std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).is_ok_and(|t| {
-            t.lines().any(|l| {
-                let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
-            })
-        })
-    })
 }
 
 /// Parses a `-J` document; panics with the text when it is not JSON.
