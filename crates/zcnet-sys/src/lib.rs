@@ -34,6 +34,7 @@ pub mod sock;
 mod test_util;
 pub mod uring;
 pub mod uring_probe;
+pub mod uring_query;
 pub mod xsk;
 pub mod xsk_ring;
 pub mod xsk_socket;
