@@ -200,7 +200,9 @@ pub fn connect(dev: i32, handle_buf: &mut [u8]) -> Result<Option<u64>> {
             t.dialing.remove(&stage);
             drop(g);
             let k = &engine()?.knobs;
-            insert(Obj::Send(SendComm::new(s, k.chunk, k.tx)?)).map(Some)
+            let key = insert(Obj::Send(SendComm::new(s, k.chunk, k.tx)?))?;
+            crate::stats::comm_opened();
+            Ok(Some(key))
         }
         Err(e) => {
             t.dialing.remove(&stage);
@@ -221,7 +223,9 @@ pub fn accept(listen_comm: u64) -> Result<Option<u64>> {
             let k = &engine()?.knobs;
             // The receiver accepts any chunk size up to the largest knob value, so both sides
             // need not agree on ZCNET_NCCL_CHUNK.
-            insert(Obj::Recv(RecvComm::new(s, k.chunk.max(16 << 20), k.rx)?)).map(Some)
+            let key = insert(Obj::Recv(RecvComm::new(s, k.chunk.max(16 << 20), k.rx)?))?;
+            crate::stats::comm_opened();
+            Ok(Some(key))
         }
         None => Ok(None),
     }
@@ -356,13 +360,19 @@ pub fn test(req: u64) -> Result<Option<Vec<u64>>> {
 /// Closes a comm of any kind; its sockets close, its buffers are never touched again.
 pub fn close(comm: u64, what: &str) -> Result<()> {
     let o = remove(comm, what)?;
-    let g = lock(&o)?;
-    match (&*g, what) {
-        (Obj::Listen(_), "listen comm")
-        | (Obj::Send(_), "send comm")
-        | (Obj::Recv(_), "receive comm") => Ok(()),
-        _ => Err(PluginError::Usage(format!("close: not a {what}"))),
-    }
+    let mut g = lock(&o)?;
+    let stats = match (&*g, what) {
+        (Obj::Listen(_), "listen comm") => return Ok(()),
+        (Obj::Send(s), "send comm") => s.stats().clone(),
+        (Obj::Recv(r), "receive comm") => r.stats().clone(),
+        _ => return Err(PluginError::Usage(format!("close: not a {what}"))),
+    };
+    // The comm goes (its requests cancelled, sockets closed) before the totals are reported.
+    *g = Obj::Done;
+    drop(g);
+    drop(o);
+    crate::stats::comm_closed(&stats);
+    Ok(())
 }
 
 /// Live handles (comms, registrations, requests): for leak checks.

@@ -11,6 +11,7 @@ pub mod uring;
 
 use crate::devices::{RxMode, TxMode};
 use crate::error::{PluginError, Result};
+use crate::stats::Counters;
 use std::collections::HashMap;
 use std::net::TcpStream;
 use zcnet_core::nccl::{RecvMatch, SendSched};
@@ -231,7 +232,9 @@ impl SendComm {
                     "ZCNET_NCCL_TX={}: io_uring unavailable ({e}); sending with send()",
                     mode.name()
                 ));
-                Ok(SendComm::Sock(Box::new(sock::SockSend::new(socks, chunk))))
+                let mut s = sock::SockSend::new(socks, chunk);
+                s.stats.fallback(fallback_reason(&e));
+                Ok(SendComm::Sock(Box::new(s)))
             }
         }
     }
@@ -267,6 +270,14 @@ impl SendComm {
             u.unregister(idx);
         }
     }
+
+    /// What it moved so far.
+    pub fn stats(&self) -> &Counters {
+        match self {
+            SendComm::Sock(s) => &s.stats,
+            SendComm::Uring(u) => &u.stats,
+        }
+    }
 }
 
 /// The receiving side of a connection.
@@ -295,9 +306,9 @@ impl RecvComm {
                 crate::log::warn(&format!(
                     "ZCNET_NCCL_RX=uring: io_uring unavailable ({e}); receiving with recv()"
                 ));
-                Ok(RecvComm::Sock(Box::new(sock::SockRecv::new(
-                    socks, max_chunk,
-                ))))
+                let mut s = sock::SockRecv::new(socks, max_chunk);
+                s.stats.fallback(fallback_reason(&e));
+                Ok(RecvComm::Sock(Box::new(s)))
             }
         }
     }
@@ -316,5 +327,22 @@ impl RecvComm {
             RecvComm::Sock(s) => s.test_request(id, "receive"),
             RecvComm::Uring(u) => u.test_request(id, "receive"),
         }
+    }
+
+    /// What it moved so far.
+    pub fn stats(&self) -> &Counters {
+        match self {
+            RecvComm::Sock(s) => &s.stats,
+            RecvComm::Uring(u) => &u.stats,
+        }
+    }
+}
+
+/// The reason a fallback to a copying path is counted under when io_uring refused with `e`:
+/// `memlock` when the kernel ran out of locked memory (RLIMIT_MEMLOCK) for the ring.
+pub(crate) fn fallback_reason(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::ENOMEM) => "memlock",
+        _ => "io_uring unavailable",
     }
 }

@@ -22,7 +22,8 @@
 //! while NCCL is idle. Knobs: `ZCNET_NCCL_IFACE` (else `NCCL_SOCKET_IFNAME`), `ZCNET_NCCL_NSOCKS`
 //! (sockets per connection, default 2), `ZCNET_NCCL_CHUNK` (default 512K),
 //! `ZCNET_NCCL_CONNECT_TIMEOUT_MS` (connect and greeting, default 30000), `ZCNET_NCCL_DEBUG`
-//! (log to stderr when NCCL gave no logger).
+//! (log to stderr when NCCL gave no logger), `ZCNET_NCCL_STATS` (a file for the byte counters:
+//! [`stats`]).
 
 pub mod abi;
 pub mod api;
@@ -34,6 +35,7 @@ pub mod error;
 mod exports;
 pub mod handle;
 mod log;
+pub mod stats;
 
 // The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
 #[cfg(test)]

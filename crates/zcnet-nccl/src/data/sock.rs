@@ -3,6 +3,7 @@
 
 use super::{would_block, Backend, RecvBackend, Requests, SendBackend, MAX_MESSAGE, MAX_RECVS};
 use crate::error::{PluginError, Result};
+use crate::stats::Counters;
 use std::io::Read;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -24,6 +25,8 @@ pub struct SockSend {
     writing: Vec<Option<Writing>>,
     sched: SendSched,
     reqs: Requests<ForeignBuf, u64>,
+    /// What it moved (all of it copied).
+    pub(crate) stats: Counters,
 }
 
 impl SockSend {
@@ -35,6 +38,7 @@ impl SockSend {
             writing: (0..n).map(|_| None).collect(),
             sched: SendSched::new(chunk, crate::abi::NET_MAX_REQUESTS * MAX_RECVS),
             reqs: Requests::default(),
+            stats: Counters::default(),
         }
     }
 
@@ -89,6 +93,7 @@ impl SockSend {
                 if w.done == total {
                     let chunk = w.chunk;
                     self.writing[i] = None;
+                    self.stats.sent_copied(u64::from(chunk.header.len));
                     let finished = self
                         .sched
                         .chunk_done(&chunk)
@@ -134,6 +139,8 @@ pub struct SockRecv {
     /// Sockets the peer closed at a chunk boundary.
     closed: Vec<bool>,
     reqs: Requests<Vec<ForeignBuf>, Vec<u64>>,
+    /// What it moved.
+    pub(crate) stats: Counters,
 }
 
 impl SockRecv {
@@ -149,6 +156,7 @@ impl SockRecv {
             chunk: max_chunk,
             closed: vec![false; n],
             reqs: Requests::default(),
+            stats: Counters::default(),
         }
     }
 
@@ -261,6 +269,7 @@ impl SockRecv {
                     if *left == 0 {
                         let h = *h;
                         self.reading[i] = Reading::Header([0; HEADER_LEN], 0);
+                        self.stats.received(u64::from(h.len));
                         let completed = self
                             .matcher
                             .payload_done(&h)

@@ -21,6 +21,7 @@
 use super::{check_closed, Backend, RecvBackend, Requests, SendBackend, MAX_MESSAGE, MAX_RECVS};
 use crate::devices::TxMode;
 use crate::error::{PluginError, Result};
+use crate::stats::Counters;
 use std::collections::{HashMap, HashSet};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
@@ -75,6 +76,8 @@ enum SendOp {
         sock: usize,
         chunk: SendChunk,
         len: u32,
+        /// A `SEND_ZC` payload.
+        zc: bool,
     },
 }
 
@@ -103,6 +106,8 @@ pub struct UringSend {
     refs: HashMap<u64, usize>,
     policy: Policy,
     start: Instant,
+    /// What it moved, and how.
+    pub(crate) stats: Counters,
 }
 
 impl std::fmt::Debug for UringSend {
@@ -124,6 +129,7 @@ impl UringSend {
     ) -> Result<UringSend> {
         blocking(&socks)?;
         let zc = ring.supports_send_zc();
+        let mut stats = Counters::default();
         let policy = match mode {
             TxMode::Uring | TxMode::Copy => Policy::Copy,
             _ if !zc => {
@@ -131,6 +137,7 @@ impl UringSend {
                     "ZCNET_NCCL_TX={}: this kernel has no IORING_OP_SEND_ZC (Linux 6.0); sending with IORING_OP_SEND",
                     mode.name()
                 ));
+                stats.fallback("no SEND_ZC");
                 Policy::Copy
             }
             TxMode::UringZc => Policy::ZeroCopy,
@@ -149,6 +156,7 @@ impl UringSend {
             refs: HashMap::new(),
             policy,
             start: Instant::now(),
+            stats,
         })
     }
 
@@ -240,6 +248,7 @@ impl UringSend {
                 sock: i,
                 chunk,
                 len: HEADER_LEN as u32,
+                zc: false,
             }
         } else {
             SendOp::Header { sock: i }
@@ -271,6 +280,7 @@ impl UringSend {
                 sock: i,
                 chunk,
                 len: h.len,
+                zc: zero_copy,
             });
             self.ring
                 .push(t, &payload)
@@ -294,7 +304,16 @@ impl UringSend {
                     return Err(send_failed(sock, c.res, "a chunk header"));
                 }
             }
-            SendOp::Chunk { sock, chunk, len } => {
+            SendOp::Chunk {
+                sock,
+                chunk,
+                len,
+                zc,
+            } => {
+                if chunk.header.len > 0 {
+                    // A payload (an empty chunk is its header alone).
+                    self.stats.send_cqe(zc, len, c.res, c.flags);
+                }
                 if c.flags & IORING_CQE_F_NOTIF != 0 {
                     self.notified(c.res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0);
                 } else {
@@ -326,6 +345,9 @@ impl UringSend {
             p.on_notifications(u64::from(!copied), u64::from(copied), now);
             if let Some(s) = p.switches().get(before) {
                 crate::log::info(&format!("ZCNET_NCCL_TX=auto: {s}"));
+                if s.to != zcnet_core::auto::Mode::ZeroCopy {
+                    self.stats.fallback("auto: the kernel copied");
+                }
             }
         }
     }
@@ -396,6 +418,8 @@ pub struct UringRecv {
     chunk: u32,
     closed: Vec<bool>,
     reqs: Requests<Vec<Arc<ForeignBuf>>, Vec<u64>>,
+    /// What it moved.
+    pub(crate) stats: Counters,
 }
 
 impl std::fmt::Debug for UringRecv {
@@ -420,6 +444,7 @@ impl UringRecv {
             chunk: max_chunk,
             closed: vec![false; n],
             reqs: Requests::default(),
+            stats: Counters::default(),
         };
         r.progress();
         r.reqs.check()?;
@@ -551,6 +576,7 @@ impl UringRecv {
     }
 
     fn payload_done(&mut self, i: usize, h: &ChunkHeader) -> Result<()> {
+        self.stats.received(u64::from(h.len));
         let completed = self
             .matcher
             .payload_done(h)
