@@ -47,6 +47,7 @@ SET=(
   zcnet-netlink/live
   zcnet-cli/probe
   zcnet-cli/zcrx_nodev
+  zcnet-cli/bench_rx_nodev
   zcnet-cli/memlock
   zcnet-cli/devmem_tx
 )

@@ -6,9 +6,9 @@ use crate::units::{
 use crate::{BenchRxArgs, BenchTxArgs};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
-use zcnet::{Error, MemoryKind, RxMode, TxMode};
+use zcnet::{Error, MemoryKind, TxMode};
 use zcnet_tools::bench::{self, PathKind, Progress, TxBenchConfig, TxReport};
-use zcnet_tools::rxbench::{self, RxBenchConfig, RxProgress, RxReport};
+use zcnet_tools::rxbench::{self, BenchRxMode, RxBenchConfig, RxProgress, RxReport};
 
 /// One result in `--json` (schema in docs/cli.md).
 #[derive(Serialize)]
@@ -302,6 +302,7 @@ struct RxJsonRow<'a> {
     ratio_to_copy: Option<f64>,
     chosen: Option<&'a str>,
     refused: Option<&'a str>,
+    skipped: Option<&'a str>,
     fallbacks: &'a [String],
     requests: u64,
     seconds: f64,
@@ -314,6 +315,11 @@ struct RxJsonRow<'a> {
     partial_sends: u64,
     starved: u64,
     rearms: u64,
+    rx_bytes: u64,
+    copied_bytes: u64,
+    zerocopy_bytes: u64,
+    unknown_copy_bytes: u64,
+    zero_copy_pct: Option<f64>,
     server_failures: &'a [String],
     client_errors: &'a [String],
     other_cpu_seconds: Option<f64>,
@@ -334,7 +340,7 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
         .collect::<Result<Vec<_>, _>>()?;
     let modes =
         a.rx.iter()
-            .map(|m| RxMode::parse(m.trim()))
+            .map(|m| BenchRxMode::parse(m.trim()))
             .collect::<Result<Vec<_>, _>>()?;
     // Every argument is checked before any lab is made or memory allocated (exit code 2).
     let size = size_arg("--size", &a.size, MAX_BUFFER)?;
@@ -418,7 +424,7 @@ fn print_rx_json(r: &RxReport) {
         .rows
         .iter()
         .map(|row| {
-            let measured = row.refused.is_none();
+            let measured = row.measured();
             RxJsonRow {
                 path: row.path,
                 rx: row.rx,
@@ -433,6 +439,7 @@ fn print_rx_json(r: &RxReport) {
                 ratio_to_copy: r.ratio_to_copy(row),
                 chosen: row.chosen,
                 refused: row.refused.as_deref(),
+                skipped: row.skipped.as_deref(),
                 fallbacks: &row.fallbacks,
                 requests: row.requests,
                 seconds: row.seconds,
@@ -445,6 +452,11 @@ fn print_rx_json(r: &RxReport) {
                 partial_sends: row.partial_sends,
                 starved: row.starved,
                 rearms: row.rearms,
+                rx_bytes: row.rx_bytes,
+                copied_bytes: row.copied_bytes,
+                zerocopy_bytes: row.zerocopy_bytes,
+                unknown_copy_bytes: row.unknown_copy_bytes,
+                zero_copy_pct: row.zero_copy_pct(),
                 server_failures: &row.server_failures,
                 client_errors: &row.client_errors,
                 other_cpu_seconds: row.other_cpu_seconds,
@@ -496,6 +508,15 @@ fn print_rx_table(r: &RxReport) {
             );
             continue;
         }
+        if let Some(why) = &row.skipped {
+            zcnet_tools::outln!(
+                "{:<9} {:<13} {:>7} skipped: {why}",
+                row.path,
+                name,
+                row.size
+            );
+            continue;
+        }
         if row.requests == 0 {
             zcnet_tools::outln!(
                 "{:<9} {:<13} {:>7} failed: {}",
@@ -518,6 +539,18 @@ fn print_rx_table(r: &RxReport) {
             opt(row.p99_us, 0),
             opt(r.ratio_to_copy(row), 2)
         );
+        // Where copying is the question (zcrx, devmem): how the received bytes came in.
+        let copies = matches!(row.chosen, Some("copy") | Some("uring"));
+        if let (false, Some(pct)) = (copies, row.zero_copy_pct()) {
+            zcnet_tools::outln!(
+                "{:<9}   {} B received: {} B copied by the kernel, {} B zero-copy ({pct:.0} %), {} B unknown",
+                "",
+                row.rx_bytes,
+                row.copied_bytes,
+                row.zerocopy_bytes,
+                row.unknown_copy_bytes
+            );
+        }
         for f in &row.fallbacks {
             zcnet_tools::outln!(
                 "{:<9}   {} chose {}: {f}",

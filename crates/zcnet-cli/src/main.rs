@@ -118,11 +118,13 @@ pub struct BenchRxArgs {
     /// Paths: veth (server and clients in two lab namespaces, root only), loopback.
     #[arg(long, value_delimiter = ',', default_value = "veth,loopback")]
     pub path: Vec<String>,
-    /// Receive mechanisms: copy, uring, zcrx, devmem, auto (refused ones are reported as such).
+    /// Receive mechanisms: copy, uring, zcrx, zcrx-nodev (zcrx without a device, Linux 7.1+:
+    /// the kernel copies), devmem, auto (refused ones are reported as such; zcrx-nodev is
+    /// skipped on a kernel without it).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "copy,uring,zcrx,devmem,auto"
+        default_value = "copy,uring,zcrx,zcrx-nodev,devmem,auto"
     )]
     pub rx: Vec<String>,
     /// Bytes per request and per response (K = 1024, M = 1024²).

@@ -71,7 +71,8 @@ fn loopback_json_has_every_mode_with_refusals_as_rows() {
         "--verify",
         "--json",
     ]);
-    assert_eq!(doc["results"].as_array().unwrap().len(), 5, "{doc}");
+    // copy, uring, zcrx, zcrx-nodev (measured or skipped: tests/bench_rx_nodev.rs), devmem, auto.
+    assert_eq!(doc["results"].as_array().unwrap().len(), 6, "{doc}");
     for rx in ["copy", "uring", "auto"] {
         assert_measured(row(&doc, "loopback", rx), 16384, 6);
     }

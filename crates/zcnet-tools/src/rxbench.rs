@@ -8,6 +8,11 @@
 //!
 //! A mode the kernel refuses is a row that says so, with the kernel's reason; `auto` rows say
 //! what was chosen and why the others were not.
+//!
+//! `zcrx-nodev` is zcrx without a network device (`ZCRX_REG_NODEV`, Linux 7.1+): the zcrx API
+//! end to end on any TCP path, with the kernel copying every byte into the area, so its
+//! zero-copy share is 0 %. A kernel without it (`EINVAL` before 7.1, found by one registration
+//! before anything runs) makes its rows skipped, with the reason; asked for alone, it is an error.
 
 use crate::bench::{runnable_paths, PathKind};
 use crate::echo::{run_clients, Check, ClientConfig, EchoConfig, EchoServer, StartError};
@@ -17,13 +22,77 @@ use std::time::Duration;
 use zcnet::rx::RxMode;
 use zcnet::{Error, Result};
 
+/// A receive mode of the bench: a [`RxMode`], and for zcrx whether without a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BenchRxMode {
+    /// The receive mechanism.
+    pub mode: RxMode,
+    /// zcrx registered without a network device (`RxConfig::no_device`): the kernel copies.
+    pub no_device: bool,
+}
+
+impl BenchRxMode {
+    /// zcrx without a device (`zcrx-nodev`).
+    pub const ZCRX_NODEV: BenchRxMode = BenchRxMode {
+        mode: RxMode::Zcrx,
+        no_device: true,
+    };
+
+    /// Every mode, in table order (the default set).
+    pub const ALL: [BenchRxMode; 6] = [
+        BenchRxMode::of(RxMode::Copy),
+        BenchRxMode::of(RxMode::Uring),
+        BenchRxMode::of(RxMode::Zcrx),
+        BenchRxMode::ZCRX_NODEV,
+        BenchRxMode::of(RxMode::Devmem),
+        BenchRxMode::of(RxMode::Auto),
+    ];
+
+    /// `mode` with its device (the library's modes).
+    pub const fn of(mode: RxMode) -> BenchRxMode {
+        BenchRxMode {
+            mode,
+            no_device: false,
+        }
+    }
+
+    /// The `--rx` name.
+    pub fn name(self) -> &'static str {
+        if self.no_device {
+            "zcrx-nodev"
+        } else {
+            self.mode.name()
+        }
+    }
+
+    /// Parses a `--rx` name of `bench rx`.
+    pub fn parse(s: &str) -> Result<BenchRxMode> {
+        BenchRxMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = BenchRxMode::ALL.iter().map(|m| m.name()).collect();
+                Error::invalid_input(format!(
+                    "unknown receive mode '{s}': use one of {}",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+impl From<RxMode> for BenchRxMode {
+    fn from(mode: RxMode) -> BenchRxMode {
+        BenchRxMode::of(mode)
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RxBenchConfig {
     /// Paths (`veth`, `loopback`).
     pub paths: Vec<PathKind>,
     /// Receive modes, in table order.
-    pub modes: Vec<RxMode>,
+    pub modes: Vec<BenchRxMode>,
     /// Bytes per request (and response).
     pub size: usize,
     /// Client connections.
@@ -54,7 +123,7 @@ impl Default for RxBenchConfig {
     fn default() -> Self {
         RxBenchConfig {
             paths: vec![PathKind::Veth, PathKind::Loopback],
-            modes: RxMode::ALL.to_vec(),
+            modes: BenchRxMode::ALL.to_vec(),
             size: 64 << 10,
             connections: 24,
             threads: 4,
@@ -80,6 +149,9 @@ pub struct RxRow {
     pub chosen: Option<&'static str>,
     /// Why the kernel (or the machine) refused the mode; no numbers then.
     pub refused: Option<String>,
+    /// Why the mode did not run although asked for (`zcrx-nodev` on a kernel without
+    /// `ZCRX_REG_NODEV`); no numbers then. Not a failure.
+    pub skipped: Option<String>,
     /// What `auto` tried before its choice, and why each was refused.
     pub fallbacks: Vec<String>,
     /// Bytes per request.
@@ -118,6 +190,14 @@ pub struct RxRow {
     pub partial_sends: u64,
     /// Times receiving paused for want of a buffer.
     pub starved: u64,
+    /// Payload bytes the server received (its whole life, the drain included).
+    pub rx_bytes: u64,
+    /// Of `rx_bytes`, those the kernel copied.
+    pub copied_bytes: u64,
+    /// Of `rx_bytes`, those the NIC wrote into registered memory (zero-copy).
+    pub zerocopy_bytes: u64,
+    /// Of `rx_bytes`, those whose way in nothing reports (never counted as zero-copy).
+    pub unknown_copy_bytes: u64,
     /// Multishot re-arms.
     pub rearms: u64,
     /// Connections the server gave up on, and why.
@@ -144,13 +224,26 @@ impl RxReport {
     /// `row`'s qps divided by `copy`'s on the same path and size.
     pub fn ratio_to_copy(&self, row: &RxRow) -> Option<f64> {
         let base = self.rows.iter().find(|r| {
-            r.path == row.path
-                && r.size == row.size
-                && r.rx == "copy"
-                && r.refused.is_none()
-                && r.error.is_none()
+            r.path == row.path && r.size == row.size && r.rx == "copy" && r.ran_clean()
         })?;
-        (base.qps > 0.0 && row.refused.is_none() && row.error.is_none()).then(|| row.qps / base.qps)
+        (base.qps > 0.0 && row.ran_clean()).then(|| row.qps / base.qps)
+    }
+}
+
+impl RxRow {
+    /// Whether the case ran (not refused, not skipped), so that it has numbers.
+    pub fn measured(&self) -> bool {
+        self.refused.is_none() && self.skipped.is_none()
+    }
+
+    fn ran_clean(&self) -> bool {
+        self.measured() && self.error.is_none()
+    }
+
+    /// Percent of the received bytes that arrived zero-copy (`None`: nothing received).
+    pub fn zero_copy_pct(&self) -> Option<f64> {
+        (self.measured() && self.rx_bytes > 0)
+            .then(|| self.zerocopy_bytes as f64 * 100.0 / self.rx_bytes as f64)
     }
 }
 
@@ -226,6 +319,16 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     } else {
         format!("server pinned to CPU {server_cpu}, clients on CPUs {client_cpus:?}")
     });
+    // zcrx-nodev: one registration tells whether the kernel has it at all, before any lab.
+    let mut nodev_skip = None;
+    if cfg.modes.iter().any(|m| m.no_device) {
+        if let Some(e) = nodev_unsupported() {
+            if cfg.modes.iter().all(|m| m.no_device) {
+                return Err(e);
+            }
+            nodev_skip = Some(e.to_string());
+        }
+    }
     let mut lab = if paths.contains(&PathKind::Veth) {
         Some(Lab::new()?)
     } else {
@@ -275,6 +378,12 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
                 server_cpu: Some(server_cpu),
                 ..RxRow::default()
             };
+            if let (true, Some(why)) = (mode.no_device, &nodev_skip) {
+                row.skipped = Some(why.clone());
+                progress(RxProgress::Done(&row));
+                report.rows.push(row);
+                continue;
+            }
             let other = crate::cpu::OtherCpu::start();
             let outcome = run_case(cfg, place, mode, server_cpu, &client_cpus, &mut row);
             row.other_cpu_seconds = other.seconds();
@@ -289,6 +398,26 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     }
     drop(lab.take());
     Ok(report)
+}
+
+/// Whether this kernel lacks zcrx without a device: a registration of a four-page area is
+/// tried, and `Some(its error)` comes back when the kernel refused the flag itself (`EINVAL`
+/// before Linux 7.1). Anything else (it works, or a refusal for another reason, such as
+/// CAP_NET_ADMIN) is left to the cases, whose rows say so.
+fn nodev_unsupported() -> Option<Error> {
+    let mut rc = zcnet::rx::RxConfig::new(RxMode::Zcrx);
+    rc.no_device = true;
+    rc.area_len = 16 << 10;
+    match zcnet::rx::Receiver::new(&rc) {
+        Ok(_) => None,
+        Err(e) => kernel_lacks_nodev(&e).then_some(e),
+    }
+}
+
+/// Whether `e` is the refusal of `ZCRX_REG_NODEV` by a kernel before 7.1 (its `EINVAL`).
+fn kernel_lacks_nodev(e: &Error) -> bool {
+    let einval = matches!(e, Error::Unsupported { source, .. } if source.raw_os_error() == Some(libc::EINVAL));
+    einval && zcnet_sys::os::kernel_version().is_none_or(|(a, b, _)| (a, b) < (7, 1))
 }
 
 /// Sets `dev`'s receive packet steering (`/sys/class/net/DEV/queues/rx-0/rps_cpus`, seen from
@@ -316,7 +445,7 @@ fn steer_rx(ns: &str, dev: &str, cpus: &[usize]) -> Result<()> {
 fn run_case(
     cfg: &RxBenchConfig,
     place: &Place,
-    mode: RxMode,
+    mode: BenchRxMode,
     server_cpu: usize,
     client_cpus: &[usize],
     row: &mut RxRow,
@@ -335,12 +464,17 @@ fn run_case(
             "lo",
         ),
     };
-    let mut ecfg = EchoConfig::new(mode, bind);
+    let mut ecfg = EchoConfig::new(mode.mode, bind);
     ecfg.netns = server_ns;
     ecfg.cpu = Some(server_cpu);
-    // zcrx/devmem (and auto's zcrx attempt) need the interface the flows arrive on; on these
-    // paths the kernel refuses them, and the row says why in the kernel's words.
-    ecfg.rx.iface = Some(iface.to_string());
+    if mode.no_device {
+        // No interface: any TCP connection, the kernel copying into the area.
+        ecfg.rx.no_device = true;
+    } else {
+        // zcrx/devmem (and auto's zcrx attempt) need the interface the flows arrive on; on
+        // these paths the kernel refuses them, and the row says why in the kernel's words.
+        ecfg.rx.iface = Some(iface.to_string());
+    }
     if let Some(b) = cfg.buf_size {
         ecfg.rx.buf_size = b;
     }
@@ -356,7 +490,14 @@ fn run_case(
         }
         Err(StartError::Other(e)) => return Err(e),
     };
-    row.chosen = Some(server.mode().name());
+    let chosen = |m: RxMode| {
+        if m == mode.mode {
+            mode.name()
+        } else {
+            m.name()
+        }
+    };
+    row.chosen = Some(chosen(server.mode()));
     row.fallbacks = server.fallbacks().iter().map(|f| f.to_string()).collect();
     let mut ccfg = ClientConfig::new(server.addr());
     ccfg.netns = client_ns;
@@ -393,9 +534,13 @@ fn run_case(
     row.partial_sends = srv.partial_sends;
     row.starved = srv.rx.starved;
     row.rearms = srv.rx.rearms;
+    row.rx_bytes = srv.rx.bytes;
+    row.copied_bytes = srv.rx.copied_bytes;
+    row.zerocopy_bytes = srv.rx.zerocopy_bytes;
+    row.unknown_copy_bytes = srv.rx.unknown_copy_bytes;
     row.server_failures = srv.failures.iter().map(|f| f.to_string()).collect();
-    if srv.mode != mode {
-        row.chosen = Some(srv.mode.name());
+    if srv.mode != mode.mode {
+        row.chosen = Some(chosen(srv.mode));
     }
     let mut problems = Vec::new();
     if let Some(e) = &srv.error {
