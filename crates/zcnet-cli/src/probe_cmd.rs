@@ -95,6 +95,25 @@ fn af_xdp(r: &ProbeReport) -> String {
     out
 }
 
+/// The zcrx features the kernel said it has and how that was learned, then one verdict line
+/// per feature zcnet uses, with the fix under each "no".
+fn zcrx_features(q: &probe::zcrx_query::ZcrxQuery) -> String {
+    let names = if q.features.is_empty() {
+        "none".to_string()
+    } else {
+        q.features.join(" ")
+    };
+    let mut out = format!("zcrx features: {names} \u{2014} {}\n", q.how);
+    for v in &q.verdicts {
+        let yes = if v.available { "yes" } else { "no" };
+        out.push_str(&format!("  {}: {yes} \u{2014} {}\n", v.what, v.reason));
+        if let Some(fix) = &v.remedy {
+            out.push_str(&format!("    fix: {fix}\n"));
+        }
+    }
+    out
+}
+
 fn short(v: probe::Verdict) -> &'static str {
     match v {
         probe::Verdict::ZeroCopy => "ZERO-COPY",
@@ -134,7 +153,7 @@ pub fn table(r: &ProbeReport) -> String {
         }
     }
     out.push_str(&format!(
-        "memlock {} (CAP_IPC_LOCK {})   hugepages {} free of {} ({} KiB)   optmem_max {}   netdev family: {}   ethtool netlink: {}\n\n",
+        "memlock {} (CAP_IPC_LOCK {})   hugepages {} free of {} ({} KiB)   optmem_max {}   netdev family: {}   ethtool netlink: {}\n",
         mib(k.memlock.0),
         if k.facts.ipc_lock { "yes" } else { "no" },
         k.hugepages.1,
@@ -148,6 +167,8 @@ pub fn table(r: &ProbeReport) -> String {
         },
         if k.ethtool_family.is_ok() { "yes" } else { "no" },
     ));
+    out.push_str(&zcrx_features(&k.zcrx_query));
+    out.push('\n');
     let rows: Vec<Vec<String>> = r
         .interfaces
         .iter()

@@ -663,6 +663,91 @@ fn nic_setup_on_lo_ifb_and_veth_says_no_header_split_before_any_queue_advice() {
     let _ = std::fs::remove_dir_all(&st);
 }
 
+/// The zcrx features are what the kernel answers `IORING_REGISTER_QUERY`, and each verdict
+/// follows that answer, not the kernel's version. On this host (6.18) the query interface
+/// exists and has no zcrx query: no features, and zcrx without a device is "no" with why.
+#[zcnet_testkit::test]
+fn zcrx_features_and_verdicts_are_the_kernels_answer() {
+    use zcnet_sys::uring_query::ZcrxCaps;
+    let caps = ZcrxCaps::query().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_zcnet"))
+        .args(["probe", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let q = &doc["kernel"]["zcrx_query"];
+    assert_eq!(q["queryable"], caps.queryable(), "{q}");
+    assert_eq!(q["zcrx_answered"], caps.zcrx.is_some(), "{q}");
+    let names: Vec<&str> = q["zcrx_features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(names, caps.feature_names(), "{q}");
+    let how = q["how"].as_str().unwrap();
+    if caps.queryable() {
+        assert!(
+            how.starts_with("asked the kernel (IORING_REGISTER_QUERY)"),
+            "{how}"
+        );
+    } else {
+        assert!(
+            how.starts_with("this kernel cannot be asked (no IORING_REGISTER_QUERY)"),
+            "{how}"
+        );
+    }
+    let v = &q["verdicts"];
+    for (name, has) in [
+        ("no-device", caps.nodev()),
+        ("copy-stats", caps.stats().is_some()),
+        ("events", caps.events()),
+        ("large-rx-buffers", caps.rx_buf_len()),
+    ] {
+        let x = &v[name];
+        assert_eq!(x["available"], has, "{name}: {x}");
+        assert!(!x["reason"].as_str().unwrap().is_empty(), "{name}: {x}");
+        assert_eq!(
+            x["remedy"].is_string(),
+            !has,
+            "{name}: a fix only when absent: {x}"
+        );
+    }
+    let nd = v["no-device"]["reason"].as_str().unwrap();
+    if !caps.nodev() {
+        assert!(
+            nd.contains("ZCRX_REG_NODEV (Linux 7.1 added it)"),
+            "why not, with the version only as a hint: {nd}"
+        );
+    }
+    // This host: queryable, no zcrx query, so nothing is listed and every verdict is "no".
+    if caps.queryable() && caps.zcrx.is_none() {
+        assert!(names.is_empty(), "{q}");
+        assert_eq!(
+            nd,
+            "this kernel has no zcrx query (IO_URING_QUERY_ZCRX), so no ZCRX_REG_NODEV (Linux \
+             7.1 added it)"
+        );
+    }
+    // The table says the same.
+    let o = Command::new(env!("CARGO_BIN_EXE_zcnet"))
+        .arg("probe")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let first = out
+        .lines()
+        .find(|l| l.starts_with("zcrx features: "))
+        .unwrap_or_else(|| panic!("no zcrx features line: {out}"));
+    assert!(first.contains(how), "{first}");
+    let yes = if caps.nodev() { "yes" } else { "no" };
+    assert!(
+        out.contains(&format!("  zcrx without a device: {yes} \u{2014} {nd}\n")),
+        "{out}"
+    );
+}
+
 #[zcnet_testkit::test]
 fn probe_table_fits_a_screen_and_unknown_interfaces_are_usage_errors() {
     let mut lab = lab();

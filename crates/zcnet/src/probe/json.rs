@@ -43,8 +43,33 @@ fn kernel_json(k: &KernelReport) -> Value {
             Ok(v) => json!({"present": true, "version": v}),
             Err(e) => json!({"present": false, "error": e}),
         },
+        "zcrx_query": zcrx_query_json(&k.zcrx_query),
         "root": k.facts.net_admin,
         "af_xdp": k.facts.af_xdp,
+    })
+}
+
+/// `{"queryable", "zcrx_answered", "how", "zcrx_features": [...], "ctrl_ops": [...], "verdicts": {name:
+/// {"available", "what", "reason", "remedy"}}}`.
+fn zcrx_query_json(q: &super::zcrx_query::ZcrxQuery) -> Value {
+    let verdicts: Map<String, Value> = q
+        .verdicts
+        .iter()
+        .map(|v| {
+            (
+                v.name.to_string(),
+                json!({"available": v.available, "what": v.what, "reason": v.reason,
+                       "remedy": v.remedy}),
+            )
+        })
+        .collect();
+    json!({
+        "queryable": q.queryable,
+        "zcrx_answered": q.caps.zcrx.is_some(),
+        "how": q.how,
+        "zcrx_features": q.features,
+        "ctrl_ops": q.caps.ctrl_op_names(),
+        "verdicts": verdicts,
     })
 }
 

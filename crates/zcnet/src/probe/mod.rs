@@ -11,6 +11,9 @@
 //! Reading a fact never fails the probe: what cannot be read becomes a note on the report.
 //! The GPU part ([`gpu`]) works the same way: no CUDA driver is a reason on the report.
 //!
+//! The newer zcrx features (no device, copy statistics, events, large receive buffers) are
+//! decided by asking the kernel (`IORING_REGISTER_QUERY`, [`zcrx_query`]), never by its version.
+//!
 //! AF_XDP beyond the two verdicts: every interface gets a "generic zero-copy xmit" answer
 //! (whether AF_XDP copy-mode TX builds skbs from the UMEM pages: inferred from the driver,
 //! since `IFF_TX_SKB_NO_LINEAR` is invisible from user space; rules in
@@ -26,6 +29,7 @@ pub mod gpu;
 mod iface;
 pub mod json;
 mod trials;
+pub mod zcrx_query;
 
 pub(crate) use iface::{rx_channels, rx_queues};
 
@@ -99,6 +103,9 @@ pub struct KernelReport {
     pub facts: KernelFacts,
     /// Kernel-level trials (`--active`): MSG_ZEROCOPY / SEND_ZC over loopback.
     pub loopback_trials: Trials,
+    /// The newer zcrx features, as the kernel answers `IORING_REGISTER_QUERY`, with a verdict
+    /// per feature.
+    pub zcrx_query: zcrx_query::ZcrxQuery,
 }
 
 /// One interface.
@@ -319,5 +326,6 @@ fn kernel(fam: &iface::Families) -> KernelReport {
         ethtool_family,
         facts,
         loopback_trials: Trials::default(),
+        zcrx_query: zcrx_query::gather(),
     }
 }
