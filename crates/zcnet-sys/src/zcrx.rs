@@ -53,6 +53,7 @@
 
 use crate::mem::{Backing, Mapping};
 use crate::uring_probe::io_uring_register_raw;
+use crate::uring_query::{ZcrxCaps, ZCRX_EVENT_ALLOC_FAIL, ZCRX_EVENT_COPY};
 use io_uring::{cqueue, squeue, IoUring};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -196,6 +197,12 @@ pub const ZCRX_REG_NODEV: u32 = 2;
 pub const IORING_REGISTER_ZCRX_CTRL: u32 = 36;
 /// `ZCRX_CTRL_FLUSH_RQ` (`enum zcrx_ctrl_op`): make the kernel consume the refill ring now.
 pub const ZCRX_CTRL_FLUSH_RQ: u32 = 0;
+/// `ZCRX_CTRL_ARM_EVENT` (Linux 7.2): let an event type that fired fire again
+/// (`zcrx_ctrl_arm_event.event_type`; `EINVAL` for a type that has not fired).
+pub const ZCRX_CTRL_ARM_EVENT: u32 = 2;
+/// `user_data` of the event completions zcnet asks for (`zcrx_event_desc.user_data`); never a
+/// connection's, nor [`ZCRX_CANCEL_TAG`].
+pub const ZCRX_EVENT_TAG: u64 = u64::MAX - 1;
 /// `ZCRX_EVENT_DESC_FLAG_STATS` (Linux 7.2, `enum zcrx_event_desc_flags`): `stats_offset`
 /// names where in the refill region the kernel keeps a [`ZcrxStats`].
 pub const ZCRX_EVENT_DESC_FLAG_STATS: u32 = 1;
@@ -294,6 +301,8 @@ struct Registered {
     stats_offset: Option<usize>,
     /// The registration's flags ([`ZCRX_REG_NODEV`]).
     flags: u32,
+    /// Event types asked for (`1 << ZCRX_EVENT_*`), delivered with [`ZCRX_EVENT_TAG`].
+    events: u32,
 }
 
 /// What a registration asks for beyond the queue and the memory.
@@ -301,9 +310,30 @@ struct Registered {
 struct RegOpts {
     /// `io_uring_zcrx_ifq_reg.flags` ([`ZCRX_REG_NODEV`]).
     flags: u32,
-    /// Ask for the kernel's copy statistics (Linux 7.2), falling back to none where the
-    /// kernel refuses the request.
-    stats: bool,
+    /// `io_uring_zcrx_ifq_reg.rx_buf_len`: 0 for the kernel's default (a page).
+    rx_buf_len: u32,
+}
+
+/// What of the event descriptor (Linux 7.2) to ask for, from the kernel's own answer to
+/// `IORING_REGISTER_QUERY` ([`ZcrxCaps`]), never from its version: the copy statistics where it
+/// keeps them (`ZCRX_EVENT_DESC_FLAG_STATS`, at an offset aligned as it says) and the
+/// ALLOC_FAIL and COPY events where it has them and can re-arm them (`ZCRX_CTRL_ARM_EVENT`).
+/// `(stats alignment, event mask)`; `None` where the kernel takes no descriptor (before 7.2
+/// `event_desc` is a reserved field that must be 0).
+fn event_request(caps: &ZcrxCaps) -> Option<(usize, u32)> {
+    if !caps.events() {
+        return None;
+    }
+    let align = caps.stats().map_or(0, |(_, a)| a as usize);
+    let mut mask = 0;
+    if caps.arm_event() {
+        for ty in [ZCRX_EVENT_ALLOC_FAIL, ZCRX_EVENT_COPY] {
+            if caps.event(ty) {
+                mask |= 1 << ty;
+            }
+        }
+    }
+    (align > 0 || mask != 0).then_some((align, mask))
 }
 
 /// `IORING_REGISTER_ZCRX_IFQ` on `ring` for `area` and the refill region `rq_mem`, with the
@@ -344,16 +374,17 @@ fn dmabuf_area_reg(dmabuf: BorrowedFd<'_>, offset: u64, len: u64) -> IoUringZcrx
     }
 }
 
-/// Where zcnet asks the kernel to keep the statistics in a refill region of `len` bytes: its
-/// last [`STATS_TAIL`] bytes (8-aligned, past the entries: see [`STATS_TAIL`]).
-fn stats_offset_in(len: usize) -> usize {
-    len - STATS_TAIL
+/// Where zcnet asks the kernel to keep the statistics in a refill region of `len` bytes: at
+/// the start of its last [`STATS_TAIL`] bytes (past the entries: see [`STATS_TAIL`]), rounded
+/// down to the alignment the kernel asks for (8 in 7.2).
+fn stats_offset_in(len: usize, align: usize) -> usize {
+    let off = len - STATS_TAIL;
+    off - off % align.max(1)
 }
 
 /// As [`register_raw`] with the area registration given as is (host memory or a dma-buf).
-/// With `opts.stats` the kernel is first asked for its statistics (a [`ZcrxEventDesc`]); a
-/// kernel without them (6.18: `event_desc` is a reserved field that must be 0) refuses that
-/// with `EINVAL`, and the registration is tried again without.
+/// Where the kernel says it takes an event descriptor ([`event_request`]) it is asked for its
+/// copy statistics, kept at the end of `rq_mem`, and for its ALLOC_FAIL and COPY events.
 ///
 /// # Safety
 /// As for [`register_raw`], for the memory `area_reg` describes when it is host memory; a
@@ -367,35 +398,21 @@ unsafe fn register_area_raw(
     rq_mem: &Mapping,
     opts: RegOpts,
 ) -> io::Result<Registered> {
-    if opts.stats {
-        let off = stats_offset_in(rq_mem.len());
-        // SAFETY: the caller's contract, passed on.
-        match unsafe {
-            register_once(
-                ring,
-                if_idx,
-                if_rxq,
-                rq_entries,
-                area_reg,
-                rq_mem,
-                opts,
-                Some(off),
-            )
-        } {
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            r => return r,
-        }
-    }
+    let events = event_request(&ZcrxCaps::get()).map(|(align, mask)| {
+        let stats = (align > 0).then(|| stats_offset_in(rq_mem.len(), align));
+        (stats, mask)
+    });
     // SAFETY: the caller's contract, passed on.
     unsafe {
         register_once(
-            ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem, opts, None,
+            ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem, opts, events,
         )
     }
 }
 
-/// One `IORING_REGISTER_ZCRX_IFQ` call, asking for the statistics at `stats_offset` of the
-/// refill region when given.
+/// One `IORING_REGISTER_ZCRX_IFQ` call; with `events` = `(stats offset, event mask)` an event
+/// descriptor asks for the statistics at that offset of the refill region (when given) and for
+/// the events of the mask (delivered with [`ZCRX_EVENT_TAG`]).
 ///
 /// # Safety
 /// As for [`register_area_raw`].
@@ -408,16 +425,23 @@ unsafe fn register_once(
     mut area_reg: IoUringZcrxAreaReg,
     rq_mem: &Mapping,
     opts: RegOpts,
-    stats_offset: Option<usize>,
+    events: Option<(Option<usize>, u32)>,
 ) -> io::Result<Registered> {
+    let (stats_offset, event_mask) = events.unwrap_or((None, 0));
     let mut region = IoUringRegionDesc {
         user_addr: rq_mem.addr() as u64,
         size: rq_mem.len() as u64,
         flags: IORING_MEM_REGION_TYPE_USER,
         ..IoUringRegionDesc::default()
     };
-    let mut events = ZcrxEventDesc {
-        flags: ZCRX_EVENT_DESC_FLAG_STATS,
+    let mut desc = ZcrxEventDesc {
+        user_data: ZCRX_EVENT_TAG,
+        type_mask: event_mask,
+        flags: if stats_offset.is_some() {
+            ZCRX_EVENT_DESC_FLAG_STATS
+        } else {
+            0
+        },
         stats_offset: stats_offset.unwrap_or(0) as u64,
         ..ZcrxEventDesc::default()
     };
@@ -428,13 +452,14 @@ unsafe fn register_once(
         flags: opts.flags,
         area_ptr: &mut area_reg as *mut IoUringZcrxAreaReg as u64,
         region_ptr: &mut region as *mut IoUringRegionDesc as u64,
-        event_desc: match stats_offset {
-            Some(_) => &mut events as *mut ZcrxEventDesc as u64,
+        event_desc: match events {
+            Some(_) => &mut desc as *mut ZcrxEventDesc as u64,
             None => 0,
         },
+        rx_buf_len: opts.rx_buf_len,
         ..IoUringZcrxIfqReg::default()
     };
-    // SAFETY: reg, area_reg, region and events are live, writable locals of exactly the uapi
+    // SAFETY: reg, area_reg, region and desc are live, writable locals of exactly the uapi
     // layouts (pinned by the tests) and outlive the call; the kernel reads and writes back only
     // those structs. The memory they describe (the statistics lie inside `rq_mem`) is covered
     // by the caller's contract.
@@ -451,6 +476,7 @@ unsafe fn register_once(
         area_token: area_reg.rq_area_token,
         stats_offset,
         flags: opts.flags,
+        events: event_mask,
     })
 }
 
@@ -624,6 +650,31 @@ pub struct ZcrxIfq {
     nodev: bool,
     /// The kernel's [`ZcrxStats`] in `rq_mem`, when it took the request (Linux 7.2).
     stats: Option<NonNull<ZcrxStats>>,
+    /// The size of each receive buffer (`rx_buf_len` as the kernel wrote it back; a page where
+    /// it writes nothing, before 7.0).
+    buf_len: u32,
+    /// Event types the kernel was asked to report (`1 << ZCRX_EVENT_*`).
+    events: u32,
+}
+
+/// How to register a host-memory area ([`ZcrxIfq::register_host_on`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostRegistration {
+    /// The interface (0 with [`Self::nodev`]).
+    pub ifindex: u32,
+    /// Its receive queue (0 with [`Self::nodev`]).
+    pub rx_queue: u32,
+    /// Refill-ring entries (the kernel rounds up to a power of two).
+    pub rq_entries: u32,
+    /// The receive buffer size (`rx_buf_len`): 0 for the kernel's default, a page. Larger
+    /// powers of two need the kernel's `ZCRX_FEATURE_RX_PAGE_SIZE` (Linux 7.0,
+    /// [`ZcrxCaps::rx_buf_len`]), a device (NODEV is `EOPNOTSUPP`), a driver that takes the
+    /// queue's page size, and an area whose physically contiguous runs are at least that long
+    /// (huge pages), else `ERANGE` (io_uring/zcrx.c `io_zcrx_create_area`,
+    /// `io_area_max_shift`).
+    pub rx_buf_len: u32,
+    /// Without a network device (`ZCRX_REG_NODEV`, Linux 7.1).
+    pub nodev: bool,
 }
 
 impl std::fmt::Debug for ZcrxIfq {
@@ -638,6 +689,8 @@ impl std::fmt::Debug for ZcrxIfq {
             .field("rq_mem", &self.rq_mem)
             .field("nodev", &self.nodev)
             .field("stats", &self.stats.is_some())
+            .field("buf_len", &self.buf_len)
+            .field("events", &self.events)
             .finish()
     }
 }
@@ -676,49 +729,73 @@ impl ZcrxIfq {
         area: Mapping,
         rq_entries: u32,
     ) -> io::Result<ZcrxIfq> {
-        Self::register_host(ring, ifindex, rx_queue, area, rq_entries, 0)
+        let reg = HostRegistration {
+            ifindex,
+            rx_queue,
+            rq_entries,
+            ..HostRegistration::default()
+        };
+        Self::register_host_on(ring, area, reg)
     }
 
     /// As [`Self::register_on`] without a network device (`ZCRX_REG_NODEV`, Linux 7.1+:
     /// `if_idx` and `if_rxq` 0): RECV_ZC then works on any TCP socket, loopback included, and
     /// the kernel *copies* every received byte into `area` (at most a page per completion, the
     /// same 32-byte CQEs as with a device). Refill entries are consumed only when
-    /// [`Self::flush_refill_queue`] asks ([`ZcrxReceiver::flush_refills`] does). The kernel's
-    /// statistics are asked for (Linux 7.2), and done without where refused. Host memory only
-    /// (a dma-buf area needs a device to attach to). A kernel without NODEV (6.18) refuses the
-    /// flag with `EINVAL` (after `EPERM` without CAP_NET_ADMIN, and the ring checks).
+    /// [`Self::flush_refill_queue`] asks ([`ZcrxReceiver::flush_refills`] does). Host memory
+    /// only (a dma-buf area needs a device to attach to). A kernel without NODEV (6.18) refuses
+    /// the flag with `EINVAL` (after `EPERM` without CAP_NET_ADMIN, and the ring checks).
     pub fn register_nodev_on(
         ring: ZcrxRing,
         area: Mapping,
         rq_entries: u32,
     ) -> io::Result<ZcrxIfq> {
-        Self::register_host(ring, 0, 0, area, rq_entries, ZCRX_REG_NODEV)
+        let reg = HostRegistration {
+            rq_entries,
+            nodev: true,
+            ..HostRegistration::default()
+        };
+        Self::register_host_on(ring, area, reg)
     }
 
-    /// [`Self::register_on`] and [`Self::register_nodev_on`]: a host-memory area with `flags`
-    /// (0 or `ZCRX_REG_NODEV`, whose `ifindex` and `rx_queue` are 0).
-    fn register_host(
+    /// Registers a host-memory `area` on `ring` as `reg` says: a device queue or none, the
+    /// refill ring's size, the buffer size. The ring must be SINGLE_ISSUER|DEFER_TASKRUN with
+    /// 32-byte CQEs; `Backing::Caller` memory is refused with `EINVAL`. Where the kernel says
+    /// it can ([`ZcrxCaps`]), its copy statistics ([`Self::kernel_stats`]) and its ALLOC_FAIL
+    /// and COPY events ([`ZcrxReceiver::events`]) are asked for. Errors are the kernel's errno;
+    /// on error nothing stays pinned or open.
+    pub fn register_host_on(
         ring: ZcrxRing,
-        ifindex: u32,
-        rx_queue: u32,
         area: Mapping,
-        rq_entries: u32,
-        flags: u32,
+        reg: HostRegistration,
     ) -> io::Result<ZcrxIfq> {
         if area.backing() == Backing::Caller {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
-        let rq_mem = Mapping::anonymous(refill_region_len(rq_entries))?;
+        let rq_mem = Mapping::anonymous(refill_region_len(reg.rq_entries))?;
         // SAFETY: the ring (and so its fd) is alive for the whole call. (io-uring's `AsFd` impl
         // is behind its `io_safety` feature.)
         let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
-        let opts = RegOpts { flags, stats: true };
+        let opts = RegOpts {
+            flags: if reg.nodev { ZCRX_REG_NODEV } else { 0 },
+            rx_buf_len: reg.rx_buf_len,
+        };
+        let (ifindex, rx_queue) = (reg.ifindex, reg.rx_queue);
         // SAFETY: `area` and `rq_mem` are owned here and move into the ZcrxIfq below (on error
         // the kernel has released everything before returning); neither is cut into slots nor
         // caller-backed, so no Rust reference to their bytes exists, and ZcrxIfq touches them
         // only through raw pointers and atomics.
-        let done =
-            unsafe { register_raw(ring_fd, ifindex, rx_queue, rq_entries, &area, &rq_mem, opts) }?;
+        let done = unsafe {
+            register_raw(
+                ring_fd,
+                ifindex,
+                rx_queue,
+                reg.rq_entries,
+                &area,
+                &rq_mem,
+                opts,
+            )
+        }?;
         Self::assemble(ring, rq_mem, ZcrxArea::Host(area), ifindex, rx_queue, done)
     }
 
@@ -744,10 +821,7 @@ impl ZcrxIfq {
         };
         // SAFETY: the ring (and so its fd) is alive for the whole call.
         let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
-        let opts = RegOpts {
-            flags: 0,
-            stats: true,
-        };
+        let opts = RegOpts::default();
         // SAFETY: `rq_mem` is owned here and moves into the ZcrxIfq below (on error the kernel
         // has released everything before returning), never cut into slots, and used afterwards
         // only through raw pointers and atomics; the dma-buf fd in `area_reg` is open (`dmabuf`
@@ -819,6 +893,11 @@ impl ZcrxIfq {
             area_token: done.area_token,
             nodev: done.flags & ZCRX_REG_NODEV != 0,
             stats,
+            buf_len: match done.reg.rx_buf_len {
+                0 => u32::try_from(crate::mem::page_size()).unwrap_or(4096),
+                n => n,
+            },
+            events: done.events,
         })
     }
 
@@ -859,9 +938,40 @@ impl ZcrxIfq {
     /// ring, and once every buffer is out receiving stalls silently (liburing test/zcrx.c
     /// flushes after returning buffers). Errors are the kernel's (`EINVAL` before Linux 7.1).
     pub fn flush_refill_queue(&self) -> io::Result<()> {
+        self.ctrl(ZCRX_CTRL_FLUSH_RQ, [0; 6])
+    }
+
+    /// `IORING_REGISTER_ZCRX_CTRL` with [`ZCRX_CTRL_ARM_EVENT`] (Linux 7.2): event type `ty`
+    /// (`ZCRX_EVENT_*`), which fires once, may fire again. `EINVAL` when it has not fired since
+    /// it was last armed, or is unknown (io_uring/zcrx.c `zcrx_arm_notif`).
+    pub fn arm_event(&self, ty: u32) -> io::Result<()> {
+        // zcrx_ctrl_arm_event: `event_type` is the union's first u32, the rest reserved.
+        let mut first = [0u8; 8];
+        first[..4].copy_from_slice(&ty.to_ne_bytes());
+        self.ctrl(
+            ZCRX_CTRL_ARM_EVENT,
+            [u64::from_ne_bytes(first), 0, 0, 0, 0, 0],
+        )
+    }
+
+    /// Event types the kernel was asked to report for this ifq (`1 << ZCRX_EVENT_*`): where
+    /// it says it has them ([`ZcrxCaps`]), ALLOC_FAIL and COPY.
+    pub fn event_mask(&self) -> u32 {
+        self.events
+    }
+
+    /// The size of each receive buffer: the kernel's `rx_buf_len` (a page unless a larger one
+    /// was asked for and granted). A completion never spans two buffers.
+    pub fn buf_len(&self) -> u32 {
+        self.buf_len
+    }
+
+    /// One `IORING_REGISTER_ZCRX_CTRL` call of `op` with the 48-byte union `arg`.
+    fn ctrl(&self, op: u32, arg: [u64; 6]) -> io::Result<()> {
         let mut ctrl = ZcrxCtrl {
             zcrx_id: self.zcrx_id,
-            op: ZCRX_CTRL_FLUSH_RQ,
+            op,
+            arg,
             ..ZcrxCtrl::default()
         };
         // SAFETY: the ring fd is open (owned by self) for the call.
@@ -1351,6 +1461,14 @@ impl ZcrxIfq {
         Self::register_on(ring, ifindex, rx_queue, area, rq_entries)
     }
 
+    /// As [`Self::register_host_on`] with a ring sized for receiving ([`RECEIVE_SQ_ENTRIES`]
+    /// SQEs, [`RECEIVE_CQ_ENTRIES`] CQEs): the way to ask for a buffer size
+    /// ([`HostRegistration::rx_buf_len`], with an area of huge pages). On error nothing stays
+    /// pinned or open.
+    pub fn register_for_receive_with(area: Mapping, reg: HostRegistration) -> io::Result<ZcrxIfq> {
+        Self::register_host_on(receive_ring()?, area, reg)
+    }
+
     /// As [`Self::register_for_receive`] without a network device ([`Self::register_nodev_on`],
     /// Linux 7.1+): an area of `area_len` bytes of anonymous memory that the kernel copies
     /// every received byte into. On error nothing stays pinned or open.
@@ -1436,6 +1554,27 @@ pub struct RefillFlush {
 pub struct ZcrxReceiver {
     ifq: ZcrxIfq,
     core: ZcrxRx,
+    events: ZcrxEvents,
+}
+
+/// The kernel's zcrx events seen by a [`ZcrxReceiver`] (Linux 7.2: `ZCRX_EVENT_*` completions
+/// with [`ZCRX_EVENT_TAG`], asked for where the kernel says it has them). Each type fires once
+/// until re-armed: ALLOC_FAIL is re-armed by [`ZcrxReceiver::flush_refills`] once buffers went
+/// back (one event per drought), COPY only by [`ZcrxReceiver::rearm_event`] (the statistics
+/// count every copy: the event only says copying happened).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ZcrxEvents {
+    /// `ZCRX_EVENT_ALLOC_FAIL`: the device's page pool found no free buffer in the area
+    /// (every buffer held by the application or waiting to be refilled): packets may have
+    /// been dropped and retransmitted. Device mode only: without a device the kernel ends the
+    /// request with `-ENOMEM` instead.
+    pub alloc_fail: u64,
+    /// `ZCRX_EVENT_COPY`: the kernel copied received data into the area.
+    pub copy: u64,
+    /// Event completions of a type zcnet does not know.
+    pub other: u64,
+    /// Types that fired and are not re-armed yet (`1 << ZCRX_EVENT_*`).
+    pub fired: u32,
 }
 
 impl std::fmt::Debug for ZcrxReceiver {
@@ -1443,6 +1582,7 @@ impl std::fmt::Debug for ZcrxReceiver {
         f.debug_struct("ZcrxReceiver")
             .field("ifq", &self.ifq)
             .field("stats", self.core.stats())
+            .field("events", &self.events)
             .finish()
     }
 }
@@ -1456,13 +1596,33 @@ fn transient(e: &io::Error) -> bool {
 }
 
 impl ZcrxReceiver {
-    /// Receiving on `ifq`: its whole area in page-sized buffers (one `net_iov` per page in
-    /// 6.18, `io_zcrx_create_area`), every one the kernel's.
+    /// Receiving on `ifq`: its whole area in buffers of [`ZcrxIfq::buf_len`] (one `net_iov`
+    /// each, `io_zcrx_create_area`; a page unless a larger `rx_buf_len` was granted), every
+    /// one the kernel's.
     pub fn new(ifq: ZcrxIfq) -> io::Result<ZcrxReceiver> {
-        let page = u32::try_from(crate::mem::page_size()).map_err(|_| einval())?;
-        let core = ZcrxRx::with_buf_size(ifq.area_len() as u64, page, ifq.area_token())
+        let core = ZcrxRx::with_buf_size(ifq.area_len() as u64, ifq.buf_len(), ifq.area_token())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        Ok(ZcrxReceiver { ifq, core })
+        Ok(ZcrxReceiver {
+            ifq,
+            core,
+            events: ZcrxEvents::default(),
+        })
+    }
+
+    /// The kernel's events seen so far ([`ZcrxEvents`]).
+    pub fn events(&self) -> ZcrxEvents {
+        self.events
+    }
+
+    /// Lets event type `ty` (`ZCRX_EVENT_*`) fire again ([`ZcrxIfq::arm_event`]); nothing to
+    /// do (`Ok`) when it has not fired since it was last armed.
+    pub fn rearm_event(&mut self, ty: u32) -> io::Result<()> {
+        if ty >= 32 || self.events.fired & (1 << ty) == 0 {
+            return Ok(());
+        }
+        self.ifq.arm_event(ty)?;
+        self.events.fired &= !(1 << ty);
+        Ok(())
     }
 
     /// The registration (interface, queue, area, refill ring).
@@ -1476,12 +1636,12 @@ impl ZcrxReceiver {
     }
 
     /// Arms a multishot RECV_ZC on socket `fd` for `user_data` (unique among armed requests,
-    /// else `EBUSY`; not [`ZCRX_CANCEL_TAG`], else `EINVAL`) and submits it. The caller keeps
+    /// else `EBUSY`; not [`ZCRX_CANCEL_TAG`] or [`ZCRX_EVENT_TAG`], else `EINVAL`) and submits it. The caller keeps
     /// `fd` open until the request's final completion. If `io_uring_enter` fails for good the
     /// error is returned but the SQE stays queued and counts as armed: it goes in with the next
     /// [`Self::wait`].
     pub fn arm(&mut self, fd: std::os::fd::RawFd, user_data: u64) -> io::Result<()> {
-        if user_data == ZCRX_CANCEL_TAG {
+        if user_data == ZCRX_CANCEL_TAG || user_data == ZCRX_EVENT_TAG {
             return Err(einval());
         }
         if self.core.is_armed(user_data) {
@@ -1540,14 +1700,17 @@ impl ZcrxReceiver {
     /// then told to consume them ([`ZcrxIfq::flush_refill_queue`]): nothing else would, and
     /// receiving would stall once the area is out. Its error is the only one.
     pub fn flush_refills(&mut self) -> io::Result<RefillFlush> {
-        let ZcrxReceiver { ifq, core } = self;
+        let ZcrxReceiver { ifq, core, .. } = self;
         let pushed = core.flush_refills(|e| ifq.refill_push(e.off, e.len));
         if pushed > 0 {
             ifq.refill_commit();
             if ifq.is_nodev() {
                 ifq.flush_refill_queue()?;
             }
+            // Buffers went back: the next drought is a new one.
+            self.rearm_event(ZCRX_EVENT_ALLOC_FAIL)?;
         }
+        let core = &self.core;
         Ok(RefillFlush {
             pushed,
             waiting: core.queued_refills(),
@@ -1571,13 +1734,26 @@ impl ZcrxReceiver {
 
     /// Hands every available RECV_ZC completion to `f`, interpreted by the bookkeeping: a data
     /// completion's fragment is held by the application from then on, until
-    /// [`Self::release`]d. Cancel completions are consumed here.
+    /// [`Self::release`]d. Cancel completions are consumed here, and so are event completions
+    /// (counted in [`Self::events`]).
     pub fn drain(&mut self, mut f: impl FnMut(ZcrxCompletion)) {
-        let ZcrxReceiver { ifq, core } = self;
+        let ZcrxReceiver { ifq, core, events } = self;
         let mut cq = ifq.ring_mut().completion();
         cq.sync();
         for cqe in &mut cq {
             if cqe.user_data() == ZCRX_CANCEL_TAG {
+                continue;
+            }
+            if cqe.user_data() == ZCRX_EVENT_TAG {
+                // io_uring/zcrx.c zcrx_send_notif: an auxiliary CQE, `res` the event type.
+                match u32::try_from(cqe.result()) {
+                    Ok(ZCRX_EVENT_ALLOC_FAIL) => events.alloc_fail += 1,
+                    Ok(ZCRX_EVENT_COPY) => events.copy += 1,
+                    _ => events.other += 1,
+                }
+                if let Ok(ty @ 0..=31) = u32::try_from(cqe.result()) {
+                    events.fired |= 1 << ty;
+                }
                 continue;
             }
             let c = RecvZcCqe {
@@ -1660,14 +1836,25 @@ mod nodev_tests {
         (a, b)
     }
 
-    #[zcnet_testkit::test]
-    fn nodev_before_linux_7_1_is_einval() {
-        zcnet_testkit::require_kernel(6, 15, "zcrx");
-        zcnet_testkit::require_root("CAP_NET_ADMIN, checked before the flags");
-        if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 1)) {
+    /// Skips unless the kernel's zcrx query lists `ZCRX_REG_NODEV` (asked, not by version).
+    fn require_nodev() {
+        zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
+        if !ZcrxCaps::get().nodev() {
             zcnet_testkit::skip(
                 zcnet_testkit::Need::KernelVersion,
-                "this kernel has ZCRX_REG_NODEV",
+                "this kernel's zcrx query (IORING_REGISTER_QUERY) lists no ZCRX_REG_NODEV (Linux 7.1 added it)",
+            );
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn nodev_is_einval_where_the_kernel_does_not_list_it() {
+        zcnet_testkit::require_kernel(6, 15, "zcrx");
+        zcnet_testkit::require_root("CAP_NET_ADMIN, checked before the flags");
+        if ZcrxCaps::get().nodev() {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::KernelVersion,
+                "this kernel's zcrx query lists ZCRX_REG_NODEV",
             );
         }
         // 6.18 refuses any flag (`reg.flags` must be 0), whatever the area.
@@ -1675,27 +1862,31 @@ mod nodev_tests {
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
     }
 
-    /// Receives `len` bytes of a pattern on loopback through a NODEV ifq with an area of
-    /// `pages` pages (refill wrap when the stream is longer), checking every byte; returns the
-    /// kernel's statistics at the end.
-    fn receive_over_loopback(len: usize, pages: usize) -> Option<ZcrxStats> {
-        let page = crate::mem::page_size();
-        let ifq = ZcrxIfq::register_nodev_for_receive(pages * page, pages as u32).unwrap();
-        assert!(ifq.is_nodev());
-        let mut rx = ZcrxReceiver::new(ifq).unwrap();
-        let (mut tx, sock) = tcp_pair();
-        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-        let sender = std::thread::spawn(move || {
-            tx.write_all(&data).unwrap();
-        });
-        rx.arm(sock.as_raw_fd(), 7).unwrap();
+    /// What one [`receive_exact`] saw besides the bytes.
+    #[derive(Debug, Default)]
+    struct Seen {
+        /// Requests the kernel ended that were re-armed, by errno.
+        rearms: Vec<i32>,
+        eof: bool,
+    }
+
+    /// Receives `len` bytes of the pattern `(i % 251)` (numbered from `from`) on `sock`
+    /// through `rx` (request `7`, armed by the caller), checking every byte and re-arming
+    /// requests the kernel ends; stops early at end of stream.
+    fn receive_exact(
+        rx: &mut ZcrxReceiver,
+        sock: &std::net::TcpStream,
+        from: usize,
+        len: usize,
+    ) -> Seen {
+        let mut seen = Seen::default();
         let mut got = 0usize;
-        let mut eof = false;
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !eof {
+        while got < len && !seen.eof {
             assert!(
                 std::time::Instant::now() < deadline,
-                "stalled at {got} of {len} B"
+                "stalled at {got} of {len} B ({seen:?}, {:?})",
+                rx.core().stats()
             );
             rx.flush_refills().unwrap();
             rx.wait(1, Duration::from_millis(100)).unwrap();
@@ -1706,40 +1897,201 @@ mod nodev_tests {
                     RxEvent::Data { frag, .. } => {
                         let b = rx.bytes(frag).unwrap();
                         for (k, &x) in b.iter().enumerate() {
-                            assert_eq!(x, ((got + k) % 251) as u8, "byte {}", got + k);
+                            let i = from + got + k;
+                            assert_eq!(x, (i % 251) as u8, "byte {i}");
                         }
                         got += b.len();
                         rx.release(frag).unwrap();
                     }
-                    RxEvent::Eof { .. } => eof = true,
-                    RxEvent::Rearm { .. } | RxEvent::Done { .. } => {
+                    RxEvent::Eof { .. } => seen.eof = true,
+                    RxEvent::Rearm { errno, .. } => {
+                        seen.rearms.push(errno);
                         rx.arm(sock.as_raw_fd(), 7).unwrap()
                     }
+                    RxEvent::Done { .. } => rx.arm(sock.as_raw_fd(), 7).unwrap(),
                     RxEvent::Error { errno, .. } => {
                         panic!("RECV_ZC: {}", io::Error::from_raw_os_error(errno))
                     }
                 }
             }
         }
-        sender.join().unwrap();
-        let _ = Read::read(&mut &sock, &mut [0u8; 1]);
-        assert_eq!(got, len);
-        rx.ifq().kernel_stats()
+        assert_eq!(got, len, "{seen:?}");
+        seen
+    }
+
+    /// Writes `len` bytes of the pattern, numbered from `from`, on another thread.
+    fn send_pattern(
+        mut tx: std::net::TcpStream,
+        from: usize,
+        len: usize,
+    ) -> std::thread::JoinHandle<std::net::TcpStream> {
+        std::thread::spawn(move || {
+            let data: Vec<u8> = (from..from + len).map(|i| (i % 251) as u8).collect();
+            tx.write_all(&data).unwrap();
+            tx
+        })
+    }
+
+    /// Receives `len` bytes of a pattern on loopback through `ifq`, checking every byte, then
+    /// the end of the stream; returns what was seen and the kernel's statistics at the end.
+    fn receive_over_loopback(ifq: ZcrxIfq, len: usize) -> (Seen, Option<ZcrxStats>) {
+        assert!(ifq.is_nodev());
+        let mut rx = ZcrxReceiver::new(ifq).unwrap();
+        let (tx, sock) = tcp_pair();
+        let sender = send_pattern(tx, 0, len);
+        rx.arm(sock.as_raw_fd(), 7).unwrap();
+        let seen = receive_exact(&mut rx, &sock, 0, len);
+        drop(sender.join().unwrap());
+        let end = receive_exact(&mut rx, &sock, len, 0);
+        assert!(seen.eof || end.eof || Read::read(&mut &sock, &mut [0u8; 1]).unwrap() == 0);
+        (seen, rx.ifq().kernel_stats())
+    }
+
+    fn nodev_ifq(pages: usize) -> ZcrxIfq {
+        let page = crate::mem::page_size();
+        ZcrxIfq::register_nodev_for_receive(pages * page, pages as u32).unwrap()
     }
 
     #[zcnet_testkit::test]
     fn nodev_receives_loopback_through_a_small_area() {
-        zcnet_testkit::require_kernel(7, 1, "zcrx without a device (ZCRX_REG_NODEV)");
-        zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
+        require_nodev();
         // 4 pages for 1 MiB: every buffer goes round 64 times; without the flush it stalls.
-        let stats = receive_over_loopback(1 << 20, 4);
-        if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 2)) {
-            let st = stats.expect("Linux 7.2 keeps zcrx statistics");
+        let (_, stats) = receive_over_loopback(nodev_ifq(4), 1 << 20);
+        if ZcrxCaps::get().stats().is_some() {
+            let st = stats.expect("the kernel says it keeps zcrx statistics");
             // NODEV copies everything. (`copy_count` counts copy runs, not completions: 108
             // for this 1 MiB in the kernel lab's 7.2.)
             assert_eq!(st.copy_bytes, 1 << 20, "{st:?}");
             assert!(st.copy_count > 0, "{st:?}");
+        } else {
+            assert!(stats.is_none());
         }
+    }
+
+    /// A completion queue too small for what arrives: the kernel ends the request with
+    /// `-ENOSPC` (io_uring/zcrx.c `io_zcrx_queue_cqe` finds no room; its final CQE waits in
+    /// the overflow list) and re-arming goes on where it stopped, losing nothing.
+    #[zcnet_testkit::test]
+    fn a_full_completion_queue_ends_the_request_and_rearming_recovers() {
+        require_nodev();
+        let page = crate::mem::page_size();
+        let ring = ZcrxRing::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_cqsize(8)
+            .build(8)
+            .unwrap();
+        let area = Mapping::anonymous(64 * page).unwrap();
+        let ifq = ZcrxIfq::register_nodev_on(ring, area, 64).unwrap();
+        let (seen, _) = receive_over_loopback(ifq, 1 << 20);
+        assert!(
+            seen.rearms.contains(&libc::ENOSPC),
+            "8 CQEs for 256 pages must run out: {seen:?}"
+        );
+    }
+
+    /// Where the kernel has them, a COPY event arrives once, stays quiet until re-armed, and
+    /// comes again after re-arming; re-arming one that has not fired is the kernel's EINVAL.
+    #[zcnet_testkit::test]
+    fn the_copy_event_fires_once_until_rearmed() {
+        require_nodev();
+        let caps = ZcrxCaps::get();
+        if !(caps.event(ZCRX_EVENT_COPY) && caps.arm_event()) {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::KernelVersion,
+                "this kernel's zcrx query lists no COPY event or ZCRX_CTRL_ARM_EVENT (Linux 7.2 added them)",
+            );
+        }
+        let ifq = nodev_ifq(16);
+        assert_eq!(
+            ifq.event_mask() & (1 << ZCRX_EVENT_COPY),
+            1 << ZCRX_EVENT_COPY
+        );
+        let mut rx = ZcrxReceiver::new(ifq).unwrap();
+        let (tx, sock) = tcp_pair();
+        rx.arm(sock.as_raw_fd(), 7).unwrap();
+        let tx = send_pattern(tx, 0, 256 << 10).join().unwrap();
+        receive_exact(&mut rx, &sock, 0, 256 << 10);
+        let ev = rx.events();
+        assert_eq!((ev.copy, ev.alloc_fail, ev.other), (1, 0, 0), "{ev:?}");
+        assert_eq!(ev.fired, 1 << ZCRX_EVENT_COPY);
+        rx.rearm_event(ZCRX_EVENT_COPY).unwrap();
+        assert_eq!(rx.events().fired, 0);
+        let e = rx.ifq().arm_event(ZCRX_EVENT_COPY).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "not fired since: {e}");
+        let tx = send_pattern(tx, 256 << 10, 64 << 10).join().unwrap();
+        receive_exact(&mut rx, &sock, 256 << 10, 64 << 10);
+        assert_eq!(rx.events().copy, 2, "{:?}", rx.events());
+        drop(tx);
+    }
+
+    /// `rx_buf_len`: a page is what a device-less ifq has (and the kernel says so back); a
+    /// larger buffer needs a device (`EOPNOTSUPP`, io_uring/zcrx.c `io_zcrx_create_area`);
+    /// not a power of two is `EINVAL`.
+    #[zcnet_testkit::test]
+    fn buffer_size_without_a_device_is_a_page() {
+        require_nodev();
+        if !ZcrxCaps::get().rx_buf_len() {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::KernelVersion,
+                "this kernel's zcrx query lists no ZCRX_FEATURE_RX_PAGE_SIZE",
+            );
+        }
+        let page = crate::mem::page_size();
+        let reg = |rx_buf_len: u32| {
+            let area = Mapping::huge_tlb(2 << 20)
+                .or_else(|_| Mapping::anonymous(2 << 20))
+                .unwrap();
+            ZcrxIfq::register_for_receive_with(
+                area,
+                HostRegistration {
+                    rq_entries: 64,
+                    rx_buf_len,
+                    nodev: true,
+                    ..HostRegistration::default()
+                },
+            )
+        };
+        let ifq = reg(page as u32).unwrap();
+        assert_eq!(ifq.buf_len() as usize, page);
+        assert_eq!(reg(0).unwrap().buf_len() as usize, page, "written back");
+        let e = reg(16 << 10).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+        let e = reg(3 * page as u32).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+    }
+
+    /// Where the kernel takes no event descriptor (6.18), none is asked for: no statistics,
+    /// no events, and registration still works (the device check is what refuses here).
+    #[zcnet_testkit::test]
+    fn no_event_descriptor_where_the_kernel_lists_none() {
+        let caps = ZcrxCaps::get();
+        assert_eq!(event_request(&caps).is_some(), caps.events(), "{caps:?}");
+        let c72 = ZcrxCaps {
+            zcrx: Some(crate::uring_query::QueryZcrx {
+                features: 3,
+                nr_ctrl_opcodes: 3,
+                ..Default::default()
+            }),
+            events: Some(crate::uring_query::QueryZcrxEvent {
+                event_flags: 3,
+                stats_size: 16,
+                stats_off_alignment: 8,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(event_request(&c72), Some((8, 3)));
+        // No ARM_EVENT: events would fire once for good; only the statistics are asked for.
+        let mut no_arm = c72;
+        no_arm.zcrx = no_arm.zcrx.map(|z| crate::uring_query::QueryZcrx {
+            nr_ctrl_opcodes: 2,
+            ..z
+        });
+        assert_eq!(event_request(&no_arm), Some((8, 0)));
+        assert_eq!(event_request(&ZcrxCaps::default()), None);
+        let off = stats_offset_in(8192, 8);
+        assert!(off.is_multiple_of(8) && off + 16 <= 8192 && off >= 4096 + 64 * 16);
     }
 }
 
