@@ -3,10 +3,11 @@
 //!
 //! The guest tests boot Linux 7.2 and check what its probe reports (the release, io_uring's
 //! recv-zc op and zcrx ring, the netdev family's ops, which on 7.2 go past bind-tx where 6.18's
-//! end), that the command's exit status comes back, and that an unknown kernel is one line and
-//! exit 2. Without qemu or busybox, or when Debian's archive cannot be reached, they skip
-//! (`Need::Tool`) with the script's one line as the reason. Correctness only: TCG is 50-100x
-//! slower than the host, so nothing here is timed.
+//! end, and the zcrx features its IORING_REGISTER_QUERY answer lists, zcrx without a device
+//! among them), that the command's exit status comes back, and that an unknown kernel is one
+//! line and exit 2. Without qemu or busybox, or when Debian's archive cannot be reached, they
+//! skip (`Need::Tool`) with the script's one line as the reason. Correctness only: TCG is
+//! 50-100x slower than the host, so nothing here is timed.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -65,6 +66,33 @@ fn probe_on_7_2() {
         !ops.iter().any(|o| o.starts_with("op-")),
         "every netdev op of 7.2 is named: {ops:?}"
     );
+
+    // The zcrx features, as 7.2 answers IORING_REGISTER_QUERY, and the verdicts they give.
+    let q = &k["zcrx_query"];
+    assert_eq!(q["queryable"], true, "{q}");
+    assert_eq!(q["zcrx_answered"], true, "{q}");
+    assert_eq!(q["how"], "asked the kernel (IORING_REGISTER_QUERY)", "{q}");
+    let feats: Vec<&str> = q["zcrx_features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for f in [
+        "nodev",
+        "rx-buf-len",
+        "events",
+        "stats",
+        "event-copy",
+        "ctrl-flush-rq",
+    ] {
+        assert!(feats.contains(&f), "7.2's zcrx feature {f}: {feats:?}");
+    }
+    for v in ["no-device", "copy-stats", "events", "large-rx-buffers"] {
+        let x = &q["verdicts"][v];
+        assert_eq!(x["available"], true, "{v}: {x}");
+        assert!(x["remedy"].is_null(), "{v}: {x}");
+    }
 
     // Loopback only, and the devices the initramfs loaded: software, so no zcrx.
     let ifs = doc["interfaces"].as_array().unwrap();

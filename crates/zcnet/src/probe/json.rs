@@ -49,8 +49,8 @@ fn kernel_json(k: &KernelReport) -> Value {
     })
 }
 
-/// `{"queryable", "zcrx_answered", "how", "zcrx_features": [...], "ctrl_ops": [...], "verdicts": {name:
-/// {"available", "what", "reason", "remedy"}}}`.
+/// `{"queryable", "zcrx_answered", "how", "zcrx_features": [...], "ctrl_ops": [...],
+/// "verdicts": {name: {"available", "what", "reason", "remedy"}}}`.
 fn zcrx_query_json(q: &super::zcrx_query::ZcrxQuery) -> Value {
     let verdicts: Map<String, Value> = q
         .verdicts
