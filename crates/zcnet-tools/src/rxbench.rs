@@ -574,3 +574,55 @@ fn run_case(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn zcrx_nodev_is_a_mode_of_its_own_in_the_default_set() {
+        let m = BenchRxMode::parse("zcrx-nodev").unwrap();
+        assert_eq!(m, BenchRxMode::ZCRX_NODEV);
+        assert_eq!((m.mode, m.no_device), (RxMode::Zcrx, true));
+        assert_eq!(BenchRxMode::parse("zcrx").unwrap(), RxMode::Zcrx.into());
+        assert!(RxBenchConfig::default().modes.contains(&m));
+        let e = BenchRxMode::parse("bogus").unwrap_err().to_string();
+        assert!(
+            e.contains("unknown receive mode 'bogus'") && e.contains("zcrx-nodev"),
+            "{e}"
+        );
+    }
+
+    #[zcnet_testkit::test]
+    fn zero_copy_share_counts_only_zero_copy_bytes() {
+        let copied = RxRow {
+            rx_bytes: 1000,
+            copied_bytes: 1000,
+            ..RxRow::default()
+        };
+        assert_eq!(copied.zero_copy_pct(), Some(0.0));
+        let unknown = RxRow {
+            rx_bytes: 1000,
+            unknown_copy_bytes: 1000,
+            ..RxRow::default()
+        };
+        assert_eq!(
+            unknown.zero_copy_pct(),
+            Some(0.0),
+            "unknown is never zero-copy"
+        );
+        let half = RxRow {
+            rx_bytes: 1000,
+            copied_bytes: 500,
+            zerocopy_bytes: 500,
+            ..RxRow::default()
+        };
+        assert_eq!(half.zero_copy_pct(), Some(50.0));
+        let skipped = RxRow {
+            skipped: Some("needs Linux 7.1+".into()),
+            ..RxRow::default()
+        };
+        assert_eq!(skipped.zero_copy_pct(), None);
+        assert!(!skipped.measured());
+    }
+}
