@@ -112,6 +112,12 @@ pub struct RecvArgs {
     /// as copied). Only with --rx zcrx; no --iface or --queue.
     #[arg(long)]
     pub no_device: bool,
+    /// zcrx with a device: bytes per receive buffer (rx_buf_len), a power of two from a page
+    /// to 2M; larger than a page needs a kernel whose zcrx query lists rx-buf-len (see
+    /// 'zcnet probe'), a driver that takes it, and reserved 2 MiB huge pages for the area.
+    /// Default: the kernel's (a page).
+    #[arg(long, allow_hyphen_values = true)]
+    pub rx_buf_len: Option<String>,
     /// zcrx: bytes of registered receive area; devmem: size of the udmabuf made when no
     /// dma-buf is given.
     #[arg(long, default_value = "64M", allow_hyphen_values = true)]
@@ -589,6 +595,14 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     cfg.buffers = count_arg("--buffers", a.buffers, usize::MAX)?;
     total_arg(("--buf-size", cfg.buf_size), ("--buffers", cfg.buffers))?;
     cfg.area_len = size_arg("--area", &a.area, usize::MAX)?;
+    if let Some(len) = &a.rx_buf_len {
+        if mode != RxMode::Zcrx {
+            return Err(Error::invalid_input(format!(
+                "--rx-buf-len is the zcrx receive buffer size, not one of --rx {mode}: add --rx zcrx or drop --rx-buf-len"
+            )));
+        }
+        cfg.rx_buf_len = size_arg("--rx-buf-len", len, 2 << 20)?;
+    }
     let lowat = crate::units::lowat_arg("--rcvlowat", &a.rcvlowat)?;
     let memory = parse_mem(&a.mem)?;
     // A queue the interface does not have: refused before anything is made (exit code 2).

@@ -28,12 +28,12 @@ fn text(b: &[u8]) -> String {
 }
 
 #[zcnet_testkit::test]
-fn refused_before_linux_7_1_with_the_kernels_errno() {
+fn refused_where_the_kernel_does_not_list_it_with_the_kernels_errno() {
     zcnet_testkit::require_root("zcrx checks CAP_NET_ADMIN before the flag");
-    if zcnet_testkit::kernel_version().is_some_and(|v| v >= (7, 1)) {
+    if zcnet_sys::uring_query::ZcrxCaps::get().nodev() {
         zcnet_testkit::skip(
             zcnet_testkit::Need::KernelVersion,
-            "this kernel has ZCRX_REG_NODEV",
+            "this kernel's zcrx query lists ZCRX_REG_NODEV",
         );
     }
     let o = zcnet(&[
@@ -48,7 +48,10 @@ fn refused_before_linux_7_1_with_the_kernels_errno() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.contains("needs Linux 7.1+ (ZCRX_REG_NODEV)"), "{err}");
+    assert!(
+        err.contains("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list"),
+        "{err}"
+    );
     assert!(err.contains("os error 22"), "the kernel's EINVAL: {err}");
     assert!(err.contains("--rx uring"), "the fix: {err}");
     assert!(
@@ -64,6 +67,11 @@ fn wrong_combinations_are_usage_errors() {
         (&["--rx", "uring"][..], "--no-device applies to --rx zcrx"),
         (&["--rx", "zcrx", "--iface", "lo"][..], "drop --iface"),
         (&["--rx", "zcrx", "--queue", "0"][..], "drop --queue"),
+        // Without a device the kernel copies into pages: no other buffer size.
+        (
+            &["--rx", "zcrx", "--rx-buf-len", "64K"][..],
+            "receives into buffers of a page",
+        ),
     ] {
         let mut a = vec!["recv", "--no-device", "--listen", "127.0.0.1:0"];
         a.extend_from_slice(args);
@@ -71,6 +79,33 @@ fn wrong_combinations_are_usage_errors() {
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{a:?}: {err}");
         assert!(err.contains(want), "{a:?}: {err}");
+    }
+}
+
+#[zcnet_testkit::test]
+fn buffer_sizes_are_checked_before_listening() {
+    for (args, want) in [
+        (
+            &["--rx", "uring", "--rx-buf-len", "64K"][..],
+            "add --rx zcrx",
+        ),
+        (
+            &["--rx", "zcrx", "--iface", "lo", "--rx-buf-len", "12K"][..],
+            "power of two",
+        ),
+        (
+            &["--rx", "zcrx", "--iface", "lo", "--rx-buf-len", "4M"][..],
+            "--rx-buf-len",
+        ),
+    ] {
+        let mut a = vec!["recv", "--listen", "127.0.0.1:0"];
+        a.extend_from_slice(args);
+        let o = zcnet(&a);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{a:?}: {err}");
+        assert!(err.contains(want), "{a:?}: {err}");
+        assert!(!err.contains("listening"), "{a:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{a:?}: {err}");
     }
 }
 

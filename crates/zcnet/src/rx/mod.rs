@@ -142,6 +142,15 @@ pub struct RxConfig {
     /// `iface`, `queue` and `dmabuf` must be unset. Default false. A kernel without it refuses
     /// with its errno (`EINVAL`) and a reason naming Linux 7.1.
     pub no_device: bool,
+    /// `zcrx` with a device: the size of each receive buffer (`rx_buf_len`), a power of two
+    /// from a page to 2 MiB; 0 (default) for the kernel's choice, a page. Larger buffers mean
+    /// fewer completions and refill entries per byte. They need a kernel whose zcrx query
+    /// lists `ZCRX_FEATURE_RX_PAGE_SIZE` (Linux 7.0 added it), a driver that takes the queue's
+    /// buffer size (bnxt, fbnic), and an area whose physically contiguous runs are at least
+    /// that long: the area is then made of reserved 2 MiB huge pages (`vm.nr_hugepages`).
+    /// Without a device only a page is possible. Untested on hardware here: on Linux 7.2 without
+    /// a device the kernel's refusal is what is tested.
+    pub rx_buf_len: usize,
 }
 
 impl RxConfig {
@@ -158,6 +167,7 @@ impl RxConfig {
             dmabuf: None,
             low_water: None,
             no_device: false,
+            rx_buf_len: 0,
         }
     }
 }

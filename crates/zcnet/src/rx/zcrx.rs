@@ -47,7 +47,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use zcnet_core::rxring::{Frag, RxEvent, ZcrxCopyAccount, ZcrxCopyKnowledge, ZcrxRx};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
-use zcnet_sys::zcrx::{ZcrxCompletion, ZcrxIfq, ZcrxReceiver, ZCRX_MAX_RQ_ENTRIES};
+use zcnet_sys::mem::Mapping;
+use zcnet_sys::uring_query::ZcrxCaps;
+use zcnet_sys::zcrx::{
+    HostRegistration, ZcrxCompletion, ZcrxIfq, ZcrxReceiver, ZCRX_MAX_RQ_ENTRIES,
+};
 
 /// The NIC queue a zero-copy backend works on.
 #[derive(Debug, Clone)]
@@ -201,17 +205,60 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
     }
 }
 
-/// Why a registration without a device (`ZCRX_REG_NODEV`) was refused, and the way out; the
-/// kernel release `release` (major, minor) decides what `EINVAL` means: before 7.1 the flag
-/// itself (6.18 refuses any `flags`), from 7.1 the area or refill ring.
-fn nodev_refusal(e: io::Error, release: Option<(u32, u32, u32)>) -> Error {
+/// The `rx_buf_len` to ask for: 0 (the kernel's page) for 0 or a page; a larger power of two
+/// up to 2 MiB where the kernel's zcrx query lists `ZCRX_FEATURE_RX_PAGE_SIZE` (asked, never
+/// inferred from the release). Anything else is refused before anything is registered.
+fn buffer_size(want: usize, caps: &ZcrxCaps) -> Result<u32> {
+    let page = zcnet_sys::mem::page_size();
+    if want == 0 || want == page {
+        return Ok(0);
+    }
+    if !want.is_power_of_two() || want < page || want > zcnet_sys::mem::HUGE_2M {
+        return Err(Error::invalid_input(format!(
+            "zcrx buffer size {want} B: it must be a power of two from a page ({page} B) to 2 MiB"
+        )));
+    }
+    if !caps.rx_buf_len() {
+        return Err(Error::Unsupported {
+            what: format!(
+                "io_uring zero-copy receive (zcrx) into {want}-byte buffers (this kernel's zcrx query does not list ZCRX_FEATURE_RX_PAGE_SIZE; Linux 7.0 added it)"
+            ),
+            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            fix: "leave the buffer size at the kernel's default (a page), or run a kernel that lists the feature",
+        });
+    }
+    // Checked above: at most 2 MiB.
+    Ok(want as u32)
+}
+
+/// The receive area: anonymous memory, or with buffers larger than a page, reserved 2 MiB
+/// huge pages (the kernel needs each buffer physically contiguous: io_uring/zcrx.c
+/// `io_area_max_shift`, else `ERANGE`).
+fn receive_area(len: usize, rx_buf_len: u32) -> Result<Mapping> {
+    if rx_buf_len == 0 {
+        return Mapping::anonymous(len).map_err(|e| Error::io("zcrx receive area", e));
+    }
+    Mapping::huge_tlb(len).map_err(|e| Error::Unsupported {
+        what: format!(
+            "a zcrx receive area of {len} B in 2 MiB huge pages for {rx_buf_len}-byte buffers (none reserved, or too few)"
+        ),
+        source: e,
+        fix: "reserve huge pages (sysctl vm.nr_hugepages=N, N x 2 MiB at least the area) or leave the buffer size at its default",
+    })
+}
+
+/// Why a registration without a device (`ZCRX_REG_NODEV`) was refused, and the way out.
+/// Whether the kernel's zcrx query lists the flag (`listed`, [`ZcrxCaps::nodev`]) decides what
+/// `EINVAL` means: where it does not, the flag itself (6.18 refuses any `flags`); where it
+/// does, the area or refill ring. The release `release` is only named in the message.
+fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -> Error {
     let this = release.map_or(
         "this kernel's release is unknown".to_string(),
         |(a, b, c)| format!("this is Linux {a}.{b}.{c}"),
     );
     let (reason, fix): (String, &'static str) = match e.raw_os_error() {
-        Some(libc::EINVAL) if release.is_none_or(|(a, b, _)| (a, b) < (7, 1)) => (
-            format!("needs Linux 7.1+ (ZCRX_REG_NODEV); {this}"),
+        Some(libc::EINVAL) if !listed => (
+            format!("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list (Linux 7.1 added it); {this}"),
             "run Linux 7.1 or later, or use --rx uring (the kernel copies there too)",
         ),
         Some(libc::EINVAL) => (
@@ -365,13 +412,17 @@ impl ZcrxBackend {
                         io::Error::from_raw_os_error(libc::EINVAL),
                     ));
                 }
-                ZcrxIfq::register_for_receive(
-                    target.ifindex,
-                    target.queue,
-                    cfg.area_len,
-                    rq_entries_for(cfg.area_len as u64),
-                )
-                .map_err(|e| refusal(&target, e, None))?
+                let rx_buf_len = buffer_size(cfg.rx_buf_len, &ZcrxCaps::get())?;
+                let area = receive_area(cfg.area_len, rx_buf_len)?;
+                let reg = HostRegistration {
+                    ifindex: target.ifindex,
+                    rx_queue: target.queue,
+                    rq_entries: rq_entries_for(cfg.area_len as u64),
+                    rx_buf_len,
+                    nodev: false,
+                };
+                ZcrxIfq::register_for_receive_with(area, reg)
+                    .map_err(|e| refusal(&target, e, None))?
             }
         };
         let device = ifq
@@ -393,9 +444,16 @@ impl ZcrxBackend {
                 io::Error::from_raw_os_error(libc::EINVAL),
             ));
         }
+        let page = zcnet_sys::mem::page_size();
+        if cfg.rx_buf_len != 0 && cfg.rx_buf_len != page {
+            return Err(Error::invalid_input(format!(
+                "zcrx without a device receives into buffers of a page ({page} B): the kernel copies into them and refuses any other size (EOPNOTSUPP); leave the buffer size unset"
+            )));
+        }
+        let caps = ZcrxCaps::get();
         let ifq =
             ZcrxIfq::register_nodev_for_receive(cfg.area_len, rq_entries_for(cfg.area_len as u64))
-                .map_err(|e| nodev_refusal(e, zcnet_sys::os::kernel_version()))?;
+                .map_err(|e| nodev_refusal(e, caps.nodev(), zcnet_sys::os::kernel_version()))?;
         let target = Target {
             iface: "no device".into(),
             ifindex: 0,
@@ -649,11 +707,18 @@ impl RxBackend for ZcrxBackend {
             .wait(1, timeout)
             .map_err(|e| Error::io("io_uring_enter (zero-copy receive)", e))?;
         let mut done = std::mem::take(&mut self.done);
+        let alloc_fails = self.rx.events().alloc_fail;
         self.rx.drain(|c| done.push(c));
         for c in done.drain(..) {
             self.complete(ctx, c);
         }
         self.done = done;
+        // ZCRX_EVENT_ALLOC_FAIL: the device found no free buffer (the application holds them
+        // all, or they wait to be refilled): a pause the kernel saw, even if this side did not.
+        if self.rx.events().alloc_fail > alloc_fails && !self.starving {
+            ctx.stats.starved += 1;
+            self.starving = true;
+        }
         if self.unsplit > 0 {
             let known = self.copy_knowledge();
             ctx.account_split(
@@ -772,24 +837,58 @@ mod tests {
     #[zcnet_testkit::test]
     fn nodev_refusals_name_the_kernel_and_the_fix_in_one_line() {
         let einval = || io::Error::from_raw_os_error(libc::EINVAL);
-        let old = nodev_refusal(einval(), Some((6, 18, 44))).to_string();
+        let old = nodev_refusal(einval(), false, Some((6, 18, 44))).to_string();
         assert!(old.contains("without a device"), "{old}");
-        assert!(old.contains("needs Linux 7.1+ (ZCRX_REG_NODEV)"), "{old}");
+        assert!(
+            old.contains("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list"),
+            "{old}"
+        );
         assert!(old.contains("this is Linux 6.18.44"), "{old}");
         assert!(old.contains("--rx uring"), "{old}");
-        // On 7.1+ EINVAL is about what was passed, not the flag.
-        let new = nodev_refusal(einval(), Some((7, 2, 13))).to_string();
-        assert!(!new.contains("7.1+"), "{new}");
-        let perm = nodev_refusal(io::Error::from_raw_os_error(libc::EPERM), None).to_string();
+        // Where the kernel lists the flag, EINVAL is about what was passed, not the flag,
+        // whatever the release says.
+        let new = nodev_refusal(einval(), true, Some((6, 18, 44))).to_string();
+        assert!(!new.contains("ZCRX_REG_NODEV"), "{new}");
+        assert!(new.contains("refused the area"), "{new}");
+        let perm =
+            nodev_refusal(io::Error::from_raw_os_error(libc::EPERM), false, None).to_string();
         assert!(perm.contains("CAP_NET_ADMIN"), "{perm}");
         for m in [&old, &new, &perm] {
             assert!(!m.contains('\n'), "one line: {m}");
         }
-        match nodev_refusal(einval(), None) {
+        match nodev_refusal(einval(), false, None) {
             Error::Unsupported { source, .. } => {
                 assert_eq!(source.raw_os_error(), Some(libc::EINVAL))
             }
             e => panic!("{e:?}"),
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn buffer_sizes_follow_the_kernels_answer() {
+        use zcnet_sys::uring_query::QueryZcrx;
+        let page = zcnet_sys::mem::page_size();
+        let none = ZcrxCaps::default();
+        let with = ZcrxCaps {
+            zcrx: Some(QueryZcrx {
+                features: zcnet_sys::uring_query::ZCRX_FEATURE_RX_PAGE_SIZE,
+                ..QueryZcrx::default()
+            }),
+            ..ZcrxCaps::default()
+        };
+        assert_eq!(buffer_size(0, &none).unwrap(), 0);
+        assert_eq!(
+            buffer_size(page, &none).unwrap(),
+            0,
+            "a page is the default"
+        );
+        assert_eq!(buffer_size(64 << 10, &with).unwrap(), 64 << 10);
+        let e = buffer_size(64 << 10, &none).unwrap_err().to_string();
+        assert!(e.contains("ZCRX_FEATURE_RX_PAGE_SIZE"), "{e}");
+        assert!(!e.contains("--") && !e.contains('\n'), "{e}");
+        for bad in [3 * page, page / 2, 4 << 20] {
+            let e = buffer_size(bad, &with).unwrap_err().to_string();
+            assert!(e.contains("power of two"), "{bad}: {e}");
         }
     }
 
