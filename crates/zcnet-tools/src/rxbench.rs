@@ -11,7 +11,7 @@
 //!
 //! `zcrx-nodev` is zcrx without a network device (`ZCRX_REG_NODEV`, Linux 7.1+): the zcrx API
 //! end to end on any TCP path, with the kernel copying every byte into the area, so its
-//! zero-copy share is 0 %. A kernel without it (`EINVAL` before 7.1, found by one registration
+//! zero-copy share is 0 %. A kernel without it (`EINVAL` where its zcrx query lacks the flag, found by one registration
 //! before anything runs) makes its rows skipped, with the reason; asked for alone, it is an error.
 
 use crate::bench::{runnable_paths, PathKind};
@@ -402,7 +402,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
 
 /// Whether this kernel lacks zcrx without a device: a registration of a four-page area is
 /// tried, and `Some(its error)` comes back when the kernel refused the flag itself (`EINVAL`
-/// before Linux 7.1). Anything else (it works, or a refusal for another reason, such as
+/// where its zcrx query does not list `ZCRX_REG_NODEV`). Anything else (it works, or a refusal for another reason, such as
 /// CAP_NET_ADMIN) is left to the cases, whose rows say so.
 fn nodev_unsupported() -> Option<Error> {
     let mut rc = zcnet::rx::RxConfig::new(RxMode::Zcrx);
@@ -414,10 +414,11 @@ fn nodev_unsupported() -> Option<Error> {
     }
 }
 
-/// Whether `e` is the refusal of `ZCRX_REG_NODEV` by a kernel before 7.1 (its `EINVAL`).
+/// Whether `e` is the refusal of `ZCRX_REG_NODEV` by a kernel whose zcrx query (asked, not
+/// inferred from its release) does not list the flag: its `EINVAL`.
 fn kernel_lacks_nodev(e: &Error) -> bool {
     let einval = matches!(e, Error::Unsupported { source, .. } if source.raw_os_error() == Some(libc::EINVAL));
-    einval && zcnet_sys::os::kernel_version().is_none_or(|(a, b, _)| (a, b) < (7, 1))
+    einval && !zcnet_sys::uring_query::ZcrxCaps::get().nodev()
 }
 
 /// Sets `dev`'s receive packet steering (`/sys/class/net/DEV/queues/rx-0/rps_cpus`, seen from
@@ -619,7 +620,7 @@ mod tests {
         };
         assert_eq!(half.zero_copy_pct(), Some(50.0));
         let skipped = RxRow {
-            skipped: Some("needs Linux 7.1+".into()),
+            skipped: Some("needs ZCRX_REG_NODEV".into()),
             ..RxRow::default()
         };
         assert_eq!(skipped.zero_copy_pct(), None);
