@@ -84,6 +84,14 @@ impl Epoll {
     }
 }
 
+impl std::os::fd::AsFd for Epoll {
+    /// The epoll fd itself: readable while any watched fd is ready (an epoll set can be
+    /// watched by another poller).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +122,102 @@ mod tests {
             ep.delete(b.as_raw_fd()).unwrap_err().raw_os_error(),
             Some(libc::ENOENT)
         );
+    }
+}
+
+/// An eventfd (eventfd(2), `EFD_NONBLOCK | EFD_CLOEXEC`): a counter the kernel adds to and a
+/// poller sees as readable while it is not 0. zcnet registers one with an io_uring
+/// (`IORING_REGISTER_EVENTFD`) as the readiness fd an event loop waits on: the kernel signals it
+/// for every completion posted and, on a DEFER_TASKRUN ring, whenever receive work is queued for
+/// the owner's next `io_uring_enter` (io_uring/tw.c `io_req_local_work_add`) — which, unlike
+/// the ring fd itself, wakes an epoll waiter.
+#[derive(Debug)]
+pub struct EventFd {
+    fd: OwnedFd,
+}
+
+impl EventFd {
+    /// A new eventfd with a count of 0.
+    pub fn new() -> io::Result<EventFd> {
+        // SAFETY: no pointer arguments; the fd returned is new and owned below.
+        let fd = crate::cvt(unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) })?;
+        Ok(EventFd {
+            // SAFETY: `fd` was just returned by eventfd and nothing else owns it.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Reads (and so resets) the count without blocking: how many signals since the last
+    /// read, 0 when none.
+    pub fn drain(&self) -> io::Result<u64> {
+        let mut n = 0u64;
+        // SAFETY: `n` is a live, writable 8-byte buffer, the size an eventfd read needs.
+        let r = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&mut n as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        if r < 0 {
+            let e = crate::last_err();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) => Ok(0),
+                _ => Err(e),
+            };
+        }
+        Ok(n)
+    }
+
+    /// Adds one to the count (wakes a waiter).
+    pub fn signal(&self) -> io::Result<()> {
+        let one = 1u64;
+        // SAFETY: `one` is a live 8-byte value, the size an eventfd write needs.
+        let r = unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        if r < 0 {
+            return Err(crate::last_err());
+        }
+        Ok(())
+    }
+}
+
+impl std::os::fd::AsFd for EventFd {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for EventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod eventfd_tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn counts_signals_and_reads_back_zero_when_none() {
+        let e = EventFd::new().unwrap();
+        assert_eq!(e.drain().unwrap(), 0);
+        e.signal().unwrap();
+        e.signal().unwrap();
+        let mut ep = Epoll::new(4).unwrap();
+        ep.add(e.as_raw_fd(), 9, IN).unwrap();
+        let mut out = Vec::new();
+        ep.wait(&mut out, 0).unwrap();
+        assert_eq!(out.len(), 1, "readable while the count is not 0");
+        assert_eq!(e.drain().unwrap(), 2);
+        assert_eq!(e.drain().unwrap(), 0);
+        out.clear();
+        ep.wait(&mut out, 0).unwrap();
+        assert!(out.is_empty(), "not readable once read: {out:?}");
     }
 }

@@ -111,6 +111,15 @@ impl Ring {
         self.flags
     }
 
+    /// Registers `efd` (`IOring_REGISTER_EVENTFD`): the kernel signals it for every completion
+    /// posted (and, on a DEFER_TASKRUN ring, when work is queued for the next wait), so an
+    /// event loop can wait on it. The kernel takes its own reference: `efd` may be dropped
+    /// later. `EBUSY` when one is registered already.
+    pub fn register_eventfd(&self, efd: &crate::epoll::EventFd) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        self.ring.submitter().register_eventfd(efd.as_raw_fd())
+    }
+
     /// Whether the kernel supports IORING_OP_SEND_ZC (Linux 6.0).
     pub fn supports_send_zc(&self) -> io::Result<bool> {
         self.supports(opcode::SendZc::CODE)

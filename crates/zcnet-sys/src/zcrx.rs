@@ -1009,6 +1009,15 @@ impl ZcrxIfq {
         &mut self.ring
     }
 
+    /// Registers `efd` (`IOring_REGISTER_EVENTFD`): the kernel signals it for every completion
+    /// posted (and, on a DEFER_TASKRUN ring, when work is queued for the next wait), so an
+    /// event loop can wait on it. The kernel takes its own reference: `efd` may be dropped
+    /// later. `EBUSY` when one is registered already.
+    pub fn register_eventfd(&self, efd: &crate::epoll::EventFd) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        self.ring.submitter().register_eventfd(efd.as_raw_fd())
+    }
+
     /// Start address of the area (for offsets; read received bytes with [`Self::area_bytes`]);
     /// 0 for a dma-buf area, which has no address here.
     pub fn area_addr(&self) -> usize {
