@@ -79,6 +79,21 @@ enum SendOp {
         /// A `SEND_ZC` payload.
         zc: bool,
     },
+    /// A `SEND_ZC` payload the kernel refused. Its notification may still follow, even after a
+    /// failed result without `IORING_CQE_F_MORE` (a request failed before it ran), so the tag
+    /// stays known; `released` once its buffer reference was dropped.
+    Refused { chunk_id: u64, released: bool },
+}
+
+/// What became of the chunk header last queued on a socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Not known yet (or no chunk).
+    Pending,
+    /// In the socket.
+    Sent,
+    /// Cancelled with its payload: nothing of the chunk went out.
+    Cancelled,
 }
 
 /// How payloads go out.
@@ -96,6 +111,11 @@ pub struct UringSend {
     socks: Vec<TcpStream>,
     /// Whether socket `i` has a chunk whose payload result is pending.
     busy: Vec<bool>,
+    /// What became of socket `i`'s last chunk header.
+    head: Vec<Head>,
+    /// A chunk of socket `i` to queue again once its header's fate is known: its zero-copy
+    /// payload was refused for want of locked memory.
+    retry: Vec<Option<SendChunk>>,
     ops: HashMap<u64, SendOp>,
     next_tag: u64,
     sched: SendSched,
@@ -148,6 +168,8 @@ impl UringSend {
             ring,
             socks,
             busy: vec![false; n],
+            head: vec![Head::Pending; n],
+            retry: vec![None; n],
             ops: HashMap::new(),
             next_tag: 1,
             sched: SendSched::new(chunk, crate::abi::NET_MAX_REQUESTS * MAX_RECVS),
@@ -225,12 +247,6 @@ impl UringSend {
     /// Queues chunk `chunk` on socket `i`: header, then payload (linked).
     fn push_chunk(&mut self, i: usize, chunk: SendChunk) -> Result<()> {
         let h = chunk.header;
-        let buf = self
-            .reqs
-            .bufs
-            .get(&chunk.id)
-            .cloned()
-            .ok_or_else(|| PluginError::Internal(format!("send {}: buffer gone", chunk.id)))?;
         let fd = self.socks[i].as_raw_fd();
         let empty = h.len == 0;
         let header = Request {
@@ -242,7 +258,6 @@ impl UringSend {
             flags: libc::MSG_WAITALL | if empty { 0 } else { libc::MSG_MORE },
             link: !empty,
         };
-        let zero_copy = !empty && self.zero_copy_now();
         let head_op = if empty {
             SendOp::Chunk {
                 sock: i,
@@ -258,7 +273,26 @@ impl UringSend {
             .push(t, &header)
             .map_err(|e| PluginError::io("io_uring: queueing a chunk header", &e))?;
         *self.refs.entry(chunk.id).or_default() += usize::from(empty);
+        self.head[i] = Head::Pending;
         if !empty {
+            self.push_payload(i, chunk)?;
+        }
+        self.busy[i] = true;
+        Ok(())
+    }
+
+    /// Queues the payload of chunk `chunk` on socket `i` (after its header).
+    fn push_payload(&mut self, i: usize, chunk: SendChunk) -> Result<()> {
+        let h = chunk.header;
+        let buf = self
+            .reqs
+            .bufs
+            .get(&chunk.id)
+            .cloned()
+            .ok_or_else(|| PluginError::Internal(format!("send {}: buffer gone", chunk.id)))?;
+        let fd = self.socks[i].as_raw_fd();
+        let zero_copy = self.zero_copy_now();
+        {
             let off = h.offset as usize;
             let op = if zero_copy {
                 Op::SendZc {
@@ -287,8 +321,35 @@ impl UringSend {
                 .map_err(|e| PluginError::io("io_uring: queueing a payload", &e))?;
             *self.refs.entry(chunk.id).or_default() += 1;
         }
-        self.busy[i] = true;
         Ok(())
+    }
+
+    /// Socket `i`'s chunk whose zero-copy payload was refused goes again, copied, once its
+    /// header's fate is known: the payload alone when the header is in the socket, else both.
+    fn requeue(&mut self, i: usize) -> Result<()> {
+        let chunk = match (self.head[i], self.retry[i]) {
+            (Head::Pending, _) | (_, None) => return Ok(()),
+            (_, Some(chunk)) => chunk,
+        };
+        self.retry[i] = None;
+        if self.head[i] == Head::Sent {
+            self.push_payload(i, chunk)
+        } else {
+            self.push_chunk(i, chunk)
+        }
+    }
+
+    /// A zero-copy payload refused with ENOMEM: the locked memory that `SEND_ZC` charges for
+    /// pages it pins per request (RLIMIT_MEMLOCK, shared by every process of the user) is spent.
+    /// It will not come back soon: this comm sends copied from now on.
+    fn memlock_fallback(&mut self) {
+        if !matches!(self.policy, Policy::Copy) {
+            crate::log::warn(
+                "SEND_ZC refused for want of locked memory (RLIMIT_MEMLOCK); sending with IORING_OP_SEND on this connection",
+            );
+            self.policy = Policy::Copy;
+            self.stats.fallback("memlock");
+        }
     }
 
     fn complete(&mut self, c: Cqe) -> Result<()> {
@@ -300,8 +361,22 @@ impl UringSend {
         }
         match op {
             SendOp::Header { sock } => {
-                if c.res != HEADER_LEN as i32 {
+                if c.res == HEADER_LEN as i32 {
+                    self.head[sock] = Head::Sent;
+                } else if c.res == -libc::ECANCELED {
+                    // Its payload failed before it ran: the payload's result says why.
+                    self.head[sock] = Head::Cancelled;
+                } else {
                     return Err(send_failed(sock, c.res, "a chunk header"));
+                }
+                self.requeue(sock)?;
+            }
+            SendOp::Refused { chunk_id, released } => {
+                if c.flags & IORING_CQE_F_NOTIF != 0 {
+                    self.stats.notifications += 1;
+                }
+                if c.last && !released {
+                    self.release(chunk_id);
                 }
             }
             SendOp::Chunk {
@@ -310,6 +385,21 @@ impl UringSend {
                 len,
                 zc,
             } => {
+                if zc && c.res == -libc::ENOMEM && c.flags & IORING_CQE_F_NOTIF == 0 {
+                    self.memlock_fallback();
+                    if c.last {
+                        self.release(chunk.id);
+                    }
+                    self.ops.insert(
+                        c.tag,
+                        SendOp::Refused {
+                            chunk_id: chunk.id,
+                            released: c.last,
+                        },
+                    );
+                    self.retry[sock] = Some(chunk);
+                    return self.requeue(sock);
+                }
                 if chunk.header.len > 0 {
                     // A payload (an empty chunk is its header alone).
                     self.stats.send_cqe(zc, len, c.res, c.flags);
