@@ -211,6 +211,10 @@ fn receiver_command(role: &str) -> Command {
         .unwrap_or_else(|_| "=lo".into());
     c.env("ZCNET_NCCL_ROLE", role)
         .env("ZCNET_NCCL_IFACE", iface);
+    // The counters check gives the receiver a stats file of its own.
+    if let Ok(f) = std::env::var("ZCNET_NCCL_RECV_STATS") {
+        c.env("ZCNET_NCCL_STATS", f);
+    }
     c
 }
 
@@ -355,6 +359,12 @@ fn main() {
             println!("OK");
             std::process::exit(0);
         }
+        Ok("send-stats") => {
+            // One transfer, the counters written at the last close (ZCNET_NCCL_STATS).
+            transfer_groups(12, STATS_SEED, STATS_MAX, STATS_GROUPS);
+            println!("OK");
+            std::process::exit(0);
+        }
         Ok("send") => {
             // A sender process of its own for one (ZCNET_NCCL_TX, ZCNET_NCCL_RX) pair.
             every_version_once();
@@ -394,6 +404,16 @@ fn main() {
             "a_buffer_rewritten_once_test_says_done_never_changes_what_the_peer_gets",
             180,
             rewrite_after_done
+        ),
+        case!(
+            "counters_in_zcnet_nccl_stats_match_the_bytes_moved",
+            300,
+            stats_files
+        ),
+        case!(
+            "send_zc_out_of_locked_memory_falls_back_to_copies_and_says_memlock",
+            300,
+            memlock_fallback
         ),
         case!("between_lab_namespaces_over_veth", 300, lab_namespaces),
         case!(
@@ -572,6 +592,139 @@ fn every_mode() {
         c.env("ZCNET_NCCL_TX", tx).env("ZCNET_NCCL_RX", rx);
         run_sender(&format!("ZCNET_NCCL_TX={tx} ZCNET_NCCL_RX={rx}"), &mut c);
     }
+}
+
+/// The transfer of the counters check (the script: both processes derive it from these).
+const STATS_SEED: u64 = 4242;
+const STATS_MAX: usize = 1 << 20;
+const STATS_GROUPS: usize = 20;
+
+/// `"key":<integer>` of the flat JSON object `json`.
+fn json_u64(json: &str, key: &str) -> u64 {
+    let pat = format!("\"{key}\":");
+    let at = json
+        .find(&pat)
+        .unwrap_or_else(|| panic!("no {key} in {json}"))
+        + pat.len();
+    let digits: String = json[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is not an integer in {json}"))
+}
+
+/// Runs `cmd` (this binary, or a prefix running it) as the `send-stats` sender with `tx`, `rx`
+/// and a stats file per side in `dir`; the (sender's, receiver's) JSON.
+fn stats_run(dir: &std::path::Path, tx: &str, rx: &str, cmd: &mut Command) -> (String, String) {
+    let (sf, rf) = (
+        dir.join(format!("send-{tx}.json")),
+        dir.join(format!("recv-{rx}.json")),
+    );
+    let _ = (std::fs::remove_file(&sf), std::fs::remove_file(&rf));
+    cmd.env("ZCNET_NCCL_TX", tx)
+        .env("ZCNET_NCCL_RX", rx)
+        .env("ZCNET_NCCL_STATS", &sf)
+        .env("ZCNET_NCCL_RECV_STATS", &rf);
+    run_role(
+        "send-stats",
+        &format!("ZCNET_NCCL_STATS with ZCNET_NCCL_TX={tx} ZCNET_NCCL_RX={rx}"),
+        cmd,
+    );
+    let read = |f: &std::path::Path| {
+        std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()))
+    };
+    (read(&sf), read(&rf))
+}
+
+/// The bytes the counters check's transfer moves.
+fn stats_total() -> u64 {
+    script(STATS_SEED, STATS_GROUPS, STATS_MAX)
+        .iter()
+        .flatten()
+        .map(|m| m.1 as u64)
+        .sum()
+}
+
+/// As root: the sender and its receiver as a user of their own without CAP_IPC_LOCK and with
+/// 256 KiB of locked memory, less than one 512 KiB chunk costs `SEND_ZC` to pin (and the
+/// registration of the send buffer fails too): every zero-copy payload is refused with ENOMEM,
+/// and the transfer must still complete, sent copied, the fallback counted as `memlock`.
+fn memlock_fallback() {
+    zcnet_testkit::require_root("to run the plugin as a user of its own, without CAP_IPC_LOCK");
+    zcnet_testkit::require_tool(
+        "setpriv",
+        "util-linux: drops root for the plugin's processes",
+    );
+    let uid = 2_000_000_000 + std::process::id() % 1_000_000;
+    let total = stats_total();
+    let dir = std::env::temp_dir().join(format!("zcnet-nccl-memlock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!(
+            "ulimit -l 256 && exec setpriv --reuid={uid} --regid={uid} --clear-groups \"$0\""
+        ))
+        .arg(std::env::current_exe().expect("exe"));
+    let (s, r) = stats_run(&dir, "uring-zc", "uring", &mut c);
+    let what = format!("sender {s}, receiver {r}");
+    assert_eq!(json_u64(&s, "bytes_sent"), total, "{what}");
+    assert_eq!(json_u64(&r, "bytes_received"), total, "{what}");
+    assert_eq!(json_u64(&s, "copied_bytes"), total, "{what}");
+    assert!(s.contains("\"memlock\":"), "no memlock fallback: {what}");
+    assert!(json_u64(&s, "fallbacks") >= 1, "{what}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One transfer per mode in a sender process of its own with `ZCNET_NCCL_STATS` set on each
+/// side: the counters in the files are the bytes moved, and the kernel's verdict on loopback
+/// (it copies every SEND_ZC: notifications all say ZC_COPIED).
+fn stats_files() {
+    let total = stats_total();
+    assert!(total > 0, "the script moves bytes");
+    let dir = std::env::temp_dir().join(format!("zcnet-nccl-stats-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (tx, rx) in [("uring-zc", "uring"), ("copy", "copy")] {
+        let mut c = Command::new(std::env::current_exe().expect("exe"));
+        let (s, r) = stats_run(&dir, tx, rx, &mut c);
+        for key in [
+            "bytes_sent",
+            "bytes_received",
+            "zerocopy_bytes",
+            "copied_bytes",
+            "notifications",
+            "fallbacks",
+        ] {
+            json_u64(&s, key);
+            json_u64(&r, key);
+        }
+        assert!(s.contains("\"fallback_reasons\":{"), "{s}");
+        let what = format!("TX={tx} RX={rx}: sender {s}, receiver {r}");
+        assert_eq!(json_u64(&s, "bytes_sent"), total, "{what}");
+        assert_eq!(json_u64(&s, "bytes_received"), 0, "{what}");
+        assert_eq!(json_u64(&r, "bytes_received"), total, "{what}");
+        assert_eq!(json_u64(&r, "bytes_sent"), 0, "{what}");
+        assert_eq!(
+            json_u64(&s, "copied_bytes"),
+            total,
+            "loopback copies: {what}"
+        );
+        assert_eq!(json_u64(&s, "zerocopy_bytes"), 0, "loopback copies: {what}");
+        assert_eq!(json_u64(&r, "fallbacks"), 0, "{what}");
+        if tx == "copy" {
+            assert_eq!(json_u64(&s, "notifications"), 0, "{what}");
+        } else {
+            if s.contains("no SEND_ZC") {
+                zcnet_testkit::skip(Need::Kernel, "this kernel has no IORING_OP_SEND_ZC");
+            }
+            assert!(json_u64(&s, "notifications") > 0, "{what}");
+            assert_eq!(json_u64(&s, "fallbacks"), 0, "{what}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// As root: the sender in one lab namespace, the receiver in another, over veth.
