@@ -5,7 +5,7 @@ use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::time::Duration;
 use zcnet_sys::epoll::{self, Epoll};
 
@@ -161,6 +161,11 @@ impl ConnSet {
         }
     }
 
+    /// The epoll set's own fd: readable while a connection is ready to read.
+    pub fn ready_fd(&self) -> BorrowedFd<'_> {
+        self.ep.as_fd()
+    }
+
     /// The connections ready to read, waiting up to `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> Result<Vec<(ConnId, RawFd)>> {
         self.ready.clear();
@@ -280,6 +285,10 @@ impl RxBackend for CopyRx {
 
     fn held(&self) -> usize {
         self.pool.held()
+    }
+
+    fn ready_fd(&mut self) -> Result<BorrowedFd<'_>> {
+        Ok(self.conns.ready_fd())
     }
 }
 

@@ -102,6 +102,11 @@ impl RxBackend for SimDevice {
     fn held(&self) -> usize {
         self.held
     }
+    fn ready_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        Err(Error::invalid_input(
+            "a simulated device has no readiness fd",
+        ))
+    }
 }
 
 fn stream() -> TcpStream {

@@ -33,7 +33,7 @@ use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 use zcnet_core::devmem::{DevmemCmsg, DevmemError, DevmemRx, DMABUF_CMSG_LEN, MAX_DONTNEED_TOKENS};
@@ -617,6 +617,10 @@ impl RxBackend for DevmemBackend {
 
     fn held(&self) -> usize {
         self.st.held()
+    }
+
+    fn ready_fd(&mut self) -> Result<BorrowedFd<'_>> {
+        Ok(self.st.conns.ready_fd())
     }
 }
 

@@ -36,7 +36,7 @@ mod zcrx;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::net::TcpStream;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -412,6 +412,10 @@ pub(crate) trait RxBackend: std::fmt::Debug {
     fn bytes(&self, key: u64, len: usize) -> Option<&[u8]>;
     /// Buffers the application holds.
     fn held(&self) -> usize;
+    /// The fd an event loop waits on for readability before a [`Self::poll`] with a zero
+    /// timeout ([`Receiver::readiness_fd`]); made (and registered with the kernel) at the
+    /// first call where it is not the backend's own epoll set.
+    fn ready_fd(&mut self) -> Result<BorrowedFd<'_>>;
 }
 
 /// Receives on many connections with one mechanism, lending buffers to the application.
@@ -604,9 +608,48 @@ impl Receiver {
     pub fn closing(&self) -> usize {
         self.closing.len()
     }
+
+    /// The fd an event loop (epoll, mio, tokio's `AsyncFd`) waits on for readability; when it
+    /// is readable, call [`Receiver::poll`] with a zero timeout, which never blocks. Made at the
+    /// first call: for the io_uring backends (`uring`, `zcrx`) an eventfd registered with the
+    /// ring (`IORING_REGISTER_EVENTFD`; a DEFER_TASKRUN ring's own fd would not wake a poller
+    /// when receive work is queued for it), for `copy` and `devmem` their epoll set. Every
+    /// poll resets it first, so a signal that arrives during a poll is seen by the next wait.
+    ///
+    /// Readiness is edge-like: drive it as "wait, then poll until a poll returns no event"
+    /// (or, with tokio, `AsyncFd::readable` then `try_io`). A poll also does the work that no
+    /// fd signals: giving back buffers the application dropped and re-arming connections that
+    /// ran out of them, so poll again after dropping buffers even when the fd is not
+    /// readable. The receiver stays `!Send` (the io_uring rings take submissions only from the
+    /// thread that made them): use it on one thread (tokio: a current-thread runtime or a
+    /// `LocalSet`).
+    pub fn readiness_fd(&mut self) -> Result<BorrowedFd<'_>> {
+        self.backend.ready_fd()
+    }
 }
 
 /// `auto`: zcrx when an interface is named, then uring, then copy.
+/// The eventfd in `slot`, made and registered (by `register`) with an io_uring the first
+/// time: the readiness fd of the io_uring backends, send and receive.
+pub(crate) fn ready_eventfd(
+    slot: &mut Option<zcnet_sys::epoll::EventFd>,
+    register: impl FnOnce(&zcnet_sys::epoll::EventFd) -> std::io::Result<()>,
+) -> Result<&zcnet_sys::epoll::EventFd> {
+    if slot.is_none() {
+        let e = zcnet_sys::epoll::EventFd::new().map_err(|e| Error::io("eventfd", e))?;
+        register(&e).map_err(|e| {
+            Error::io(
+                "registering the readiness eventfd (IORING_REGISTER_EVENTFD)",
+                e,
+            )
+        })?;
+        *slot = Some(e);
+    }
+    // Set just above when it was not.
+    slot.as_ref()
+        .ok_or_else(|| Error::invalid_input("no readiness eventfd"))
+}
+
 /// `SO_RCVLOWAT` of `stream`, read back.
 fn set_low_water(stream: &TcpStream, bytes: u32) -> Result<u32> {
     let fd = stream.as_raw_fd();

@@ -8,13 +8,14 @@
 //! application holds.
 
 use super::copy::recv_error;
-use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
+use super::{ready_eventfd, ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::time::Duration;
 use zcnet_sys::bufring::{RecvCompletion, RecvRing, MAX_BUFS};
+use zcnet_sys::epoll::EventFd;
 
 /// Submission-queue entries: arms and cancels only, submitted when full.
 const SQ_ENTRIES: u32 = 64;
@@ -34,6 +35,8 @@ pub(super) struct UringRx {
     /// Re-arms not yet added to the statistics.
     rearms: u64,
     done: Vec<RecvCompletion>,
+    /// The readiness fd, registered with the ring at the first [`RxBackend::ready_fd`].
+    efd: Option<EventFd>,
 }
 
 impl UringRx {
@@ -71,6 +74,7 @@ impl UringRx {
             starving: false,
             rearms: 0,
             done: Vec::new(),
+            efd: None,
         })
     }
 
@@ -193,6 +197,11 @@ impl RxBackend for UringRx {
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
+        // Reset the readiness fd first: whatever arrives from here on signals it again.
+        if let Some(e) = &self.efd {
+            e.drain()
+                .map_err(|e| Error::io("reading the readiness eventfd", e))?;
+        }
         self.rearm_waiting()?;
         ctx.stats.rearms += std::mem::take(&mut self.rearms);
         let timeout = if self.starving {
@@ -214,6 +223,11 @@ impl RxBackend for UringRx {
 
     fn bytes(&self, key: u64, len: usize) -> Option<&[u8]> {
         self.ring.buf(u16::try_from(key).ok()?, len).ok()
+    }
+
+    fn ready_fd(&mut self) -> Result<BorrowedFd<'_>> {
+        let efd = ready_eventfd(&mut self.efd, |e| self.ring.register_eventfd(e))?;
+        Ok(efd.as_fd())
     }
 
     fn held(&self) -> usize {

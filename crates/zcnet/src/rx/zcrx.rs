@@ -392,6 +392,8 @@ pub(super) struct ZcrxBackend {
     unsplit: u64,
     /// Which delivered bytes were copied.
     account: ZcrxCopyAccount,
+    /// The readiness fd, registered with the ring at the first [`RxBackend::ready_fd`].
+    efd: Option<zcnet_sys::epoll::EventFd>,
 }
 
 impl ZcrxBackend {
@@ -482,6 +484,7 @@ impl ZcrxBackend {
             device,
             unsplit: 0,
             account: ZcrxCopyAccount::new(),
+            efd: None,
         })
     }
 
@@ -696,6 +699,11 @@ impl RxBackend for ZcrxBackend {
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
+        // Reset the readiness fd first: whatever arrives from here on signals it again.
+        if let Some(e) = &self.efd {
+            e.drain()
+                .map_err(|e| Error::io("reading the readiness eventfd", e))?;
+        }
         self.refill(ctx)?;
         self.rearm_waiting(ctx);
         let timeout = if self.starving {
@@ -738,6 +746,12 @@ impl RxBackend for ZcrxBackend {
 
     fn held(&self) -> usize {
         self.rx.core().stats().held_fragments as usize
+    }
+
+    fn ready_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        let ifq = self.rx.ifq();
+        let efd = super::ready_eventfd(&mut self.efd, |e| ifq.register_eventfd(e))?;
+        Ok(efd.as_fd())
     }
 }
 

@@ -181,4 +181,14 @@ impl TxBackend for AutoTx {
             .or(self.uring.as_ref())
             .map_or(0, UringTx::outstanding)
     }
+
+    /// The engine's ring's (the one [`Self::reap`] reaps); none when both were refused and
+    /// every send copies.
+    fn ready_fd(&mut self) -> Result<Option<std::os::fd::BorrowedFd<'_>>> {
+        match (self.zc.as_mut(), self.uring.as_mut()) {
+            (Some(zc), _) => zc.ready_fd(),
+            (None, Some(uring)) => uring.ready_fd(),
+            (None, None) => Ok(None),
+        }
+    }
 }

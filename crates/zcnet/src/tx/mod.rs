@@ -358,6 +358,12 @@ pub(crate) trait TxBackend: Send + std::fmt::Debug {
     fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()>;
     /// Buffers the kernel still holds.
     fn outstanding(&self) -> usize;
+    /// The fd an event loop waits on before a non-blocking [`Self::reap`]: for the io_uring
+    /// backends an eventfd registered with the ring at the first call. `None` for those that
+    /// send (and get their buffers back) inside `send` and blocking waits only.
+    fn ready_fd(&mut self) -> Result<Option<std::os::fd::BorrowedFd<'_>>> {
+        Ok(None)
+    }
 }
 
 /// Sends from a region with one mechanism, keeping the accounting.
@@ -596,6 +602,30 @@ impl Sender {
     /// only takes back finished buffers.
     pub fn submit(&mut self) -> Result<()> {
         self.backend.reap(&mut self.sh, false)
+    }
+
+    /// The fd an event loop (epoll, mio, tokio's `AsyncFd`) waits on for readability while
+    /// every buffer is in flight: when it is readable, [`Sender::submit`] (or
+    /// [`Sender::try_buffer`]) takes back what the kernel finished without blocking. Made at
+    /// the first call: an eventfd registered with the io_uring ring of `uring`, `uring-zc` and
+    /// `auto` (`IORING_REGISTER_EVENTFD`: signalled for each completion and zero-copy
+    /// notification). A completion that finishes while the thread sleeps in the loop's wait
+    /// wakes it: the kernel interrupts the wait (`EINTR`, which event loops retry) to post it,
+    /// and the fd is readable from then on. Each reap resets it first, so wait, then submit until nothing more comes
+    /// back. [`Sender::send`] never blocks on these modes: it queues, and submits when the
+    /// queue is full. `copy`, `msg-zerocopy` and `devmem` have none (an `Unsupported` error):
+    /// they send inside `send` and get buffers back in blocking waits, so drive them from a
+    /// thread of their own. `auto` that switched to copying sends inside `send` as well, with
+    /// every buffer free at once. The sender is `Send`: it may move between threads.
+    pub fn readiness_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>> {
+        let mode = self.mode;
+        self.backend.ready_fd()?.ok_or_else(|| Error::Unsupported {
+            what: format!(
+                "a readiness fd for {mode} sends (they complete inside send() and blocking waits)"
+            ),
+            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            fix: "use the uring, uring-zc or auto mode with an event loop, or a thread of its own",
+        })
     }
 
     /// Waits until every buffer is back: every send completed and every notification arrived.

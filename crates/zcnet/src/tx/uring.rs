@@ -79,6 +79,8 @@ pub(crate) struct UringTx {
     stream: bool,
     staged: VecDeque<(TxBuf, u32)>,
     error: Option<Error>,
+    /// The readiness fd, registered with the ring at the first [`TxBackend::ready_fd`].
+    efd: Option<zcnet_sys::epoll::EventFd>,
 }
 
 impl UringTx {
@@ -140,6 +142,7 @@ impl UringTx {
             stream,
             staged: VecDeque::new(),
             error: None,
+            efd: None,
         })
     }
 
@@ -273,6 +276,11 @@ impl TxBackend for UringTx {
     }
 
     fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
+        // Reset the readiness fd first: whatever completes from here on signals it again.
+        if let Some(e) = &self.efd {
+            e.drain()
+                .map_err(|e| Error::io("reading the readiness eventfd", e))?;
+        }
         if wait && self.ring.in_flight() > 0 {
             self.ring
                 .submit_and_wait(1, WAIT)
@@ -291,5 +299,12 @@ impl TxBackend for UringTx {
 
     fn outstanding(&self) -> usize {
         self.ring.in_flight() + self.staged.len()
+    }
+
+    fn ready_fd(&mut self) -> Result<Option<std::os::fd::BorrowedFd<'_>>> {
+        use std::os::fd::AsFd;
+        let ring = &self.ring;
+        let efd = crate::rx::ready_eventfd(&mut self.efd, |e| ring.register_eventfd(e))?;
+        Ok(Some(efd.as_fd()))
     }
 }
