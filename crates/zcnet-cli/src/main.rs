@@ -5,6 +5,7 @@
 
 mod bench_cmd;
 mod bench_gpu;
+mod bench_raw;
 mod bench_xsk;
 mod gpu_cmd;
 mod nic_cmd;
@@ -61,6 +62,9 @@ enum BenchCmd {
     /// AF_XDP (copy, zero-copy) against AF_PACKET on the lab veth pair: TX and RX packets per
     /// second, CPU per million packets, drops; 64, 512 and 1500 B frames.
     Xsk(bench_xsk::BenchXskArgs),
+    /// A raw send loop alone (no zcnet library around it) on a UDP socket to ADDR: the minimal
+    /// MSG_ZEROCOPY loop or the raw SEND_ZC loop, the yardsticks of scripts/send-tax.sh.
+    Raw(bench_raw::BenchRawArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -181,6 +185,7 @@ fn main() {
         Cmd::Bench(BenchCmd::Tx(a)) => bench_cmd::run(&a).map(|()| 0),
         Cmd::Bench(BenchCmd::Rx(a)) => bench_cmd::run_rx(&a).map(|()| 0),
         Cmd::Bench(BenchCmd::Xsk(a)) => bench_xsk::run(&a).map(|()| 0),
+        Cmd::Bench(BenchCmd::Raw(a)) => bench_raw::run(&a).map(|()| 0),
         Cmd::Send(a) => sendrecv::send(&a).map(|()| 0),
         Cmd::Recv(a) => sendrecv::recv(&a).map(|()| 0),
         Cmd::Lab(LabCmd::Cleanup) => lab_cleanup().map(|()| 0),

@@ -1,0 +1,86 @@
+//! `zcnet bench raw`: one of the raw loops of `zcnet_sys::baseline` alone, on a UDP socket
+//! connected to ADDR, so that a script can run it beside `zcnet send` and an external peer
+//! (liburing's examples/send-zerocopy) on the same path and CPU: the yardstick without zcnet's
+//! library around it. `msg-zerocopy` is the minimal MSG_ZEROCOPY loop (the kernel selftest's
+//! shape), `send-zc` the raw SEND_ZC loop.
+
+use crate::units::{count_arg, seconds_arg, size_arg};
+use clap::Args;
+use zcnet::{net, Error};
+
+/// Options of `zcnet bench raw`.
+#[derive(Args, Debug)]
+pub struct BenchRawArgs {
+    /// Where to send UDP datagrams (ADDR:PORT).
+    pub addr: String,
+    /// The loop: msg-zerocopy (send(MSG_ZEROCOPY) and the error queue) or send-zc
+    /// (IORING_OP_SEND_ZC from a registered buffer).
+    #[arg(long = "loop", default_value = "msg-zerocopy")]
+    pub which: String,
+    /// Bytes per datagram (at most 65507).
+    #[arg(long, default_value = "64000")]
+    pub size: String,
+    /// Sends in flight.
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    pub inflight: usize,
+    /// Seconds to send.
+    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
+    pub duration: f64,
+    /// UDP_SEGMENT (GSO segment size, bytes); 0, the default: none, one datagram per send
+    /// (the selftest's shape).
+    #[arg(long, default_value_t = 0)]
+    pub gso: u16,
+    /// Print one JSON object instead of the line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
+    let size = size_arg("--size", &a.size, zcnet_tools::bench::UDP_MAX_PAYLOAD)?;
+    let inflight = count_arg("--inflight", a.inflight, 4096)?;
+    let duration = seconds_arg("--duration", a.duration)?;
+    let run: fn(_, _, _, _) -> _ = match a.which.as_str() {
+        "msg-zerocopy" => zcnet_sys::baseline::raw_msg_zerocopy,
+        "send-zc" => zcnet_sys::baseline::raw_send_zc,
+        other => {
+            return Err(Error::invalid_input(format!(
+                "--loop {other}: use msg-zerocopy or send-zc"
+            )))
+        }
+    };
+    let addr = net::parse_addr(&a.addr)?;
+    let sock = net::connect_udp(addr, (a.gso > 0).then_some(a.gso))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
+    let r = run(fd, size, inflight, duration)
+        .map_err(|e| Error::io(format!("raw {} loop", a.which), e))?;
+    let mb_per_s = if r.seconds > 0.0 {
+        r.bytes as f64 / r.seconds / 1e6
+    } else {
+        0.0
+    };
+    if a.json {
+        zcnet_tools::outln!(
+            "{{\"loop\":\"{}\",\"bytes\":{},\"sends\":{},\"seconds\":{:.6},\"mb_per_s\":{:.1},\"notifications\":{},\"copied_notifications\":{},\"cpu_seconds\":{:.6}}}",
+            a.which,
+            r.bytes,
+            r.sends,
+            r.seconds,
+            mb_per_s,
+            r.notifications,
+            r.copied_notifications,
+            r.cpu_seconds
+        );
+    } else {
+        zcnet_tools::outln!(
+            "raw {}: {} B in {:.2} s ({mb_per_s:.0} MB/s), {} sends, {} notifications ({} copied), CPU {:.3} s",
+            a.which,
+            r.bytes,
+            r.seconds,
+            r.sends,
+            r.notifications,
+            r.copied_notifications,
+            r.cpu_seconds
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# zcnet's "library tax" on the send side: zcnet's UDP senders against peers with no library
+# around them, on one path and one CPU, rounds interleaved.
+#
+#   liburing examples/send-zerocopy -z 1 -b 1  (SEND_ZC, fixed buffer)  vs  zcnet send --tx uring-zc
+#   liburing examples/send-zerocopy -z 0       (IORING_OP_SEND)         vs  zcnet send --tx uring
+#   zcnet bench raw --loop msg-zerocopy        (minimal MSG_ZEROCOPY)   vs  zcnet send --tx msg-zerocopy
+#
+# The path: a private namespace whose route to 10.61.0.0/24 ends in an ifb device with MTU 65535
+# that drops every packet (the device is created inside the namespace: the root namespace and its
+# boot-time interfaces are never touched). Every sender runs in it, pinned to CPU $CPU, with
+# $SIZE-byte datagrams and $INFLIGHT requests in flight.
+#
+# Usage (root): scripts/send-tax.sh
+# Environment: LIBURING (a liburing source tree with examples built; default /tmp/liburing),
+#   ZCNET (default target/release/zcnet), ROUNDS (3), SECS (3), CPU (1), SIZE (64000),
+#   INFLIGHT (8), CASES (space-separated subset of the case names below).
+# Prints each round's GB/s (10^9 B/s) per case, then the medians and the ratios zcnet/peer.
+set -euo pipefail
+
+LIBURING=${LIBURING:-/tmp/liburing}
+ZCNET=${ZCNET:-target/release/zcnet}
+ROUNDS=${ROUNDS:-3}
+SECS=${SECS:-3}
+CPU=${CPU:-1}
+SIZE=${SIZE:-64000}
+INFLIGHT=${INFLIGHT:-8}
+CASES=${CASES:-"liburing-zc zcnet-uring-zc liburing-send zcnet-uring raw-msg-zerocopy zcnet-msg-zerocopy"}
+PEER="$LIBURING/examples/send-zerocopy"
+
+if [[ ! -x $PEER ]]; then
+    echo "send-tax: no $PEER: build liburing's examples (git clone https://github.com/axboe/liburing $LIBURING && cd $LIBURING && ./configure && make -C src && make -C examples), or set LIBURING" >&2
+    exit 2
+fi
+if [[ ! -x $ZCNET ]]; then
+    echo "send-tax: no $ZCNET: cargo build --release -p zcnet-cli, or set ZCNET" >&2
+    exit 2
+fi
+if [[ $(id -u) != 0 ]]; then
+    echo "send-tax: needs root (a network namespace with an ifb device)" >&2
+    exit 2
+fi
+
+NS="zcnet-tax-$$"
+DEST=10.61.0.2
+PORT=9
+cleanup() { ip netns del "$NS" 2>/dev/null || true; }
+trap cleanup EXIT
+ip netns add "$NS"
+ip -n "$NS" link set lo up
+ip -n "$NS" link add taxsink type ifb
+ip -n "$NS" link set taxsink mtu 65535
+ip -n "$NS" addr add 10.60.0.1/24 dev taxsink
+ip -n "$NS" link set taxsink up
+ip -n "$NS" route add 10.61.0.0/24 dev taxsink
+
+in_ns() { ip netns exec "$NS" taskset -c "$CPU" "$@"; }
+
+CPUFILE=$(mktemp)
+# Runs "$@" in the namespace, with its CPU time (task-clock, ms) in $CPUFILE when perf is here.
+timed() {
+    if command -v perf >/dev/null; then
+        in_ns perf stat -x, -e task-clock -o "$CPUFILE" -- "$@"
+    else
+        : >"$CPUFILE"
+        in_ns "$@"
+    fi
+}
+cpu_ms() { awk -F, '/task-clock/ {print $1}' "$CPUFILE"; }
+
+# One run of case $1; prints "GB/s bytes cpu-ms" (cpu-ms empty without perf).
+run_case() {
+    local out rate bytes
+    case $1 in
+    liburing-zc | liburing-send)
+        local z=1
+        [[ $1 == liburing-send ]] && z=0
+        out=$(timed "$PEER" -4 -D "$DEST" -p "$PORT" -s "$SIZE" -n "$INFLIGHT" -z "$z" -b 1 \
+            -t "$SECS" -C "$CPU" udp)
+        # "packets=N (MB=M), rps=R (MB/s=X)": MB there is MiB (and truncated: bytes from packets).
+        rate=$(sed -n 's/.*MB\/s=\([0-9]*\)).*/\1/p' <<<"$out")
+        bytes=$(sed -n 's/^packets=\([0-9]*\) .*/\1/p' <<<"$out")
+        [[ -n $rate && -n $bytes ]] || return 0
+        echo "$(awk -v r="$rate" 'BEGIN {printf "%.2f", r * 1048576 / 1e9}') $((bytes * SIZE)) $(cpu_ms)"
+        ;;
+    zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | raw-msg-zerocopy)
+        if [[ $1 == raw-msg-zerocopy ]]; then
+            out=$(timed "$ZCNET" bench raw --loop msg-zerocopy --size "$SIZE" \
+                --inflight "$INFLIGHT" --duration "$SECS" --json "$DEST:$PORT")
+        else
+            out=$(timed "$ZCNET" send --udp --tx "${1#zcnet-}" --size "$SIZE" \
+                --inflight "$INFLIGHT" --window 0 --duration "$SECS" --json "$DEST:$PORT")
+        fi
+        rate=$(tr -d ' \n' <<<"$out" | sed -n 's/.*"mb_per_s":\([0-9.]*\).*/\1/p')
+        bytes=$(tr -d ' \n' <<<"$out" | sed -n 's/.*"bytes":\([0-9]*\).*/\1/p')
+        [[ -n $rate && -n $bytes ]] || return 0
+        echo "$(awk -v r="$rate" 'BEGIN {printf "%.2f", r / 1e3}') $bytes $(cpu_ms)"
+        ;;
+    *)
+        echo "send-tax: unknown case $1" >&2
+        exit 2
+        ;;
+    esac
+}
+
+echo "send-tax: $(nproc) CPUs, Linux $(uname -r); ifb MTU 65535 in $NS; $SIZE B UDP datagrams," \
+    "$INFLIGHT in flight, CPU $CPU, $SECS s per run, $ROUNDS rounds"
+echo "  liburing: $PEER; zcnet: $ZCNET ($(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+RESULTS=$(mktemp)
+trap 'cleanup; rm -f "$RESULTS" "$CPUFILE"' EXIT
+for ((r = 1; r <= ROUNDS; r++)); do
+    line="round $r:"
+    for c in $CASES; do
+        g=$(run_case "$c")
+        [[ -n $g ]] || { echo "send-tax: $c printed no rate" >&2; exit 1; }
+        echo "$c $g" >>"$RESULTS"
+        line+=" $c ${g%% *}"
+    done
+    echo "$line (GB/s)"
+done
+
+python3 - "$RESULTS" <<'EOF'
+import statistics, sys
+rate, eff = {}, {}
+for l in open(sys.argv[1]):
+    f = l.split()
+    rate.setdefault(f[0], []).append(float(f[1]))
+    if len(f) > 3 and float(f[3]) > 0:
+        # GB per CPU-second: bytes / (task-clock ms / 1000) / 1e9.
+        eff.setdefault(f[0], []).append(int(f[2]) / float(f[3]) / 1e6)
+def show(name, runs):
+    med = {c: statistics.median(v) for c, v in runs.items()}
+    print(f"medians, {name}: " + ", ".join(f"{c} {m:.2f}" for c, m in med.items()))
+    for z, p in [("zcnet-uring-zc", "liburing-zc"), ("zcnet-uring", "liburing-send"),
+                 ("zcnet-msg-zerocopy", "raw-msg-zerocopy")]:
+        if z in runs and p in runs and med[p] > 0:
+            per = [a / b for a, b in zip(runs[z], runs[p]) if b > 0]
+            print(f"  ratio {z} / {p}: {med[z] / med[p]:.3f}"
+                  f" (per round {min(per):.3f}-{max(per):.3f})")
+show("GB/s (wall)", rate)
+if eff:
+    show("GB per CPU-second (perf task-clock)", eff)
+EOF
