@@ -74,6 +74,8 @@ pub struct Ring {
     held: Vec<Option<Slot>>,
     in_flight: usize,
     registered: Option<Arc<Mapping>>,
+    /// The socket registered as fixed file 0 ([`Ring::register_file`]).
+    file: Option<RawFd>,
     flags: RingFlags,
 }
 
@@ -102,6 +104,7 @@ impl Ring {
             held,
             in_flight: 0,
             registered: None,
+            file: None,
             flags: RingFlags { coop_taskrun: coop },
         })
     }
@@ -154,6 +157,26 @@ impl Ring {
         Ok(())
     }
 
+    /// Registers `fd` as fixed file 0 (IORING_REGISTER_FILES, Linux 5.1): sends on `fd` then
+    /// name it by index (`IOSQE_FIXED_FILE`), which spares the kernel a file lookup and a
+    /// reference count per request. The ring holds its own reference to the file until it is
+    /// dropped. The caller keeps `fd` open, and names no other file by that number, for as long
+    /// as it queues sends on this ring: a send whose `SendOp::fd` equals `fd` goes to the
+    /// registered file. Only one file: a second call is `EBUSY`.
+    pub fn register_file(&mut self, fd: RawFd) -> io::Result<()> {
+        if self.file.is_some() {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        self.ring.submitter().register_files(&[fd])?;
+        self.file = Some(fd);
+        Ok(())
+    }
+
+    /// The file registered with [`Ring::register_file`], if any.
+    pub fn registered_file(&self) -> Option<RawFd> {
+        self.file
+    }
+
     /// Requests queued or running and not yet finished.
     pub fn in_flight(&self) -> usize {
         self.in_flight
@@ -177,17 +200,26 @@ impl Ring {
         } else {
             None
         };
-        let fd = types::Fd(op.fd);
         let ptr = slot.addr() as *const u8;
         let flags = op.msg_flags | libc::MSG_NOSIGNAL;
-        let entry = if op.zero_copy {
-            opcode::SendZc::new(fd, ptr, op.len)
+        // The registered socket by index (no per-request file lookup), any other by number.
+        let entry = match (self.file == Some(op.fd), op.zero_copy) {
+            (true, true) => opcode::SendZc::new(types::Fixed(0), ptr, op.len)
                 .buf_index(buf_index)
                 .flags(flags)
                 .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
-                .build()
-        } else {
-            opcode::Send::new(fd, ptr, op.len).flags(flags).build()
+                .build(),
+            (false, true) => opcode::SendZc::new(types::Fd(op.fd), ptr, op.len)
+                .buf_index(buf_index)
+                .flags(flags)
+                .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
+                .build(),
+            (true, false) => opcode::Send::new(types::Fixed(0), ptr, op.len)
+                .flags(flags)
+                .build(),
+            (false, false) => opcode::Send::new(types::Fd(op.fd), ptr, op.len)
+                .flags(flags)
+                .build(),
         };
         let mut entry = entry.user_data(id as u64);
         if op.link {

@@ -81,6 +81,9 @@ pub(crate) struct UringTx {
     error: Option<Error>,
     /// The readiness fd, registered with the ring at the first [`TxBackend::ready_fd`].
     efd: Option<zcnet_sys::epoll::EventFd>,
+    /// Whether registering the socket as a fixed file was tried (at the first send: the ring
+    /// is made before the socket is known).
+    file_tried: bool,
 }
 
 impl UringTx {
@@ -143,10 +146,18 @@ impl UringTx {
             staged: VecDeque::new(),
             error: None,
             efd: None,
+            file_tried: false,
         })
     }
 
     fn push(&mut self, sh: &mut Shared, buf: TxBuf, len: u32, link: bool) -> Result<()> {
+        if !self.file_tried {
+            // The socket as fixed file 0: the kernel then skips a file lookup and a reference
+            // count per send. The sender owns the socket for as long as the ring lives. Where
+            // the kernel refuses, sends name the socket by its number, as before.
+            self.file_tried = true;
+            let _ = self.ring.register_file(sh.fd);
+        }
         let id = buf.id() as usize;
         let op = SendOp {
             fd: sh.fd,
