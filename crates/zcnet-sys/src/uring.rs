@@ -225,21 +225,34 @@ impl Ring {
         if op.link {
             entry = entry.flags(squeue::Flags::IO_LINK);
         }
-        if self.ring.submission().is_full() {
+        // One view of the submission queue (each view reads the kernel's head when made and
+        // publishes the tail when dropped): a second only where the queue was full.
+        // SAFETY: the SQE points at `slot`'s bytes; the slot is moved into `self.held` below and
+        // given back only with this request's final CQE (or leaked if the ring is dropped while
+        // the kernel still holds it), so the memory outlives the kernel's use.
+        let full = unsafe { self.ring.submission().push(&entry) }.is_err();
+        if full {
             if let Err(e) = self.ring.submit() {
                 return Err((slot, e));
             }
-        }
-        // SAFETY: the SQE points at `slot`'s bytes; the slot is moved into `self.held` below and
-        // given back only with this request's final CQE (or leaked if the ring is dropped while the
-        // kernel still holds it), so the memory outlives the kernel's use.
-        let pushed = unsafe { self.ring.submission().push(&entry) };
-        if pushed.is_err() {
-            return Err((slot, io::Error::from_raw_os_error(libc::EAGAIN)));
+            // SAFETY: as above, the same SQE and slot.
+            if unsafe { self.ring.submission().push(&entry) }.is_err() {
+                return Err((slot, io::Error::from_raw_os_error(libc::EAGAIN)));
+            }
         }
         self.held[id] = Some(slot);
         self.in_flight += 1;
         Ok(())
+    }
+
+    /// SQEs queued and not yet handed to the kernel.
+    pub fn queued(&mut self) -> usize {
+        self.ring.submission().len()
+    }
+
+    /// Whether completions wait in the completion queue (no system call).
+    pub fn completions_ready(&mut self) -> bool {
+        !self.ring.completion().is_empty()
     }
 
     /// Submits queued SQEs without waiting.
