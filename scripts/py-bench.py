@@ -9,10 +9,13 @@ Every sender sends 64 KiB messages. Each round runs every case once, in turn (in
 
 receive (sender: `zcnet send 127.0.0.1:P --tx copy --size 64K --bytes N`)
   cli-recv   `zcnet recv --listen 127.0.0.1:P --discard`
-  py-recv    `zcnet.Receiver()` (mode auto); each buffer is touched: `np.from_dlpack(buf)`, then
+  py-recv    `zcnet.Receiver()` (mode auto, the binding's defaults: 64 KiB buffers, automatic
+             receive low-water mark); each buffer is touched: `np.from_dlpack(buf)`, then
              `view[::4096].sum()` (one byte per 4 KiB page is read and summed) and dropped
-  py-lowat   as py-recv, with SO_RCVLOWAT 128 KiB set on the socket before `Receiver.add`
-             (what `zcnet recv --discard` sets by default)
+  py-lowat   as py-recv with a fixed mark: `Receiver(low_water=131072)` (what `zcnet recv
+             --discard` sets)
+  py-16k     as py-recv with the library's defaults, the binding's before:
+             `Receiver(buf_size=16384, low_water=0)` (16 KiB buffers, no mark)
   recv_into  the usual Python loop: `sock.recv_into(mv)` into a preallocated 64 KiB bytearray,
              touched the same way (`arr[:n:4096].sum()` over an np.frombuffer view of it)
 send (receiver: `zcnet recv --listen 127.0.0.1:P --discard`)
@@ -45,7 +48,7 @@ def parse_size(s):
 # ---- child roles (run as `py-bench.py --role ROLE ...` by the parent) ----
 
 
-def child_recv(role, buf_size):
+def child_recv(role, buf_size, py_kw):
     import numpy as np
 
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -73,9 +76,13 @@ def child_recv(role, buf_size):
     else:
         import zcnet
 
-        if role == "py-lowat":
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 128 * 1024)
         kw = {"buf_size": buf_size} if buf_size else {}
+        if role == "py-lowat":
+            kw["low_water"] = 128 * 1024
+        elif role == "py-16k":
+            kw = {"buf_size": 16384, "low_water": 0}
+        if role == "py-recv":
+            kw.update(json.loads(py_kw))
         rx = zcnet.Receiver("auto", **kw)
         rx.add(conn)
         it = iter(rx)
@@ -95,7 +102,8 @@ def child_recv(role, buf_size):
             del view, buf
             t_touch += pc() - b
     t1 = time.perf_counter()
-    out = {"bytes": total, "seconds": t1 - t0, "buffers": nbufs, "sum": acc}
+    cpu = os.times()
+    out = {"bytes": total, "seconds": t1 - t0, "buffers": nbufs, "sum": acc, "cpu_s": cpu.user + cpu.system}
     if role not in ("recv_into",):
         out["next_s"] = t_next
         out["touch_s"] = t_touch
@@ -169,8 +177,8 @@ def run_case(case, a):
             snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
         else:
             snd = None
-    if case in ("py-recv", "py-lowat", "recv_into"):
-        args = ["--role", case] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
+    if case in ("py-recv", "py-lowat", "py-16k", "recv_into"):
+        args = ["--role", case, "--py-kw", a.py_kw] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
         rcv = subprocess.Popen(me + args, stdout=subprocess.PIPE, text=True)
         port = json.loads(rcv.stdout.readline())["port"]
         t0 = time.perf_counter()
@@ -218,13 +226,14 @@ def main():
     p.add_argument("--bytes", default="4G")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--buf-size", type=int, default=0, help="Receiver buf_size and recv --buf-size (default: theirs)")
-    p.add_argument("--cases", default="cli-recv,py-recv,py-lowat,recv_into,cli-send,py-send")
+    p.add_argument("--cases", default="cli-recv,py-recv,py-lowat,py-16k,recv_into,cli-send,py-send")
+    p.add_argument("--py-kw", default="{}", help="py-recv only: extra Receiver keywords, as JSON (e.g. '{\"buffers\": 32}')")
     p.add_argument("--role")
     p.add_argument("--port", type=int)
     a = p.parse_args()
     a.nbytes = parse_size(a.bytes)
-    if a.role in ("py-recv", "py-lowat", "recv_into"):
-        return child_recv(a.role, a.buf_size)
+    if a.role in ("py-recv", "py-lowat", "py-16k", "recv_into"):
+        return child_recv(a.role, a.buf_size, a.py_kw)
     if a.role == "py-send":
         return child_send(a.port, a.nbytes)
     if not a.zcnet:
@@ -242,9 +251,10 @@ def main():
             if "next_s" in info:
                 extra = (f"  [mode {info['mode']}, {info['buffers']} buffers of {info['bytes'] // max(info['buffers'], 1)} B avg; "
                          f"in next(): {info['next_s']:.2f} s, from_dlpack+touch+drop: {info['touch_s']:.2f} s, "
-                         f"{1e6 * info['touch_s'] / max(info['buffers'], 1):.2f} us/buffer]")
+                         f"{1e6 * info['touch_s'] / max(info['buffers'], 1):.2f} us/buffer; receiver CPU {info['cpu_s']:.2f} s]")
             elif "buffers" in info:
-                extra = f"  [{info['buffers']} recv_into calls, {info['bytes'] // max(info['buffers'], 1)} B avg]"
+                extra = (f"  [{info['buffers']} recv_into calls, {info['bytes'] // max(info['buffers'], 1)} B avg; "
+                         f"receiver CPU {info['cpu_s']:.2f} s]")
             print(f"round {r + 1} {c:10s} {mbs:9.0f} MB/s  ({secs:.3f} s){extra}", flush=True)
     med = {c: statistics.median(v) for c, v in rates.items()}
     print("medians (MB/s):", ", ".join(f"{c} {m:.0f}" for c, m in med.items()))
@@ -256,6 +266,7 @@ def main():
 
     ratio("py-recv", "cli-recv", 0.9)
     ratio("py-lowat", "cli-recv", 0.9)
+    ratio("py-16k", "cli-recv", 0.9)
     ratio("py-recv", "recv_into", 1.5)
     ratio("py-lowat", "recv_into", 1.5)
     ratio("py-send", "cli-send", 0.9)

@@ -14,14 +14,33 @@ use zcnet::{ConnId, RxConfig, RxEvent, RxMode};
 /// The longest the GIL stays released in one wait: signals (Ctrl-C) are checked between slices.
 const SLICE: Duration = Duration::from_millis(100);
 
+/// The receive buffers' size by default: one 64 KiB buffer per iteration (16 KiB, the library's
+/// default, means four times the Python iterations per byte: docs/perf.md, "Python").
+const BUF_SIZE: usize = 64 << 10;
+
+/// The receive low-water mark (`SO_RCVLOWAT`) the automatic policy raises a bulk connection to:
+/// what `zcnet recv --discard` sets.
+const BULK_LOW_WATER: u32 = 128 << 10;
+
+/// With a connection's mark raised, a wait that brings nothing for this long lowers every raised
+/// mark back to 1 byte, so that a message below the mark (a request, a stream's tail before a
+/// reply) is delivered after at most this delay.
+const IDLE: Duration = Duration::from_millis(1);
+
 /// Receives on connected TCP sockets with one mechanism; iterating yields `zcnet.Buffer`s, in
 /// order per connection, until every connection has ended.
 ///
 /// `Receiver(mode="auto", iface=None, queue=None, *, buffers=None, buf_size=None, area=None,
 /// low_water=None, starve_timeout=1.0)`: `mode` is copy, uring, zcrx, devmem or auto; `buffers`
-/// and `buf_size` size the copy/uring pool (default 64 × 16 KiB), `area` the zcrx area; a
+/// and `buf_size` size the copy/uring pool (default 64 × 64 KiB), `area` the zcrx area; a
 /// receiver whose buffers Python has held for `starve_timeout` seconds while data waits raises
 /// `zcnet.StarvedError` instead of stalling.
+///
+/// `low_water` (copy and uring): `None` (default) is automatic: a connection that fills whole
+/// buffers gets a 128 KiB receive low-water mark (`SO_RCVLOWAT`: fewer wakeups for bulk
+/// streams), and a wait that brings nothing for 1 ms lowers it back to 1 byte, so a short
+/// message is never held for more than that; `0` never sets a mark; `N` sets N bytes on every
+/// connection for good (a message shorter than N then waits for more data or the stream's end).
 #[pyclass(unsendable, module = "zcnet")]
 pub(crate) struct Receiver {
     inner: zcnet::Receiver,
@@ -39,6 +58,15 @@ pub(crate) struct Receiver {
     starving: Option<(Instant, u64)>,
     /// The unread tail of a buffer `recv_into` did not take whole: handed out first.
     partial: Option<Buffer>,
+    /// The size of a whole buffer (a connection filling them is a bulk stream).
+    buf_size: usize,
+    /// The automatic low-water policy's mark (`None`: off, or a fixed mark was asked for).
+    auto_low_water: Option<u32>,
+    /// Connections whose mark the automatic policy raised.
+    raised: Vec<ConnId>,
+    /// How many times the automatic policy raised a mark, and lowered one.
+    raises: u64,
+    lowers: u64,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -81,6 +109,7 @@ impl Receiver {
         let mut cfg = RxConfig::new(mode);
         cfg.iface = iface;
         cfg.queue = queue;
+        cfg.buf_size = BUF_SIZE;
         if let Some(n) = size_arg("buffers", buffers)? {
             cfg.buffers = n;
         }
@@ -90,7 +119,9 @@ impl Receiver {
         if let Some(n) = size_arg("area", area)? {
             cfg.area_len = n;
         }
-        cfg.low_water = low_water;
+        // A fixed mark is the library's (applied to each connection added); the automatic one
+        // is this binding's.
+        cfg.low_water = low_water.filter(|&n| n > 1);
         if !(starve_timeout.is_finite() && starve_timeout >= 0.0) {
             return Err(PyValueError::new_err(
                 "starve_timeout must be a number of seconds, 0 or more",
@@ -107,6 +138,9 @@ impl Receiver {
             RxMode::Uring => cfg.buffers.next_power_of_two(),
             _ => cfg.buffers,
         };
+        let auto_low_water = (low_water.is_none()
+            && matches!(inner.mode(), RxMode::Copy | RxMode::Uring))
+        .then_some(BULK_LOW_WATER);
         Ok(Receiver {
             inner,
             events: VecDeque::new(),
@@ -117,6 +151,11 @@ impl Receiver {
             starved_seen: 0,
             starving: None,
             partial: None,
+            buf_size: cfg.buf_size,
+            auto_low_water,
+            raised: Vec::new(),
+            raises: 0,
+            lowers: 0,
         })
     }
 
@@ -165,10 +204,12 @@ impl Receiver {
                     RxEvent::Eof(c) => {
                         this.inner.close(c);
                         this.offsets.remove(&c);
+                        this.raised.retain(|&r| r != c);
                     }
                     RxEvent::Failed(c, e) => {
                         this.inner.close(c);
                         this.offsets.remove(&c);
+                        this.raised.retain(|&r| r != c);
                         return Err(errors::to_py(e));
                     }
                 }
@@ -181,7 +222,9 @@ impl Receiver {
     }
 
     /// Counters since the receiver was made: bytes, buffers, copied and zero-copy bytes,
-    /// starvations, the mode in use and the mechanisms `auto` fell back from (with the reasons).
+    /// starvations, the mode in use and the mechanisms `auto` fell back from (with the reasons),
+    /// the receive low-water mark (`low_water`: "auto", bytes or None) and how many times the
+    /// automatic policy raised and lowered a connection's mark.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.stats();
         let d = PyDict::new(py);
@@ -199,6 +242,13 @@ impl Receiver {
         d.set_item("returned", s.returned)?;
         d.set_item("held", self.inner.held())?;
         d.set_item("connections", self.inner.connections())?;
+        // The receive low-water mark: "auto" (the binding's policy), a fixed byte count, or None.
+        match (self.auto_low_water, self.inner.applied_low_water()) {
+            (Some(_), _) => d.set_item("low_water", "auto")?,
+            (None, n) => d.set_item("low_water", n)?,
+        }
+        d.set_item("low_water_raises", self.raises)?;
+        d.set_item("low_water_lowers", self.lowers)?;
         let fb = pyo3::types::PyList::empty(py);
         for f in self.inner.fallbacks() {
             let e = PyDict::new(py);
@@ -282,13 +332,16 @@ impl Receiver {
     fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
         let mut out = std::mem::take(&mut self.scratch);
         let starving = self.starving.is_some();
+        // With a mark raised, a short wait first: if nothing comes, the marks are lowered.
+        let raised = !self.raised.is_empty();
+        let timeout = if raised { IDLE } else { SLICE };
         let r = {
             let rx = OnThisThread(&mut self.inner);
             let o = OnThisThread(&mut out);
             py.detach(move || {
                 let (rx, out) = (rx.get(), o.get());
                 let t0 = Instant::now();
-                let r = rx.poll(out, SLICE);
+                let r = rx.poll(out, timeout);
                 // A starved copy receiver only looks (returns at once): do not spin.
                 if starving && out.is_empty() {
                     std::thread::sleep(Duration::from_millis(10).saturating_sub(t0.elapsed()));
@@ -298,6 +351,26 @@ impl Receiver {
             .get()
         };
         let got_data = out.iter().any(|e| matches!(e, RxEvent::Data(_)));
+        if let Some(mark) = self.auto_low_water {
+            if raised && out.is_empty() {
+                // Quiet for IDLE: what is queued (less than the mark) is taken now.
+                for c in std::mem::take(&mut self.raised) {
+                    let _ = self.inner.set_low_water(c, 1);
+                    self.lowers += 1;
+                }
+            }
+            for e in &out {
+                if let RxEvent::Data(b) = e {
+                    // A whole buffer: more was queued than it holds, a bulk stream.
+                    if b.len() >= self.buf_size && !self.raised.contains(&b.conn()) {
+                        if let Ok(Some(_)) = self.inner.set_low_water(b.conn(), mark) {
+                            self.raised.push(b.conn());
+                            self.raises += 1;
+                        }
+                    }
+                }
+            }
+        }
         self.events.extend(out.drain(..));
         self.scratch = out;
         r.map_err(errors::to_py)?;
