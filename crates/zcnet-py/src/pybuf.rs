@@ -163,3 +163,155 @@ pub(crate) fn check_c_contiguous(
     }
     Ok(())
 }
+
+/// The object `Buffer.memoryview()` wraps: a minimal type whose only protocol is the buffer
+/// protocol, exporting `len` read-only bytes at `ptr` and holding a strong reference to `owner`
+/// (the `zcnet.Buffer`) until it is deallocated, so every view made from it keeps the kernel
+/// buffer lent.
+///
+/// `zcnet.Buffer` itself cannot export the buffer protocol in this abi3 build: PyO3 generates
+/// `__getbuffer__` only where the limited API declares the buffer slots (`Py_LIMITED_API` ≥ 3.11),
+/// and the wheel's floor is 3.9. CPython has accepted the buffer slots in a type spec since 3.9,
+/// so this type is made at run time with `PyType_FromSpec` and the slot numbers of
+/// `typeslots.h` (`Py_bf_getbuffer` is 1 up to 3.14).
+#[repr(C)]
+struct ExportObject {
+    ob_base: PyObject,
+    owner: *mut PyObject,
+    ptr: *mut c_void,
+    len: Py_ssize_t,
+}
+
+const PY_BF_GETBUFFER: c_int = 1;
+
+extern "C" {
+    fn PyBuffer_FillInfo(
+        view: *mut PyBufferRaw,
+        obj: *mut PyObject,
+        buf: *mut c_void,
+        len: Py_ssize_t,
+        readonly: c_int,
+        flags: c_int,
+    ) -> c_int;
+}
+
+unsafe extern "C" fn export_getbuffer(
+    obj: *mut PyObject,
+    view: *mut PyBufferRaw,
+    flags: c_int,
+) -> c_int {
+    if flags & PYBUF_WRITABLE != 0 {
+        // SAFETY: called by CPython with the GIL held; the message is a C string literal.
+        unsafe {
+            pyo3::ffi::PyErr_SetString(
+                pyo3::ffi::PyExc_BufferError,
+                c"zcnet.Buffer is read-only (the bytes are lent by the receiver): copy it to write, e.g. bytearray(buf.memoryview())".as_ptr(),
+            );
+        }
+        return -1;
+    }
+    // SAFETY: `obj` is an ExportObject (this slot belongs to its type only); `view` is the
+    // caller's Py_buffer. PyBuffer_FillInfo stores a new reference to `obj` in it, released by
+    // PyBuffer_Release, so the bytes (held by `owner`) outlive the export.
+    unsafe {
+        let e = obj.cast::<ExportObject>();
+        PyBuffer_FillInfo(view, obj, (*e).ptr, (*e).len, 1, flags)
+    }
+}
+
+unsafe extern "C" fn export_dealloc(obj: *mut PyObject) {
+    // SAFETY: `obj` is an ExportObject whose last reference is gone; its type is a heap type,
+    // which its instances hold a reference to (dropped last), and whose tp_free frees it.
+    unsafe {
+        let e = obj.cast::<ExportObject>();
+        let owner = std::mem::replace(&mut (*e).owner, std::ptr::null_mut());
+        if !owner.is_null() {
+            pyo3::ffi::Py_DECREF(owner);
+        }
+        let tp = pyo3::ffi::Py_TYPE(obj);
+        let free = pyo3::ffi::PyType_GetSlot(tp, pyo3::ffi::Py_tp_free);
+        if !free.is_null() {
+            let free: pyo3::ffi::freefunc = std::mem::transmute(free);
+            free(obj.cast());
+        }
+        pyo3::ffi::Py_DECREF(tp.cast());
+    }
+}
+
+static EXPORT_TYPE: pyo3::sync::PyOnceLock<Py<pyo3::types::PyType>> = pyo3::sync::PyOnceLock::new();
+
+fn export_type(py: Python<'_>) -> PyResult<&Py<pyo3::types::PyType>> {
+    EXPORT_TYPE.get_or_try_init(py, || {
+        let mut slots = [
+            pyo3::ffi::PyType_Slot {
+                slot: PY_BF_GETBUFFER,
+                pfunc: export_getbuffer as *mut c_void,
+            },
+            pyo3::ffi::PyType_Slot {
+                slot: pyo3::ffi::Py_tp_dealloc,
+                pfunc: export_dealloc as *mut c_void,
+            },
+            pyo3::ffi::PyType_Slot {
+                slot: pyo3::ffi::Py_tp_doc,
+                pfunc: c"The bytes of a zcnet.Buffer for memoryview (read-only, no copy)."
+                    .as_ptr()
+                    .cast_mut()
+                    .cast(),
+            },
+            pyo3::ffi::PyType_Slot {
+                slot: 0,
+                pfunc: std::ptr::null_mut(),
+            },
+        ];
+        let mut spec = pyo3::ffi::PyType_Spec {
+            name: c"zcnet._zcnet.BufferExport".as_ptr(),
+            basicsize: std::mem::size_of::<ExportObject>() as c_int,
+            itemsize: 0,
+            flags: pyo3::ffi::Py_TPFLAGS_DEFAULT as _,
+            slots: slots.as_mut_ptr(),
+        };
+        // SAFETY: the spec and its slots are valid for the call (CPython copies what it keeps;
+        // the doc string is static); the GIL is held.
+        let tp = unsafe { pyo3::ffi::PyType_FromSpec(&mut spec) };
+        if tp.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: a new reference to a type object.
+        let tp = unsafe { Bound::from_owned_ptr(py, tp) };
+        Ok(tp.cast_into::<pyo3::types::PyType>()?.unbind())
+    })
+}
+
+/// A read-only `memoryview` of `len` bytes at `ptr`, without a copy, keeping `owner` alive
+/// while the view (or any view or array made from it) lives.
+pub(crate) fn readonly_memoryview<'py>(
+    owner: &Bound<'py, PyAny>,
+    ptr: *const u8,
+    len: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = owner.py();
+    let tp = export_type(py)?.bind(py);
+    let len = Py_ssize_t::try_from(len)
+        .map_err(|_| pyo3::exceptions::PyBufferError::new_err("zcnet: buffer too long"))?;
+    // SAFETY: GIL held; a heap type made above, allocated with its basicsize (zeroed).
+    let obj = unsafe { pyo3::ffi::PyType_GenericAlloc(tp.as_type_ptr(), 0) };
+    if obj.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference, owned from here (dropped at the end, or on error).
+    let export = unsafe { Bound::from_owned_ptr(py, obj) };
+    // SAFETY: `obj` is a fresh ExportObject; it takes a strong reference to `owner`.
+    unsafe {
+        let e = obj.cast::<ExportObject>();
+        (*e).owner = owner.clone().into_ptr();
+        (*e).ptr = ptr.cast_mut().cast();
+        (*e).len = len;
+    }
+    // SAFETY: GIL held; `export` supports the buffer protocol (its type's slot).
+    let mv = unsafe { pyo3::ffi::PyMemoryView_FromObject(export.as_ptr()) };
+    if mv.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, mv) })
+}

@@ -405,7 +405,8 @@ impl Receiver {
 /// array or tensor made from it) is gone; then it goes back to the kernel.
 ///
 /// `np.from_dlpack(buf)` / `torch.from_dlpack(buf)`: a 1-D uint8 view of the bytes, no copy
-/// (read-only where the consumer honours DLPack's flag). `len(buf)`, `bytes(buf)` (a copy),
+/// (read-only where the consumer honours DLPack's flag). `buf.memoryview()`: the same bytes for
+/// buffer-protocol consumers, read-only, no copy. `len(buf)`, `bytes(buf)` and `buf.tobytes()` (copies),
 /// `buf.offset` (its first byte's offset in its connection's stream), `buf.conn`, `buf.copied`
 /// (whether the kernel copied the bytes).
 #[pyclass(frozen, weakref, module = "zcnet")]
@@ -505,6 +506,22 @@ impl Buffer {
 
     fn __dlpack_device__(&self) -> (i32, i32) {
         (crate::dlpack::DL_CPU, 0)
+    }
+
+    /// A read-only `memoryview` of the bytes, **without a copy** (for consumers of the buffer
+    /// protocol rather than DLPack). The view, and anything made from it, keeps the buffer lent
+    /// until the last of them goes. `memoryview(buf)` itself is not possible in this abi3 build
+    /// for CPython 3.9 (README.md, "Python").
+    fn memoryview<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let this = slf.get();
+        let ptr = this.host()?;
+        crate::pybuf::readonly_memoryview(slf.as_any(), ptr, this.len)
+    }
+
+    /// The bytes as a new `bytes` object: **a copy** (the buffer itself can be dropped then).
+    /// The same as `bytes(buf)`.
+    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        self.__bytes__(py)
     }
 
     fn __len__(&self) -> usize {
