@@ -357,7 +357,8 @@ pub(crate) struct Chunks {
     limit: Option<u64>,
     deadline: Option<Instant>,
     every: u64,
-    n: u64,
+    /// Chunks left before the next clock read (a countdown: no division per chunk).
+    left: u64,
 }
 
 impl Chunks {
@@ -372,14 +373,19 @@ impl Chunks {
             limit,
             deadline,
             every: every.max(1) as u64,
-            n: 0,
+            left: 0,
         }
     }
 
     /// The size of the chunk at stream `offset`, or `None` at the end of the run.
     pub(crate) fn next(&mut self, offset: u64) -> Result<Option<usize>, Error> {
-        let deadline = self.deadline.filter(|_| self.n.is_multiple_of(self.every));
-        self.n += 1;
+        let deadline = if self.left == 0 {
+            self.left = self.every;
+            self.deadline
+        } else {
+            None
+        };
+        self.left -= 1;
         next_chunk(offset, self.size, self.limit, deadline)
     }
 }
