@@ -222,8 +222,15 @@ pub use zcnet_core::errqueue::ErrqueueEntry;
 /// Documentation/networking/msg_zerocopy.rst: completions arrive as a cmsg of level
 /// `SOL_IP`/`IP_RECVERR` (or `SOL_IPV6`/`IPV6_RECVERR`) holding a `sock_extended_err`.
 pub fn read_errqueue(fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+    read_errqueue_max(fd, out, usize::MAX)
+}
+
+/// [`read_errqueue`], but at most `max` messages: a caller that can tell nothing more of its
+/// own is queued (every zero-copy id it sent is reported) stops without the `recvmsg` that
+/// would only say `EAGAIN`.
+pub fn read_errqueue_max(fd: RawFd, out: &mut Vec<ErrqueueEntry>, max: usize) -> io::Result<usize> {
     let mut count = 0;
-    loop {
+    while count < max {
         // Room for one cmsg with a sock_extended_err and an address (ICMP errors carry one),
         // aligned for `struct cmsghdr`.
         let mut control = Control([0u8; 128]);
@@ -245,6 +252,7 @@ pub fn read_errqueue(fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usiz
         // The walk of CMSG_FIRSTHDR/CMSG_NXTHDR over the bytes the kernel wrote, in safe code.
         zcnet_core::errqueue::parse_control(&control.0, msg.msg_controllen as usize, out);
     }
+    Ok(count)
 }
 
 /// A control buffer aligned for `struct cmsghdr` (its `size_t cmsg_len`).

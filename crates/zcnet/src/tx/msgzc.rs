@@ -39,6 +39,12 @@ pub(crate) trait ZcKernel: Send + std::fmt::Debug {
     fn read_errqueue(&mut self, fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
         sock::read_errqueue(fd, out)
     }
+    /// Appends one message from the error queue to `out` where the kernel reads them one at a
+    /// time (returns 1, or 0 when none is queued); by default everything queued
+    /// ([`ZcKernel::read_errqueue`]).
+    fn read_errqueue_one(&mut self, fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+        self.read_errqueue(fd, out)
+    }
     /// `poll` for `events` (POLLERR and POLLHUP always come); 0 on timeout.
     fn poll(&mut self, fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
         sock::poll_one(fd, events, timeout_ms)
@@ -82,6 +88,10 @@ impl ZcKernel for MsgZcKernel {
             .bytes()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
         sock::send(fd, &b[off..len], libc::MSG_ZEROCOPY)
+    }
+
+    fn read_errqueue_one(&mut self, fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
+        sock::read_errqueue_max(fd, out, 1)
     }
 
     /// `ENOBUFS` from `MSG_ZEROCOPY` is RLIMIT_MEMLOCK (the send's pages are charged to the
@@ -159,10 +169,29 @@ impl<K: ZcKernel> ErrqueueTx<K> {
         }
     }
 
+    /// Reads the error queue and hands back the buffers whose sends are all reported; returns
+    /// how many entries were read. Messages are read one at a time and the reading stops once
+    /// every id sent so far is reported: the kernel merges consecutive completions into one
+    /// message, so one `recvmsg` usually reports a whole window, and the one more that could
+    /// only say `EAGAIN` (one per wait, a system call per buffers' worth of sends) is spared.
+    /// Anything else queued behind (an ICMP error) is read by the next call.
     fn read_completions(&mut self, sh: &mut Shared) -> Result<usize> {
+        let mut read = 0;
+        loop {
+            let got = self.read_batch(sh)?;
+            read += got;
+            if got == 0 || self.ranges.outstanding() == 0 {
+                return Ok(read);
+            }
+        }
+    }
+
+    /// One read of the error queue ([`ZcKernel::read_errqueue_one`]) and what it reported;
+    /// returns how many entries it held.
+    fn read_batch(&mut self, sh: &mut Shared) -> Result<usize> {
         self.entries.clear();
         self.kernel
-            .read_errqueue(sh.fd, &mut self.entries)
+            .read_errqueue_one(sh.fd, &mut self.entries)
             .map_err(|e| Error::io("reading the error queue", e))?;
         let n = self.entries.len();
         for i in 0..n {
