@@ -23,6 +23,8 @@ const SLICE: Duration = Duration::from_millis(100);
 #[pyclass(module = "zcnet")]
 pub(crate) struct Sender {
     inner: Mutex<Option<zcnet::Sender>>,
+    /// The library's stall timeout, applied by the binding's own bounded waits too.
+    stall_timeout: Duration,
 }
 
 impl std::fmt::Debug for Sender {
@@ -69,24 +71,126 @@ fn stats_dict<'py>(
     Ok(d)
 }
 
+/// Waits a little, at most until `until`, for the kernel to give a buffer back (a completion or
+/// a zero-copy notification); `backoff` is the sleep of the modes without an fd to wait on.
+///
+/// The library's own waits (`Sender::buffer`, `flush`, `finish`) end only when a buffer comes
+/// back, at its stall timeout, or on its process-wide SIGINT flag, which Python never sets: the
+/// binding waits in bounded steps itself so that Ctrl-C is checked between them.
+fn wait_a_little(tx: &zcnet::Sender, until: Instant, backoff: &mut Duration) {
+    use std::os::fd::AsRawFd;
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return;
+    }
+    match tx.mode() {
+        // Notifications arrive on the socket's error queue, which POLLERR reports (asked for or
+        // not): wait on it.
+        TxMode::MsgZerocopy | TxMode::Devmem => {
+            let mut pfd = libc::pollfd {
+                fd: tx.socket().as_raw_fd(),
+                events: 0,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, 10) as libc::c_int;
+            // SAFETY: one live pollfd; an EINTR (a signal) just ends the wait early.
+            unsafe { libc::poll(&mut pfd, 1, ms) };
+        }
+        // io_uring completions (and copy, which never waits): short sleeps, growing to 1 ms.
+        _ => {
+            std::thread::sleep((*backoff).min(left));
+            *backoff = (*backoff * 2).min(Duration::from_millis(1));
+        }
+    }
+}
+
+/// Where a wait for the kernel stands: since when nothing came back (the sender's stall timeout
+/// applies to that, as in the library's own waits).
+#[derive(Debug, Default)]
+struct Stall {
+    since: Option<Instant>,
+}
+
+impl Stall {
+    fn progress(&mut self) {
+        self.since = None;
+    }
+
+    /// `Err(Stalled)` once nothing came back for `timeout`.
+    fn check(&mut self, tx: &zcnet::Sender, timeout: Duration) -> zcnet::Result<()> {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if since.elapsed() > timeout {
+            return Err(zcnet::Error::Stalled {
+                seconds: timeout.as_secs(),
+                outstanding: tx.outstanding(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Sends `len` bytes from `data` in the sender's buffers, for at most one slice; returns the
-/// bytes sent.
-fn send_slice(tx: &mut zcnet::Sender, data: *const u8, len: usize) -> zcnet::Result<usize> {
-    let t0 = Instant::now();
+/// bytes sent (fewer, even 0, when the slice ended waiting for a buffer).
+fn send_slice(
+    tx: &mut zcnet::Sender,
+    data: *const u8,
+    len: usize,
+    stall: &mut Stall,
+    stall_timeout: Duration,
+) -> zcnet::Result<usize> {
+    let until = Instant::now() + SLICE;
     let mut done = 0;
+    let mut backoff = Duration::from_micros(50);
     while done < len {
-        let mut buf = tx.buffer()?;
+        let Some(mut buf) = tx.try_buffer()? else {
+            if Instant::now() >= until {
+                break;
+            }
+            stall.check(tx, stall_timeout)?;
+            wait_a_little(tx, until, &mut backoff);
+            continue;
+        };
+        stall.progress();
+        backoff = Duration::from_micros(50);
         // SAFETY: the caller guarantees `len` readable bytes at `data` for this call (the
         // exporter's view or capsule is held by the caller).
         let src = unsafe { std::slice::from_raw_parts(data.add(done), len - done) };
         let n = buf.write(src)?;
         tx.send(buf, n)?;
         done += n;
-        if t0.elapsed() >= SLICE {
+        if Instant::now() >= until {
             break;
         }
     }
     Ok(done)
+}
+
+/// Waits, for at most one slice, until the kernel holds none of the sender's buffers (every send
+/// completed, every notification arrived); returns whether it does not any more.
+fn flush_slice(
+    tx: &mut zcnet::Sender,
+    stall: &mut Stall,
+    stall_timeout: Duration,
+) -> zcnet::Result<bool> {
+    let until = Instant::now() + SLICE;
+    let mut backoff = Duration::from_micros(50);
+    loop {
+        let before = tx.outstanding();
+        tx.submit()?;
+        let now = tx.outstanding();
+        if now == 0 {
+            return Ok(true);
+        }
+        if now < before {
+            stall.progress();
+        } else {
+            stall.check(tx, stall_timeout)?;
+        }
+        if Instant::now() >= until {
+            return Ok(false);
+        }
+        wait_a_little(tx, until, &mut backoff);
+    }
 }
 
 #[pymethods]
@@ -127,6 +231,7 @@ impl Sender {
             .map_err(errors::to_py)?;
         Ok(Sender {
             inner: Mutex::new(Some(inner)),
+            stall_timeout: Duration::from_secs_f64(stall_timeout),
         })
     }
 
@@ -159,10 +264,32 @@ impl Sender {
     /// Waits until every send completed (every zero-copy notification arrived), closes the
     /// connection and returns the statistics: bytes, sends, zero-copy and copied bytes, the mode
     /// and `auto`'s switches with their reasons.
+    ///
+    /// The wait is done in slices with the GIL released and Ctrl-C checked between them: a
+    /// `KeyboardInterrupt` leaves the sender open (`finish()` may be called again; dropping it
+    /// closes the connection).
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let tx = self.lock()?.take().ok_or_else(finished)?;
+        let mut g = self.lock()?;
+        let tx = g.as_mut().ok_or_else(finished)?;
+        let mut stall = Stall::default();
+        loop {
+            let t = OnThisThread(&mut *tx);
+            let timeout = self.stall_timeout;
+            let st = OnThisThread(&mut stall);
+            let done = py
+                .detach(move || OnThisThread(flush_slice(t.get(), st.get(), timeout)))
+                .get()
+                .map_err(errors::to_py)?;
+            if done {
+                break;
+            }
+            py.check_signals()?;
+        }
+        let tx = g.take().ok_or_else(finished)?;
+        drop(g);
         let mode = tx.mode();
         let note = tx.note().map(str::to_string);
+        // Nothing is outstanding: the library's flush returns at once.
         let stats = py
             .detach(move || OnThisThread(tx.finish()))
             .get()
@@ -215,14 +342,17 @@ impl Sender {
         let mut g = self.lock()?;
         let tx = g.as_mut().ok_or_else(finished)?;
         let mut done = 0;
+        let mut stall = Stall::default();
         while done < len {
             let t = OnThisThread(&mut *tx);
             // SAFETY (of the pointer's use): `data` holds `len` bytes while the caller keeps the
             // exporter's view or capsule, which it does until this returns.
             let d = OnThisThread(data.wrapping_add(done));
             let rest = len - done;
+            let st = OnThisThread(&mut stall);
+            let timeout = self.stall_timeout;
             let n = py
-                .detach(move || OnThisThread(send_slice(t.get(), d.get(), rest)))
+                .detach(move || OnThisThread(send_slice(t.get(), d.get(), rest, st.get(), timeout)))
                 .get()
                 .map_err(errors::to_py)?;
             done += n;

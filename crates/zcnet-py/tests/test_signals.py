@@ -65,3 +65,70 @@ def test_keyboard_interrupt_during_a_blocking_send(listener):
     timer.join()
     assert elapsed < 2.0
     idle.close()
+
+
+def interrupt_after(seconds):
+    """SIGINT to this (the main) thread after `seconds`; returns the timer (join it)."""
+    t = threading.Timer(seconds, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("mode", ["copy", "msg-zerocopy", "uring", "uring-zc", "auto"])
+def test_keyboard_interrupt_while_a_send_waits_for_the_kernel(listener, mode):
+    """A peer that stops reading: the send waits for buffers (zero-copy modes: for completions
+    and notifications that do not come). SIGINT after 0.5 s raises KeyboardInterrupt promptly, in
+    send() and then in finish(), whatever the mode; the library's own SIGINT flag plays no part
+    (Python's handler is the one installed)."""
+    import numpy as np
+
+    sock = listener.connect()
+    idle = listener.accept()  # never reads
+    try:
+        try:
+            tx = zcnet.Sender(sock, mode=mode, stall_timeout=30.0)
+        except zcnet.Error as e:
+            pytest.skip(f"{mode} is refused here: {e}")
+        timer = interrupt_after(0.5)
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            tx.send(np.zeros(256 << 20, dtype=np.uint8))
+        elapsed = time.monotonic() - t0
+        timer.join()
+        assert 0.4 < elapsed < 2.0, f"send took {elapsed:.2f} s to honour SIGINT"
+        if tx.stats()["bytes"] > 0 and mode != "copy":
+            # What was handed over is still in flight: finish() waits for it, interruptibly.
+            timer = interrupt_after(0.5)
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                tx.finish()
+            elapsed = time.monotonic() - t0
+            timer.join()
+            assert 0.4 < elapsed < 2.0, f"finish took {elapsed:.2f} s to honour SIGINT"
+    finally:
+        idle.close()
+
+
+@pytest.mark.parametrize("mode", ["msg-zerocopy", "uring-zc"])
+def test_a_stalled_send_still_raises_after_stall_timeout(listener, mode):
+    """The binding's bounded waits keep the library's stall timeout: nothing back for
+    `stall_timeout` seconds is zcnet.StalledError, in send() and in finish()."""
+    import numpy as np
+
+    sock = listener.connect()
+    idle = listener.accept()  # never reads
+    try:
+        try:
+            tx = zcnet.Sender(sock, mode=mode, stall_timeout=0.5)
+        except zcnet.Error as e:
+            pytest.skip(f"{mode} is refused here: {e}")
+        t0 = time.monotonic()
+        with pytest.raises(zcnet.StalledError, match="is the receiver reading"):
+            tx.send(np.zeros(256 << 20, dtype=np.uint8))
+        assert 0.4 < time.monotonic() - t0 < 5.0
+        t0 = time.monotonic()
+        with pytest.raises(zcnet.StalledError):
+            tx.finish()
+        assert 0.4 < time.monotonic() - t0 < 5.0
+    finally:
+        idle.close()
