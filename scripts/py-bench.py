@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""Python bindings against the zcnet CLI on 127.0.0.1 (issue 23's performance figures).
+"""The Python binding against the zcnet CLI over loopback or a veth pair.
 
-    scripts/py-bench.py ZCNET [--bytes 4G] [--rounds 3] [--buf-size N]
+    scripts/py-bench.py ZCNET [--bytes 4G] [--rounds 3] [--buf-size N] [--path loopback|veth]
+
+--path veth (as root): a veth pair with one end in a network namespace made for the run
+(zcpyb<pid>, 10.231.7.1/30 here and .2 there); every sender runs in the namespace, every
+receiver here; both are deleted on every exit path. Loopback (default) uses 127.0.0.1 (below,
+127.0.0.1 stands for the receiver's address).
 
 ZCNET is a built zcnet binary (target/release/zcnet); the `zcnet` module is the one installed in
 the interpreter running this script (`pip install ./crates/zcnet-py`). Nothing is built here.
@@ -30,6 +35,7 @@ Prints each run, then the median per case and the ratios the issue asks for.
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -38,6 +44,37 @@ import time
 
 MSG = 64 * 1024
 TOUCH_STEP = 4096
+# The receiver's address, and the command prefix that runs a sender (the veth namespace's).
+HOST = "127.0.0.1"
+NS_EXEC = []
+
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def veth_up():
+    """Makes the namespace and the veth pair; returns the function that deletes both."""
+    global HOST, NS_EXEC
+    ns, here, there = f"zcpyb{os.getpid()}", f"zpb{os.getpid()}h", f"zpb{os.getpid()}n"
+
+    def down():
+        subprocess.run(["ip", "link", "del", here], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", here, "type", "veth", "peer", "name", there, "netns", ns)
+        ip("addr", "add", "10.231.7.1/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("-n", ns, "addr", "add", "10.231.7.2/30", "dev", there)
+        ip("-n", ns, "link", "set", there, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+    except BaseException:
+        down()
+        raise
+    HOST, NS_EXEC = "10.231.7.1", ["ip", "netns", "exec", ns]
+    return down
 
 
 def parse_size(s):
@@ -53,7 +90,7 @@ def child_recv(role, buf_size, py_kw):
 
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
+    ls.bind((HOST, 0))
     ls.listen(1)
     print(json.dumps({"port": ls.getsockname()[1]}), flush=True)
     conn, _ = ls.accept()
@@ -119,7 +156,7 @@ def child_send(port, nbytes):
     a = np.arange(MSG, dtype=np.uint8)
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
-    s = socket.create_connection(("127.0.0.1", port))
+    s = socket.create_connection((HOST, port))
     tx = zcnet.Sender(s, mode="copy")
     t0 = time.perf_counter()
     n = 0
@@ -134,7 +171,7 @@ def child_send(port, nbytes):
 
 def free_port():
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
+    s.bind((HOST, 0))
     p = s.getsockname()[1]
     s.close()
     return p
@@ -151,18 +188,18 @@ def wait_listening(port, deadline=5.0):
                 if parts[1].endswith(":" + hexport) and parts[3] == "0A":
                     return
         time.sleep(0.01)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+    raise RuntimeError(f"nothing listens on {HOST}:{port}")
 
 
 def cli_recv_cmd(a, port):
-    cmd = [a.zcnet, "recv", "--listen", f"127.0.0.1:{port}", "--discard", "--json"]
+    cmd = [a.zcnet, "recv", "--listen", f"{HOST}:{port}", "--discard", "--json"]
     if a.buf_size:
         cmd += ["--buf-size", str(a.buf_size)]
     return cmd
 
 
 def cli_send_cmd(a, port):
-    return [a.zcnet, "send", f"127.0.0.1:{port}", "--tx", "copy", "--size", "64K", "--bytes", str(a.nbytes)]
+    return NS_EXEC + [a.zcnet, "send", f"{HOST}:{port}", "--tx", "copy", "--size", "64K", "--bytes", str(a.nbytes)]
 
 
 def run_case(case, a):
@@ -178,7 +215,7 @@ def run_case(case, a):
         else:
             snd = None
     if case in ("py-recv", "py-lowat", "py-16k", "recv_into"):
-        args = ["--role", case, "--py-kw", a.py_kw] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
+        args = ["--role", case, "--host", HOST, "--py-kw", a.py_kw] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
         rcv = subprocess.Popen(me + args, stdout=subprocess.PIPE, text=True)
         port = json.loads(rcv.stdout.readline())["port"]
         t0 = time.perf_counter()
@@ -203,7 +240,7 @@ def run_case(case, a):
         rcv = subprocess.Popen(cli_recv_cmd(a, port), stdout=subprocess.PIPE, text=True)
         wait_listening(port)
         snd = subprocess.Popen(
-            me + ["--role", "py-send", "--port", str(port), "--bytes", str(a.nbytes)],
+            NS_EXEC + me + ["--role", "py-send", "--host", HOST, "--port", str(port), "--bytes", str(a.nbytes)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         snd.stdout.readline()
@@ -220,27 +257,8 @@ def run_case(case, a):
     return a.nbytes / secs / 1e6, secs, info
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("zcnet", nargs="?")
-    p.add_argument("--bytes", default="4G")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--buf-size", type=int, default=0, help="Receiver buf_size and recv --buf-size (default: theirs)")
-    p.add_argument("--cases", default="cli-recv,py-recv,py-lowat,py-16k,recv_into,cli-send,py-send")
-    p.add_argument("--py-kw", default="{}", help="py-recv only: extra Receiver keywords, as JSON (e.g. '{\"buffers\": 32}')")
-    p.add_argument("--role")
-    p.add_argument("--port", type=int)
-    a = p.parse_args()
-    a.nbytes = parse_size(a.bytes)
-    if a.role in ("py-recv", "py-lowat", "py-16k", "recv_into"):
-        return child_recv(a.role, a.buf_size, a.py_kw)
-    if a.role == "py-send":
-        return child_send(a.port, a.nbytes)
-    if not a.zcnet:
-        p.error("the zcnet binary is required")
-    import zcnet
-
-    print(f"zcnet module {zcnet.__file__}; binary {a.zcnet}; {a.nbytes} B per run, 64 KiB messages, {a.rounds} rounds")
+def run_rounds(a, zcnet):
+    print(f"zcnet module {zcnet.__file__}; binary {a.zcnet}; path {a.path} ({HOST}); {a.nbytes} B per run, 64 KiB messages, {a.rounds} rounds")
     cases = a.cases.split(",")
     rates = {c: [] for c in cases}
     for r in range(a.rounds):
@@ -256,6 +274,44 @@ def main():
                 extra = (f"  [{info['buffers']} recv_into calls, {info['bytes'] // max(info['buffers'], 1)} B avg; "
                          f"receiver CPU {info['cpu_s']:.2f} s]")
             print(f"round {r + 1} {c:10s} {mbs:9.0f} MB/s  ({secs:.3f} s){extra}", flush=True)
+    return rates
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("zcnet", nargs="?")
+    p.add_argument("--bytes", default="4G")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--buf-size", type=int, default=0, help="Receiver buf_size and recv --buf-size (default: theirs)")
+    p.add_argument("--cases", default="cli-recv,py-recv,py-lowat,py-16k,recv_into,cli-send,py-send")
+    p.add_argument("--py-kw", default="{}", help="py-recv only: extra Receiver keywords, as JSON (e.g. '{\"buffers\": 32}')")
+    p.add_argument("--path", choices=["loopback", "veth"], default="loopback")
+    p.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
+    p.add_argument("--role")
+    p.add_argument("--port", type=int)
+    a = p.parse_args()
+    a.nbytes = parse_size(a.bytes)
+    global HOST
+    HOST = a.host
+    if a.role in ("py-recv", "py-lowat", "py-16k", "recv_into"):
+        return child_recv(a.role, a.buf_size, a.py_kw)
+    if a.role == "py-send":
+        return child_send(a.port, a.nbytes)
+    if not a.zcnet:
+        p.error("the zcnet binary is required")
+    import zcnet
+
+    down = None
+    if a.path == "veth":
+        # SIGTERM/SIGHUP end the run through the finally below (Ctrl-C does already).
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda *_: sys.exit(1))
+        down = veth_up()
+    try:
+        rates = run_rounds(a, zcnet)
+    finally:
+        if down:
+            down()
     med = {c: statistics.median(v) for c, v in rates.items()}
     print("medians (MB/s):", ", ".join(f"{c} {m:.0f}" for c, m in med.items()))
 
