@@ -94,6 +94,7 @@ def child_recv(role, buf_size, py_kw):
     ls.listen(1)
     print(json.dumps({"port": ls.getsockname()[1]}), flush=True)
     conn, _ = ls.accept()
+    c0 = os.times()
     t0 = time.perf_counter()
     total = 0
     acc = 0
@@ -120,7 +121,7 @@ def child_recv(role, buf_size, py_kw):
             kw = {"buf_size": 16384, "low_water": 0}
         if role == "py-recv":
             kw.update(json.loads(py_kw))
-        rx = zcnet.Receiver("auto", **kw)
+        rx = zcnet.Receiver(kw.pop("mode", "auto"), **kw)
         rx.add(conn)
         it = iter(rx)
         t_next = 0.0
@@ -140,7 +141,7 @@ def child_recv(role, buf_size, py_kw):
             t_touch += pc() - b
     t1 = time.perf_counter()
     cpu = os.times()
-    out = {"bytes": total, "seconds": t1 - t0, "buffers": nbufs, "sum": acc, "cpu_s": cpu.user + cpu.system}
+    out = {"bytes": total, "seconds": t1 - t0, "buffers": nbufs, "sum": acc, "cpu_s": cpu.user + cpu.system - c0.user - c0.system}
     if role not in ("recv_into",):
         out["next_s"] = t_next
         out["touch_s"] = t_touch
@@ -225,10 +226,14 @@ def run_case(case, a):
         rcv.wait()
         snd.wait()
     elif case == "cli-recv":
-        out = rcv.communicate()[0]
+        out = rcv.stdout.read()
+        # Reaped here for its CPU time (user + system), which Popen.wait would not give.
+        _, status, ru = os.wait4(rcv.pid, 0)
         t1 = time.perf_counter()
+        rcv.returncode = os.waitstatus_to_exitcode(status)
         snd.wait()
         info = {"bytes": json.loads(out).get("bytes", a.nbytes)} if out.strip().startswith("{") else {}
+        info["cpu_s"] = ru.ru_utime + ru.ru_stime
     elif case == "cli-send":
         t0 = time.perf_counter()
         snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
@@ -270,6 +275,8 @@ def run_rounds(a, zcnet):
                 extra = (f"  [mode {info['mode']}, {info['buffers']} buffers of {info['bytes'] // max(info['buffers'], 1)} B avg; "
                          f"in next(): {info['next_s']:.2f} s, from_dlpack+touch+drop: {info['touch_s']:.2f} s, "
                          f"{1e6 * info['touch_s'] / max(info['buffers'], 1):.2f} us/buffer; receiver CPU {info['cpu_s']:.2f} s]")
+            elif "cpu_s" in info and "buffers" not in info:
+                extra = f"  [receiver CPU {info['cpu_s']:.2f} s]"
             elif "buffers" in info:
                 extra = (f"  [{info['buffers']} recv_into calls, {info['bytes'] // max(info['buffers'], 1)} B avg; "
                          f"receiver CPU {info['cpu_s']:.2f} s]")
