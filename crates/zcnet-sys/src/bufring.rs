@@ -130,6 +130,50 @@ struct Armed {
     bundle: bool,
 }
 
+/// `IORING_ENTER_GETEVENTS` (include/uapi/linux/io_uring.h).
+const IORING_ENTER_GETEVENTS: u32 = 1;
+
+/// Non-blocking progress on `ring` (a wait with a zero timeout): submits what is queued and runs
+/// the work the kernel has queued for this task — on a DEFER_TASKRUN ring it runs only inside an
+/// `io_uring_enter` with GETEVENTS — without waiting, and enters the kernel only when there is
+/// something to do: SQEs queued, work flagged in the SQ flags (`IORING_SQ_TASKRUN`, kept up to
+/// date where the ring was made with `IORING_SETUP_TASKRUN_FLAG`; on a ring without it the flag
+/// never shows, so call this only on rings that have it), or completions waiting in the
+/// overflow list (`IORING_SQ_CQ_OVERFLOW`). A zero-timeout `io_uring_enter` with `min_complete`
+/// 1 would arm and expire a timer and switch tasks each time; `min_complete` 0 returns as soon
+/// as the work has run (io_uring/io_uring.c `io_cqring_wait`).
+pub(crate) fn progress_now<S: io_uring::squeue::EntryMarker, C: io_uring::cqueue::EntryMarker>(
+    ring: &mut IoUring<S, C>,
+) -> io::Result<()> {
+    let (queued, work) = {
+        let sq = ring.submission();
+        (sq.len(), sq.taskrun() || sq.cq_overflow())
+    };
+    if queued == 0 && !work {
+        return Ok(());
+    }
+    let to_submit = u32::try_from(queued).unwrap_or(u32::MAX);
+    // SAFETY: io_uring_enter with no argument pointer (`None`): the kernel consumes up to
+    // `to_submit` SQEs already published in the SQ ring (each the caller's contract when it
+    // was pushed) and posts CQEs into the CQ ring, both mapped by `ring` for its lifetime.
+    let r = unsafe {
+        ring.submitter()
+            .enter::<libc::sigset_t>(to_submit, 0, IORING_ENTER_GETEVENTS, None)
+    };
+    match r {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// An io_uring with a registered provided-buffer ring for multishot receives.
 pub struct RecvRing {
     ring: IoUring,
@@ -202,11 +246,15 @@ impl RecvRing {
         let build = |mode: TaskRun| {
             let mut b = IoUring::builder();
             match mode {
+                // TASKRUN_FLAG (5.19, with either): the kernel says in the SQ flags when work
+                // waits for this task, so that a non-blocking poll enters only then.
                 TaskRun::Defer => {
-                    b.setup_single_issuer().setup_defer_taskrun();
+                    b.setup_single_issuer()
+                        .setup_defer_taskrun()
+                        .setup_taskrun_flag();
                 }
                 TaskRun::Coop => {
-                    b.setup_coop_taskrun();
+                    b.setup_coop_taskrun().setup_taskrun_flag();
                 }
                 TaskRun::Plain => {}
             }
@@ -400,6 +448,9 @@ impl RecvRing {
     /// Submits what is queued and waits for at least `min` completions or `timeout`, whichever
     /// comes first. A timeout (or `EINTR`) is not an error.
     pub fn wait(&mut self, min: usize, timeout: Duration) -> io::Result<()> {
+        if timeout.is_zero() {
+            return progress_now(&mut self.ring);
+        }
         let ts = types::Timespec::new()
             .sec(timeout.as_secs())
             .nsec(timeout.subsec_nanos());

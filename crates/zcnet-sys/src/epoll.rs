@@ -13,6 +13,9 @@ pub const RDHUP: u32 = libc::EPOLLRDHUP as u32;
 pub const HUP: u32 = libc::EPOLLHUP as u32;
 /// Error (`EPOLLERR`, always reported).
 pub const ERR: u32 = libc::EPOLLERR as u32;
+/// Edge-triggered (`EPOLLET`): reported when the fd becomes ready (for an eventfd: at each
+/// signal), not for as long as it is.
+pub const ET: u32 = libc::EPOLLET as u32;
 
 /// An epoll instance. Tokens are the caller's; the set does not own the watched fds.
 #[derive(Debug)]

@@ -30,6 +30,8 @@ pub mod mem;
 pub mod netlink;
 pub mod os;
 pub mod sock;
+#[cfg(feature = "tokio")]
+pub mod tokio_fd;
 #[cfg(test)]
 mod test_util;
 pub mod uring;

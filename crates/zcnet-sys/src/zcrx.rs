@@ -655,6 +655,9 @@ pub struct ZcrxIfq {
     buf_len: u32,
     /// Event types the kernel was asked to report (`1 << ZCRX_EVENT_*`).
     events: u32,
+    /// The ring was made here with `IORING_SETUP_TASKRUN_FLAG` ([`receive_ring`]): a
+    /// zero-timeout wait may skip the system call when the SQ flags show no work.
+    taskrun_flag: bool,
 }
 
 /// How to register a host-memory area ([`ZcrxIfq::register_host_on`]).
@@ -898,6 +901,7 @@ impl ZcrxIfq {
                 n => n,
             },
             events: done.events,
+            taskrun_flag: false,
         })
     }
 
@@ -1448,6 +1452,7 @@ fn receive_ring() -> io::Result<ZcrxRing> {
     ZcrxRing::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
+        .setup_taskrun_flag()
         .setup_cqsize(RECEIVE_CQ_ENTRIES)
         .build(RECEIVE_SQ_ENTRIES)
 }
@@ -1467,7 +1472,7 @@ impl ZcrxIfq {
         }
         let ring = receive_ring()?;
         let area = Mapping::anonymous(area_len)?;
-        Self::register_on(ring, ifindex, rx_queue, area, rq_entries)
+        Self::register_on(ring, ifindex, rx_queue, area, rq_entries).map(Self::with_taskrun_flag)
     }
 
     /// As [`Self::register_host_on`] with a ring sized for receiving ([`RECEIVE_SQ_ENTRIES`]
@@ -1475,7 +1480,13 @@ impl ZcrxIfq {
     /// ([`HostRegistration::rx_buf_len`], with an area of huge pages). On error nothing stays
     /// pinned or open.
     pub fn register_for_receive_with(area: Mapping, reg: HostRegistration) -> io::Result<ZcrxIfq> {
-        Self::register_host_on(receive_ring()?, area, reg)
+        Self::register_host_on(receive_ring()?, area, reg).map(Self::with_taskrun_flag)
+    }
+
+    /// Marks an ifq whose ring [`receive_ring`] made (with `IORING_SETUP_TASKRUN_FLAG`).
+    fn with_taskrun_flag(mut self) -> ZcrxIfq {
+        self.taskrun_flag = true;
+        self
     }
 
     /// As [`Self::register_for_receive`] without a network device ([`Self::register_nodev_on`],
@@ -1487,7 +1498,7 @@ impl ZcrxIfq {
         }
         let ring = receive_ring()?;
         let area = Mapping::anonymous(area_len)?;
-        Self::register_nodev_on(ring, area, rq_entries)
+        Self::register_nodev_on(ring, area, rq_entries).map(Self::with_taskrun_flag)
     }
 
     /// As [`Self::register_for_receive`] with a dma-buf area of `len` bytes at `offset` of
@@ -1504,6 +1515,7 @@ impl ZcrxIfq {
     ) -> io::Result<ZcrxIfq> {
         let ring = receive_ring()?;
         Self::register_dmabuf_on(ring, ifindex, rx_queue, dmabuf, offset, len, rq_entries)
+            .map(Self::with_taskrun_flag)
     }
 }
 
@@ -1730,6 +1742,9 @@ impl ZcrxReceiver {
     /// DEFER_TASKRUN the kernel does the receive work inside this call. A timeout or `EINTR`
     /// is not an error.
     pub fn wait(&mut self, min: usize, timeout: Duration) -> io::Result<()> {
+        if timeout.is_zero() && self.ifq.taskrun_flag {
+            return crate::bufring::progress_now(self.ifq.ring_mut());
+        }
         let ts = types::Timespec::new()
             .sec(timeout.as_secs())
             .nsec(timeout.subsec_nanos());

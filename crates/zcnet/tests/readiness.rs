@@ -56,8 +56,12 @@ fn receive_driven_by_readiness(mode: RxMode, len: u64) {
     let (mut tx, sock) = pair();
     rx.add(sock).unwrap();
     let mut ep = Epoll::new(4).unwrap();
-    ep.add(rx.readiness_fd().unwrap().as_raw_fd(), 1, epoll::IN)
-        .unwrap();
+    ep.add(
+        rx.readiness_fd().unwrap().as_raw_fd(),
+        1,
+        epoll::IN | epoll::ET,
+    )
+    .unwrap();
     let writer = std::thread::spawn(move || {
         let data: Vec<u8> = (0..len).map(byte).collect();
         tx.write_all(&data).unwrap();
@@ -145,8 +149,12 @@ fn send_driven_by_readiness(mode: TxMode, len: u64) {
     });
     let mut tx = sender(a, mode);
     let mut ep = Epoll::new(4).unwrap();
-    ep.add(tx.readiness_fd().unwrap().as_raw_fd(), 1, epoll::IN)
-        .unwrap();
+    ep.add(
+        tx.readiness_fd().unwrap().as_raw_fd(),
+        1,
+        epoll::IN | epoll::ET,
+    )
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut sent, mut waits) = (0u64, 0u64);
     while sent < len {

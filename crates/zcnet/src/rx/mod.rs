@@ -610,14 +610,16 @@ impl Receiver {
     }
 
     /// The fd an event loop (epoll, mio, tokio's `AsyncFd`) waits on for readability; when it
-    /// is readable, call [`Receiver::poll`] with a zero timeout, which never blocks. Made at the
-    /// first call: for the io_uring backends (`uring`, `zcrx`) an eventfd registered with the
-    /// ring (`IORING_REGISTER_EVENTFD`; a DEFER_TASKRUN ring's own fd would not wake a poller
-    /// when receive work is queued for it), for `copy` and `devmem` their epoll set. Every
-    /// poll resets it first, so a signal that arrives during a poll is seen by the next wait.
+    /// is readable, call [`Receiver::poll`] with a zero timeout, which never blocks (and makes
+    /// no system call when the kernel has nothing for it). Made at the first call: for the
+    /// io_uring backends (`uring`, `zcrx`) an eventfd registered with the ring
+    /// (`IORING_REGISTER_EVENTFD`; a DEFER_TASKRUN ring's own fd would not wake a poller when
+    /// receive work is queued for it), for `copy` and `devmem` their epoll set.
     ///
-    /// Readiness is edge-like: drive it as "wait, then poll until a poll returns no event"
-    /// (or, with tokio, `AsyncFd::readable` then `try_io`). A poll also does the work that no
+    /// Wait on it edge-triggered (`EPOLLET`; tokio and mio always do): the eventfd is signalled
+    /// for every completion and never read back (that would cost a system call per poll), so a
+    /// level-triggered wait would find it readable for good. Drive it as "wait, then poll until
+    /// a poll returns no event". A poll also does the work that no
     /// fd signals: giving back buffers the application dropped and re-arming connections that
     /// ran out of them, so poll again after dropping buffers even when the fd is not
     /// readable. The receiver stays `!Send` (the io_uring rings take submissions only from the

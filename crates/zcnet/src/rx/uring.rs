@@ -197,11 +197,6 @@ impl RxBackend for UringRx {
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
-        // Reset the readiness fd first: whatever arrives from here on signals it again.
-        if let Some(e) = &self.efd {
-            e.drain()
-                .map_err(|e| Error::io("reading the readiness eventfd", e))?;
-        }
         self.rearm_waiting()?;
         ctx.stats.rearms += std::mem::take(&mut self.rearms);
         let timeout = if self.starving {

@@ -699,11 +699,6 @@ impl RxBackend for ZcrxBackend {
     }
 
     fn poll(&mut self, ctx: &mut Ctx<'_>, timeout: Duration) -> Result<()> {
-        // Reset the readiness fd first: whatever arrives from here on signals it again.
-        if let Some(e) = &self.efd {
-            e.drain()
-                .map_err(|e| Error::io("reading the readiness eventfd", e))?;
-        }
         self.refill(ctx)?;
         self.rearm_waiting(ctx);
         let timeout = if self.starving {

@@ -35,6 +35,11 @@ pub(crate) struct AutoTx {
     /// Clock reading reused between reads (the policy's timers are in hundreds of ms).
     now_ns: u64,
     sends: u64,
+    /// An event loop drives the sender ([`TxBackend::ready_fd`] was asked for): stay on the
+    /// io_uring engine, whose sends never block, instead of switching to `send()` (which
+    /// blocks when the socket is full, and before it, waits for every zero-copy send to reach
+    /// the socket): a loop thread blocked there could not run the peer it waits for.
+    event_loop: bool,
 }
 
 /// Read the clock once per this many sends while copying.
@@ -81,6 +86,7 @@ impl AutoTx {
             fed: (0, 0),
             now_ns: 0,
             sends: 0,
+            event_loop: false,
         })
     }
 
@@ -139,7 +145,11 @@ impl TxBackend for AutoTx {
         if self.sends.is_multiple_of(CLOCK_EVERY) {
             self.now_ns = sh.now_ns();
         }
-        let mode = self.policy.mode(self.now_ns);
+        let mode = if self.event_loop {
+            Mode::ZeroCopy
+        } else {
+            self.policy.mode(self.now_ns)
+        };
         if mode != self.mode {
             if mode == Mode::Copy {
                 if let Err(e) = zc.settle(sh) {
@@ -183,8 +193,9 @@ impl TxBackend for AutoTx {
     }
 
     /// The engine's ring's (the one [`Self::reap`] reaps); none when both were refused and
-    /// every send copies.
+    /// every send copies. From then on the sender stays on that engine (see `event_loop`).
     fn ready_fd(&mut self) -> Result<Option<std::os::fd::BorrowedFd<'_>>> {
+        self.event_loop = true;
         match (self.zc.as_mut(), self.uring.as_mut()) {
             (Some(zc), _) => zc.ready_fd(),
             (None, Some(uring)) => uring.ready_fd(),

@@ -611,12 +611,14 @@ impl Sender {
     /// `auto` (`IORING_REGISTER_EVENTFD`: signalled for each completion and zero-copy
     /// notification). A completion that finishes while the thread sleeps in the loop's wait
     /// wakes it: the kernel interrupts the wait (`EINTR`, which event loops retry) to post it,
-    /// and the fd is readable from then on. Each reap resets it first, so wait, then submit until nothing more comes
-    /// back. [`Sender::send`] never blocks on these modes: it queues, and submits when the
-    /// queue is full. `copy`, `msg-zerocopy` and `devmem` have none (an `Unsupported` error):
-    /// they send inside `send` and get buffers back in blocking waits, so drive them from a
-    /// thread of their own. `auto` that switched to copying sends inside `send` as well, with
-    /// every buffer free at once. The sender is `Send`: it may move between threads.
+    /// and the fd is signalled. Wait on it edge-triggered (`EPOLLET`; tokio and mio always do):
+    /// it is never read back, so a level-triggered wait would find it readable for good.
+    /// [`Sender::send`] never blocks on these modes: it queues, and submits when the queue is
+    /// full. `copy`, `msg-zerocopy` and `devmem` have none (an `Unsupported` error): they send
+    /// inside `send` and get buffers back in blocking waits, so drive them from a thread of
+    /// their own. `auto` stays on its io_uring engine from the first call on (its switch to
+    /// copying uses blocking `send()` calls); the kernel's verdicts are still counted. The
+    /// sender is `Send`: it may move between threads.
     pub fn readiness_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>> {
         let mode = self.mode;
         self.backend.ready_fd()?.ok_or_else(|| Error::Unsupported {

@@ -287,11 +287,6 @@ impl TxBackend for UringTx {
     }
 
     fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
-        // Reset the readiness fd first: whatever completes from here on signals it again.
-        if let Some(e) = &self.efd {
-            e.drain()
-                .map_err(|e| Error::io("reading the readiness eventfd", e))?;
-        }
         if wait && self.ring.in_flight() > 0 {
             // Hand over what is queued without waiting first: a datagram send usually
             // completes inside that call, and the task work run on its way out posts the

@@ -1,0 +1,229 @@
+//! An echo server on a tokio runtime, with zcnet's receive and send (`--impl zcnet`: one
+//! `AsyncReceiver` for every connection, an `AsyncSender` per connection) or with plain
+//! `tokio::net::TcpStream` reads and writes (`--impl tokio`, the same echo for comparison), and
+//! the client that measures them (`client`: N connections, each writing a message and reading
+//! it back, for a while; messages per second and GB/s each way).
+//!
+//! ```text
+//! echo server 127.0.0.1:7000 [--impl zcnet|tokio] [--rx auto] [--tx auto] [--size 64K]
+//! echo client 127.0.0.1:7000 [--conns 24] [--size 64K] [--seconds 5]
+//! ```
+//!
+//! Both run on one thread (a current-thread runtime). The server stops on end of input
+//! (its stdin closes) or when killed. scripts/tokio-echo-bench.sh runs both over veth between
+//! two network namespaces and compares the two servers.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use zcnet::rx::{ConnId, Receiver, RxConfig, RxEvent, RxMode};
+use zcnet::{Region, Sender, Socket, TxConfig, TxMode};
+use zcnet_tokio::{AsyncReceiver, AsyncSender};
+
+type Res<T> = Result<T, Box<dyn StdError>>;
+
+struct Args {
+    role: String,
+    addr: String,
+    imp: String,
+    rx: String,
+    tx: String,
+    size: usize,
+    conns: usize,
+    seconds: f64,
+}
+
+fn size(s: &str) -> Res<usize> {
+    let (n, mul) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
+        _ => (s, 1),
+    };
+    Ok(n.parse::<usize>()? * mul)
+}
+
+fn args() -> Res<Args> {
+    let mut it = std::env::args().skip(1);
+    let role = it
+        .next()
+        .ok_or("usage: echo server|client ADDR [options]")?;
+    let addr = it
+        .next()
+        .ok_or("echo: give the address (e.g. 127.0.0.1:7000)")?;
+    let mut a = Args {
+        role,
+        addr,
+        imp: "zcnet".into(),
+        rx: "auto".into(),
+        tx: "auto".into(),
+        size: 64 << 10,
+        conns: 24,
+        seconds: 5.0,
+    };
+    while let Some(flag) = it.next() {
+        let v = it
+            .next()
+            .ok_or_else(|| format!("echo: {flag} needs a value"))?;
+        match flag.as_str() {
+            "--impl" => a.imp = v,
+            "--rx" => a.rx = v,
+            "--tx" => a.tx = v,
+            "--size" => a.size = size(&v)?,
+            "--conns" => a.conns = v.parse()?,
+            "--seconds" => a.seconds = v.parse()?,
+            _ => return Err(format!("echo: unknown option {flag}").into()),
+        }
+    }
+    Ok(a)
+}
+
+fn main() -> Res<()> {
+    let a = args()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    match (a.role.as_str(), a.imp.as_str()) {
+        ("server", "zcnet") => rt.block_on(zcnet_server(&a)),
+        ("server", "tokio") => tokio::task::LocalSet::new().block_on(&rt, tokio_server(&a)),
+        ("client", _) => rt.block_on(client(&a)),
+        _ => Err("echo: server --impl zcnet|tokio, or client".into()),
+    }
+}
+
+/// Ends when stdin reaches end of input (the bench script closes it to stop the server).
+async fn stdin_closed() {
+    let mut b = [0u8; 64];
+    let mut stdin = tokio::io::stdin();
+    while matches!(stdin.read(&mut b).await, Ok(n) if n > 0) {}
+}
+
+async fn zcnet_server(a: &Args) -> Res<()> {
+    let listener = tokio::net::TcpListener::bind(&a.addr).await?;
+    let mut rcfg = RxConfig::new(RxMode::parse(&a.rx)?);
+    rcfg.buf_size = a.size;
+    rcfg.buffers = 64;
+    let mut rx = AsyncReceiver::new(Receiver::new(&rcfg)?)?;
+    let tx_mode = TxMode::parse(&a.tx)?;
+    let mut senders: HashMap<ConnId, AsyncSender> = HashMap::new();
+    eprintln!(
+        "echo: zcnet server on {} (receive {}, send {tx_mode})",
+        a.addr,
+        rx.receiver().mode()
+    );
+    let stop = stdin_closed();
+    tokio::pin!(stop);
+    loop {
+        let idle = rx.receiver().connections() == 0;
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            acc = listener.accept() => {
+                let (s, _) = acc?;
+                let s = s.into_std()?;
+                s.set_nodelay(true)?;
+                s.set_nonblocking(false)?;
+                let out = s.try_clone()?;
+                let conn = rx.add(s)?;
+                let mut tcfg = TxConfig::new(tx_mode);
+                tcfg.buf_size = a.size;
+                let region = Region::anonymous(zcnet::tx::region_len(&tcfg))?;
+                let tx = AsyncSender::new(Sender::new(Socket::from(out), region, &tcfg)?)?;
+                senders.insert(conn, tx);
+            }
+            ev = rx.recv(), if !idle => match ev? {
+                Some(RxEvent::Data(buf)) => {
+                    if let (Some(tx), Some(bytes)) = (senders.get_mut(&buf.conn()), rx.bytes(&buf)) {
+                        tx.send_slice(bytes).await?;
+                    }
+                }
+                Some(RxEvent::Eof(c)) | Some(RxEvent::Failed(c, _)) => {
+                    if let Some(tx) = senders.remove(&c) {
+                        let _ = tokio::time::timeout(Duration::from_secs(5), tx.finish()).await;
+                    }
+                    rx.close(c);
+                }
+                None => {}
+            },
+        }
+    }
+}
+
+async fn tokio_server(a: &Args) -> Res<()> {
+    let listener = tokio::net::TcpListener::bind(&a.addr).await?;
+    eprintln!("echo: tokio server on {}", a.addr);
+    let size = a.size;
+    let stop = stdin_closed();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return Ok(()),
+            acc = listener.accept() => {
+                let (mut s, _) = acc?;
+                s.set_nodelay(true)?;
+                tokio::task::spawn_local(async move {
+                    let mut buf = vec![0u8; size];
+                    loop {
+                        let n = match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if s.write_all(&buf[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// `conns` connections, each writing a `size`-byte message and reading it back, for
+/// `seconds`; prints one line: `messages=N seconds=S msg_per_s=R gbps=G` (G: bytes echoed per
+/// second, one way, in GB/s).
+async fn client(a: &Args) -> Res<()> {
+    let deadline = Instant::now() + Duration::from_secs_f64(a.seconds);
+    let mut tasks = Vec::new();
+    let local = tokio::task::LocalSet::new();
+    for i in 0..a.conns {
+        let addr = a.addr.clone();
+        let size = a.size;
+        tasks.push(local.spawn_local(async move {
+            let mut s = tokio::net::TcpStream::connect(&addr).await?;
+            s.set_nodelay(true)?;
+            let msg: Vec<u8> = (0..size).map(|k| (k + i) as u8).collect();
+            let mut back = vec![0u8; size];
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                s.write_all(&msg).await?;
+                s.read_exact(&mut back).await?;
+                if back != msg {
+                    return Err::<u64, Box<dyn StdError>>(
+                        format!("connection {i}: the echo differs from what was sent").into(),
+                    );
+                }
+                n += 1;
+            }
+            Ok(n)
+        }));
+    }
+    let t0 = Instant::now();
+    let total = local
+        .run_until(async {
+            let mut total = 0u64;
+            for t in tasks {
+                total += t
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok::<u64, String>(total)
+        })
+        .await?;
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "messages={total} seconds={secs:.3} msg_per_s={:.1} gbps={:.3}",
+        total as f64 / secs,
+        total as f64 * a.size as f64 / secs / 1e9
+    );
+    Ok(())
+}
