@@ -97,6 +97,10 @@ fn move_verified(tx_mode: TxMode, rx_mode: RxMode, len: u64) {
             let stats = tx.sender().stats();
             assert_eq!(stats.bytes, len, "{stats:?}");
             assert_eq!(stats.zerocopy_bytes + stats.copied_bytes, len, "{stats:?}");
+            if tx_mode == TxMode::Auto {
+                // Loopback copies: auto must have switched to copying (through its ring).
+                assert!(!stats.switches.is_empty(), "{stats:?}");
+            }
             assert_eq!(tx.sender().outstanding(), 0);
             // Every buffer can be taken again: none was lost to a cancelled wait.
             let mut all = Vec::new();

@@ -35,10 +35,11 @@ pub(crate) struct AutoTx {
     /// Clock reading reused between reads (the policy's timers are in hundreds of ms).
     now_ns: u64,
     sends: u64,
-    /// An event loop drives the sender ([`TxBackend::ready_fd`] was asked for): stay on the
-    /// io_uring engine, whose sends never block, instead of switching to `send()` (which
-    /// blocks when the socket is full, and before it, waits for every zero-copy send to reach
-    /// the socket): a loop thread blocked there could not run the peer it waits for.
+    /// An event loop drives the sender ([`TxBackend::ready_fd`] was asked for): copying goes
+    /// through the zero-copy engine's ring as IORING_OP_SEND, whose sends never block, instead
+    /// of `send()` (which blocks when the socket is full, and before it, waits for every
+    /// zero-copy send to reach the socket): a loop thread blocked there could not run the peer
+    /// it waits for.
     event_loop: bool,
 }
 
@@ -145,11 +146,17 @@ impl TxBackend for AutoTx {
         if self.sends.is_multiple_of(CLOCK_EVERY) {
             self.now_ns = sh.now_ns();
         }
-        let mode = if self.event_loop {
-            Mode::ZeroCopy
-        } else {
-            self.policy.mode(self.now_ns)
-        };
+        let mode = self.policy.mode(self.now_ns);
+        if self.event_loop {
+            // Under an event loop nothing may block: copying goes through the same ring
+            // (IORING_OP_SEND, in order after the zero-copy sends), no settling needed.
+            if mode != self.mode {
+                self.mode = mode;
+                sh.stats.switches = self.policy.switches().to_vec();
+            }
+            zc.set_copying(mode == Mode::Copy);
+            return zc.send(sh, buf, len);
+        }
         if mode != self.mode {
             if mode == Mode::Copy {
                 if let Err(e) = zc.settle(sh) {
@@ -193,7 +200,8 @@ impl TxBackend for AutoTx {
     }
 
     /// The engine's ring's (the one [`Self::reap`] reaps); none when both were refused and
-    /// every send copies. From then on the sender stays on that engine (see `event_loop`).
+    /// every send copies. From then on the sender copies through that engine's ring (see
+    /// `event_loop`).
     fn ready_fd(&mut self) -> Result<Option<std::os::fd::BorrowedFd<'_>>> {
         self.event_loop = true;
         match (self.zc.as_mut(), self.uring.as_mut()) {

@@ -616,8 +616,9 @@ impl Sender {
     /// [`Sender::send`] never blocks on these modes: it queues, and submits when the queue is
     /// full. `copy`, `msg-zerocopy` and `devmem` have none (an `Unsupported` error): they send
     /// inside `send` and get buffers back in blocking waits, so drive them from a thread of
-    /// their own. `auto` stays on its io_uring engine from the first call on (its switch to
-    /// copying uses blocking `send()` calls); the kernel's verdicts are still counted. The
+    /// their own. From the first call on, `auto` copies (when the kernel's verdicts say zero
+    /// copy does not pay) through its io_uring ring as IORING_OP_SEND instead of blocking
+    /// `send()` calls. The
     /// sender is `Send`: it may move between threads.
     pub fn readiness_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>> {
         let mode = self.mode;

@@ -84,6 +84,12 @@ pub(crate) struct UringTx {
     /// Whether registering the socket as a fixed file was tried (at the first send: the ring
     /// is made before the socket is known).
     file_tried: bool,
+    /// A zero-copy sender told to copy for now ([`Self::set_copying`]): its sends are
+    /// IORING_OP_SEND on the same ring, in the same order.
+    copying: bool,
+    /// Per slot: its send in flight copies (IORING_OP_SEND), so its result's bytes are copied
+    /// bytes; a SEND_ZC's are counted by its notification.
+    copies: Vec<bool>,
 }
 
 impl UringTx {
@@ -147,6 +153,8 @@ impl UringTx {
             error: None,
             efd: None,
             file_tried: false,
+            copying: false,
+            copies: vec![!zero_copy; buffers],
         })
     }
 
@@ -159,11 +167,15 @@ impl UringTx {
             let _ = self.ring.register_file(sh.fd);
         }
         let id = buf.id() as usize;
+        let zero_copy = self.zero_copy && !self.copying;
+        if let Some(c) = self.copies.get_mut(id) {
+            *c = !zero_copy;
+        }
         let op = SendOp {
             fd: sh.fd,
             len,
-            zero_copy: self.zero_copy,
-            fixed: self.zero_copy,
+            zero_copy,
+            fixed: zero_copy,
             msg_flags: if self.stream { libc::MSG_WAITALL } else { 0 },
             link,
         };
@@ -191,6 +203,13 @@ impl UringTx {
         Ok(())
     }
 
+    /// A zero-copy sender sends with IORING_OP_SEND (`true`: the kernel copies anyway, and a
+    /// notification per send is overhead) or SEND_ZC again (`false`), on the same ring and in
+    /// the same order (a stream's sends stay one chain): nothing to wait for at a switch.
+    pub(crate) fn set_copying(&mut self, copying: bool) {
+        self.copying = copying;
+    }
+
     /// Streams: waits until every send handed over so far has its result (the data is in the
     /// socket, in order). Notifications may still be outstanding.
     pub(crate) fn settle(&mut self, sh: &mut Shared) -> Result<()> {
@@ -205,7 +224,7 @@ impl UringTx {
     }
 
     fn on_completions(&mut self, sh: &mut Shared) -> Result<()> {
-        let zero_copy = self.zero_copy;
+        let copies = &self.copies;
         let tracker = &mut self.tracker;
         let mut first_err: Option<Error> = None;
         self.ring.drain(|c| {
@@ -223,7 +242,7 @@ impl UringTx {
                 match res {
                     Ok(n) => {
                         sh.stats.bytes += u64::from(n);
-                        if !zero_copy {
+                        if copies.get(c.slot_id as usize).copied().unwrap_or(false) {
                             sh.stats.copied_bytes += u64::from(n);
                         }
                         if n < len && first_err.is_none() {
