@@ -583,6 +583,11 @@ const RECV_LOW_WATER: u32 = 128 << 10;
 
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     if a.udp || a.rx == crate::udp_cmd::AF_XDP {
+        if a.no_device {
+            return Err(Error::invalid_input(
+                "--no-device is zcrx without a network device, a TCP receive mode: drop it, or drop --udp and use --rx zcrx",
+            ));
+        }
         return crate::udp_cmd::recv_udp(a);
     }
     // Every argument is checked before anything is listened on or allocated (exit code 2).

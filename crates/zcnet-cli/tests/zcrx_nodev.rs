@@ -67,6 +67,8 @@ fn wrong_combinations_are_usage_errors() {
         (&["--rx", "uring"][..], "--no-device applies to --rx zcrx"),
         (&["--rx", "zcrx", "--iface", "lo"][..], "drop --iface"),
         (&["--rx", "zcrx", "--queue", "0"][..], "drop --queue"),
+        (&["--udp"][..], "drop it, or drop --udp"),
+        (&["--rx", "af-xdp"][..], "drop it, or drop --udp"),
         // Without a device the kernel copies into pages: no other buffer size.
         (
             &["--rx", "zcrx", "--rx-buf-len", "64K"][..],
