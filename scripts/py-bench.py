@@ -147,6 +147,7 @@ def child_recv(role, buf_size, py_kw):
         out["touch_s"] = t_touch
         st = rx.stats()
         out["mode"] = st.get("mode")
+        out["marks"] = f"{st.get('low_water')}: raised {st.get('low_water_raises')}x, lowered {st.get('low_water_lowers')}x"
     print(json.dumps(out), flush=True)
 
 
@@ -272,7 +273,7 @@ def run_rounds(a, zcnet):
             rates[c].append(mbs)
             extra = ""
             if "next_s" in info:
-                extra = (f"  [mode {info['mode']}, {info['buffers']} buffers of {info['bytes'] // max(info['buffers'], 1)} B avg; "
+                extra = (f"  [mode {info['mode']}, mark {info['marks']}, {info['buffers']} buffers of {info['bytes'] // max(info['buffers'], 1)} B avg; "
                          f"in next(): {info['next_s']:.2f} s, from_dlpack+touch+drop: {info['touch_s']:.2f} s, "
                          f"{1e6 * info['touch_s'] / max(info['buffers'], 1):.2f} us/buffer; receiver CPU {info['cpu_s']:.2f} s]")
             elif "cpu_s" in info and "buffers" not in info:
