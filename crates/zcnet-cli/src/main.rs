@@ -221,8 +221,14 @@ fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
 fn outcome(r: zcnet::Result<i32>, interrupted: bool) -> (Option<String>, i32) {
     match r {
         Err(zcnet::Error::Interrupted) => (Some("interrupted".into()), 130),
-        Err(e) if interrupted => (Some(format!("interrupted ({e})")), 130),
-        Err(e) => (Some(e.to_string()), e.exit_code()),
+        Err(e) if interrupted => (
+            Some(format!(
+                "interrupted ({})",
+                zcnet_tools::cli_text::error_text(&e)
+            )),
+            130,
+        ),
+        Err(e) => (Some(zcnet_tools::cli_text::error_text(&e)), e.exit_code()),
         Ok(_) if interrupted => (Some("interrupted".into()), 130),
         Ok(code) => (None, code),
     }

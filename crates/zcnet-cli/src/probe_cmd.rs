@@ -38,16 +38,16 @@ pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
             iface: a.iface.clone(),
             active: a.active,
             all_ifaces: a.all_ifaces,
+            remedy_text: Some(zcnet_tools::cli_text::remedy_text),
         },
         a.queue,
     )?;
     if a.json {
-        zcnet_tools::outln!(
-            "{}",
-            serde_json::to_string_pretty(&probe::json::to_json(&r)).unwrap_or_default()
-        );
+        // The library's words (config fields) as the CLI's flags, in the notes and reasons.
+        let json = serde_json::to_string_pretty(&probe::json::to_json(&r)).unwrap_or_default();
+        zcnet_tools::outln!("{}", zcnet_tools::cli_text::words(&json));
     } else {
-        zcnet_tools::out!("{}", table(&r));
+        zcnet_tools::out!("{}", zcnet_tools::cli_text::words(&table(&r)));
     }
     Ok(())
 }

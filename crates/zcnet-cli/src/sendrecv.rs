@@ -237,7 +237,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     };
     let mut tx = Sender::new(sock, region, &cfg)?;
     if let Some(n) = tx.note() {
-        zcnet_tools::eoutln!("zcnet: note: {n}");
+        zcnet_tools::eoutln!("zcnet: note: {}", zcnet_tools::cli_text::words(n));
     }
     // What goes into each send. Only a data source writes the buffers: stdin (netcat-style),
     // or with --verify the seeded pattern at its stream offset, for the receiver to check.
@@ -618,7 +618,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     let memory = parse_mem(&a.mem)?;
     // A queue the interface does not have: refused before anything is made (exit code 2).
     if let (Some(iface), Some(queue)) = (a.iface.as_deref(), a.queue) {
-        zcnet::nic::check_queue(
+        zcnet_tools::cli_text::check_queue(
             iface,
             queue,
             false,
@@ -657,7 +657,10 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     let listener = listen_announced(addr)?;
     if !a.json {
         for f in rx.fallbacks() {
-            zcnet_tools::eoutln!("zcnet recv: {f}");
+            zcnet_tools::eoutln!(
+                "zcnet recv: {}",
+                zcnet_tools::cli_text::words(&f.to_string())
+            );
         }
         if mode == RxMode::Auto {
             zcnet_tools::eoutln!("zcnet recv: auto chose {}", rx.mode());
@@ -685,7 +688,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
                 .iter()
                 .map(|f| FallbackJson {
                     tried: f.tried.name(),
-                    reason: f.reason.clone(),
+                    reason: zcnet_tools::cli_text::words(&f.reason),
                 })
                 .collect(),
             bytes: rep.recv.bytes,

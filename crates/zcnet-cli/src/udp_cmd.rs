@@ -107,7 +107,12 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
     // The MTU is read, nothing is bound: a datagram that does not fit one frame is refused here.
     XskLimits::of(iface)?.check("--size", &a.size, size, iface)?;
     if let Some(queue) = a.queue {
-        zcnet::nic::check_queue(iface, queue, true, Some("leave --queue out (queue 0)"))?;
+        zcnet_tools::cli_text::check_queue(
+            iface,
+            queue,
+            true,
+            Some("leave --queue out (queue 0)"),
+        )?;
     }
     let (limit, deadline) = run_limits(bytes, duration, a.verify);
     let mut tx = XskUdpSender::open(&XskSendConfig {
@@ -204,7 +209,12 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         ));
     }
     if let (UdpRxMode::AfXdp { iface, .. }, Some(queue)) = (&mode, a.queue) {
-        zcnet::nic::check_queue(iface, queue, true, Some("leave --queue out (queue 0)"))?;
+        zcnet_tools::cli_text::check_queue(
+            iface,
+            queue,
+            true,
+            Some("leave --queue out (queue 0)"),
+        )?;
     }
     let cfg = UdpRecvConfig {
         listen,

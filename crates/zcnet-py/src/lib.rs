@@ -90,6 +90,7 @@ fn probe(
         iface,
         active,
         all_ifaces,
+        remedy_text: None,
     };
     let report = py
         .detach(move || zcnet::probe::probe_queue(&opts, queue))

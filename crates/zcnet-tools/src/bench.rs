@@ -581,7 +581,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                         }
                     }
                     Err(Error::Interrupted) => return Err(Error::Interrupted),
-                    Err(e) => row.error = Some(e.to_string()),
+                    Err(e) => row.error = Some(crate::cli_text::error_text(&e)),
                 }
                 if run + 1 == runs || row.error.is_some() {
                     progress(Progress::Done(row));

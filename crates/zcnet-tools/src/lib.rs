@@ -53,6 +53,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bench;
+pub mod cli_text;
 pub mod cpu;
 pub mod dgram;
 pub mod echo;

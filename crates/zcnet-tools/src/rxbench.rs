@@ -326,7 +326,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             if cfg.modes.iter().all(|m| m.no_device) {
                 return Err(e);
             }
-            nodev_skip = Some(e.to_string());
+            nodev_skip = Some(crate::cli_text::error_text(&e));
         }
     }
     let mut lab = if paths.contains(&PathKind::Veth) {
@@ -390,7 +390,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             match outcome {
                 Ok(()) => {}
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
-                Err(e) => row.error = Some(e.to_string()),
+                Err(e) => row.error = Some(crate::cli_text::error_text(&e)),
             }
             progress(RxProgress::Done(&row));
             report.rows.push(row);
@@ -486,7 +486,7 @@ fn run_case(
     let server = match EchoServer::start_classified(ecfg) {
         Ok(s) => s,
         Err(StartError::Refused(e)) => {
-            row.refused = Some(e.to_string());
+            row.refused = Some(crate::cli_text::error_text(&e));
             return Ok(());
         }
         Err(StartError::Other(e)) => return Err(e),
@@ -499,7 +499,11 @@ fn run_case(
         }
     };
     row.chosen = Some(chosen(server.mode()));
-    row.fallbacks = server.fallbacks().iter().map(|f| f.to_string()).collect();
+    row.fallbacks = server
+        .fallbacks()
+        .iter()
+        .map(|f| crate::cli_text::words(&f.to_string()))
+        .collect();
     let mut ccfg = ClientConfig::new(server.addr());
     ccfg.netns = client_ns;
     ccfg.size = cfg.size;

@@ -1001,7 +1001,9 @@ fn xsk_error(e: io::Error, dev: &str, mode: XskBindMode) -> Error {
         Some(libc::EOPNOTSUPP) if mode == XskBindMode::ZeroCopy => Error::Unsupported {
             what,
             source: e,
-            fix: "the driver has no AF_XDP zero-copy support (veth, ifb and lo have none); copy mode works",
+            remedy: zcnet::Remedy::Other(
+                "the driver has no AF_XDP zero-copy support (veth, ifb and lo have none); copy mode works",
+            ),
         },
         Some(libc::EPERM) => Error::NotRoot { what: "AF_XDP" },
         Some(libc::ENOBUFS) => Error::io(

@@ -1,6 +1,7 @@
 //! One error type for the whole library. Every message is one line that names the cause and,
 //! where there is one, the fix.
 
+use crate::remedy::Remedy;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -12,17 +13,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A `--tx` name that is not a send mode.
+    /// A name that is not a send mode ([`TxMode::parse`](crate::tx::TxMode::parse)).
     UnknownMode {
         /// What was given.
         given: String,
     },
-    /// A `--rx` name that is not a receive mode.
+    /// A name that is not a receive mode ([`RxMode::parse`](crate::rx::RxMode::parse)).
     UnknownRxMode {
         /// What was given.
         given: String,
     },
-    /// A `--path` name that is not a lab path.
+    /// A name that is not a lab path.
     UnknownPath {
         /// What was given.
         given: String,
@@ -93,8 +94,8 @@ pub enum Error {
         what: String,
         /// The errno.
         source: io::Error,
-        /// How to get it, if there is a way.
-        fix: &'static str,
+        /// How to get it, if there is a way ([`Remedy::None`] if not).
+        remedy: Remedy,
     },
     /// No completion arrived for too long (peer stopped reading?).
     Stalled {
@@ -156,7 +157,7 @@ pub enum Error {
         /// The driver's answer (or what is missing).
         cause: String,
         /// How to get it working, or the alternative.
-        fix: String,
+        remedy: Remedy,
         /// The request itself was wrong (e.g. `cuda:7` with two GPUs): exit code 2.
         bad_argument: bool,
     },
@@ -230,8 +231,49 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The remedy the error carries, if it has a typed one.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            Error::Unsupported { remedy, .. } | Error::Gpu { remedy, .. } => Some(*remedy),
+            _ => None,
+        }
+    }
+
+    /// The message with every [`Remedy`] in it rendered by `leaf` (see [`Remedy::render`]):
+    /// how a front end (the `zcnet` command) words the remedies in its own language. The
+    /// `Display` of the error is this with [`Remedy::library_text`].
+    pub fn display_with<'a>(
+        &'a self,
+        leaf: &'a dyn Fn(&Remedy) -> String,
+    ) -> impl fmt::Display + 'a {
+        Rendered { e: self, leaf }
+    }
+}
+
+struct Rendered<'a> {
+    e: &'a Error,
+    leaf: &'a dyn Fn(&Remedy) -> String,
+}
+
+impl fmt::Display for Rendered<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.e.fmt_with(f, self.leaf)
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_with(f, &Remedy::library_text)
+    }
+}
+
+impl Error {
+    fn fmt_with(
+        &self,
+        f: &mut fmt::Formatter<'_>,
+        leaf: &dyn Fn(&Remedy) -> String,
+    ) -> fmt::Result {
         match self {
             Error::UnknownMode { given } => write!(
                 f,
@@ -250,7 +292,7 @@ impl fmt::Display for Error {
                 write!(f, "bad address '{given}': give HOST:PORT, e.g. 127.0.0.1:5201 or [::1]:5201")
             }
             Error::ConnectionRefused { addr } => {
-                write!(f, "connection refused by {addr}: start a receiver there first (zcnet recv --listen {addr})")
+                write!(f, "connection refused by {addr}: {}", Remedy::StartReceiver(*addr).render(leaf))
             }
             Error::NotRoot { what } => write!(f, "{what} needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run it with sudo"),
             Error::MemlockTooSmall {
@@ -279,11 +321,12 @@ impl fmt::Display for Error {
                         hard / 1024
                     )?;
                 }
-                f.write_str(") or use a smaller --inflight/--size")
+                write!(f, ") or {}", Remedy::FewerSends.render(leaf))
             }
             Error::NoHugePages { pages } => write!(
                 f,
-                "no free 2 MiB huge pages for {pages} page(s): reserve them with 'echo {pages} > /proc/sys/vm/nr_hugepages' or use --mem anon"
+                "no free 2 MiB huge pages for {pages} page(s): reserve them with 'echo {pages} > /proc/sys/vm/nr_hugepages' or {}",
+                Remedy::UseMemory(crate::region::MemoryKind::Anonymous).render(leaf)
             ),
             Error::OptmemExhausted { optmem_max } => write!(
                 f,
@@ -300,8 +343,9 @@ impl fmt::Display for Error {
                 f,
                 "region of {have} B cannot hold the {need} B of buffers asked for: use a larger region or fewer/smaller buffers"
             ),
-            Error::Unsupported { what, source, fix } => {
+            Error::Unsupported { what, source, remedy } => {
                 write!(f, "{what} is not supported here ({source})")?;
+                let fix = remedy.render(leaf);
                 if !fix.is_empty() {
                     write!(f, ": {fix}")?;
                 }
@@ -311,7 +355,7 @@ impl fmt::Display for Error {
                 f,
                 "no send completion for {seconds} s with {outstanding} buffer(s) held by the kernel: is the receiver reading?"
             ),
-            Error::Verify(m) => write!(f, "{m}: the data was corrupted, reordered or sent with another --seed"),
+            Error::Verify(m) => write!(f, "{m}: the data was corrupted, reordered or sent with another pattern seed"),
             Error::Protocol(e) => write!(f, "kernel completion protocol violated: {e} (please report this)"),
             Error::Interrupted => write!(f, "interrupted"),
             Error::Lab { command, stderr } => write!(f, "lab setup failed: '{command}': {}", stderr.trim()),
@@ -329,7 +373,7 @@ impl fmt::Display for Error {
                 "NIC state file {}: {problem}: check it by hand, then delete it",
                 path.display()
             ),
-            Error::Gpu { what, cause, fix, .. } => write!(f, "{what}: {cause}: {fix}"),
+            Error::Gpu { what, cause, remedy, .. } => write!(f, "{what}: {cause}: {}", remedy.render(leaf)),
             Error::Io { context, .. } if self.is_bad_argument() => f.write_str(context),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
         }

@@ -2,6 +2,7 @@
 //! counts or verifies what arrives.
 
 use crate::error::{Error, Result};
+use crate::remedy::Remedy;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use zcnet_core::Pattern;
@@ -123,7 +124,7 @@ pub fn connect_udp(addr: SocketAddr, gso: Option<u16>) -> Result<UdpSocket> {
         zcnet_sys::sock::set_udp_segment(s.as_raw_fd(), seg).map_err(|e| Error::Unsupported {
             what: "UDP GSO (UDP_SEGMENT)".into(),
             source: e,
-            fix: "needs Linux 4.18; send datagrams of at most the MTU instead",
+            remedy: Remedy::Other("needs Linux 4.18; send datagrams of at most the MTU instead"),
         })?;
     }
     Ok(s)
@@ -184,7 +185,7 @@ pub fn drain_stream(
 pub fn listen_tcp(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => Error::io(
-            format!("listen {addr}: address in use (pick another --listen port)"),
+            format!("listen {addr}: address in use (pick another port)"),
             e,
         ),
         std::io::ErrorKind::AddrNotAvailable => Error::BadAddress {
@@ -301,7 +302,7 @@ pub fn receive_stream_until_failure(
                                     }
                                     _ => Err(Error::io(
                                         format!(
-                                            "cannot verify: {} B at stream offset {} landed in device memory this receiver cannot read back; verify with a GPU region (--mem cuda), or drop --verify",
+                                            "cannot verify: {} B at stream offset {} landed in device memory this receiver cannot read back; verify with a GPU region (MemoryKind::Cuda), or do not verify",
                                             b.len(),
                                             rep.bytes
                                         ),

@@ -9,6 +9,7 @@
 //! for devmem TCP.
 
 use crate::error::{Error, Result};
+use crate::remedy::Remedy;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use zcnet_sys::mem::{Backing, Mapping, Slot, HUGE_2M};
@@ -137,23 +138,29 @@ impl Region {
             let errno = e.raw_os_error().unwrap_or(0);
             let fix = match errno {
                 libc::ENOENT | libc::ENODEV | libc::ENXIO => {
-                    "boot a kernel built with CONFIG_UDMABUF=y (or =m and 'modprobe udmabuf'), or use --mem host (devmem TX then needs --mem cuda)"
+                    Remedy::Any(&[
+                        Remedy::Other("boot a kernel built with CONFIG_UDMABUF=y (or =m and 'modprobe udmabuf')"),
+                        Remedy::All(&[
+                            Remedy::UseMemory(MemoryKind::Anonymous),
+                            Remedy::Other("devmem transmit then needs device memory (MemoryKind::Cuda)"),
+                        ]),
+                    ])
                 }
                 libc::EACCES | libc::EPERM => {
-                    "run as root, or give your user read-write access to /dev/udmabuf"
+                    Remedy::Other("run as root, or give your user read-write access to /dev/udmabuf")
                 }
                 libc::EINVAL => {
-                    "use a smaller region, or raise udmabuf's size_limit_mb (modprobe udmabuf size_limit_mb=N)"
+                    Remedy::Other("use a smaller region, or raise udmabuf's size_limit_mb (modprobe udmabuf size_limit_mb=N)")
                 }
-                _ => "",
+                _ => Remedy::None,
             };
             Error::Unsupported {
                 what: format!(
-                    "a udmabuf region of {len} B (--mem udmabuf: {})",
+                    "a udmabuf region of {len} B (MemoryKind::Udmabuf: {})",
                     zcnet_sys::devmem::explain_udmabuf_errno(errno)
                 ),
                 source: e,
-                fix,
+                remedy: fix,
             }
         })?;
         let mut r = Region::of(map);
@@ -206,7 +213,12 @@ impl Region {
             return Err(Error::Unsupported {
                 what: "a dma-buf of host memory".into(),
                 source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-                fix: "use device memory (--mem cuda) or pass a dma-buf (a udmabuf of a memfd where /dev/udmabuf exists)",
+                remedy: Remedy::Any(&[
+                    Remedy::UseMemory(MemoryKind::Cuda(0)),
+                    Remedy::Other(
+                        "pass a dma-buf (a udmabuf of a memfd where /dev/udmabuf exists)",
+                    ),
+                ]),
             });
         };
         let ord = mem.context().ordinal();
@@ -221,7 +233,7 @@ impl Region {
                     "{} does not report CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED",
                     info.name
                 ),
-                fix: "use the open NVIDIA kernel modules (r515+) on a kernel with dma-buf support; staging works without it".into(),
+                remedy: Remedy::Other("use the open NVIDIA kernel modules (r515+) on a kernel with dma-buf support; staging works without it"),
                 bad_argument: false,
             });
         }

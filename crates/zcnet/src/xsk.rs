@@ -44,6 +44,7 @@
 
 use crate::error::{Error, Result};
 use crate::region::Region;
+use crate::remedy::Remedy;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -445,28 +446,28 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig, umem_len: usize) -> Er
         Some(libc::EAFNOSUPPORT) => Error::Unsupported {
             what,
             source: e,
-            fix: "the kernel has no AF_XDP: build it with CONFIG_XDP_SOCKETS=y",
+            remedy: Remedy::Other("the kernel has no AF_XDP: build it with CONFIG_XDP_SOCKETS=y"),
         },
         Some(libc::EOPNOTSUPP) if cfg.mode == XskMode::ZeroCopy => Error::Unsupported {
             what,
             source: e,
-            fix: "the driver has no AF_XDP zero-copy support: use copy mode (XskMode::Copy)",
+            remedy: Remedy::Other("the driver has no AF_XDP zero-copy support: use copy mode (XskMode::Copy)"),
         },
         Some(libc::EINVAL) => Error::Unsupported {
             what,
             source: e,
-            fix: "the interface has no such queue (see 'ethtool -l IFACE'), or the frame/ring sizes are invalid",
+            remedy: Remedy::Other("the interface has no such queue (see 'ethtool -l IFACE'), or the frame/ring sizes are invalid"),
         },
         Some(libc::EBUSY) => Error::Unsupported {
             what,
             source: e,
-            fix: "another AF_XDP socket is bound to that queue: close it or use another queue",
+            remedy: Remedy::Other("another AF_XDP socket is bound to that queue: close it or use another queue"),
         },
         // xsk_bind with XDP_SHARED_UMEM: the socket to share with is not a bound AF_XDP socket.
         Some(libc::EBADF | libc::ENOPROTOOPT | libc::ENOTSOCK) => Error::Unsupported {
             what: format!("{what} sharing a UMEM"),
             source: e,
-            fix: "the socket to share the UMEM with is closed or not bound: share with an open Xsk",
+            remedy: Remedy::Other("the socket to share the UMEM with is closed or not bound: share with an open Xsk"),
         },
         _ => Error::io(what, e),
     }
@@ -719,12 +720,12 @@ impl Xsk {
             Some(libc::EBUSY) | Some(libc::EEXIST) => Error::Unsupported {
                 what,
                 source: e,
-                fix: "another XDP program is attached to the interface: detach it ('ip link set dev IFACE xdp off', or end the process holding its bpf link) or use another interface",
+                remedy: Remedy::Other("another XDP program is attached to the interface: detach it ('ip link set dev IFACE xdp off', or end the process holding its bpf link) or use another interface"),
             },
             Some(libc::EOPNOTSUPP) => Error::Unsupported {
                 what,
                 source: e,
-                fix: "the driver has no native XDP: use XdpMode::Generic or Auto",
+                remedy: Remedy::Other("the driver has no native XDP: use XdpMode::Generic or Auto"),
             },
             Some(libc::EPERM) => Error::NotRoot {
                 what: "attaching an XDP program",

@@ -105,7 +105,7 @@ fn udp_is_refused_before_anything_else() {
     let msg = e.to_string();
     assert_eq!(errno_of(&e), Some(libc::EPROTONOSUPPORT), "{msg}");
     assert!(
-        msg.contains("TCP only") && msg.contains("--tx msg-zerocopy"),
+        msg.contains("TCP only") && msg.contains("TxMode::MsgZerocopy"),
         "{msg}"
     );
     drop((rx, c));

@@ -59,6 +59,7 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
                 iface: Some("vB".into()),
                 active: false,
                 all_ifaces: false,
+                remedy_text: None,
             };
             let r = probe(&one).unwrap();
             assert_eq!(r.interfaces.len(), 1);
@@ -68,6 +69,7 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
                     iface: Some(name.into()),
                     active: false,
                     all_ifaces: false,
+                    remedy_text: None,
                 };
                 match probe(&opts) {
                     Err(Error::UnknownInterface { given }) => assert_eq!(given, name),

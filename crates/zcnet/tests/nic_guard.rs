@@ -238,7 +238,8 @@ fn a_second_setup_is_refused_while_changes_are_applied() {
     let applied = nic.cfg();
     let e = NicGuard::apply(nic.clone(), &tcp_9999(6), &dir).unwrap_err();
     assert!(
-        e.to_string().contains("zcnet nic restore --iface fake0"),
+        e.to_string()
+            .contains("nic::restore_from_file (interface fake0)"),
         "{e}"
     );
     assert_eq!(nic.cfg(), applied, "the refused setup touched the device");

@@ -232,7 +232,7 @@ fn auto_on_veth_falls_back_to_uring_and_delivers_everything() {
     assert_eq!(fallbacks[0].tried, RxMode::Zcrx);
     let why = &fallbacks[0].reason;
     assert!(why.contains("Operation not supported"), "{why}");
-    assert!(why.contains("--rx uring"), "{why}");
+    assert!(why.contains("RxMode::Uring"), "{why}");
     assert_eq!(report.recv.bytes, BYTES);
     assert_eq!(report.stats.bytes, BYTES);
     assert_eq!(report.stats.copied_bytes, BYTES, "uring copies");

@@ -18,7 +18,7 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
     let gpu = |bad_argument| E::Gpu {
         what: s("allocating 1 MiB on cuda:7"),
         cause: s("no such device"),
-        fix: s("use cuda:0"),
+        remedy: zcnet::Remedy::Other("use cuda:0"),
         bad_argument,
     };
     vec![
@@ -58,7 +58,7 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
             E::Unsupported {
                 what: s("zcrx"),
                 source: errno(libc::EOPNOTSUPP),
-                fix: "use a NIC with header split",
+                remedy: zcnet::Remedy::Other("use a NIC with header split"),
             },
             ZCNET_E_UNSUPPORTED,
         ),

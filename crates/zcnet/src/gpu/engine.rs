@@ -321,7 +321,7 @@ mod host {
                     Err(Error::Gpu {
                         what: format!("{id}"),
                         cause: "injected copy failure".into(),
-                        fix: "none (test)".into(),
+                        remedy: crate::Remedy::Other("none (test)"),
                         bad_argument: false,
                     })
                 } else {

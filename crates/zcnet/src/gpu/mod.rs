@@ -20,6 +20,8 @@ pub use receive::{receive, receive_naive, GpuRecvReport, PreparedReceive};
 pub use staging::{StagedReceiver, StagedSender, StagedStats, StagingOptions};
 
 use crate::error::{Error, Result};
+use crate::region::MemoryKind;
+use crate::remedy::Remedy;
 use std::sync::Arc;
 use zcnet_sys::cuda::{self, Context, CudaError};
 
@@ -85,6 +87,9 @@ pub(crate) fn context(ordinal: u32) -> Result<Arc<Context>> {
     Context::new(ordinal).map_err(|e| gpu_error(format!("opening cuda:{ordinal}"), e))
 }
 
+/// Or do without the GPU: host memory.
+const HOST: Remedy = Remedy::UseMemory(MemoryKind::Anonymous);
+
 fn no_such_device(ordinal: u32, count: usize) -> Error {
     Error::Gpu {
         what: format!("cuda:{ordinal}"),
@@ -96,10 +101,13 @@ fn no_such_device(ordinal: u32, count: usize) -> Error {
                 n - 1
             ),
         },
-        fix: if count == 0 {
-            "use --mem host (nvidia-smi lists the GPUs the driver sees)".into()
+        remedy: if count == 0 {
+            Remedy::All(&[
+                HOST,
+                Remedy::Other("nvidia-smi lists the GPUs the driver sees"),
+            ])
         } else {
-            "pick one of those (nvidia-smi lists them)".into()
+            Remedy::Other("pick one of those (nvidia-smi lists them)")
         },
         bad_argument: true,
     }
@@ -111,38 +119,49 @@ pub(crate) fn gpu_error(what: impl Into<String>, e: CudaError) -> Error {
     let (cause, fix, bad_argument) = match &e {
         CudaError::NoLibrary { .. } => (
             e.to_string(),
-            "install the NVIDIA driver (or set ZCNET_LIBCUDA to libcuda.so.1's path), or use --mem host".to_string(),
+            Remedy::Any(&[
+                Remedy::Other("install the NVIDIA driver (or set ZCNET_LIBCUDA to libcuda.so.1's path)"),
+                HOST,
+            ]),
             false,
         ),
         CudaError::BadLibrary { .. } => (
             e.to_string(),
-            "reinstall the NVIDIA driver (this libcuda is damaged or not for this machine), or set ZCNET_LIBCUDA to a working libcuda.so.1, or use --mem host".to_string(),
+            Remedy::Any(&[
+                Remedy::Other("reinstall the NVIDIA driver (this libcuda is damaged or not for this machine), or set ZCNET_LIBCUDA to a working libcuda.so.1"),
+                HOST,
+            ]),
             false,
         ),
         CudaError::MissingSymbol { .. } => (
             e.to_string(),
-            "update the NVIDIA driver to r515 or newer, or use --mem host".to_string(),
+            Remedy::Any(&[
+                Remedy::Other("update the NVIDIA driver to r515 or newer"),
+                HOST,
+            ]),
             false,
         ),
         CudaError::Call { code, .. } => {
             let fix = match *code {
-                cuda::ERR_NO_DEVICE => "check that nvidia-smi sees a GPU, or use --mem host",
-                cuda::ERR_INVALID_DEVICE => "pick a device that exists (nvidia-smi lists them)",
-                cuda::ERR_OUT_OF_MEMORY => {
-                    "use a smaller buffer (--size, --inflight, --ring) or free GPU memory (nvidia-smi shows who holds it)"
+                cuda::ERR_NO_DEVICE => {
+                    Remedy::Any(&[Remedy::Other("check that nvidia-smi sees a GPU"), HOST])
                 }
+                cuda::ERR_INVALID_DEVICE => {
+                    Remedy::Other("pick a device that exists (nvidia-smi lists them)")
+                }
+                cuda::ERR_OUT_OF_MEMORY => Remedy::LessGpuMemory,
                 cuda::ERR_NOT_SUPPORTED => {
-                    "this driver or kernel refuses it: dma-buf export needs the open NVIDIA kernel modules (r515+) and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; zcnet stages through host memory instead"
+                    Remedy::Other("this driver or kernel refuses it: dma-buf export needs the open NVIDIA kernel modules (r515+) and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; zcnet stages through host memory instead")
                 }
-                _ => "see the CUDA error above; zcnet probe shows what the GPU supports",
+                _ => Remedy::Other("see the CUDA error above; the probe (probe::probe) shows what the GPU supports"),
             };
-            (e.to_string(), fix.to_string(), *code == cuda::ERR_INVALID_DEVICE)
+            (e.to_string(), fix, *code == cuda::ERR_INVALID_DEVICE)
         }
     };
     Error::Gpu {
         what,
         cause,
-        fix,
+        remedy: fix,
         bad_argument,
     }
 }
@@ -176,7 +195,10 @@ mod tests {
             s.starts_with("allocating 64 MiB on cuda:0: no CUDA driver library"),
             "{s}"
         );
-        assert!(s.contains("--mem host"), "{s}");
+        assert!(
+            s.contains("MemoryKind::Anonymous") && !s.contains("--"),
+            "{s}"
+        );
         assert!(!s.contains('\n'));
         assert_eq!(e.exit_code(), 1);
     }

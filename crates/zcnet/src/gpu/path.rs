@@ -122,7 +122,7 @@ impl GpuSender {
             refused.push(Refusal {
                 path: GpuPath::Devmem,
                 reason: format!(
-                    "not tried (--tx {}; --tx auto or devmem tries it)",
+                    "not tried (TxMode::{:?}; TxMode::Auto or TxMode::Devmem tries it)",
                     cfg.mode
                 ),
             });
@@ -309,10 +309,11 @@ pub fn prepare_receive(
     let auto_with_iface = cfg.mode == RxMode::Auto && cfg.iface.is_some();
     let not_tried = |by: RxMode| -> String {
         if cfg.mode == RxMode::Auto {
-            "needs --iface (the interface whose queue is steered, see zcnet nic setup)".into()
+            "needs RxConfig::iface (the interface whose queue is steered, see nic::NicGuard::apply)"
+                .into()
         } else {
             format!(
-                "not tried (--rx {}; --rx auto with --iface, or --rx {by}, tries it)",
+                "not tried (RxMode::{:?}; RxMode::Auto with RxConfig::iface, or RxMode::{by:?}, tries it)",
                 cfg.mode
             )
         }

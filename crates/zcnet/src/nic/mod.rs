@@ -298,7 +298,7 @@ pub fn check_queue(iface: &str, queue: u32, af_xdp: bool, default: Option<&str>)
     };
     let kind = if tx > rx { "TX queue" } else { "RX queue" };
     Err(Error::invalid_input(format!(
-        "--queue {queue}: {}",
+        "queue {queue}: {}",
         no_such_queue(iface, have, kind, default, more)
     )))
 }
@@ -468,7 +468,7 @@ impl<C: NicControl> NicGuard<C> {
                         "checking ntuple filters",
                         Error::Kernel {
                             what: format!("features of {name}"),
-                            message: format!("{name} does not offer ntuple-filters, so flows cannot be steered to a queue: run without --port and pick the queue RSS hashes the flow to"),
+                            message: format!("{name} does not offer ntuple-filters, so flows cannot be steered to a queue: steer no port (NicSetup::flow) and pick the queue RSS hashes the flow to"),
                             errno: None,
                         },
                     ));
@@ -561,7 +561,7 @@ impl<C: NicControl> NicGuard<C> {
             Ok(0) => "nothing was changed".to_string(),
             Ok(n) => format!("the {n} change(s) made before it were undone"),
             Err(e) => format!(
-                "undoing the changes made before it also failed ({e}): run 'zcnet nic restore --iface {}'",
+                "undoing the changes made before it also failed ({e}): undo them with nic::restore_from_file (interface {})",
                 self.ctl.name()
             ),
         };

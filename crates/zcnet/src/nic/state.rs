@@ -136,7 +136,7 @@ impl StateFile {
                 return Err(Error::NicState {
                     path,
                     problem: format!(
-                        "{} already has zero-copy changes applied ({who}); undo them with 'zcnet nic restore --iface {}'",
+                        "{} already has zero-copy changes applied ({who}); undo them with nic::restore_from_file (interface {})",
                         owner.iface, owner.iface
                     ),
                 });

@@ -15,7 +15,7 @@ use zcnet_core::probe::{IfaceKind, KernelFacts};
 
 use super::IfaceReport;
 use crate::gpu::DeviceInfo;
-use crate::{Error, Region};
+use crate::{Error, Region, Remedy};
 
 /// GPU memory exported by the `--active` trial.
 const TRIAL_LEN: usize = 2 << 20;
@@ -79,7 +79,7 @@ impl GpuReport {
 }
 
 /// Reads the driver and the GPUs; with `active`, tries a dma-buf export on each.
-pub(super) fn gather(active: bool) -> GpuReport {
+pub(super) fn gather(active: bool, remedy_text: fn(&Remedy) -> String) -> GpuReport {
     let nvrm = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
     let line = nvrm.as_deref().and_then(|s| s.lines().next());
     let open_modules = line.map(|l| l.contains("Open Kernel Module"));
@@ -87,10 +87,13 @@ pub(super) fn gather(active: bool) -> GpuReport {
     let infos = match crate::gpu::devices() {
         Ok(v) => v,
         Err(e) => {
-            let error = e.to_string();
+            let error = e.display_with(&remedy_text).to_string();
             let (cause, fix) = match e {
-                Error::Gpu { cause, fix, .. } => (cause, fix),
-                other => (other.to_string(), "use --mem host".to_string()),
+                Error::Gpu { cause, remedy, .. } => (cause, remedy.render(&remedy_text)),
+                other => (
+                    other.to_string(),
+                    Remedy::UseMemory(crate::region::MemoryKind::Anonymous).render(&remedy_text),
+                ),
             };
             return GpuReport {
                 driver: GpuDriver::Missing { cause, fix },
@@ -204,7 +207,7 @@ mod tests {
 
     #[zcnet_testkit::test]
     fn this_machine_without_a_gpu_driver_says_why() {
-        let g = gather(true);
+        let g = gather(true, Remedy::library_text);
         if !matches!(g.driver, GpuDriver::Missing { .. }) {
             zcnet_testkit::skip(
                 zcnet_testkit::Need::Hardware,
@@ -213,7 +216,10 @@ mod tests {
         }
         let e = g.error.as_deref().unwrap_or_default();
         assert!(e.contains("no CUDA driver library"), "{e}");
-        assert!(e.contains("--mem host"), "{e}");
+        assert!(
+            e.contains("MemoryKind::Anonymous") && !e.contains("--"),
+            "{e}"
+        );
         assert!(g.devices.is_empty());
         let (cause, fix) = g.none_usable().unwrap_or_default();
         assert!(cause.starts_with("no CUDA driver library"), "{cause}");

@@ -164,7 +164,7 @@ pub fn report_notes(r: &ProbeReport) -> Vec<String> {
 }
 
 /// The note of an active probe that named no interface.
-pub const ACTIVE_NEEDS_IFACE: &str = "active trials on interfaces (zcrx, AF_XDP, devmem bindings) need --iface IF, or --all-ifaces to run them on every interface (on a real NIC each briefly reconfigures a queue, the uplink's included): only the sends over TCP loopback (and the GPU checks) were tried";
+pub const ACTIVE_NEEDS_IFACE: &str = "active trials on interfaces (zcrx, AF_XDP, devmem bindings) need ProbeOptions::iface, or ProbeOptions::all_ifaces to run them on every interface (on a real NIC each briefly reconfigures a queue, the uplink's included): only the sends over TCP loopback (and the GPU checks) were tried";
 
 pub(crate) fn export_words(e: &ExportTrial) -> (&'static str, Option<&str>) {
     match e {

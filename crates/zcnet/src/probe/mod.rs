@@ -58,6 +58,11 @@ pub struct ProbeOptions {
     pub active: bool,
     /// With `active` and no `iface`: run the interface trials on every interface.
     pub all_ifaces: bool,
+    /// How the report words a remedy it carries as text (e.g. a missing GPU driver's): a front
+    /// end passes its own wording; `None` is the library's ([`Remedy::library_text`]).
+    ///
+    /// [`Remedy::library_text`]: crate::Remedy::library_text
+    pub remedy_text: Option<fn(&crate::Remedy) -> String>,
 }
 
 /// The probe's whole answer.
@@ -160,8 +165,8 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
     let per_queue = opts.active && opts.iface.is_some();
     if queue.is_some() && !per_queue {
         return Err(Error::invalid_input(
-            "--queue picks the RX queue of the per-queue AF_XDP bind trial, which runs only \
-             with --active and --iface IF: add both",
+            "the queue given to probe_queue picks the RX queue of the per-queue AF_XDP bind \
+             trial, which runs only with ProbeOptions::active and ProbeOptions::iface: set both",
         ));
     }
     let all = iface::list()?;
@@ -178,8 +183,9 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
     // The queue plan is checked before any trial runs: a bad --queue leaves nothing tried.
     let plan = match (per_queue, gathered.first()) {
         (true, Some(r)) => Some(
-            zcnet_core::probe::xsk::plan_queues(&r.name, r.facts.rx_queues, queue)
-                .map_err(|e| Error::invalid_input(format!("--queue: {e}")))?,
+            zcnet_core::probe::xsk::plan_queues(&r.name, r.facts.rx_queues, queue).map_err(
+                |e| Error::invalid_input(format!("the queue given to probe_queue: {e}")),
+            )?,
         ),
         _ => None,
     };
@@ -189,7 +195,10 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
     if opts.active {
         kernel.loopback_trials = trials::loopback();
     }
-    let mut gpu = gpu::gather(opts.active);
+    let mut gpu = gpu::gather(
+        opts.active,
+        opts.remedy_text.unwrap_or(crate::Remedy::library_text),
+    );
     let mut interfaces = Vec::new();
     for mut r in gathered {
         r.generic_zc_xmit = zcnet_core::probe::xsk::generic_zc_xmit(&kernel.facts, &r.facts);

@@ -119,8 +119,8 @@ pub fn from_caps(c: &ZcrxCaps) -> ZcrxQuery {
             "no-device",
             "zcrx without a device",
             c.nodev().then(|| {
-                "the kernel lists ZCRX_REG_NODEV: `zcnet recv --rx zcrx --no-device` receives on \
-                 any TCP connection (the kernel copies every byte)"
+                "the kernel lists ZCRX_REG_NODEV: RxMode::Zcrx with RxConfig::no_device receives \
+                 on any TCP connection (the kernel copies every byte)"
                     .to_string()
             }),
             ("ZCRX_REG_NODEV", "7.1"),

@@ -31,6 +31,7 @@ use super::copy::{recv_error, ConnSet, Pool, READS_PER_CONN};
 use super::zcrx::{not_permitted, target, Target};
 use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
+use crate::remedy::Remedy;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -70,23 +71,36 @@ fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
     let (reason, fix) = match errno {
         Some(libc::EOPNOTSUPP) => (
             "the device cannot take a dma-buf binding: its driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".to_string(),
-            "use a NIC with devmem support and header split (mlx5, bnxt, gve, fbnic), run 'zcnet nic setup --iface IFACE', or use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("use a NIC with devmem support and header split (mlx5, bnxt, gve, fbnic)"),
+                Remedy::SetupNic,
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::EINVAL) => (
             "the kernel refused the binding: header split (tcp-data-split) is off, hds-thresh is not 0, or the fd is not a dma-buf the device can map".to_string(),
-            "run 'zcnet nic setup --iface IFACE' (header split on, hds-thresh 0) and pass a dma-buf the NIC can reach, or use --rx uring",
+            Remedy::Any(&[
+                Remedy::All(&[
+                    Remedy::SetupNic,
+                    Remedy::Other("pass a dma-buf the NIC can reach"),
+                ]),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::EEXIST) | Some(libc::EBUSY) => (
             "the queue already has a memory provider (a zcrx area or another binding) or an XDP program".to_string(),
-            "use another --queue, or stop the other user of the queue",
+            Remedy::OtherQueue,
         ),
         Some(libc::ERANGE) => (
             "the queue index is past the device's RX queues".to_string(),
-            "pick a --queue below the RX queue count ('zcnet probe --iface IFACE' lists the queues), or leave --queue out",
+            Remedy::ChooseQueue,
         ),
         Some(libc::ENODEV) => (
             "the interface is not in this network namespace (any more)".to_string(),
-            "check 'ip link' and retry, or use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("check 'ip link' and retry"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::EPERM) | Some(libc::EACCES) => {
             let (reason, fix) = not_permitted(
@@ -98,11 +112,14 @@ fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
         }
         Some(libc::ENOMEM) => (
             "mapping the dma-buf for the device failed (out of memory or IOMMU space)".to_string(),
-            "use a smaller dma-buf (--area), or use --rx uring",
+            Remedy::Any(&[Remedy::SmallerDmabuf, Remedy::UseRxMode(RxMode::Uring)]),
         ),
         _ => (
             e.to_string(),
-            "needs Linux 6.12+ (netdev bind-rx) and a NIC with header split; use --rx uring",
+            Remedy::Any(&[
+                Remedy::NeedKernel("Linux 6.12+ (netdev bind-rx) and a NIC with header split"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
     };
     let kernel = e
@@ -116,7 +133,7 @@ fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
             t.iface, t.queue
         ),
         source: io::Error::from_raw_os_error(errno.unwrap_or(libc::EOPNOTSUPP)),
-        fix,
+        remedy: fix,
     }
 }
 
@@ -144,7 +161,11 @@ fn no_dmabuf(t: &Target, e: io::Error) -> Error {
             t.iface, t.queue
         ),
         source: e,
-        fix: "pass a dma-buf of device memory (RxConfig::dmabuf, e.g. exported by a GPU driver), or load udmabuf (CONFIG_UDMABUF) for host memory; or use --rx uring",
+        remedy: Remedy::Any(&[
+            Remedy::Other("pass a dma-buf of device memory (RxConfig::dmabuf, e.g. exported by a GPU driver)"),
+            Remedy::Other("load udmabuf (CONFIG_UDMABUF) for host memory"),
+            Remedy::UseRxMode(RxMode::Uring),
+        ]),
     }
 }
 

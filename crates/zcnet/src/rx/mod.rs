@@ -670,7 +670,7 @@ fn auto(cfg: &RxConfig, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn RxBacke
     } else {
         note(
             RxMode::Zcrx,
-            "no interface given: zero-copy receive needs the NIC queue the flows arrive on (--iface)".into(),
+            "no interface given: zero-copy receive needs the NIC queue the flows arrive on (RxConfig::iface)".into(),
         );
     }
     match uring::UringRx::new(cfg) {

@@ -10,6 +10,7 @@
 use super::copy::recv_error;
 use super::{ready_eventfd, ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
+use crate::remedy::Remedy;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
@@ -53,15 +54,21 @@ impl UringRx {
             )
         })?;
         let ring = RecvRing::new(SQ_ENTRIES, nbufs, buf_size, 0).map_err(|e| {
-            let fix = match e.raw_os_error() {
-                Some(libc::EPERM) => "io_uring is disabled: set 'sysctl -w kernel.io_uring_disabled=0', or use --rx copy",
-                Some(libc::ENOMEM) => "raise RLIMIT_MEMLOCK (ulimit -l) or use fewer/smaller --buffers, or use --rx copy",
-                _ => "needs Linux 5.19 (provided buffer rings) with io_uring enabled; use --rx copy",
+            const COPY: Remedy = Remedy::UseRxMode(RxMode::Copy);
+            let remedy = match e.raw_os_error() {
+                Some(libc::EPERM) => Remedy::Any(&[Remedy::EnableIoUring, COPY]),
+                Some(libc::ENOMEM) => {
+                    Remedy::Any(&[Remedy::RaiseMemlock, Remedy::FewerRxBuffers, COPY])
+                }
+                _ => Remedy::Any(&[
+                    Remedy::NeedKernel("Linux 5.19 (provided buffer rings) with io_uring enabled"),
+                    COPY,
+                ]),
             };
             Error::Unsupported {
                 what: "io_uring multishot receive into a provided buffer ring".into(),
                 source: e,
-                fix,
+                remedy,
             }
         })?;
         let bundle = cfg.bundle && ring.bundle_supported();

@@ -40,6 +40,7 @@
 use super::copy::recv_error;
 use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
+use crate::remedy::Remedy;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, RawFd};
@@ -70,7 +71,7 @@ pub(super) fn target(cfg: &RxConfig, mode: RxMode) -> Result<Target> {
         return Err(Error::Unsupported {
             what: format!("{mode} receive without an interface (RxConfig::iface is unset)"),
             source: io::Error::from_raw_os_error(libc::EINVAL),
-            fix: "set RxConfig::iface to the NIC whose queue the flows are steered to (zcnet nic setup steers them)",
+            remedy: Remedy::Other("set RxConfig::iface to the NIC whose queue the flows are steered to (nic::NicGuard::apply steers them)"),
         });
     };
     let ifindex = zcnet_sys::zcrx::if_index(&iface).ok_or_else(|| Error::UnknownInterface {
@@ -104,12 +105,21 @@ fn last_rx_queue(ifindex: u32) -> u32 {
 /// `io_import_area`/`io_import_dmabuf`, reached only once the device passed), and a device
 /// refusal, whose fix for device memory is staging rather than another host mechanism; `None`
 /// for errnos that mean what they mean for host areas.
-fn dmabuf_reason(errno: i32, len: u64) -> Option<(String, &'static str)> {
-    let fix_fd = "pass the dma-buf of the memory to receive into (RxConfig::dmabuf, e.g. exported by the GPU driver), or use --rx devmem or staging (--rx auto)";
+fn dmabuf_reason(errno: i32, len: u64) -> Option<(String, Remedy)> {
+    const DEVMEM_OR_STAGING: Remedy =
+        Remedy::Any(&[Remedy::UseRxMode(RxMode::Devmem), Remedy::Staging]);
+    let fix_fd = Remedy::Any(&[
+        Remedy::Other("pass the dma-buf of the memory to receive into (RxConfig::dmabuf, e.g. exported by the GPU driver)"),
+        DEVMEM_OR_STAGING,
+    ]);
     Some(match errno {
         libc::EOPNOTSUPP => (
             "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them; or the dma-buf's exporter cannot attach it to this NIC (no peer-to-peer DMA path)".into(),
-            "use a NIC with header split (mlx5, bnxt, gve, fbnic) that can reach the dma-buf's memory, run 'zcnet nic setup --iface IFACE', or receive by staging (--rx auto)",
+            Remedy::Any(&[
+                Remedy::Other("use a NIC with header split (mlx5, bnxt, gve, fbnic) that can reach the dma-buf's memory"),
+                Remedy::SetupNic,
+                Remedy::Staging,
+            ]),
         ),
         libc::EBADF => ("the dma-buf fd is not open".into(), fix_fd),
         libc::EINVAL if len == 0 => (
@@ -118,15 +128,21 @@ fn dmabuf_reason(errno: i32, len: u64) -> Option<(String, &'static str)> {
         ),
         libc::EINVAL => (
             format!("the kernel refused the dma-buf area ({len} bytes at offset 0): the fd is not a dma-buf, its size is not a page multiple or not what the exporter maps, header split (tcp-data-split) is off on the queue, or the kernel predates dma-buf areas (Linux 6.16)"),
-            "pass a whole dma-buf of page-multiple size and run 'zcnet nic setup --iface IFACE' (header split on); or use --rx devmem or staging (--rx auto)",
+            Remedy::Any(&[
+                Remedy::All(&[
+                    Remedy::Other("pass a whole dma-buf of page-multiple size"),
+                    Remedy::SetupNic,
+                ]),
+                DEVMEM_OR_STAGING,
+            ]),
         ),
         libc::EFAULT | libc::EOVERFLOW => (
             format!("a dma-buf area of {len} bytes is out of range: 0, or above Linux 6.18's 1 GiB limit for areas (io_validate_user_buf_range)"),
-            "use a dma-buf of 1 GiB or less (--area), or use --rx devmem or staging (--rx auto)",
+            Remedy::Any(&[Remedy::DmabufUpTo1G, DEVMEM_OR_STAGING]),
         ),
         libc::ENOMEM => (
             "mapping the dma-buf for the NIC failed (out of memory or IOMMU space)".into(),
-            "use a smaller dma-buf (--area), or use --rx devmem or staging (--rx auto)",
+            Remedy::Any(&[Remedy::SmallerDmabuf, DEVMEM_OR_STAGING]),
         ),
         _ => return None,
     })
@@ -143,22 +159,33 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
                     t.iface, t.queue
                 ),
                 source: e,
-                fix,
+                remedy: fix,
             };
         }
     }
-    let (reason, fix): (std::borrow::Cow<'static, str>, &'static str) = match e.raw_os_error() {
+    let (reason, fix): (std::borrow::Cow<'static, str>, Remedy) = match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) => (
             "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".into(),
-            "use a NIC with header split (mlx5, bnxt, gve, fbnic), run 'zcnet nic setup --iface IFACE', or use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("use a NIC with header split (mlx5, bnxt, gve, fbnic)"),
+                Remedy::SetupNic,
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::EINVAL) => (
             "the kernel refused the setup: header split (tcp-data-split) is off on the queue, or the kernel lacks zcrx (Linux 6.15+)".into(),
-            "run 'zcnet nic setup --iface IFACE' (header split on, hds-thresh 0), check 'zcnet probe --iface IFACE', or use --rx uring",
+            Remedy::Any(&[
+                Remedy::SetupNic,
+                Remedy::ProbeIface,
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::ENODEV) => (
             "the interface is not in this network namespace (any more)".into(),
-            "check 'ip link' and retry, or use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("check 'ip link' and retry"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::EPERM) | Some(libc::EACCES) => not_permitted(
             t,
@@ -167,27 +194,40 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
         ),
         Some(libc::ENOMEM) => (
             "pinning the receive area failed: out of memory, or past RLIMIT_MEMLOCK".into(),
-            "raise the locked-memory limit (ulimit -l) or use a smaller --area, or use --rx uring",
+            Remedy::Any(&[
+                Remedy::RaiseMemlock,
+                Remedy::SmallerArea,
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::ERANGE) => (
             "the queue index is past the device's RX queues".into(),
-            "pick a --queue below the RX queue count ('zcnet probe --iface IFACE' lists the queues), or leave --queue out",
+            Remedy::ChooseQueue,
         ),
         Some(libc::EEXIST) | Some(libc::EBUSY) => (
             "the queue already has a memory provider (another zcrx area or a devmem binding)".into(),
-            "use another --queue, or stop the other user of the queue",
+            Remedy::OtherQueue,
         ),
         Some(libc::ENOSYS) => (
             "the kernel has no io_uring".into(),
-            "needs Linux 6.15+ with io_uring; use --rx copy",
+            Remedy::Any(&[
+                Remedy::NeedKernel("Linux 6.15+ with io_uring"),
+                Remedy::UseRxMode(RxMode::Copy),
+            ]),
         ),
         Some(errno) => (
             zcnet_sys::zcrx::explain_register_errno(errno).into(),
-            "needs Linux 6.15+ with CONFIG_IO_URING_ZCRX and a NIC with header split; use --rx uring",
+            Remedy::Any(&[
+                Remedy::NeedKernel("Linux 6.15+ with CONFIG_IO_URING_ZCRX and a NIC with header split"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         None => (
             "the kernel's reply did not fit the refill region".into(),
-            "please report this; use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("please report this"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
     };
     let into = if dmabuf.is_some() {
@@ -201,7 +241,7 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
             t.iface, t.queue
         ),
         source: e,
-        fix,
+        remedy: fix,
     }
 }
 
@@ -224,7 +264,7 @@ fn buffer_size(want: usize, caps: &ZcrxCaps) -> Result<u32> {
                 "io_uring zero-copy receive (zcrx) into {want}-byte buffers (this kernel's zcrx query does not list ZCRX_FEATURE_RX_PAGE_SIZE; Linux 7.0 added it)"
             ),
             source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-            fix: "leave the buffer size at the kernel's default (a page), or run a kernel that lists the feature",
+            remedy: Remedy::Other("leave the buffer size at the kernel's default (a page), or run a kernel that lists the feature"),
         });
     }
     // Checked above: at most 2 MiB.
@@ -243,7 +283,7 @@ fn receive_area(len: usize, rx_buf_len: u32) -> Result<Mapping> {
             "a zcrx receive area of {len} B in 2 MiB huge pages for {rx_buf_len}-byte buffers (none reserved, or too few)"
         ),
         source: e,
-        fix: "reserve huge pages (sysctl vm.nr_hugepages=N, N x 2 MiB at least the area) or leave the buffer size at its default",
+        remedy: Remedy::Other("reserve huge pages (sysctl vm.nr_hugepages=N, N x 2 MiB at least the area) or leave the buffer size at its default"),
     })
 }
 
@@ -256,43 +296,60 @@ fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -
         "this kernel's release is unknown".to_string(),
         |(a, b, c)| format!("this is Linux {a}.{b}.{c}"),
     );
-    let (reason, fix): (String, &'static str) = match e.raw_os_error() {
+    let (reason, fix): (String, Remedy) = match e.raw_os_error() {
         Some(libc::EINVAL) if !listed => (
             format!("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list (Linux 7.1 added it); {this}"),
-            "run Linux 7.1 or later, or use --rx uring (the kernel copies there too)",
+            Remedy::Any(&[
+                Remedy::NeedKernel("Linux 7.1 or later"),
+                Remedy::Other("receive with io_uring (the kernel copies there too)"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::EINVAL) => (
             "the kernel refused the area or the refill ring".into(),
-            "give --area a page multiple of at least one page, or use --rx uring",
+            Remedy::Any(&[Remedy::PageSizedArea, Remedy::UseRxMode(RxMode::Uring)]),
         ),
         Some(libc::EPERM) | Some(libc::EACCES) => (
             "needs CAP_NET_ADMIN (or io_uring is disabled by kernel.io_uring_disabled)".into(),
-            "run it as root (CAP_NET_ADMIN), or use --rx uring",
+            AS_ROOT,
         ),
         Some(libc::ENOMEM) => (
             "pinning the receive area failed: out of memory, or past RLIMIT_MEMLOCK".into(),
-            "raise the locked-memory limit (ulimit -l) or use a smaller --area, or use --rx uring",
+            Remedy::Any(&[
+                Remedy::RaiseMemlock,
+                Remedy::SmallerArea,
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         Some(libc::EOPNOTSUPP) => (
             "the kernel is built without zcrx (CONFIG_IO_URING_ZCRX)".into(),
-            "use --rx uring",
+            Remedy::UseRxMode(RxMode::Uring),
         ),
-        Some(libc::ENOSYS) => ("the kernel has no io_uring".into(), "use --rx copy"),
+        Some(libc::ENOSYS) => (
+            "the kernel has no io_uring".into(),
+            Remedy::UseRxMode(RxMode::Copy),
+        ),
         Some(errno) => (
             zcnet_sys::zcrx::explain_register_errno(errno).into(),
-            "use --rx uring",
+            Remedy::UseRxMode(RxMode::Uring),
         ),
         None => (
             "the kernel's reply did not fit the refill region".into(),
-            "please report this; use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("please report this"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
     };
     Error::Unsupported {
         what: format!("io_uring zero-copy receive (zcrx) without a device ({reason})"),
         source: e,
-        fix,
+        remedy: fix,
     }
 }
+
+/// Use root, or receive with io_uring.
+const AS_ROOT: Remedy = Remedy::Any(&[Remedy::RunAsRoot, Remedy::UseRxMode(RxMode::Uring)]);
 
 /// The reason and fix for `EPERM`/`EACCES` from a zcrx registration or a devmem binding
 /// (`what`: "zcrx", "devmem TCP"). The kernel checks CAP_NET_ADMIN before it looks at the
@@ -304,9 +361,9 @@ pub(super) fn not_permitted(
     t: &Target,
     what: &str,
     missing_privilege: &'static str,
-) -> (std::borrow::Cow<'static, str>, &'static str) {
+) -> (std::borrow::Cow<'static, str>, Remedy) {
     use zcnet_core::probe::{rx_device_rules, Verdict};
-    let as_root = "run it as root (CAP_NET_ADMIN), or use --rx uring";
+    let as_root = AS_ROOT;
     let Some(facts) = crate::probe::iface_facts(&t.iface) else {
         return (missing_privilege.into(), as_root);
     };
@@ -318,7 +375,10 @@ pub(super) fn not_permitted(
                 t.iface, f.reason
             )
             .into(),
-            "use a NIC whose driver has queue-management ops and header split (mlx5, bnxt, gve, fbnic), or use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("use a NIC whose driver has queue-management ops and header split (mlx5, bnxt, gve, fbnic)"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         (Verdict::Unsupported, Some(remedy)) => (
             format!(
@@ -326,7 +386,10 @@ pub(super) fn not_permitted(
                 t.iface, f.reason
             )
             .into(),
-            "then run it as root (CAP_NET_ADMIN); or use --rx uring",
+            Remedy::Any(&[
+                Remedy::Other("then run it as root (CAP_NET_ADMIN)"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
         ),
         _ => (missing_privilege.into(), as_root),
     }
@@ -350,7 +413,7 @@ fn request_error(conn: ConnId, errno: i32, dmabuf: bool) -> Error {
         return Error::Unsupported {
             what: format!("zero-copy receive into a dma-buf on connection {conn}: the kernel had data it would have to copy (the flow is not steered to the queue, or header split left payload in the packet's linear part), and it cannot copy into device memory"),
             source: io::Error::from_raw_os_error(errno),
-            fix: "steer the flow to the queue and turn header split on ('zcnet nic setup --iface IFACE --queue Q --port P'), or use staging (--rx auto)",
+            remedy: Remedy::Any(&[Remedy::SteerFlow, Remedy::Staging]),
         };
     }
     recv_error(conn, io::Error::from_raw_os_error(errno))
@@ -410,7 +473,7 @@ impl ZcrxBackend {
             None => {
                 if cfg.area_len == 0 {
                     return Err(Error::io(
-                        "zcrx receive area of 0 bytes: give --area a size (default 64M)",
+                        "zcrx receive area of 0 bytes: the receive area (RxConfig::area_len) must be at least a page",
                         io::Error::from_raw_os_error(libc::EINVAL),
                     ));
                 }
@@ -437,12 +500,12 @@ impl ZcrxBackend {
     fn without_device(cfg: &RxConfig) -> Result<ZcrxBackend> {
         if cfg.iface.is_some() || cfg.queue.is_some() || cfg.dmabuf.is_some() {
             return Err(Error::invalid_input(
-                "zcrx without a device (RxConfig::no_device, --no-device) takes no interface, queue or dma-buf: leave them unset",
+                "zcrx without a device (RxConfig::no_device) takes no interface, queue or dma-buf: leave them unset",
             ));
         }
         if cfg.area_len == 0 {
             return Err(Error::io(
-                "zcrx receive area of 0 bytes: give --area a size (default 64M)",
+                "zcrx receive area of 0 bytes: the receive area (RxConfig::area_len) must be at least a page",
                 io::Error::from_raw_os_error(libc::EINVAL),
             ));
         }
@@ -853,7 +916,10 @@ mod tests {
             "{old}"
         );
         assert!(old.contains("this is Linux 6.18.44"), "{old}");
-        assert!(old.contains("--rx uring"), "{old}");
+        assert!(
+            old.contains("RxMode::Uring") && !old.contains("--"),
+            "{old}"
+        );
         // Where the kernel lists the flag, EINVAL is about what was passed, not the flag,
         // whatever the release says.
         let new = nodev_refusal(einval(), true, Some((6, 18, 44))).to_string();
@@ -905,7 +971,7 @@ mod tests {
     fn efault_on_a_dmabuf_area_means_the_kernel_had_to_copy() {
         let msg = request_error(ConnId(7), libc::EFAULT, true).to_string();
         assert!(msg.contains("cannot copy into device memory"), "{msg}");
-        assert!(msg.contains("zcnet nic setup"), "{msg}");
+        assert!(msg.contains("nic::NicSetup"), "{msg}");
         assert!(!msg.contains('\n'), "{msg}");
         let host = request_error(ConnId(7), libc::EFAULT, false).to_string();
         assert!(!host.contains("device memory"), "{host}");

@@ -28,7 +28,9 @@
 use super::msgzc::{ErrqueueTx, ZcKernel};
 use super::{Shared, TxConfig};
 use crate::error::{Error, Result};
-use crate::region::{Region, TxBuf};
+use crate::region::{MemoryKind, Region, TxBuf};
+use crate::remedy::Remedy;
+use crate::tx::TxMode;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -84,12 +86,15 @@ impl ZcKernel for DevmemKernel {
     }
 }
 
+/// Or send with `MSG_ZEROCOPY` from host memory.
+const MSG_ZC: Remedy = Remedy::UseTxMode(TxMode::MsgZerocopy);
+
 /// What to say when no dma-buf was given.
 fn no_dmabuf() -> Error {
     let udmabuf = std::path::Path::new(zcnet_sys::devmem::UDMABUF_DEV).exists();
     Error::Unsupported {
         what: format!(
-            "devmem TCP transmit (--tx devmem) from host memory without a dma-buf (the NIC reads from a dma-buf whose offset 0 is the region's start; TxConfig::dmabuf is unset{})",
+            "devmem TCP transmit (TxMode::Devmem) from host memory without a dma-buf (the NIC reads from a dma-buf whose offset 0 is the region's start; TxConfig::dmabuf is unset{})",
             if udmabuf {
                 ""
             } else {
@@ -97,7 +102,13 @@ fn no_dmabuf() -> Error {
             }
         ),
         source: io::Error::from_raw_os_error(libc::EINVAL),
-        fix: "use a device region (--mem cuda, exported as a dma-buf) or --mem udmabuf (host memory made a dma-buf, where /dev/udmabuf exists), or use --tx msg-zerocopy",
+        remedy: Remedy::Any(&[
+            Remedy::Other("use a device region (exported as a dma-buf)"),
+            Remedy::UseMemory(MemoryKind::Cuda(0)),
+            Remedy::Other("use host memory made a dma-buf, where /dev/udmabuf exists"),
+            Remedy::UseMemory(MemoryKind::Udmabuf),
+            MSG_ZC,
+        ]),
     }
 }
 
@@ -107,27 +118,37 @@ fn bind_refusal(iface: &str, e: &zcnet_netlink::Error) -> Error {
     let (reason, fix) = match errno {
         Some(libc::EOPNOTSUPP) => (
             "the driver cannot transmit from a dma-buf (no netmem TX); virtual devices such as veth, lo, ifb and tun never can".to_string(),
-            "send through a NIC whose driver supports netmem TX (mlx5, bnxt, gve DQO in Linux 6.18), or use --tx msg-zerocopy",
+            Remedy::Any(&[
+                Remedy::Other("send through a NIC whose driver supports netmem TX (mlx5, bnxt, gve DQO in Linux 6.18)"),
+                MSG_ZC,
+            ]),
         ),
         Some(libc::EBADF) | Some(libc::EINVAL) => (
             "the fd is not a dma-buf the device can map".to_string(),
-            "pass a dma-buf (TxConfig::dmabuf): a GPU allocation's export (--mem cuda) or a udmabuf",
+            Remedy::Any(&[
+                Remedy::Other("pass a dma-buf (TxConfig::dmabuf): a GPU allocation's export"),
+                Remedy::UseMemory(MemoryKind::Cuda(0)),
+                Remedy::Other("a udmabuf"),
+            ]),
         ),
         Some(libc::ENODEV) => (
             "the interface is not in this network namespace (any more)".to_string(),
-            "check 'ip link' and retry, or use --tx msg-zerocopy",
+            Remedy::Any(&[Remedy::Other("check 'ip link' and retry"), MSG_ZC]),
         ),
         Some(libc::EPERM) | Some(libc::EACCES) => (
             "the kernel refused the binding for lack of privilege".to_string(),
-            "run it as root (CAP_NET_ADMIN), or use --tx msg-zerocopy",
+            Remedy::Any(&[Remedy::RunAsRoot, MSG_ZC]),
         ),
         Some(libc::ENOMEM) => (
             "mapping the dma-buf for the device failed (out of memory or IOMMU space)".to_string(),
-            "use a smaller region, or use --tx msg-zerocopy",
+            Remedy::Any(&[Remedy::Other("use a smaller region"), MSG_ZC]),
         ),
         _ => (
             e.to_string(),
-            "devmem TCP transmit needs Linux 6.16+ (netdev bind-tx) and a NIC with netmem TX; use --tx msg-zerocopy",
+            Remedy::Any(&[
+                Remedy::NeedKernel("Linux 6.16+ (netdev bind-tx) and a NIC with netmem TX for devmem TCP transmit"),
+                MSG_ZC,
+            ]),
         ),
     };
     let kernel = e
@@ -138,7 +159,7 @@ fn bind_refusal(iface: &str, e: &zcnet_netlink::Error) -> Error {
     Error::Unsupported {
         what: format!("devmem TCP transmit on {iface} ({reason}{kernel})"),
         source: io::Error::from_raw_os_error(errno.unwrap_or(libc::EOPNOTSUPP)),
-        fix,
+        remedy: fix,
     }
 }
 
@@ -150,13 +171,15 @@ fn egress_iface(fd: RawFd) -> Result<String> {
     if let Some(dev) = devmem_tx::bound_device(fd).map_err(|e| Error::io("SO_BINDTODEVICE", e))? {
         return Ok(dev);
     }
-    let unknown = |what: String| Error::Unsupported {
+    let unknown = |what: String| {
+        Error::Unsupported {
         what: format!(
             "devmem TCP transmit: cannot tell which interface the socket sends through ({what})"
         ),
         source: io::Error::from_raw_os_error(libc::ENODEV),
-        fix:
-            "name the egress interface (TxConfig::iface) or bind the socket to it (SO_BINDTODEVICE)",
+        remedy:
+            Remedy::Other("name the egress interface (TxConfig::iface) or bind the socket to it (SO_BINDTODEVICE)"),
+    }
     };
     let ip = devmem_tx::local_ip(fd)
         .map_err(|e| Error::io("getsockname", e))?
@@ -180,7 +203,11 @@ pub(crate) fn dmabuf_for(
         return Err(Error::Unsupported {
             what: "devmem transmit over UDP (the kernel implements it for TCP only; a datagram socket would take the dma-buf offset for an address)".into(),
             source: io::Error::from_raw_os_error(libc::EPROTONOSUPPORT),
-            fix: "use TCP for --tx devmem, or --tx msg-zerocopy / uring-zc for UDP",
+            remedy: Remedy::Any(&[
+                Remedy::Other("use TCP for devmem transmit"),
+                MSG_ZC,
+                Remedy::UseTxMode(TxMode::UringZc),
+            ]),
         });
     }
     if let Some(d) = &cfg.dmabuf {
@@ -210,7 +237,7 @@ pub(crate) fn new(
     zcnet_sys::sock::enable_zerocopy(fd).map_err(|e| Error::Unsupported {
         what: "SO_ZEROCOPY (devmem transmit completes like MSG_ZEROCOPY)".into(),
         source: e,
-        fix: "devmem TCP transmit needs Linux 6.16+",
+        remedy: Remedy::Other("devmem TCP transmit needs Linux 6.16+"),
     })?;
     let iface = match &cfg.iface {
         Some(i) => i.clone(),
@@ -230,7 +257,7 @@ pub(crate) fn new(
                 map.len()
             ),
             source: io::Error::from_raw_os_error(libc::EFAULT),
-            fix: "export the dma-buf from the whole region (offset 0 = the region's start)",
+            remedy: Remedy::Other("export the dma-buf from the whole region (offset 0 = the region's start)"),
         });
     }
     Ok(ErrqueueTx::with_kernel(
@@ -287,7 +314,7 @@ mod tests {
             "kernel: Driver does not support netmem TX",
             "Operation not supported",
             "mlx5, bnxt, gve",
-            "--tx msg-zerocopy",
+            "TxMode::MsgZerocopy",
         ] {
             assert!(msg.contains(want), "missing '{want}' in: {msg}");
         }
@@ -319,11 +346,11 @@ mod tests {
     fn no_dmabuf_names_the_cause_and_the_fix() {
         let msg = no_dmabuf().to_string();
         for want in [
-            "--tx devmem",
+            "TxMode::Devmem",
             "dma-buf",
-            "--mem cuda",
+            "MemoryKind::Cuda",
             "udmabuf",
-            "--tx msg-zerocopy",
+            "TxMode::MsgZerocopy",
         ] {
             assert!(msg.contains(want), "missing '{want}' in: {msg}");
         }

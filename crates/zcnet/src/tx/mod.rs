@@ -21,6 +21,7 @@ mod uring;
 
 use crate::error::{Error, Result};
 use crate::region::{Region, TxBuf};
+use crate::remedy::Remedy;
 pub use memlock::memlock_refusal;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -287,7 +288,7 @@ pub fn ack_paced(
     let in_flight = count.saturating_mul(buf_size);
     let segment = segment.filter(|&m| zero_copy && in_flight < m)?;
     Some(format!(
-        "{count} buffer(s) of {buf_size} B in flight ({in_flight} B, under one {segment} B segment): each comes back only once the receiver ACKs it, and a receiver that does not read at once delays that ACK (~40 ms; e.g. zcnet recv with its default --rcvlowat), which then paces every send: raise --window or --inflight, send with --tx copy, or receive with --rcvlowat off"
+        "{count} buffer(s) of {buf_size} B in flight ({in_flight} B, under one {segment} B segment): each comes back only once the receiver ACKs it, and a receiver that does not read at once delays that ACK (~40 ms; e.g. a receiver with its default low-water mark, RxConfig::low_water), which then paces every send: raise TxConfig::window or TxConfig::inflight, send with TxMode::Copy, or receive with RxConfig::low_water off"
     ))
 }
 
@@ -627,7 +628,9 @@ impl Sender {
                 "a readiness fd for {mode} sends (they complete inside send() and blocking waits)"
             ),
             source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-            fix: "use the uring, uring-zc or auto mode with an event loop, or a thread of its own",
+            remedy: Remedy::Other(
+                "use the uring, uring-zc or auto mode with an event loop, or a thread of its own",
+            ),
         })
     }
 

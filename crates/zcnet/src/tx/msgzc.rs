@@ -17,6 +17,7 @@
 use super::{Shared, TxBackend};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
+use crate::remedy::Remedy;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -116,7 +117,7 @@ impl MsgZcTx {
         sock::enable_zerocopy(fd).map_err(|e| Error::Unsupported {
             what: "SO_ZEROCOPY".into(),
             source: e,
-            fix: "MSG_ZEROCOPY needs Linux 4.14 for TCP and 5.0 for UDP",
+            remedy: Remedy::Other("MSG_ZEROCOPY needs Linux 4.14 for TCP and 5.0 for UDP"),
         })?;
         Ok(ErrqueueTx::with_kernel(MsgZcKernel, buffers))
     }

@@ -16,6 +16,8 @@
 use super::{memlock, Shared, TxBackend};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
+use crate::remedy::Remedy;
+use crate::tx::TxMode;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,9 +124,9 @@ impl UringTx {
             Some(libc::EPERM) => Error::Unsupported {
                 what: "io_uring".into(),
                 source: e,
-                fix: "io_uring is disabled: set 'sysctl -w kernel.io_uring_disabled=0' (or join io_uring_group)",
+                remedy: Remedy::Other("io_uring is disabled: set 'sysctl -w kernel.io_uring_disabled=0' (or join io_uring_group)"),
             },
-            Some(libc::ENOSYS) => Error::Unsupported { what: "io_uring".into(), source: e, fix: "needs Linux 5.1 or later" },
+            Some(libc::ENOSYS) => Error::Unsupported { what: "io_uring".into(), source: e, remedy: Remedy::NeedKernel("Linux 5.1 or later") },
             _ => memlock_error(e, "io_uring_setup", ring_bytes),
         })?;
         if zero_copy {
@@ -133,7 +135,11 @@ impl UringTx {
                 return Err(Error::Unsupported {
                     what: "IORING_OP_SEND_ZC".into(),
                     source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-                    fix: "needs Linux 6.0 (usage reports 6.2): use --tx msg-zerocopy or copy",
+                    remedy: Remedy::Any(&[
+                        Remedy::NeedKernel("Linux 6.0 (usage reports 6.2)"),
+                        Remedy::UseTxMode(TxMode::MsgZerocopy),
+                        Remedy::UseTxMode(TxMode::Copy),
+                    ]),
                 });
             }
             ring.register(map).map_err(|e| {

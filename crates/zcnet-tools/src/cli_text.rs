@@ -1,0 +1,156 @@
+//! The `zcnet` command's wording of library errors: every [`Remedy`] as the flags and
+//! commands that carry it out, and the library's config-field names in a message as the flags
+//! that set them. The library itself never names a flag (its `Display` speaks `RxConfig`,
+//! `TxMode`, `nic::NicGuard::apply`); this is the one place that maps its remedies to the CLI.
+
+use zcnet::region::MemoryKind;
+use zcnet::{Error, Remedy};
+
+/// One remedy in the CLI's words (the leaf renderer for [`Remedy::render`]).
+pub fn remedy_text(r: &Remedy) -> String {
+    match r {
+        Remedy::UseRxMode(m) => format!("use --rx {}", m.name()),
+        Remedy::UseTxMode(m) => format!("use --tx {}", m.name()),
+        Remedy::UseMemory(MemoryKind::Anonymous) => "use --mem host".into(),
+        Remedy::UseMemory(k) => format!("use --mem {}", k.name()),
+        Remedy::Staging => "receive by staging (--rx auto)".into(),
+        Remedy::SetupNic => {
+            "run 'zcnet nic setup --iface IFACE' (header split on, hds-thresh 0)".into()
+        }
+        Remedy::SteerFlow => "steer the flow to the queue and turn header split on ('zcnet nic setup --iface IFACE --queue Q --port P')".into(),
+        Remedy::ProbeIface => "check 'zcnet probe --iface IFACE'".into(),
+        Remedy::ChooseQueue => "pick a --queue below the RX queue count ('zcnet probe --iface IFACE' lists the queues), or leave --queue out".into(),
+        Remedy::OtherQueue => "use another --queue, or stop the other user of the queue".into(),
+        Remedy::SmallerArea => "use a smaller --area".into(),
+        Remedy::PageSizedArea => "give --area a page multiple of at least one page".into(),
+        Remedy::SmallerDmabuf => "use a smaller dma-buf (--area)".into(),
+        Remedy::DmabufUpTo1G => "use a dma-buf of 1 GiB or less (--area)".into(),
+        Remedy::FewerRxBuffers => "use fewer/smaller --buffers".into(),
+        Remedy::FewerSends => "use a smaller --inflight/--size".into(),
+        Remedy::LessGpuMemory => "use a smaller buffer (--size, --inflight, --ring) or free GPU memory (nvidia-smi shows who holds it)".into(),
+        Remedy::RaiseMemlock => "raise the locked-memory limit (ulimit -l)".into(),
+        Remedy::StartReceiver(addr) => {
+            format!("start a receiver there first (zcnet recv --listen {addr})")
+        }
+        other => other.library_text(),
+    }
+}
+
+/// The library's names for what a flag sets, as the CLI's flags, for messages that name them
+/// (the modes and memory kinds are added by [`words`]).
+const FIELDS: [(&str, &str); 16] = [
+    ("RxConfig::area_len", "--area"),
+    ("RxConfig::iface", "--iface"),
+    ("RxConfig::queue", "--queue"),
+    ("RxConfig::no_device", "--no-device"),
+    ("RxConfig::buffers", "--buffers"),
+    ("RxConfig::low_water", "--rcvlowat"),
+    ("RxConfig::mode", "--rx"),
+    ("TxConfig::mode", "--tx"),
+    ("TxConfig::inflight", "--inflight"),
+    ("TxConfig::window", "--window"),
+    ("TxConfig::buf_size", "--size"),
+    ("ProbeOptions::iface", "--iface IF"),
+    ("ProbeOptions::all_ifaces", "--all-ifaces"),
+    ("ProbeOptions::active", "--active"),
+    ("the queue given to probe_queue", "--queue"),
+    ("NicSetup::flow", "--port"),
+];
+
+/// The prefix of the library's pointer to a NIC restore, followed by the interface and `)`.
+const RESTORE: &str = "nic::restore_from_file (interface ";
+
+/// Library text in the CLI's words: config fields, modes and memory kinds as the flags that
+/// set them, and a NIC restore as the `zcnet nic restore` command.
+pub fn words(text: &str) -> String {
+    let mut pairs: Vec<(String, String)> = FIELDS
+        .iter()
+        .map(|(a, b)| ((*a).to_string(), (*b).to_string()))
+        .collect();
+    pairs.extend(
+        zcnet::tx::TxMode::NAMED
+            .iter()
+            .map(|m| (format!("TxMode::{m:?}"), format!("--tx {}", m.name()))),
+    );
+    pairs.extend(
+        zcnet::rx::RxMode::ALL
+            .iter()
+            .map(|m| (format!("RxMode::{m:?}"), format!("--rx {}", m.name()))),
+    );
+    pairs.extend([
+        ("MemoryKind::Anonymous".into(), "--mem host".into()),
+        ("MemoryKind::Huge".into(), "--mem hugepage".into()),
+        ("MemoryKind::Udmabuf".into(), "--mem udmabuf".into()),
+        ("MemoryKind::Cuda".into(), "--mem cuda".into()),
+    ]);
+    // Longest first: `TxMode::UringZc` before `TxMode::Uring`.
+    pairs.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
+    let mut s = text.to_string();
+    for (from, to) in &pairs {
+        if s.contains(from.as_str()) {
+            s = s.replace(from.as_str(), to);
+        }
+    }
+    while let Some(at) = s.find(RESTORE) {
+        let rest = &s[at + RESTORE.len()..];
+        let Some(end) = rest.find(')') else { break };
+        let cmd = format!("'zcnet nic restore --iface {}'", &rest[..end]);
+        s = format!("{}{cmd}{}", &s[..at], &rest[end + 1..]);
+    }
+    s
+}
+
+/// [`zcnet::nic::check_queue`] with the CLI's `--queue` named: its bad-argument message
+/// ("queue 7: eth1 has ...") as "--queue 7: eth1 has ...".
+pub fn check_queue(
+    iface: &str,
+    queue: u32,
+    af_xdp: bool,
+    default: Option<&str>,
+) -> zcnet::Result<()> {
+    zcnet::nic::check_queue(iface, queue, af_xdp, default).map_err(|e| {
+        if e.is_bad_argument() {
+            Error::invalid_input(format!("--{e}"))
+        } else {
+            e
+        }
+    })
+}
+
+/// A library error as the `zcnet` command prints it: its remedies in flags and commands
+/// ([`remedy_text`]), and the rest in the CLI's [`words`].
+pub fn error_text(e: &Error) -> String {
+    words(&e.display_with(&remedy_text).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn every_remedy_has_cli_words() {
+        for r in Remedy::examples() {
+            let lib = r.to_string();
+            let cli = words(&r.render(&remedy_text));
+            assert!(
+                !cli.contains("RxConfig::") && !cli.contains("TxMode::"),
+                "{r:?}: {cli}"
+            );
+            if matches!(
+                r,
+                Remedy::UseRxMode(_) | Remedy::UseTxMode(_) | Remedy::ChooseQueue
+            ) {
+                assert!(cli.contains("--"), "{r:?}: {cli}");
+                assert!(!lib.contains("--"), "{r:?}: {lib}");
+            }
+        }
+        assert_eq!(
+            words("undo them with nic::restore_from_file (interface eth1); or not"),
+            "undo them with 'zcnet nic restore --iface eth1'; or not"
+        );
+        assert_eq!(
+            words("use TxMode::UringZc or TxMode::Uring"),
+            "use --tx uring-zc or --tx uring"
+        );
+    }
+}
