@@ -28,7 +28,8 @@ def test_probe_matches_the_command(zcnet_bin):
 def test_probe_bad_argument():
     import pytest
 
-    with pytest.raises(zcnet.ArgumentError, match="--active"):
+    # The library's words (ProbeOptions::active), not the command line's --active.
+    with pytest.raises(zcnet.ArgumentError, match="active"):
         zcnet.probe(queue=1)
 
 

@@ -38,7 +38,7 @@ pub fn remedy_text(r: &Remedy) -> String {
 
 /// The library's names for what a flag sets, as the CLI's flags, for messages that name them
 /// (the modes and memory kinds are added by [`words`]).
-const FIELDS: [(&str, &str); 16] = [
+const FIELDS: [(&str, &str); 17] = [
     ("RxConfig::area_len", "--area"),
     ("RxConfig::iface", "--iface"),
     ("RxConfig::queue", "--queue"),
@@ -55,6 +55,7 @@ const FIELDS: [(&str, &str); 16] = [
     ("ProbeOptions::active", "--active"),
     ("the queue given to probe_queue", "--queue"),
     ("NicSetup::flow", "--port"),
+    ("another pattern seed", "another --seed"),
 ];
 
 /// The prefix of the library's pointer to a NIC restore, followed by the interface and `)`.

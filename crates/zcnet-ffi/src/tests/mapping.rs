@@ -58,7 +58,10 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
             E::Unsupported {
                 what: s("zcrx"),
                 source: errno(libc::EOPNOTSUPP),
-                remedy: zcnet::Remedy::Other("use a NIC with header split"),
+                remedy: zcnet::Remedy::Any(&[
+                    zcnet::Remedy::Other("use a NIC with header split"),
+                    zcnet::Remedy::UseRxMode(zcnet::rx::RxMode::Uring),
+                ]),
             },
             ZCNET_E_UNSUPPORTED,
         ),
@@ -138,6 +141,11 @@ fn every_error_has_its_code_and_message() {
             shown,
             "the message is the error's Display"
         );
+        // The library's words (config fields, modes), never the command line's flags.
+        assert!(!shown.contains("--"), "{shown}");
+        if let Some(r) = shown.strip_prefix("zcrx is not supported here") {
+            assert!(r.ends_with("or use RxMode::Uring"), "{shown}");
+        }
     }
 }
 
