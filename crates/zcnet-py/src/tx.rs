@@ -71,36 +71,85 @@ fn stats_dict<'py>(
     Ok(d)
 }
 
-/// Waits a little, at most until `until`, for the kernel to give a buffer back (a completion or
-/// a zero-copy notification); `backoff` is the sleep of the modes without an fd to wait on.
+/// How the binding waits for the kernel to give a buffer back, in bounded steps.
 ///
 /// The library's own waits (`Sender::buffer`, `flush`, `finish`) end only when a buffer comes
 /// back, at its stall timeout, or on its process-wide SIGINT flag, which Python never sets: the
 /// binding waits in bounded steps itself so that Ctrl-C is checked between them.
-fn wait_a_little(tx: &zcnet::Sender, until: Instant, backoff: &mut Duration) {
-    use std::os::fd::AsRawFd;
-    let left = until.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return;
+#[derive(Debug)]
+struct Waiter {
+    /// Steps taken since the last buffer came back.
+    steps: u32,
+    /// The current sleep of an io_uring mode whose socket is writable.
+    backoff: Duration,
+}
+
+/// io_uring modes first retry this many times at once (each retry enters the ring, which runs
+/// the sends' pending work and posts their completions) before they wait.
+const SPINS: u32 = 64;
+
+impl Waiter {
+    fn new() -> Self {
+        Waiter {
+            steps: 0,
+            backoff: Duration::from_micros(20),
+        }
     }
-    match tx.mode() {
-        // Notifications arrive on the socket's error queue, which POLLERR reports (asked for or
-        // not): wait on it.
-        TxMode::MsgZerocopy | TxMode::Devmem => {
-            let mut pfd = libc::pollfd {
-                fd: tx.socket().as_raw_fd(),
-                events: 0,
-                revents: 0,
-            };
-            let ms = left.as_millis().clamp(1, 10) as libc::c_int;
-            // SAFETY: one live pollfd; an EINTR (a signal) just ends the wait early.
-            unsafe { libc::poll(&mut pfd, 1, ms) };
+
+    /// A buffer came back.
+    fn reset(&mut self) {
+        self.steps = 0;
+        self.backoff = Duration::from_micros(20);
+    }
+
+    /// Waits a little, at most until `until`, for the kernel to give a buffer back (a
+    /// completion or a zero-copy notification).
+    fn wait(&mut self, tx: &zcnet::Sender, until: Instant) {
+        use std::os::fd::AsRawFd;
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
         }
-        // io_uring completions (and copy, which never waits): short sleeps, growing to 1 ms.
-        _ => {
-            std::thread::sleep((*backoff).min(left));
-            *backoff = (*backoff * 2).min(Duration::from_millis(1));
+        self.steps += 1;
+        let ms = left.as_millis().clamp(1, 10) as libc::c_int;
+        let fd = tx.socket().as_raw_fd();
+        match tx.mode() {
+            // Notifications arrive on the socket's error queue, which POLLERR reports (asked
+            // for or not): wait on it.
+            TxMode::MsgZerocopy | TxMode::Devmem => {
+                poll(fd, 0, ms);
+            }
+            // io_uring completions come through the ring, which the library does not let the
+            // binding wait on for a bounded time: retry at once a few times, then wait for the
+            // socket to take data (a peer that stops reading blocks here, not in a spin), and
+            // when it does but nothing came back yet, sleep a little, up to 1 ms.
+            _ => {
+                if self.steps <= SPINS {
+                    std::thread::yield_now();
+                } else if poll(fd, libc::POLLOUT, ms) & libc::POLLOUT != 0 {
+                    std::thread::sleep(self.backoff.min(left));
+                    self.backoff = (self.backoff * 2).min(Duration::from_millis(1));
+                }
+            }
         }
+    }
+}
+
+/// `poll(2)` of one fd for `events` (errors and hang-ups are always reported) for at most `ms`
+/// milliseconds; returns the events seen (0 on a timeout, an error or a signal, which all just
+/// end the wait).
+fn poll(fd: std::os::fd::RawFd, events: libc::c_short, ms: libc::c_int) -> libc::c_short {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd for the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if n > 0 {
+        pfd.revents
+    } else {
+        0
     }
 }
 
@@ -140,18 +189,18 @@ fn send_slice(
 ) -> zcnet::Result<usize> {
     let until = Instant::now() + SLICE;
     let mut done = 0;
-    let mut backoff = Duration::from_micros(50);
+    let mut waiter = Waiter::new();
     while done < len {
         let Some(mut buf) = tx.try_buffer()? else {
             if Instant::now() >= until {
                 break;
             }
             stall.check(tx, stall_timeout)?;
-            wait_a_little(tx, until, &mut backoff);
+            waiter.wait(tx, until);
             continue;
         };
         stall.progress();
-        backoff = Duration::from_micros(50);
+        waiter.reset();
         // SAFETY: the caller guarantees `len` readable bytes at `data` for this call (the
         // exporter's view or capsule is held by the caller).
         let src = unsafe { std::slice::from_raw_parts(data.add(done), len - done) };
@@ -173,7 +222,7 @@ fn flush_slice(
     stall_timeout: Duration,
 ) -> zcnet::Result<bool> {
     let until = Instant::now() + SLICE;
-    let mut backoff = Duration::from_micros(50);
+    let mut waiter = Waiter::new();
     loop {
         let before = tx.outstanding();
         tx.submit()?;
@@ -183,13 +232,14 @@ fn flush_slice(
         }
         if now < before {
             stall.progress();
+            waiter.reset();
         } else {
             stall.check(tx, stall_timeout)?;
         }
         if Instant::now() >= until {
             return Ok(false);
         }
-        wait_a_little(tx, until, &mut backoff);
+        waiter.wait(tx, until);
     }
 }
 
