@@ -28,6 +28,9 @@ send (receiver: `zcnet recv --listen 127.0.0.1:P --discard`)
   py-send    `zcnet.Sender(sock, mode="copy").send(a)` with one 64 KiB numpy array, repeated
              N / 64 KiB times, then `finish()`
 
+--tx MODE makes every sender use MODE instead of copy (`zcnet send --tx MODE`,
+`Sender(sock, mode=MODE)`).
+
 A rate is bytes / wall seconds from the moment the sender is started (the Python processes
 are started and ready before that) to the moment the receiver has seen the end of the stream.
 Prints each run, then the median per case and the ratios the issue asks for.
@@ -151,7 +154,7 @@ def child_recv(role, buf_size, py_kw):
     print(json.dumps(out), flush=True)
 
 
-def child_send(port, nbytes):
+def child_send(port, nbytes, mode):
     import numpy as np
     import zcnet
 
@@ -159,7 +162,7 @@ def child_send(port, nbytes):
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
     s = socket.create_connection((HOST, port))
-    tx = zcnet.Sender(s, mode="copy")
+    tx = zcnet.Sender(s, mode=mode)
     t0 = time.perf_counter()
     n = 0
     while n < nbytes:
@@ -201,7 +204,7 @@ def cli_recv_cmd(a, port):
 
 
 def cli_send_cmd(a, port):
-    return NS_EXEC + [a.zcnet, "send", f"{HOST}:{port}", "--tx", "copy", "--size", "64K", "--bytes", str(a.nbytes)]
+    return NS_EXEC + [a.zcnet, "send", f"{HOST}:{port}", "--tx", a.tx, "--size", "64K", "--bytes", str(a.nbytes)]
 
 
 def run_case(case, a):
@@ -246,7 +249,7 @@ def run_case(case, a):
         rcv = subprocess.Popen(cli_recv_cmd(a, port), stdout=subprocess.PIPE, text=True)
         wait_listening(port)
         snd = subprocess.Popen(
-            NS_EXEC + me + ["--role", "py-send", "--host", HOST, "--port", str(port), "--bytes", str(a.nbytes)],
+            NS_EXEC + me + ["--role", "py-send", "--host", HOST, "--port", str(port), "--bytes", str(a.nbytes), "--tx", a.tx],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         snd.stdout.readline()
@@ -295,6 +298,7 @@ def main():
     p.add_argument("--py-kw", default="{}", help="py-recv only: extra Receiver keywords, as JSON (e.g. '{\"buffers\": 32}')")
     p.add_argument("--path", choices=["loopback", "veth"], default="loopback")
     p.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
+    p.add_argument("--tx", default="copy", help="the send mode of every sender, zcnet send's and Python's (default copy)")
     p.add_argument("--role")
     p.add_argument("--port", type=int)
     a = p.parse_args()
@@ -304,7 +308,7 @@ def main():
     if a.role in ("py-recv", "py-lowat", "py-16k", "recv_into"):
         return child_recv(a.role, a.buf_size, a.py_kw)
     if a.role == "py-send":
-        return child_send(a.port, a.nbytes)
+        return child_send(a.port, a.nbytes, a.tx)
     if not a.zcnet:
         p.error("the zcnet binary is required")
     import zcnet
