@@ -39,10 +39,12 @@ fn have_udmabuf() -> bool {
 
 /// The refusal of a udmabuf region where /dev/udmabuf is missing: one line, CONFIG_UDMABUF,
 /// the fix.
-fn assert_udmabuf_refusal(msg: &str) {
+/// `kind`: how the message names the memory kind ("MemoryKind::Udmabuf" in the library's words,
+/// "--mem udmabuf" in the command's).
+fn assert_udmabuf_refusal(msg: &str, kind: &str) {
     for want in [
         "udmabuf region",
-        "--mem udmabuf",
+        kind,
         "no /dev/udmabuf",
         "CONFIG_UDMABUF",
         "modprobe udmabuf",
@@ -67,7 +69,11 @@ fn udmabuf_region_here() {
         );
         let e = Region::new(MemoryKind::Udmabuf, len).unwrap_err();
         assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
-        assert_udmabuf_refusal(&e.to_string());
+        assert_udmabuf_refusal(&e.to_string(), "MemoryKind::Udmabuf");
+        assert!(
+            !e.to_string().contains("--"),
+            "no flag in the library's words: {e}"
+        );
         // The command says the same, before connecting anywhere (exit 1, nothing on stdout).
         let o = Command::new(env!("CARGO_BIN_EXE_zcnet"))
             .args(["send", "127.0.0.1:9", "--tx", "devmem", "--mem", "udmabuf"])
@@ -78,7 +84,7 @@ fn udmabuf_region_here() {
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(o.stdout.is_empty());
         assert!(err.starts_with("zcnet: "), "{err}");
-        assert_udmabuf_refusal(&err);
+        assert_udmabuf_refusal(&err, "--mem udmabuf");
         return;
     }
     zcnet_testkit::require_root("opening /dev/udmabuf (crw------- root)");

@@ -12,6 +12,12 @@ pub fn remedy_text(r: &Remedy) -> String {
         Remedy::UseRxMode(m) => format!("use --rx {}", m.name()),
         Remedy::UseTxMode(m) => format!("use --tx {}", m.name()),
         Remedy::UseMemory(MemoryKind::Anonymous) => "use --mem host".into(),
+        Remedy::UseMemory(MemoryKind::Cuda(_)) => {
+            "use a device region (--mem cuda, exported as a dma-buf)".into()
+        }
+        Remedy::UseMemory(MemoryKind::Udmabuf) => {
+            "use --mem udmabuf (host memory made a dma-buf, where /dev/udmabuf exists)".into()
+        }
         Remedy::UseMemory(k) => format!("use --mem {}", k.name()),
         Remedy::Staging => "receive by staging (--rx auto)".into(),
         Remedy::SetupNic => {

@@ -136,7 +136,14 @@ impl Remedy {
             Remedy::UseMemory(MemoryKind::Anonymous) => {
                 "use host memory (MemoryKind::Anonymous)".into()
             }
-            Remedy::UseMemory(k) => format!("use MemoryKind::{k:?} memory"),
+            Remedy::UseMemory(MemoryKind::Cuda(_)) => {
+                "use device memory (MemoryKind::Cuda, exported as a dma-buf)".into()
+            }
+            Remedy::UseMemory(MemoryKind::Udmabuf) => {
+                "use host memory made a dma-buf (MemoryKind::Udmabuf, where /dev/udmabuf exists)"
+                    .into()
+            }
+            Remedy::UseMemory(MemoryKind::Huge) => "use huge pages (MemoryKind::Huge)".into(),
             Remedy::SetupNic => "turn header split on (hds-thresh 0) on the interface with nic::NicGuard::apply".into(),
             Remedy::SteerFlow => "steer the flow to the queue and turn header split on (a nic::NicSetup with the queue and the port)".into(),
             Remedy::ProbeIface => "check what probe::probe reports for the interface".into(),

@@ -67,11 +67,11 @@ fn assert_no_dmabuf(e: &Error) {
     assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
     assert_eq!(errno_of(e), Some(libc::EINVAL), "{msg}");
     for want in [
-        "--tx devmem",
+        "TxMode::Devmem",
         "without a dma-buf",
-        "--mem cuda",
+        "MemoryKind::Cuda",
         "udmabuf",
-        "--tx msg-zerocopy",
+        "TxMode::MsgZerocopy",
     ] {
         assert!(msg.contains(want), "missing '{want}' in: {msg}");
     }
@@ -140,7 +140,7 @@ fn assert_bind_refused(l: &TcpListener, iface: Option<&str>, expect: &str) {
         "Operation not supported",
         "no netmem TX",
         "mlx5, bnxt, gve",
-        "--tx msg-zerocopy",
+        "TxMode::MsgZerocopy",
     ] {
         assert!(msg.contains(want), "missing '{want}' in: {msg}");
     }

@@ -72,8 +72,8 @@ fn zcrx_on_veth_is_refused_with_the_errno_and_the_fix() {
         "Operation not supported",
         "queue-management ops or header split",
         "mlx5, bnxt, gve, fbnic",
-        "zcnet nic setup",
-        "--rx uring",
+        "nic::NicGuard::apply",
+        "RxMode::Uring",
     ] {
         assert!(msg.contains(want), "missing '{want}' in: {msg}");
     }
@@ -118,7 +118,7 @@ fn devmem_on_veth_names_the_device_refusal() {
         "vB queue 0",
         "device cannot take a dma-buf binding",
         "Operation not supported",
-        "--rx uring",
+        "RxMode::Uring",
     ] {
         assert!(msg.contains(want), "missing '{want}' in: {msg}");
     }

@@ -300,8 +300,7 @@ fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -
         Some(libc::EINVAL) if !listed => (
             format!("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list (Linux 7.1 added it); {this}"),
             Remedy::Any(&[
-                Remedy::NeedKernel("Linux 7.1 or later"),
-                Remedy::Other("receive with io_uring (the kernel copies there too)"),
+                Remedy::Other("run Linux 7.1 or later"),
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),

@@ -103,9 +103,7 @@ fn no_dmabuf() -> Error {
         ),
         source: io::Error::from_raw_os_error(libc::EINVAL),
         remedy: Remedy::Any(&[
-            Remedy::Other("use a device region (exported as a dma-buf)"),
             Remedy::UseMemory(MemoryKind::Cuda(0)),
-            Remedy::Other("use host memory made a dma-buf, where /dev/udmabuf exists"),
             Remedy::UseMemory(MemoryKind::Udmabuf),
             MSG_ZC,
         ]),
@@ -128,7 +126,7 @@ fn bind_refusal(iface: &str, e: &zcnet_netlink::Error) -> Error {
             Remedy::Any(&[
                 Remedy::Other("pass a dma-buf (TxConfig::dmabuf): a GPU allocation's export"),
                 Remedy::UseMemory(MemoryKind::Cuda(0)),
-                Remedy::Other("a udmabuf"),
+                Remedy::UseMemory(MemoryKind::Udmabuf),
             ]),
         ),
         Some(libc::ENODEV) => (
