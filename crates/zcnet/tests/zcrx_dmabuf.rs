@@ -90,8 +90,8 @@ fn zcrx_with_a_dmabuf_on_veth_is_refused_with_the_errno_and_the_fix() {
             "queue-management ops or header split",
             "exporter cannot attach",
             "mlx5, bnxt, gve, fbnic",
-            "zcnet nic setup",
-            "staging (--rx auto)",
+            "nic::NicGuard::apply",
+            "staging (RxMode::Auto)",
         ] {
             assert!(msg.contains(want), "{what}: missing '{want}' in: {msg}");
         }
