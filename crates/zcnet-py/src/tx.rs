@@ -19,12 +19,47 @@ const SLICE: Duration = Duration::from_millis(100);
 /// owns the connection). `send(obj)` takes bytes-like objects (bytes, bytearray, memoryview,
 /// numpy arrays: the buffer protocol) and tensors (`__dlpack__`: torch), C-contiguous host
 /// memory; `finish()` waits for every send to complete, closes the connection and returns the
-/// statistics.
+/// statistics. Ctrl-C during `send` or `finish` raises `KeyboardInterrupt` within 100 ms; a
+/// sender dropped after that with sends still held by the kernel (a peer that stopped reading)
+/// aborts the connection (a reset), which gives the buffers back at once.
 #[pyclass(module = "zcnet")]
 pub(crate) struct Sender {
     inner: Mutex<Option<zcnet::Sender>>,
     /// The library's stall timeout, applied by the binding's own bounded waits too.
     stall_timeout: Duration,
+    /// A send or finish ended with an exception from a signal handler (`KeyboardInterrupt`).
+    interrupted: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Sender {
+    /// Runs before the library's sender drops (which waits a bounded time, up to seconds, for the
+    /// kernel to give its buffers back): after an interrupt, a connection whose peer stopped
+    /// reading would hold them that long, so it is aborted first, as the library does on its own
+    /// SIGINT flag.
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        if !*self.interrupted.get_mut() {
+            return;
+        }
+        let Ok(Some(tx)) = self.inner.get_mut().map(|g| g.as_ref()) else {
+            return;
+        };
+        if tx.outstanding() == 0 || !tx.socket().is_stream() {
+            return;
+        }
+        // SAFETY: `connect(AF_UNSPEC)` on the sender's own live fd: TCP disconnects (a reset
+        // where data is queued), which frees what the socket holds; the fd stays open for the
+        // library's drop.
+        unsafe {
+            let mut sa: libc::sockaddr = std::mem::zeroed();
+            sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+            libc::connect(
+                tx.socket().as_raw_fd(),
+                &sa,
+                std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+            );
+        }
+    }
 }
 
 impl std::fmt::Debug for Sender {
@@ -282,6 +317,7 @@ impl Sender {
         Ok(Sender {
             inner: Mutex::new(Some(inner)),
             stall_timeout: Duration::from_secs_f64(stall_timeout),
+            interrupted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -333,7 +369,7 @@ impl Sender {
             if done {
                 break;
             }
-            py.check_signals()?;
+            self.check_signals(py)?;
         }
         let tx = g.take().ok_or_else(finished)?;
         drop(g);
@@ -375,6 +411,14 @@ impl Sender {
 }
 
 impl Sender {
+    /// `py.check_signals()`, remembering an interrupt for the drop.
+    fn check_signals(&self, py: Python<'_>) -> PyResult<()> {
+        py.check_signals().inspect_err(|_| {
+            self.interrupted
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        })
+    }
+
     /// The sender, if no other thread is using it: waiting for the lock while holding the GIL
     /// would deadlock with a thread that released the GIL inside a send.
     fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Option<zcnet::Sender>>> {
@@ -406,7 +450,7 @@ impl Sender {
                 .get()
                 .map_err(errors::to_py)?;
             done += n;
-            py.check_signals()?;
+            self.check_signals(py)?;
         }
         Ok(done)
     }
