@@ -3,7 +3,7 @@
 //! area, so whatever the fd (`/dev/null`, a memfd: not dma-bufs), the answer is `EOPNOTSUPP`,
 //! reported in one line with the reason and the fix; a failed construction leaves no fd open
 //! and keeps no reference to the caller's dma-buf. The data path (device fragments, refill)
-//! cannot run here: it is unit-tested (crates/zcnet/src/rx/zcrx.rs, crates/zcnet-sys/src/zcrx.rs).
+//! cannot run here: it is unit-tested (crates/zcnet/src/rx/zcrx.rs, crates/zcnet-sys/src/zcrx/).
 //! Lab tests need root and skip with a printed reason otherwise.
 //!
 //! Every test holds `SERIAL`, so the fd counts are taken while no other test of this binary

@@ -1,0 +1,1057 @@
+//! io_uring zero-copy receive (zcrx): registering a NIC receive queue with an area of host memory
+//! (`IORING_REGISTER_ZCRX_IFQ`, Linux 6.15) and the refill ring through which received buffers
+//! are handed back to the kernel.
+//!
+//! How Linux 6.18 does it (io_uring/zcrx.c `io_register_zcrx_ifq`, io_uring/memmap.c
+//! `io_create_region`, Documentation/networking/iou-zcrx.rst):
+//! - The ring must have `IORING_SETUP_DEFER_TASKRUN` (hence `SINGLE_ISSUER`) and `CQE32` or
+//!   `CQE_MIXED`, else `EINVAL`. The caller needs CAP_NET_ADMIN, else `EPERM`.
+//! - The *area* is user memory (page-aligned address and length) that the kernel pins and DMA-maps
+//!   for the device; received payloads land there and a RECV_ZC completion's 32-byte CQE carries
+//!   an [`IoUringZcrxCqe`] with the offset.
+//! - The *refill ring* lives in a memory region described by an [`IoUringRegionDesc`]. 6.18
+//!   accepts either user memory (`IORING_MEM_REGION_TYPE_USER`, `user_addr` set: pinned by the
+//!   kernel) or kernel memory (`user_addr` 0: the kernel allocates and writes back an
+//!   `mmap_offset` at which to mmap the ring fd). zcnet passes user memory, as the kernel
+//!   documentation does: nothing to mmap, and the memory is an owned [`Mapping`]. The kernel
+//!   needs `ALIGN(sizeof(struct io_uring), L1_CACHE_BYTES)` bytes of header (head and tail,
+//!   64 bytes on x86-64) followed by `rq_entries` (rounded up to a power of two)
+//!   [`IoUringZcrxRqe`]s; region sizes are page multiples. Following iou-zcrx.rst, zcnet
+//!   reserves a whole page for the header ([`refill_region_len`]). The kernel writes the actual
+//!   `rq_entries` and the head/tail/rqes offsets back into the [`IoUringZcrxIfqReg`], the area
+//!   token into the [`IoUringZcrxAreaReg`], and `zcrx_id` (the `zcrx_ifq_idx` of RECV_ZC SQEs).
+//! - There is no unregister opcode in 6.18 (`IORING_REGISTER_LAST` is 36 and none of the
+//!   register opcodes undoes 32): closing the ring releases every ifq it holds
+//!   (`io_unregister_zcrx_ifqs` at ring teardown, which runs asynchronously after the last
+//!   reference goes), unpinning the area and the refill region.
+//! - Checks happen in this order, which is what the errno says: CAP_NET_ADMIN (`EPERM`); ring
+//!   flags (`EINVAL`); struct copies (`EFAULT`); reserved fields, `rq_entries` 0 or above 32768
+//!   (`EINVAL`); refill region validation (`EINVAL`/`EFAULT`, or `ENOMEM` past RLIMIT_MEMLOCK
+//!   without CAP_IPC_LOCK); the interface index (`ENODEV`); a DMA device for the queue
+//!   (`EOPNOTSUPP`: virtual devices such as lo, veth, ifb, tun have none); area import
+//!   (`EINVAL`, `EFAULT`, `ENOMEM`); opening the queue for the memory provider (`EOPNOTSUPP`
+//!   without queue-management ops, `ERANGE` for a queue index past the device's, `EINVAL` when
+//!   tcp-data-split is off, `EEXIST` when the queue already has a provider). A failed
+//!   registration frees everything the kernel took before returning.
+//! - dma-buf areas (`IORING_ZCRX_AREA_DMABUF`, 6.16; [`ZcrxArea::Dmabuf`],
+//!   [`ZcrxIfq::register_dmabuf_for_receive`]): `area.flags` = [`IORING_ZCRX_AREA_DMABUF`],
+//!   `area.dmabuf_fd` the dma-buf, `area.addr` the *offset* into it (not a pointer) and
+//!   `area.len` the length. The kernel takes its own reference (`dma_buf_get`), attaches the
+//!   dma-buf to the NIC's DMA device and maps it (`io_import_dmabuf`); completions carry offsets
+//!   within the area exactly as for host memory (area id in the bits of
+//!   [`IORING_ZCRX_AREA_MASK`], `io_zcrx_queue_cqe`) and the refill ring is the same. The CPU
+//!   cannot read the data, and the kernel cannot copy into the area: data it would have to copy
+//!   (a flow not steered to the queue, payload left in an skb's linear part) ends the RECV_ZC
+//!   request with `-EFAULT` (`io_zcrx_copy_chunk`). The device check comes first, so on lo,
+//!   veth, ifb and tun a dma-buf area is `EOPNOTSUPP` like a host one, whatever the fd. Past
+//!   it, 6.18's `io_import_area`/`io_import_dmabuf` refuse, in order: a length of 0 or above
+//!   1 GiB (`EFAULT`, `io_validate_user_buf_range`; the 1 GiB limit was dropped later), an
+//!   offset or length not page-aligned (`EINVAL`), an offset other than 0 (`EINVAL`), an fd that is not
+//!   open (`EBADF`) or not a dma-buf (`EINVAL`, `dma_buf_get`), an exporter that cannot attach
+//!   or map it for the NIC (its errno), and a length other than the dma-buf's mapped size
+//!   (`EINVAL`): in 6.18 the area is the whole dma-buf.
+
+use crate::mem::{Backing, Mapping};
+use crate::uring_probe::io_uring_register_raw;
+use crate::uring_query::{ZcrxCaps, ZCRX_EVENT_ALLOC_FAIL, ZCRX_EVENT_COPY};
+use io_uring::{cqueue, squeue, IoUring};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// `IORING_REGISTER_ZCRX_IFQ` (6.15).
+pub const IORING_REGISTER_ZCRX_IFQ: u32 = 32;
+/// `IORING_MEM_REGION_TYPE_USER`: the region's memory is the user's (`user_addr`).
+pub const IORING_MEM_REGION_TYPE_USER: u32 = 1;
+/// `IORING_ZCRX_AREA_DMABUF`: the area is a dma-buf (`dmabuf_fd`), not user memory.
+pub const IORING_ZCRX_AREA_DMABUF: u32 = 1;
+/// `IORING_ZCRX_AREA_SHIFT`: the bit from which the area id is encoded into offsets.
+pub const IORING_ZCRX_AREA_SHIFT: u32 = 48;
+/// `IORING_ZCRX_AREA_MASK`: the area-id bits of an offset.
+pub const IORING_ZCRX_AREA_MASK: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1);
+/// The most refill-ring entries the kernel accepts (`IO_RQ_MAX_ENTRIES`, io_uring/zcrx.c);
+/// more is `EINVAL` unless the ring has `IORING_SETUP_CLAMP`.
+pub const ZCRX_MAX_RQ_ENTRIES: u32 = 32768;
+/// Submission-queue entries of the ring [`ZcrxIfq::register`] creates.
+pub const DEFAULT_RING_ENTRIES: u32 = 256;
+
+/// A ring that zero-copy receive accepts: 32-byte CQEs (`IORING_SETUP_CQE32`, set by the
+/// `cqueue::Entry32` type), built with SINGLE_ISSUER and DEFER_TASKRUN.
+pub type ZcrxRing = IoUring<squeue::Entry, cqueue::Entry32>;
+
+/// `struct io_uring_zcrx_rqe` (16 bytes): one refill-ring entry.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoUringZcrxRqe {
+    /// `off`: area offset of the buffer, ORed with the area token.
+    pub off: u64,
+    /// `len`.
+    pub len: u32,
+    /// `__pad`.
+    pub pad: u32,
+}
+
+/// `struct io_uring_zcrx_cqe` (16 bytes): the second half of a RECV_ZC 32-byte CQE.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoUringZcrxCqe {
+    /// `off`: area id in the bits of [`IORING_ZCRX_AREA_MASK`], offset in the area below.
+    pub off: u64,
+    /// `__pad`.
+    pub pad: u64,
+}
+
+/// `struct io_uring_zcrx_offsets` (32 bytes): where head, tail and entries of the refill ring
+/// are in its region (written by the kernel).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoUringZcrxOffsets {
+    /// `head` (written by the kernel as it consumes entries).
+    pub head: u32,
+    /// `tail` (written by the user as it adds entries).
+    pub tail: u32,
+    /// `rqes`: the entry array.
+    pub rqes: u32,
+    /// `__resv2`.
+    pub resv2: u32,
+    /// `__resv`.
+    pub resv: [u64; 2],
+}
+
+/// `struct io_uring_zcrx_area_reg` (48 bytes).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoUringZcrxAreaReg {
+    /// `addr`: start (page-aligned), or the dma-buf offset (must be 0).
+    pub addr: u64,
+    /// `len`: page multiple.
+    pub len: u64,
+    /// `rq_area_token` (out; must be 0 in).
+    pub rq_area_token: u64,
+    /// `flags`: [`IORING_ZCRX_AREA_DMABUF`].
+    pub flags: u32,
+    /// `dmabuf_fd`.
+    pub dmabuf_fd: u32,
+    /// `__resv2`.
+    pub resv2: [u64; 2],
+}
+
+/// `struct io_uring_region_desc` (64 bytes).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoUringRegionDesc {
+    /// `user_addr`: the memory, with [`IORING_MEM_REGION_TYPE_USER`]; 0 otherwise.
+    pub user_addr: u64,
+    /// `size`: page multiple.
+    pub size: u64,
+    /// `flags`: [`IORING_MEM_REGION_TYPE_USER`].
+    pub flags: u32,
+    /// `id` (must be 0).
+    pub id: u32,
+    /// `mmap_offset` (out, kernel-allocated regions only; must be 0 in).
+    pub mmap_offset: u64,
+    /// `__resv`.
+    pub resv: [u64; 4],
+}
+
+/// `struct io_uring_zcrx_ifq_reg` (96 bytes), the argument of `IORING_REGISTER_ZCRX_IFQ`.
+/// In 6.18 the field after `zcrx_id` is `__resv2` and the next 24 bytes `__resv[3]`, all of
+/// which must be 0 (else `EINVAL`); Linux 7.2 names them `rx_buf_len` and `event_desc`,
+/// `__resv[2]` (include/uapi/linux/io_uring.h), with 0 still meaning "as before".
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoUringZcrxIfqReg {
+    /// `if_idx`: interface index.
+    pub if_idx: u32,
+    /// `if_rxq`: hardware receive queue.
+    pub if_rxq: u32,
+    /// `rq_entries`: refill-ring entries (in; the kernel writes back the power of two it used).
+    pub rq_entries: u32,
+    /// `flags` (must be 0 in 6.18; [`ZCRX_REG_NODEV`] from Linux 7.1).
+    pub flags: u32,
+    /// `area_ptr`: pointer to an [`IoUringZcrxAreaReg`] (the kernel writes it back).
+    pub area_ptr: u64,
+    /// `region_ptr`: pointer to an [`IoUringRegionDesc`] (the kernel writes it back).
+    pub region_ptr: u64,
+    /// `offsets` (out).
+    pub offsets: IoUringZcrxOffsets,
+    /// `zcrx_id` (out; must be 0 in).
+    pub zcrx_id: u32,
+    /// `rx_buf_len` (7.2; `__resv2` before): buffer size, 0 for the default `PAGE_SIZE`.
+    pub rx_buf_len: u32,
+    /// `event_desc` (7.2; `__resv[0]` before, which must be 0): pointer to a
+    /// [`ZcrxEventDesc`], or 0.
+    pub event_desc: u64,
+    /// `__resv` (must be 0).
+    pub resv: [u64; 2],
+}
+
+/// `ZCRX_REG_NODEV` (Linux 7.1, `enum zcrx_reg_flags`): an ifq without a network device, with
+/// `if_idx` and `if_rxq` 0. Every received byte is *copied* into the area by the kernel, and
+/// refill entries are not consumed until [`ZcrxIfq::flush_refill_queue`]
+/// (`ZCRX_CTRL_FLUSH_RQ`). 6.18 refuses any `flags` with `EINVAL`.
+pub const ZCRX_REG_NODEV: u32 = 2;
+/// `IORING_REGISTER_ZCRX_CTRL` (Linux 7.1): auxiliary zcrx operations ([`ZcrxCtrl`]).
+pub const IORING_REGISTER_ZCRX_CTRL: u32 = 36;
+/// `ZCRX_CTRL_FLUSH_RQ` (`enum zcrx_ctrl_op`): make the kernel consume the refill ring now.
+pub const ZCRX_CTRL_FLUSH_RQ: u32 = 0;
+/// `ZCRX_CTRL_ARM_EVENT` (Linux 7.2): let an event type that fired fire again
+/// (`zcrx_ctrl_arm_event.event_type`; `EINVAL` for a type that has not fired).
+pub const ZCRX_CTRL_ARM_EVENT: u32 = 2;
+/// `user_data` of the event completions zcnet asks for (`zcrx_event_desc.user_data`); never a
+/// connection's, nor [`ZCRX_CANCEL_TAG`].
+pub const ZCRX_EVENT_TAG: u64 = u64::MAX - 1;
+/// `ZCRX_EVENT_DESC_FLAG_STATS` (Linux 7.2, `enum zcrx_event_desc_flags`): `stats_offset`
+/// names where in the refill region the kernel keeps a [`ZcrxStats`].
+pub const ZCRX_EVENT_DESC_FLAG_STATS: u32 = 1;
+
+/// `struct zcrx_ctrl` (72 bytes), the argument of `IORING_REGISTER_ZCRX_CTRL` (`nr_args` 0,
+/// as liburing's test/zcrx.c passes it): `zcrx_id`, `op`, `__resv[2]`, then a 48-byte union
+/// (`zcrx_ctrl_flush_rq` is `__resv[6]`, all 0; `zcrx_ctrl_export` is an fd and padding).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ZcrxCtrl {
+    /// `zcrx_id`: the ifq.
+    pub zcrx_id: u32,
+    /// `op`: [`ZCRX_CTRL_FLUSH_RQ`], ...
+    pub op: u32,
+    /// `__resv` (must be 0).
+    pub resv: [u64; 2],
+    /// The op's union member (all 0 for a flush).
+    pub arg: [u64; 6],
+}
+
+/// `struct zcrx_event_desc` (96 bytes, Linux 7.2): notifications (`type_mask`, none here) and
+/// statistics (`flags` = [`ZCRX_EVENT_DESC_FLAG_STATS`], `stats_offset` from the start of the
+/// refill region).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ZcrxEventDesc {
+    /// `user_data` of notification CQEs.
+    pub user_data: u64,
+    /// `type_mask`: notification types wanted (`1 << ZCRX_EVENT_*`).
+    pub type_mask: u32,
+    /// `flags`: [`ZCRX_EVENT_DESC_FLAG_STATS`].
+    pub flags: u32,
+    /// `stats_offset`: where the [`ZcrxStats`] is, from the start of the refill region.
+    pub stats_offset: u64,
+    /// `__resv2` (must be 0).
+    pub resv2: [u64; 9],
+}
+
+/// `struct zcrx_stats` (16 bytes, Linux 7.2), kept up to date by the kernel in the refill
+/// region: cumulative copy-fallback completions and bytes the kernel copied into the area.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ZcrxStats {
+    /// `copy_count`: completions whose bytes the kernel copied.
+    pub copy_count: u64,
+    /// `copy_bytes`: bytes the kernel copied.
+    pub copy_bytes: u64,
+}
+
+/// Bytes at the end of the refill region where zcnet asks for the [`ZcrxStats`]: past the
+/// entries in any case, since [`refill_region_len`] leaves at least a page minus the kernel's
+/// header (`ALIGN(sizeof(struct io_uring), L1_CACHE_BYTES)`) after them.
+const STATS_TAIL: usize = 64;
+
+/// Bytes of refill-region memory for `rq_entries` entries: one page of header (the kernel
+/// needs 64 bytes on x86-64; iou-zcrx.rst reserves a page) plus the entries, with `rq_entries`
+/// rounded up to a power of two as the kernel does, clamped to `1..=`[`ZCRX_MAX_RQ_ENTRIES`]
+/// (outside that range the kernel refuses the registration before it looks at the region),
+/// and the total rounded up to the page size.
+pub fn refill_region_len(rq_entries: u32) -> usize {
+    let page = crate::mem::page_size();
+    let n = rq_entries.clamp(1, ZCRX_MAX_RQ_ENTRIES).next_power_of_two() as usize;
+    let bytes = page + n * std::mem::size_of::<IoUringZcrxRqe>();
+    bytes.div_ceil(page) * page
+}
+
+/// What an errno from `IORING_REGISTER_ZCRX_IFQ` most likely means (for reports; the errno
+/// itself stays in the `io::Error`).
+pub fn explain_register_errno(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "needs CAP_NET_ADMIN",
+        libc::EINVAL => {
+            "refused: ring without DEFER_TASKRUN or CQE32, rq_entries 0 or above 32768, bad \
+             area or region, unknown register opcode (kernel before 6.15), or tcp-data-split off"
+        }
+        libc::ENODEV => "no interface with that index in this network namespace",
+        libc::EOPNOTSUPP => {
+            "the device cannot do it: no DMA device or queue-management ops (virtual devices, \
+             drivers without header split), or a kernel built without CONFIG_IO_URING_ZCRX"
+        }
+        libc::ERANGE => "receive queue index out of range for the device",
+        libc::EEXIST => "the receive queue already has a memory provider (zcrx or devmem)",
+        libc::ENOMEM => "out of memory, or pinned memory past RLIMIT_MEMLOCK",
+        libc::EFAULT => "bad address in the registration structs",
+        _ => "unexpected error",
+    }
+}
+
+/// What the kernel wrote back on a successful registration.
+#[derive(Debug, Clone, Copy)]
+struct Registered {
+    reg: IoUringZcrxIfqReg,
+    area_token: u64,
+    /// Where in the refill region the kernel keeps a [`ZcrxStats`] (Linux 7.2), if it took
+    /// the request.
+    stats_offset: Option<usize>,
+    /// The registration's flags ([`ZCRX_REG_NODEV`]).
+    flags: u32,
+    /// Event types asked for (`1 << ZCRX_EVENT_*`), delivered with [`ZCRX_EVENT_TAG`].
+    events: u32,
+}
+
+/// What a registration asks for beyond the queue and the memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RegOpts {
+    /// `io_uring_zcrx_ifq_reg.flags` ([`ZCRX_REG_NODEV`]).
+    flags: u32,
+    /// `io_uring_zcrx_ifq_reg.rx_buf_len`: 0 for the kernel's default (a page).
+    rx_buf_len: u32,
+}
+
+/// What of the event descriptor (Linux 7.2) to ask for, from the kernel's own answer to
+/// `IORING_REGISTER_QUERY` ([`ZcrxCaps`]), never from its version: the copy statistics where it
+/// keeps them (`ZCRX_EVENT_DESC_FLAG_STATS`, at an offset aligned as it says) and the
+/// ALLOC_FAIL and COPY events where it has them and can re-arm them (`ZCRX_CTRL_ARM_EVENT`).
+/// `(stats alignment, event mask)`; `None` where the kernel takes no descriptor (before 7.2
+/// `event_desc` is a reserved field that must be 0).
+fn event_request(caps: &ZcrxCaps) -> Option<(usize, u32)> {
+    if !caps.events() {
+        return None;
+    }
+    let align = caps.stats().map_or(0, |(_, a)| a as usize);
+    let mut mask = 0;
+    if caps.arm_event() {
+        for ty in [ZCRX_EVENT_ALLOC_FAIL, ZCRX_EVENT_COPY] {
+            if caps.event(ty) {
+                mask |= 1 << ty;
+            }
+        }
+    }
+    (align > 0 || mask != 0).then_some((align, mask))
+}
+
+/// `IORING_REGISTER_ZCRX_IFQ` on `ring` for `area` and the refill region `rq_mem`, with the
+/// structs passed by `*mut` because the kernel writes them back. The kernel's errno on failure.
+///
+/// # Safety
+/// On success the kernel pins `area` and `rq_mem` and may write into them (received data, the
+/// refill ring's head, the statistics) until the ring is closed. The caller must ensure no Rust
+/// reference to their bytes exists (they are not cut into slots, nor `Backing::Caller`) and
+/// that every later access to them goes through raw pointers or atomics.
+unsafe fn register_raw(
+    ring: BorrowedFd<'_>,
+    if_idx: u32,
+    if_rxq: u32,
+    rq_entries: u32,
+    area: &Mapping,
+    rq_mem: &Mapping,
+    opts: RegOpts,
+) -> io::Result<Registered> {
+    let area_reg = IoUringZcrxAreaReg {
+        addr: area.addr() as u64,
+        len: area.len() as u64,
+        ..IoUringZcrxAreaReg::default()
+    };
+    // SAFETY: the caller's contract covers `area` (the memory `area_reg` describes) and `rq_mem`.
+    unsafe { register_area_raw(ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem, opts) }
+}
+
+/// The `IORING_ZCRX_AREA_DMABUF` area registration for `len` bytes at `offset` of `dmabuf`.
+fn dmabuf_area_reg(dmabuf: BorrowedFd<'_>, offset: u64, len: u64) -> IoUringZcrxAreaReg {
+    IoUringZcrxAreaReg {
+        addr: offset,
+        len,
+        flags: IORING_ZCRX_AREA_DMABUF,
+        // An open fd is never negative.
+        dmabuf_fd: dmabuf.as_raw_fd() as u32,
+        ..IoUringZcrxAreaReg::default()
+    }
+}
+
+/// Where zcnet asks the kernel to keep the statistics in a refill region of `len` bytes: at
+/// the start of its last [`STATS_TAIL`] bytes (past the entries: see [`STATS_TAIL`]), rounded
+/// down to the alignment the kernel asks for (8 in 7.2).
+fn stats_offset_in(len: usize, align: usize) -> usize {
+    let off = len - STATS_TAIL;
+    off - off % align.max(1)
+}
+
+/// As [`register_raw`] with the area registration given as is (host memory or a dma-buf).
+/// Where the kernel says it takes an event descriptor ([`event_request`]) it is asked for its
+/// copy statistics, kept at the end of `rq_mem`, and for its ALLOC_FAIL and COPY events.
+///
+/// # Safety
+/// As for [`register_raw`], for the memory `area_reg` describes when it is host memory; a
+/// dma-buf fd in it must be open for the call (the kernel takes its own reference).
+unsafe fn register_area_raw(
+    ring: BorrowedFd<'_>,
+    if_idx: u32,
+    if_rxq: u32,
+    rq_entries: u32,
+    area_reg: IoUringZcrxAreaReg,
+    rq_mem: &Mapping,
+    opts: RegOpts,
+) -> io::Result<Registered> {
+    let events = event_request(&ZcrxCaps::get()).map(|(align, mask)| {
+        let stats = (align > 0).then(|| stats_offset_in(rq_mem.len(), align));
+        (stats, mask)
+    });
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        register_once(
+            ring, if_idx, if_rxq, rq_entries, area_reg, rq_mem, opts, events,
+        )
+    }
+}
+
+/// One `IORING_REGISTER_ZCRX_IFQ` call; with `events` = `(stats offset, event mask)` an event
+/// descriptor asks for the statistics at that offset of the refill region (when given) and for
+/// the events of the mask (delivered with [`ZCRX_EVENT_TAG`]).
+///
+/// # Safety
+/// As for [`register_area_raw`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn register_once(
+    ring: BorrowedFd<'_>,
+    if_idx: u32,
+    if_rxq: u32,
+    rq_entries: u32,
+    mut area_reg: IoUringZcrxAreaReg,
+    rq_mem: &Mapping,
+    opts: RegOpts,
+    events: Option<(Option<usize>, u32)>,
+) -> io::Result<Registered> {
+    let (stats_offset, event_mask) = events.unwrap_or((None, 0));
+    let mut region = IoUringRegionDesc {
+        user_addr: rq_mem.addr() as u64,
+        size: rq_mem.len() as u64,
+        flags: IORING_MEM_REGION_TYPE_USER,
+        ..IoUringRegionDesc::default()
+    };
+    let mut desc = ZcrxEventDesc {
+        user_data: ZCRX_EVENT_TAG,
+        type_mask: event_mask,
+        flags: if stats_offset.is_some() {
+            ZCRX_EVENT_DESC_FLAG_STATS
+        } else {
+            0
+        },
+        stats_offset: stats_offset.unwrap_or(0) as u64,
+        ..ZcrxEventDesc::default()
+    };
+    let mut reg = IoUringZcrxIfqReg {
+        if_idx,
+        if_rxq,
+        rq_entries,
+        flags: opts.flags,
+        area_ptr: &mut area_reg as *mut IoUringZcrxAreaReg as u64,
+        region_ptr: &mut region as *mut IoUringRegionDesc as u64,
+        event_desc: match events {
+            Some(_) => &mut desc as *mut ZcrxEventDesc as u64,
+            None => 0,
+        },
+        rx_buf_len: opts.rx_buf_len,
+        ..IoUringZcrxIfqReg::default()
+    };
+    // SAFETY: reg, area_reg, region and desc are live, writable locals of exactly the uapi
+    // layouts (pinned by the tests) and outlive the call; the kernel reads and writes back only
+    // those structs. The memory they describe (the statistics lie inside `rq_mem`) is covered
+    // by the caller's contract.
+    unsafe {
+        io_uring_register_raw(
+            ring,
+            IORING_REGISTER_ZCRX_IFQ,
+            (&mut reg as *mut IoUringZcrxIfqReg).cast(),
+            1,
+        )?
+    };
+    Ok(Registered {
+        reg,
+        area_token: area_reg.rq_area_token,
+        stats_offset,
+        flags: opts.flags,
+        events: event_mask,
+    })
+}
+
+mod receive;
+mod refill;
+
+pub use receive::*;
+use refill::RefillRing;
+
+/// The memory of a zcrx area: host memory the kernel pins, or a dma-buf it attaches to the NIC.
+#[derive(Debug)]
+pub enum ZcrxArea {
+    /// Page-aligned host memory (anonymous or huge pages), readable by the CPU.
+    Host(Mapping),
+    /// `len` bytes at `offset` of a dma-buf (`IORING_ZCRX_AREA_DMABUF`, 6.16+): device memory
+    /// the CPU does not read. The fd stays open as long as the registration.
+    Dmabuf {
+        /// The dma-buf.
+        fd: Arc<OwnedFd>,
+        /// Where the area starts in the dma-buf (6.18 accepts only 0).
+        offset: u64,
+        /// Bytes (6.18: the dma-buf's whole mapped size).
+        len: u64,
+    },
+}
+
+impl ZcrxArea {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            ZcrxArea::Host(m) => m.len() as u64,
+            ZcrxArea::Dmabuf { len, .. } => *len,
+        }
+    }
+
+    /// Whether the area has no bytes (never, once registered).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether it is a dma-buf.
+    pub fn is_dmabuf(&self) -> bool {
+        matches!(self, ZcrxArea::Dmabuf { .. })
+    }
+}
+
+/// Where a RECV_ZC fragment of a dma-buf area is in the dma-buf: `cqe_off` is the
+/// [`IoUringZcrxCqe::off`] (area-id bits ignored: the offset below them is relative to the
+/// area's start, `io_zcrx_queue_cqe`), `len` the CQE's `res`; the area is `area_len` bytes at
+/// `area_offset` of the dma-buf. `(offset in the dma-buf, len)`, or `None` when the fragment
+/// does not lie inside the area.
+pub fn dmabuf_range(area_offset: u64, area_len: u64, cqe_off: u64, len: u32) -> Option<(u64, u64)> {
+    let off = cqe_off & !IORING_ZCRX_AREA_MASK;
+    if off.checked_add(u64::from(len))? > area_len {
+        return None;
+    }
+    Some((area_offset.checked_add(off)?, u64::from(len)))
+}
+
+/// A registered zero-copy receive interface queue, with its ring, area and refill ring.
+///
+/// Fields are dropped in declaration order: the ring is closed first (the kernel then releases
+/// the ifq and unpins the area and refill region), then the memory is unmapped. The pages stay
+/// pinned by the kernel until its asynchronous teardown finishes, so even if it writes to them
+/// late it writes to pages no longer mapped here, never to reused memory. A dma-buf area's fd
+/// is closed last; the kernel holds its own reference to the dma-buf until its teardown.
+///
+/// The ring is SINGLE_ISSUER|DEFER_TASKRUN: only the thread that created it may submit and wait
+/// (other threads get `EEXIST`). The raw pointers of the refill ring keep this type `!Send`.
+pub struct ZcrxIfq {
+    ring: ZcrxRing,
+    refill: RefillRing,
+    rq_mem: Mapping,
+    area: ZcrxArea,
+    zcrx_id: u32,
+    if_idx: u32,
+    if_rxq: u32,
+    rq_entries: u32,
+    offsets: IoUringZcrxOffsets,
+    area_token: u64,
+    /// Registered with [`ZCRX_REG_NODEV`]: no device; refills need a flush.
+    nodev: bool,
+    /// The kernel's [`ZcrxStats`] in `rq_mem`, when it took the request (Linux 7.2).
+    stats: Option<NonNull<ZcrxStats>>,
+    /// The size of each receive buffer (`rx_buf_len` as the kernel wrote it back; a page where
+    /// it writes nothing, before 7.0).
+    buf_len: u32,
+    /// Event types the kernel was asked to report (`1 << ZCRX_EVENT_*`).
+    events: u32,
+    /// The ring was made here with `IORING_SETUP_TASKRUN_FLAG` ([`receive_ring`]): a
+    /// zero-timeout wait may skip the system call when the SQ flags show no work.
+    taskrun_flag: bool,
+}
+
+/// How to register a host-memory area ([`ZcrxIfq::register_host_on`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostRegistration {
+    /// The interface (0 with [`Self::nodev`]).
+    pub ifindex: u32,
+    /// Its receive queue (0 with [`Self::nodev`]).
+    pub rx_queue: u32,
+    /// Refill-ring entries (the kernel rounds up to a power of two).
+    pub rq_entries: u32,
+    /// The receive buffer size (`rx_buf_len`): 0 for the kernel's default, a page. Larger
+    /// powers of two need the kernel's `ZCRX_FEATURE_RX_PAGE_SIZE` (Linux 7.0,
+    /// [`ZcrxCaps::rx_buf_len`]), a device (NODEV is `EOPNOTSUPP`), a driver that takes the
+    /// queue's page size, and an area whose physically contiguous runs are at least that long
+    /// (huge pages), else `ERANGE` (io_uring/zcrx.c `io_zcrx_create_area`,
+    /// `io_area_max_shift`).
+    pub rx_buf_len: u32,
+    /// Without a network device (`ZCRX_REG_NODEV`, Linux 7.1).
+    pub nodev: bool,
+}
+
+impl std::fmt::Debug for ZcrxIfq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZcrxIfq")
+            .field("zcrx_id", &self.zcrx_id)
+            .field("if_idx", &self.if_idx)
+            .field("if_rxq", &self.if_rxq)
+            .field("rq_entries", &self.rq_entries)
+            .field("offsets", &self.offsets)
+            .field("area", &self.area)
+            .field("rq_mem", &self.rq_mem)
+            .field("nodev", &self.nodev)
+            .field("stats", &self.stats.is_some())
+            .field("buf_len", &self.buf_len)
+            .field("events", &self.events)
+            .finish()
+    }
+}
+
+impl ZcrxIfq {
+    /// Creates a SINGLE_ISSUER|DEFER_TASKRUN|CQE32 ring of [`DEFAULT_RING_ENTRIES`], an area of
+    /// `area_len` bytes (rounded up to pages) of anonymous memory, and registers receive queue
+    /// `rx_queue` of interface `ifindex` with a refill ring of `rq_entries` entries. Errors carry
+    /// the kernel's errno ([`explain_register_errno`]); on error nothing stays pinned or open.
+    pub fn register(
+        ifindex: u32,
+        rx_queue: u32,
+        area_len: usize,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        if area_len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let ring = ZcrxRing::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(DEFAULT_RING_ENTRIES)?;
+        let area = Mapping::anonymous(area_len)?;
+        Self::register_on(ring, ifindex, rx_queue, area, rq_entries)
+    }
+
+    /// As [`Self::register`] with a ring and an area of the caller's choosing (ring size, CQ
+    /// size, huge-page area...). The ring must have been built with SINGLE_ISSUER and
+    /// DEFER_TASKRUN (else the kernel says `EINVAL`); the area must be page-aligned mapped memory
+    /// (anonymous or huge pages; `Backing::Caller` is refused with `EINVAL`). Taking the mapping
+    /// by value guarantees it has not been cut into slots.
+    pub fn register_on(
+        ring: ZcrxRing,
+        ifindex: u32,
+        rx_queue: u32,
+        area: Mapping,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        let reg = HostRegistration {
+            ifindex,
+            rx_queue,
+            rq_entries,
+            ..HostRegistration::default()
+        };
+        Self::register_host_on(ring, area, reg)
+    }
+
+    /// As [`Self::register_on`] without a network device (`ZCRX_REG_NODEV`, Linux 7.1+:
+    /// `if_idx` and `if_rxq` 0): RECV_ZC then works on any TCP socket, loopback included, and
+    /// the kernel *copies* every received byte into `area` (at most a page per completion, the
+    /// same 32-byte CQEs as with a device). Refill entries are consumed only when
+    /// [`Self::flush_refill_queue`] asks ([`ZcrxReceiver::flush_refills`] does). Host memory
+    /// only (a dma-buf area needs a device to attach to). A kernel without NODEV (6.18) refuses
+    /// the flag with `EINVAL` (after `EPERM` without CAP_NET_ADMIN, and the ring checks).
+    pub fn register_nodev_on(
+        ring: ZcrxRing,
+        area: Mapping,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        let reg = HostRegistration {
+            rq_entries,
+            nodev: true,
+            ..HostRegistration::default()
+        };
+        Self::register_host_on(ring, area, reg)
+    }
+
+    /// Registers a host-memory `area` on `ring` as `reg` says: a device queue or none, the
+    /// refill ring's size, the buffer size. The ring must be SINGLE_ISSUER|DEFER_TASKRUN with
+    /// 32-byte CQEs; `Backing::Caller` memory is refused with `EINVAL`. Where the kernel says
+    /// it can ([`ZcrxCaps`]), its copy statistics ([`Self::kernel_stats`]) and its ALLOC_FAIL
+    /// and COPY events ([`ZcrxReceiver::events`]) are asked for. Errors are the kernel's errno;
+    /// on error nothing stays pinned or open.
+    pub fn register_host_on(
+        ring: ZcrxRing,
+        area: Mapping,
+        reg: HostRegistration,
+    ) -> io::Result<ZcrxIfq> {
+        if area.backing() == Backing::Caller {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let rq_mem = Mapping::anonymous(refill_region_len(reg.rq_entries))?;
+        // SAFETY: the ring (and so its fd) is alive for the whole call. (io-uring's `AsFd` impl
+        // is behind its `io_safety` feature.)
+        let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        let opts = RegOpts {
+            flags: if reg.nodev { ZCRX_REG_NODEV } else { 0 },
+            rx_buf_len: reg.rx_buf_len,
+        };
+        let (ifindex, rx_queue) = (reg.ifindex, reg.rx_queue);
+        // SAFETY: `area` and `rq_mem` are owned here and move into the ZcrxIfq below (on error
+        // the kernel has released everything before returning); neither is cut into slots nor
+        // caller-backed, so no Rust reference to their bytes exists, and ZcrxIfq touches them
+        // only through raw pointers and atomics.
+        let done = unsafe {
+            register_raw(
+                ring_fd,
+                ifindex,
+                rx_queue,
+                reg.rq_entries,
+                &area,
+                &rq_mem,
+                opts,
+            )
+        }?;
+        Self::assemble(ring, rq_mem, ZcrxArea::Host(area), ifindex, rx_queue, done)
+    }
+
+    /// As [`Self::register_on`] with a dma-buf area: `len` bytes at `offset` of `dmabuf`
+    /// (`IORING_ZCRX_AREA_DMABUF`, Linux 6.16+; 6.18 wants `offset` 0 and `len` the dma-buf's
+    /// whole size, see the module docs for the errnos). The ifq keeps `dmabuf` open as long as
+    /// the registration. Nothing is checked here: the kernel checks the device first, so its
+    /// errno says what is wrong first. On error nothing stays registered or open (the caller's
+    /// `dmabuf` aside).
+    pub fn register_dmabuf_on(
+        ring: ZcrxRing,
+        ifindex: u32,
+        rx_queue: u32,
+        dmabuf: Arc<OwnedFd>,
+        offset: u64,
+        len: u64,
+        rq_entries: u32,
+    ) -> io::Result<ZcrxIfq> {
+        let rq_mem = Mapping::anonymous(refill_region_len(rq_entries))?;
+        let area_reg = {
+            use std::os::fd::AsFd;
+            dmabuf_area_reg(dmabuf.as_fd(), offset, len)
+        };
+        // SAFETY: the ring (and so its fd) is alive for the whole call.
+        let ring_fd = unsafe { BorrowedFd::borrow_raw(ring.as_raw_fd()) };
+        let opts = RegOpts::default();
+        // SAFETY: `rq_mem` is owned here and moves into the ZcrxIfq below (on error the kernel
+        // has released everything before returning), never cut into slots, and used afterwards
+        // only through raw pointers and atomics; the dma-buf fd in `area_reg` is open (`dmabuf`
+        // is held) for the call and, moved into the ZcrxIfq, for the registration's life.
+        let done = unsafe {
+            register_area_raw(
+                ring_fd, ifindex, rx_queue, rq_entries, area_reg, &rq_mem, opts,
+            )
+        }?;
+        Self::assemble(
+            ring,
+            rq_mem,
+            ZcrxArea::Dmabuf {
+                fd: dmabuf,
+                offset,
+                len,
+            },
+            ifindex,
+            rx_queue,
+            done,
+        )
+    }
+
+    /// The refill ring over `rq_mem` as the kernel described it, and the ifq; on error the ring
+    /// is closed first (ending the registration), then the memory is released.
+    fn assemble(
+        ring: ZcrxRing,
+        rq_mem: Mapping,
+        area: ZcrxArea,
+        ifindex: u32,
+        rx_queue: u32,
+        done: Registered,
+    ) -> io::Result<ZcrxIfq> {
+        let base = NonNull::new(rq_mem.addr() as *mut u8)
+            .ok_or_else(|| io::Error::other("refill region at address 0"))?;
+        // SAFETY: rq_mem is mapped read-write and moves into the ZcrxIfq together with the ring,
+        // its only user besides the kernel; on error the ring is closed first (below).
+        let refill =
+            unsafe { RefillRing::new(base, rq_mem.len(), &done.reg.offsets, done.reg.rq_entries) };
+        let refill = match refill {
+            Ok(r) => r,
+            Err(e) => {
+                drop(ring);
+                return Err(e);
+            }
+        };
+        // The statistics must lie past the entries the kernel described, inside the region.
+        let entries_end = (done.reg.offsets.rqes as usize)
+            .saturating_add(done.reg.rq_entries as usize * std::mem::size_of::<IoUringZcrxRqe>());
+        let stats = done
+            .stats_offset
+            .filter(|&off| {
+                off >= entries_end
+                    && off % 8 == 0
+                    && off + std::mem::size_of::<ZcrxStats>() <= rq_mem.len()
+            })
+            // SAFETY: just checked to lie inside the region, 8-aligned (the base is a page).
+            .map(|off| unsafe { base.add(off) }.cast::<ZcrxStats>());
+        Ok(ZcrxIfq {
+            ring,
+            refill,
+            rq_mem,
+            area,
+            zcrx_id: done.reg.zcrx_id,
+            if_idx: ifindex,
+            if_rxq: rx_queue,
+            rq_entries: done.reg.rq_entries,
+            offsets: done.reg.offsets,
+            area_token: done.area_token,
+            nodev: done.flags & ZCRX_REG_NODEV != 0,
+            stats,
+            buf_len: match done.reg.rx_buf_len {
+                0 => u32::try_from(crate::mem::page_size()).unwrap_or(4096),
+                n => n,
+            },
+            events: done.events,
+            taskrun_flag: false,
+        })
+    }
+
+    /// The id the kernel gave this ifq: the `zcrx_ifq_idx` of RECV_ZC requests
+    /// (`io_uring::opcode::RecvZc::ifq`).
+    pub fn id(&self) -> u32 {
+        self.zcrx_id
+    }
+
+    /// Whether it was registered without a device ([`Self::register_nodev_on`]): every byte is
+    /// copied by the kernel, and refills need [`Self::flush_refill_queue`].
+    pub fn is_nodev(&self) -> bool {
+        self.nodev
+    }
+
+    /// The kernel's copy statistics (Linux 7.2: cumulative copy-fallback completions and
+    /// bytes), or `None` where the kernel keeps none for this ifq. Read after the completions
+    /// of interest were drained: with DEFER_TASKRUN the kernel does the receive work, copy
+    /// and counters included, inside `io_uring_enter` on this thread, so a drained completion's
+    /// copy is already counted.
+    pub fn kernel_stats(&self) -> Option<ZcrxStats> {
+        let p = self.stats?;
+        // SAFETY: `p` was checked to lie 8-aligned inside `rq_mem`, which lives as long as
+        // `self`; the kernel updates the counters in place, so they are read as atomics
+        // (`AtomicU64` has the layout of `u64`), never through a reference to the struct.
+        let (count, bytes) = unsafe {
+            let base = p.as_ptr().cast::<std::sync::atomic::AtomicU64>();
+            (&*base, &*base.add(1))
+        };
+        Some(ZcrxStats {
+            copy_count: count.load(Ordering::Relaxed),
+            copy_bytes: bytes.load(Ordering::Relaxed),
+        })
+    }
+
+    /// `IORING_REGISTER_ZCRX_CTRL` with [`ZCRX_CTRL_FLUSH_RQ`]: the kernel consumes the refill
+    /// ring now. A NODEV ifq needs it after every publish: nothing else consumes its refill
+    /// ring, and once every buffer is out receiving stalls silently (liburing test/zcrx.c
+    /// flushes after returning buffers). Errors are the kernel's (`EINVAL` before Linux 7.1).
+    pub fn flush_refill_queue(&self) -> io::Result<()> {
+        self.ctrl(ZCRX_CTRL_FLUSH_RQ, [0; 6])
+    }
+
+    /// `IORING_REGISTER_ZCRX_CTRL` with [`ZCRX_CTRL_ARM_EVENT`] (Linux 7.2): event type `ty`
+    /// (`ZCRX_EVENT_*`), which fires once, may fire again. `EINVAL` when it has not fired since
+    /// it was last armed, or is unknown (io_uring/zcrx.c `zcrx_arm_notif`).
+    pub fn arm_event(&self, ty: u32) -> io::Result<()> {
+        // zcrx_ctrl_arm_event: `event_type` is the union's first u32, the rest reserved.
+        let mut first = [0u8; 8];
+        first[..4].copy_from_slice(&ty.to_ne_bytes());
+        self.ctrl(
+            ZCRX_CTRL_ARM_EVENT,
+            [u64::from_ne_bytes(first), 0, 0, 0, 0, 0],
+        )
+    }
+
+    /// Event types the kernel was asked to report for this ifq (`1 << ZCRX_EVENT_*`): where
+    /// it says it has them ([`ZcrxCaps`]), ALLOC_FAIL and COPY.
+    pub fn event_mask(&self) -> u32 {
+        self.events
+    }
+
+    /// The size of each receive buffer: the kernel's `rx_buf_len` (a page unless a larger one
+    /// was asked for and granted). A completion never spans two buffers.
+    pub fn buf_len(&self) -> u32 {
+        self.buf_len
+    }
+
+    /// One `IORING_REGISTER_ZCRX_CTRL` call of `op` with the 48-byte union `arg`.
+    fn ctrl(&self, op: u32, arg: [u64; 6]) -> io::Result<()> {
+        let mut ctrl = ZcrxCtrl {
+            zcrx_id: self.zcrx_id,
+            op,
+            arg,
+            ..ZcrxCtrl::default()
+        };
+        // SAFETY: the ring fd is open (owned by self) for the call.
+        let ring = unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) };
+        // SAFETY: `ctrl` is a live local of the uapi layout (pinned by the tests) that outlives
+        // the call; the kernel only reads (and for other ops writes) those 72 bytes.
+        unsafe {
+            io_uring_register_raw(
+                ring,
+                IORING_REGISTER_ZCRX_CTRL,
+                (&mut ctrl as *mut ZcrxCtrl).cast(),
+                0,
+            )?
+        };
+        Ok(())
+    }
+
+    /// The interface index.
+    pub fn ifindex(&self) -> u32 {
+        self.if_idx
+    }
+
+    /// The receive queue.
+    pub fn rx_queue(&self) -> u32 {
+        self.if_rxq
+    }
+
+    /// The ring (for its fd, parameters, submitter).
+    pub fn ring(&self) -> &ZcrxRing {
+        &self.ring
+    }
+
+    /// The ring, to queue RECV_ZC requests and read their 32-byte CQEs.
+    pub fn ring_mut(&mut self) -> &mut ZcrxRing {
+        &mut self.ring
+    }
+
+    /// Registers `efd` (`IOring_REGISTER_EVENTFD`): the kernel signals it for every completion
+    /// posted (and, on a DEFER_TASKRUN ring, when work is queued for the next wait), so an
+    /// event loop can wait on it. The kernel takes its own reference: `efd` may be dropped
+    /// later. `EBUSY` when one is registered already.
+    pub fn register_eventfd(&self, efd: &crate::epoll::EventFd) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        self.ring.submitter().register_eventfd(efd.as_raw_fd())
+    }
+
+    /// Start address of the area (for offsets; read received bytes with [`Self::area_bytes`]);
+    /// 0 for a dma-buf area, which has no address here.
+    pub fn area_addr(&self) -> usize {
+        match &self.area {
+            ZcrxArea::Host(m) => m.addr(),
+            ZcrxArea::Dmabuf { .. } => 0,
+        }
+    }
+
+    /// Length of the area in bytes.
+    pub fn area_len(&self) -> usize {
+        match &self.area {
+            ZcrxArea::Host(m) => m.len(),
+            // A registered dma-buf area's length was accepted by the kernel for this machine's
+            // address space (it is below 1 GiB in 6.18).
+            ZcrxArea::Dmabuf { len, .. } => usize::try_from(*len).unwrap_or(usize::MAX),
+        }
+    }
+
+    /// The area: host memory or a dma-buf.
+    pub fn area(&self) -> &ZcrxArea {
+        &self.area
+    }
+
+    /// Whether the area is a dma-buf (fragments are device memory: [`Self::area_bytes`] is
+    /// `None`, [`Self::dmabuf_range`] says where they are).
+    pub fn is_dmabuf(&self) -> bool {
+        self.area.is_dmabuf()
+    }
+
+    /// The id of the area in completions and refill entries (`rq_area_token >>`
+    /// [`IORING_ZCRX_AREA_SHIFT`]; always 0 in 6.18, which has one area per ifq).
+    pub fn area_id(&self) -> u32 {
+        (self.area_token >> IORING_ZCRX_AREA_SHIFT) as u32
+    }
+
+    /// For a dma-buf area: where the fragment of a RECV_ZC completion (`cqe_off`, `len`) is
+    /// in the dma-buf, as `(offset, len)` ([`dmabuf_range`]); `None` for host areas and
+    /// fragments outside the area.
+    pub fn dmabuf_range(&self, cqe_off: u64, len: u32) -> Option<(u64, u64)> {
+        match &self.area {
+            ZcrxArea::Dmabuf {
+                offset, len: alen, ..
+            } => dmabuf_range(*offset, *alen, cqe_off, len),
+            ZcrxArea::Host(_) => None,
+        }
+    }
+
+    /// The area token the kernel returned (`rq_area_token`), ORed into refill entries.
+    pub fn area_token(&self) -> u64 {
+        self.area_token
+    }
+
+    /// Refill-ring entries (the power of two the kernel used).
+    pub fn rq_entries(&self) -> u32 {
+        self.rq_entries
+    }
+
+    /// Offsets of head, tail and entries in the refill region.
+    pub fn rq_offsets(&self) -> IoUringZcrxOffsets {
+        self.offsets
+    }
+
+    /// Start address and length of the refill region.
+    pub fn rq_region(&self) -> (usize, usize) {
+        (self.rq_mem.addr(), self.rq_mem.len())
+    }
+
+    /// Refill entries that can be pushed now.
+    pub fn refill_free(&self) -> u32 {
+        self.refill.free()
+    }
+
+    /// Queues the buffer of a RECV_ZC completion for return to the kernel: `cqe_off` is the
+    /// [`IoUringZcrxCqe::off`] it came with, `len` its length (the CQE's `res`). `false` when
+    /// the refill ring is full. Not visible to the kernel until [`Self::refill_commit`].
+    pub fn refill_push(&mut self, cqe_off: u64, len: u32) -> bool {
+        self.refill.push(IoUringZcrxRqe {
+            off: (cqe_off & !IORING_ZCRX_AREA_MASK) | self.area_token,
+            len,
+            pad: 0,
+        })
+    }
+
+    /// Publishes the pushed refill entries to the kernel.
+    pub fn refill_commit(&mut self) {
+        self.refill.commit();
+    }
+
+    /// The `len` received bytes at `cqe_off` (an [`IoUringZcrxCqe::off`]; the area-id bits are
+    /// ignored); `None` when the range is outside the area, and always for a dma-buf area (the
+    /// CPU cannot read device memory).
+    ///
+    /// # Safety
+    /// The kernel writes into area buffers it owns. The range must be (part of) a buffer the
+    /// kernel handed over in a RECV_ZC completion and that has not been returned with
+    /// [`Self::refill_push`] since: only then does nothing write it while the slice lives.
+    pub unsafe fn area_bytes(&self, cqe_off: u64, len: usize) -> Option<&[u8]> {
+        let ZcrxArea::Host(area) = &self.area else {
+            return None;
+        };
+        let off = usize::try_from(cqe_off & !IORING_ZCRX_AREA_MASK).ok()?;
+        if off.checked_add(len)? > area.len() {
+            return None;
+        }
+        // SAFETY: [off, off+len) is inside the area, mapped for as long as `self`; the caller
+        // guarantees the kernel does not write it while the borrow of `self` lasts.
+        Some(unsafe { std::slice::from_raw_parts((area.addr() + off) as *const u8, len) })
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod receive_tests;
+
+#[cfg(test)]
+mod nodev_tests;
+
+#[cfg(test)]
+mod dmabuf_tests;
