@@ -1,0 +1,716 @@
+//! The benchmark's engines: the AF_XDP and AF_PACKET senders and receivers, their threads, and
+//! one measured run (see the parent module).
+
+use super::*;
+
+/// Every thread has its socket open (or one failed): a rendezvous that never waits for a
+/// party that gave up.
+#[derive(Debug, Default)]
+struct Rendezvous {
+    parties: u32,
+    state: Mutex<(u32, bool)>,
+    cv: Condvar,
+}
+
+impl Rendezvous {
+    /// Arrives (`ok`: this side is ready); returns whether every party is ready.
+    fn arrive(&self, ok: bool) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.0 += 1;
+        st.1 |= !ok;
+        self.cv.notify_all();
+        while st.0 < self.parties && !st.1 {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        !st.1
+    }
+}
+
+/// What the sender thread and the receiver thread share during one run.
+#[derive(Debug, Default)]
+struct Shared {
+    ready: Rendezvous,
+    start: OnceLock<Instant>,
+    /// Frames sent, once the sender is done (u64::MAX until then).
+    sent: AtomicU64,
+    /// One side failed: the other stops.
+    abort: AtomicBool,
+}
+
+/// An AF_XDP socket through zcnet-sys's [`XdpSocket`] — the layer under `zcnet::xsk::Xsk`,
+/// as the AF_PACKET side goes through zcnet-sys's `af_packet` — and, for a receiver, the XDP
+/// program that feeds it. Field order is drop order: the program is detached before the
+/// socket closes.
+struct XskSide {
+    xdp: Option<(XdpLink, BpfProg, XskMap)>,
+    sock: XdpSocket,
+    /// Sender: free frames. Receiver: frames to give back on the fill ring.
+    free: Vec<UmemFrame>,
+    /// Sender: frames written, not yet on the TX ring. Receiver: frames just received.
+    work: Vec<UmemFrame>,
+}
+
+/// The receiver: 16384 frames of 2048 B (32 MiB of UMEM) and 8192-entry fill and RX rings, so
+/// that it rides out a few milliseconds off the CPU as the 32 MiB TPACKET_V3 ring does. The
+/// sender: 4096 frames and 2048-entry TX and completion rings.
+fn xsk_socket_config(mode: XskBindMode, rx: bool) -> XdpSocketConfig {
+    let (frames, big, small) = if rx {
+        (16384, 8192, 64)
+    } else {
+        (4096, 64, 2048)
+    };
+    XdpSocketConfig {
+        frame_size: 2048,
+        frame_count: frames,
+        headroom: 0,
+        fill_size: big,
+        rx_size: big,
+        comp_size: small,
+        tx_size: small,
+        need_wakeup: true,
+        mode,
+    }
+}
+
+fn xsk_error(e: io::Error, dev: &str, mode: XskBindMode) -> Error {
+    let what = format!("AF_XDP {} bind to queue 0 of {dev}", mode.name());
+    match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) if mode == XskBindMode::ZeroCopy => Error::Unsupported {
+            what,
+            source: e,
+            remedy: zcnet::Remedy::Other(
+                "the driver has no AF_XDP zero-copy support (veth, ifb and lo have none); copy mode works",
+            ),
+        },
+        Some(libc::EPERM) => Error::NotRoot { what: "AF_XDP" },
+        Some(libc::ENOBUFS) => Error::io(
+            format!("{what}: the UMEM is over RLIMIT_MEMLOCK (raise it with 'ulimit -l')"),
+            e,
+        ),
+        _ => Error::io(what, e),
+    }
+}
+
+impl XskSide {
+    fn open(case: Case, dev: &str, rx: bool) -> Result<XskSide> {
+        let mode = if case.mode == Mode::AfXdpZeroCopy {
+            XskBindMode::ZeroCopy
+        } else {
+            XskBindMode::Copy
+        };
+        let cfg = xsk_socket_config(mode, rx);
+        let ifindex = ifindex(dev)?;
+        let umem = Mapping::anonymous(cfg.umem_len())
+            .map_err(|e| Error::io(format!("mmap {} B for the UMEM", cfg.umem_len()), e))?;
+        let (sock, free) =
+            XdpSocket::new(umem, ifindex, 0, &cfg).map_err(|e| xsk_error(e, dev, mode))?;
+        let mut side = XskSide {
+            xdp: None,
+            sock,
+            free,
+            work: Vec::with_capacity(256),
+        };
+        if rx {
+            side.attach(ifindex, dev)?;
+        }
+        Ok(side)
+    }
+
+    /// Puts the socket in an XSKMAP and attaches the program that redirects the flow's port to
+    /// it (native XDP where the driver has it, else generic), as `zcnet::xsk::Xsk` does.
+    fn attach(&mut self, ifindex: u32, dev: &str) -> Result<()> {
+        let bpf = |what: &str, e: io::Error| match e.raw_os_error() {
+            Some(libc::EPERM) => Error::NotRoot {
+                what: "loading an XDP program",
+            },
+            _ => Error::io(what.to_string(), e),
+        };
+        let map =
+            XskMap::create(1, "zcnet_xskbench").map_err(|e| bpf("BPF_MAP_CREATE (XSKMAP)", e))?;
+        map.set(0, self.sock.fd())
+            .map_err(|e| bpf("putting the AF_XDP socket in the XSKMAP", e))?;
+        let insns = zcnet_core::xdp_prog::udp_port_redirect(map.fd().as_raw_fd(), PORT);
+        let prog = BpfProg::load_xdp(&insns, "zcnet_xskbench")
+            .map_err(|e| Error::io("loading the XDP program", io::Error::other(e.to_string())))?;
+        let link = match XdpLink::attach(&prog, ifindex, XdpAttachMode::Native) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                XdpLink::attach(&prog, ifindex, XdpAttachMode::Generic)
+            }
+            r => r,
+        }
+        .map_err(|e| bpf(&format!("attaching the XDP program to {dev}"), e))?;
+        self.xdp = Some((link, prog, map));
+        Ok(())
+    }
+
+    /// Sender: takes back completed frames, queues up to [`BATCH`] more from `*seq` on, kicks.
+    fn send(&mut self, tmpl: &[u8], seq: &mut u64) -> Result<()> {
+        let ring = |e| Error::io("AF_XDP rings", e);
+        self.sock.complete(&mut self.free, u32::MAX).map_err(ring)?;
+        // `work` keeps frames the TX ring had no room for: they go first, in order.
+        while self.work.len() < BATCH {
+            let Some(mut f) = self.free.pop() else { break };
+            let n = write_frame(f.bytes_mut(), tmpl, *seq + self.work.len() as u64);
+            f.set_data(0, n as u32).map_err(ring)?;
+            self.work.push(f);
+        }
+        let n = self.sock.transmit(&mut self.work).map_err(ring)?;
+        *seq += n as u64;
+        self.sock
+            .kick_tx()
+            .map_err(|e| Error::io("sendto (AF_XDP transmit)", e))?;
+        Ok(())
+    }
+
+    /// Sender: kicks and completes until every frame queued is sent (at most 2 s).
+    fn flush(&mut self) -> Result<()> {
+        self.work.clear();
+        let end = Instant::now() + Duration::from_secs(2);
+        while self.sock.frames_in_tx() > 0 && Instant::now() < end {
+            self.sock
+                .kick_tx()
+                .map_err(|e| Error::io("sendto (AF_XDP transmit)", e))?;
+            self.sock
+                .complete(&mut self.free, u32::MAX)
+                .map_err(|e| Error::io("AF_XDP completion ring", e))?;
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Receiver: refills, takes what arrived and checks it; waits up to `wait` if nothing had.
+    fn receive(&mut self, check: &mut SeqCheck<'_>, wait: Duration) -> Result<()> {
+        let ring = |e| Error::io("AF_XDP rings", e);
+        self.sock.fill(&mut self.free).map_err(ring)?;
+        let n = self.sock.receive(&mut self.work, 256).map_err(ring)?;
+        for f in self.work.drain(..) {
+            check.frame(f.data());
+            self.free.push(f);
+        }
+        if n == 0 && !wait.is_zero() {
+            self.sock
+                .wait_rx(wait)
+                .map_err(|e| Error::io("poll (AF_XDP)", e))?;
+        }
+        Ok(())
+    }
+}
+
+fn ifindex(dev: &str) -> Result<u32> {
+    zcnet_sys::zcrx::if_index(dev).ok_or_else(|| Error::UnknownInterface {
+        given: dev.to_string(),
+    })
+}
+
+fn packet_error(what: &str, e: io::Error) -> Error {
+    match e.raw_os_error() {
+        Some(libc::EPERM) => Error::NotRoot {
+            what: "an AF_PACKET socket",
+        },
+        _ => Error::io(what.to_string(), e),
+    }
+}
+
+enum Sender {
+    Xsk(Box<XskSide>),
+    Mmsg(PacketSocket, Vec<u8>),
+    Ring(TxRing),
+}
+
+impl Sender {
+    fn open(case: Case, dev: &str) -> Result<Sender> {
+        Ok(match case.tx {
+            TxVariant::Xsk => Sender::Xsk(Box::new(XskSide::open(case, dev, false)?)),
+            TxVariant::Sendmmsg | TxVariant::SendmmsgBypass => {
+                let s = PacketSocket::open(ifindex(dev)?, Protocol::SendOnly)
+                    .map_err(|e| packet_error(&format!("AF_PACKET socket on {dev}"), e))?;
+                if case.tx == TxVariant::SendmmsgBypass {
+                    s.set_qdisc_bypass(true)
+                        .map_err(|e| packet_error("PACKET_QDISC_BYPASS", e))?;
+                }
+                Sender::Mmsg(s, vec![0u8; BATCH * 2048])
+            }
+            TxVariant::TxRing | TxVariant::TxRingBypass => {
+                let req = RingRequest::tx_v3(1 << 16, 2048, 2048, zcnet_sys::mem::page_size())
+                    .map_err(|e| Error::invalid_input(e.to_string()))?;
+                let r = TxRing::open(ifindex(dev)?, &req, case.tx == TxVariant::TxRingBypass)
+                    .map_err(|e| packet_error(&format!("AF_PACKET TX ring on {dev}"), e))?;
+                Sender::Ring(r)
+            }
+        })
+    }
+
+    /// Sends up to [`BATCH`] frames from `*seq` on; `*seq` moves past those the kernel took.
+    fn send(&mut self, tmpl: &[u8], seq: &mut u64) -> Result<()> {
+        match self {
+            Sender::Xsk(x) => x.send(tmpl, seq)?,
+            Sender::Mmsg(s, buf) => {
+                let len = tmpl.len();
+                let mut frames: Vec<&[u8]> = Vec::with_capacity(BATCH);
+                for (i, chunk) in buf.chunks_mut(2048).enumerate() {
+                    write_frame(chunk, tmpl, *seq + i as u64);
+                }
+                frames.extend(buf.chunks(2048).map(|c| &c[..len]));
+                match s.send_batch(&frames) {
+                    Ok(m) => *seq += m as u64,
+                    // The device dropped the first frame: it was sent, and is lost (the device
+                    // counts it, see `tx_dropped`).
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => *seq += 1,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        s.wait(libc::POLLOUT, Duration::from_millis(1))
+                            .map_err(|e| Error::io("poll (AF_PACKET send)", e))?;
+                    }
+                    Err(e) => return Err(Error::io("sendmmsg on AF_PACKET", e)),
+                }
+            }
+            Sender::Ring(r) => {
+                let mut n = 0;
+                while n < BATCH {
+                    let Some(mut slot) = r
+                        .next_slot()
+                        .map_err(|e| Error::io("AF_PACKET TX ring", e))?
+                    else {
+                        break;
+                    };
+                    let len = write_frame(slot.data_mut(), tmpl, *seq);
+                    slot.submit(len)
+                        .map_err(|e| Error::io("AF_PACKET TX ring", e))?;
+                    *seq += 1;
+                    n += 1;
+                }
+                r.kick()
+                    .map_err(|e| Error::io("send on the AF_PACKET TX ring", e))?;
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the kernel has sent every frame taken.
+    fn finish(&mut self) -> Result<()> {
+        match self {
+            Sender::Xsk(x) => x.flush(),
+            Sender::Mmsg(..) => Ok(()),
+            Sender::Ring(r) => r
+                .flush(Duration::from_secs(2))
+                .map(drop)
+                .map_err(|e| Error::io("flushing the AF_PACKET TX ring", e)),
+        }
+    }
+}
+
+enum Receiver {
+    Xsk(Box<XskSide>),
+    Ring(RxRingV3),
+    Mmsg(PacketSocket, Vec<u8>, Vec<usize>),
+}
+
+const MMSG_SLOT: usize = 2048;
+
+impl Receiver {
+    fn open(case: Case, dev: &str) -> Result<Receiver> {
+        Ok(match case.rx {
+            RxVariant::None => {
+                return Err(Error::invalid_input(
+                    "a case without a receiver has none to open",
+                ))
+            }
+            RxVariant::Xsk => Receiver::Xsk(Box::new(XskSide::open(case, dev, true)?)),
+            RxVariant::TpacketV3 => {
+                // 128 blocks of 256 KiB (32 MiB, like the AF_XDP receiver's UMEM), each handed
+                // over when full or after 2 ms.
+                let req = RingRequest::rx_v3(1 << 18, 128, 2, zcnet_sys::mem::page_size())
+                    .map_err(|e| Error::invalid_input(e.to_string()))?;
+                let r = RxRingV3::open(ifindex(dev)?, Protocol::All, &req)
+                    .map_err(|e| packet_error(&format!("AF_PACKET RX ring on {dev}"), e))?;
+                Receiver::Ring(r)
+            }
+            RxVariant::Recvmmsg => {
+                let s = PacketSocket::open(ifindex(dev)?, Protocol::All)
+                    .map_err(|e| packet_error(&format!("AF_PACKET socket on {dev}"), e))?;
+                s.set_ignore_outgoing(true)
+                    .map_err(|e| packet_error("PACKET_IGNORE_OUTGOING", e))?;
+                s.set_recv_buffer(32 << 20)
+                    .map_err(|e| packet_error("SO_RCVBUF", e))?;
+                Receiver::Mmsg(s, vec![0u8; BATCH * MMSG_SLOT], vec![0; BATCH])
+            }
+        })
+    }
+
+    /// Takes what has arrived (waiting up to `wait` when nothing has) and checks it.
+    fn poll(&mut self, check: &mut SeqCheck<'_>, wait: Duration) -> Result<()> {
+        match self {
+            Receiver::Xsk(x) => x.receive(check, wait)?,
+            Receiver::Ring(r) => {
+                let Some(block) = r.next_block() else {
+                    r.wait(wait)
+                        .map_err(|e| Error::io("poll (AF_PACKET RX ring)", e))?;
+                    return Ok(());
+                };
+                let packets = block.packets().map_err(|e| {
+                    Error::io(
+                        "AF_PACKET RX ring",
+                        io::Error::new(io::ErrorKind::InvalidData, e),
+                    )
+                })?;
+                for p in packets {
+                    let p = p.map_err(|e| {
+                        Error::io(
+                            "AF_PACKET RX ring",
+                            io::Error::new(io::ErrorKind::InvalidData, e),
+                        )
+                    })?;
+                    check.frame(p.data);
+                }
+            }
+            Receiver::Mmsg(s, buf, lens) => match s.recv_batch(buf, MMSG_SLOT, lens) {
+                Ok(n) => {
+                    for (i, &len) in lens.iter().enumerate().take(n) {
+                        check.frame(&buf[i * MMSG_SLOT..i * MMSG_SLOT + len]);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    s.wait(libc::POLLIN, wait)
+                        .map_err(|e| Error::io("poll (AF_PACKET recvmmsg)", e))?;
+                }
+                Err(e) => return Err(Error::io("recvmmsg on AF_PACKET", e)),
+            },
+        }
+        Ok(())
+    }
+
+    /// What the kernel says it dropped.
+    fn kernel_drops(&self) -> Result<u64> {
+        Ok(match self {
+            Receiver::Xsk(x) => {
+                // rx_dropped counts the packets dropped for want of a fill-ring frame too
+                // (rx_fill_ring_empty_descs counts the same events again).
+                let k = x
+                    .sock
+                    .statistics()
+                    .map_err(|e| Error::io("getsockopt(XDP_STATISTICS)", e))?;
+                k.rx_dropped + k.rx_ring_full
+            }
+            Receiver::Ring(r) => u64::from(
+                r.socket()
+                    .statistics()
+                    .map_err(|e| Error::io("PACKET_STATISTICS", e))?
+                    .drops,
+            ),
+            Receiver::Mmsg(s, _, _) => u64::from(
+                s.statistics()
+                    .map_err(|e| Error::io("PACKET_STATISTICS", e))?
+                    .drops,
+            ),
+        })
+    }
+}
+
+/// How a receiver that finds nothing waits ([`RxWait::Sleep`]).
+pub const SLEEP: Duration = Duration::from_micros(50);
+
+/// How a receiver waits when its ring (or socket) is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxWait {
+    /// Sleeps [`SLEEP`] (nanosleep) and looks again: it never waits on the socket, so the
+    /// sending CPU, where veth runs the receive path, never has to wake it with an
+    /// inter-processor interrupt. The default.
+    Sleep,
+    /// `poll()` on the socket (up to 1 ms): the kernel wakes the receiver when packets come,
+    /// from the sending CPU (per NAPI batch for AF_XDP and `recvmmsg`, per block for
+    /// TPACKET_V3).
+    Poll,
+    /// Looks again at once: the receiver's CPU is busy all the time.
+    Spin,
+}
+
+impl RxWait {
+    /// `sleep`, `poll`, `spin`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RxWait::Sleep => "sleep",
+            RxWait::Poll => "poll",
+            RxWait::Spin => "spin",
+        }
+    }
+
+    /// The way named `s`.
+    pub fn parse(s: &str) -> Result<RxWait> {
+        [RxWait::Sleep, RxWait::Poll, RxWait::Spin]
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                Error::invalid_input(format!("--rx-wait '{s}': use sleep, poll or spin"))
+            })
+    }
+}
+
+/// How long the receiver waits for stragglers after the sender is done (longer than the
+/// TPACKET_V3 block timeout).
+const DRAIN: Duration = Duration::from_millis(100);
+
+struct TxOut {
+    sent: u64,
+    seconds: f64,
+    cpu: f64,
+    device_drops: u64,
+}
+
+#[derive(Default)]
+struct RxOut {
+    received: u64,
+    last: Option<Instant>,
+    cpu: f64,
+    kernel_drops: u64,
+    gaps: u64,
+    next: u64,
+}
+
+fn pin(cpu: usize) -> Result<()> {
+    zcnet_sys::os::set_thread_affinity(&[cpu]).map_err(|e| {
+        Error::io(
+            format!("pinning a thread to CPU {cpu} (sched_setaffinity)"),
+            e,
+        )
+    })
+}
+
+/// The transmit drops of `dev` as the calling thread's namespace counts them
+/// (`/proc/thread-self/net/dev`, the fourth transmit column): veth counts there the frames its
+/// peer could not take (a full backlog or XDP ring), which the sender may never hear of.
+fn tx_dropped(dev: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/dev").ok()?;
+    let line = text.lines().find(|l| {
+        l.trim_start()
+            .strip_prefix(dev)
+            .is_some_and(|r| r.starts_with(':'))
+    })?;
+    let (_, nums) = line.split_once(':')?;
+    nums.split_whitespace().nth(11)?.parse().ok()
+}
+
+fn sender_thread(
+    (ns, dev): (&str, &str),
+    sh: &Shared,
+    case: Case,
+    tmpl: &[u8],
+    duration: Duration,
+    cpu: usize,
+    count_device_drops: bool,
+) -> Result<TxOut> {
+    let opened = lab::enter(ns)
+        .and_then(|()| pin(cpu))
+        .and_then(|()| Sender::open(case, dev));
+    if !sh.ready.arrive(opened.is_ok()) {
+        return opened.map(|_| TxOut {
+            sent: 0,
+            seconds: 0.0,
+            cpu: 0.0,
+            device_drops: 0,
+        });
+    }
+    let mut s = opened?;
+    let dropped0 = tx_dropped(dev);
+    let cpu0 = zcnet_sys::os::thread_cpu_seconds();
+    let start = *sh.start.get_or_init(Instant::now);
+    let mut seq = 0u64;
+    let r = (|| {
+        while start.elapsed() < duration {
+            s.send(tmpl, &mut seq)?;
+            if zcnet::interrupted() {
+                return Err(Error::Interrupted);
+            }
+            if sh.abort.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        s.finish()
+    })();
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    sh.sent.store(seq, Ordering::Release);
+    r?;
+    let device_drops = match (count_device_drops, dropped0, tx_dropped(dev)) {
+        (true, Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
+    };
+    Ok(TxOut {
+        sent: seq,
+        seconds,
+        cpu,
+        device_drops,
+    })
+}
+
+fn receiver_thread(
+    (ns, dev): (&str, &str),
+    sh: &Shared,
+    case: Case,
+    tmpl: &[u8],
+    cpu: usize,
+    rx_wait: RxWait,
+) -> Result<RxOut> {
+    let opened = lab::enter(ns)
+        .and_then(|()| pin(cpu))
+        .and_then(|()| Receiver::open(case, dev));
+    let mut check = SeqCheck::new(tmpl);
+    let empty = |check: &SeqCheck<'_>| RxOut {
+        received: check.received(),
+        last: None,
+        cpu: 0.0,
+        kernel_drops: 0,
+        gaps: 0,
+        next: 0,
+    };
+    if !sh.ready.arrive(opened.is_ok()) {
+        return opened.map(|_| empty(&check));
+    }
+    let mut r = opened?;
+    let cpu0 = zcnet_sys::os::thread_cpu_seconds();
+    let mut last = None;
+    let mut done_at: Option<Instant> = None;
+    loop {
+        let before = check.received();
+        let wait = match rx_wait {
+            RxWait::Poll => Duration::from_millis(1),
+            RxWait::Sleep | RxWait::Spin => Duration::ZERO,
+        };
+        r.poll(&mut check, wait)?;
+        let mut now = Instant::now();
+        if check.received() > before {
+            last = Some(now);
+        } else if rx_wait == RxWait::Sleep {
+            std::thread::sleep(SLEEP);
+            now = Instant::now();
+        }
+        if zcnet::interrupted() {
+            return Err(Error::Interrupted);
+        }
+        if sh.abort.load(Ordering::Relaxed) {
+            return Ok(empty(&check));
+        }
+        let sent = sh.sent.load(Ordering::Acquire);
+        if sent != u64::MAX {
+            if check.received() >= sent {
+                break;
+            }
+            let d = *done_at.get_or_insert(now);
+            // Stop once nothing has come for DRAIN after the sender finished.
+            if now.duration_since(last.unwrap_or(d).max(d)) >= DRAIN {
+                break;
+            }
+        }
+    }
+    let cpu = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    if let (n, Some(why)) = check.failures() {
+        return Err(Error::io(
+            format!("verifying received frames ({n} failed)"),
+            io::Error::new(io::ErrorKind::InvalidData, why.to_string()),
+        ));
+    }
+    Ok(RxOut {
+        received: check.received(),
+        last,
+        cpu,
+        kernel_drops: r.kernel_drops()?,
+        gaps: check.gaps(),
+        next: check.next(),
+    })
+}
+
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
+    h.join()
+        .unwrap_or_else(|_| Err(Error::invalid_input("a benchmark thread panicked")))
+}
+
+/// One run of `case` on `link`: fresh sockets, the sender sending frames made from `tmpl` for
+/// `duration`, the receiver (where the link has one) checking each.
+pub fn run_once(
+    link: &Link,
+    tmpl: &[u8],
+    case: Case,
+    duration: Duration,
+    (tx_cpu, rx_cpu): (usize, usize),
+    rx_wait: RxWait,
+) -> Result<Run> {
+    let receiver = link.rx.as_ref().filter(|_| case.rx != RxVariant::None);
+    let sh = Shared {
+        ready: Rendezvous {
+            parties: if receiver.is_some() { 2 } else { 1 },
+            ..Rendezvous::default()
+        },
+        sent: AtomicU64::new(u64::MAX),
+        ..Shared::default()
+    };
+    let (tx, rx) = std::thread::scope(|s| {
+        let rx = receiver.map(|(ns, dev)| {
+            s.spawn(|| {
+                let r = receiver_thread((ns, dev), &sh, case, tmpl, rx_cpu, rx_wait);
+                if r.is_err() {
+                    sh.abort.store(true, Ordering::Relaxed);
+                }
+                r
+            })
+        });
+        let tx = s.spawn(|| {
+            let r = sender_thread(
+                (&link.tx_ns, link.tx_dev),
+                &sh,
+                case,
+                tmpl,
+                duration,
+                tx_cpu,
+                receiver.is_some(),
+            );
+            if r.is_err() {
+                sh.abort.store(true, Ordering::Relaxed);
+                sh.sent.store(0, Ordering::Release);
+            }
+            r
+        });
+        let rx = match rx {
+            Some(h) => join(h),
+            None => Ok(RxOut::default()),
+        };
+        (join(tx), rx)
+    });
+    // The interruption, the sender's own error, then the receiver's.
+    let (tx, rx) = match (tx, rx) {
+        (Err(Error::Interrupted), _) | (_, Err(Error::Interrupted)) => {
+            return Err(Error::Interrupted)
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+        (Ok(t), Ok(r)) => (t, r),
+    };
+    let start = sh.start.get().copied();
+    let rx_seconds = match (start, rx.last) {
+        (Some(s), Some(l)) => l.duration_since(s).as_secs_f64(),
+        _ => 0.0,
+    };
+    let run = Run {
+        sent: tx.sent,
+        received: rx.received,
+        tx_seconds: tx.seconds,
+        rx_seconds,
+        tx_cpu: tx.cpu,
+        rx_cpu: rx.cpu,
+        kernel_drops: rx.kernel_drops + tx.device_drops,
+        gaps: rx.gaps,
+    };
+    // Every frame is accounted for: received, a gap between received ones, or after the last.
+    if run.received > run.sent || rx.next > run.sent {
+        return Err(Error::io(
+            "counting frames",
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} frames received up to sequence number {} but {} sent",
+                    run.received, rx.next, run.sent
+                ),
+            ),
+        ));
+    }
+    Ok(run)
+}
