@@ -305,6 +305,24 @@ pub fn add_rx_queues(
     ch: Option<&RxChannels>,
     ethtool_cli: bool,
 ) -> Result<String, String> {
+    let (kind, want) = rx_queue_plan(name, need, ch)?;
+    let ethtool = if ethtool_cli {
+        format!(" (or: ethtool -L {name} {kind} {want})")
+    } else {
+        " (ethtool is not installed; this uses the same ethtool netlink request)".to_string()
+    };
+    Ok(format!(
+        "zcnet nic channels --iface {name} --{kind} {want}{ethtool}"
+    ))
+}
+
+/// The channel change that gives `name` `need` RX queues: the kind of channel to set
+/// ("combined" where the driver has them, else "rx") and its count, or why no change can.
+pub fn rx_queue_plan(
+    name: &str,
+    need: u32,
+    ch: Option<&RxChannels>,
+) -> Result<(&'static str, u32), String> {
     let Some(c) = ch.filter(|c| c.rx_max > 0 || c.combined_max > 0) else {
         return Err(format!(
             "{name} reports no channels that could be changed (its driver has no channel \
@@ -325,14 +343,7 @@ pub fn add_rx_queues(
             other + max
         ));
     }
-    let ethtool = if ethtool_cli {
-        format!(" (or: ethtool -L {name} {kind} {want})")
-    } else {
-        " (ethtool is not installed; this uses the same ethtool netlink request)".to_string()
-    };
-    Ok(format!(
-        "zcnet nic channels --iface {name} --{kind} {want}{ethtool}"
-    ))
+    Ok((kind, want))
 }
 
 impl IfaceFacts {

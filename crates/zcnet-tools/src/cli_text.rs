@@ -98,6 +98,19 @@ pub fn words(text: &str) -> String {
             s = s.replace(from.as_str(), to);
         }
     }
+    // "nic::LiveNic::set_channels (eth1, combined 4)": `zcnet nic channels`.
+    while let Some(at) = s.find(zcnet::nic::SET_CHANNELS) {
+        let rest = &s[at + zcnet::nic::SET_CHANNELS.len()..];
+        let Some(end) = rest.find(')') else { break };
+        let cmd = match rest[..end].split_once(", ") {
+            Some((iface, change)) => match change.split_once(' ') {
+                Some((kind, n)) => format!("zcnet nic channels --iface {iface} --{kind} {n}"),
+                None => format!("zcnet nic channels --iface {iface}"),
+            },
+            None => "zcnet nic channels".to_string(),
+        };
+        s = format!("{}{cmd}{}", &s[..at], &rest[end + 1..]);
+    }
     while let Some(at) = s.find(RESTORE) {
         let rest = &s[at + RESTORE.len()..];
         let Some(end) = rest.find(')') else { break };
@@ -154,6 +167,10 @@ mod tests {
         assert_eq!(
             words("undo them with nic::restore_from_file (interface eth1); or not"),
             "undo them with 'zcnet nic restore --iface eth1'; or not"
+        );
+        assert_eq!(
+            words("add one: nic::LiveNic::set_channels (eth1, combined 2) (or: ethtool -L eth1 combined 2)"),
+            "add one: zcnet nic channels --iface eth1 --combined 2 (or: ethtool -L eth1 combined 2)"
         );
         assert_eq!(
             words("use TxMode::UringZc or TxMode::Uring"),

@@ -155,14 +155,14 @@ fn queue_refusals_name_a_command_that_works_or_say_there_is_none() {
             "allows at most 1 RX queue(s)",
             "ethtool -L",
         ),
-        // One that can have more: zcnet's own command, which needs no ethtool.
+        // One that can have more: the library's channel change, which needs no ethtool.
         (
             Some(RxChannels {
                 combined: 1,
                 combined_max: 4,
                 ..RxChannels::default()
             }),
-            "add one: zcnet nic channels --iface fake0 --combined 2",
+            "add one: nic::LiveNic::set_channels (fake0, combined 2)",
             "combined N",
         ),
     ] {
@@ -184,7 +184,7 @@ fn queue_refusals_name_a_command_that_works_or_say_there_is_none() {
     let e = NicGuard::apply(nic, &tcp_9999(11), &dir).unwrap_err();
     assert!(
         e.to_string().contains(
-            "pick one of them, or add queues: zcnet nic channels --iface fake0 --combined 12"
+            "pick one of them, or add queues: nic::LiveNic::set_channels (fake0, combined 12)"
         ),
         "{e}"
     );

@@ -221,6 +221,27 @@ pub fn indir_without(current_len: usize, rings: u32, queue: u32) -> Vec<u32> {
     (0..current_len).map(|i| others[i % others.len()]).collect()
 }
 
+/// How the library names the channel change that adds RX queues: this, the interface, the
+/// channel kind and count, and `)` (a front end may word it as its own command).
+pub const SET_CHANNELS: &str = "nic::LiveNic::set_channels (";
+
+/// How `iface` can get `need` RX queues, in the library's words: the channel change
+/// ([`LiveNic::set_channels`]), with `ethtool -L` beside it where that is installed; or why no
+/// change can ([`zcnet_core::probe::rx_queue_plan`]).
+fn add_rx_queues(
+    iface: &str,
+    need: u32,
+    ch: Option<&zcnet_core::probe::RxChannels>,
+) -> std::result::Result<String, String> {
+    let (kind, want) = zcnet_core::probe::rx_queue_plan(iface, need, ch)?;
+    let ethtool = if crate::probe::ethtool_installed() {
+        format!(" (or: ethtool -L {iface} {kind} {want})")
+    } else {
+        String::new()
+    };
+    Ok(format!("{SET_CHANNELS}{iface}, {kind} {want}){ethtool}"))
+}
+
 /// Why a device with `rings` queues of `kind` has no queue at or past `rings`, and the fix: a
 /// queue it has (or `default`, what leaving the flag out gives), or `more` (a command that adds
 /// queues, or why none can).
@@ -288,12 +309,7 @@ pub fn check_queue(iface: &str, queue: u32, af_xdp: bool, default: Option<&str>)
         _ if no_split => Err(format!(
             "more queues would not help: {iface} reports no ring parameters, so it cannot split headers, which zero-copy receive needs"
         )),
-        Ok(ch) => zcnet_core::probe::add_rx_queues(
-            iface,
-            queue + 1,
-            ch.as_ref(),
-            crate::probe::ethtool_installed(),
-        ),
+        Ok(ch) => add_rx_queues(iface, queue + 1, ch.as_ref()),
         Err(e) => Err(format!("its channels could not be read ({e})")),
     };
     let kind = if tx > rx { "TX queue" } else { "RX queue" };
@@ -317,12 +333,7 @@ fn check_queues<C: NicControl + ?Sized>(
         .map_err(|e| ("reading the RX ring count", e))?;
     // How to get `need` RX queues: a command, or why there is none.
     let mut more = |need: u32| match ctl.channels() {
-        Ok(ch) => zcnet_core::probe::add_rx_queues(
-            &iface,
-            need,
-            ch.as_ref(),
-            crate::probe::ethtool_installed(),
-        ),
+        Ok(ch) => add_rx_queues(&iface, need, ch.as_ref()),
         Err(e) => Err(format!("its channels could not be read ({e})")),
     };
     if setup.queue >= rings {
