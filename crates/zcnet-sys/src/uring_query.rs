@@ -193,6 +193,34 @@ impl ZcrxCaps {
         })
     }
 
+    /// What Linux 7.2.13 (Debian's 7.2.13-1, in the kernel lab) answered: zcrx register flags
+    /// `IMPORT|NODEV`, area flags `DMABUF`, 3 control ops, features `RX_PAGE_SIZE|EVENT`,
+    /// event types `ALLOC_FAIL|COPY`, statistics of 16 bytes aligned to 8. For tests and
+    /// examples that need a kernel with every feature of that release.
+    pub fn answered_by_linux_7_2_13() -> ZcrxCaps {
+        ZcrxCaps {
+            opcodes: Some(QueryOpcodes {
+                nr_query_opcodes: 4,
+                ..QueryOpcodes::default()
+            }),
+            zcrx: Some(QueryZcrx {
+                register_flags: 3,
+                area_flags: 1,
+                nr_ctrl_opcodes: 3,
+                features: 3,
+                rq_hdr_size: 8,
+                rq_hdr_alignment: 64,
+                resv2: 0,
+            }),
+            events: Some(QueryZcrxEvent {
+                event_flags: 3,
+                stats_size: 16,
+                stats_off_alignment: 8,
+                ..QueryZcrxEvent::default()
+            }),
+        }
+    }
+
     /// The running kernel's answer, asked once per process. A query that fails for an
     /// unexpected reason counts as "cannot be asked": every feature absent.
     pub fn get() -> ZcrxCaps {
@@ -333,29 +361,8 @@ mod tests {
         assert_eq!(offset_of!(QueryZcrxEvent, stats_off_alignment), 8);
     }
 
-    /// What Linux 7.2.13 answered in the kernel lab.
     fn caps_7_2() -> ZcrxCaps {
-        ZcrxCaps {
-            opcodes: Some(QueryOpcodes {
-                nr_query_opcodes: 4,
-                ..QueryOpcodes::default()
-            }),
-            zcrx: Some(QueryZcrx {
-                register_flags: 3,
-                area_flags: 1,
-                nr_ctrl_opcodes: 3,
-                features: 3,
-                rq_hdr_size: 8,
-                rq_hdr_alignment: 64,
-                resv2: 0,
-            }),
-            events: Some(QueryZcrxEvent {
-                event_flags: 3,
-                stats_size: 16,
-                stats_off_alignment: 8,
-                ..QueryZcrxEvent::default()
-            }),
-        }
+        ZcrxCaps::answered_by_linux_7_2_13()
     }
 
     #[zcnet_testkit::test]

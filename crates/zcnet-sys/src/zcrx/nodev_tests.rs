@@ -242,20 +242,7 @@ fn buffer_size_without_a_device_is_a_page() {
 fn no_event_descriptor_where_the_kernel_lists_none() {
     let caps = ZcrxCaps::get();
     assert_eq!(event_request(&caps).is_some(), caps.events(), "{caps:?}");
-    let c72 = ZcrxCaps {
-        zcrx: Some(crate::uring_query::QueryZcrx {
-            features: 3,
-            nr_ctrl_opcodes: 3,
-            ..Default::default()
-        }),
-        events: Some(crate::uring_query::QueryZcrxEvent {
-            event_flags: 3,
-            stats_size: 16,
-            stats_off_alignment: 8,
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
+    let c72 = ZcrxCaps::answered_by_linux_7_2_13();
     assert_eq!(event_request(&c72), Some((8, 3)));
     // No ARM_EVENT: events would fire once for good; only the statistics are asked for.
     let mut no_arm = c72;

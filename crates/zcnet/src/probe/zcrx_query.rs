@@ -189,31 +189,11 @@ impl ZcrxQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zcnet_sys::uring_query::{QueryOpcodes, QueryZcrx, QueryZcrxEvent};
+    use zcnet_sys::uring_query::QueryZcrx;
 
     /// What Linux 7.2.13 answered in the kernel lab.
     fn caps_7_2() -> ZcrxCaps {
-        ZcrxCaps {
-            opcodes: Some(QueryOpcodes {
-                nr_query_opcodes: 4,
-                ..QueryOpcodes::default()
-            }),
-            zcrx: Some(QueryZcrx {
-                register_flags: 3,
-                area_flags: 1,
-                nr_ctrl_opcodes: 3,
-                features: 3,
-                rq_hdr_size: 8,
-                rq_hdr_alignment: 64,
-                resv2: 0,
-            }),
-            events: Some(QueryZcrxEvent {
-                event_flags: 3,
-                stats_size: 16,
-                stats_off_alignment: 8,
-                ..QueryZcrxEvent::default()
-            }),
-        }
+        ZcrxCaps::answered_by_linux_7_2_13()
     }
 
     fn yes(q: &ZcrxQuery) -> Vec<(&str, bool)> {
