@@ -316,6 +316,16 @@ pub fn add_rx_queues(
     ))
 }
 
+/// The command that turns header split on for zero-copy receive on `i` and steers a flow to its
+/// trial queue (the remedy [`rx_device_rules`] gives for header split that is off or not at 0).
+pub fn setup_command(i: &IfaceFacts) -> String {
+    format!(
+        "zcnet nic setup --iface {} --queue {} --port PORT",
+        i.name,
+        i.trial_queue()
+    )
+}
+
 /// The channel change that gives `name` `need` RX queues: the kind of channel to set
 /// ("combined" where the driver has them, else "rx") and its count, or why no change can.
 pub fn rx_queue_plan(
@@ -570,10 +580,7 @@ pub fn rx_device_rules(i: &IfaceFacts, what: &str, ethtool_cli: bool) -> Finding
             ),
         );
     }
-    let setup = format!(
-        "zcnet nic setup --iface {name} --queue {} --port PORT",
-        i.trial_queue()
-    );
+    let setup = setup_command(i);
     match &i.header_split {
         HeaderSplit::NotReported(why) => Finding::new(
             Verdict::Unsupported,

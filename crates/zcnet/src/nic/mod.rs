@@ -228,7 +228,7 @@ pub const SET_CHANNELS: &str = "nic::LiveNic::set_channels (";
 /// How `iface` can get `need` RX queues, in the library's words: the channel change
 /// ([`LiveNic::set_channels`]), with `ethtool -L` beside it where that is installed; or why no
 /// change can ([`zcnet_core::probe::rx_queue_plan`]).
-fn add_rx_queues(
+pub(crate) fn add_rx_queues(
     iface: &str,
     need: u32,
     ch: Option<&zcnet_core::probe::RxChannels>,

@@ -379,17 +379,39 @@ pub(super) fn not_permitted(
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
-        (Verdict::Unsupported, Some(remedy)) => (
-            format!(
-                "{missing_privilege}; and {}: {}; as root: {remedy}",
-                t.iface, f.reason
+        // The probe's remedy is the zcnet command's; the library says it in its own words.
+        (Verdict::Unsupported, Some(remedy))
+            if remedy == zcnet_core::probe::setup_command(&facts) =>
+        {
+            (
+                format!("{missing_privilege}; and {}: {}", t.iface, f.reason).into(),
+                Remedy::Any(&[
+                    Remedy::All(&[Remedy::SteerFlow, Remedy::RunAsRoot]),
+                    Remedy::UseRxMode(RxMode::Uring),
+                ]),
             )
-            .into(),
-            Remedy::Any(&[
-                Remedy::Other("then run it as root (CAP_NET_ADMIN)"),
-                Remedy::UseRxMode(RxMode::Uring),
-            ]),
-        ),
+        }
+        (Verdict::Unsupported, Some(remedy)) => {
+            let (name, ch) = (&facts.name, facts.channels.as_ref());
+            let ethtool = crate::probe::ethtool_installed();
+            let remedy = match zcnet_core::probe::add_rx_queues(name, 2, ch, ethtool) {
+                Ok(cmd) if cmd == remedy => {
+                    crate::nic::add_rx_queues(name, 2, ch).unwrap_or(remedy)
+                }
+                _ => remedy,
+            };
+            (
+                format!(
+                    "{missing_privilege}; and {}: {}; as root: {remedy}",
+                    t.iface, f.reason
+                )
+                .into(),
+                Remedy::Any(&[
+                    Remedy::Other("then run it as root (CAP_NET_ADMIN)"),
+                    Remedy::UseRxMode(RxMode::Uring),
+                ]),
+            )
+        }
         _ => (missing_privilege.into(), as_root),
     }
 }
