@@ -30,10 +30,10 @@ pub mod mem;
 pub mod netlink;
 pub mod os;
 pub mod sock;
-#[cfg(feature = "tokio")]
-pub mod tokio_fd;
 #[cfg(test)]
 mod test_util;
+#[cfg(feature = "tokio")]
+pub mod tokio_fd;
 pub mod uring;
 pub mod uring_probe;
 pub mod uring_query;

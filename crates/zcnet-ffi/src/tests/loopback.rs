@@ -146,7 +146,11 @@ fn recv_stream_verifies_the_pattern() {
     let mut first = [0u8; 1];
     zcnet::Pattern::new(6).fill(0, &mut first);
     let got = format!("got {:#04x}", first[0]);
-    assert_fails(st, ZCNET_E_DATA, &["mismatch at byte 0", &got, "pattern seed"]);
+    assert_fails(
+        st,
+        ZCNET_E_DATA,
+        &["mismatch at byte 0", &got, "pattern seed"],
+    );
     free_receiver(rx);
     // The sender may see the reset or finish first; either way it ends.
     let _ = sender.join();
