@@ -258,40 +258,63 @@ printf '%s' "$keep_tmp" >"$ird/keep_tmp"
 pdeath=()
 setpriv --help 2>/dev/null | grep -q -- --pdeathsig && pdeath=(setpriv --pdeathsig KILL --)
 
-say "booting Linux $release (QEMU TCG, $cpus CPUs, $mem MiB, timeout ${timeout_s} s)"
-t0=$SECONDS
-"${pdeath[@]}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m "$mem" -smp "$cpus" \
-  -nodefaults -no-user-config -display none -monitor none -no-reboot \
-  -serial "file:$work/console.log" \
-  -kernel "$kdir/vmlinuz" -initrd "$work/initramfs.cpio" \
-  -append "console=ttyS0 loglevel=5 panic=-1 rdinit=/init" \
-  -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
-  -virtfs "local,path=$share,mount_tag=labshare,security_model=none,multidevs=remap" \
-  </dev/null >"$work/qemu.log" 2>&1 &
-qpid=$!
-# CMD's output as it comes (the share is a plain directory here); tail ends with qemu.
-tail -q -c +1 -s 0.2 --pid=$qpid -f "$share/stdout" &
-tails+=($!)
-tail -q -c +1 -s 0.2 --pid=$qpid -f "$share/stderr" >&2 &
-tails+=($!)
+# A guest that dies or hangs before it starts CMD (seen: a TCG guest's kernel oopsing in the
+# scheduler one second into boot) is booted once more; once CMD has started, never.
+# A boot takes about 5 s; one that has not started CMD after this many seconds has hung
+# (KERNEL_LAB_BOOT_LIMIT: the tests set 0 to exercise the second boot).
+boot_limit=${KERNEL_LAB_BOOT_LIMIT:-120}
+for attempt in 1 2; do
+  say "booting Linux $release (QEMU TCG, $cpus CPUs, $mem MiB, timeout ${timeout_s} s)"
+  : >"$work/console.log"
+  t0=$SECONDS
+  "${pdeath[@]}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m "$mem" -smp "$cpus" \
+    -nodefaults -no-user-config -display none -monitor none -no-reboot \
+    -serial "file:$work/console.log" \
+    -kernel "$kdir/vmlinuz" -initrd "$work/initramfs.cpio" \
+    -append "console=ttyS0 loglevel=5 panic=-1 rdinit=/init" \
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    -virtfs "local,path=$share,mount_tag=labshare,security_model=none,multidevs=remap" \
+    </dev/null >"$work/qemu.log" 2>&1 &
+  qpid=$!
+  # CMD's output as it comes (the share is a plain directory here); tail ends with qemu.
+  tail -q -c +1 -s 0.2 --pid=$qpid -f "$share/stdout" &
+  tails+=($!)
+  tail -q -c +1 -s 0.2 --pid=$qpid -f "$share/stderr" >&2 &
+  tails+=($!)
 
-timed_out=0
-while kill -0 "$qpid" 2>/dev/null; do
-  if [ $((SECONDS - t0)) -gt "$timeout_s" ]; then
-    timed_out=1
+  timed_out=0 started=0
+  while kill -0 "$qpid" 2>/dev/null; do
+    if [ $((SECONDS - t0)) -gt "$timeout_s" ]; then
+      timed_out=1
+      break
+    fi
+    if [ "$started" = 0 ]; then
+      if grep -q "kernel-lab guest: running the command" "$work/console.log" 2>/dev/null; then
+        started=1
+      elif [ $((SECONDS - t0)) -gt "$boot_limit" ] && [ "$attempt" = 1 ]; then
+        timed_out=1
+        break
+      fi
+    fi
+    sleep 0.2
+  done
+  if [ "$timed_out" = 1 ]; then
+    kill -KILL "$qpid" 2>/dev/null
+  fi
+  wait "$qpid" 2>/dev/null
+  qrc=$?
+  qpid=
+  for t in "${tails[@]}"; do wait "$t" 2>/dev/null; done
+  tails=()
+  if grep -q "kernel-lab guest: running the command" "$work/console.log" 2>/dev/null ||
+    [ -s "$share/status" ] || [ "$attempt" = 2 ]; then
     break
   fi
-  sleep 0.2
+  echo "$me: the guest died before running CMD (qemu exit $qrc, timed out: $timed_out); booting it once more. Its last console lines:" >&2
+  tail -n 6 "$work/console.log" >&2 2>/dev/null
+  : >"$share/stdout"
+  : >"$share/stderr"
 done
-if [ "$timed_out" = 1 ]; then
-  kill -KILL "$qpid" 2>/dev/null
-fi
-wait "$qpid" 2>/dev/null
-qrc=$?
-qpid=
-for t in "${tails[@]}"; do wait "$t" 2>/dev/null; done
-tails=()
-
 if [ "$timed_out" = 1 ]; then
   echo "$me: timed out after ${timeout_s} s: the guest was killed (raise --timeout; TCG runs 50-100x slower than the host); its last console lines:" >&2
   tail -n 8 "$work/console.log" >&2

@@ -124,6 +124,24 @@ fn probe_on_7_2() {
     }
 }
 
+/// A guest that has not started CMD within the boot limit is booted once more, and CMD's
+/// output and status come from the second boot (a TCG guest oopsing in its scheduler a second
+/// into boot was seen once in CI). The limit is forced to 0 so that the first boot is given up.
+#[zcnet_testkit::test(timeout = 900)]
+fn a_guest_that_never_started_cmd_is_booted_once_more() {
+    let o = lab_guest::guest(
+        "7.2",
+        300,
+        &["sh", "-c", "echo second; exit 5"],
+        &[("KERNEL_LAB_BOOT_LIMIT", "0")],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("booting it once more"), "{err}");
+    assert_eq!(err.matches("kernel-lab: booting Linux").count(), 2, "{err}");
+    assert_eq!(text(&o.stdout).trim(), "second", "{err}");
+}
+
 #[zcnet_testkit::test(timeout = 900)]
 fn exit_status_comes_back() {
     let o = lab_guest::guest(
