@@ -38,7 +38,11 @@ fi
 
 fails=0
 rows=()
-row() { rows+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && fails=$((fails + 1)); }
+row() {
+  rows+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")")
+  if [ "$2" = FAIL ]; then fails=$((fails + 1)); fi
+  return 0
+}
 json_field() { python3 -c "import json,sys; d=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(d.get('$1',''))"; }
 
 # 1. Devices, driver, dma-buf export tried for real.
@@ -129,7 +133,7 @@ fi
 
 # 4. Bad input: a device that does not exist.
 e=$("$ZCNET" send 127.0.0.1:9 --mem cuda:99 --bytes 1M 2>&1); rc=$?
-[ $rc -eq 2 ] && row "cuda:99 refused (exit 2)" PASS "$e" || row "cuda:99 refused (exit 2)" FAIL "rc=$rc $e"
+if [ $rc -eq 2 ]; then row "cuda:99 refused (exit 2)" PASS "$e"; else row "cuda:99 refused (exit 2)" FAIL "rc=$rc $e"; fi
 
 {
   echo "zcnet gpu-check on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), kernel $(uname -r)"

@@ -189,6 +189,7 @@ driver_fns! {
     primary_ctx_retain: "cuDevicePrimaryCtxRetain" => fn(*mut Handle, CuDevice);
     primary_ctx_release: "cuDevicePrimaryCtxRelease_v2" => fn(CuDevice);
     ctx_set_current: "cuCtxSetCurrent" => fn(Handle);
+    ctx_synchronize: "cuCtxSynchronize" => fn();
     mem_alloc: "cuMemAlloc_v2" => fn(*mut CuPtr, usize);
     mem_free: "cuMemFree_v2" => fn(CuPtr);
     memcpy_htod: "cuMemcpyHtoD_v2" => fn(CuPtr, *const c_void, usize);
@@ -611,13 +612,27 @@ impl DeviceMem {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    /// Copies `src` to `off` (synchronous: for setup and verification, not the data path).
+    /// Copies `src` to `off` (synchronous: for setup and verification, not the data path),
+    /// and waits until the bytes are in device memory. cuMemcpyHtoD from pageable memory returns
+    /// once the source is staged, "but the DMA to final destination may not have completed"
+    /// (CUDA driver API, API synchronization behavior), on the legacy stream, which the staging
+    /// pipelines' non-blocking copy stream does not wait for: on an H100 a staged send's copy
+    /// out of the buffer read zeros not yet written. Hence the cuCtxSynchronize.
     pub fn write(&self, off: u64, src: &[u8]) -> Result<()> {
         let dst = self.range(off, src.len())?;
         self.ctx.call("cuMemcpyHtoD", |f| {
             // SAFETY: `src` is a live slice; `dst` was bounds-checked against this allocation.
             unsafe { (f.memcpy_htod)(dst, src.as_ptr().cast(), src.len()) }
-        })
+        })?;
+        self.settle()
+    }
+
+    /// Waits for the context's work on the legacy stream (`cuCtxSynchronize`): a synchronous
+    /// write or a memset is then visible to every stream.
+    fn settle(&self) -> Result<()> {
+        // SAFETY: no arguments; waits for the current context's work.
+        self.ctx
+            .call("cuCtxSynchronize", |f| unsafe { (f.ctx_synchronize)() })
     }
 
     /// Copies from `off` into `dst` (synchronous).
@@ -629,13 +644,15 @@ impl DeviceMem {
         })
     }
 
-    /// Fills the whole buffer with `byte`.
+    /// Fills the whole buffer with `byte` and waits until it is done (cuMemsetD8 is
+    /// asynchronous with respect to the host for device memory; see [`Self::write`]).
     pub fn fill(&self, byte: u8) -> Result<()> {
         let (ptr, len) = (self.ptr, self.len);
         self.ctx.call("cuMemsetD8", |f| {
             // SAFETY: the range is this allocation.
             unsafe { (f.memset_d8)(ptr, byte, len) }
-        })
+        })?;
+        self.settle()
     }
 
     /// A [`Mapping`] over this memory, for cutting into send buffers: its slots' addresses are

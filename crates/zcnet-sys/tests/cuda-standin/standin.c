@@ -161,7 +161,7 @@ static size_t dmabufs_n, dmabufs_cap __attribute__((unused));
 
 static struct {
     unsigned long long allocs, frees, registers, unregisters, streams, events, async_htod,
-        async_dtoh, pageable_async, sync_htod, sync_dtoh, memsets, exports, export_flags_pcie,
+        async_dtoh, pageable_async, sync_htod, sync_dtoh, memsets, ctx_syncs, exports, export_flags_pcie,
         not_ready, injected, errors, max_pending;
     size_t mem_in_use;
 } st;
@@ -575,6 +575,34 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
     RETURN(CUDA_SUCCESS);
 }
 
+/* Device ranges written by a synchronous cuMemcpyHtoD or a cuMemsetD8 that a non-blocking stream
+ * may not see written yet: the real driver returns from cuMemcpyHtoD from pageable memory once
+ * the source is staged, "but the DMA to final destination may not have completed" (CUDA driver
+ * API, API synchronization behavior), and cuMemsetD8 is asynchronous with respect to the host for
+ * device memory; both run on the legacy stream, which a CU_STREAM_NON_BLOCKING stream does not
+ * wait for. Seen on an H100: a staged send's device-to-host copy read zeros a cuMemcpyHtoD had
+ * not yet written. cuCtxSynchronize (or a synchronous copy, which orders the legacy stream)
+ * makes them visible. */
+#define MAX_DIRTY 64
+static struct { uintptr_t p; size_t n; } dirty[MAX_DIRTY];
+static size_t ndirty;
+
+static void mark_dirty(uintptr_t p, size_t n) {
+    if (ndirty == MAX_DIRTY)
+        fatal("more than %d device writes outstanding on the legacy stream", MAX_DIRTY);
+    dirty[ndirty].p = p;
+    dirty[ndirty].n = n;
+    ndirty++;
+}
+
+/* A legacy-stream write to device range [p, p+n) not yet known complete. */
+static int is_dirty(uintptr_t p, size_t n) {
+    for (size_t i = 0; i < ndirty; i++)
+        if (p < dirty[i].p + dirty[i].n && dirty[i].p < p + n)
+            return 1;
+    return 0;
+}
+
 /* The shadow of device range [p, p+n), or NULL (also when n is 0). */
 static unsigned char *shadow_of(CUdeviceptr p, size_t n) {
     struct alloc *a = find_alloc((uintptr_t)p, n);
@@ -595,6 +623,7 @@ EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
               "(the copy stream is non-blocking: wait for its event first)",
               n, op_name(o));
     memcpy(d, src, n);
+    mark_dirty((uintptr_t)dst, n);
     st.sync_htod++;
     RETURN(CUDA_SUCCESS);
 }
@@ -613,6 +642,7 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
               "(the copy stream is non-blocking: wait for its event first)",
               n, op_name(o));
     memcpy(dst, s, n);
+    ndirty = 0; /* a synchronous copy waits for the legacy stream's earlier work */
     st.sync_dtoh++;
     RETURN(CUDA_SUCCESS);
 }
@@ -629,7 +659,16 @@ EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
     if (o)
         fatal("cuMemsetD8 of %zu B races with a pending %s over the same memory", n, op_name(o));
     memset(d, v, n);
+    mark_dirty((uintptr_t)dst, n);
     st.memsets++;
+    RETURN(CUDA_SUCCESS);
+}
+
+EXPORT CUresult cuCtxSynchronize(void) {
+    pthread_mutex_lock(&mu);
+    NEED_CTX();
+    ndirty = 0;
+    st.ctx_syncs++;
     RETURN(CUDA_SUCCESS);
 }
 
@@ -783,6 +822,11 @@ static CUresult copy_async(enum op_kind kind, unsigned char *host, CUdeviceptr d
             st.pageable_async++;
         return CUDA_SUCCESS;
     }
+    if (is_dirty((uintptr_t)dev, n))
+        fatal("an asynchronous %s of %zu B on a non-blocking stream touches device memory that a "
+              "synchronous cuMemcpyHtoD or cuMemsetD8 may still be writing on the legacy stream "
+              "(the real driver does not order them): cuCtxSynchronize after the write",
+              kind == OP_HTOD ? "HtoD" : "DtoH", n);
     struct op o = {kind, 0, host, (uintptr_t)dev, sh, n, 0};
     if (kind == OP_HTOD) {
         o.sum = checksum(host, n);
@@ -941,7 +985,7 @@ static void write_summary(const char *violation) {
             "leaked_events=%zu\nleaked_contexts=%d\nleaked_dmabuf_fds=%zu\npending_copies=%zu\n"
             "allocs=%llu\nfrees=%llu\nregisters=%llu\nunregisters=%llu\nstreams=%llu\n"
             "events=%llu\nasync_htod=%llu\nasync_dtoh=%llu\npageable_async=%llu\n"
-            "sync_htod=%llu\nsync_dtoh=%llu\nmemsets=%llu\nexports=%llu\n"
+            "sync_htod=%llu\nsync_dtoh=%llu\nmemsets=%llu\nctx_syncs=%llu\nexports=%llu\n"
             "export_flags_pcie=%llu\nnot_ready=%llu\ninjected_failures=%llu\nerrors=%llu\n"
             "max_pending=%llu\n",
             DEVICE_NAME, driver_version(),
@@ -953,7 +997,7 @@ static void write_summary(const char *violation) {
             violation ? violation : "none", allocs_n, regs_n, streams_n, events_n, primary.refs,
             open_dmabufs(), pending_ops(), st.allocs, st.frees, st.registers, st.unregisters,
             st.streams, st.events, st.async_htod, st.async_dtoh, st.pageable_async, st.sync_htod,
-            st.sync_dtoh, st.memsets, st.exports, st.export_flags_pcie, st.not_ready, st.injected,
+            st.sync_dtoh, st.memsets, st.ctx_syncs, st.exports, st.export_flags_pcie, st.not_ready, st.injected,
             st.errors, st.max_pending);
     fclose(f);
 }
