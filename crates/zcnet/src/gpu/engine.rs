@@ -196,7 +196,10 @@ impl CopyEngine for CudaEngine {
 
     fn wait(&mut self, timeout: Duration) {
         // An event wait would block past `timeout`, and copies of a few hundred KiB take
-        // microseconds: poll the oldest copy (the stream finishes them in order) in short steps.
+        // microseconds: poll the oldest copy (the stream finishes them in order), yielding the
+        // CPU between polls. Sleeping between them cost ~100 µs per 64 KiB chunk on an H100
+        // (a 20 µs sleep lasts far longer with the timer slack): staged sends ran at 637 MB/s
+        // where the naive loop did 1.9 GB/s.
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let ready = match self.pending.front() {
@@ -207,7 +210,7 @@ impl CopyEngine for CudaEngine {
             if ready || std::time::Instant::now() >= deadline {
                 return;
             }
-            std::thread::sleep(Duration::from_micros(20));
+            std::thread::yield_now();
         }
     }
 
