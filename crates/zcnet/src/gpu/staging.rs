@@ -355,7 +355,7 @@ fn ring_mapping(ring: &RecvRing) -> Result<Arc<zcnet_sys::mem::Mapping>> {
 }
 
 /// Sends from GPU memory through pinned host buffers: each chunk is copied device-to-host and
-/// then sent with the host-memory mode of `cfg` (default `uring-zc`), in stream order.
+/// then sent with the host-memory mode of `cfg` (`auto` under `auto`: see `GpuSender::open`), in stream order.
 #[derive(Debug)]
 pub struct StagedSender {
     engine: Box<dyn CopyEngine>,
