@@ -162,14 +162,7 @@ pub(crate) fn progress_now<S: io_uring::squeue::EntryMarker, C: io_uring::cqueue
     };
     match r {
         Ok(_) => Ok(()),
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-            ) =>
-        {
-            Ok(())
-        }
+        Err(e) if crate::enter_transient(&e) => Ok(()),
         Err(e) => Err(e),
     }
 }
@@ -396,14 +389,7 @@ impl RecvRing {
         match self.ring.submit() {
             Ok(_) => Ok(()),
             // The SQE stays queued and goes in with the next `wait`.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                ) =>
-            {
-                Ok(())
-            }
+            Err(e) if crate::enter_transient(&e) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -719,14 +705,7 @@ impl RecvRing {
         self.push(&e)?;
         match self.ring.submit() {
             Ok(_) => Ok(()),
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                ) =>
-            {
-                Ok(())
-            }
+            Err(e) if crate::enter_transient(&e) => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -47,6 +47,15 @@ pub(crate) fn last_err() -> std::io::Error {
     std::io::Error::last_os_error()
 }
 
+/// `io_uring_enter` errors after which what is queued simply goes in with the next call
+/// (`EINTR`, `EAGAIN`, `EBUSY`): not a failure of the request.
+pub(crate) fn enter_transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
+    )
+}
+
 /// Converts a libc return value (`-1` means errno) into a result.
 pub(crate) fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
     if ret < 0 {

@@ -193,14 +193,6 @@ impl std::fmt::Debug for ZcrxReceiver {
     }
 }
 
-/// `io_uring_enter` errors after which the queued SQE is simply submitted with the next call.
-fn transient(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-    )
-}
-
 impl ZcrxReceiver {
     /// Receiving on `ifq`: its whole area in buffers of [`ZcrxIfq::buf_len`] (one `net_iov`
     /// each, `io_zcrx_create_area`; a page unless a larger `rx_buf_len` was granted), every
@@ -261,7 +253,7 @@ impl ZcrxReceiver {
         // Cannot fail: not armed (checked above) and len 0.
         self.core.arm(user_data, 0).map_err(|_| einval())?;
         match self.ifq.ring().submit() {
-            Err(e) if !transient(&e) => Err(e),
+            Err(e) if !crate::enter_transient(&e) => Err(e),
             _ => Ok(()),
         }
     }
@@ -278,7 +270,7 @@ impl ZcrxReceiver {
             .user_data(ZCRX_CANCEL_TAG);
         self.push(&sqe)?;
         match self.ifq.ring().submit() {
-            Err(e) if !transient(&e) => Err(e),
+            Err(e) if !crate::enter_transient(&e) => Err(e),
             _ => Ok(()),
         }
     }
