@@ -100,6 +100,13 @@ impl SendZcTracker {
         }
     }
 
+    /// Makes room for slots `0..slots` (new slots idle); never shrinks.
+    pub fn ensure(&mut self, slots: usize) {
+        if slots > self.state.len() {
+            self.state.resize(slots, State::Idle);
+        }
+    }
+
     /// Requests submitted and not yet released (result or notification outstanding).
     pub fn in_flight(&self) -> usize {
         self.in_flight

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use zcnet_core::sendzc::{IORING_CQE_F_NOTIF, IORING_NOTIF_USAGE_ZC_COPIED};
+use zcnet::engine::{Counts, Outcome};
 
 /// The environment variable naming the JSON file of the process totals.
 pub const STATS_ENV: &str = "ZCNET_NCCL_STATS";
@@ -43,25 +43,18 @@ impl Counters {
         self.copied_bytes += n;
     }
 
-    /// A CQE of a payload request of `len` bytes (`zero_copy`: a `SEND_ZC`). The result CQE
-    /// counts the bytes sent (all of them copied unless it is a `SEND_ZC`); the notification of a
-    /// `SEND_ZC` attributes its `len` bytes to zero-copy or copied, as the kernel says. A failed
-    /// result counts nothing.
-    pub fn send_cqe(&mut self, zero_copy: bool, len: u32, res: i32, flags: u32) {
-        if flags & IORING_CQE_F_NOTIF != 0 {
-            self.notifications += 1;
-            if res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0 {
-                self.copied_bytes += u64::from(len);
-            } else {
-                self.zerocopy_bytes += u64::from(len);
-            }
-        } else if res > 0 {
-            let n = res as u64;
-            self.bytes_sent += n;
-            if !zero_copy {
-                self.copied_bytes += n;
-            }
-        }
+    /// What the engine made of a payload request's completion (`zcnet::engine::Counts::add`,
+    /// the one counting rule: a result counts the bytes sent, copied unless it is a `SEND_ZC`;
+    /// the notification of a `SEND_ZC` attributes them to zero-copy or copied, as the kernel
+    /// says; a failure counts nothing).
+    pub fn payload(&mut self, outcome: &Outcome) {
+        let mut c = Counts::default();
+        c.add(outcome);
+        self.bytes_sent += c.bytes_sent;
+        self.bytes_received += c.bytes_received;
+        self.zerocopy_bytes += c.zerocopy_bytes;
+        self.copied_bytes += c.copied_bytes;
+        self.notifications += c.notifications;
     }
 
     /// `n` payload bytes received.
@@ -235,15 +228,26 @@ pub fn write_atomically(path: &std::path::Path, text: &str) -> std::io::Result<(
 mod tests {
     use super::*;
 
+    fn sent(n: i64, len: u32, zero_copy: bool) -> Outcome {
+        Outcome::Sent {
+            res: if n >= 0 { Ok(n as u32) } else { Err(-n as i32) },
+            asked: len,
+            zero_copy,
+        }
+    }
+
     #[zcnet_testkit::test]
     fn a_notification_without_the_copied_flag_counts_zero_copy() {
         let mut c = Counters::default();
-        c.send_cqe(true, 4096, 4096, io_uring_more());
+        c.payload(&sent(4096, 4096, true));
         assert_eq!(
             (c.bytes_sent, c.zerocopy_bytes, c.copied_bytes),
             (4096, 0, 0)
         );
-        c.send_cqe(true, 4096, 0, IORING_CQE_F_NOTIF);
+        c.payload(&Outcome::Notified {
+            bytes: 4096,
+            copied: false,
+        });
         assert_eq!(c.notifications, 1);
         assert_eq!(
             (c.bytes_sent, c.zerocopy_bytes, c.copied_bytes),
@@ -254,13 +258,11 @@ mod tests {
     #[zcnet_testkit::test]
     fn a_notification_with_the_copied_flag_counts_copied() {
         let mut c = Counters::default();
-        c.send_cqe(true, 1000, 1000, io_uring_more());
-        c.send_cqe(
-            true,
-            1000,
-            IORING_NOTIF_USAGE_ZC_COPIED as i32,
-            IORING_CQE_F_NOTIF,
-        );
+        c.payload(&sent(1000, 1000, true));
+        c.payload(&Outcome::Notified {
+            bytes: 1000,
+            copied: true,
+        });
         assert_eq!(c.notifications, 1);
         assert_eq!(
             (c.bytes_sent, c.zerocopy_bytes, c.copied_bytes),
@@ -271,15 +273,16 @@ mod tests {
     #[zcnet_testkit::test]
     fn copying_sends_count_copied_and_failures_count_nothing() {
         let mut c = Counters::default();
-        c.send_cqe(false, 500, 500, 0);
+        c.payload(&sent(500, 500, false));
         c.sent_copied(100);
-        c.send_cqe(false, 500, -libc::EPIPE, 0);
-        c.send_cqe(true, 500, -libc::EPIPE, 0);
+        c.payload(&sent(-(libc::EPIPE as i64), 500, false));
+        c.payload(&sent(-(libc::EPIPE as i64), 500, true));
+        c.payload(&Outcome::Received(Ok(77)));
         assert_eq!(
             (c.bytes_sent, c.copied_bytes, c.zerocopy_bytes),
             (600, 600, 0)
         );
-        assert_eq!(c.notifications, 0);
+        assert_eq!((c.notifications, c.bytes_received), (0, 77));
     }
 
     #[zcnet_testkit::test]
@@ -357,10 +360,5 @@ mod tests {
         assert!(!dir.join("stats.json.tmp").exists(), "renamed, not left");
         report(&c, Some(dir.join("no/such/dir/x.json").as_os_str()));
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    fn io_uring_more() -> u32 {
-        // IORING_CQE_F_MORE: the result CQE of a SEND_ZC that a notification follows.
-        1 << 1
     }
 }

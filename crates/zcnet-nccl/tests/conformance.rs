@@ -904,7 +904,7 @@ fn send_rewrite() {
 /// The rewrite check with zero-copy sends: `uring-zc`, and `auto` (which starts zero-copy),
 /// each in a sender process of its own (the knobs are read once per process).
 fn rewrite_after_done() {
-    let zc = zcnet_sys::foreign_ring::ForeignRing::new(16, 0)
+    let zc = zcnet::engine::Engine::new(16, 0)
         .map(|r| r.supports_send_zc())
         .unwrap_or(false);
     if !zc {

@@ -5,8 +5,9 @@
 //! zcnet-nccl (the NCCL plugin), hold their own `unsafe` at that boundary: their `extern "C"`
 //! entry points and the raw pointers they are handed.
 //!
-//! Memory mappings and their disjoint slots ([`mem`]), the io_uring ring that holds a slot for
-//! exactly as long as the kernel may touch it ([`uring`]), socket options, `MSG_ZEROCOPY` sends
+//! Memory mappings and their disjoint slots ([`mem`]), the one io_uring ring owner that holds a
+//! request's memory (an owned slot or a foreign lease) for exactly as long as the kernel may
+//! touch it ([`uring`]), socket options, `MSG_ZEROCOPY` sends
 //! and the error queue ([`sock`]), and process-level calls: thread CPU time, RLIMIT_MEMLOCK,
 //! network-namespace switching, the interrupt flag ([`os`]). [`baseline`] is the minimal raw
 //! SEND_ZC loop that zcnet's own overhead is measured against.
@@ -24,7 +25,6 @@ pub mod devmem_tx;
 pub mod epoll;
 pub mod ethtool;
 pub mod foreign;
-pub mod foreign_ring;
 pub mod ifaddr;
 pub mod mem;
 pub mod netlink;

@@ -1,16 +1,45 @@
-//! An io_uring ring for sends that holds each buffer for exactly as long as the kernel may use it.
+//! The one io_uring ring owner for requests on memory the kernel reads or fills: it holds each
+//! request's memory for exactly as long as the kernel may use it.
 //!
-//! The ring takes ownership of a [`Slot`] when a send is queued and gives it back only with the
-//! request's *final* CQE — the one without `IORING_CQE_F_MORE` (io_uring_prep_send_zc(3): a
-//! zero-copy send's final CQE is its notification). The accounting of what each CQE means is
-//! `zcnet_core::SendZcTracker`'s job; this module only guarantees the memory rule, which is what
-//! makes the API safe. Dropping the ring cancels what is in flight and waits (bounded) for the
-//! kernel to let go; a slot the kernel still holds after that is leaked on purpose, never freed
-//! under it ([`leaked_slots`] counts them).
+//! A request's memory is a [`Lease`]: a [`Slot`] of a region zcnet mapped (the library's send
+//! buffers), or memory foreign code lent ([`ForeignBuf`]: NCCL's buffers, a C caller's, a
+//! received buffer sent back out). The ring takes the lease when the request is queued and gives
+//! it back only with the request's *final* CQE — the one without `IORING_CQE_F_MORE`
+//! (io_uring_prep_send_zc(3): a zero-copy send's final CQE is its notification). What each CQE
+//! means (bytes, copied or not) is `zcnet_core::SendZcTracker`'s job, applied by the library's
+//! engine (`zcnet::engine`); this module guarantees the memory rule, which is what makes the API
+//! safe.
+//!
+//! A `SEND_ZC` refused before it ran (seen: `ENOMEM` when RLIMIT_MEMLOCK cannot cover the
+//! pages it would pin, on a request linked after another) ends with a failed result *without*
+//! `IORING_CQE_F_MORE`, yet the kernel still posts a notification for it later (Linux 6.18,
+//! measured by the NCCL plugin's memlock test). The lease comes back with the failed result (the
+//! kernel never pinned the bytes), but the tag is not handed out again until that stray
+//! notification came, which the ring then swallows: a late notification can never be taken for
+//! the next request's.
+//!
+//! One drop rule: dropping the ring cancels every request in flight (IORING_OP_ASYNC_CANCEL by
+//! tag, Linux 5.5) and waits up to [`DROP_WAIT`] for their final CQEs. A lease the kernel still
+//! holds after that is leaked on purpose, with the ring itself, never freed under it
+//! ([`leaked_leases`] counts them). A zero-copy send whose bytes a socket still holds ends only
+//! when the socket lets go: an owner that can, resets its sockets before dropping the ring.
+//!
+//! Fixed buffers: a sparse table (IORING_REGISTER_BUFFERS2 with IORING_RSRC_REGISTER_SPARSE,
+//! then IORING_REGISTER_BUFFERS_UPDATE, Linux 5.13) where the ring is made with room for some,
+//! else one region registered whole (IORING_REGISTER_BUFFERS, Linux 5.1). Registration pins the
+//! pages once instead of per request and charges RLIMIT_MEMLOCK unless the process has
+//! CAP_IPC_LOCK (`ENOMEM`: the limit is too small; one buffer may not exceed 1 GiB).
+//!
+//! The other rings in this crate are separate for what they are: the provided-buffer receive
+//! ring ([`crate::bufring`]: the kernel picks the buffer, multishot), the zcrx ring
+//! ([`crate::zcrx`]: 32-byte CQEs and an interface queue registration), and [`crate::baseline`]
+//! (a deliberately minimal loop zcnet's overhead is measured against).
 
+use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,10 +47,14 @@ use std::time::{Duration, Instant};
 
 static LEAKED: AtomicU64 = AtomicU64::new(0);
 
-/// Slots leaked because the kernel still held them when their ring was dropped.
-pub fn leaked_slots() -> u64 {
+/// Leases leaked because the kernel still held them when their ring was dropped (0 in a healthy
+/// process).
+pub fn leaked_leases() -> u64 {
     LEAKED.load(Ordering::Relaxed)
 }
+
+/// How long dropping a ring waits for the final CQEs of the requests it cancelled.
+pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// `IORING_SEND_ZC_REPORT_USAGE` (include/uapi/linux/io_uring.h, Linux 6.2): ask the notification
 /// to say whether the kernel copied. Not exported by the io-uring crate.
@@ -30,35 +63,118 @@ pub const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 /// user_data of the ring's own cancel requests.
 const CANCEL_TAG: u64 = u64::MAX;
 
-/// One send request.
+/// Memory a request reads or fills, held by the ring until the request's final CQE.
+#[derive(Debug)]
+pub enum Lease {
+    /// A slot of a region zcnet mapped.
+    Slot(Slot),
+    /// Memory foreign code lent, or bytes of our own in that shape ([`ForeignBuf::owned`]).
+    Borrowed(Arc<ForeignBuf>),
+}
+
+impl Lease {
+    /// Its address and length.
+    pub fn range(&self) -> (usize, usize) {
+        match self {
+            Lease::Slot(s) => (s.addr(), s.len()),
+            Lease::Borrowed(b) => (b.addr(), b.len()),
+        }
+    }
+
+    /// The slot, if it is one.
+    pub fn into_slot(self) -> Option<Slot> {
+        match self {
+            Lease::Slot(s) => Some(s),
+            Lease::Borrowed(_) => None,
+        }
+    }
+}
+
+/// Memory foreign code registered for a while (NCCL's `regMr` .. `deregMr`), to become a fixed
+/// buffer ([`Ring::register_foreign`]).
+#[derive(Debug)]
+pub struct ForeignMr {
+    addr: usize,
+    len: usize,
+}
+
+impl ForeignMr {
+    /// `len` bytes at `addr`.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must stay mapped until the value is dropped (NCCL's contract between
+    /// `regMr` and `deregMr`).
+    pub unsafe fn new(addr: usize, len: usize) -> ForeignMr {
+        ForeignMr { addr, len }
+    }
+}
+
+/// What a fixed buffer entry keeps alive while registered.
+#[derive(Debug)]
+enum Fixed {
+    Mapping(Arc<Mapping>),
+    Foreign(ForeignMr),
+}
+
+impl Fixed {
+    fn range(&self) -> (usize, usize) {
+        match self {
+            Fixed::Mapping(m) => (m.addr(), m.len()),
+            Fixed::Foreign(f) => (f.addr, f.len),
+        }
+    }
+
+    fn covers(&self, addr: usize, len: usize) -> bool {
+        let (a, l) = self.range();
+        addr >= a && addr.saturating_add(len) <= a.saturating_add(l)
+    }
+}
+
+/// The operation of a [`Request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// IORING_OP_SEND (the kernel copies): one CQE.
+    Send,
+    /// IORING_OP_SEND_ZC with usage reports, from fixed buffer `fixed` when given (see
+    /// [`Ring::fixed_index`]): a result CQE, and a notification when the result has
+    /// `IORING_CQE_F_MORE`.
+    SendZc {
+        /// The fixed buffer covering the bytes.
+        fixed: Option<u16>,
+    },
+    /// IORING_OP_RECV into the bytes: one CQE.
+    Recv,
+}
+
+/// One request on part of a lease.
 #[derive(Debug, Clone, Copy)]
-pub struct SendOp {
+pub struct Request {
     /// The socket.
     pub fd: RawFd,
-    /// Bytes to send from the start of the slot.
+    /// Offset of the bytes in the lease.
+    pub off: usize,
+    /// How many bytes.
     pub len: u32,
-    /// `IORING_OP_SEND_ZC` instead of `IORING_OP_SEND`.
-    pub zero_copy: bool,
-    /// Use the ring's registered buffer (zero-copy only); the slot must belong to the
-    /// registered mapping.
-    pub fixed: bool,
-    /// `msg_flags` for the send (`MSG_WAITALL` for streams, `MSG_NOSIGNAL` is always added).
-    pub msg_flags: i32,
-    /// `IOSQE_IO_LINK`: the next request starts only after this one completes.
+    /// The operation.
+    pub op: Op,
+    /// `msg_flags` (`MSG_NOSIGNAL` is always added to sends; `MSG_WAITALL` makes a short result
+    /// on a stream mean the connection failed).
+    pub flags: i32,
+    /// `IOSQE_IO_LINK`: the next request starts only after this one succeeded.
     pub link: bool,
 }
 
-/// A completion, with the slot if this was the request's final CQE.
+/// A completion, with the lease if this was the request's final CQE.
 #[derive(Debug)]
 pub struct Completion {
-    /// The slot id the request was queued with.
-    pub slot_id: u32,
+    /// The tag [`Ring::push`] gave the request.
+    pub tag: u32,
     /// `res` of the CQE.
     pub res: i32,
     /// `flags` of the CQE.
     pub flags: u32,
-    /// The slot, returned with the final CQE.
-    pub slot: Option<Slot>,
+    /// The lease, returned with the final CQE.
+    pub lease: Option<Lease>,
 }
 
 /// Ring setup flags that worked.
@@ -68,12 +184,22 @@ pub struct RingFlags {
     pub coop_taskrun: bool,
 }
 
-/// An io_uring instance for sends from slots.
+/// An io_uring instance for requests on leased memory.
 pub struct Ring {
-    ring: IoUring,
-    held: Vec<Option<Slot>>,
+    /// Dropped by hand: kept (leaked) when the kernel would not let go of a request.
+    ring: ManuallyDrop<IoUring>,
+    /// The lease of each request in flight, by tag.
+    held: Vec<Option<Lease>>,
+    /// Tags not in flight, below `held.len()`.
+    free: Vec<u32>,
+    /// Per tag: the request in flight is a `SEND_ZC`.
+    zc: Vec<bool>,
+    /// Per tag: a refused `SEND_ZC` whose stray notification may still come (not reused).
+    stray: Vec<bool>,
     in_flight: usize,
-    registered: Option<Arc<Mapping>>,
+    /// The fixed buffer table: sparse (`sparse`), or one region registered whole.
+    fixed: Vec<Option<Fixed>>,
+    sparse: bool,
     /// The socket registered as fixed file 0 ([`Ring::register_file`]).
     file: Option<RawFd>,
     flags: RingFlags,
@@ -83,27 +209,41 @@ impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ring")
             .field("in_flight", &self.in_flight)
+            .field("fixed_slots", &self.fixed.len())
             .field("flags", &self.flags)
             .finish()
     }
 }
 
 impl Ring {
-    /// A ring with `entries` SQEs for slots with ids `0..max_slots`.
-    /// Tries IORING_SETUP_COOP_TASKRUN (5.19) and falls back to no flags.
-    pub fn new(entries: u32, max_slots: usize) -> io::Result<Ring> {
+    /// A ring of `entries` SQEs with room for `fixed_slots` fixed buffers (a sparse table; where
+    /// the kernel refuses one, or with 0, [`Ring::register_mapping`] registers one region whole
+    /// and [`Ring::register_foreign`] is refused). Tries IORING_SETUP_COOP_TASKRUN (5.19) and
+    /// falls back to no flags.
+    pub fn new(entries: u32, fixed_slots: u32) -> io::Result<Ring> {
         let (ring, coop) = match IoUring::builder().setup_coop_taskrun().build(entries) {
             Ok(r) => (r, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (IoUring::new(entries)?, false),
             Err(e) => return Err(e),
         };
-        let mut held = Vec::with_capacity(max_slots);
-        held.resize_with(max_slots, || None);
+        let sparse = fixed_slots > 0
+            && ring
+                .submitter()
+                .register_buffers_sparse(fixed_slots)
+                .is_ok();
+        let mut fixed = Vec::new();
+        if sparse {
+            fixed.resize_with(fixed_slots as usize, || None);
+        }
         Ok(Ring {
-            ring,
-            held,
+            ring: ManuallyDrop::new(ring),
+            held: Vec::with_capacity(entries as usize),
+            free: Vec::new(),
+            zc: Vec::new(),
+            stray: Vec::new(),
             in_flight: 0,
-            registered: None,
+            fixed,
+            sparse,
             file: None,
             flags: RingFlags { coop_taskrun: coop },
         })
@@ -114,7 +254,7 @@ impl Ring {
         self.flags
     }
 
-    /// Registers `efd` (`IOring_REGISTER_EVENTFD`): the kernel signals it for every completion
+    /// Registers `efd` (`IORING_REGISTER_EVENTFD`): the kernel signals it for every completion
     /// posted (and, on a DEFER_TASKRUN ring, when work is queued for the next wait), so an
     /// event loop can wait on it. The kernel takes its own reference: `efd` may be dropped
     /// later. `EBUSY` when one is registered already.
@@ -135,33 +275,98 @@ impl Ring {
         Ok(probe.is_supported(op))
     }
 
-    /// Registers `map` as fixed buffer 0 (IORING_REGISTER_BUFFERS). The kernel pins its pages and
-    /// charges them to RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK; `ENOMEM` means that
-    /// limit is too small. One buffer may not exceed 1 GiB.
-    pub fn register(&mut self, map: &Arc<Mapping>) -> io::Result<()> {
-        if self.registered.is_some() {
+    fn update_fixed(&self, idx: usize, addr: usize, len: usize) -> io::Result<()> {
+        let iov = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: the iovec covers memory the caller keeps mapped while registered (a mapping
+        // we hold an Arc to, or a ForeignMr whose creator promised so), stored in
+        // `self.fixed[idx]` until the entry is cleared again; an empty iovec clears the entry
+        // and references no memory.
+        unsafe {
+            self.ring.submitter().register_buffers_update(
+                idx as u32,
+                std::slice::from_ref(&iov),
+                None,
+            )?
+        };
+        Ok(())
+    }
+
+    fn add_fixed(&mut self, entry: Fixed) -> io::Result<u16> {
+        let (addr, len) = entry.range();
+        if self.sparse {
+            let idx = self
+                .fixed
+                .iter()
+                .position(Option::is_none)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOSPC))?;
+            self.update_fixed(idx, addr, len)?;
+            self.fixed[idx] = Some(entry);
+            return Ok(idx as u16);
+        }
+        if !self.fixed.is_empty() {
             return Err(io::Error::from_raw_os_error(libc::EBUSY));
         }
         let iov = libc::iovec {
-            iov_base: map.addr() as *mut libc::c_void,
-            iov_len: map.len(),
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
         };
-        // SAFETY: the iovec covers a live mapping; we keep an Arc to it in `self.registered`
-        // until the buffers are unregistered (drop), so the range stays mapped while registered.
+        // SAFETY: as in `update_fixed`: the entry is kept in `self.fixed` while registered.
         unsafe {
             self.ring
                 .submitter()
                 .register_buffers(std::slice::from_ref(&iov))?
         };
-        self.registered = Some(Arc::clone(map));
+        self.fixed.push(Some(entry));
+        Ok(0)
+    }
+
+    /// Makes `map` a fixed buffer; its index. The ring keeps an Arc to it while registered.
+    /// Without a sparse table only one can be registered (`EBUSY` for a second).
+    pub fn register_mapping(&mut self, map: &Arc<Mapping>) -> io::Result<u16> {
+        self.add_fixed(Fixed::Mapping(Arc::clone(map)))
+    }
+
+    /// Makes `mr` a fixed buffer; its index. `ENOSPC` when the table is full or the ring has
+    /// no sparse table.
+    pub fn register_foreign(&mut self, mr: ForeignMr) -> io::Result<u16> {
+        if !self.sparse {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        self.add_fixed(Fixed::Foreign(mr))
+    }
+
+    /// Clears fixed buffer `idx` (requests in flight keep the pages pinned until they end).
+    pub fn unregister(&mut self, idx: u16) -> io::Result<()> {
+        let i = usize::from(idx);
+        if self.fixed.get(i).and_then(Option::as_ref).is_none() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if self.sparse {
+            self.update_fixed(i, 0, 0)?;
+            self.fixed[i] = None;
+        } else {
+            self.ring.submitter().unregister_buffers()?;
+            self.fixed.clear();
+        }
         Ok(())
     }
 
-    /// Registers `fd` as fixed file 0 (IORING_REGISTER_FILES, Linux 5.1): sends on `fd` then
+    /// The fixed buffer covering `addr..addr + len`, if one does.
+    pub fn fixed_index(&self, addr: usize, len: usize) -> Option<u16> {
+        self.fixed
+            .iter()
+            .position(|m| m.as_ref().is_some_and(|m| m.covers(addr, len)))
+            .map(|i| i as u16)
+    }
+
+    /// Registers `fd` as fixed file 0 (IORING_REGISTER_FILES, Linux 5.1): requests on `fd` then
     /// name it by index (`IOSQE_FIXED_FILE`), which spares the kernel a file lookup and a
     /// reference count per request. The ring holds its own reference to the file until it is
     /// dropped. The caller keeps `fd` open, and names no other file by that number, for as long
-    /// as it queues sends on this ring: a send whose `SendOp::fd` equals `fd` goes to the
+    /// as it queues requests on this ring: a request whose `fd` equals `fd` goes to the
     /// registered file. Only one file: a second call is `EBUSY`.
     pub fn register_file(&mut self, fd: RawFd) -> io::Result<()> {
         if self.file.is_some() {
@@ -177,72 +382,101 @@ impl Ring {
         self.file
     }
 
-    /// Requests queued or running and not yet finished.
+    /// Requests queued or running whose final CQE has not been taken.
     pub fn in_flight(&self) -> usize {
         self.in_flight
     }
 
-    /// Queues a send of `op.len` bytes from the start of `slot`. The ring keeps the slot until the
-    /// request's final completion. On error the slot is handed back.
-    pub fn push_send(&mut self, slot: Slot, op: &SendOp) -> Result<(), (Slot, io::Error)> {
-        let id = slot.id() as usize;
-        if id >= self.held.len() || self.held[id].is_some() {
-            return Err((slot, io::Error::from_raw_os_error(libc::EBUSY)));
-        }
-        if op.len as usize > slot.len() {
-            return Err((slot, io::Error::from_raw_os_error(libc::EINVAL)));
-        }
-        let buf_index = if op.fixed {
-            match &self.registered {
-                Some(m) if Arc::ptr_eq(m, slot.mapping()) => Some(0u16),
-                _ => return Err((slot, io::Error::from_raw_os_error(libc::EFAULT))),
+    fn take_tag(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(t) => t,
+            None => {
+                self.held.push(None);
+                self.zc.push(false);
+                self.stray.push(false);
+                (self.held.len() - 1) as u32
             }
-        } else {
-            None
-        };
-        let ptr = slot.addr() as *const u8;
-        let flags = op.msg_flags | libc::MSG_NOSIGNAL;
+        }
+    }
+
+    /// Queues `req` on `lease`; the request's tag (unique among requests in flight, reused after
+    /// its final CQE). The ring keeps the lease until that CQE. On error the lease is handed
+    /// back: `EINVAL` when the bytes lie outside the lease, `EFAULT` when the fixed buffer named
+    /// does not cover them, `EAGAIN` when the submission queue stays full.
+    pub fn push(&mut self, lease: Lease, req: &Request) -> Result<u32, (Lease, io::Error)> {
+        let (addr, size) = lease.range();
+        let inside = req
+            .off
+            .checked_add(req.len as usize)
+            .is_some_and(|end| end <= size);
+        if !inside {
+            return Err((lease, io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        let ptr = (addr + req.off) as *mut u8;
+        if let Op::SendZc { fixed: Some(i) } = req.op {
+            let ok = self
+                .fixed
+                .get(usize::from(i))
+                .and_then(Option::as_ref)
+                .is_some_and(|m| m.covers(ptr as usize, req.len as usize));
+            if !ok {
+                return Err((lease, io::Error::from_raw_os_error(libc::EFAULT)));
+            }
+        }
+        let send_flags = req.flags | libc::MSG_NOSIGNAL;
         // The registered socket by index (no per-request file lookup), any other by number.
-        let entry = match (self.file == Some(op.fd), op.zero_copy) {
-            (true, true) => opcode::SendZc::new(types::Fixed(0), ptr, op.len)
-                .buf_index(buf_index)
-                .flags(flags)
+        let entry = match (self.file == Some(req.fd), req.op) {
+            (true, Op::SendZc { fixed }) => opcode::SendZc::new(types::Fixed(0), ptr, req.len)
+                .buf_index(fixed)
+                .flags(send_flags)
                 .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
                 .build(),
-            (false, true) => opcode::SendZc::new(types::Fd(op.fd), ptr, op.len)
-                .buf_index(buf_index)
-                .flags(flags)
+            (false, Op::SendZc { fixed }) => opcode::SendZc::new(types::Fd(req.fd), ptr, req.len)
+                .buf_index(fixed)
+                .flags(send_flags)
                 .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
                 .build(),
-            (true, false) => opcode::Send::new(types::Fixed(0), ptr, op.len)
-                .flags(flags)
+            (true, Op::Send) => opcode::Send::new(types::Fixed(0), ptr, req.len)
+                .flags(send_flags)
                 .build(),
-            (false, false) => opcode::Send::new(types::Fd(op.fd), ptr, op.len)
-                .flags(flags)
+            (false, Op::Send) => opcode::Send::new(types::Fd(req.fd), ptr, req.len)
+                .flags(send_flags)
+                .build(),
+            (true, Op::Recv) => opcode::Recv::new(types::Fixed(0), ptr, req.len)
+                .flags(req.flags)
+                .build(),
+            (false, Op::Recv) => opcode::Recv::new(types::Fd(req.fd), ptr, req.len)
+                .flags(req.flags)
                 .build(),
         };
-        let mut entry = entry.user_data(id as u64);
-        if op.link {
+        let tag = self.take_tag();
+        let mut entry = entry.user_data(u64::from(tag));
+        if req.link {
             entry = entry.flags(squeue::Flags::IO_LINK);
         }
         // One view of the submission queue (each view reads the kernel's head when made and
         // publishes the tail when dropped): a second only where the queue was full.
-        // SAFETY: the SQE points at `slot`'s bytes; the slot is moved into `self.held` below and
-        // given back only with this request's final CQE (or leaked if the ring is dropped while
-        // the kernel still holds it), so the memory outlives the kernel's use.
+        // SAFETY: the SQE points into the lease (bounds checked above); the lease is moved into
+        // `self.held` below and given back only with this request's final CQE (or leaked with
+        // the ring if the ring is dropped while the kernel still holds it), so the memory
+        // outlives the kernel's use.
         let full = unsafe { self.ring.submission().push(&entry) }.is_err();
         if full {
-            if let Err(e) = self.ring.submit() {
-                return Err((slot, e));
-            }
-            // SAFETY: as above, the same SQE and slot.
-            if unsafe { self.ring.submission().push(&entry) }.is_err() {
-                return Err((slot, io::Error::from_raw_os_error(libc::EAGAIN)));
+            let pushed = match self.ring.submit() {
+                // SAFETY: as above, the same SQE and lease.
+                Ok(_) => unsafe { self.ring.submission().push(&entry) }
+                    .map_err(|_| io::Error::from_raw_os_error(libc::EAGAIN)),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = pushed {
+                self.free.push(tag);
+                return Err((lease, e));
             }
         }
-        self.held[id] = Some(slot);
+        self.held[tag as usize] = Some(lease);
+        self.zc[tag as usize] = matches!(req.op, Op::SendZc { .. });
         self.in_flight += 1;
-        Ok(())
+        Ok(tag)
     }
 
     /// SQEs queued and not yet handed to the kernel.
@@ -255,9 +489,13 @@ impl Ring {
         !self.ring.completion().is_empty()
     }
 
-    /// Submits queued SQEs without waiting.
+    /// Submits queued SQEs without waiting. `EINTR`, `EAGAIN` and `EBUSY` are not errors: what
+    /// is queued goes in with the next call.
     pub fn submit(&mut self) -> io::Result<usize> {
-        self.ring.submit()
+        match self.ring.submit() {
+            Err(e) if crate::enter_transient(&e) => Ok(0),
+            r => r,
+        }
     }
 
     /// Submits and waits for at least `want` completions or `timeout`, whichever first.
@@ -266,7 +504,7 @@ impl Ring {
         submit_and_wait(&self.ring, want, timeout)
     }
 
-    /// Takes every available completion, handing the slot back with each final CQE.
+    /// Takes every available completion, handing the lease back with each final CQE.
     pub fn drain(&mut self, mut f: impl FnMut(Completion)) {
         let mut cq = self.ring.completion();
         cq.sync();
@@ -275,21 +513,71 @@ impl Ring {
             if ud == CANCEL_TAG {
                 continue;
             }
-            let slot = if cqueue::more(cqe.flags()) {
+            let tag = ud as u32;
+            let t = tag as usize;
+            if self.stray.get(t).copied().unwrap_or(false) {
+                // The late notification of a refused SEND_ZC: its tag is free from now on.
+                self.stray[t] = false;
+                self.free.push(tag);
+                continue;
+            }
+            let lease = if cqueue::more(cqe.flags()) {
                 None
             } else {
-                let s = self.held.get_mut(ud as usize).and_then(Option::take);
-                if s.is_some() {
+                let l = self.held.get_mut(t).and_then(Option::take);
+                if l.is_some() {
                     self.in_flight -= 1;
+                    if self.zc[t] && cqe.result() < 0 && !cqueue::notif(cqe.flags()) {
+                        self.stray[t] = true;
+                    } else {
+                        self.free.push(tag);
+                    }
                 }
-                s
+                l
             };
             f(Completion {
-                slot_id: ud as u32,
+                tag,
                 res: cqe.result(),
                 flags: cqe.flags(),
-                slot,
+                lease,
             });
+        }
+    }
+
+    /// Cancels every request in flight and waits up to `timeout` for their final CQEs (handed
+    /// to `f`); whether none is left. A zero-copy send whose data a socket still holds ends
+    /// only when the socket lets go of it: close or reset the socket to hurry it.
+    pub fn cancel_all(&mut self, timeout: Duration, mut f: impl FnMut(Completion)) -> bool {
+        if self.in_flight == 0 {
+            return true;
+        }
+        let tags: Vec<u64> = (0..self.held.len())
+            .filter(|&t| self.held[t].is_some())
+            .map(|t| t as u64)
+            .collect();
+        for t in tags {
+            let e = opcode::AsyncCancel::new(t).build().user_data(CANCEL_TAG);
+            // SAFETY: a cancel SQE references no user memory.
+            if unsafe { self.ring.submission().push(&e) }.is_err() {
+                let _ = self.ring.submit();
+                // SAFETY: as above.
+                let _ = unsafe { self.ring.submission().push(&e) };
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.drain(&mut f);
+            if self.in_flight == 0 {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero()
+                || self
+                    .submit_and_wait(1, left.min(Duration::from_millis(20)))
+                    .is_err()
+            {
+                return false;
+            }
         }
     }
 }
@@ -318,39 +606,18 @@ pub(crate) fn submit_and_wait(ring: &IoUring, want: usize, timeout: Duration) ->
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        if self.in_flight > 0 {
-            for (id, s) in self.held.iter().enumerate() {
-                if s.is_some() {
-                    let e = opcode::AsyncCancel::new(id as u64)
-                        .build()
-                        .user_data(CANCEL_TAG);
-                    // SAFETY: a cancel SQE references no user memory.
-                    let _ = unsafe { self.ring.submission().push(&e) };
-                }
-            }
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while self.in_flight > 0 && Instant::now() < deadline {
-                if self.submit_and_wait(1, Duration::from_millis(50)).is_err() {
-                    break;
-                }
-                self.drain(drop);
-            }
+        if self.cancel_all(DROP_WAIT, drop) {
+            // SAFETY: nothing is in flight, and `self.ring` is not used after this; the fixed
+            // buffers' owners (`self.fixed`) are dropped after the ring that registered them.
+            unsafe { ManuallyDrop::drop(&mut self.ring) };
+            return;
         }
-        let mut leaked = 0;
-        for s in self.held.iter_mut() {
-            if let Some(slot) = s.take() {
-                // The kernel may still read this memory: never free it.
-                std::mem::forget(slot);
-                leaked += 1;
-            }
-        }
-        if leaked > 0 {
-            LEAKED.fetch_add(leaked, Ordering::Relaxed);
-            // Leaking the registration's Arc too keeps the mapping alive.
-            if let Some(m) = self.registered.take() {
-                std::mem::forget(m);
-            }
-        }
+        // The kernel still holds requests after cancellation and the wait. Their memory must
+        // never be freed or reused: leak the leases, the registered buffers and the ring.
+        let leaked = self.held.iter().filter(|l| l.is_some()).count() as u64;
+        LEAKED.fetch_add(leaked, Ordering::Relaxed);
+        std::mem::forget(std::mem::take(&mut self.held));
+        std::mem::forget(std::mem::take(&mut self.fixed));
     }
 }
 
@@ -358,7 +625,7 @@ impl Drop for Ring {
 mod tests {
     use super::*;
     use crate::mem::Mapping;
-    use std::io::Read;
+    use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
     use zcnet_core::sendzc::{IORING_CQE_F_MORE, IORING_CQE_F_NOTIF};
@@ -372,45 +639,40 @@ mod tests {
         (a, b)
     }
 
-    /// What one drained completion said, and the slot it handed back.
-    #[derive(Debug)]
-    struct Seen {
-        slot_id: u32,
-        res: i32,
-        flags: u32,
-        returned: Option<Slot>,
+    fn ring(entries: u32, fixed: u32) -> Ring {
+        Ring::new(entries, fixed).unwrap_or_else(|e| skip(Need::Kernel, format!("io_uring: {e}")))
     }
 
     /// Drains until `done(seen so far)`; fails after 5 s.
-    fn drain_until(ring: &mut Ring, seen: &mut Vec<Seen>, done: impl Fn(&[Seen]) -> bool) {
+    fn drain_until(
+        ring: &mut Ring,
+        seen: &mut Vec<Completion>,
+        done: impl Fn(&[Completion]) -> bool,
+    ) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while !done(seen) {
             assert!(Instant::now() < deadline, "completions so far: {seen:?}");
             ring.submit_and_wait(1, Duration::from_millis(50))
                 .expect("io_uring_enter");
-            ring.drain(|c| {
-                seen.push(Seen {
-                    slot_id: c.slot_id,
-                    res: c.res,
-                    flags: c.flags,
-                    returned: c.slot,
-                })
-            });
+            ring.drain(|c| seen.push(c));
         }
     }
 
-    /// The memory rule itself. A zero-copy send's result CQE (`F_MORE`) must not hand
-    /// its slot back: the kernel still references the bytes until the notification
-    /// (`F_NOTIF`), which is the CQE that returns it. A CQE without `F_MORE` (a plain send's
-    /// only CQE: no notification will come) returns its slot at once. The send is made with
-    /// `MSG_MORE` so the kernel holds the partial segment after accepting it: the result
-    /// arrives while the notification cannot have (it comes once the next send without
-    /// `MSG_MORE` pushes the segment out). Every completion is also fed to `SendZcTracker`,
-    /// whose `released` must agree with the ring.
+    fn finals(seen: &[Completion]) -> usize {
+        seen.iter().filter(|c| c.lease.is_some()).count()
+    }
+
+    /// The memory rule itself. A zero-copy send's result CQE (`F_MORE`) must not hand its
+    /// lease back: the kernel still references the bytes until the notification (`F_NOTIF`),
+    /// which is the CQE that returns it. A CQE without `F_MORE` (a plain send's only CQE: no
+    /// notification will come) returns its lease at once. The send is made with `MSG_MORE` so
+    /// the kernel holds the partial segment after accepting it: the result arrives while the
+    /// notification cannot have (it comes once the next send without `MSG_MORE` pushes the
+    /// segment out). Every completion is also fed to `SendZcTracker`, whose `released` must
+    /// agree with the ring.
     #[zcnet_testkit::test]
-    fn a_zero_copy_send_keeps_its_slot_until_the_notification() {
-        let mut ring =
-            Ring::new(8, 2).unwrap_or_else(|e| skip(Need::Kernel, format!("io_uring: {e}")));
+    fn a_zero_copy_send_keeps_its_lease_until_the_notification() {
+        let mut ring = ring(8, 0);
         if !ring.supports_send_zc().unwrap_or(false) {
             skip(Need::Kernel, "no IORING_OP_SEND_ZC (Linux 6.0)");
         }
@@ -422,29 +684,30 @@ mod tests {
         zc.bytes_mut().expect("cpu memory").fill(0x5a);
         plain.bytes_mut().expect("cpu memory").fill(0xa5);
         let (a, mut b) = pair();
-        let op = |zero_copy: bool, more: bool| SendOp {
+        let req = |op: Op, more: bool| Request {
             fd: a.as_raw_fd(),
+            off: 0,
             len: 4096,
-            zero_copy,
-            fixed: false,
-            msg_flags: if more { libc::MSG_MORE } else { 0 },
+            op,
+            flags: if more { libc::MSG_MORE } else { 0 },
             link: false,
         };
         let mut tracker = SendZcTracker::new(2);
         let mut seen = Vec::new();
 
-        ring.push_send(zc, &op(true, true))
+        let zc_tag = ring
+            .push(Lease::Slot(zc), &req(Op::SendZc { fixed: None }, true))
             .map_err(|(_, e)| e)
             .expect("queue the zero-copy send");
-        tracker.on_submit(0, 4096).expect("submit");
+        tracker.on_submit(zc_tag as usize, 4096).expect("submit");
         ring.submit().expect("submit");
         drain_until(&mut ring, &mut seen, |s| {
             s.iter()
-                .any(|c| c.slot_id == 0 && c.flags & IORING_CQE_F_NOTIF == 0)
+                .any(|c| c.tag == zc_tag && c.flags & IORING_CQE_F_NOTIF == 0)
         });
         let result = seen
             .iter()
-            .find(|c| c.slot_id == 0 && c.flags & IORING_CQE_F_NOTIF == 0)
+            .find(|c| c.tag == zc_tag && c.flags & IORING_CQE_F_NOTIF == 0)
             .expect("the result");
         assert_eq!(result.res, 4096, "{seen:?}");
         assert_ne!(
@@ -453,57 +716,54 @@ mod tests {
             "a zero-copy result announces its notification: {seen:?}"
         );
         assert!(
-            result.returned.is_none(),
-            "the slot came back with the result CQE (F_MORE): the kernel may still read it"
+            result.lease.is_none(),
+            "the lease came back with the result CQE (F_MORE): the kernel may still read it"
         );
-        let finals = seen.iter().filter(|c| c.returned.is_some()).count();
         assert_eq!(
             ring.in_flight(),
-            1 - finals,
+            1 - finals(&seen),
             "in flight until the notification: {seen:?}"
         );
 
-        // A plain send: its only CQE has no F_MORE and returns its slot. Without MSG_MORE it
+        // A plain send: its only CQE has no F_MORE and returns its lease. Without MSG_MORE it
         // also pushes the held segment out, so the zero-copy notification follows.
-        ring.push_send(plain, &op(false, false))
+        let plain_tag = ring
+            .push(Lease::Slot(plain), &req(Op::Send, false))
             .map_err(|(_, e)| e)
             .expect("queue the plain send");
-        tracker.on_submit(1, 4096).expect("submit");
+        assert_ne!(plain_tag, zc_tag, "two requests in flight, two tags");
+        tracker.on_submit(plain_tag as usize, 4096).expect("submit");
         ring.submit().expect("submit");
         let mut got = vec![0u8; 8192];
         b.read_exact(&mut got).expect("read");
         assert!(got[..4096].iter().all(|&x| x == 0x5a));
         assert!(got[4096..].iter().all(|&x| x == 0xa5));
-        drain_until(&mut ring, &mut seen, |s| {
-            s.iter().filter(|c| c.returned.is_some()).count() == 2
-        });
+        drain_until(&mut ring, &mut seen, |s| finals(s) == 2);
         assert_eq!(ring.in_flight(), 0);
 
         for c in &seen {
             let out = tracker
-                .on_cqe(c.slot_id as usize, c.res, c.flags)
+                .on_cqe(c.tag as usize, c.res, c.flags)
                 .unwrap_or_else(|e| panic!("{e}: {seen:?}"));
             let last = c.flags & IORING_CQE_F_MORE == 0;
             assert_eq!(
-                c.returned.is_some(),
+                c.lease.is_some(),
                 last,
-                "a slot comes back with its request's final CQE and only then: {c:?}"
+                "a lease comes back with its request's final CQE and only then: {c:?}"
             );
             assert_eq!(out.released, last, "the tracker agrees: {c:?}");
-            if let Some(s) = &c.returned {
-                assert_eq!(s.id(), c.slot_id);
-            }
         }
         let notif = seen
             .iter()
             .find(|c| c.flags & IORING_CQE_F_NOTIF != 0)
             .expect("the notification");
-        assert_eq!(notif.slot_id, 0);
-        assert!(
-            notif.returned.is_some(),
-            "the notification returns the slot"
-        );
-        let plain_cqe = seen.iter().find(|c| c.slot_id == 1).expect("plain CQE");
+        assert_eq!(notif.tag, zc_tag);
+        let back = notif
+            .lease
+            .as_ref()
+            .expect("the notification returns the lease");
+        assert!(matches!(back, Lease::Slot(s) if s.id() == 0), "{back:?}");
+        let plain_cqe = seen.iter().find(|c| c.tag == plain_tag).expect("plain CQE");
         assert_eq!(
             (plain_cqe.res, plain_cqe.flags & IORING_CQE_F_MORE),
             (4096, 0)
@@ -514,5 +774,206 @@ mod tests {
             "result, notification, plain result: {seen:?}"
         );
         assert_eq!(tracker.in_flight(), 0);
+    }
+
+    /// Borrowed memory through the same ring: a zero-copy send from a registered foreign buffer
+    /// linked to a plain send, and a receive with MSG_WAITALL into the middle of another.
+    #[zcnet_testkit::test]
+    fn borrowed_memory_sends_from_a_fixed_buffer_and_receives_in_place() {
+        let mut ring = ring(16, 4);
+        let (a, mut b) = pair();
+        let mut data: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+        let (addr, len) = (data.as_mut_ptr() as usize, data.len());
+        // SAFETY: `data` outlives the ring's registration (unregistered below, before drop).
+        let idx = ring.register_foreign(unsafe { ForeignMr::new(addr, len) });
+        // SAFETY: `data` is not touched until every request on it has ended (drained below).
+        let buf = Arc::new(unsafe { ForeignBuf::new(data.as_mut_ptr(), len) }.expect("buf"));
+        let fixed = idx.as_ref().ok().copied();
+        assert_eq!(ring.fixed_index(addr + 10, 100), fixed);
+        assert_eq!(ring.fixed_index(addr + len - 1, 2), None);
+        let zc = ring.supports_send_zc().unwrap_or(false);
+        let send = Request {
+            fd: a.as_raw_fd(),
+            off: 0,
+            len: 1000,
+            op: if zc { Op::SendZc { fixed } } else { Op::Send },
+            flags: libc::MSG_WAITALL,
+            link: true,
+        };
+        let t1 = ring
+            .push(Lease::Borrowed(Arc::clone(&buf)), &send)
+            .map_err(|(_, e)| e)
+            .expect("push");
+        let rest = Request {
+            off: 1000,
+            len: (len - 1000) as u32,
+            op: Op::Send,
+            link: false,
+            ..send
+        };
+        let t2 = ring
+            .push(Lease::Borrowed(Arc::clone(&buf)), &rest)
+            .map_err(|(_, e)| e)
+            .expect("push");
+        ring.submit().expect("submit");
+        let mut got = vec![0u8; len];
+        b.read_exact(&mut got).expect("read");
+        assert_eq!(got, data);
+        let mut seen = Vec::new();
+        drain_until(&mut ring, &mut seen, |s| finals(s) == 2);
+        assert!(seen.iter().any(|c| c.tag == t1 && c.res == 1000));
+        assert!(seen
+            .iter()
+            .any(|c| c.tag == t2 && c.res == (len - 1000) as i32));
+        assert_eq!(ring.in_flight(), 0);
+        drop(seen);
+        assert_eq!(Arc::strong_count(&buf), 1, "every lease came back");
+        if let Ok(i) = idx {
+            ring.unregister(i).expect("unregister");
+            assert_eq!(ring.fixed_index(addr, 1), None);
+        }
+
+        let mut into = vec![0u8; 100];
+        // SAFETY: `into` is not touched until the request ended.
+        let rb = Arc::new(unsafe { ForeignBuf::new(into.as_mut_ptr(), 100) }.expect("buf"));
+        let recv = Request {
+            fd: a.as_raw_fd(),
+            off: 10,
+            len: 80,
+            op: Op::Recv,
+            flags: libc::MSG_WAITALL,
+            link: false,
+        };
+        ring.push(Lease::Borrowed(rb), &recv)
+            .map_err(|(_, e)| e)
+            .expect("push");
+        ring.submit().expect("submit");
+        b.write_all(&[5u8; 30]).expect("write");
+        std::thread::sleep(Duration::from_millis(20));
+        b.write_all(&[6u8; 50]).expect("write");
+        let mut seen = Vec::new();
+        drain_until(&mut ring, &mut seen, |s| finals(s) == 1);
+        assert_eq!(seen[0].res, 80);
+        drop(seen);
+        assert_eq!(&into[..10], &[0u8; 10]);
+        assert_eq!(&into[10..40], &[5u8; 30]);
+        assert_eq!(&into[40..90], &[6u8; 50]);
+        assert_eq!(&into[90..], &[0u8; 10]);
+    }
+
+    /// Refusals hand the lease back; a region is registered whole where the ring has no sparse
+    /// table; dropping the ring cancels a pending receive and gives its lease back.
+    #[zcnet_testkit::test]
+    fn bad_requests_are_refused_and_drop_cancels_pending_receives() {
+        let mut ring = ring(8, 0);
+        let (a, _b) = pair();
+        let mut into = vec![0u8; 64];
+        // SAFETY: `into` is not touched until the ring (and its requests) is gone.
+        let rb = Arc::new(unsafe { ForeignBuf::new(into.as_mut_ptr(), 64) }.expect("buf"));
+        let mut req = Request {
+            fd: a.as_raw_fd(),
+            off: 60,
+            len: 8,
+            op: Op::Recv,
+            flags: 0,
+            link: false,
+        };
+        let err = |r: Result<u32, (Lease, io::Error)>| r.err().and_then(|(_, e)| e.raw_os_error());
+        assert_eq!(
+            err(ring.push(Lease::Borrowed(Arc::clone(&rb)), &req)),
+            Some(libc::EINVAL),
+            "outside the lease"
+        );
+        req.off = 0;
+        let zc = Request {
+            op: Op::SendZc { fixed: Some(0) },
+            ..req
+        };
+        assert_eq!(
+            err(ring.push(Lease::Borrowed(Arc::clone(&rb)), &zc)),
+            Some(libc::EFAULT),
+            "no such fixed buffer"
+        );
+        // SAFETY: never used for I/O: the table is absent.
+        let mr = unsafe { ForeignMr::new(into.as_ptr() as usize, 64) };
+        assert_eq!(
+            ring.register_foreign(mr)
+                .err()
+                .and_then(|e| e.raw_os_error()),
+            Some(libc::ENOSPC)
+        );
+        let map = Arc::new(Mapping::anonymous(8192).expect("mmap"));
+        match ring.register_mapping(&map) {
+            Ok(i) => {
+                assert_eq!(i, 0);
+                assert_eq!(ring.fixed_index(map.addr() + 4096, 4096), Some(0));
+                assert_eq!(
+                    ring.register_mapping(&map)
+                        .err()
+                        .and_then(|e| e.raw_os_error()),
+                    Some(libc::EBUSY),
+                    "one region without a sparse table"
+                );
+            }
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ENOMEM), "{e}"),
+        }
+        assert_eq!(Arc::strong_count(&rb), 1, "refused leases came back");
+        ring.push(Lease::Borrowed(Arc::clone(&rb)), &req)
+            .map_err(|(_, e)| e)
+            .expect("push");
+        ring.submit().expect("submit");
+        assert_eq!(ring.in_flight(), 1);
+        let t = Instant::now();
+        let leaked = leaked_leases();
+        drop(ring);
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert_eq!(leaked_leases(), leaked);
+        assert_eq!(
+            Arc::strong_count(&rb),
+            1,
+            "the cancelled receive's lease came back"
+        );
+        assert_eq!(
+            Arc::strong_count(&map),
+            1,
+            "the registration let go of the region"
+        );
+        drop(rb);
+        assert_eq!(into, vec![0u8; 64]);
+    }
+
+    /// Tags are reused after their final CQE, so a long run keeps a small table.
+    #[zcnet_testkit::test]
+    fn tags_are_reused_once_their_request_ended() {
+        let mut ring = ring(8, 0);
+        let (a, mut b) = pair();
+        let buf = Arc::new(ForeignBuf::owned(vec![1u8; 100].into_boxed_slice()));
+        let req = Request {
+            fd: a.as_raw_fd(),
+            off: 0,
+            len: 100,
+            op: Op::Send,
+            flags: 0,
+            link: false,
+        };
+        let mut tags = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let t = ring
+                .push(Lease::Borrowed(Arc::clone(&buf)), &req)
+                .map_err(|(_, e)| e)
+                .expect("push");
+            tags.insert(t);
+            ring.submit().expect("submit");
+            let mut seen = Vec::new();
+            drain_until(&mut ring, &mut seen, |s| finals(s) == 1);
+            assert_eq!((seen[0].tag, seen[0].res), (t, 100));
+        }
+        let mut got = vec![0u8; 5000];
+        b.read_exact(&mut got).expect("read");
+        assert_eq!(
+            tags.len(),
+            1,
+            "one request at a time reuses one tag: {tags:?}"
+        );
     }
 }

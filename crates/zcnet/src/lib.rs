@@ -33,6 +33,7 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+pub mod engine;
 pub mod error;
 pub mod gpu;
 pub mod interrupt;

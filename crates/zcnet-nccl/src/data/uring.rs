@@ -27,27 +27,42 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet::engine::{Engine, Event, ForeignBuf, ForeignMr, Lease, Op, Outcome, Request};
 use zcnet_core::nccl::{ChunkHeader, Placement, RecvMatch, SendChunk, SendSched, HEADER_LEN};
-use zcnet_core::sendzc::{IORING_CQE_F_NOTIF, IORING_NOTIF_USAGE_ZC_COPIED};
 use zcnet_core::AutoPolicy;
-use zcnet_sys::foreign::ForeignBuf;
-use zcnet_sys::foreign_ring::{Cqe, ForeignMr, ForeignRing, Op, Request};
 
 /// Fixed-buffer slots per send comm (NCCL registers a few buffers per connection).
 const FIXED_SLOTS: u32 = 64;
 
-/// A ring for a comm of `nsocks` sockets (two requests per socket at most, plus room).
-pub fn new_ring(nsocks: usize) -> std::io::Result<ForeignRing> {
-    ForeignRing::new((4 * nsocks as u32).next_power_of_two().max(16), FIXED_SLOTS)
+/// The engine of a comm of `nsocks` sockets (two requests per socket at most, plus room).
+pub fn new_ring(nsocks: usize) -> std::io::Result<Engine> {
+    Engine::new((4 * nsocks as u32).next_power_of_two().max(16), FIXED_SLOTS)
 }
 
 /// Submits what is queued and takes what completed (without waiting).
-fn submit_and_reap(ring: &mut ForeignRing) -> Result<Vec<Cqe>> {
+fn submit_and_reap(ring: &mut Engine) -> Result<Vec<Event>> {
     ring.submit()
         .map_err(|e| PluginError::io("io_uring submit", &e))?;
-    let mut cqes = Vec::new();
-    ring.drain(|c| cqes.push(c));
-    Ok(cqes)
+    let mut events = Vec::new();
+    ring.reap(|e| events.push(e));
+    Ok(events)
+}
+
+/// Queues `req` on `buf`; its tag.
+fn push(ring: &mut Engine, buf: Arc<ForeignBuf>, req: &Request, what: &str) -> Result<u32> {
+    ring.push(Lease::Borrowed(buf), req)
+        .map_err(|(_, e)| PluginError::io(what, &e))
+}
+
+/// A receive's result as the kernel gave it (bytes, or `-errno`).
+fn received(o: &Outcome) -> Result<i32> {
+    match *o {
+        Outcome::Received(Ok(n)) => Ok(n as i32),
+        Outcome::Received(Err(e)) => Ok(-e),
+        other => Err(PluginError::Internal(format!(
+            "a receive completed as {other:?}"
+        ))),
+    }
 }
 
 fn blocking(socks: &[TcpStream]) -> Result<()> {
@@ -79,10 +94,9 @@ enum SendOp {
         /// A `SEND_ZC` payload.
         zc: bool,
     },
-    /// A `SEND_ZC` payload the kernel refused. Its notification may still follow, even after a
-    /// failed result without `IORING_CQE_F_MORE` (a request failed before it ran), so the tag
-    /// stays known; `released` once its buffer reference was dropped.
-    Refused { chunk_id: u64, released: bool },
+    /// A `SEND_ZC` payload the kernel refused whose notification is still to come (the
+    /// failed result had `IORING_CQE_F_MORE`).
+    Refused { chunk_id: u64 },
 }
 
 /// What became of the chunk header last queued on a socket.
@@ -107,7 +121,7 @@ enum Policy {
 /// The sending side over io_uring.
 pub struct UringSend {
     /// First: dropped (cancel, wait) while the sockets are still open.
-    ring: ForeignRing,
+    ring: Engine,
     socks: Vec<TcpStream>,
     /// Whether socket `i` has a chunk whose payload result is pending.
     busy: Vec<bool>,
@@ -116,8 +130,8 @@ pub struct UringSend {
     /// A chunk of socket `i` to queue again once its header's fate is known: its zero-copy
     /// payload was refused for want of locked memory.
     retry: Vec<Option<SendChunk>>,
-    ops: HashMap<u64, SendOp>,
-    next_tag: u64,
+    /// What each request in flight is, by the engine's tag.
+    ops: HashMap<u32, SendOp>,
     sched: SendSched,
     reqs: Requests<Arc<ForeignBuf>, u64>,
     /// Requests whose chunks are all in sockets, waiting for notifications.
@@ -141,12 +155,7 @@ impl std::fmt::Debug for UringSend {
 
 impl UringSend {
     /// Over `socks` with `ring`, payloads sent as `mode` says (`uring`, `uring-zc` or `auto`).
-    pub fn new(
-        ring: ForeignRing,
-        socks: Vec<TcpStream>,
-        chunk: u32,
-        mode: TxMode,
-    ) -> Result<UringSend> {
+    pub fn new(ring: Engine, socks: Vec<TcpStream>, chunk: u32, mode: TxMode) -> Result<UringSend> {
         blocking(&socks)?;
         let zc = ring.supports_send_zc();
         let mut stats = Counters::default();
@@ -171,7 +180,6 @@ impl UringSend {
             head: vec![Head::Pending; n],
             retry: vec![None; n],
             ops: HashMap::new(),
-            next_tag: 1,
             sched: SendSched::new(chunk, crate::abi::NET_MAX_REQUESTS * MAX_RECVS),
             reqs: Requests::default(),
             finished: HashSet::new(),
@@ -188,7 +196,7 @@ impl UringSend {
         // SAFETY: NCCL keeps a registered range mapped until deregMr, which unregisters it
         // (api::dereg_mr) before the range may go away.
         let mr = unsafe { ForeignMr::new(addr, len) };
-        match self.ring.register(mr) {
+        match self.ring.register_foreign(mr) {
             Ok(i) => Some(i),
             Err(e) => {
                 crate::log::info(&format!(
@@ -218,21 +226,14 @@ impl UringSend {
                     }
                 }
             }
-            for c in submit_and_reap(&mut self.ring)? {
-                self.complete(c)?;
+            for ev in submit_and_reap(&mut self.ring)? {
+                self.complete(ev)?;
                 moved = true;
             }
             if !moved {
                 return Ok(());
             }
         }
-    }
-
-    fn tag(&mut self, op: SendOp) -> u64 {
-        let t = self.next_tag;
-        self.next_tag += 1;
-        self.ops.insert(t, op);
-        t
     }
 
     fn zero_copy_now(&mut self) -> bool {
@@ -251,7 +252,6 @@ impl UringSend {
         let empty = h.len == 0;
         let header = Request {
             fd,
-            buf: header_buf(h.encode()),
             off: 0,
             len: HEADER_LEN as u32,
             op: Op::Send,
@@ -268,10 +268,13 @@ impl UringSend {
         } else {
             SendOp::Header { sock: i }
         };
-        let t = self.tag(head_op);
-        self.ring
-            .push(t, &header)
-            .map_err(|e| PluginError::io("io_uring: queueing a chunk header", &e))?;
+        let t = push(
+            &mut self.ring,
+            header_buf(h.encode()),
+            &header,
+            "io_uring: queueing a chunk header",
+        )?;
+        self.ops.insert(t, head_op);
         *self.refs.entry(chunk.id).or_default() += usize::from(empty);
         self.head[i] = Head::Pending;
         if !empty {
@@ -303,22 +306,27 @@ impl UringSend {
             };
             let payload = Request {
                 fd,
-                buf,
                 off,
                 len: h.len,
                 op,
                 flags: libc::MSG_WAITALL,
                 link: false,
             };
-            let t = self.tag(SendOp::Chunk {
-                sock: i,
-                chunk,
-                len: h.len,
-                zc: zero_copy,
-            });
-            self.ring
-                .push(t, &payload)
-                .map_err(|e| PluginError::io("io_uring: queueing a payload", &e))?;
+            let t = push(
+                &mut self.ring,
+                buf,
+                &payload,
+                "io_uring: queueing a payload",
+            )?;
+            self.ops.insert(
+                t,
+                SendOp::Chunk {
+                    sock: i,
+                    chunk,
+                    len: h.len,
+                    zc: zero_copy,
+                },
+            );
             *self.refs.entry(chunk.id).or_default() += 1;
         }
         Ok(())
@@ -352,30 +360,35 @@ impl UringSend {
         }
     }
 
-    fn complete(&mut self, c: Cqe) -> Result<()> {
-        let op = *self.ops.get(&c.tag).ok_or_else(|| {
-            PluginError::Internal(format!("completion for unknown tag {}", c.tag))
+    fn complete(&mut self, ev: Event) -> Result<()> {
+        let op = *self.ops.get(&ev.tag).ok_or_else(|| {
+            PluginError::Internal(format!("completion for unknown tag {}", ev.tag))
         })?;
-        if c.last {
-            self.ops.remove(&c.tag);
+        let last = ev.lease.is_some();
+        if last {
+            self.ops.remove(&ev.tag);
+        }
+        if let Outcome::Protocol(e) = ev.outcome {
+            return Err(PluginError::Internal(format!("io_uring: {e}")));
         }
         match op {
             SendOp::Header { sock } => {
-                if c.res == HEADER_LEN as i32 {
-                    self.head[sock] = Head::Sent;
-                } else if c.res == -libc::ECANCELED {
+                match ev.outcome {
+                    Outcome::Sent { res: Ok(n), .. } if n == HEADER_LEN as u32 => {
+                        self.head[sock] = Head::Sent;
+                    }
                     // Its payload failed before it ran: the payload's result says why.
-                    self.head[sock] = Head::Cancelled;
-                } else {
-                    return Err(send_failed(sock, c.res, "a chunk header"));
+                    Outcome::Sent {
+                        res: Err(libc::ECANCELED),
+                        ..
+                    } => self.head[sock] = Head::Cancelled,
+                    other => return Err(send_failed(sock, &other, "a chunk header")),
                 }
                 self.requeue(sock)?;
             }
-            SendOp::Refused { chunk_id, released } => {
-                if c.flags & IORING_CQE_F_NOTIF != 0 {
-                    self.stats.notifications += 1;
-                }
-                if c.last && !released {
+            SendOp::Refused { chunk_id } => {
+                self.stats.payload(&ev.outcome);
+                if last {
                     self.release(chunk_id);
                 }
             }
@@ -385,41 +398,44 @@ impl UringSend {
                 len,
                 zc,
             } => {
-                if zc && c.res == -libc::ENOMEM && c.flags & IORING_CQE_F_NOTIF == 0 {
+                if zc
+                    && matches!(
+                        ev.outcome,
+                        Outcome::Sent {
+                            res: Err(libc::ENOMEM),
+                            ..
+                        }
+                    )
+                {
                     self.memlock_fallback();
-                    if c.last {
+                    if last {
                         self.release(chunk.id);
+                    } else {
+                        self.ops
+                            .insert(ev.tag, SendOp::Refused { chunk_id: chunk.id });
                     }
-                    self.ops.insert(
-                        c.tag,
-                        SendOp::Refused {
-                            chunk_id: chunk.id,
-                            released: c.last,
-                        },
-                    );
                     self.retry[sock] = Some(chunk);
                     return self.requeue(sock);
                 }
                 if chunk.header.len > 0 {
                     // A payload (an empty chunk is its header alone).
-                    self.stats.send_cqe(zc, len, c.res, c.flags);
+                    self.stats.payload(&ev.outcome);
                 }
-                if c.flags & IORING_CQE_F_NOTIF != 0 {
-                    self.notified(c.res as u32 & IORING_NOTIF_USAGE_ZC_COPIED != 0);
-                } else {
-                    if c.res != len as i32 {
-                        return Err(send_failed(sock, c.res, "a payload"));
+                match ev.outcome {
+                    Outcome::Notified { copied, .. } => self.notified(copied),
+                    Outcome::Sent { res: Ok(n), .. } if n == len => {
+                        self.busy[sock] = false;
+                        let finished = self
+                            .sched
+                            .chunk_done(&chunk)
+                            .map_err(|e| PluginError::Internal(format!("send: {e}")))?;
+                        if let Some(id) = finished {
+                            self.finished.insert(id);
+                        }
                     }
-                    self.busy[sock] = false;
-                    let finished = self
-                        .sched
-                        .chunk_done(&chunk)
-                        .map_err(|e| PluginError::Internal(format!("send: {e}")))?;
-                    if let Some(id) = finished {
-                        self.finished.insert(id);
-                    }
+                    other => return Err(send_failed(sock, &other, "a payload")),
                 }
-                if c.last {
+                if last {
                     self.release(chunk.id);
                 }
             }
@@ -458,11 +474,11 @@ impl UringSend {
     }
 }
 
-fn send_failed(sock: usize, res: i32, what: &str) -> PluginError {
-    let why = if res < 0 {
-        errno_text(res)
-    } else {
-        format!("{res} B accepted")
+fn send_failed(sock: usize, outcome: &Outcome, what: &str) -> PluginError {
+    let why = match *outcome {
+        Outcome::Sent { res: Err(e), .. } => errno_text(-e),
+        Outcome::Sent { res: Ok(n), .. } => format!("{n} B accepted"),
+        other => format!("{other:?}"),
     };
     PluginError::Remote(format!(
         "sending {what} on socket {sock}: {why} (the peer closed or died)"
@@ -501,9 +517,11 @@ enum Reading {
 /// The receiving side over io_uring.
 pub struct UringRecv {
     /// First: dropped (cancel, wait) while the sockets are still open.
-    ring: ForeignRing,
+    ring: Engine,
     socks: Vec<TcpStream>,
     reading: Vec<Reading>,
+    /// The socket of each read in flight, by the engine's tag.
+    tags: HashMap<u32, usize>,
     matcher: RecvMatch,
     chunk: u32,
     closed: Vec<bool>,
@@ -523,13 +541,14 @@ impl std::fmt::Debug for UringRecv {
 
 impl UringRecv {
     /// Over `socks` with `ring`; chunks larger than `max_chunk` are garbage.
-    pub fn new(ring: ForeignRing, socks: Vec<TcpStream>, max_chunk: u32) -> Result<UringRecv> {
+    pub fn new(ring: Engine, socks: Vec<TcpStream>, max_chunk: u32) -> Result<UringRecv> {
         blocking(&socks)?;
         let n = socks.len();
         let mut r = UringRecv {
             ring,
             socks,
             reading: (0..n).map(|_| Reading::Idle).collect(),
+            tags: HashMap::new(),
             matcher: RecvMatch::new(crate::abi::NET_MAX_REQUESTS, MAX_RECVS),
             chunk: max_chunk,
             closed: vec![false; n],
@@ -548,8 +567,8 @@ impl UringRecv {
             for i in 0..self.socks.len() {
                 moved |= self.post(i)?;
             }
-            for c in submit_and_reap(&mut self.ring)? {
-                self.complete(c)?;
+            for ev in submit_and_reap(&mut self.ring)? {
+                self.complete(ev)?;
                 moved = true;
             }
             if !moved {
@@ -566,16 +585,19 @@ impl UringRecv {
                 let buf = header_buf([0; HEADER_LEN]);
                 let req = Request {
                     fd,
-                    buf: Arc::clone(&buf),
                     off: 0,
                     len: HEADER_LEN as u32,
                     op: Op::Recv,
                     flags: libc::MSG_WAITALL,
                     link: false,
                 };
-                self.ring
-                    .push(i as u64, &req)
-                    .map_err(|e| PluginError::io("io_uring: posting a header read", &e))?;
+                let t = push(
+                    &mut self.ring,
+                    Arc::clone(&buf),
+                    &req,
+                    "io_uring: posting a header read",
+                )?;
+                self.tags.insert(t, i);
                 self.reading[i] = Reading::Header(buf);
                 Ok(true)
             }
@@ -602,16 +624,19 @@ impl UringRecv {
                     .ok_or_else(|| PluginError::Internal("placement outside its buffer".into()))?;
                 let req = Request {
                     fd,
-                    buf,
                     off: offset as usize,
                     len: h.len,
                     op: Op::Recv,
                     flags: libc::MSG_WAITALL,
                     link: false,
                 };
-                self.ring
-                    .push(i as u64, &req)
-                    .map_err(|e| PluginError::io("io_uring: posting a payload read", &e))?;
+                let t = push(
+                    &mut self.ring,
+                    buf,
+                    &req,
+                    "io_uring: posting a payload read",
+                )?;
+                self.tags.insert(t, i);
                 self.reading[i] = Reading::Payload(h);
                 Ok(true)
             }
@@ -619,11 +644,14 @@ impl UringRecv {
         }
     }
 
-    fn complete(&mut self, c: Cqe) -> Result<()> {
-        let i = c.tag as usize;
+    fn complete(&mut self, ev: Event) -> Result<()> {
+        let i = self.tags.remove(&ev.tag).ok_or_else(|| {
+            PluginError::Internal(format!("completion for unknown tag {}", ev.tag))
+        })?;
+        let res = received(&ev.outcome)?;
         let state = std::mem::replace(&mut self.reading[i], Reading::Idle);
         match state {
-            Reading::Header(buf) => match c.res {
+            Reading::Header(buf) => match res {
                 0 => self.closed[i] = true,
                 n if n == HEADER_LEN as i32 => {
                     let mut bytes = [0u8; HEADER_LEN];
@@ -646,9 +674,9 @@ impl UringRecv {
                 }
             },
             Reading::Payload(h) => {
-                if c.res != h.len as i32 {
-                    let why = if c.res < 0 {
-                        errno_text(c.res)
+                if res != h.len as i32 {
+                    let why = if res < 0 {
+                        errno_text(res)
                     } else {
                         "closed by the peer in the middle of a message".to_string()
                     };

@@ -2,8 +2,8 @@
 //!
 //! Zero-copy sends come from the region registered as fixed buffer 0 and set
 //! `IORING_SEND_ZC_REPORT_USAGE`, so every notification says whether the kernel copied.
-//! `zcnet_core::SendZcTracker` interprets the CQEs; `zcnet_sys::uring::Ring` holds each buffer
-//! until its final CQE.
+//! The sends go through [`crate::engine::Engine`]: its ring holds each buffer until its final
+//! CQE, and it reads and counts what each CQE means.
 //!
 //! Ordering: io_uring issues SQEs in order but a send that must wait for socket space is retried
 //! later, so two sends in flight on one *stream* socket can reach it out of order (liburing issue
@@ -14,6 +14,7 @@
 //! Datagram sends are independent: each goes out with the next submit, in any order.
 
 use super::{memlock, Shared, TxBackend};
+use crate::engine::{Counts, Engine, Lease, Op, Outcome, Request};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
 use crate::remedy::Remedy;
@@ -21,9 +22,7 @@ use crate::tx::TxMode;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
-use zcnet_core::SendZcTracker;
 use zcnet_sys::mem::Mapping;
-use zcnet_sys::uring::{Ring, SendOp};
 
 const WAIT: Duration = Duration::from_millis(100);
 
@@ -75,8 +74,11 @@ impl Charges {
 
 #[derive(Debug)]
 pub(crate) struct UringTx {
-    ring: Ring,
-    tracker: SendZcTracker,
+    engine: Engine,
+    /// The engine's counts already added to the sender's stats.
+    counted: Counts,
+    /// The region's fixed buffer index (zero copy).
+    fixed: Option<u16>,
     zero_copy: bool,
     stream: bool,
     staged: VecDeque<(TxBuf, u32)>,
@@ -89,9 +91,6 @@ pub(crate) struct UringTx {
     /// A zero-copy sender told to copy for now ([`Self::set_copying`]): its sends are
     /// IORING_OP_SEND on the same ring, in the same order.
     copying: bool,
-    /// Per slot: its send in flight copies (IORING_OP_SEND), so its result's bytes are copied
-    /// bytes; a SEND_ZC's are counted by its notification.
-    copies: Vec<bool>,
 }
 
 impl UringTx {
@@ -120,7 +119,7 @@ impl UringTx {
                 _ => Error::io(doing, e),
             }
         };
-        let mut ring = Ring::new(entries, buffers).map_err(|e| match e.raw_os_error() {
+        let mut engine = Engine::new(entries, 0).map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM) => Error::Unsupported {
                 what: "io_uring".into(),
                 source: e,
@@ -129,8 +128,9 @@ impl UringTx {
             Some(libc::ENOSYS) => Error::Unsupported { what: "io_uring".into(), source: e, remedy: Remedy::NeedKernel("Linux 5.1 or later") },
             _ => memlock_error(e, "io_uring_setup", ring_bytes),
         })?;
+        let mut fixed = None;
         if zero_copy {
-            let supported = ring.supports_send_zc().unwrap_or(false);
+            let supported = engine.supports_send_zc();
             if !supported {
                 return Err(Error::Unsupported {
                     what: "IORING_OP_SEND_ZC".into(),
@@ -142,17 +142,19 @@ impl UringTx {
                     ]),
                 });
             }
-            ring.register(map).map_err(|e| {
+            let idx = engine.register_mapping(map).map_err(|e| {
                 memlock_error(
                     e,
                     "registering the region with io_uring",
                     ring_bytes + region_bytes,
                 )
             })?;
+            fixed = Some(idx);
         }
         Ok(UringTx {
-            ring,
-            tracker: SendZcTracker::new(buffers),
+            engine,
+            counted: Counts::default(),
+            fixed,
             zero_copy,
             stream,
             staged: VecDeque::new(),
@@ -160,7 +162,6 @@ impl UringTx {
             efd: None,
             file_tried: false,
             copying: false,
-            copies: vec![!zero_copy; buffers],
         })
     }
 
@@ -170,40 +171,41 @@ impl UringTx {
             // count per send. The sender owns the socket for as long as the ring lives. Where
             // the kernel refuses, sends name the socket by its number, as before.
             self.file_tried = true;
-            let _ = self.ring.register_file(sh.fd);
+            let _ = self.engine.register_file(sh.fd);
         }
-        let id = buf.id() as usize;
-        let zero_copy = self.zero_copy && !self.copying;
-        if let Some(c) = self.copies.get_mut(id) {
-            *c = !zero_copy;
-        }
-        let op = SendOp {
+        let op = if self.zero_copy && !self.copying {
+            Op::SendZc { fixed: self.fixed }
+        } else {
+            Op::Send
+        };
+        let req = Request {
             fd: sh.fd,
+            off: 0,
             len,
-            zero_copy,
-            fixed: zero_copy,
-            msg_flags: if self.stream { libc::MSG_WAITALL } else { 0 },
+            op,
+            flags: if self.stream { libc::MSG_WAITALL } else { 0 },
             link,
         };
-        if let Err((slot, e)) = self.ring.push_send(buf.slot, &op) {
-            sh.free.push(TxBuf { slot });
+        if let Err((lease, e)) = self.engine.push(Lease::Slot(buf.slot), &req) {
+            if let Some(slot) = lease.into_slot() {
+                sh.free.push(TxBuf { slot });
+            }
             return Err(Error::io("queueing an io_uring send", e));
         }
-        self.tracker.on_submit(id, len)?;
         sh.stats.sends += 1;
         Ok(())
     }
 
     /// Streams: submits everything staged as one linked chain, if no chain is running.
     fn start_chain(&mut self, sh: &mut Shared) -> Result<()> {
-        if self.tracker.awaiting_result() > 0 || self.staged.is_empty() {
+        if self.engine.awaiting_result() > 0 || self.staged.is_empty() {
             return Ok(());
         }
         while let Some((buf, len)) = self.staged.pop_front() {
             let link = !self.staged.is_empty();
             self.push(sh, buf, len, link)?;
         }
-        self.ring
+        self.engine
             .submit()
             .map_err(|e| Error::io("io_uring_enter", e))?;
         Ok(())
@@ -219,7 +221,7 @@ impl UringTx {
     /// Streams: waits until every send handed over so far has its result (the data is in the
     /// socket, in order). Notifications may still be outstanding.
     pub(crate) fn settle(&mut self, sh: &mut Shared) -> Result<()> {
-        while !self.staged.is_empty() || self.tracker.awaiting_result() > 0 {
+        while !self.staged.is_empty() || self.engine.awaiting_result() > 0 {
             if zcnet_sys::os::interrupted() {
                 return Err(Error::Interrupted);
             }
@@ -230,60 +232,43 @@ impl UringTx {
     }
 
     fn on_completions(&mut self, sh: &mut Shared) -> Result<()> {
-        let copies = &self.copies;
-        let tracker = &mut self.tracker;
         let mut first_err: Option<Error> = None;
-        self.ring.drain(|c| {
-            let out = match tracker.on_cqe(c.slot_id as usize, c.res, c.flags) {
-                Ok(o) => o,
-                Err(e) => {
+        self.engine.reap(|ev| {
+            match ev.outcome {
+                Outcome::Sent {
+                    res: Ok(n), asked, ..
+                } if n < asked && first_err.is_none() => {
+                    // With MSG_WAITALL (streams) the kernel retries partial sends, so a short
+                    // result means the connection failed part-way: say why.
+                    let cause = zcnet_sys::sock::take_error(sh.fd)
+                        .ok()
+                        .flatten()
+                        .unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EPIPE));
+                    first_err = Some(sh.send_error(cause));
+                }
+                // A cancelled link follows the failure that broke the chain: report that one.
+                Outcome::Sent {
+                    res: Err(errno), ..
+                } if errno != libc::ECANCELED && first_err.is_none() => {
+                    first_err = Some(sh.send_error(std::io::Error::from_raw_os_error(errno)));
+                }
+                Outcome::Protocol(e) => {
                     first_err.get_or_insert(Error::Protocol(e));
-                    if let Some(slot) = c.slot {
-                        sh.free.push(TxBuf { slot });
-                    }
-                    return;
                 }
-            };
-            if let Some((res, len)) = out.result {
-                match res {
-                    Ok(n) => {
-                        sh.stats.bytes += u64::from(n);
-                        if copies.get(c.slot_id as usize).copied().unwrap_or(false) {
-                            sh.stats.copied_bytes += u64::from(n);
-                        }
-                        if n < len && first_err.is_none() {
-                            // With MSG_WAITALL (streams) the kernel retries partial sends, so a
-                            // short result means the connection failed part-way: say why.
-                            let cause = zcnet_sys::sock::take_error(sh.fd)
-                                .ok()
-                                .flatten()
-                                .unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EPIPE));
-                            first_err = Some(sh.send_error(cause));
-                        }
-                    }
-                    // A cancelled link follows the failure that broke the chain: report that one.
-                    Err(errno) if errno == libc::ECANCELED => {}
-                    Err(errno) => {
-                        if first_err.is_none() {
-                            first_err = Some(std::io::Error::from_raw_os_error(errno))
-                                .map(|e| sh.send_error(e));
-                        }
-                    }
-                }
+                _ => {}
             }
-            if let Some(n) = out.notification {
-                sh.stats.notifications += 1;
-                if n.copied {
-                    sh.stats.copied_notifications += 1;
-                    sh.stats.copied_bytes += n.bytes;
-                } else {
-                    sh.stats.zerocopy_bytes += n.bytes;
-                }
-            }
-            if let Some(slot) = c.slot {
+            if let Some(slot) = ev.lease.and_then(Lease::into_slot) {
                 sh.free.push(TxBuf { slot });
             }
         });
+        let now = self.engine.counts();
+        let d = now.since(&self.counted);
+        self.counted = now;
+        sh.stats.bytes += d.bytes_sent;
+        sh.stats.copied_bytes += d.copied_bytes;
+        sh.stats.zerocopy_bytes += d.zerocopy_bytes;
+        sh.stats.notifications += d.notifications;
+        sh.stats.copied_notifications += d.copied_notifications;
         if let Some(e) = first_err {
             // Keep the first error; later calls report it too (the stream is broken).
             let msg = e.to_string();
@@ -312,29 +297,26 @@ impl TxBackend for UringTx {
     }
 
     fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
-        if wait && self.ring.in_flight() > 0 {
+        if wait && self.engine.in_flight() > 0 {
             // Hand over what is queued without waiting first: a datagram send usually
             // completes inside that call, and the task work run on its way out posts the
             // notifications, so the completions are there and the timed wait (its argument
             // copied in, a timer armed) is needed only when nothing came back. Completions
             // already in the queue with nothing to submit need no system call at all.
-            // A signal or a full completion queue (EINTR, EBUSY) is not an error here either:
-            // the timed wait below retries, as it did alone.
-            if self.ring.queued() > 0 {
-                match self.ring.submit() {
-                    Err(e) if !matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => {
-                        return Err(Error::io("io_uring_enter", e));
-                    }
-                    _ => {}
-                }
+            // A signal or a full completion queue is not an error here either (the engine's
+            // submit says so): the timed wait below retries.
+            if self.engine.queued() > 0 {
+                self.engine
+                    .submit()
+                    .map_err(|e| Error::io("io_uring_enter", e))?;
             }
-            if !self.ring.completions_ready() {
-                self.ring
+            if !self.engine.completions_ready() {
+                self.engine
                     .submit_and_wait(1, WAIT)
                     .map_err(|e| Error::io("io_uring_enter", e))?;
             }
         } else {
-            self.ring
+            self.engine
                 .submit()
                 .map_err(|e| Error::io("io_uring_enter", e))?;
         }
@@ -346,13 +328,13 @@ impl TxBackend for UringTx {
     }
 
     fn outstanding(&self) -> usize {
-        self.ring.in_flight() + self.staged.len()
+        self.engine.in_flight() + self.staged.len()
     }
 
     fn ready_fd(&mut self) -> Result<Option<std::os::fd::BorrowedFd<'_>>> {
         use std::os::fd::AsFd;
-        let ring = &self.ring;
-        let efd = crate::rx::ready_eventfd(&mut self.efd, |e| ring.register_eventfd(e))?;
+        let engine = &self.engine;
+        let efd = crate::rx::ready_eventfd(&mut self.efd, |e| engine.register_eventfd(e))?;
         Ok(Some(efd.as_fd()))
     }
 }
