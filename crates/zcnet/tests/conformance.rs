@@ -266,4 +266,105 @@ fn caller_memory_region_sends() {
     assert_eq!(st.bytes, 409_600);
 }
 
+/// Owned and borrowed memory through the same engine: region buffers and lent memory
+/// (`Sender::send_lent`) interleaved on one connection, verified byte for byte by the receiver;
+/// the sender holds each lent `Arc` until the kernel is done with it (so it is unique again
+/// after `finish`, and not before the sender reaped its completion), and the accounting covers
+/// both. `msg-zerocopy` sends only from its region and says so.
+#[zcnet_testkit::test]
+fn lent_memory_goes_through_the_same_engine_as_region_buffers() {
+    use std::sync::Arc;
+    use zcnet::engine::ForeignBuf;
+    for mode in TxMode::ALL {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pattern = Pattern::new(77 + mode as u64);
+        let rx = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            drain_stream(&mut s, Some(pattern), None)
+        });
+        let mut tx = sender(TcpStream::connect(addr).unwrap(), mode, 65536, 8);
+        let msgs = sizes(mode as u64 + 3, 400, 65536);
+        let mut off = 0u64;
+        let mut lent = Vec::new();
+        let mut refused = false;
+        for (i, &n) in msgs.iter().enumerate() {
+            if i % 2 == 0 {
+                let mut b = tx.buffer().unwrap();
+                pattern.fill(off, &mut b.bytes_mut().unwrap()[..n]);
+                tx.send(b, n).unwrap();
+            } else {
+                // Lent at an offset: 3 bytes of something else before the payload.
+                let mut bytes = vec![0xeeu8; n + 3];
+                pattern.fill(off, &mut bytes[3..]);
+                let buf = Arc::new(ForeignBuf::owned(bytes.into_boxed_slice()));
+                match tx.send_lent(Arc::clone(&buf), 3, n) {
+                    Ok(()) => {}
+                    Err(Error::Unsupported { what, .. }) if mode == TxMode::MsgZerocopy => {
+                        assert!(what.contains("lent memory"), "{what}");
+                        assert_eq!(Arc::strong_count(&buf), 1, "refused: not kept");
+                        refused = true;
+                        break;
+                    }
+                    Err(e) => panic!("{mode}: send_lent: {e}"),
+                }
+                if matches!(mode, TxMode::Uring | TxMode::UringZc) && i == 1 {
+                    assert_eq!(
+                        Arc::strong_count(&buf),
+                        2,
+                        "{mode}: the sender holds lent memory until its completion is reaped"
+                    );
+                }
+                lent.push(buf);
+            }
+            off += n as u64;
+        }
+        assert_eq!(refused, mode == TxMode::MsgZerocopy, "{mode}");
+        if refused {
+            drop(tx);
+            let _ = rx.join();
+            continue;
+        }
+        let st = tx.finish().unwrap();
+        let rep = rx
+            .join()
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{mode}: receiver: {e}"));
+        assert_eq!(rep.bytes, off, "{mode}: receiver got every byte, in order");
+        assert_eq!(st.bytes, off, "{mode}: bytes accepted");
+        assert_eq!(
+            st.zerocopy_bytes + st.copied_bytes,
+            st.bytes,
+            "{mode}: every byte confirmed, lent or not"
+        );
+        assert_eq!(st.zerocopy_bytes, 0, "{mode}: loopback copies");
+        for b in &lent {
+            assert_eq!(Arc::strong_count(b), 1, "{mode}: lent memory given back");
+        }
+    }
+}
+
+/// Bytes outside the lent memory are refused before anything is sent.
+#[zcnet_testkit::test]
+fn lent_bytes_outside_the_memory_are_refused() {
+    use std::sync::Arc;
+    use zcnet::engine::ForeignBuf;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut tx = sender(
+        TcpStream::connect(listener.local_addr().unwrap()).unwrap(),
+        TxMode::UringZc,
+        4096,
+        2,
+    );
+    let buf = Arc::new(ForeignBuf::owned(vec![1u8; 100].into_boxed_slice()));
+    let e = tx
+        .send_lent(Arc::clone(&buf), 50, 51)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("outside the lent memory"), "{e}");
+    assert!(tx.send_lent(Arc::clone(&buf), usize::MAX, 2).is_err());
+    assert_eq!(Arc::strong_count(&buf), 1);
+    assert_eq!(tx.finish().unwrap().bytes, 0);
+}
+
 zcnet_testkit::main!();

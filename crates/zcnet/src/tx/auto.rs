@@ -14,9 +14,8 @@
 
 use super::copy::send_all;
 use super::uring::UringTx;
-use super::{Fallback, Shared, TxBackend, TxMode};
+use super::{Fallback, Payload, Shared, TxBackend, TxMode};
 use crate::error::{Error, Result};
-use crate::region::TxBuf;
 use std::sync::Arc;
 use zcnet_core::{AutoPolicy, Mode};
 use zcnet_sys::mem::Mapping;
@@ -130,14 +129,14 @@ fn refusal(e: &Error) -> bool {
 }
 
 impl TxBackend for AutoTx {
-    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
+    fn send(&mut self, sh: &mut Shared, p: Payload, len: usize) -> Result<()> {
         self.feed(sh);
         let Some(zc) = self.zc.as_mut() else {
             return match self.uring.as_mut() {
-                Some(uring) => uring.send(sh, buf, len),
+                Some(uring) => uring.send(sh, p, len),
                 None => {
-                    let r = send_all(sh, &buf, len);
-                    sh.free.push(buf);
+                    let r = send_all(sh, &p, len);
+                    p.release(sh);
                     r
                 }
             };
@@ -155,12 +154,12 @@ impl TxBackend for AutoTx {
                 sh.stats.switches = self.policy.switches().to_vec();
             }
             zc.set_copying(mode == Mode::Copy);
-            return zc.send(sh, buf, len);
+            return zc.send(sh, p, len);
         }
         if mode != self.mode {
             if mode == Mode::Copy {
                 if let Err(e) = zc.settle(sh) {
-                    sh.free.push(buf);
+                    p.release(sh);
                     return Err(e);
                 }
             }
@@ -168,10 +167,10 @@ impl TxBackend for AutoTx {
             sh.stats.switches = self.policy.switches().to_vec();
         }
         match mode {
-            Mode::ZeroCopy => zc.send(sh, buf, len),
+            Mode::ZeroCopy => zc.send(sh, p, len),
             Mode::Copy => {
-                let r = send_all(sh, &buf, len);
-                sh.free.push(buf);
+                let r = send_all(sh, &p, len);
+                p.release(sh);
                 // Late notifications from the zero-copy period still return buffers.
                 if r.is_ok() && zc.outstanding() > 0 {
                     zc.reap(sh, false)?;

@@ -1,16 +1,15 @@
 //! `copy`: plain `send()`. The kernel copies every byte; the buffer is free again on return.
 
-use super::{Shared, TxBackend};
-use crate::error::{Error, Result};
-use crate::region::TxBuf;
+use super::{Payload, Shared, TxBackend};
+use crate::error::Result;
 
 #[derive(Debug)]
 pub(crate) struct CopyTx;
 
 impl TxBackend for CopyTx {
-    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
-        let r = send_all(sh, &buf, len);
-        sh.free.push(buf);
+    fn send(&mut self, sh: &mut Shared, p: Payload, len: usize) -> Result<()> {
+        let r = send_all(sh, &p, len);
+        p.release(sh);
         r
     }
 
@@ -23,9 +22,10 @@ impl TxBackend for CopyTx {
     }
 }
 
-/// Sends `buf[..len]` with as many `send()` calls as it takes (a stream may accept less).
-pub(crate) fn send_all(sh: &mut Shared, buf: &TxBuf, len: usize) -> Result<()> {
-    let data = &buf.bytes().ok_or(Error::NotCpuAccessible)?[..len];
+/// Sends `p`'s first `len` bytes with as many `send()` calls as it takes (a stream may accept
+/// less).
+pub(crate) fn send_all(sh: &mut Shared, p: &Payload, len: usize) -> Result<()> {
+    let data = p.bytes(len)?;
     let mut off = 0;
     while off < len {
         match zcnet_sys::sock::send(sh.fd, &data[off..], 0) {

@@ -60,6 +60,10 @@ fn dmabuf_offset(base: usize, addr: usize, off: usize) -> u64 {
 }
 
 impl ZcKernel for DevmemKernel {
+    fn mode(&self) -> TxMode {
+        TxMode::Devmem
+    }
+
     fn send(&mut self, fd: RawFd, buf: &TxBuf, off: usize, len: usize) -> io::Result<usize> {
         let offset = dmabuf_offset(self.base, buf.slot.addr(), off);
         devmem_tx::sendmsg_devmem(fd, self.binding.id(), offset, len - off, 0)

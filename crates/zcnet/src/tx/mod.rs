@@ -349,12 +349,70 @@ impl Shared {
     }
 }
 
+/// What a send reads: a buffer of the sender's region, or memory the caller lent
+/// ([`Sender::send_lent`]).
+#[derive(Debug)]
+pub(crate) enum Payload {
+    /// A region buffer: back to `Shared::free` when the kernel is done.
+    Buf(TxBuf),
+    /// `buf[off..]`: the sender's reference is dropped when the kernel is done.
+    Lent {
+        buf: Arc<crate::engine::ForeignBuf>,
+        off: usize,
+    },
+}
+
+impl Payload {
+    /// Its first `len` bytes.
+    pub(crate) fn bytes(&self, len: usize) -> Result<&[u8]> {
+        match self {
+            Payload::Buf(b) => Ok(&b.bytes().ok_or(Error::NotCpuAccessible)?[..len]),
+            Payload::Lent { buf, off } => buf
+                .slice(*off, len)
+                .ok_or_else(|| Error::io("send", io::Error::from_raw_os_error(libc::EINVAL))),
+        }
+    }
+
+    /// The kernel is done with it (or never got it): a buffer goes back to the free list.
+    pub(crate) fn release(self, sh: &mut Shared) {
+        if let Payload::Buf(b) = self {
+            sh.free.push(b);
+        }
+    }
+
+    /// The memory as the engine holds it, and the offset of the bytes in it.
+    pub(crate) fn into_lease(self) -> (crate::engine::Lease, usize) {
+        match self {
+            Payload::Buf(b) => (crate::engine::Lease::Slot(b.slot), 0),
+            Payload::Lent { buf, off } => (crate::engine::Lease::Borrowed(buf), off),
+        }
+    }
+
+    /// A region buffer, or the refusal of lent memory by `mode` (which sends only from its
+    /// registered region); the lent memory is dropped with the error.
+    pub(crate) fn region_only(self, mode: TxMode) -> Result<TxBuf> {
+        match self {
+            Payload::Buf(b) => Ok(b),
+            Payload::Lent { .. } => Err(Error::Unsupported {
+                what: format!("{mode} sends from lent memory (Sender::send_lent)"),
+                source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+                remedy: Remedy::Any(&[
+                    Remedy::UseTxMode(TxMode::UringZc),
+                    Remedy::UseTxMode(TxMode::Auto),
+                    Remedy::UseTxMode(TxMode::Copy),
+                ]),
+            }),
+        }
+    }
+}
+
 /// One send mechanism. Every backend runs the same conformance tests (tests/conformance.rs).
 pub(crate) trait TxBackend: Send + std::fmt::Debug {
-    /// Hands `buf[..len]` to the kernel. The buffer goes back to `sh.free` when the kernel is
-    /// done with it (at once for copying backends). On error the buffer is not lost: it is in
-    /// `sh.free` or still held for a pending completion.
-    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()>;
+    /// Hands `p`'s first `len` bytes to the kernel. A region buffer goes back to `sh.free`
+    /// when the kernel is done with it (at once for copying backends), lent memory is let go
+    /// then. On error the buffer is not lost: it is in `sh.free` or still held for a pending
+    /// completion.
+    fn send(&mut self, sh: &mut Shared, p: Payload, len: usize) -> Result<()>;
     /// Processes completions; with `wait`, blocks (bounded, ~100 ms) for at least one.
     fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()>;
     /// Buffers the kernel still holds.
@@ -592,7 +650,38 @@ impl Sender {
             self.sh.free.push(buf);
             return Ok(());
         }
-        self.backend.send(&mut self.sh, buf, len)
+        self.backend.send(&mut self.sh, Payload::Buf(buf), len)
+    }
+
+    /// Sends `buf[off..off + len]`, memory the caller lends instead of a region buffer: bytes
+    /// received into a buffer of one's own and sent on, a C caller's memory
+    /// ([`crate::engine::ForeignBuf::new`]), any `Box<[u8]>` ([`crate::engine::ForeignBuf::owned`]).
+    /// The sender keeps its reference until the kernel is done with the bytes (for zero
+    /// copy: the notification), so the memory is the caller's again once the `Arc` is unique
+    /// (`Arc::get_mut` succeeds) — writing it earlier does not compile. Through the one engine
+    /// in `uring`, `uring-zc` and `auto` (`SEND_ZC` from lent memory pins its pages per send,
+    /// charged to RLIMIT_MEMLOCK without CAP_IPC_LOCK; the region's fixed buffer is used where
+    /// the bytes lie in it), sent at once by `copy`; `msg-zerocopy` and `devmem` send only from
+    /// their region (`Unsupported`).
+    pub fn send_lent(
+        &mut self,
+        buf: Arc<crate::engine::ForeignBuf>,
+        off: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.start_clock();
+        let inside = off.checked_add(len).is_some_and(|end| end <= buf.len());
+        if !inside || len > u32::MAX as usize {
+            return Err(Error::io(
+                "send_lent: the bytes lie outside the lent memory",
+                io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        self.backend
+            .send(&mut self.sh, Payload::Lent { buf, off }, len)
     }
 
     /// Hands every queued send to the kernel now, without waiting, and takes back the buffers

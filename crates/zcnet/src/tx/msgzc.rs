@@ -14,7 +14,7 @@
 //! buffer's bytes), `super::devmem` (`sendmsg` with `SCM_DEVMEM_DMABUF` from a dma-buf offset),
 //! and a simulated kernel in the tests.
 
-use super::{Shared, TxBackend};
+use super::{Payload, Shared, TxBackend, TxMode};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
 use crate::remedy::Remedy;
@@ -28,6 +28,10 @@ const POLL_MS: i32 = 100;
 
 /// The kernel side of an error-queue zero-copy backend.
 pub(crate) trait ZcKernel: Send + std::fmt::Debug {
+    /// The mode it implements (for messages).
+    fn mode(&self) -> TxMode {
+        TxMode::MsgZerocopy
+    }
     /// Refuses a buffer this kernel cannot send from, before any call (the buffer is not lost:
     /// the caller puts it back).
     fn check(&self, _buf: &TxBuf) -> Result<()> {
@@ -235,7 +239,8 @@ impl<K: ZcKernel> ErrqueueTx<K> {
 }
 
 impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
-    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
+    fn send(&mut self, sh: &mut Shared, p: Payload, len: usize) -> Result<()> {
+        let buf = p.region_only(self.kernel.mode())?;
         let id = buf.id();
         if let Err(e) = self.kernel.check(&buf) {
             self.park(sh, buf);
@@ -552,7 +557,7 @@ mod tests {
                     continue;
                 };
                 let len = 1 + rng.below(SIZE as u64) as usize;
-                tx.send(&mut sh, buf, len).unwrap();
+                tx.send(&mut sh, Payload::Buf(buf), len).unwrap();
                 requested += len as u64;
                 sent += 1;
                 // Every buffer is either free or held for a completion, never both or lost.
@@ -610,12 +615,12 @@ mod tests {
         let mut sh = shared(2, 4096);
         let mut tx = ErrqueueTx::with_kernel(Refusing(libc::ENOBUFS), 2);
         let b = sh.free.pop().unwrap();
-        let e = tx.send(&mut sh, b, 100).unwrap_err();
+        let e = tx.send(&mut sh, Payload::Buf(b), 100).unwrap_err();
         assert!(matches!(e, Error::OptmemExhausted { .. }), "{e:?}");
         // A reset peer: the errno is the user's error, the buffer is free again.
         let mut tx = ErrqueueTx::with_kernel(Refusing(libc::ECONNRESET), 2);
         let b = sh.free.pop().unwrap();
-        let e = tx.send(&mut sh, b, 100).unwrap_err();
+        let e = tx.send(&mut sh, Payload::Buf(b), 100).unwrap_err();
         assert!(matches!(e, Error::PeerReset { .. }), "{e:?}");
         assert_eq!(free_ids(&sh), [0, 1]);
         assert_eq!((tx.outstanding(), tx.ranges.next_id()), (0, 0));

@@ -13,7 +13,7 @@
 //! *notification* do not hold the next chain back, so zero-copy keeps many buffers in flight.
 //! Datagram sends are independent: each goes out with the next submit, in any order.
 
-use super::{memlock, Shared, TxBackend};
+use super::{memlock, Payload, Shared, TxBackend};
 use crate::engine::{Counts, Engine, Lease, Op, Outcome, Request};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
@@ -81,7 +81,8 @@ pub(crate) struct UringTx {
     fixed: Option<u16>,
     zero_copy: bool,
     stream: bool,
-    staged: VecDeque<(TxBuf, u32)>,
+    /// Stream sends waiting for the running chain to end: the memory, the offset, the length.
+    staged: VecDeque<(Lease, usize, u32)>,
     error: Option<Error>,
     /// The readiness fd, registered with the ring at the first [`TxBackend::ready_fd`].
     efd: Option<zcnet_sys::epoll::EventFd>,
@@ -165,7 +166,14 @@ impl UringTx {
         })
     }
 
-    fn push(&mut self, sh: &mut Shared, buf: TxBuf, len: u32, link: bool) -> Result<()> {
+    fn push(
+        &mut self,
+        sh: &mut Shared,
+        lease: Lease,
+        off: usize,
+        len: u32,
+        link: bool,
+    ) -> Result<()> {
         if !self.file_tried {
             // The socket as fixed file 0: the kernel then skips a file lookup and a reference
             // count per send. The sender owns the socket for as long as the ring lives. Where
@@ -174,19 +182,25 @@ impl UringTx {
             let _ = self.engine.register_file(sh.fd);
         }
         let op = if self.zero_copy && !self.copying {
-            Op::SendZc { fixed: self.fixed }
+            // The region's fixed buffer where the bytes lie in it (lent memory elsewhere pins
+            // its pages per send).
+            let fixed = match &lease {
+                Lease::Slot(_) => self.fixed,
+                Lease::Borrowed(b) => self.engine.fixed_index(b.addr() + off, len as usize),
+            };
+            Op::SendZc { fixed }
         } else {
             Op::Send
         };
         let req = Request {
             fd: sh.fd,
-            off: 0,
+            off,
             len,
             op,
             flags: if self.stream { libc::MSG_WAITALL } else { 0 },
             link,
         };
-        if let Err((lease, e)) = self.engine.push(Lease::Slot(buf.slot), &req) {
+        if let Err((lease, e)) = self.engine.push(lease, &req) {
             if let Some(slot) = lease.into_slot() {
                 sh.free.push(TxBuf { slot });
             }
@@ -201,9 +215,9 @@ impl UringTx {
         if self.engine.awaiting_result() > 0 || self.staged.is_empty() {
             return Ok(());
         }
-        while let Some((buf, len)) = self.staged.pop_front() {
+        while let Some((lease, off, len)) = self.staged.pop_front() {
             let link = !self.staged.is_empty();
-            self.push(sh, buf, len, link)?;
+            self.push(sh, lease, off, len, link)?;
         }
         self.engine
             .submit()
@@ -282,17 +296,18 @@ impl UringTx {
 }
 
 impl TxBackend for UringTx {
-    fn send(&mut self, sh: &mut Shared, buf: TxBuf, len: usize) -> Result<()> {
+    fn send(&mut self, sh: &mut Shared, p: Payload, len: usize) -> Result<()> {
         if let Some(e) = &self.error {
             let err = Error::io(e.to_string(), std::io::Error::from_raw_os_error(libc::EIO));
-            sh.free.push(buf);
+            p.release(sh);
             return Err(err);
         }
+        let (lease, off) = p.into_lease();
         if self.stream {
-            self.staged.push_back((buf, len as u32));
+            self.staged.push_back((lease, off, len as u32));
             self.start_chain(sh)
         } else {
-            self.push(sh, buf, len as u32, false)
+            self.push(sh, lease, off, len as u32, false)
         }
     }
 
