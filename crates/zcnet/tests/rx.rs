@@ -222,4 +222,20 @@ fn the_low_water_mark_holds_small_data_until_lowered_and_streams_stay_whole() {
     }
 }
 
+/// Both sides take a `zcnet::Socket`: a receiver adds one made from a TCP stream and receives
+/// every byte, and refuses a datagram socket, saying why.
+#[zcnet_testkit::test]
+fn a_receiver_takes_a_socket_as_the_sender_does() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (tx, conn) = pair(&l);
+    let mut rx = Receiver::new(&RxConfig::new(RxMode::Uring)).unwrap();
+    let id = rx.add(zcnet::Socket::from(conn)).unwrap();
+    let sent = sender(tx, 21, 200, 1 << 16);
+    let got = receive_all(&mut rx, &HashMap::from([(id, 21)]), 0);
+    assert_eq!(got[&id], sent.join().unwrap());
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let e = rx.add(zcnet::Socket::from(udp)).unwrap_err().to_string();
+    assert!(e.contains("datagrams"), "{e}");
+}
+
 zcnet_testkit::main!();

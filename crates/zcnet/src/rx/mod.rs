@@ -482,9 +482,16 @@ impl Receiver {
         &self.fallbacks
     }
 
-    /// Starts receiving on `stream`. The receiver owns it from now on: reply through
-    /// [`Receiver::stream`], end it with [`Receiver::close`].
-    pub fn add(&mut self, stream: TcpStream) -> Result<ConnId> {
+    /// Starts receiving on a connected TCP socket: a [`crate::Socket`] or anything that becomes
+    /// one (a `TcpStream`), as [`crate::Sender::new`] takes it. The receiver owns it from now
+    /// on: reply through [`Receiver::stream`], end it with [`Receiver::close`]. A datagram
+    /// socket is refused (`Unsupported`): a `Receiver` reassembles streams.
+    pub fn add(&mut self, conn: impl Into<crate::Socket>) -> Result<ConnId> {
+        let stream = conn.into().into_tcp().map_err(|_| Error::Unsupported {
+            what: "receiving datagrams with a Receiver (it reads byte streams)".into(),
+            source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            remedy: crate::Remedy::Other("receive datagrams with recv(2) or AF_XDP (zcnet::xsk)"),
+        })?;
         if let Some(n) = self.applied_low_water() {
             set_low_water(&stream, n)?;
         }

@@ -109,6 +109,15 @@ impl Socket {
     pub fn is_stream(&self) -> bool {
         self.stream
     }
+
+    /// The TCP stream it is, if it is one.
+    pub(crate) fn into_tcp(self) -> std::result::Result<std::net::TcpStream, Socket> {
+        if self.stream {
+            Ok(std::net::TcpStream::from(self.fd))
+        } else {
+            Err(self)
+        }
+    }
 }
 
 impl From<std::net::TcpStream> for Socket {
