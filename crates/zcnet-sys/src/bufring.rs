@@ -47,6 +47,7 @@
 //! [`RecvRing::wait`] ran first. The value stays `Send` (moving it is memory-safe), but use it on
 //! the thread that made it; [`RecvRing::defer_taskrun`] says which mode is in force.
 
+use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};
 use io_uring::{cqueue, opcode, types, IoUring};
 use std::io;
@@ -179,6 +180,8 @@ pub struct RecvRing {
     held: Vec<bool>,
     /// Held buffers taken out as a [`HeldBuf`]: only [`RecvRing::give_back`] returns them.
     taken: Vec<bool>,
+    /// Buffers lent on ([`RecvRing::lend`]) whose lease ended: given back at the next wait.
+    lent_back: Arc<std::sync::Mutex<Vec<HeldBuf>>>,
     /// Ids of one completion's buffers, in ring order.
     next: Vec<u16>,
     prev: Vec<u16>,
@@ -279,6 +282,7 @@ impl RecvRing {
             bufs,
             held: vec![true; n],
             taken: vec![false; n],
+            lent_back: Arc::default(),
             next: vec![NONE; n],
             prev: vec![NONE; n],
             owner: vec![0; n],
@@ -434,6 +438,7 @@ impl RecvRing {
     /// Submits what is queued and waits for at least `min` completions or `timeout`, whichever
     /// comes first. A timeout (or `EINTR`) is not an error.
     pub fn wait(&mut self, min: usize, timeout: Duration) -> io::Result<()> {
+        self.reclaim_lent();
         if timeout.is_zero() {
             return progress_now(&mut self.ring);
         }
@@ -669,6 +674,30 @@ impl RecvRing {
             len: self.buf_size as usize,
             id: buf_id,
         })
+    }
+
+    /// Lends the first `len` bytes of held buffer `buf_id` on, read-only (to send them without
+    /// a copy): the buffer is taken out of the ring ([`take`](Self::take)), and comes back to
+    /// it at the first [`wait`](Self::wait) after the returned value (and every clone of an
+    /// `Arc` around it) is dropped. `EINVAL` as for `take`, or when `len` exceeds the buffer.
+    pub fn lend(&mut self, buf_id: u16, len: usize) -> io::Result<ForeignBuf> {
+        if len > self.buf_size as usize {
+            return Err(einval());
+        }
+        let h = self.take(buf_id)?;
+        ForeignBuf::returning(h, len, Arc::clone(&self.lent_back)).ok_or_else(einval)
+    }
+
+    /// Gives back every lent buffer whose lease ended.
+    fn reclaim_lent(&mut self) {
+        let back = match self.lent_back.lock() {
+            Ok(mut q) if !q.is_empty() => std::mem::take(&mut *q),
+            _ => return,
+        };
+        for h in back {
+            // A buffer of this ring, taken: give_back cannot refuse it.
+            let _ = self.give_back(h);
+        }
     }
 
     /// Recycles a buffer taken with [`take`](Self::take) (see [`recycle`](Self::recycle)).

@@ -12,6 +12,11 @@ pub struct ForeignBuf {
     len: usize,
     /// The bytes are our own (from [`ForeignBuf::owned`]) and are freed with the value.
     owned: bool,
+    /// Only reads are allowed ([`Self::slice_mut`] is `None`, a receive into it is refused).
+    read_only: bool,
+    /// What keeps the bytes valid and unwritten while the value lives, dropped after it (a
+    /// received buffer taken out of its ring, going back to it: [`ForeignBuf::returning`]).
+    _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: a ForeignBuf is a lease on plain bytes; whoever created it promised (see `new`) that
@@ -47,12 +52,16 @@ impl ForeignBuf {
                 ptr: NonNull::dangling(),
                 len: 0,
                 owned: false,
+                read_only: false,
+                _keep: None,
             });
         }
         NonNull::new(ptr).map(|ptr| ForeignBuf {
             ptr,
             len,
             owned: false,
+            read_only: false,
+            _keep: None,
         })
     }
 
@@ -66,7 +75,39 @@ impl ForeignBuf {
             ptr,
             len,
             owned: true,
+            read_only: false,
+            _keep: None,
         }
+    }
+
+    /// The first `len` bytes of a received buffer taken out of its ring, read-only. When the
+    /// value is dropped the buffer is queued on `back`, from where its ring takes it back
+    /// ([`crate::bufring::RecvRing::lend`]). `None` when `len` exceeds the buffer.
+    pub fn returning(
+        held: crate::bufring::HeldBuf,
+        len: usize,
+        back: std::sync::Arc<std::sync::Mutex<Vec<crate::bufring::HeldBuf>>>,
+    ) -> Option<ForeignBuf> {
+        let bytes = held.bytes();
+        if len > bytes.len() {
+            return None;
+        }
+        let ptr = NonNull::new(bytes.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
+        Some(ForeignBuf {
+            ptr,
+            len,
+            owned: false,
+            read_only: true,
+            _keep: Some(Box::new(ReturnOnDrop {
+                held: Some(held),
+                back,
+            })),
+        })
+    }
+
+    /// Whether only reads are allowed (a received buffer lent on: [`Self::returning`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Its length.
@@ -98,8 +139,11 @@ impl ForeignBuf {
         Some(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(off), len) })
     }
 
-    /// `len` bytes from `off` for writing, if inside.
+    /// `len` bytes from `off` for writing, if inside and not read-only.
     pub fn slice_mut(&mut self, off: usize, len: usize) -> Option<&mut [u8]> {
+        if self.read_only {
+            return None;
+        }
         let end = off.checked_add(len)?;
         if end > self.len {
             return None;
@@ -109,6 +153,20 @@ impl ForeignBuf {
         }
         // SAFETY: as in `slice`, and for writes; `&mut self` makes this the only live view.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) })
+    }
+}
+
+/// Queues a taken buffer for its ring when the lease on it ends.
+struct ReturnOnDrop {
+    held: Option<crate::bufring::HeldBuf>,
+    back: std::sync::Arc<std::sync::Mutex<Vec<crate::bufring::HeldBuf>>>,
+}
+
+impl Drop for ReturnOnDrop {
+    fn drop(&mut self) {
+        if let (Some(h), Ok(mut q)) = (self.held.take(), self.back.lock()) {
+            q.push(h);
+        }
     }
 }
 

@@ -401,8 +401,9 @@ impl Ring {
 
     /// Queues `req` on `lease`; the request's tag (unique among requests in flight, reused after
     /// its final CQE). The ring keeps the lease until that CQE. On error the lease is handed
-    /// back: `EINVAL` when the bytes lie outside the lease, `EFAULT` when the fixed buffer named
-    /// does not cover them, `EAGAIN` when the submission queue stays full.
+    /// back: `EINVAL` when the bytes lie outside the lease, `EACCES` for a receive into
+    /// read-only memory, `EFAULT` when the fixed buffer named does not cover them, `EAGAIN` when
+    /// the submission queue stays full.
     pub fn push(&mut self, lease: Lease, req: &Request) -> Result<u32, (Lease, io::Error)> {
         let (addr, size) = lease.range();
         let inside = req
@@ -411,6 +412,9 @@ impl Ring {
             .is_some_and(|end| end <= size);
         if !inside {
             return Err((lease, io::Error::from_raw_os_error(libc::EINVAL)));
+        }
+        if req.op == Op::Recv && matches!(&lease, Lease::Borrowed(b) if b.is_read_only()) {
+            return Err((lease, io::Error::from_raw_os_error(libc::EACCES)));
         }
         let ptr = (addr + req.off) as *mut u8;
         if let Op::SendZc { fixed: Some(i) } = req.op {
@@ -477,6 +481,11 @@ impl Ring {
         self.zc[tag as usize] = matches!(req.op, Op::SendZc { .. });
         self.in_flight += 1;
         Ok(tag)
+    }
+
+    /// Entries the submission queue holds.
+    pub fn sq_capacity(&mut self) -> usize {
+        self.ring.submission().capacity()
     }
 
     /// SQEs queued and not yet handed to the kernel.

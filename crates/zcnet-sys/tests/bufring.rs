@@ -421,6 +421,55 @@ fn a_taken_buffer_goes_back_only_with_its_handle() {
     still_flows_in_order(&mut ring, tx, &rx, 12);
 }
 
+/// A received buffer lent on (to send it without a copy) is read-only, out of the kernel's
+/// reach while any reference to the lease lives (recycling it by id is refused), refused as the
+/// memory of a receive, and back in the ring at the first wait after the last reference went.
+#[zcnet_testkit::test]
+fn a_lent_buffer_comes_back_to_the_ring_when_its_lease_ends() {
+    use std::sync::Arc;
+    use zcnet_sys::uring::{Lease, Op, Request, Ring};
+    let mut ring = RecvRing::new(8, 4, 64, 3).unwrap();
+    let (mut tx, rx) = tcp_pair();
+    ring.arm(rx.as_raw_fd(), 5, false).unwrap();
+    tx.write_all(b"hello").unwrap();
+    let mut cs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cs.is_empty() {
+        assert!(Instant::now() < deadline);
+        ring.wait(1, Duration::from_millis(100)).unwrap();
+        ring.drain(|c| cs.push(c));
+    }
+    let id = cs.pop().unwrap().buf_id.unwrap();
+    assert!(ring.lend(id, 65).is_err(), "more than the buffer");
+    let mut lent = ring.lend(id, 5).unwrap();
+    assert_eq!(lent.slice(0, 5), Some(&b"hello"[..]));
+    assert!(lent.is_read_only() && lent.slice_mut(0, 1).is_none());
+    assert!(ring.recycle(id).is_err(), "lent: not recycled by id");
+    let lent = Arc::new(lent);
+    let mut sender = Ring::new(8, 0).unwrap();
+    let recv = Request {
+        fd: rx.as_raw_fd(),
+        off: 0,
+        len: 5,
+        op: Op::Recv,
+        flags: 0,
+        link: false,
+    };
+    let (_, e) = sender
+        .push(Lease::Borrowed(Arc::clone(&lent)), &recv)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES), "no receive into it");
+    let clone = Arc::clone(&lent);
+    drop(lent);
+    ring.wait(0, Duration::ZERO).unwrap();
+    assert!(ring.is_held(id), "a reference lives: still out");
+    drop(clone);
+    ring.wait(0, Duration::ZERO).unwrap();
+    assert!(!ring.is_held(id), "back in the ring");
+    assert_eq!(ring.held_count(), 0);
+    still_flows_in_order(&mut ring, tx, &rx, 13);
+}
+
 #[zcnet_testkit::test]
 fn eof_is_ok_zero_without_more() {
     let mut ring = RecvRing::new(8, 4, 256, 0).unwrap();

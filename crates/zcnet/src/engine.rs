@@ -243,6 +243,12 @@ impl Engine {
         Ok(tag)
     }
 
+    /// Entries the submission queue holds: the longest chain of linked requests that can be
+    /// queued without a submit cutting it in two.
+    pub fn sq_capacity(&mut self) -> usize {
+        self.ring.sq_capacity()
+    }
+
     /// SQEs queued and not yet handed to the kernel.
     pub fn queued(&mut self) -> usize {
         self.ring.queued()

@@ -214,6 +214,8 @@ pub struct RxBuf {
     loc: Location,
     copied: bool,
     ret: Arc<Returns>,
+    /// Given back through `ret` when dropped (not once lent on: [`Receiver::lend`]).
+    armed: bool,
 }
 
 impl RxBuf {
@@ -258,6 +260,9 @@ impl Drop for RxBuf {
     fn drop(&mut self) {
         // A poisoned lock means a panic elsewhere while pushing; the pair is lost then, and the
         // receiver's held count shows it.
+        if !self.armed {
+            return;
+        }
         if let Ok(mut q) = self.ret.lock() {
             q.push((self.key, self.len));
         }
@@ -372,6 +377,7 @@ impl Ctx<'_> {
             loc,
             copied,
             ret: Arc::clone(self.ret),
+            armed: true,
         }));
     }
 
@@ -412,6 +418,12 @@ pub(crate) trait RxBackend: std::fmt::Debug {
     fn bytes(&self, key: u64, len: usize) -> Option<&[u8]>;
     /// Buffers the application holds.
     fn held(&self) -> usize;
+    /// Lends the first `len` bytes of held buffer `key` on, read-only: it goes back to the
+    /// kernel once the returned lease (every clone of it) is dropped. `None` where the backend
+    /// cannot (its buffers are not its own to lend: a copy pool, device memory).
+    fn lend(&mut self, _key: u64, _len: usize) -> Option<Result<crate::engine::ForeignBuf>> {
+        None
+    }
     /// The fd an event loop waits on for readability before a [`Self::poll`] with a zero
     /// timeout ([`Receiver::readiness_fd`]); made (and registered with the kernel) at the
     /// first call where it is not the backend's own epoll set.
@@ -590,6 +602,43 @@ impl Receiver {
         for (key, len) in self.scratch.drain(..) {
             self.backend.release(key, len);
             self.stats.returned += 1;
+        }
+    }
+
+    /// Lends `buf`'s bytes on without a copy, to send them ([`crate::Sender::send_lent`]:
+    /// an echo, a proxy): read-only, and out of the kernel's reach until the lease — every
+    /// clone of the `Arc` — is dropped, when the buffer goes back to the receive ring (at the
+    /// next poll). Until then it counts as held ([`Receiver::held`]): lending many at once can
+    /// starve the ring as holding them would. `uring` (and `auto` where it chose `uring`);
+    /// other modes, device memory and another receiver's buffer are refused with the buffer
+    /// handed back.
+    pub fn lend(
+        &mut self,
+        mut buf: RxBuf,
+    ) -> std::result::Result<Arc<crate::engine::ForeignBuf>, (RxBuf, Error)> {
+        let mine = Arc::ptr_eq(&buf.ret, &self.ret) && buf.loc == Location::Host;
+        let lent = if mine {
+            self.backend.lend(buf.key, buf.len)
+        } else {
+            None
+        };
+        match lent {
+            Some(Ok(f)) => {
+                buf.armed = false;
+                Ok(Arc::new(f))
+            }
+            Some(Err(e)) => Err((buf, e)),
+            None => {
+                let mode = self.mode();
+                Err((
+                    buf,
+                    Error::Unsupported {
+                        what: format!("lending {mode} receive buffers on (host buffers of the uring mode can be)"),
+                        source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+                        remedy: crate::Remedy::UseRxMode(RxMode::Uring),
+                    },
+                ))
+            }
         }
     }
 

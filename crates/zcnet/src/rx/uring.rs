@@ -235,4 +235,13 @@ impl RxBackend for UringRx {
     fn held(&self) -> usize {
         self.ring.held_count()
     }
+
+    fn lend(&mut self, key: u64, len: usize) -> Option<Result<crate::engine::ForeignBuf>> {
+        let id = u16::try_from(key).ok()?;
+        Some(
+            self.ring
+                .lend(id, len)
+                .map_err(|e| Error::io("lending a receive buffer", e)),
+        )
+    }
 }

@@ -215,9 +215,21 @@ impl UringTx {
         if self.engine.awaiting_result() > 0 || self.staged.is_empty() {
             return Ok(());
         }
-        while let Some((lease, off, len)) = self.staged.pop_front() {
-            let link = !self.staged.is_empty();
-            self.push(sh, lease, off, len, link)?;
+        // A chain must fit the submission queue: one cut by a submit in the middle becomes two
+        // chains the kernel may run side by side (a link does not span io_uring_enter calls),
+        // reordering the stream. Region buffers never fill it (two entries per buffer); lent
+        // memory has no such bound, so the rest waits for the next chain.
+        if self.engine.queued() > 0 {
+            self.engine
+                .submit()
+                .map_err(|e| Error::io("io_uring_enter", e))?;
+        }
+        let n = self.staged.len().min(self.engine.sq_capacity());
+        for i in 0..n {
+            let Some((lease, off, len)) = self.staged.pop_front() else {
+                break;
+            };
+            self.push(sh, lease, off, len, i + 1 < n)?;
         }
         self.engine
             .submit()
