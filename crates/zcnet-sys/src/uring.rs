@@ -164,11 +164,23 @@ pub struct Request {
     pub link: bool,
 }
 
+/// What the ring keeps per tag: the request's lease while in flight, its operation, and
+/// whether a stray notification may still come (see the module documentation). One entry per
+/// tag, so a completion touches one place.
+#[derive(Debug)]
+struct Tag {
+    lease: Option<Lease>,
+    op: Op,
+    stray: bool,
+}
+
 /// A completion, with the lease if this was the request's final CQE.
 #[derive(Debug)]
 pub struct Completion {
     /// The tag [`Ring::push`] gave the request.
     pub tag: u32,
+    /// The request's operation.
+    pub op: Op,
     /// `res` of the CQE.
     pub res: i32,
     /// `flags` of the CQE.
@@ -189,13 +201,9 @@ pub struct Ring {
     /// Dropped by hand: kept (leaked) when the kernel would not let go of a request.
     ring: ManuallyDrop<IoUring>,
     /// The lease of each request in flight, by tag.
-    held: Vec<Option<Lease>>,
+    held: Vec<Tag>,
     /// Tags not in flight, below `held.len()`.
     free: Vec<u32>,
-    /// Per tag: the request in flight is a `SEND_ZC`.
-    zc: Vec<bool>,
-    /// Per tag: a refused `SEND_ZC` whose stray notification may still come (not reused).
-    stray: Vec<bool>,
     in_flight: usize,
     /// The fixed buffer table: sparse (`sparse`), or one region registered whole.
     fixed: Vec<Option<Fixed>>,
@@ -239,8 +247,6 @@ impl Ring {
             ring: ManuallyDrop::new(ring),
             held: Vec::with_capacity(entries as usize),
             free: Vec::new(),
-            zc: Vec::new(),
-            stray: Vec::new(),
             in_flight: 0,
             fixed,
             sparse,
@@ -387,13 +393,16 @@ impl Ring {
         self.in_flight
     }
 
+    #[inline]
     fn take_tag(&mut self) -> u32 {
         match self.free.pop() {
             Some(t) => t,
             None => {
-                self.held.push(None);
-                self.zc.push(false);
-                self.stray.push(false);
+                self.held.push(Tag {
+                    lease: None,
+                    op: Op::Recv,
+                    stray: false,
+                });
                 (self.held.len() - 1) as u32
             }
         }
@@ -404,6 +413,7 @@ impl Ring {
     /// back: `EINVAL` when the bytes lie outside the lease, `EACCES` for a receive into
     /// read-only memory, `EFAULT` when the fixed buffer named does not cover them, `EAGAIN` when
     /// the submission queue stays full.
+    #[inline]
     pub fn push(&mut self, lease: Lease, req: &Request) -> Result<u32, (Lease, io::Error)> {
         let (addr, size) = lease.range();
         let inside = req
@@ -477,8 +487,9 @@ impl Ring {
                 return Err((lease, e));
             }
         }
-        self.held[tag as usize] = Some(lease);
-        self.zc[tag as usize] = matches!(req.op, Op::SendZc { .. });
+        let t = &mut self.held[tag as usize];
+        t.lease = Some(lease);
+        t.op = req.op;
         self.in_flight += 1;
         Ok(tag)
     }
@@ -514,6 +525,7 @@ impl Ring {
     }
 
     /// Takes every available completion, handing the lease back with each final CQE.
+    #[inline]
     pub fn drain(&mut self, mut f: impl FnMut(Completion)) {
         let mut cq = self.ring.completion();
         cq.sync();
@@ -524,20 +536,24 @@ impl Ring {
             }
             let tag = ud as u32;
             let t = tag as usize;
-            if self.stray.get(t).copied().unwrap_or(false) {
+            let Some(state) = self.held.get_mut(t) else {
+                continue;
+            };
+            if state.stray {
                 // The late notification of a refused SEND_ZC: its tag is free from now on.
-                self.stray[t] = false;
+                state.stray = false;
                 self.free.push(tag);
                 continue;
             }
             let lease = if cqueue::more(cqe.flags()) {
                 None
             } else {
-                let l = self.held.get_mut(t).and_then(Option::take);
+                let l = state.lease.take();
                 if l.is_some() {
                     self.in_flight -= 1;
-                    if self.zc[t] && cqe.result() < 0 && !cqueue::notif(cqe.flags()) {
-                        self.stray[t] = true;
+                    let zc = matches!(state.op, Op::SendZc { .. });
+                    if zc && cqe.result() < 0 && !cqueue::notif(cqe.flags()) {
+                        state.stray = true;
                     } else {
                         self.free.push(tag);
                     }
@@ -546,6 +562,7 @@ impl Ring {
             };
             f(Completion {
                 tag,
+                op: state.op,
                 res: cqe.result(),
                 flags: cqe.flags(),
                 lease,
@@ -561,7 +578,7 @@ impl Ring {
             return true;
         }
         let tags: Vec<u64> = (0..self.held.len())
-            .filter(|&t| self.held[t].is_some())
+            .filter(|&t| self.held[t].lease.is_some())
             .map(|t| t as u64)
             .collect();
         for t in tags {
@@ -623,7 +640,7 @@ impl Drop for Ring {
         }
         // The kernel still holds requests after cancellation and the wait. Their memory must
         // never be freed or reused: leak the leases, the registered buffers and the ring.
-        let leaked = self.held.iter().filter(|l| l.is_some()).count() as u64;
+        let leaked = self.held.iter().filter(|t| t.lease.is_some()).count() as u64;
         LEAKED.fetch_add(leaked, Ordering::Relaxed);
         std::mem::forget(std::mem::take(&mut self.held));
         std::mem::forget(std::mem::take(&mut self.fixed));

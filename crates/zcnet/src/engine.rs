@@ -132,21 +132,14 @@ pub struct Event {
     pub lease: Option<Lease>,
 }
 
-/// What each tag in flight is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Send,
-    SendZc,
-    Recv,
-}
-
 /// One io_uring engine (see the module documentation).
 #[derive(Debug)]
 pub struct Engine {
     /// Dropped first (cancel, wait) while the tracker is still there to read what comes.
     ring: Ring,
     tracker: SendZcTracker,
-    kinds: Vec<Kind>,
+    /// Slots the tracker has (tags below it can be tracked).
+    tracked: usize,
     counts: Counts,
 }
 
@@ -157,7 +150,7 @@ impl Engine {
         Ok(Engine {
             ring: Ring::new(entries, fixed_slots)?,
             tracker: SendZcTracker::new(entries as usize),
-            kinds: Vec::new(),
+            tracked: entries as usize,
             counts: Counts::default(),
         })
     }
@@ -222,19 +215,15 @@ impl Engine {
     }
 
     /// Queues `req` on `lease`; the request's tag. On error the lease is handed back.
+    #[inline]
     pub fn push(&mut self, lease: Lease, req: &Request) -> Result<u32, (Lease, io::Error)> {
         let tag = self.ring.push(lease, req)?;
         let i = tag as usize;
-        if i >= self.kinds.len() {
-            self.kinds.resize(i + 1, Kind::Recv);
-            self.tracker.ensure(i + 1);
+        if i >= self.tracked {
+            self.tracked = (i + 1).next_power_of_two();
+            self.tracker.ensure(self.tracked);
         }
-        self.kinds[i] = match req.op {
-            Op::Send => Kind::Send,
-            Op::SendZc { .. } => Kind::SendZc,
-            Op::Recv => Kind::Recv,
-        };
-        if self.kinds[i] != Kind::Recv {
+        if req.op != Op::Recv {
             // The ring hands out a tag only when its previous request ended, so the tracker's
             // slot is idle; an error here is a bug, reported at the request's completion.
             let _ = self.tracker.on_submit(i, req.len);
@@ -271,14 +260,15 @@ impl Engine {
     }
 
     /// Takes every completion there is, interpreted, counted, handed to `f`.
+    #[inline]
     pub fn reap(&mut self, mut f: impl FnMut(Event)) {
         let Engine {
             ring,
             tracker,
-            kinds,
             counts,
+            ..
         } = self;
-        ring.drain(|c| f(interpret(tracker, kinds, counts, c)));
+        ring.drain(|c| f(interpret(tracker, counts, c)));
     }
 
     /// Cancels what is in flight and waits up to `timeout` for the final CQEs (interpreted,
@@ -288,22 +278,17 @@ impl Engine {
         let Engine {
             ring,
             tracker,
-            kinds,
             counts,
+            ..
         } = self;
-        ring.cancel_all(timeout, |c| f(interpret(tracker, kinds, counts, c)))
+        ring.cancel_all(timeout, |c| f(interpret(tracker, counts, c)))
     }
 }
 
 /// What completion `c` means, counted in `counts`.
-fn interpret(
-    tracker: &mut SendZcTracker,
-    kinds: &[Kind],
-    counts: &mut Counts,
-    c: Completion,
-) -> Event {
-    let kind = kinds.get(c.tag as usize).copied().unwrap_or(Kind::Recv);
-    let outcome = if kind == Kind::Recv {
+#[inline]
+fn interpret(tracker: &mut SendZcTracker, counts: &mut Counts, c: Completion) -> Event {
+    let outcome = if c.op == Op::Recv {
         Outcome::Received(if c.res >= 0 {
             Ok(c.res as u32)
         } else {
@@ -320,7 +305,7 @@ fn interpret(
                 (None, Some((res, asked))) => Outcome::Sent {
                     res,
                     asked,
-                    zero_copy: kind == Kind::SendZc,
+                    zero_copy: c.op != Op::Send,
                 },
                 (None, None) => Outcome::Protocol(TrackerError::Unexpected(c.tag as usize)),
             },

@@ -612,6 +612,7 @@ impl Receiver {
     /// starve the ring as holding them would. `uring` (and `auto` where it chose `uring`);
     /// other modes, device memory and another receiver's buffer are refused with the buffer
     /// handed back.
+    #[allow(clippy::result_large_err)] // the buffer comes back with the error
     pub fn lend(
         &mut self,
         mut buf: RxBuf,
