@@ -103,6 +103,7 @@ impl TxBenchConfig {
     /// The sender's configuration for one case.
     pub fn tx_config(&self, mode: TxMode, size: usize) -> TxConfig {
         let mut t = TxConfig::new(mode);
+        t.cancel = crate::interrupt::token();
         t.inflight = self.inflight;
         t.window = self.window;
         t.buf_size = size;
@@ -542,7 +543,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                 })
                 .collect();
             for &(case, run, runs) in order {
-                if zcnet::interrupted() {
+                if crate::interrupt::interrupted() {
                     return Err(Error::Interrupted);
                 }
                 index += 1;
@@ -688,7 +689,7 @@ pub fn send_for(
     let mut sends = 0u64;
     loop {
         if sends.is_multiple_of(check_every) {
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
             if Instant::now() >= deadline {
@@ -726,7 +727,7 @@ fn send_gpu_for(
     let deadline = Instant::now() + duration;
     let (mut off, mut scratch) = (0u64, Vec::new());
     while Instant::now() < deadline {
-        if zcnet::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(Error::Interrupted);
         }
         tx.send_chunk(off, tcfg.buf_size, None, &mut scratch)?;
@@ -803,7 +804,7 @@ fn tcp_case(
         tx_ns,
         rx_ns,
         bind,
-        |mut s| Ok(net::drain_stream(&mut s, None, None)?.bytes),
+        |mut s| Ok(net::drain_stream(&mut s, None, None, &crate::interrupt::token())?.bytes),
         |sock| {
             send_for(
                 sock.into(),
@@ -849,7 +850,7 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
                 .local_addr()
                 .map_err(|e| Error::io("local_addr", e))?;
             let _ = ready_tx.send(Ok(addr));
-            let (s, _) = net::accept(&listener)?;
+            let (s, _) = net::accept(&listener, &crate::interrupt::token())?;
             recv(s)
         });
         let addr = ready_rx
@@ -859,7 +860,7 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
             if let Some(ns) = tx_ns {
                 lab::enter(ns)?;
             }
-            send(net::connect_tcp(addr)?)
+            send(net::connect_tcp(addr, &crate::interrupt::token())?)
         });
         let sent = sender
             .join()
@@ -882,7 +883,7 @@ fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult
             given: "raw baseline runs on sink only".into(),
         });
     };
-    let (run, what): (fn(_, _, _, _) -> _, _) = if raw == RAW_MSG_ZEROCOPY {
+    let (run, what): (fn(_, _, _, _, &_) -> _, _) = if raw == RAW_MSG_ZEROCOPY {
         (
             zcnet_sys::baseline::raw_msg_zerocopy,
             "raw MSG_ZEROCOPY loop",
@@ -896,10 +897,12 @@ fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult
             let sock = net::connect_udp(s.dest, gso_for(size))?;
             let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
             let inflight = cfg.tx_config(TxMode::Copy, size).buffers();
-            let r = run(fd, size, inflight, cfg.duration).map_err(|e| match e.kind() {
-                std::io::ErrorKind::Interrupted => Error::Interrupted,
-                _ => Error::io(what, e),
-            })?;
+            let r = run(fd, size, inflight, cfg.duration, crate::interrupt::flag()).map_err(
+                |e| match e.kind() {
+                    std::io::ErrorKind::Interrupted => Error::Interrupted,
+                    _ => Error::io(what, e),
+                },
+            )?;
             let copied_bytes = (r.bytes * r.copied_notifications)
                 .checked_div(r.notifications)
                 .unwrap_or(0);

@@ -14,7 +14,7 @@
 //! collide. Interfaces are created directly inside the lab's namespaces (`ip -n NS link add … netns
 //! NS2`): nothing is added to, or taken from, the root namespace (its boot-time ifb0/ifb1 and eth0
 //! are never touched). The lab deletes its namespaces on drop — on every exit path, including an
-//! error or Ctrl-C caught by [`zcnet::install_interrupt_handler`]. A lab killed with SIGKILL leaves
+//! error or Ctrl-C caught by [`crate::interrupt::install_handler`]. A lab killed with SIGKILL leaves
 //! its namespaces behind; [`cleanup_stale`] (run by every new lab and by `zcnet lab cleanup`)
 //! deletes those whose process is gone.
 

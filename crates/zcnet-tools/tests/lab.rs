@@ -87,7 +87,7 @@ fn veth_tcp_is_copied_and_data_verified() {
             let l = net::listen_tcp(addr).unwrap();
             ready_tx.send(()).unwrap();
             let (mut s, _) = l.accept().unwrap();
-            drain_stream(&mut s, Some(pattern), None).unwrap()
+            drain_stream(&mut s, Some(pattern), None, &zcnet::Cancel::new()).unwrap()
         });
         ready_rx.recv().unwrap();
         let a_ns = veth.a.clone();

@@ -108,7 +108,7 @@ pub enum Error {
     Verify(zcnet_core::Mismatch),
     /// The kernel's completions contradict the protocol (a bug here or in the kernel).
     Protocol(zcnet_core::TrackerError),
-    /// SIGINT or SIGTERM arrived.
+    /// The call was cancelled by its [`Cancel`](crate::Cancel) token.
     Interrupted,
     /// A lab command (`ip ...`) failed.
     Lab {
@@ -171,11 +171,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps an `io::Error` with what was being done. A call that a signal cut short (`EINTR`)
-    /// after SIGINT/SIGTERM is [`Error::Interrupted`], whatever it was doing: the run was asked
-    /// to stop, it did not fail.
+    /// Wraps an `io::Error` with what was being done. An [`io::ErrorKind::Interrupted`] is
+    /// [`Error::Interrupted`], whatever it was doing: the library retries a system call cut
+    /// short by a signal (`EINTR`) unless the caller's [`Cancel`](crate::Cancel) is set, and
+    /// a wait the token ended says `Interrupted`; either way the run was asked to stop, it did
+    /// not fail.
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
-        if source.kind() == io::ErrorKind::Interrupted && crate::interrupted() {
+        if source.kind() == io::ErrorKind::Interrupted {
             return Error::Interrupted;
         }
         Error::Io {

@@ -33,9 +33,9 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+pub mod cancel;
 pub mod error;
 pub mod gpu;
-pub mod interrupt;
 pub mod net;
 pub mod nexthop;
 pub mod nic;
@@ -46,8 +46,8 @@ pub mod rx;
 pub mod tx;
 pub mod xsk;
 
+pub use cancel::Cancel;
 pub use error::{Error, Result};
-pub use interrupt::{install_interrupt_handler, interrupted};
 pub use region::{MemoryKind, Region, TxBuf};
 pub use remedy::Remedy;
 pub use rx::{ConnId, Receiver, RxBuf, RxConfig, RxEvent, RxMode, RxStats};

@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
 use zcnet::net::{drain_stream, RecvReport};
-use zcnet::{Error, Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet::{Cancel, Error, Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
 
 /// Deterministic message sizes in 1..=max.
 fn sizes(seed: u64, n: usize, max: usize) -> Vec<usize> {
@@ -43,7 +43,7 @@ fn send_verified(
     let pattern = Pattern::new(seed);
     let rx = thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        drain_stream(&mut s, Some(pattern), None)
+        drain_stream(&mut s, Some(pattern), None, &Cancel::new())
     });
     let mut tx = sender(TcpStream::connect(addr).unwrap(), mode, buf_size, 8);
     let mut off = 0u64;
@@ -178,7 +178,7 @@ fn refused_connection_says_so() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
-    match zcnet::net::connect_tcp(addr) {
+    match zcnet::net::connect_tcp(addr, &Cancel::new()) {
         Err(Error::ConnectionRefused { addr: a }) => assert_eq!(a, addr),
         other => panic!("expected ConnectionRefused, got {other:?}"),
     }
@@ -244,7 +244,7 @@ fn caller_memory_region_sends() {
     let addr = listener.local_addr().unwrap();
     let rx = thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        drain_stream(&mut s, Some(Pattern::new(11)), None).unwrap()
+        drain_stream(&mut s, Some(Pattern::new(11)), None, &Cancel::new()).unwrap()
     });
     let mut cfg = TxConfig::new(TxMode::UringZc);
     cfg.buf_size = 4096;

@@ -16,7 +16,7 @@ pub mod receive;
 pub mod staging;
 
 pub use path::{prepare_receive, GpuPath, GpuSendStats, GpuSender, Refusal};
-pub use receive::{receive, receive_naive, GpuRecvReport, PreparedReceive};
+pub use receive::{receive, GpuRecvReport, PreparedReceive};
 pub use staging::{StagedReceiver, StagedSender, StagedStats, StagingOptions};
 
 use crate::error::{Error, Result};
