@@ -12,7 +12,9 @@
 //! ```no_run
 //! use std::time::Duration;
 //! # fn main() -> zcnet::Result<()> {
-//! let hop = zcnet::nexthop::resolve("vA", "10.10.0.2".parse().unwrap(), Duration::from_secs(3))?;
+//! let stop = zcnet::Cancel::new(); // another thread may cancel the wait for the answer
+//! let dst = "10.10.0.2".parse().unwrap();
+//! let hop = zcnet::nexthop::resolve("vA", dst, Duration::from_secs(3), &stop)?;
 //! println!("{} → {} via {:02x?} (MTU {})", hop.src, hop.dst, hop.dst_mac, hop.mtu);
 //! # Ok(()) }
 //! ```
