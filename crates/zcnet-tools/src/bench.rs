@@ -8,13 +8,13 @@
 //! there ([`default_paths`]), refused in one line when asked for elsewhere.
 
 use crate::lab::{self, DummyPath, Lab, SinkPath, VethPath};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use zcnet::gpu::GpuSender;
-use zcnet::net;
+use zcnet::net::{self, RecvReport};
 use zcnet::region::{MemoryKind, Region};
 use zcnet::tx::{region_len, Sender, Socket, TxConfig, TxMode, TxStats};
-use zcnet::{Error, Result};
+use zcnet::{Cancel, Error, Result};
 use zcnet_core::Pattern;
 
 /// Largest UDP payload in one IPv4 datagram (65,535 - 20 - 8).
@@ -656,6 +656,49 @@ fn add_run(row: &mut TxRow, st: &TxStats, received: Option<u64>, sample: bool) {
 }
 
 /// The error for a lab thread that panicked (its `join` failed).
+/// Reads a plain TCP stream to its end (the peer of the send benches and tests, no receive
+/// backend); with `verify`, checks every byte against the pattern, failing at
+/// the first mismatch. With `sink`, hands each chunk to it (e.g. stdout). [`Error::Interrupted`]
+/// once `cancel` is cancelled.
+pub fn drain_stream(
+    stream: &mut TcpStream,
+    verify: Option<Pattern>,
+    mut sink: Option<&mut dyn std::io::Write>,
+    cancel: &Cancel,
+) -> Result<RecvReport> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut rep = RecvReport::default();
+    let mut start = None;
+    loop {
+        let n = match net::recv_interruptible(stream, &mut buf, cancel) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                return Err(Error::Interrupted)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Err(Error::io(
+                    format!("peer reset the connection after {} B", rep.bytes),
+                    e,
+                ))
+            }
+            Err(e) => return Err(Error::io("recv", e)),
+        };
+        start.get_or_insert_with(std::time::Instant::now);
+        if let Some(p) = verify {
+            p.verify(rep.bytes, &buf[..n])?;
+        }
+        if let Some(s) = sink.as_deref_mut() {
+            s.write_all(&buf[..n])
+                .map_err(|e| Error::io("writing received data", e))?;
+        }
+        rep.bytes += n as u64;
+        rep.reads += 1;
+    }
+    rep.seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    Ok(rep)
+}
+
 fn panicked(what: &str) -> Error {
     Error::io(what, std::io::Error::other("panicked"))
 }
@@ -804,7 +847,7 @@ fn tcp_case(
         tx_ns,
         rx_ns,
         bind,
-        |mut s| Ok(net::drain_stream(&mut s, None, None, &crate::interrupt::token())?.bytes),
+        |mut s| Ok(drain_stream(&mut s, None, None, &crate::interrupt::token())?.bytes),
         |sock| {
             send_for(
                 sock.into(),

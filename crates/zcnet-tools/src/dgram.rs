@@ -215,7 +215,7 @@ impl XskUdpSender {
             datagrams: 0,
             zerocopy_refused,
             start: now,
-            cpu0: zcnet::thread_cpu_seconds(),
+            cpu0: zcnet_sys::os::thread_cpu_seconds(),
             progress: now,
         })
     }
@@ -349,7 +349,7 @@ impl XskUdpSender {
             bytes: self.bytes,
             datagrams: self.datagrams,
             seconds,
-            cpu_seconds: zcnet::thread_cpu_seconds() - self.cpu0,
+            cpu_seconds: zcnet_sys::os::thread_cpu_seconds() - self.cpu0,
             zerocopy,
             zerocopy_refused: self.zerocopy_refused.clone(),
             stats,

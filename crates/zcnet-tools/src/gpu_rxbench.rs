@@ -191,7 +191,7 @@ pub fn run(
 
 /// The host baseline: io_uring multishot receive into host buffers.
 fn receive_host(s: TcpStream, verify: Option<Pattern>) -> Result<GpuRecvReport> {
-    let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
+    let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
     let mut rx = Receiver::new(&RxConfig {
         cancel: crate::interrupt::token(),
         ..RxConfig::new(RxMode::Uring)
@@ -201,7 +201,7 @@ fn receive_host(s: TcpStream, verify: Option<Pattern>) -> Result<GpuRecvReport> 
         path: RxMode::Uring.name(),
         bytes: r.recv.bytes,
         seconds: t0.elapsed().as_secs_f64(),
-        cpu_seconds: zcnet::thread_cpu_seconds() - cpu0,
+        cpu_seconds: zcnet_sys::os::thread_cpu_seconds() - cpu0,
         verified: verify.is_some(),
         ..GpuRecvReport::default()
     })

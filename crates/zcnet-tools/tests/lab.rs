@@ -7,8 +7,9 @@
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::Duration;
-use zcnet::net::{self, drain_stream};
+use zcnet::net;
 use zcnet::{Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet_tools::bench::drain_stream;
 use zcnet_tools::lab::{self, Lab};
 
 fn need_root() {

@@ -55,17 +55,12 @@ pub use tx::{Sender, Socket, TxConfig, TxMode, TxStats};
 pub use zcnet_core::Pattern;
 
 /// Reads an integer sysctl (`/proc/sys/<path>`), if present.
-pub fn sysctl_u64(path: &str) -> Option<u64> {
+pub(crate) fn sysctl_u64(path: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/sys/{path}"))
         .ok()?
         .trim()
         .parse()
         .ok()
-}
-
-/// CPU seconds the calling thread has used (user + system).
-pub fn thread_cpu_seconds() -> f64 {
-    zcnet_sys::os::thread_cpu_seconds()
 }
 
 // The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.

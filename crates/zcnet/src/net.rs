@@ -151,48 +151,6 @@ pub struct RecvReport {
     pub seconds: f64,
 }
 
-/// Reads a stream to its end; with `verify`, checks every byte against the pattern, failing at
-/// the first mismatch. With `sink`, hands each chunk to it (e.g. stdout). [`Error::Interrupted`]
-/// once `cancel` is cancelled.
-pub fn drain_stream(
-    stream: &mut TcpStream,
-    verify: Option<Pattern>,
-    mut sink: Option<&mut dyn std::io::Write>,
-    cancel: &Cancel,
-) -> Result<RecvReport> {
-    let mut buf = vec![0u8; 1 << 20];
-    let mut rep = RecvReport::default();
-    let mut start = None;
-    loop {
-        let n = match recv_interruptible(stream, &mut buf, cancel) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                return Err(Error::Interrupted)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                return Err(Error::io(
-                    format!("peer reset the connection after {} B", rep.bytes),
-                    e,
-                ))
-            }
-            Err(e) => return Err(Error::io("recv", e)),
-        };
-        start.get_or_insert_with(std::time::Instant::now);
-        if let Some(p) = verify {
-            p.verify(rep.bytes, &buf[..n])?;
-        }
-        if let Some(s) = sink.as_deref_mut() {
-            s.write_all(&buf[..n])
-                .map_err(|e| Error::io("writing received data", e))?;
-        }
-        rep.bytes += n as u64;
-        rep.reads += 1;
-    }
-    rep.seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
-    Ok(rep)
-}
-
 /// Binds a TCP listener, with a clear error.
 pub fn listen_tcp(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).map_err(|e| match e.kind() {

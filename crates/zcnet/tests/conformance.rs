@@ -6,8 +6,9 @@
 use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
-use zcnet::net::{drain_stream, RecvReport};
+use zcnet::net::RecvReport;
 use zcnet::{Cancel, Error, Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet_tools::bench::drain_stream;
 
 /// Deterministic message sizes in 1..=max.
 fn sizes(seed: u64, n: usize, max: usize) -> Vec<usize> {

@@ -31,7 +31,8 @@ pub use zcnet_sys::cuda::{DeviceInfo, STANDIN_LABEL};
 /// host buffer `dev` (its length is the ring's), with copies that complete newest first, as a
 /// real copy engine may. For testing code built on staged receives on machines without CUDA
 /// (zcnet-tools runs its GPU receive bench's harness this way); read what landed with
-/// [`receive::drain_staged`].
+/// [`receive::drain_staged`]. Only with the `testing` feature: not part of the library.
+#[cfg(feature = "testing")]
 pub fn host_staged_receiver(
     stream: std::net::TcpStream,
     dev: Arc<std::sync::Mutex<Vec<u8>>>,

@@ -93,7 +93,7 @@ impl PreparedReceive {
         opts: &StagingOptions,
         verify: Option<Pattern>,
     ) -> Result<GpuRecvReport> {
-        let (t0, cpu0) = (Instant::now(), crate::thread_cpu_seconds());
+        let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
         let mut rep = match self.direct {
             Some((mut rx, path)) => {
                 // The dma-buf bound is the region's own export (offset 0 = the region's first
@@ -141,7 +141,7 @@ impl PreparedReceive {
         };
         rep.refused = self.refused;
         rep.seconds = t0.elapsed().as_secs_f64();
-        rep.cpu_seconds = crate::thread_cpu_seconds() - cpu0;
+        rep.cpu_seconds = zcnet_sys::os::thread_cpu_seconds() - cpu0;
         rep.verified = verify.is_some();
         Ok(rep)
     }
