@@ -228,7 +228,10 @@ fn outcome(r: zcnet::Result<i32>, interrupted: bool) -> (Option<String>, i32) {
             )),
             130,
         ),
-        Err(e) => (Some(zcnet_tools::cli_text::error_text(&e)), e.exit_code()),
+        Err(e) => (
+            Some(zcnet_tools::cli_text::error_text(&e)),
+            zcnet_tools::cli_text::exit_code(&e),
+        ),
         Ok(_) if interrupted => (Some("interrupted".into()), 130),
         Ok(code) => (None, code),
     }

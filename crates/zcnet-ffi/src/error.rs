@@ -92,7 +92,6 @@ pub fn status_of(e: &zcnet::Error) -> zcnet_status {
     match e {
         E::UnknownMode { .. }
         | E::UnknownRxMode { .. }
-        | E::UnknownPath { .. }
         | E::BadAddress { .. }
         | E::UnknownInterface { .. }
         | E::RegionTooSmall { .. }
@@ -111,7 +110,7 @@ pub fn status_of(e: &zcnet::Error) -> zcnet_status {
         E::Interrupted => ZCNET_E_INTERRUPTED,
         E::Verify(_) => ZCNET_E_DATA,
         E::Protocol(_) => ZCNET_E_INTERNAL,
-        E::Lab { .. } | E::NicState { .. } => ZCNET_E_IO,
+        E::NicState { .. } => ZCNET_E_IO,
         // The library reports bad arguments as `Io` with ErrorKind::InvalidInput
         // (`Error::invalid_input`, EINVAL); the kind says what the errno means.
         E::Io { source, .. } => match source.kind() {

@@ -63,8 +63,11 @@ impl PathKind {
         PathKind::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| Error::UnknownPath {
-                given: s.to_string(),
+            .ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "unknown path '{s}': use one of {}",
+                    PathKind::ALL.map(PathKind::name).join(", ")
+                ))
             })
     }
 
@@ -922,9 +925,9 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
 /// Runs the raw loop named `raw` ([`RAW_LOOPS`]) on the sink.
 fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult {
     let Env::Sink(s) = env else {
-        return Err(Error::UnknownPath {
-            given: "raw baseline runs on sink only".into(),
-        });
+        return Err(Error::invalid_input(
+            "the raw baseline loops run on the sink path only",
+        ));
     };
     let (run, what): (fn(_, _, _, _, &_) -> _, _) = if raw == RAW_MSG_ZEROCOPY {
         (
@@ -1064,7 +1067,7 @@ mod tests {
                         m.contains("nothing can run") && m.contains("needs root"),
                         "{m}"
                     );
-                    assert_eq!(e.exit_code(), 1);
+                    assert_eq!(crate::cli_text::exit_code(&e), 1);
                 }
                 other => panic!("{asked:?}: {other:?}"),
             }

@@ -437,10 +437,10 @@ fn steer_rx(ns: &str, dev: &str, cpus: &[usize]) -> Result<()> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(Error::Lab {
-            command: format!("ip netns exec {ns} sh -c '{script}'"),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        Err(crate::lab::command_failed(
+            format!("ip netns exec {ns} sh -c '{script}'"),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 }
 

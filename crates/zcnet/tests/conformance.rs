@@ -200,7 +200,7 @@ fn bad_input_is_one_line_with_the_fix() {
     ));
     assert!(matches!(
         zcnet_tools::bench::PathKind::parse("wifi"),
-        Err(Error::UnknownPath { .. })
+        Err(e) if e.is_caller_mistake()
     ));
 }
 
