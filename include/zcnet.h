@@ -99,7 +99,7 @@ typedef enum zcnet_status {
     ZCNET_E_CONNECTION = 6,
     // No send completion arrived within the stall timeout (is the receiver reading?).
     ZCNET_E_STALLED = 7,
-    // SIGINT or SIGTERM arrived (zcnet's interrupt flag is set).
+    // A system call was cut short by a signal (`EINTR`), or the call was cancelled.
     ZCNET_E_INTERRUPTED = 8,
     // CUDA memory could not be had or used (no driver, no such device, out of memory).
     ZCNET_E_GPU = 9,

@@ -42,7 +42,7 @@ SET=(
   zcnet/rx
   zcnet/nexthop
   zcnet/netns_view
-  zcnet/interrupt
+  zcnet/cancel
   zcnet-sys/interrupt
   zcnet-netlink/live
   zcnet-cli/probe

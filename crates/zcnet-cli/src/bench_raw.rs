@@ -39,7 +39,7 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     let size = size_arg("--size", &a.size, zcnet_tools::bench::UDP_MAX_PAYLOAD)?;
     let inflight = count_arg("--inflight", a.inflight, 4096)?;
     let duration = seconds_arg("--duration", a.duration)?;
-    let run: fn(_, _, _, _) -> _ = match a.which.as_str() {
+    let run: fn(_, _, _, _, &_) -> _ = match a.which.as_str() {
         "msg-zerocopy" => zcnet_sys::baseline::raw_msg_zerocopy,
         "send-zc" => zcnet_sys::baseline::raw_send_zc,
         other => {
@@ -51,7 +51,7 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     let addr = net::parse_addr(&a.addr)?;
     let sock = net::connect_udp(addr, (a.gso > 0).then_some(a.gso))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
-    let r = run(fd, size, inflight, duration)
+    let r = run(fd, size, inflight, duration, zcnet_tools::interrupt::flag())
         .map_err(|e| Error::io(format!("raw {} loop", a.which), e))?;
     let mb_per_s = if r.seconds > 0.0 {
         r.bytes as f64 / r.seconds / 1e6

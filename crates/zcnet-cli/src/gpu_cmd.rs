@@ -80,7 +80,7 @@ pub fn send(
     // The GPU memory first: a missing driver or device fails before any connection.
     let region = Region::new(memory, zcnet::tx::region_len(cfg))?;
     let (standin_note, label) = label_of(&region);
-    let stream = net::connect_tcp(addr)?;
+    let stream = net::connect_tcp(addr, &zcnet_tools::interrupt::token())?;
     let (mut tx, refused) = GpuSender::open(stream.into(), region, cfg)?;
     if !a.json {
         for r in &refused {
@@ -161,9 +161,17 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
         }
     }
     let listener = listen_announced(addr)?;
-    let (s, peer) = net::accept(&listener)?;
+    let (s, peer) = net::accept(&listener, &zcnet_tools::interrupt::token())?;
     let pattern = a.verify.then(|| Pattern::new(a.seed));
-    let rep = prepared.run(s, &region, &StagingOptions::default(), pattern)?;
+    let rep = prepared.run(
+        s,
+        &region,
+        &StagingOptions {
+            cancel: zcnet_tools::interrupt::token(),
+            ..StagingOptions::default()
+        },
+        pattern,
+    )?;
     if a.json {
         let doc = GpuRecvJson {
             mem: memory.name(),
@@ -256,10 +264,10 @@ fn naive_send(
     deadline: Option<Instant>,
 ) -> Result<(), Error> {
     let mut region = Region::new(memory, size)?;
-    let stream = net::connect_tcp(addr)?;
+    let stream = net::connect_tcp(addr, &zcnet_tools::interrupt::token())?;
     let pattern = Pattern::new(a.seed);
     let mut host = vec![0u8; size];
-    let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
+    let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
     let mut offset = 0u64;
     while let Some(n) = next_chunk(offset, size, limit, deadline)? {
         if a.verify {
@@ -268,13 +276,14 @@ fn naive_send(
         }
         region.read_at(0, &mut host[..n])?;
         // Interruptible: the CUDA driver's threads may be the ones a signal lands on.
-        net::send_all_interruptible(&stream, &host[..n]).map_err(|e| Error::io("send", e))?;
+        net::send_all_interruptible(&stream, &host[..n], &zcnet_tools::interrupt::token())
+            .map_err(|e| Error::io("send", e))?;
         offset += n as u64;
     }
     drop(stream);
     let (secs, cpu) = (
         t0.elapsed().as_secs_f64(),
-        zcnet::thread_cpu_seconds() - cpu0,
+        zcnet_sys::os::thread_cpu_seconds() - cpu0,
     );
     report_naive(a.json, "send", memory, &region, offset, secs, cpu, a.verify)
 }
@@ -288,9 +297,14 @@ fn naive_recv(
     mut region: Region,
 ) -> Result<(), Error> {
     let listener = listen_announced(addr)?;
-    let (s, _) = net::accept(&listener)?;
+    let (s, _) = net::accept(&listener, &zcnet_tools::interrupt::token())?;
     let pattern = a.verify.then(|| Pattern::new(a.seed));
-    let rep = gpu::receive_naive(s, &mut region, pattern)?;
+    let rep = zcnet_tools::gpu_rxbench::receive_naive(
+        s,
+        &mut region,
+        pattern,
+        &zcnet_tools::interrupt::token(),
+    )?;
     report_naive(
         a.json,
         "recv",

@@ -174,7 +174,7 @@ pub struct BenchRxArgs {
 
 fn main() {
     // First, so that a signal at any later point is caught and the run stops on its normal path.
-    if let Err(e) = zcnet::install_interrupt_handler() {
+    if let Err(e) = zcnet_tools::interrupt::install_handler() {
         zcnet_tools::eoutln!("zcnet: warning: {e}");
     }
     let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
@@ -190,7 +190,7 @@ fn main() {
         Cmd::Recv(a) => sendrecv::recv(&a).map(|()| 0),
         Cmd::Lab(LabCmd::Cleanup) => lab_cleanup().map(|()| 0),
     };
-    let (line, code) = outcome(r, zcnet::interrupted());
+    let (line, code) = outcome(r, zcnet_tools::interrupt::interrupted());
     if let Some(l) = line {
         zcnet_tools::eoutln!("zcnet: {l}");
     }
@@ -201,11 +201,11 @@ fn main() {
 /// interrupted), printed the way iperf3 prints its own.
 fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
     match zcnet_tools::perf::run(a) {
-        Ok(()) if zcnet::interrupted() => std::process::exit(130),
+        Ok(()) if zcnet_tools::interrupt::interrupted() => std::process::exit(130),
         Ok(()) => std::process::exit(0),
         Err(e) => {
             zcnet_tools::eoutln!("zcnet perf: error - {e}");
-            std::process::exit(if zcnet::interrupted() {
+            std::process::exit(if zcnet_tools::interrupt::interrupted() {
                 130
             } else {
                 e.exit_code()
@@ -228,7 +228,10 @@ fn outcome(r: zcnet::Result<i32>, interrupted: bool) -> (Option<String>, i32) {
             )),
             130,
         ),
-        Err(e) => (Some(zcnet_tools::cli_text::error_text(&e)), e.exit_code()),
+        Err(e) => (
+            Some(zcnet_tools::cli_text::error_text(&e)),
+            zcnet_tools::cli_text::exit_code(&e),
+        ),
         Ok(_) if interrupted => (Some("interrupted".into()), 130),
         Ok(code) => (None, code),
     }

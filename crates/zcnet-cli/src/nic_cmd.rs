@@ -168,19 +168,19 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
 
 /// Holds until SIGINT/SIGTERM: always [`Error::Interrupted`] (exit 130 once restored).
 fn hold() -> zcnet::Result<i32> {
-    while !zcnet::interrupt::sleep(Duration::from_secs(3600)) {}
+    while !zcnet_tools::interrupt::sleep(Duration::from_secs(3600)) {}
     Err(Error::Interrupted)
 }
 
 /// Runs `argv` to completion and returns its exit code. Ctrl-C reaches it too, as part of the
 /// foreground group; SIGINT/SIGTERM sent to zcnet alone is passed on to it as SIGTERM
-/// ([`zcnet::interrupt::wait_child`]), and the result is then [`Error::Interrupted`].
+/// ([`zcnet_tools::interrupt::wait_child`]), and the result is then [`Error::Interrupted`].
 fn run_child(argv: &[String]) -> zcnet::Result<i32> {
     let mut child = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .spawn()
         .map_err(|e| Error::io(format!("starting '{}'", argv[0]), e))?;
-    let st = zcnet::interrupt::wait_child(&mut child)?;
+    let st = zcnet_tools::interrupt::wait_child(&mut child)?;
     Ok(st.code().unwrap_or(130))
 }
 

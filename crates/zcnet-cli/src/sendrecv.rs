@@ -216,6 +216,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     }
     let (limit, deadline) = run_limits(bytes, duration, a.verify);
     let mut cfg = TxConfig::new(mode);
+    cfg.cancel = zcnet_tools::interrupt::token();
     cfg.inflight = inflight;
     cfg.window = window;
     cfg.buf_size = size;
@@ -233,7 +234,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
         let gso = (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500);
         net::connect_udp(addr, gso)?.into()
     } else {
-        net::connect_tcp(addr)?.into()
+        net::connect_tcp(addr, &zcnet_tools::interrupt::token())?.into()
     };
     let mut tx = Sender::new(sock, region, &cfg)?;
     if let Some(n) = tx.note() {
@@ -399,7 +400,7 @@ pub fn next_chunk(
     limit: Option<u64>,
     deadline: Option<Instant>,
 ) -> Result<Option<usize>, Error> {
-    if zcnet::interrupted() {
+    if zcnet_tools::interrupt::interrupted() {
         return Err(Error::Interrupted);
     }
     if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
@@ -492,12 +493,14 @@ pub(crate) fn stdin_file() -> Result<File, Error> {
 pub(crate) fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
     let mut n = 0;
     while n < buf.len() {
-        zcnet::interrupt::wait_readable(&*f)?;
+        zcnet_tools::interrupt::wait_readable(&*f)?;
         match f.read(&mut buf[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
             // A signal that is not SIGINT/SIGTERM: wait again.
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !zcnet::interrupted() => {}
+            Err(e)
+                if e.kind() == std::io::ErrorKind::Interrupted
+                    && !zcnet_tools::interrupt::interrupted() => {}
             Err(e) => return Err(Error::io("reading stdin", e)),
         }
     }
@@ -522,7 +525,7 @@ impl Stdout {
 
 impl Write for Stdout {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match zcnet::interrupt::wait_writable(&self.0) {
+        match zcnet_tools::interrupt::wait_writable(&self.0) {
             Ok(()) => self.0.write(buf),
             Err(Error::Io { source, .. }) => Err(source),
             Err(e) => Err(std::io::Error::new(
@@ -538,7 +541,9 @@ impl Write for Stdout {
             match self.write(buf) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
                 Ok(n) => buf = &buf[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !zcnet::interrupted() => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::Interrupted
+                        && !zcnet_tools::interrupt::interrupted() => {}
                 Err(e) => return Err(e),
             }
         }
@@ -599,6 +604,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     }
     let addr = net::parse_addr(&a.listen)?;
     let mut cfg = RxConfig::new(mode);
+    cfg.cancel = zcnet_tools::interrupt::token();
     cfg.iface = a.iface.clone();
     cfg.queue = a.queue;
     cfg.no_device = a.no_device;
@@ -666,7 +672,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             zcnet_tools::eoutln!("zcnet recv: auto chose {}", rx.mode());
         }
     }
-    let (s, peer) = net::accept(&listener)?;
+    let (s, peer) = net::accept(&listener, &zcnet_tools::interrupt::token())?;
     let mut out = if discard { None } else { Some(Stdout::open()?) };
     let sink = out.as_mut().map(|o| o as &mut dyn Write);
     let verify = a.verify.then(|| Pattern::new(a.seed));

@@ -30,7 +30,7 @@ pub enum zcnet_status {
     ZCNET_E_CONNECTION = 6,
     /// No send completion arrived within the stall timeout (is the receiver reading?).
     ZCNET_E_STALLED = 7,
-    /// SIGINT or SIGTERM arrived (zcnet's interrupt flag is set).
+    /// A system call was cut short by a signal (`EINTR`), or the call was cancelled.
     ZCNET_E_INTERRUPTED = 8,
     /// CUDA memory could not be had or used (no driver, no such device, out of memory).
     ZCNET_E_GPU = 9,
@@ -92,7 +92,6 @@ pub fn status_of(e: &zcnet::Error) -> zcnet_status {
     match e {
         E::UnknownMode { .. }
         | E::UnknownRxMode { .. }
-        | E::UnknownPath { .. }
         | E::BadAddress { .. }
         | E::UnknownInterface { .. }
         | E::RegionTooSmall { .. }
@@ -111,7 +110,7 @@ pub fn status_of(e: &zcnet::Error) -> zcnet_status {
         E::Interrupted => ZCNET_E_INTERRUPTED,
         E::Verify(_) => ZCNET_E_DATA,
         E::Protocol(_) => ZCNET_E_INTERNAL,
-        E::Lab { .. } | E::NicState { .. } => ZCNET_E_IO,
+        E::NicState { .. } => ZCNET_E_IO,
         // The library reports bad arguments as `Io` with ErrorKind::InvalidInput
         // (`Error::invalid_input`, EINVAL); the kind says what the errno means.
         E::Io { source, .. } => match source.kind() {

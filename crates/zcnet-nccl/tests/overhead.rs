@@ -61,7 +61,7 @@ fn baseline(tx: &str, size: usize) -> Rate {
     let cpu0 = zcnet_sys::os::process_cpu_seconds();
     let drain = std::thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
-        zcnet::net::drain_stream(&mut s, None, None)
+        zcnet_tools::bench::drain_stream(&mut s, None, None, &zcnet::Cancel::new())
             .expect("drain")
             .bytes
     });

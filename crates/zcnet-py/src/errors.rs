@@ -82,8 +82,7 @@ pub(crate) fn to_py(e: zcnet::Error) -> PyErr {
         E::Stalled { .. } => StalledError::new_err(msg),
         E::Verify(_) => VerifyError::new_err(msg),
         E::Interrupted => pyo3::exceptions::PyKeyboardInterrupt::new_err(msg),
-        // Exit status 2 is the library's (and the CLI's) "bad argument".
-        _ if e.exit_code() == 2 => ArgumentError::new_err(msg),
+        _ if e.is_caller_mistake() => ArgumentError::new_err(msg),
         _ => Error::new_err(msg),
     };
     if let Some(n) = errno {

@@ -34,8 +34,8 @@ pub(crate) struct Sender {
 impl Drop for Sender {
     /// Runs before the library's sender drops (which waits a bounded time, up to seconds, for the
     /// kernel to give its buffers back): after an interrupt, a connection whose peer stopped
-    /// reading would hold them that long, so it is aborted first, as the library does on its own
-    /// SIGINT flag.
+    /// reading would hold them that long, so it is aborted first, as the library does when its
+    /// cancel token is cancelled.
     fn drop(&mut self) {
         use std::os::fd::AsRawFd;
         if !*self.interrupted.get_mut() {
@@ -109,8 +109,9 @@ fn stats_dict<'py>(
 /// How the binding waits for the kernel to give a buffer back, in bounded steps.
 ///
 /// The library's own waits (`Sender::buffer`, `flush`, `finish`) end only when a buffer comes
-/// back, at its stall timeout, or on its process-wide SIGINT flag, which Python never sets: the
-/// binding waits in bounded steps itself so that Ctrl-C is checked between them.
+/// back, at its stall timeout, or when the caller's cancel token (`TxConfig::cancel`) is
+/// cancelled, which Python's signal handling does not do: the binding waits in bounded steps
+/// itself so that Ctrl-C is checked between them.
 #[derive(Debug)]
 struct Waiter {
     /// Steps taken since the last buffer came back.

@@ -11,6 +11,7 @@ use crate::uring::IORING_SEND_ZC_REPORT_USAGE;
 use io_uring::{cqueue, opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// What the raw loop did.
@@ -31,14 +32,15 @@ pub struct RawResult {
 }
 
 /// Sends `len`-byte messages on the connected socket `fd` for `duration` with `inflight`
-/// SEND_ZC requests in flight, each from its own slice of one registered buffer. SIGINT/SIGTERM
-/// ([`crate::os::interrupted`]) stops it early, with [`io::ErrorKind::Interrupted`] once every
-/// request in flight has completed.
+/// SEND_ZC requests in flight, each from its own slice of one registered buffer. The caller's
+/// `halt` flag, once set (from another thread, or a signal handler), stops it early, with
+/// [`io::ErrorKind::Interrupted`] once every request in flight has completed.
 pub fn raw_send_zc(
     fd: RawFd,
     len: usize,
     inflight: usize,
     duration: Duration,
+    halt: &AtomicBool,
 ) -> io::Result<RawResult> {
     let (map, slots) = filled_slots(len, inflight)?;
     let mut ring = match IoUring::builder()
@@ -116,13 +118,13 @@ pub fn raw_send_zc(
                 outstanding -= 1;
             }
         }
-        if !stop && (Instant::now() >= deadline || crate::os::interrupted()) {
+        if !stop && (Instant::now() >= deadline || halt.load(Ordering::Relaxed)) {
             stop = true;
         }
     }
     drop(ring);
     drop(slots);
-    finish(res, start, cpu0, err)
+    finish(res, start, cpu0, err, halt)
 }
 
 /// The same yardstick for the `msg-zerocopy` backend: the smallest MSG_ZEROCOPY loop, shaped
@@ -133,12 +135,13 @@ pub fn raw_send_zc(
 /// drains the error queue, counting ids by the ranges the completions carry. The payload is
 /// written once and never again, so which buffer an id used does not matter, only how many are
 /// in flight: that is all the loop tracks. No library around it; `zcnet bench tx` prints the
-/// backend's throughput over this loop's.
+/// backend's throughput over this loop's. `halt` stops it early as it does [`raw_send_zc`].
 pub fn raw_msg_zerocopy(
     fd: RawFd,
     len: usize,
     inflight: usize,
     duration: Duration,
+    halt: &AtomicBool,
 ) -> io::Result<RawResult> {
     use crate::sock::{self, ErrqueueEntry};
     let (_map, slots) = filled_slots(len, inflight)?;
@@ -204,11 +207,11 @@ pub fn raw_msg_zerocopy(
                 }
             }
         }
-        if !stop && (Instant::now() >= deadline || crate::os::interrupted()) {
+        if !stop && (Instant::now() >= deadline || halt.load(Ordering::Relaxed)) {
             stop = true;
         }
     }
-    finish(res, start, cpu0, err)
+    finish(res, start, cpu0, err, halt)
 }
 
 /// `inflight` slots of `len` bytes, written once (the payload is never written again).
@@ -226,20 +229,21 @@ fn filled_slots(
     Ok((map, slots))
 }
 
-/// A raw loop's result: its times, or the first error, or `Interrupted` after SIGINT/SIGTERM.
+/// A raw loop's result: its times, or the first error, or `Interrupted` once `halt` is set.
 fn finish(
     mut res: RawResult,
     start: Instant,
     cpu0: f64,
     err: Option<io::Error>,
+    halt: &AtomicBool,
 ) -> io::Result<RawResult> {
     res.seconds = start.elapsed().as_secs_f64();
     res.cpu_seconds = crate::os::thread_cpu_seconds() - cpu0;
     match err {
         Some(e) => Err(e),
-        None if crate::os::interrupted() => Err(io::Error::new(
+        None if halt.load(Ordering::Relaxed) => Err(io::Error::new(
             io::ErrorKind::Interrupted,
-            "stopped by SIGINT/SIGTERM",
+            "stopped by its caller",
         )),
         None => Ok(res),
     }

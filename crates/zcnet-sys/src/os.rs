@@ -2,7 +2,8 @@
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
+use std::sync::Arc;
 
 /// `RUSAGE_THREAD` (Linux 2.6.26).
 const RUSAGE_THREAD: libc::c_int = 1;
@@ -186,6 +187,32 @@ static WAKE_READ: AtomicI32 = AtomicI32::new(-1);
 /// The write end: the signal handler writes one byte to it.
 static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
 static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The flag given to [`set_on_interrupt`] (null: none), a leaked `Arc` that lives as long as the
+/// process: the handler may store to it at any time.
+static ON_INTERRUPT: AtomicPtr<AtomicBool> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Makes SIGINT/SIGTERM (once [`install_interrupt_handler`] runs) also set `flag`, e.g. the
+/// flag of the cancel token an application hands to the library, so that the token is set
+/// before a system call cut short by the signal returns `EINTR`. One flag at a time: a later
+/// call replaces it (the earlier one is kept alive, never freed, since a handler may be using
+/// it). When SIGINT/SIGTERM already arrived, `flag` is set at once.
+pub fn set_on_interrupt(flag: Arc<AtomicBool>) {
+    ON_INTERRUPT.store(Arc::into_raw(flag).cast_mut(), Ordering::SeqCst);
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        set_registered(true);
+    }
+}
+
+/// Stores `v` to the flag of [`set_on_interrupt`], if there is one. Async-signal-safe: an
+/// atomic load and store.
+fn set_registered(v: bool) {
+    let p = ON_INTERRUPT.load(Ordering::SeqCst);
+    // SAFETY: a non-null pointer came from Arc::into_raw in set_on_interrupt and is never
+    // released, so it points to a live AtomicBool for the life of the process.
+    if let Some(flag) = unsafe { p.as_ref() } {
+        flag.store(v, Ordering::SeqCst);
+    }
+}
 
 /// Writes one byte to the interrupt pipe, if there is one. Async-signal-safe: `write(2)` is on
 /// the list of signal-safety(7); the pipe is non-blocking, so a full pipe (a byte is already
@@ -205,6 +232,7 @@ extern "C" fn on_signal(_: libc::c_int) {
     // it (signal-safety(7)), since the interrupted code may be about to read it.
     let saved = unsafe { *libc::__errno_location() };
     INTERRUPTED.store(true, Ordering::SeqCst);
+    set_registered(true);
     wake_waiters();
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved };
@@ -250,11 +278,12 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
-/// Sets or clears the interrupt flag (tests; and a caller that wants to stop its own runs).
-/// Setting it wakes every [`wait_fd`] and [`sleep`] as a signal would; clearing it drains the
+/// Sets or clears the interrupt flag, and the flag of [`set_on_interrupt`] with it (tests; and a
+/// caller that wants to stop its own runs). Setting it wakes every [`wait_fd`] and [`sleep`] as a signal would; clearing it drains the
 /// interrupt pipe so that they wait again.
 pub fn set_interrupted(v: bool) {
     INTERRUPTED.store(v, Ordering::SeqCst);
+    set_registered(v);
     if v {
         wake_waiters();
         return;
@@ -273,7 +302,8 @@ pub fn set_interrupted(v: bool) {
 pub enum Wake {
     /// The descriptor is ready: its `revents` (may include `POLLERR`/`POLLHUP`).
     Ready(i16),
-    /// SIGINT or SIGTERM arrived (or [`set_interrupted`]`(true)`): stop and clean up.
+    /// SIGINT or SIGTERM arrived (or [`set_interrupted`]`(true)`), or for [`wait_fd_until`] its
+    /// stop flag was set: stop and clean up.
     Interrupted,
     /// The timeout passed first.
     TimedOut,
@@ -290,6 +320,76 @@ pub fn wait_fd(
     timeout: Option<std::time::Duration>,
 ) -> io::Result<Wake> {
     poll_with_wake(Some((fd.as_raw_fd(), events)), timeout)
+}
+
+/// The longest single poll(2) of [`wait_fd_until`] and [`sleep_until`]: how late at most they
+/// see their stop flag set by another thread.
+pub const STOP_CHECK: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Waits until `fd` is ready for `events`, `stop` is set, or `timeout` (none: no limit) passes;
+/// a stop wins over readiness. Unlike [`wait_fd`] it knows nothing of signals: `stop` belongs
+/// to the caller, who may set it from any thread (or from a signal handler, see
+/// [`set_on_interrupt`]), and is looked at between polls of at most [`STOP_CHECK`]. `EINTR`
+/// ends the wait only when `stop` is set, else the wait goes on for the time left.
+pub fn wait_fd_until(
+    fd: std::os::fd::BorrowedFd<'_>,
+    events: i16,
+    timeout: Option<std::time::Duration>,
+    stop: &AtomicBool,
+) -> io::Result<Wake> {
+    poll_until(Some((fd.as_raw_fd(), events)), timeout, stop)
+}
+
+/// Sleeps for `d`, or less when `stop` is set (looked at every [`STOP_CHECK`] at most);
+/// returns whether it is.
+pub fn sleep_until(d: std::time::Duration, stop: &AtomicBool) -> bool {
+    if poll_until(None, Some(d), stop).is_err() {
+        // poll without descriptors does not fail; if it ever did, sleep the plain way.
+        std::thread::sleep(d);
+    }
+    stop.load(Ordering::SeqCst)
+}
+
+fn poll_until(
+    target: Option<(RawFd, i16)>,
+    timeout: Option<std::time::Duration>,
+    stop: &AtomicBool,
+) -> io::Result<Wake> {
+    let deadline = timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(Wake::Interrupted);
+        }
+        let now = std::time::Instant::now();
+        let left = deadline.map_or(STOP_CHECK, |d| d.saturating_duration_since(now));
+        if deadline.is_some() && left.is_zero() {
+            return Ok(Wake::TimedOut);
+        }
+        // Round up: a wait of 0.4 ms must not become a busy loop of 0 ms polls.
+        let ms = left.min(STOP_CHECK).as_micros().div_ceil(1000) as libc::c_int;
+        let (fd, events) = target.unwrap_or((-1, 0));
+        // A negative fd is ignored by poll(2): without a target the call only sleeps.
+        let mut pfd = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, the count passed.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = crate::last_err();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(e);
+        }
+        if target.is_some() && pfd.revents != 0 {
+            if stop.load(Ordering::SeqCst) {
+                return Ok(Wake::Interrupted);
+            }
+            return Ok(Wake::Ready(pfd.revents));
+        }
+    }
 }
 
 /// Sleeps for `d`, or less when SIGINT/SIGTERM arrives; returns [`interrupted`] (poll(2) on the

@@ -317,15 +317,16 @@ fn sockaddr_of(addr: &std::net::SocketAddr) -> (libc::sockaddr_storage, libc::so
 
 /// Connects a TCP stream to `addr` as a blocking `connect(2)` would, but the wait for the
 /// handshake can be cut short: the socket is made with `SOCK_NONBLOCK`, `connect` answers
-/// `EINPROGRESS`, and [`crate::os::wait_fd`] waits for `POLLOUT` (connect(2): "It is possible
-/// to select(2) or poll(2) for completion by selecting the socket for writing"), then
-/// `SO_ERROR` gives the outcome. SIGINT/SIGTERM (see [`crate::os::install_interrupt_handler`])
-/// ends the wait with [`io::ErrorKind::Interrupted`], `timeout` with
-/// [`io::ErrorKind::TimedOut`]; without either, the kernel's own SYN retries decide (about two
-/// minutes, tcp(7) `tcp_syn_retries`). The stream returned is blocking again.
+/// `EINPROGRESS`, and [`crate::os::wait_fd_until`] waits for `POLLOUT` (connect(2): "It is
+/// possible to select(2) or poll(2) for completion by selecting the socket for writing"), then
+/// `SO_ERROR` gives the outcome. The caller's `stop` flag, once set, ends the wait with
+/// [`io::ErrorKind::Interrupted`], `timeout` with [`io::ErrorKind::TimedOut`]; without either,
+/// the kernel's own SYN retries decide (about two minutes, tcp(7) `tcp_syn_retries`). The
+/// stream returned is blocking again.
 pub fn connect_tcp(
     addr: &std::net::SocketAddr,
     timeout: Option<std::time::Duration>,
+    stop: &std::sync::atomic::AtomicBool,
 ) -> io::Result<std::net::TcpStream> {
     use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
     let family = if addr.is_ipv4() {
@@ -358,7 +359,7 @@ pub fn connect_tcp(
         if e.raw_os_error() != Some(libc::EINPROGRESS) {
             return Err(e);
         }
-        match crate::os::wait_fd(fd.as_fd(), libc::POLLOUT, timeout)? {
+        match crate::os::wait_fd_until(fd.as_fd(), libc::POLLOUT, timeout, stop)? {
             crate::os::Wake::Ready(_) => {
                 if let Some(e) = take_error(fd.as_raw_fd())? {
                     return Err(e);
@@ -367,7 +368,7 @@ pub fn connect_tcp(
             crate::os::Wake::Interrupted => {
                 return Err(io::Error::new(
                     io::ErrorKind::Interrupted,
-                    "connect interrupted by SIGINT/SIGTERM",
+                    "connect stopped by its caller",
                 ))
             }
             crate::os::Wake::TimedOut => {

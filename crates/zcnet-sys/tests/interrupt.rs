@@ -1,13 +1,16 @@
 //! The interrupt pipe: SIGINT/SIGTERM wake every wait made with `os::wait_fd` and `os::sleep`,
 //! in whichever thread it runs — the kernel delivers a process-directed signal to any one
-//! thread — and cut an `interruptible` connect short. One test: the interrupt flag is
-//! process-wide, so the steps run in order in this process of their own.
+//! thread — and set the flag of `os::set_on_interrupt`, which cuts a connect waiting on it
+//! short. One test: the interrupt flag is process-wide, so the steps run in order in this
+//! process of their own.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::net::TcpListener;
 use std::os::fd::AsFd;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet_sys::os::{self, Wake};
 use zcnet_sys::sock;
@@ -44,6 +47,8 @@ fn wait_in_thread_then_signal<T: Send + 'static>(
 fn sigint_and_sigterm_wake_waits_in_every_thread() {
     os::install_interrupt_handler().unwrap();
     os::install_interrupt_handler().unwrap(); // a second call changes nothing
+    let stop = Arc::new(AtomicBool::new(false));
+    os::set_on_interrupt(stop.clone());
 
     // Before any signal: waits time out or see readiness, and connect works as connect does.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -53,7 +58,7 @@ fn sigint_and_sigterm_wake_waits_in_every_thread() {
         Wake::TimedOut
     );
     assert!(!os::sleep(Duration::from_millis(20)));
-    let c = sock::connect_tcp(&addr, None).unwrap();
+    let c = sock::connect_tcp(&addr, None, &stop).unwrap();
     assert!(matches!(
         os::wait_fd(l.as_fd(), libc::POLLIN, None).unwrap(),
         Wake::Ready(r) if r & libc::POLLIN != 0
@@ -68,7 +73,7 @@ fn sigint_and_sigterm_wake_waits_in_every_thread() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let e = sock::connect_tcp(&gone, None).unwrap_err();
+    let e = sock::connect_tcp(&gone, None, &stop).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
 
     // SIGTERM ends a wait for a connection that never comes, in another thread.
@@ -79,18 +84,23 @@ fn sigint_and_sigterm_wake_waits_in_every_thread() {
     assert_eq!(r, Wake::Interrupted);
     assert!(after < Duration::from_secs(1), "{after:?}");
     assert!(os::interrupted());
+    assert!(
+        stop.load(Ordering::SeqCst),
+        "the signal sets the flag of set_on_interrupt"
+    );
     // The flag stays up: every later wait returns at once, connect included.
     assert_eq!(
         os::wait_fd(l.as_fd(), libc::POLLIN, None).unwrap(),
         Wake::Interrupted
     );
     assert!(os::sleep(Duration::from_secs(60)));
-    let e = sock::connect_tcp(&addr, None).unwrap_err();
+    let e = sock::connect_tcp(&addr, None, &stop).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "{e}");
 
     // Cleared, the waits wait again (the pipe was drained) ...
     os::set_interrupted(false);
     assert!(!os::interrupted());
+    assert!(!stop.load(Ordering::SeqCst));
     // (`l` has the connection that was cut short above in its queue: a fresh listener.)
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     assert_eq!(
@@ -109,6 +119,37 @@ fn sigint_and_sigterm_wake_waits_in_every_thread() {
     std::thread::sleep(Duration::from_millis(100));
     os::set_interrupted(true);
     assert_eq!(h.join().unwrap(), Wake::Interrupted);
+}
+
+/// `wait_fd_until` and `sleep_until` know no signal: the caller's flag, set from another
+/// thread, ends them within a few of their polls.
+#[zcnet_testkit::test]
+fn a_stop_flag_ends_waits_made_with_it() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    assert_eq!(
+        os::wait_fd_until(
+            l.as_fd(),
+            libc::POLLIN,
+            Some(Duration::from_millis(30)),
+            &stop
+        )
+        .unwrap(),
+        Wake::TimedOut
+    );
+    assert!(!os::sleep_until(Duration::from_millis(10), &stop));
+    let (l2, s2) = (l.try_clone().unwrap(), stop.clone());
+    let waiter =
+        std::thread::spawn(move || os::wait_fd_until(l2.as_fd(), libc::POLLIN, None, &s2).unwrap());
+    let s3 = stop.clone();
+    let sleeper = std::thread::spawn(move || os::sleep_until(Duration::from_secs(60), &s3));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!waiter.is_finished() && !sleeper.is_finished());
+    let t0 = Instant::now();
+    stop.store(true, Ordering::SeqCst);
+    assert_eq!(waiter.join().unwrap(), Wake::Interrupted);
+    assert!(sleeper.join().unwrap());
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
 }
 
 zcnet_testkit::main!();

@@ -8,13 +8,13 @@
 //! there ([`default_paths`]), refused in one line when asked for elsewhere.
 
 use crate::lab::{self, DummyPath, Lab, SinkPath, VethPath};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use zcnet::gpu::GpuSender;
-use zcnet::net;
+use zcnet::net::{self, RecvReport};
 use zcnet::region::{MemoryKind, Region};
 use zcnet::tx::{region_len, Sender, Socket, TxConfig, TxMode, TxStats};
-use zcnet::{Error, Result};
+use zcnet::{Cancel, Error, Result};
 use zcnet_core::Pattern;
 
 /// Largest UDP payload in one IPv4 datagram (65,535 - 20 - 8).
@@ -63,8 +63,11 @@ impl PathKind {
         PathKind::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| Error::UnknownPath {
-                given: s.to_string(),
+            .ok_or_else(|| {
+                Error::invalid_input(format!(
+                    "unknown path '{s}': use one of {}",
+                    PathKind::ALL.map(PathKind::name).join(", ")
+                ))
             })
     }
 
@@ -103,6 +106,7 @@ impl TxBenchConfig {
     /// The sender's configuration for one case.
     pub fn tx_config(&self, mode: TxMode, size: usize) -> TxConfig {
         let mut t = TxConfig::new(mode);
+        t.cancel = crate::interrupt::token();
         t.inflight = self.inflight;
         t.window = self.window;
         t.buf_size = size;
@@ -542,7 +546,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                 })
                 .collect();
             for &(case, run, runs) in order {
-                if zcnet::interrupted() {
+                if crate::interrupt::interrupted() {
                     return Err(Error::Interrupted);
                 }
                 index += 1;
@@ -655,6 +659,49 @@ fn add_run(row: &mut TxRow, st: &TxStats, received: Option<u64>, sample: bool) {
 }
 
 /// The error for a lab thread that panicked (its `join` failed).
+/// Reads a plain TCP stream to its end (the peer of the send benches and tests, no receive
+/// backend); with `verify`, checks every byte against the pattern, failing at
+/// the first mismatch. With `sink`, hands each chunk to it (e.g. stdout). [`Error::Interrupted`]
+/// once `cancel` is cancelled.
+pub fn drain_stream(
+    stream: &mut TcpStream,
+    verify: Option<Pattern>,
+    mut sink: Option<&mut dyn std::io::Write>,
+    cancel: &Cancel,
+) -> Result<RecvReport> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut rep = RecvReport::default();
+    let mut start = None;
+    loop {
+        let n = match net::recv_interruptible(stream, &mut buf, cancel) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                return Err(Error::Interrupted)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Err(Error::io(
+                    format!("peer reset the connection after {} B", rep.bytes),
+                    e,
+                ))
+            }
+            Err(e) => return Err(Error::io("recv", e)),
+        };
+        start.get_or_insert_with(std::time::Instant::now);
+        if let Some(p) = verify {
+            p.verify(rep.bytes, &buf[..n])?;
+        }
+        if let Some(s) = sink.as_deref_mut() {
+            s.write_all(&buf[..n])
+                .map_err(|e| Error::io("writing received data", e))?;
+        }
+        rep.bytes += n as u64;
+        rep.reads += 1;
+    }
+    rep.seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    Ok(rep)
+}
+
 fn panicked(what: &str) -> Error {
     Error::io(what, std::io::Error::other("panicked"))
 }
@@ -688,7 +735,7 @@ pub fn send_for(
     let mut sends = 0u64;
     loop {
         if sends.is_multiple_of(check_every) {
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
             if Instant::now() >= deadline {
@@ -726,7 +773,7 @@ fn send_gpu_for(
     let deadline = Instant::now() + duration;
     let (mut off, mut scratch) = (0u64, Vec::new());
     while Instant::now() < deadline {
-        if zcnet::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(Error::Interrupted);
         }
         tx.send_chunk(off, tcfg.buf_size, None, &mut scratch)?;
@@ -803,7 +850,7 @@ fn tcp_case(
         tx_ns,
         rx_ns,
         bind,
-        |mut s| Ok(net::drain_stream(&mut s, None, None)?.bytes),
+        |mut s| Ok(drain_stream(&mut s, None, None, &crate::interrupt::token())?.bytes),
         |sock| {
             send_for(
                 sock.into(),
@@ -849,7 +896,7 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
                 .local_addr()
                 .map_err(|e| Error::io("local_addr", e))?;
             let _ = ready_tx.send(Ok(addr));
-            let (s, _) = net::accept(&listener)?;
+            let (s, _) = net::accept(&listener, &crate::interrupt::token())?;
             recv(s)
         });
         let addr = ready_rx
@@ -859,7 +906,7 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
             if let Some(ns) = tx_ns {
                 lab::enter(ns)?;
             }
-            send(net::connect_tcp(addr)?)
+            send(net::connect_tcp(addr, &crate::interrupt::token())?)
         });
         let sent = sender
             .join()
@@ -878,11 +925,11 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
 /// Runs the raw loop named `raw` ([`RAW_LOOPS`]) on the sink.
 fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult {
     let Env::Sink(s) = env else {
-        return Err(Error::UnknownPath {
-            given: "raw baseline runs on sink only".into(),
-        });
+        return Err(Error::invalid_input(
+            "the raw baseline loops run on the sink path only",
+        ));
     };
-    let (run, what): (fn(_, _, _, _) -> _, _) = if raw == RAW_MSG_ZEROCOPY {
+    let (run, what): (fn(_, _, _, _, &_) -> _, _) = if raw == RAW_MSG_ZEROCOPY {
         (
             zcnet_sys::baseline::raw_msg_zerocopy,
             "raw MSG_ZEROCOPY loop",
@@ -896,10 +943,12 @@ fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) -> CaseResult
             let sock = net::connect_udp(s.dest, gso_for(size))?;
             let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
             let inflight = cfg.tx_config(TxMode::Copy, size).buffers();
-            let r = run(fd, size, inflight, cfg.duration).map_err(|e| match e.kind() {
-                std::io::ErrorKind::Interrupted => Error::Interrupted,
-                _ => Error::io(what, e),
-            })?;
+            let r = run(fd, size, inflight, cfg.duration, crate::interrupt::flag()).map_err(
+                |e| match e.kind() {
+                    std::io::ErrorKind::Interrupted => Error::Interrupted,
+                    _ => Error::io(what, e),
+                },
+            )?;
             let copied_bytes = (r.bytes * r.copied_notifications)
                 .checked_div(r.notifications)
                 .unwrap_or(0);
@@ -1018,7 +1067,7 @@ mod tests {
                         m.contains("nothing can run") && m.contains("needs root"),
                         "{m}"
                     );
-                    assert_eq!(e.exit_code(), 1);
+                    assert_eq!(crate::cli_text::exit_code(&e), 1);
                 }
                 other => panic!("{asked:?}: {other:?}"),
             }

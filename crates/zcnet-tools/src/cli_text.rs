@@ -137,6 +137,17 @@ pub fn check_queue(
     })
 }
 
+/// The exit status of the commands for a library error: 130 for an interrupt, 2 for the
+/// caller's mistake ([`Error::is_caller_mistake`]: a bad argument, an unknown name), 1 for
+/// everything else.
+pub fn exit_code(e: &Error) -> i32 {
+    match e {
+        Error::Interrupted => 130,
+        e if e.is_caller_mistake() => 2,
+        _ => 1,
+    }
+}
+
 /// A library error as the `zcnet` command prints it: its remedies in flags and commands
 /// ([`remedy_text`]), and the rest in the CLI's [`words`].
 pub fn error_text(e: &Error) -> String {

@@ -117,7 +117,10 @@ fn open_xsk(iface: &str, memory: MemoryKind, cfg: &XskConfig) -> Result<(Xsk, Op
         ..*cfg
     };
     match Xsk::open(iface, Region::new(memory, zc.umem_len())?, &zc) {
-        Ok(x) => Ok((x, None)),
+        Ok(mut x) => {
+            x.set_cancel(crate::interrupt::token());
+            Ok((x, None))
+        }
         Err(Error::Unsupported { what, source, .. }) => {
             let why = format!("{what}: {source}");
             let copy = XskConfig {
@@ -125,7 +128,8 @@ fn open_xsk(iface: &str, memory: MemoryKind, cfg: &XskConfig) -> Result<(Xsk, Op
                 ..*cfg
             };
             // A refused bind leaves nothing bound; the copy-mode bind follows at once.
-            let x = Xsk::open(iface, Region::new(memory, copy.umem_len())?, &copy)?;
+            let mut x = Xsk::open(iface, Region::new(memory, copy.umem_len())?, &copy)?;
+            x.set_cancel(crate::interrupt::token());
             Ok((x, Some(one_line(&why))))
         }
         Err(e) => Err(e),
@@ -171,7 +175,12 @@ impl XskUdpSender {
     /// allows, else copy) with a UMEM of [`TX_FRAMES`] frames. No XDP program is attached.
     pub fn open(cfg: &XskSendConfig) -> Result<XskUdpSender> {
         let limits = XskLimits::of(&cfg.iface)?;
-        let hop = nexthop::resolve(&cfg.iface, *cfg.dst.ip(), RESOLVE_WAIT)?;
+        let hop = nexthop::resolve(
+            &cfg.iface,
+            *cfg.dst.ip(),
+            RESOLVE_WAIT,
+            &crate::interrupt::token(),
+        )?;
         let port = UdpSocket::bind((hop.src, 0))
             .map_err(|e| Error::io(format!("taking a UDP source port on {}", hop.src), e))?;
         let src_port = port
@@ -206,7 +215,7 @@ impl XskUdpSender {
             datagrams: 0,
             zerocopy_refused,
             start: now,
-            cpu0: zcnet::thread_cpu_seconds(),
+            cpu0: zcnet_sys::os::thread_cpu_seconds(),
             progress: now,
         })
     }
@@ -267,7 +276,7 @@ impl XskUdpSender {
         if self.xsk.send(&mut self.batch)? > 0 {
             self.progress = Instant::now();
         } else {
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
             if self.progress.elapsed() > STALL {
@@ -340,7 +349,7 @@ impl XskUdpSender {
             bytes: self.bytes,
             datagrams: self.datagrams,
             seconds,
-            cpu_seconds: zcnet::thread_cpu_seconds() - self.cpu0,
+            cpu_seconds: zcnet_sys::os::thread_cpu_seconds() - self.cpu0,
             zerocopy,
             zerocopy_refused: self.zerocopy_refused.clone(),
             stats,
@@ -767,7 +776,7 @@ impl UdpReceiver {
             if cfg.bytes.is_some_and(|b| t.bytes >= b) {
                 break Stop::Bytes;
             }
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 break Stop::Interrupted;
             }
             // Wait for at most what is left of the idle time once data has come.
@@ -881,7 +890,7 @@ fn recv_socket(
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                if zcnet::interrupted() {
+                if crate::interrupt::interrupted() {
                     return Err(Error::Interrupted);
                 }
             }

@@ -6,7 +6,7 @@
 //! - `cuda[:N]`: into GPU memory by the best path ([`zcnet::gpu::receive::receive`]: devmem,
 //!   zcrx-dmabuf, or staging through pinned host buffers with asynchronous copies);
 //! - `naive`: `recv()` into pageable memory, then a synchronous copy to the GPU
-//!   ([`zcnet::gpu::receive::receive_naive`]), the loop people write first.
+//!   ([`receive_naive`]), the loop people write first.
 //!
 //! The sender is the same for every case: plain `send()` of `size`-byte chunks from host memory
 //! for the case's duration. The receiver thread's own CPU time gives CPU seconds per GB (the
@@ -18,12 +18,12 @@ use crate::lab::Lab;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
-use zcnet::gpu::receive::{receive, receive_naive, GpuRecvReport};
+use zcnet::gpu::receive::{receive, GpuRecvReport};
 use zcnet::gpu::staging::StagingOptions;
 use zcnet::net;
 use zcnet::region::{MemoryKind, Region};
 use zcnet::rx::{Receiver, RxConfig, RxMode};
-use zcnet::{Error, Result};
+use zcnet::{Cancel, Error, Result};
 use zcnet_core::Pattern;
 
 /// What to run.
@@ -161,8 +161,14 @@ pub fn run(
                 receive(
                     s,
                     &mut region,
-                    &RxConfig::new(RxMode::Auto),
-                    &StagingOptions::default(),
+                    &RxConfig {
+                        cancel: crate::interrupt::token(),
+                        ..RxConfig::new(RxMode::Auto)
+                    },
+                    &StagingOptions {
+                        cancel: crate::interrupt::token(),
+                        ..StagingOptions::default()
+                    },
                     verify,
                 )
             }),
@@ -171,7 +177,7 @@ pub fn run(
             name: "naive".into(),
             recv: Box::new(move |s| {
                 let mut region = Region::new(memory, ring)?;
-                receive_naive(s, &mut region, verify)
+                receive_naive(s, &mut region, verify, &crate::interrupt::token())
             }),
         },
     ];
@@ -185,14 +191,17 @@ pub fn run(
 
 /// The host baseline: io_uring multishot receive into host buffers.
 fn receive_host(s: TcpStream, verify: Option<Pattern>) -> Result<GpuRecvReport> {
-    let (t0, cpu0) = (Instant::now(), zcnet::thread_cpu_seconds());
-    let mut rx = Receiver::new(&RxConfig::new(RxMode::Uring))?;
+    let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
+    let mut rx = Receiver::new(&RxConfig {
+        cancel: crate::interrupt::token(),
+        ..RxConfig::new(RxMode::Uring)
+    })?;
     let r = net::receive_stream(&mut rx, s, verify, None)?;
     Ok(GpuRecvReport {
         path: RxMode::Uring.name(),
         bytes: r.recv.bytes,
         seconds: t0.elapsed().as_secs_f64(),
-        cpu_seconds: zcnet::thread_cpu_seconds() - cpu0,
+        cpu_seconds: zcnet_sys::os::thread_cpu_seconds() - cpu0,
         verified: verify.is_some(),
         ..GpuRecvReport::default()
     })
@@ -242,7 +251,7 @@ pub(crate) fn run_cases(
             ),
         };
         for case in cases {
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
             index += 1;
@@ -306,7 +315,7 @@ fn send_for(s: &mut TcpStream, cfg: &GpuRxBenchConfig) -> Result<u64> {
     }
     let end = Instant::now() + cfg.duration;
     let mut off = 0u64;
-    while Instant::now() < end && !zcnet::interrupted() {
+    while Instant::now() < end && !crate::interrupt::interrupted() {
         if cfg.verify {
             pattern.fill(off, &mut buf);
         }
@@ -317,6 +326,59 @@ fn send_for(s: &mut TcpStream, cfg: &GpuRxBenchConfig) -> Result<u64> {
     s.shutdown(std::net::Shutdown::Write)
         .map_err(|e| Error::io("shutdown", e))?;
     Ok(off)
+}
+
+/// The loop people write first: `recv()` into pageable memory, then a synchronous copy into
+/// the GPU ring (in two pieces where it wraps). For comparison with [`receive`]: a bench
+/// baseline, not a way to receive. [`Error::Interrupted`] once `cancel` is cancelled.
+pub fn receive_naive(
+    stream: TcpStream,
+    region: &mut Region,
+    verify: Option<Pattern>,
+    cancel: &Cancel,
+) -> Result<GpuRecvReport> {
+    let ring = region.len() as u64;
+    if ring == 0 {
+        return Err(Error::invalid_input(
+            "naive receive: the GPU region is empty: give it a length",
+        ));
+    }
+    let mut host = vec![0u8; 256 << 10];
+    let mut back = Vec::new();
+    let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
+    let mut rep = GpuRecvReport {
+        path: "naive",
+        verified: verify.is_some(),
+        ..GpuRecvReport::default()
+    };
+    loop {
+        if cancel.is_cancelled() {
+            return Err(Error::Interrupted);
+        }
+        // Interruptible: the CUDA driver's threads may be the ones a signal lands on.
+        let n = match net::recv_interruptible(&stream, &mut host, cancel) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => return Err(Error::io("recv", e)),
+        };
+        let mut done = 0;
+        while done < n {
+            let off = (rep.bytes + done as u64) % ring;
+            let k = ((ring - off) as usize).min(n - done);
+            region.write_at(off as usize, &host[done..done + k])?;
+            rep.copies += 1;
+            if let Some(p) = &verify {
+                back.resize(k, 0);
+                region.read_at(off as usize, &mut back)?;
+                p.verify(rep.bytes + done as u64, &back)?;
+            }
+            done += k;
+        }
+        rep.bytes += n as u64;
+    }
+    rep.seconds = t0.elapsed().as_secs_f64();
+    rep.cpu_seconds = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    Ok(rep)
 }
 
 #[cfg(test)]

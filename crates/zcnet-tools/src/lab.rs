@@ -14,7 +14,7 @@
 //! collide. Interfaces are created directly inside the lab's namespaces (`ip -n NS link add … netns
 //! NS2`): nothing is added to, or taken from, the root namespace (its boot-time ifb0/ifb1 and eth0
 //! are never touched). The lab deletes its namespaces on drop — on every exit path, including an
-//! error or Ctrl-C caught by [`zcnet::install_interrupt_handler`]. A lab killed with SIGKILL leaves
+//! error or Ctrl-C caught by [`crate::interrupt::install_handler`]. A lab killed with SIGKILL leaves
 //! its namespaces behind; [`cleanup_stale`] (run by every new lab and by `zcnet lab cleanup`)
 //! deletes those whose process is gone.
 
@@ -101,6 +101,43 @@ pub struct Lab {
     namespaces: Vec<String>,
 }
 
+/// A lab command (`ip ...`) that failed: what ran and what it printed. It travels inside the
+/// library's error as the source of an [`Error::Io`] ("lab setup failed: 'ip ...': ..."), so
+/// the lab's functions keep zcnet's `Result`; [`CommandFailed::of`] gets it back.
+#[derive(Debug)]
+pub struct CommandFailed {
+    /// The command.
+    pub command: String,
+    /// What it printed on stderr.
+    pub stderr: String,
+}
+
+impl CommandFailed {
+    /// The failed command `e` carries, if it is one.
+    pub fn of(e: &Error) -> Option<&CommandFailed> {
+        match e {
+            Error::Io { source, .. } => source.get_ref()?.downcast_ref::<CommandFailed>(),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for CommandFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "'{}': {}", self.command, self.stderr.trim())
+    }
+}
+
+impl std::error::Error for CommandFailed {}
+
+/// The error of a lab command that failed: "lab setup failed: '`command`': `stderr`".
+pub(crate) fn command_failed(command: String, stderr: String) -> Error {
+    Error::io(
+        "lab setup failed",
+        std::io::Error::other(CommandFailed { command, stderr }),
+    )
+}
+
 fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip").args(args).output().map_err(|e| {
         Error::io(
@@ -111,10 +148,10 @@ fn ip(args: &[&str]) -> Result<()> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(Error::Lab {
-            command: format!("ip {}", args.join(" ")),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        Err(command_failed(
+            format!("ip {}", args.join(" ")),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 }
 
@@ -226,14 +263,16 @@ impl Lab {
         let d = self.add_ns("d")?;
         match ip(&["-n", &d, "link", "add", "dumA", "type", "dummy"]) {
             Ok(()) => {}
-            Err(Error::Lab { stderr, .. })
-                if stderr.contains("Unknown device type")
-                    || stderr.contains("not supported")
-                    || stderr.contains("Not supported") =>
-            {
-                return Err(no_dummy_driver(Some(&stderr)));
-            }
-            Err(e) => return Err(e),
+            Err(e) => match CommandFailed::of(&e).map(|c| c.stderr.as_str()) {
+                Some(stderr)
+                    if stderr.contains("Unknown device type")
+                        || stderr.contains("not supported")
+                        || stderr.contains("Not supported") =>
+                {
+                    return Err(no_dummy_driver(Some(stderr)));
+                }
+                _ => return Err(e),
+            },
         }
         ip(&["-n", &d, "link", "set", "dumA", "mtu", "65535"])?;
         ip(&["-n", &d, "addr", "add", "10.40.0.1/24", "dev", "dumA"])?;

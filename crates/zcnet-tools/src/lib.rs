@@ -58,6 +58,7 @@ pub mod cpu;
 pub mod dgram;
 pub mod echo;
 pub mod gpu_rxbench;
+pub mod interrupt;
 pub mod lab;
 pub mod perf;
 pub mod rxbench;

@@ -359,7 +359,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     let mut index = 0;
     for (path, place) in &places {
         for &mode in &cfg.modes {
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
             index += 1;
@@ -406,6 +406,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
 /// CAP_NET_ADMIN) is left to the cases, whose rows say so.
 fn nodev_unsupported() -> Option<Error> {
     let mut rc = zcnet::rx::RxConfig::new(RxMode::Zcrx);
+    rc.cancel = crate::interrupt::token();
     rc.no_device = true;
     rc.area_len = 16 << 10;
     match zcnet::rx::Receiver::new(&rc) {
@@ -436,10 +437,10 @@ fn steer_rx(ns: &str, dev: &str, cpus: &[usize]) -> Result<()> {
     if out.status.success() {
         Ok(())
     } else {
-        Err(Error::Lab {
-            command: format!("ip netns exec {ns} sh -c '{script}'"),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
+        Err(crate::lab::command_failed(
+            format!("ip netns exec {ns} sh -c '{script}'"),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
     }
 }
 

@@ -7,8 +7,9 @@
 use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::Duration;
-use zcnet::net::{self, drain_stream};
+use zcnet::net;
 use zcnet::{Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet_tools::bench::drain_stream;
 use zcnet_tools::lab::{self, Lab};
 
 fn need_root() {
@@ -87,7 +88,7 @@ fn veth_tcp_is_copied_and_data_verified() {
             let l = net::listen_tcp(addr).unwrap();
             ready_tx.send(()).unwrap();
             let (mut s, _) = l.accept().unwrap();
-            drain_stream(&mut s, Some(pattern), None).unwrap()
+            drain_stream(&mut s, Some(pattern), None, &zcnet::Cancel::new()).unwrap()
         });
         ready_rx.recv().unwrap();
         let a_ns = veth.a.clone();

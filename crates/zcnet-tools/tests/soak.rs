@@ -304,7 +304,7 @@ fn main() {
             add(&mut c.tally, r);
         }
         samples.push(footprint());
-        if zcnet::interrupted() {
+        if zcnet_tools::interrupt::interrupted() {
             break;
         }
     }

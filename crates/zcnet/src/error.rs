@@ -23,11 +23,6 @@ pub enum Error {
         /// What was given.
         given: String,
     },
-    /// A name that is not a lab path.
-    UnknownPath {
-        /// What was given.
-        given: String,
-    },
     /// An address that does not parse or resolve.
     BadAddress {
         /// What was given.
@@ -108,15 +103,8 @@ pub enum Error {
     Verify(zcnet_core::Mismatch),
     /// The kernel's completions contradict the protocol (a bug here or in the kernel).
     Protocol(zcnet_core::TrackerError),
-    /// SIGINT or SIGTERM arrived.
+    /// The call was cancelled by its [`Cancel`](crate::Cancel) token.
     Interrupted,
-    /// A lab command (`ip ...`) failed.
-    Lab {
-        /// The command.
-        command: String,
-        /// What it printed.
-        stderr: String,
-    },
     /// No interface by that name in this network namespace.
     UnknownInterface {
         /// What was given.
@@ -171,11 +159,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// Wraps an `io::Error` with what was being done. A call that a signal cut short (`EINTR`)
-    /// after SIGINT/SIGTERM is [`Error::Interrupted`], whatever it was doing: the run was asked
-    /// to stop, it did not fail.
+    /// Wraps an `io::Error` with what was being done. An [`io::ErrorKind::Interrupted`] is
+    /// [`Error::Interrupted`], whatever it was doing: the library retries a system call cut
+    /// short by a signal (`EINTR`) unless the caller's [`Cancel`](crate::Cancel) is set, and
+    /// a wait the token ended says `Interrupted`; either way the run was asked to stop, it did
+    /// not fail.
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {
-        if source.kind() == io::ErrorKind::Interrupted && crate::interrupted() {
+        if source.kind() == io::ErrorKind::Interrupted {
             return Error::Interrupted;
         }
         Error::Io {
@@ -186,7 +176,8 @@ impl Error {
 
     /// A bad argument or option: `what` names it and the fix, and is the whole message (no
     /// errno text follows it). Its source has [`io::ErrorKind::InvalidInput`];
-    /// [`Error::is_bad_argument`] tells it from an `EINVAL` of the kernel. Exit code 2.
+    /// [`Error::is_bad_argument`] tells it from an `EINVAL` of the kernel, and it is one of
+    /// [`Error::is_caller_mistake`].
     pub fn invalid_input(what: impl Into<String>) -> Error {
         Error::io(
             what,
@@ -210,24 +201,23 @@ impl Error {
         }
     }
 
-    /// The process exit code the CLI uses for this error: 130 for an interrupt, 2 for a bad
-    /// argument, 1 for everything else.
-    pub fn exit_code(&self) -> i32 {
-        if self.is_bad_argument() {
-            return 2;
-        }
-        match self {
-            Error::Interrupted => 130,
-            Error::UnknownMode { .. }
-            | Error::UnknownRxMode { .. }
-            | Error::UnknownPath { .. }
-            | Error::BadAddress { .. }
-            | Error::UnknownInterface { .. }
-            | Error::Gpu {
-                bad_argument: true, ..
-            } => 2,
-            _ => 1,
-        }
+    /// Whether the call was wrong, rather than refused by the kernel or failed on the way: a
+    /// bad argument ([`Error::invalid_input`]), a mode name or address that does not parse, an
+    /// interface this namespace does not have, a GPU request that cannot be met as asked. A
+    /// front end reports these as its usage errors (the `zcnet` command exits 2).
+    pub fn is_caller_mistake(&self) -> bool {
+        self.is_bad_argument()
+            || matches!(
+                self,
+                Error::UnknownMode { .. }
+                    | Error::UnknownRxMode { .. }
+                    | Error::BadAddress { .. }
+                    | Error::UnknownInterface { .. }
+                    | Error::Gpu {
+                        bad_argument: true,
+                        ..
+                    }
+            )
     }
 }
 
@@ -285,9 +275,6 @@ impl Error {
                 "unknown receive mode '{given}': use one of {}",
                 crate::rx::RxMode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
             ),
-            Error::UnknownPath { given } => {
-                write!(f, "unknown path '{given}': use one of sink, veth, loopback")
-            }
             Error::BadAddress { given } => {
                 write!(f, "bad address '{given}': give HOST:PORT, e.g. 127.0.0.1:5201 or [::1]:5201")
             }
@@ -358,7 +345,6 @@ impl Error {
             Error::Verify(m) => write!(f, "{m}: the data was corrupted, reordered or sent with another pattern seed"),
             Error::Protocol(e) => write!(f, "kernel completion protocol violated: {e} (please report this)"),
             Error::Interrupted => write!(f, "interrupted"),
-            Error::Lab { command, stderr } => write!(f, "lab setup failed: '{command}': {}", stderr.trim()),
             Error::UnknownInterface { given } => write!(
                 f,
                 "no interface named '{given}' in this network namespace: list them with 'ip link'"

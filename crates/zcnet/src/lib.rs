@@ -33,10 +33,10 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+pub mod cancel;
 pub mod engine;
 pub mod error;
 pub mod gpu;
-pub mod interrupt;
 pub mod net;
 pub mod nexthop;
 pub mod nic;
@@ -47,8 +47,8 @@ pub mod rx;
 pub mod tx;
 pub mod xsk;
 
+pub use cancel::Cancel;
 pub use error::{Error, Result};
-pub use interrupt::{install_interrupt_handler, interrupted};
 pub use region::{MemoryKind, Region, TxBuf};
 pub use remedy::Remedy;
 pub use rx::{ConnId, Receiver, RxBuf, RxConfig, RxEvent, RxMode, RxStats};
@@ -56,17 +56,12 @@ pub use tx::{Sender, Socket, TxConfig, TxMode, TxStats};
 pub use zcnet_core::Pattern;
 
 /// Reads an integer sysctl (`/proc/sys/<path>`), if present.
-pub fn sysctl_u64(path: &str) -> Option<u64> {
+pub(crate) fn sysctl_u64(path: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/sys/{path}"))
         .ok()?
         .trim()
         .parse()
         .ok()
-}
-
-/// CPU seconds the calling thread has used (user + system).
-pub fn thread_cpu_seconds() -> f64 {
-    zcnet_sys::os::thread_cpu_seconds()
 }
 
 // The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.

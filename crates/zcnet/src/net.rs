@@ -1,6 +1,7 @@
 //! Sockets for the commands and the lab: connect with clear errors, UDP GSO, a receiver that
 //! counts or verifies what arrives.
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::remedy::Remedy;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
@@ -21,10 +22,10 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr> {
 }
 
 /// Connects a TCP stream, with a clear error if nobody listens. The wait for the handshake ends
-/// with [`Error::Interrupted`] when SIGINT/SIGTERM arrives (a blocking `connect` would wait out
+/// with [`Error::Interrupted`] once `cancel` is cancelled (a blocking `connect` would wait out
 /// the kernel's SYN retries, minutes for an address that does not answer).
-pub fn connect_tcp(addr: SocketAddr) -> Result<TcpStream> {
-    zcnet_sys::sock::connect_tcp(&addr, None).map_err(|e| match e.kind() {
+pub fn connect_tcp(addr: SocketAddr, cancel: &Cancel) -> Result<TcpStream> {
+    zcnet_sys::sock::connect_tcp(&addr, None, cancel.flag()).map_err(|e| match e.kind() {
         std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused { addr },
         std::io::ErrorKind::Interrupted => Error::Interrupted,
         _ => Error::io(format!("connect {addr}"), e),
@@ -32,10 +33,10 @@ pub fn connect_tcp(addr: SocketAddr) -> Result<TcpStream> {
 }
 
 /// Accepts one connection on `listener` (made blocking-free for it: the listener is left
-/// non-blocking); [`Error::Interrupted`] when SIGINT/SIGTERM arrives first. The standard
-/// library's `accept` restarts after `EINTR`, so a blocking one would wait for a peer however
-/// often the user pressed Ctrl-C. The stream returned is blocking.
-pub fn accept(listener: &TcpListener) -> Result<(TcpStream, SocketAddr)> {
+/// non-blocking); [`Error::Interrupted`] once `cancel` is cancelled. The standard library's
+/// `accept` restarts after `EINTR`, so a blocking one would wait for a peer however often the
+/// user pressed Ctrl-C. The stream returned is blocking.
+pub fn accept(listener: &TcpListener, cancel: &Cancel) -> Result<(TcpStream, SocketAddr)> {
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::io("listener O_NONBLOCK", e))?;
@@ -47,9 +48,9 @@ pub fn accept(listener: &TcpListener) -> Result<(TcpStream, SocketAddr)> {
                 return Ok((s, peer));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                crate::interrupt::wait_readable(listener)?
+                cancel.wait_readable(listener)?
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.is_cancelled() => {}
             // A connection reset before it was accepted: wait for the next one.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
             Err(e) => return Err(Error::io("accept", e)),
@@ -57,44 +58,53 @@ pub fn accept(listener: &TcpListener) -> Result<(TcpStream, SocketAddr)> {
     }
 }
 
-/// One `recv` from a blocking TCP stream that stops waiting when SIGINT/SIGTERM arrives
-/// ([`Error::Interrupted`]): the call is made with `MSG_DONTWAIT` and only when nothing is there
-/// does it wait (in `poll`, with the interrupt pipe), so a flowing stream costs no extra
-/// system call. Returns 0 at the end of the stream.
-pub fn recv_interruptible(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+/// One `recv` from a blocking TCP stream that stops waiting once `cancel` is cancelled
+/// ([`std::io::ErrorKind::Interrupted`], which [`Error::io`] turns into
+/// [`Error::Interrupted`]): the call is made with `MSG_DONTWAIT` and only when nothing is there
+/// does it wait (in `poll`, looking at the token between polls), so a flowing stream costs no
+/// extra system call. Returns 0 at the end of the stream.
+pub fn recv_interruptible(
+    stream: &TcpStream,
+    buf: &mut [u8],
+    cancel: &Cancel,
+) -> std::io::Result<usize> {
     loop {
         match zcnet_sys::sock::recv(stream.as_raw_fd(), buf, libc::MSG_DONTWAIT) {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match crate::interrupt::wait_readable(stream) {
+                match cancel.wait_readable(stream) {
                     Ok(()) => {}
                     Err(Error::Interrupted) => return Err(interrupted_io()),
                     Err(Error::Io { source, .. }) => return Err(source),
                     Err(e) => return Err(std::io::Error::other(e.to_string())),
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.is_cancelled() => {}
             r => return r,
         }
     }
 }
 
-/// Writes all of `data` to a blocking TCP stream, stopping when SIGINT/SIGTERM arrives
+/// Writes all of `data` to a blocking TCP stream, stopping once `cancel` is cancelled
 /// ([`std::io::ErrorKind::Interrupted`], which [`Error::io`] turns into
 /// [`Error::Interrupted`]): as [`recv_interruptible`], `MSG_DONTWAIT` first and `poll` only
 /// when the socket buffer is full.
-pub fn send_all_interruptible(stream: &TcpStream, mut data: &[u8]) -> std::io::Result<()> {
+pub fn send_all_interruptible(
+    stream: &TcpStream,
+    mut data: &[u8],
+    cancel: &Cancel,
+) -> std::io::Result<()> {
     while !data.is_empty() {
         match zcnet_sys::sock::send(stream.as_raw_fd(), data, libc::MSG_DONTWAIT) {
             Ok(n) => data = &data[n..],
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                match crate::interrupt::wait_writable(stream) {
+                match cancel.wait_writable(stream) {
                     Ok(()) => {}
                     Err(Error::Interrupted) => return Err(interrupted_io()),
                     Err(Error::Io { source, .. }) => return Err(source),
                     Err(e) => return Err(std::io::Error::other(e.to_string())),
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !crate::interrupted() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.is_cancelled() => {}
             Err(e) => return Err(e),
         }
     }
@@ -102,7 +112,7 @@ pub fn send_all_interruptible(stream: &TcpStream, mut data: &[u8]) -> std::io::R
 }
 
 fn interrupted_io() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::Interrupted, "stopped by SIGINT/SIGTERM")
+    std::io::Error::new(std::io::ErrorKind::Interrupted, "cancelled")
 }
 
 /// A UDP socket connected to `addr`; with `gso` set, the kernel cuts each send into datagrams
@@ -139,46 +149,6 @@ pub struct RecvReport {
     pub reads: u64,
     /// Seconds from the first byte to end of stream.
     pub seconds: f64,
-}
-
-/// Reads a stream to its end; with `verify`, checks every byte against the pattern, failing at
-/// the first mismatch. With `sink`, hands each chunk to it (e.g. stdout).
-pub fn drain_stream(
-    stream: &mut TcpStream,
-    verify: Option<Pattern>,
-    mut sink: Option<&mut dyn std::io::Write>,
-) -> Result<RecvReport> {
-    let mut buf = vec![0u8; 1 << 20];
-    let mut rep = RecvReport::default();
-    let mut start = None;
-    loop {
-        let n = match recv_interruptible(stream, &mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
-                return Err(Error::Interrupted)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                return Err(Error::io(
-                    format!("peer reset the connection after {} B", rep.bytes),
-                    e,
-                ))
-            }
-            Err(e) => return Err(Error::io("recv", e)),
-        };
-        start.get_or_insert_with(std::time::Instant::now);
-        if let Some(p) = verify {
-            p.verify(rep.bytes, &buf[..n])?;
-        }
-        if let Some(s) = sink.as_deref_mut() {
-            s.write_all(&buf[..n])
-                .map_err(|e| Error::io("writing received data", e))?;
-        }
-        rep.bytes += n as u64;
-        rep.reads += 1;
-    }
-    rep.seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
-    Ok(rep)
 }
 
 /// Binds a TCP listener, with a clear error.
@@ -264,8 +234,8 @@ pub fn receive_stream_until_failure(
     let mut events = Vec::new();
     let mut result = Ok(());
     'outer: loop {
-        if crate::interrupted() {
-            result = Err(Error::Interrupted);
+        if let Err(e) = rx.cancel().check() {
+            result = Err(e);
             break;
         }
         if let Err(e) = rx.poll(&mut events, std::time::Duration::from_millis(100)) {

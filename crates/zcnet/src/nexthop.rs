@@ -12,11 +12,14 @@
 //! ```no_run
 //! use std::time::Duration;
 //! # fn main() -> zcnet::Result<()> {
-//! let hop = zcnet::nexthop::resolve("vA", "10.10.0.2".parse().unwrap(), Duration::from_secs(3))?;
+//! let stop = zcnet::Cancel::new(); // another thread may cancel the wait for the answer
+//! let dst = "10.10.0.2".parse().unwrap();
+//! let hop = zcnet::nexthop::resolve("vA", dst, Duration::from_secs(3), &stop)?;
 //! println!("{} → {} via {:02x?} (MTU {})", hop.src, hop.dst, hop.dst_mac, hop.mtu);
 //! # Ok(()) }
 //! ```
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::nic::live::kernel_err;
 use std::net::{Ipv4Addr, UdpSocket};
@@ -121,9 +124,9 @@ fn usable(n: &Option<Neighbour>) -> Option<[u8; 6]> {
 /// `iface` (otherwise the frames would take a path the stack does not), the source address is
 /// the one the kernel would choose, and the next hop's Ethernet address comes from the
 /// neighbour table — resolved by the kernel, waiting up to `wait`, when the table has no usable
-/// entry. One-line errors name what is missing and the fix. SIGINT/SIGTERM ends the wait
+/// entry. One-line errors name what is missing and the fix. Cancelling `cancel` ends the wait
 /// ([`Error::Interrupted`]).
-pub fn resolve(iface: &str, dst: Ipv4Addr, wait: Duration) -> Result<NextHop> {
+pub fn resolve(iface: &str, dst: Ipv4Addr, wait: Duration, cancel: &Cancel) -> Result<NextHop> {
     let ifindex = ifindex(iface)?;
     let mut nl = Rtnl::open().map_err(kernel_err)?;
     let route = nl.route_get(dst, None).map_err(kernel_err)?;
@@ -179,7 +182,7 @@ pub fn resolve(iface: &str, dst: Ipv4Addr, wait: Duration) -> Result<NextHop> {
         .and_then(|s| s.send_to(&[], (dst, DISCARD_PORT)).map(|_| s))
         .map_err(|e| Error::io(format!("sending a datagram to {dst} to resolve {next}"), e))?;
     let last = loop {
-        if crate::interrupt::sleep(POLL) {
+        if cancel.sleep(POLL) {
             return Err(Error::Interrupted);
         }
         let last = nl.neigh_get(ifindex, next).map_err(kernel_err)?;

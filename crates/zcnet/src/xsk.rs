@@ -42,6 +42,7 @@
 //! `EOPNOTSUPP`: veth has no `ndo_xsk_wakeup`, net/xdp/xsk_buff_pool.c `xp_assign_dev`), native
 //! XDP on veth.
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::region::Region;
 use crate::remedy::Remedy;
@@ -422,6 +423,7 @@ pub struct Xsk {
     iface: String,
     ifindex: u32,
     config: XskConfig,
+    cancel: Cancel,
 }
 
 fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig, umem_len: usize) -> Error {
@@ -623,6 +625,7 @@ impl Xsk {
             iface: iface.to_string(),
             ifindex,
             config: *cfg,
+            cancel: Cancel::new(),
         };
         // The program first: when it cannot attach, no frame is in the kernel yet, so all of
         // them go back to the UMEM with the dropped socket (frames on a closed socket's fill
@@ -939,6 +942,13 @@ impl Xsk {
         }
     }
 
+    /// Gives the socket the caller's cancel token: once it is cancelled, [`Xsk::recv`] returns
+    /// [`Error::Interrupted`] instead of waiting out its timeout (it looks at the token every
+    /// [`zcnet_sys::os::STOP_CHECK`] at most). A new socket has a fresh token nobody cancels.
+    pub fn set_cancel(&mut self, cancel: Cancel) {
+        self.cancel = cancel;
+    }
+
     /// Appends up to `max` received packets to `out`, waiting up to `timeout` for the first.
     /// Frames dropped or recycled since the last call go back on the fill ring first. Returns
     /// how many.
@@ -977,11 +987,9 @@ impl Xsk {
                     break;
                 }
                 self.sock
-                    .wait_rx(left)
+                    .wait_rx(left.min(zcnet_sys::os::STOP_CHECK))
                     .map_err(|e| Error::io("poll on the AF_XDP socket", e))?;
-                if crate::interrupted() {
-                    return Err(Error::Interrupted);
-                }
+                self.cancel.check()?;
                 self.refill()?;
                 n = self.receive_scratch(max)?;
             }

@@ -6,8 +6,9 @@
 use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
-use zcnet::net::{drain_stream, RecvReport};
-use zcnet::{Error, Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet::net::RecvReport;
+use zcnet::{Cancel, Error, Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
+use zcnet_tools::bench::drain_stream;
 
 /// Deterministic message sizes in 1..=max.
 fn sizes(seed: u64, n: usize, max: usize) -> Vec<usize> {
@@ -43,7 +44,7 @@ fn send_verified(
     let pattern = Pattern::new(seed);
     let rx = thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        drain_stream(&mut s, Some(pattern), None)
+        drain_stream(&mut s, Some(pattern), None, &Cancel::new())
     });
     let mut tx = sender(TcpStream::connect(addr).unwrap(), mode, buf_size, 8);
     let mut off = 0u64;
@@ -178,7 +179,7 @@ fn refused_connection_says_so() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
-    match zcnet::net::connect_tcp(addr) {
+    match zcnet::net::connect_tcp(addr, &Cancel::new()) {
         Err(Error::ConnectionRefused { addr: a }) => assert_eq!(a, addr),
         other => panic!("expected ConnectionRefused, got {other:?}"),
     }
@@ -199,7 +200,7 @@ fn bad_input_is_one_line_with_the_fix() {
     ));
     assert!(matches!(
         zcnet_tools::bench::PathKind::parse("wifi"),
-        Err(Error::UnknownPath { .. })
+        Err(e) if e.is_caller_mistake()
     ));
 }
 
@@ -244,7 +245,7 @@ fn caller_memory_region_sends() {
     let addr = listener.local_addr().unwrap();
     let rx = thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
-        drain_stream(&mut s, Some(Pattern::new(11)), None).unwrap()
+        drain_stream(&mut s, Some(Pattern::new(11)), None, &Cancel::new()).unwrap()
     });
     let mut cfg = TxConfig::new(TxMode::UringZc);
     cfg.buf_size = 4096;
@@ -281,7 +282,7 @@ fn lent_memory_goes_through_the_same_engine_as_region_buffers() {
         let pattern = Pattern::new(77 + mode as u64);
         let rx = thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
-            drain_stream(&mut s, Some(pattern), None)
+            drain_stream(&mut s, Some(pattern), None, &Cancel::new())
         });
         let mut tx = sender(TcpStream::connect(addr).unwrap(), mode, 65536, 8);
         let msgs = sizes(mode as u64 + 3, 400, 65536);

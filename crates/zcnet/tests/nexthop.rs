@@ -12,6 +12,7 @@ use common::{in_ns, ip, veth_lab};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use zcnet::nexthop::{self, Resolution};
+use zcnet::Cancel;
 
 #[zcnet_testkit::test]
 fn neighbours_are_resolved_by_the_kernel_and_gateways_used() {
@@ -21,7 +22,9 @@ fn neighbours_are_resolved_by_the_kernel_and_gateways_used() {
     let dst = Ipv4Addr::new(10, 10, 0, 2);
     let wait = Duration::from_secs(3);
     // A fresh namespace has no entry: the kernel resolves it after resolve's datagram.
-    let first = in_ns(&p.a, || nexthop::resolve("vA", dst, wait).unwrap());
+    let first = in_ns(&p.a, || {
+        nexthop::resolve("vA", dst, wait, &Cancel::new()).unwrap()
+    });
     assert!(
         matches!(first.resolution, Resolution::Resolved(_)),
         "{first:?}"
@@ -33,7 +36,9 @@ fn neighbours_are_resolved_by_the_kernel_and_gateways_used() {
     assert_eq!((first.src_mac, first.dst_mac), (va_mac, vb_mac));
     assert_eq!(first.mtu, 1500);
     // Now the table has it.
-    let again = in_ns(&p.a, || nexthop::resolve("vA", dst, wait).unwrap());
+    let again = in_ns(&p.a, || {
+        nexthop::resolve("vA", dst, wait, &Cancel::new()).unwrap()
+    });
     assert!(
         matches!(again.resolution, Resolution::Cached(_)),
         "{again:?}"
@@ -53,7 +58,9 @@ fn neighbours_are_resolved_by_the_kernel_and_gateways_used() {
         "vA",
     ]);
     let far = Ipv4Addr::new(10, 99, 1, 1);
-    let g = in_ns(&p.a, || nexthop::resolve("vA", far, wait).unwrap());
+    let g = in_ns(&p.a, || {
+        nexthop::resolve("vA", far, wait, &Cancel::new()).unwrap()
+    });
     assert_eq!((g.dst, g.gateway, g.next_hop()), (far, Some(dst), dst));
     assert_eq!(g.dst_mac, vb_mac);
 
@@ -69,7 +76,7 @@ fn what_cannot_be_addressed_is_refused_in_one_line() {
     let wait = Duration::from_millis(1500);
     let err = |iface: &'static str, dst: [u8; 4]| {
         in_ns(&p.a, || {
-            nexthop::resolve(iface, Ipv4Addr::from(dst), wait)
+            nexthop::resolve(iface, Ipv4Addr::from(dst), wait, &Cancel::new())
                 .unwrap_err()
                 .to_string()
         })

@@ -24,7 +24,6 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
     vec![
         (E::UnknownMode { given: s("x") }, ZCNET_E_INVALID),
         (E::UnknownRxMode { given: s("x") }, ZCNET_E_INVALID),
-        (E::UnknownPath { given: s("x") }, ZCNET_E_INVALID),
         (E::BadAddress { given: s("x") }, ZCNET_E_INVALID),
         (E::ConnectionRefused { addr }, ZCNET_E_CONNECTION),
         (E::NotRoot { what: "nic setup" }, ZCNET_E_PERMISSION),
@@ -85,13 +84,6 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
             ZCNET_E_INTERNAL,
         ),
         (E::Interrupted, ZCNET_E_INTERRUPTED),
-        (
-            E::Lab {
-                command: s("ip netns add x"),
-                stderr: s("File exists\n"),
-            },
-            ZCNET_E_IO,
-        ),
         (E::UnknownInterface { given: s("eth9") }, ZCNET_E_INVALID),
         (
             E::Kernel {

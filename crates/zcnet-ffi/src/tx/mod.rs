@@ -248,7 +248,7 @@ impl zcnet_sender {
     ) -> Result<zcnet_sender> {
         let cfg = tx_config(cfg)?;
         let addr = parse_addr(addr)?;
-        let stream = zcnet::net::connect_tcp(addr)?;
+        let stream = zcnet::net::connect_tcp(addr, &cfg.cancel)?;
         let region = match region {
             Some(r) => r.take()?,
             None => Region::anonymous(zcnet::tx::region_len(&cfg))?,

@@ -17,7 +17,7 @@ struct Cli {
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(e) = zcnet::install_interrupt_handler() {
+    if let Err(e) = zcnet_tools::interrupt::install_handler() {
         zcnet_tools::eoutln!("zcnet-perf: warning: {e}: Ctrl-C will not stop a test cleanly");
     }
     if let Err(e) = perf::run(&cli.args) {

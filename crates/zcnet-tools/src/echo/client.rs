@@ -209,7 +209,7 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
         let pattern = Pattern::new(cfg.seed);
         idx.iter()
             .map(|&i| {
-                let stream = net::connect_tcp(cfg.addr)?;
+                let stream = net::connect_tcp(cfg.addr, &crate::interrupt::token())?;
                 let _ = stream.set_nodelay(true);
                 let mut req = vec![0u8; cfg.size];
                 pattern.fill(i * cfg.size as u64, &mut req);
@@ -281,7 +281,7 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
                 }
             }
         }
-        if zcnet::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(Error::Interrupted);
         }
         ready.clear();

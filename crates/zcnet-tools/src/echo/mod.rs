@@ -81,7 +81,10 @@ impl EchoConfig {
     /// 10 ms idle poll, 1 ms flush poll, not pinned, no keepalive.
     pub fn new(mode: RxMode, bind: SocketAddr) -> EchoConfig {
         EchoConfig {
-            rx: RxConfig::new(mode),
+            rx: RxConfig {
+                cancel: crate::interrupt::token(),
+                ..RxConfig::new(mode)
+            },
             bind,
             netns: None,
             cpu: None,
@@ -606,7 +609,7 @@ impl Server<'_> {
     ) {
         let mut events = Vec::new();
         loop {
-            if stop.load(Ordering::Relaxed) || zcnet::interrupted() {
+            if stop.load(Ordering::Relaxed) || crate::interrupt::interrupted() {
                 break;
             }
             while let Ok((s, peer)) = accepted.try_recv() {

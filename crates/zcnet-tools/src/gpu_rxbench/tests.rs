@@ -25,6 +25,7 @@ fn staged_host(s: TcpStream, ring: usize, verify: Option<Pattern>) -> Result<Gpu
         host_bufs: 8,
         host_buf_size: 32 << 10,
         max_copies: None,
+        ..StagingOptions::default()
     };
     let dev = Arc::new(Mutex::new(vec![0u8; ring]));
     let mut rx = host_staged_receiver(s, Arc::clone(&dev), &opts)?;

@@ -524,6 +524,7 @@ fn data_path(a: &PerfArgs) -> Result<DataPath, PerfError> {
         )));
     }
     let mut rx = RxConfig::new(mode);
+    rx.cancel = crate::interrupt::token();
     rx.iface = a.iface.clone();
     rx.queue = a.queue;
     let memory = if a.hugepages {

@@ -148,7 +148,7 @@ impl<'a> Client<'a> {
         let acts = self.machine.connected(self.now());
         self.apply(acts);
         while self.done.is_none() {
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 self.abort_with(PerfError::Interrupted);
                 break;
             }

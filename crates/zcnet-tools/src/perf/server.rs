@@ -149,7 +149,7 @@ impl Server<'_> {
     fn serve(&mut self) -> Result<(), PerfError> {
         self.banner();
         loop {
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 self.interrupt();
                 return Err(PerfError::Interrupted);
             }

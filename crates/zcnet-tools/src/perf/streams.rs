@@ -489,6 +489,7 @@ pub(crate) struct Job<E> {
 
 fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
     let mut cfg = TxConfig::new(job.path.tx);
+    cfg.cancel = crate::interrupt::token();
     cfg.buf_size = job.path.len;
     cfg.inflight = TX_INFLIGHT;
     // TCP_NOTSENT_LOWAT before the first send (tuning.rs says why and when).

@@ -158,6 +158,7 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
         }
     }
     let mut cfg = TxConfig::new(job.path.tx);
+    cfg.cancel = crate::interrupt::token();
     cfg.buf_size = len * segs;
     cfg.inflight = INFLIGHT;
     let made = Region::new(job.path.memory, zcnet::tx::region_len(&cfg))

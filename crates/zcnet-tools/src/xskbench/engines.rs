@@ -519,7 +519,7 @@ fn sender_thread(
     let r = (|| {
         while start.elapsed() < duration {
             s.send(tmpl, &mut seq)?;
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
             if sh.abort.load(Ordering::Relaxed) {
@@ -585,7 +585,7 @@ fn receiver_thread(
             std::thread::sleep(SLEEP);
             now = Instant::now();
         }
-        if zcnet::interrupted() {
+        if crate::interrupt::interrupted() {
             return Err(Error::Interrupted);
         }
         if sh.abort.load(Ordering::Relaxed) {

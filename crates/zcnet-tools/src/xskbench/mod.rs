@@ -602,7 +602,7 @@ pub fn pick_cpus(wanted: Option<(usize, usize)>) -> Result<(usize, usize)> {
 
 /// Runs every case of `cfg` at every size, `repeat` times interleaved, in a fresh lab (deleted
 /// when this returns, on every path). Needs root. Ctrl-C (with
-/// [`zcnet::install_interrupt_handler`]) stops it within milliseconds with
+/// [`crate::interrupt::install_handler`]) stops it within milliseconds with
 /// [`Error::Interrupted`].
 pub fn run(cfg: &XskBenchConfig, progress: &mut dyn FnMut(Progress)) -> Result<XskReport> {
     cfg.check()?;
@@ -699,7 +699,7 @@ pub fn run(cfg: &XskBenchConfig, progress: &mut dyn FnMut(Progress)) -> Result<X
                     row.error = Some(one_line(&e.to_string()));
                 }
             }
-            if zcnet::interrupted() {
+            if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
             }
         }

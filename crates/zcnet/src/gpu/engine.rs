@@ -219,9 +219,12 @@ impl CopyEngine for CudaEngine {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use host::{HostEngine, HostEngineFaults};
 
-/// The host engine: tests, and [`super::host_staged_receiver`] for machines without a GPU.
+/// The host engine: tests, and `host_staged_receiver` (feature `testing`) for machines without
+/// a GPU.
+#[cfg(any(test, feature = "testing"))]
 mod host {
     use super::{CopyEngine, Done, HostSrc};
     use crate::error::{Error, Result};

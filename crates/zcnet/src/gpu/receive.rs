@@ -1,7 +1,5 @@
-//! Whole-stream receives into GPU memory: by the best path ([`receive`]: devmem, zcrx-dmabuf or
-//! staging, as [`prepare_receive`] decides) and by the loop people write first
-//! ([`receive_naive`]: `recv()` into pageable memory, then a synchronous copy), so that the two
-//! can be compared on the same stream.
+//! Whole-stream receives into GPU memory by the best path ([`receive`]: devmem, zcrx-dmabuf or
+//! staging, as [`prepare_receive`] decides).
 //!
 //! The GPU memory is a ring: stream byte `p` lands at `p % region.len()`. With a pattern, every
 //! byte is read back from the GPU and checked (verification only: it costs a device-to-host copy
@@ -95,7 +93,7 @@ impl PreparedReceive {
         opts: &StagingOptions,
         verify: Option<Pattern>,
     ) -> Result<GpuRecvReport> {
-        let (t0, cpu0) = (Instant::now(), crate::thread_cpu_seconds());
+        let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
         let mut rep = match self.direct {
             Some((mut rx, path)) => {
                 // The dma-buf bound is the region's own export (offset 0 = the region's first
@@ -143,7 +141,7 @@ impl PreparedReceive {
         };
         rep.refused = self.refused;
         rep.seconds = t0.elapsed().as_secs_f64();
-        rep.cpu_seconds = crate::thread_cpu_seconds() - cpu0;
+        rep.cpu_seconds = zcnet_sys::os::thread_cpu_seconds() - cpu0;
         rep.verified = verify.is_some();
         Ok(rep)
     }
@@ -157,9 +155,7 @@ pub fn drain_staged(
 ) -> Result<u64> {
     let mut at = 0u64;
     while !rx.finished() || rx.readable()[0].1 > 0 {
-        if crate::interrupted() {
-            return Err(Error::Interrupted);
-        }
+        rx.cancel().check()?;
         rx.poll(Duration::from_millis(100))?;
         for (off, len) in rx.readable() {
             if len == 0 {
@@ -171,55 +167,4 @@ pub fn drain_staged(
         }
     }
     Ok(at)
-}
-
-/// The loop people write first: `recv()` into pageable memory, then a synchronous copy into
-/// the GPU ring (in two pieces where it wraps). For comparison with [`receive`].
-pub fn receive_naive(
-    stream: TcpStream,
-    region: &mut Region,
-    verify: Option<Pattern>,
-) -> Result<GpuRecvReport> {
-    let ring = region.len() as u64;
-    if ring == 0 {
-        return Err(Error::invalid_input(
-            "naive receive: the GPU region is empty: give it a length",
-        ));
-    }
-    let mut host = vec![0u8; 256 << 10];
-    let mut back = Vec::new();
-    let (t0, cpu0) = (Instant::now(), crate::thread_cpu_seconds());
-    let mut rep = GpuRecvReport {
-        path: "naive",
-        verified: verify.is_some(),
-        ..GpuRecvReport::default()
-    };
-    loop {
-        if crate::interrupted() {
-            return Err(Error::Interrupted);
-        }
-        // Interruptible: the CUDA driver's threads may be the ones a signal lands on.
-        let n = match crate::net::recv_interruptible(&stream, &mut host) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) => return Err(Error::io("recv", e)),
-        };
-        let mut done = 0;
-        while done < n {
-            let off = (rep.bytes + done as u64) % ring;
-            let k = ((ring - off) as usize).min(n - done);
-            region.write_at(off as usize, &host[done..done + k])?;
-            rep.copies += 1;
-            if let Some(p) = &verify {
-                back.resize(k, 0);
-                region.read_at(off as usize, &mut back)?;
-                p.verify(rep.bytes + done as u64, &back)?;
-            }
-            done += k;
-        }
-        rep.bytes += n as u64;
-    }
-    rep.seconds = t0.elapsed().as_secs_f64();
-    rep.cpu_seconds = crate::thread_cpu_seconds() - cpu0;
-    Ok(rep)
 }

@@ -14,6 +14,7 @@
 //! the next receives or sends are under way.
 
 use super::engine::{CopyEngine, CudaEngine, Done};
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::region::{Region, TxBuf};
 use crate::tx::{Sender, Socket, TxConfig, TxStats};
@@ -36,6 +37,12 @@ pub struct StagingOptions {
     pub host_buf_size: u32,
     /// Copies in flight at most. Default: one per host buffer.
     pub max_copies: Option<u32>,
+    /// The caller's cancel token: a staged receive run to its end ([`drain_staged`]) stops
+    /// with [`Error::Interrupted`] once it is cancelled. (A staged send takes its sender's,
+    /// [`TxConfig::cancel`].) Default: a fresh token nobody cancels.
+    ///
+    /// [`drain_staged`]: super::receive::drain_staged
+    pub cancel: Cancel,
 }
 
 impl Default for StagingOptions {
@@ -44,6 +51,7 @@ impl Default for StagingOptions {
             host_bufs: 32,
             host_buf_size: 256 << 10,
             max_copies: None,
+            cancel: Cancel::new(),
         }
     }
 }
@@ -94,6 +102,7 @@ pub struct StagedReceiver {
     done: Vec<Done>,
     comps: Vec<(Option<u16>, std::io::Result<usize>, bool)>,
     pauses: u64,
+    cancel: Cancel,
 }
 
 /// What a staged transfer did.
@@ -147,6 +156,7 @@ impl StagedReceiver {
             done: Vec::new(),
             comps: Vec::new(),
             pauses: 0,
+            cancel: opts.cancel.clone(),
         })
     }
 
@@ -164,6 +174,11 @@ impl StagedReceiver {
     /// The peer closed the stream and every byte it sent is delivered.
     pub fn finished(&self) -> bool {
         self.eof && self.core.delivered() == self.core.received() && self.engine.in_flight() == 0
+    }
+
+    /// The token of [`StagingOptions::cancel`].
+    pub(crate) fn cancel(&self) -> &Cancel {
+        &self.cancel
     }
 
     /// Stream bytes delivered into GPU memory so far.
@@ -468,9 +483,7 @@ impl StagedSender {
             if done(self) {
                 return Ok(());
             }
-            if crate::interrupted() {
-                return Err(Error::Interrupted);
-            }
+            self.tx.cancel().check()?;
             if self.engine.in_flight() > 0 {
                 self.engine.wait(Duration::from_micros(200));
             } else if self.sending.iter().any(|&s| s) {

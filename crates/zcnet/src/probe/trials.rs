@@ -74,21 +74,22 @@ fn send_trial(mode: TxMode) -> Result<f64, Refusal> {
     // below would wait for forever. A loopback handshake takes microseconds; with `lo` down
     // (after it was up: 127.0.0.1 is still assigned) the SYNs are dropped and the kernel's
     // retries would hold each trial for two minutes.
-    let stream = zcnet_sys::sock::connect_tcp(&addr, Some(CONNECT_TIMEOUT)).map_err(|e| {
-        let why = if e.kind() == io::ErrorKind::TimedOut {
-            format!(
-                "connecting to {addr} got no answer in {} s (is lo up?)",
-                CONNECT_TIMEOUT.as_secs()
-            )
-        } else {
-            format!("connecting to {addr}: {e}")
-        };
-        Refusal {
-            errno: e.raw_os_error().unwrap_or(0),
-            message: why,
-        }
-    })?;
-    let (mut peer, _) = crate::net::accept(&listener).map_err(to_refusal)?;
+    let stream = zcnet_sys::sock::connect_tcp(&addr, Some(CONNECT_TIMEOUT), &Default::default())
+        .map_err(|e| {
+            let why = if e.kind() == io::ErrorKind::TimedOut {
+                format!(
+                    "connecting to {addr} got no answer in {} s (is lo up?)",
+                    CONNECT_TIMEOUT.as_secs()
+                )
+            } else {
+                format!("connecting to {addr}: {e}")
+            };
+            Refusal {
+                errno: e.raw_os_error().unwrap_or(0),
+                message: why,
+            }
+        })?;
+    let (mut peer, _) = crate::net::accept(&listener, &crate::Cancel::new()).map_err(to_refusal)?;
     let reader = std::thread::spawn(move || -> crate::Result<u64> {
         io::copy(&mut peer, &mut io::sink()).map_err(|e| crate::Error::io("recv", e))
     });

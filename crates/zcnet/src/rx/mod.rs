@@ -33,12 +33,13 @@ mod devmem;
 mod uring;
 mod zcrx;
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A receive mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,6 +152,11 @@ pub struct RxConfig {
     /// Without a device only a page is possible. Untested on hardware here: on Linux 7.2 without
     /// a device the kernel's refusal is what is tested.
     pub rx_buf_len: usize,
+    /// The caller's cancel token: once cancelled, [`Receiver::poll`] (and the calls that
+    /// receive a whole stream through the receiver) return [`Error::Interrupted`] within
+    /// [`zcnet_sys::os::STOP_CHECK`], however long their timeout. Default: a fresh token
+    /// nobody cancels.
+    pub cancel: Cancel,
 }
 
 impl RxConfig {
@@ -168,6 +174,7 @@ impl RxConfig {
             low_water: None,
             no_device: false,
             rx_buf_len: 0,
+            cancel: Cancel::new(),
         }
     }
 }
@@ -447,6 +454,7 @@ pub struct Receiver {
     scratch: Vec<(u64, usize)>,
     closable: Vec<ConnId>,
     low_water: Option<u32>,
+    cancel: Cancel,
 }
 
 impl Receiver {
@@ -465,6 +473,7 @@ impl Receiver {
         let mut rx = Receiver::with_backend(backend);
         rx.fallbacks = fallbacks;
         rx.low_water = cfg.low_water;
+        rx.cancel = cfg.cancel.clone();
         Ok(rx)
     }
 
@@ -480,6 +489,7 @@ impl Receiver {
             fallbacks: Vec::new(),
             scratch: Vec::new(),
             closable: Vec::new(),
+            cancel: Cancel::new(),
             low_water: None,
         }
     }
@@ -572,16 +582,31 @@ impl Receiver {
     }
 
     /// Hands returned buffers back to the kernel, then receives what is ready (waiting up to
-    /// `timeout` when nothing is), appending events to `out`.
+    /// `timeout` when nothing is), appending events to `out`. [`Error::Interrupted`] once the
+    /// token of [`RxConfig::cancel`] is cancelled: a long wait is made of waits of at most
+    /// [`zcnet_sys::os::STOP_CHECK`], with a look at the token between them.
     pub fn poll(&mut self, out: &mut Vec<RxEvent>, timeout: Duration) -> Result<()> {
+        self.cancel.check()?;
         self.recycle();
-        let mut ctx = Ctx {
-            out,
-            stats: &mut self.stats,
-            ret: &self.ret,
-            closable: &mut self.closable,
+        let before = out.len();
+        let start = Instant::now();
+        let r = loop {
+            let left = timeout.saturating_sub(start.elapsed());
+            let slice = left.min(zcnet_sys::os::STOP_CHECK);
+            let mut ctx = Ctx {
+                out: &mut *out,
+                stats: &mut self.stats,
+                ret: &self.ret,
+                closable: &mut self.closable,
+            };
+            let r = self.backend.poll(&mut ctx, slice);
+            if r.is_err() || out.len() > before || left <= slice {
+                break r;
+            }
+            if let Err(e) = self.cancel.check() {
+                break Err(e);
+            }
         };
-        let r = self.backend.poll(&mut ctx, timeout);
         if !self.closable.is_empty() {
             let done = std::mem::take(&mut self.closable);
             self.closing.retain(|(c, _)| !done.contains(c));
@@ -649,6 +674,11 @@ impl Receiver {
             return None;
         }
         self.backend.bytes(buf.key, buf.len)
+    }
+
+    /// The token of [`RxConfig::cancel`].
+    pub(crate) fn cancel(&self) -> &Cancel {
+        &self.cancel
     }
 
     /// Counters so far.

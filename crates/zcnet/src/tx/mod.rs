@@ -19,6 +19,7 @@ pub(crate) mod memlock;
 mod msgzc;
 mod uring;
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::region::{Region, TxBuf};
 use crate::remedy::Remedy;
@@ -199,6 +200,12 @@ pub struct TxConfig {
     /// leave through it. Default: the device the socket is bound to (`SO_BINDTODEVICE`), else
     /// the interface that owns the socket's local address.
     pub iface: Option<String>,
+    /// The caller's cancel token: once cancelled, the sender's waits (for a buffer, a flush,
+    /// the end of [`Sender::finish`]) return [`Error::Interrupted`], a send cut short by a
+    /// signal (`EINTR`) is not retried, and a TCP sender dropped with buffers still held
+    /// aborts its connection so that they come back at once. Default: a fresh token nobody
+    /// cancels.
+    pub cancel: Cancel,
 }
 
 impl TxConfig {
@@ -213,6 +220,7 @@ impl TxConfig {
             stall_timeout: Duration::from_secs(10),
             dmabuf: None,
             iface: None,
+            cancel: Cancel::new(),
         }
     }
 
@@ -334,9 +342,16 @@ pub(crate) struct Shared {
     pub stats: TxStats,
     pub start: Instant,
     pub stall_timeout: Duration,
+    /// The sender's token ([`TxConfig::cancel`]).
+    pub cancel: Cancel,
 }
 
 impl Shared {
+    /// Whether the sender's token was cancelled: a wait stops, an `EINTR` is not retried.
+    pub fn cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
     /// Nanoseconds since the sender's clock started.
     pub fn now_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
@@ -452,12 +467,12 @@ pub struct Sender {
 
 impl Drop for Sender {
     /// Runs before the fields drop (the backend first, which waits a bounded time for the
-    /// kernel to give back the buffers it holds). A run stopped by SIGINT/SIGTERM with buffers
+    /// kernel to give back the buffers it holds). A run stopped by its cancel token with buffers
     /// still in a TCP socket's queues — a peer that stopped reading keeps them there for good —
     /// aborts the connection first, which releases them at once: the stop is prompt and every
     /// buffer is still accounted for.
     fn drop(&mut self) {
-        if crate::interrupted() && self.sock.stream && self.backend.outstanding() > 0 {
+        if self.sh.cancelled() && self.sock.stream && self.backend.outstanding() > 0 {
             let _ = zcnet_sys::sock::disconnect(self.sh.fd);
         }
     }
@@ -568,6 +583,7 @@ impl Sender {
                 stats,
                 start: Instant::now(),
                 stall_timeout: cfg.stall_timeout,
+                cancel: cfg.cancel.clone(),
             },
             sock,
             mode: cfg.mode,
@@ -732,6 +748,11 @@ impl Sender {
         })
     }
 
+    /// The token of [`TxConfig::cancel`].
+    pub(crate) fn cancel(&self) -> &Cancel {
+        &self.sh.cancel
+    }
+
     /// Waits until every buffer is back: every send completed and every notification arrived.
     pub fn flush(&mut self) -> Result<()> {
         self.wait_until(|s| s.backend.outstanding() == 0)
@@ -742,7 +763,7 @@ impl Sender {
         // completion on every wait) reads no clock.
         let mut stalled_since: Option<Instant> = None;
         while !done(self) {
-            if zcnet_sys::os::interrupted() {
+            if self.sh.cancelled() {
                 return Err(Error::Interrupted);
             }
             let before = (self.sh.free.len(), self.backend.outstanding());

@@ -279,8 +279,7 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                         return Err(e);
                     }
                 }
-                Err(e)
-                    if e.raw_os_error() == Some(libc::EINTR) && !zcnet_sys::os::interrupted() => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancelled() => {}
                 Err(e) => {
                     let err = self.kernel.send_error(sh, e);
                     self.park(sh, buf);
@@ -532,6 +531,7 @@ mod tests {
             stats: TxStats::default(),
             start: Instant::now(),
             stall_timeout: Duration::from_secs(5),
+            cancel: crate::Cancel::new(),
         }
     }
 

@@ -248,7 +248,7 @@ impl UringTx {
     /// socket, in order). Notifications may still be outstanding.
     pub(crate) fn settle(&mut self, sh: &mut Shared) -> Result<()> {
         while !self.staged.is_empty() || self.engine.awaiting_result() > 0 {
-            if zcnet_sys::os::interrupted() {
+            if sh.cancelled() {
                 return Err(Error::Interrupted);
             }
             self.start_chain(sh)?;

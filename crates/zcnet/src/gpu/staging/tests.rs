@@ -22,6 +22,7 @@ fn small() -> StagingOptions {
         host_bufs: 8,
         host_buf_size: 16 << 10,
         max_copies: None,
+        ..StagingOptions::default()
     }
 }
 

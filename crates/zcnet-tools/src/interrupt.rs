@@ -1,33 +1,64 @@
-//! Stopping on SIGINT/SIGTERM, in every state.
+//! Stopping the commands on SIGINT/SIGTERM, in every state.
 //!
-//! [`install_interrupt_handler`] makes both signals set a flag ([`interrupted`]) and wake every
-//! wait made here, whichever thread the kernel delivered the signal to. Loops check the flag
-//! between steps; blocking waits (accept, connect, a read of stdin, a write to a full pipe, a
-//! child process) go through [`wait_readable`], [`wait_writable`], [`sleep`] and [`wait_child`]
-//! instead of a plain blocking call, which the standard library would restart after `EINTR`.
-//! Either way the run ends with [`Error::Interrupted`] and its cleanup (namespaces, NIC changes,
-//! registrations) runs on the normal path; the `zcnet` command then exits 130.
+//! The library has no signal handling of its own: every long call takes a caller-owned
+//! [`zcnet::Cancel`]. The commands share one process-wide token, [`token`], and
+//! [`install_handler`] makes SIGINT and SIGTERM cancel it from the signal handler itself
+//! ([`zcnet_sys::os::set_on_interrupt`]), so that the token is already set when a system call
+//! cut short by the signal returns `EINTR`, whichever thread took it. The commands hand that
+//! token to every sender, receiver and wait they make, and check [`interrupted`] between the
+//! steps of their own loops; their blocking waits (a read of stdin, a write to a full pipe, a
+//! child process) go through [`wait_readable`], [`wait_writable`], [`sleep`] and
+//! [`wait_child`], which the handler's self-pipe wakes at once. Either way the run ends with
+//! [`Error::Interrupted`] and its cleanup (namespaces, NIC changes, registrations) runs on the
+//! normal path; the `zcnet` command then exits 130.
 
-use crate::error::{Error, Result};
 use std::os::fd::AsFd;
 use std::process::{Child, ExitStatus};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use zcnet::{Cancel, Error, Result};
 use zcnet_sys::os::Wake;
 
-/// Installs the SIGINT/SIGTERM handler: long runs stop at their next check and clean up, and
-/// the waits of this module return at once.
-pub fn install_interrupt_handler() -> Result<()> {
+static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// The flag under [`token`], made and handed to the signal handler's
+/// [`zcnet_sys::os::set_on_interrupt`] on first use.
+fn shared() -> &'static Arc<AtomicBool> {
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        zcnet_sys::os::set_on_interrupt(Arc::clone(&flag));
+        flag
+    })
+}
+
+/// The flag under [`token`], for the raw baseline loops of `zcnet_sys::baseline`, which take
+/// a plain flag.
+pub fn flag() -> &'static AtomicBool {
+    shared()
+}
+
+/// The commands' cancel token: cancelled by SIGINT/SIGTERM once [`install_handler`] ran (and by
+/// `zcnet_sys::os::set_interrupted(true)`, which tests use to play a signal).
+pub fn token() -> Cancel {
+    Cancel::from(Arc::clone(shared()))
+}
+
+/// Installs the SIGINT/SIGTERM handler that cancels [`token`]: long runs stop at their next
+/// check and clean up, and the waits of this module return at once.
+pub fn install_handler() -> Result<()> {
+    shared();
     zcnet_sys::os::install_interrupt_handler().map_err(|e| Error::io("sigaction", e))
 }
 
-/// Whether SIGINT/SIGTERM arrived.
+/// Whether SIGINT/SIGTERM arrived: [`token`] is cancelled.
 pub fn interrupted() -> bool {
-    zcnet_sys::os::interrupted()
+    token().is_cancelled()
 }
 
 /// Sleeps for `d`, or less when SIGINT/SIGTERM arrives; returns whether it did.
 pub fn sleep(d: Duration) -> bool {
-    zcnet_sys::os::sleep(d)
+    zcnet_sys::os::sleep(d) || interrupted()
 }
 
 fn wait(fd: impl AsFd, events: i16, what: &str) -> Result<()> {

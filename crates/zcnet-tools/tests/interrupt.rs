@@ -1,15 +1,17 @@
-//! SIGINT/SIGTERM end the library's blocking waits with `Error::Interrupted`: an accept nobody
-//! connects to, a read of a silent stream, a child process (which is sent SIGTERM and reaped
-//! first). One test: the interrupt flag is process-wide, so the steps run in order in this
-//! process of their own.
+//! The commands' Ctrl-C: once `interrupt::install_handler` ran, SIGINT/SIGTERM cancel the
+//! commands' token, so a library call holding it ends with `Error::Interrupted` (an accept
+//! nobody connects to), and the commands' own waits end too (a child process, which is sent
+//! SIGTERM and reaped first; a hold). One test: the signal is process-wide, so the steps run
+//! in order in this process of their own.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use zcnet::{interrupt, net, Error};
+use zcnet::{net, Error};
+use zcnet_tools::interrupt;
 
 fn signal_self(sig: &str) {
     let ok = Command::new("kill")
@@ -27,6 +29,7 @@ fn signal_while<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (T, Duration) {
     zcnet_sys::os::set_interrupted(false);
+    assert!(!interrupt::interrupted());
     let h = std::thread::spawn(f);
     std::thread::sleep(Duration::from_millis(200));
     assert!(!h.is_finished(), "returned before SIG{sig}");
@@ -41,35 +44,23 @@ fn signal_while<T: Send + 'static>(
 }
 
 #[zcnet_testkit::test]
-fn blocking_waits_end_with_interrupted() {
-    zcnet::install_interrupt_handler().unwrap();
+fn signals_cancel_the_commands_token_and_end_their_waits() {
+    interrupt::install_handler().unwrap();
 
-    // accept with nobody connecting.
+    // A library call given the token: accept with nobody connecting.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let (r, after) = signal_while("TERM", move || net::accept(&l).map(|_| ()));
+    let (r, after) = signal_while("TERM", move || {
+        net::accept(&l, &interrupt::token()).map(|_| ())
+    });
     assert!(matches!(r, Err(Error::Interrupted)), "{r:?}");
     assert!(after < Duration::from_secs(1), "{after:?}");
-    // With the flag up, connect returns at once too.
-    assert!(matches!(net::connect_tcp(addr), Err(Error::Interrupted)));
-
-    // A read of a stream whose peer is connected and silent.
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-    let (peer, _) = l.accept().unwrap();
-    let (r, after) = signal_while("INT", move || {
-        let mut buf = [0u8; 64];
-        net::recv_interruptible(&c, &mut buf)
-    });
-    let e = r.unwrap_err();
-    assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "{e}");
-    assert!(after < Duration::from_secs(1), "{after:?}");
-    // Error::io turns it into Error::Interrupted while the flag is up, and only then.
-    assert!(matches!(Error::io("recv", e), Error::Interrupted));
-    zcnet_sys::os::set_interrupted(false);
-    let eintr = std::io::Error::from_raw_os_error(libc::EINTR);
-    assert!(matches!(Error::io("recv", eintr), Error::Io { .. }));
-    drop(peer);
+    assert!(interrupt::interrupted() && interrupt::token().is_cancelled());
+    // The token stays cancelled: connect returns at once too.
+    assert!(matches!(
+        net::connect_tcp(addr, &interrupt::token()),
+        Err(Error::Interrupted)
+    ));
 
     // A child that would run for a minute: sent SIGTERM and reaped, then Interrupted.
     let mut child = Command::new("sleep").arg("60").spawn().unwrap();
