@@ -256,8 +256,13 @@ fn received_buffers_are_sent_on_without_a_copy() {
     let (out, far) = pair(&l);
     let check = thread::spawn(move || {
         let mut far = far;
-        zcnet_tools::bench::drain_stream(&mut far, Some(Pattern::new(31)), None, &zcnet::Cancel::new())
-            .unwrap()
+        zcnet_tools::bench::drain_stream(
+            &mut far,
+            Some(Pattern::new(31)),
+            None,
+            &zcnet::Cancel::new(),
+        )
+        .unwrap()
     });
     let mut tcfg = TxConfig::new(TxMode::UringZc);
     tcfg.stall_timeout = Duration::from_secs(10);
