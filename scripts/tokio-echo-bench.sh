@@ -3,7 +3,7 @@
 # tokio::net::TcpStream, over veth between two network namespaces made for the run.
 #
 #   scripts/tokio-echo-bench.sh [--rounds 5] [--seconds 3] [--conns 24] [--size 64K]
-#                               [--rx auto] [--tx auto] [--path veth|loopback]
+#                               [--rx auto] [--tx auto] [--path veth|loopback] [--lend on|off]
 #
 # Builds the example (cargo build --release -p zcnet-tokio --example echo), then for each round
 # runs both servers in turn, the order alternating round by round (interleaved): the server in
@@ -11,14 +11,16 @@
 # SIZE message and reading it back, for SECONDS) in namespace B pinned to CPU 1 (on a machine
 # with one CPU, neither is pinned). Prints each run's messages per second, then the median of
 # each server and the ratio zcnet/tokio of the medians. --path loopback runs both on 127.0.0.1
-# in this namespace instead (no root needed).
+# in this namespace instead (no root needed). --lend on (the default): the zcnet server sends
+# each received buffer back out itself, lent by its receiver (receive mode uring); off: it
+# copies the bytes into its sender's buffers.
 #
 # As root for veth: namespaces zcteA<pid>/zcteB<pid> with a veth pair (10.231.9.1/30 in A,
 # .2 in B), deleted on every exit path. Nothing is sent anywhere else.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 me=tokio-echo-bench
-rounds=5 seconds=3 conns=24 size=64K rx=auto tx=auto path=veth
+rounds=5 seconds=3 conns=24 size=64K rx=auto tx=auto path=veth lend=on
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
     --rx) rx=$2; shift 2 ;;
     --tx) tx=$2; shift 2 ;;
     --path) path=$2; shift 2 ;;
-    -h | --help) sed -n '2,16s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --lend) lend=$2; shift 2 ;;
+    -h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "$me: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -76,7 +79,7 @@ fi
 run() {
   local imp=$1 fifo out rate
   fifo=$(mktemp -u) && mkfifo "$fifo" || return 1
-  "${pin_a[@]}" "${in_a[@]}" "$echo_bin" server "$addr" --impl "$imp" --rx "$rx" --tx "$tx" --size "$size" \
+  "${pin_a[@]}" "${in_a[@]}" "$echo_bin" server "$addr" --impl "$imp" --rx "$rx" --tx "$tx" --size "$size" --lend "$lend" \
     <"$fifo" 2>/dev/null &
   local pid=$!
   exec 9>"$fifo"

@@ -1,11 +1,12 @@
 //! An echo server on a tokio runtime, with zcnet's receive and send (`--impl zcnet`: one
-//! `AsyncReceiver` for every connection, an `AsyncSender` per connection) or with plain
+//! `AsyncReceiver` for every connection, an `AsyncSender` per connection; each received buffer
+//! is sent back out itself, lent by the receiver, where the receive mode can lend it: `uring`) or with plain
 //! `tokio::net::TcpStream` reads and writes (`--impl tokio`, the same echo for comparison), and
 //! the client that measures them (`client`: N connections, each writing a message and reading
 //! it back, for a while; messages per second and GB/s each way).
 //!
 //! ```text
-//! echo server 127.0.0.1:7000 [--impl zcnet|tokio] [--rx auto] [--tx auto] [--size 64K]
+//! echo server 127.0.0.1:7000 [--impl zcnet|tokio] [--rx auto] [--tx auto] [--size 64K] [--lend on|off]
 //! echo client 127.0.0.1:7000 [--conns 24] [--size 64K] [--seconds 5]
 //! ```
 //!
@@ -32,6 +33,8 @@ struct Args {
     size: usize,
     conns: usize,
     seconds: f64,
+    /// Send received buffers back out themselves (`--lend on`, the default) or copy them.
+    lend: bool,
 }
 
 fn size(s: &str) -> Res<usize> {
@@ -60,6 +63,7 @@ fn args() -> Res<Args> {
         size: 64 << 10,
         conns: 24,
         seconds: 5.0,
+        lend: true,
     };
     while let Some(flag) = it.next() {
         let v = it
@@ -72,6 +76,7 @@ fn args() -> Res<Args> {
             "--size" => a.size = size(&v)?,
             "--conns" => a.conns = v.parse()?,
             "--seconds" => a.seconds = v.parse()?,
+            "--lend" => a.lend = v == "on",
             _ => return Err(format!("echo: unknown option {flag}").into()),
         }
     }
@@ -107,9 +112,14 @@ async fn zcnet_server(a: &Args) -> Res<()> {
     let tx_mode = TxMode::parse(&a.tx)?;
     let mut senders: HashMap<ConnId, AsyncSender> = HashMap::new();
     eprintln!(
-        "echo: zcnet server on {} (receive {}, send {tx_mode})",
+        "echo: zcnet server on {} (receive {}, send {tx_mode}, {})",
         a.addr,
-        rx.receiver().mode()
+        rx.receiver().mode(),
+        if a.lend {
+            "received buffers lent to the sender"
+        } else {
+            "received bytes copied"
+        }
     );
     let stop = stdin_closed();
     tokio::pin!(stop);
@@ -132,7 +142,23 @@ async fn zcnet_server(a: &Args) -> Res<()> {
             }
             ev = rx.recv(), if !idle => match ev? {
                 Some(RxEvent::Data(buf)) => {
-                    if let (Some(tx), Some(bytes)) = (senders.get_mut(&buf.conn()), rx.bytes(&buf)) {
+                    let Some(tx) = senders.get_mut(&buf.conn()) else { continue };
+                    let n = buf.len();
+                    // The received buffer itself goes back out (no copy) where the receive
+                    // mode lends its buffers (uring); otherwise its bytes are copied into the
+                    // sender's buffers.
+                    let buf = if a.lend {
+                        match rx.lend(buf) {
+                            Ok(lent) => {
+                                tx.send_lent(lent, 0, n).await?;
+                                continue;
+                            }
+                            Err((buf, _)) => buf,
+                        }
+                    } else {
+                        buf
+                    };
+                    if let Some(bytes) = rx.bytes(&buf) {
                         tx.send_slice(bytes).await?;
                     }
                 }

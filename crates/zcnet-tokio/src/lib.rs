@@ -140,6 +140,17 @@ impl AsyncReceiver {
         self.rx.bytes(buf)
     }
 
+    /// Lends `buf`'s bytes on without a copy ([`Receiver::lend`]), to send them with
+    /// [`AsyncSender::send_lent`]; the buffer goes back to the receive ring once every
+    /// reference to the lease is gone. Refused (the buffer handed back) where the mode cannot.
+    #[allow(clippy::result_large_err)] // the buffer comes back with the error
+    pub fn lend(
+        &mut self,
+        buf: RxBuf,
+    ) -> std::result::Result<std::sync::Arc<zcnet::engine::ForeignBuf>, (RxBuf, Error)> {
+        self.rx.lend(buf)
+    }
+
     /// Stops receiving on `conn` and closes its socket ([`Receiver::close`]).
     pub fn close(&mut self, conn: ConnId) {
         self.rx.close(conn)
@@ -229,6 +240,33 @@ impl AsyncSender {
             data = &data[n..];
         }
         Ok(())
+    }
+
+    /// Sends `buf[off..off + len]`, memory lent to the sender ([`Sender::send_lent`]: e.g. a
+    /// received buffer, [`AsyncReceiver::lend`]), and hands it to the kernel at once. First
+    /// waits (without blocking the runtime) while as many sends as the sender has buffers are
+    /// in flight, so lent memory in flight stays bounded as region buffers are. Cancel-safe: the
+    /// memory is sent only when this returns `Ok`.
+    pub async fn send_lent(
+        &mut self,
+        buf: std::sync::Arc<zcnet::engine::ForeignBuf>,
+        off: usize,
+        len: usize,
+    ) -> Result<()> {
+        loop {
+            self.tx.submit()?;
+            if self.tx.outstanding() < self.tx.buffers() {
+                break;
+            }
+            let AsyncSender { fd, tx } = self;
+            let mut guard = fd.readable().await.map_err(wait_error)?;
+            tx.submit()?;
+            if tx.outstanding() >= tx.buffers() {
+                guard.clear_ready();
+            }
+        }
+        self.tx.send_lent(buf, off, len)?;
+        self.tx.submit()
     }
 
     /// Waits until every buffer is back: every send completed and every zero-copy notification
