@@ -21,7 +21,7 @@ use common::*;
 use nccl_net_zcnet::abi::*;
 use std::ffi::c_int;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -104,11 +104,10 @@ fn plugin(size: usize) {
         }
     }
     let k = outstanding(size);
-    let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(u64::MAX));
     let cpu0 = zcnet_sys::os::process_cpu_seconds();
     let start = Instant::now();
-    let (rs, rstop, rsent) = (r as usize, Arc::clone(&stop), Arc::clone(&sent));
+    let (rs, rsent) = (r as usize, Arc::clone(&sent));
     let receiver = std::thread::spawn(move || {
         let t = load(12);
         let r = rs as P;
@@ -125,13 +124,18 @@ fn plugin(size: usize) {
                 break;
             }
             let before = got;
+            // Receives for every message still to come: all slots until the sender says how
+            // many it sent, then only as many as are missing (a stop flag alone left a message
+            // the receiver never posted for, and the run spun for good).
+            let mut posted = slots.iter().filter(|s| s.is_some()).count() as u64;
             for (i, slot) in slots.iter_mut().enumerate() {
                 match slot {
-                    None if !rstop.load(Ordering::Relaxed) => {
+                    None if got + posted < total => {
                         let b = &mut bufs[i];
                         let (rc, req) = t.irecv(r, &[(b.as_mut_ptr(), size)], &[1], &[mrs[i]]);
                         assert_eq!(rc, 0, "irecv");
                         *slot = (!req.is_null()).then_some(req);
+                        posted += u64::from(slot.is_some());
                     }
                     Some(req) => {
                         let mut sz = [0 as c_int; 1];
@@ -140,6 +144,7 @@ fn plugin(size: usize) {
                         if done {
                             assert_eq!(sz[0] as usize, size);
                             got += 1;
+                            posted -= 1;
                             *slot = None;
                         }
                     }
@@ -183,7 +188,6 @@ fn plugin(size: usize) {
             std::thread::yield_now();
         }
     }
-    stop.store(true, Ordering::Relaxed);
     sent.store(n, Ordering::Release);
     let got = receiver.join().expect("receiver");
     let wall = start.elapsed().as_secs_f64();
