@@ -66,6 +66,34 @@ pub(crate) fn take_tcp_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<st
     Ok(unsafe { std::net::TcpStream::from_raw_fd(fd) })
 }
 
+/// Takes over a connected `socket.socket` for `who`: a TCP stream (as [`take_tcp_socket`]) or
+/// a connected UDP socket (SOCK_DGRAM: each send is one datagram to its peer).
+pub(crate) fn take_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<zcnet::Socket> {
+    use std::os::fd::FromRawFd;
+    let dgram_type = sock.py().import("socket")?.getattr("SOCK_DGRAM")?;
+    if !(sock.hasattr("detach")? && sock.getattr("type")?.eq(&dgram_type)?) {
+        return take_tcp_socket(sock, who)
+            .map(zcnet::Socket::from)
+            .map_err(|e| {
+                if e.is_instance_of::<pyo3::exceptions::PyTypeError>(sock.py()) {
+                    pyo3::exceptions::PyTypeError::new_err(format!(
+                        "{who} takes a connected TCP or UDP socket.socket (SOCK_STREAM or SOCK_DGRAM)"
+                    ))
+                } else {
+                    e
+                }
+            });
+    }
+    // Connected: getpeername raises OSError otherwise (a datagram needs its destination).
+    sock.call_method0("getpeername")?;
+    sock.call_method1("setblocking", (true,))?;
+    let fd: i32 = sock.call_method0("detach")?.extract()?;
+    // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
+    Ok(zcnet::Socket::from(unsafe {
+        std::net::UdpSocket::from_raw_fd(fd)
+    }))
+}
+
 /// A `serde_json` value as the Python object `json.loads` would give.
 pub(crate) fn json_to_py<'py>(
     py: Python<'py>,

@@ -12,11 +12,12 @@ use zcnet::{Region, TxConfig, TxMode};
 /// The longest the GIL stays released while sending: signals (Ctrl-C) are checked between slices.
 const SLICE: Duration = Duration::from_millis(100);
 
-/// Sends on a connected TCP socket with one mechanism, from zcnet's registered buffers.
+/// Sends on a connected TCP or UDP socket with one mechanism, from zcnet's registered buffers.
 ///
-/// `Sender(sock, mode="auto", *, buf_size=65536, inflight=8, window=524288, stall_timeout=10.0)`:
-/// `mode` is copy, msg-zerocopy, uring, uring-zc, devmem or auto. The socket is detached (zcnet
-/// owns the connection). `send(obj)` takes bytes-like objects (bytes, bytearray, memoryview,
+/// `Sender(sock, mode="auto", *, buf_size=None, inflight=8, window=524288, stall_timeout=10.0)`:
+/// `mode` is copy, msg-zerocopy, uring, uring-zc, devmem or auto; `buf_size` is 65536 on a
+/// stream and 64000 on a UDP socket, where each `send` is one datagram. The socket is detached
+/// (zcnet owns the connection). `send(obj)` takes bytes-like objects (bytes, bytearray, memoryview,
 /// numpy arrays: the buffer protocol) and tensors (`__dlpack__`: torch), C-contiguous host
 /// memory; `finish()` waits for every send to complete, closes the connection and returns the
 /// statistics. Ctrl-C during `send` or `finish` raises `KeyboardInterrupt` within 100 ms; a
@@ -29,6 +30,8 @@ pub(crate) struct Sender {
     stall_timeout: Duration,
     /// A send or finish ended with an exception from a signal handler (`KeyboardInterrupt`).
     interrupted: std::sync::atomic::AtomicBool,
+    /// The largest datagram a UDP sender sends (each `send` is one); `None` on a stream.
+    datagram: Option<usize>,
 }
 
 impl Drop for Sender {
@@ -282,18 +285,23 @@ fn flush_slice(
 #[pymethods]
 impl Sender {
     #[new]
-    #[pyo3(signature = (sock, mode="auto", *, buf_size=65536, inflight=8, window=524288, stall_timeout=10.0))]
+    #[pyo3(signature = (sock, mode="auto", *, buf_size=None, inflight=8, window=524288, stall_timeout=10.0))]
     fn new(
         py: Python<'_>,
         sock: &Bound<'_, PyAny>,
         mode: &str,
-        buf_size: usize,
+        buf_size: Option<usize>,
         inflight: usize,
         window: usize,
         stall_timeout: f64,
     ) -> PyResult<Self> {
         let mode = TxMode::parse(mode).map_err(errors::to_py)?;
         let mut cfg = TxConfig::new(mode);
+        let sock = crate::take_socket(sock, "zcnet.Sender")?;
+        // A datagram carries at most 65,507 B of UDP payload over IPv4: 64,000 B by default,
+        // as `zcnet send --udp`.
+        let buf_size = buf_size.unwrap_or(if sock.is_stream() { 65536 } else { 64000 });
+        let datagram = (!sock.is_stream()).then_some(buf_size);
         if buf_size == 0 || inflight == 0 {
             return Err(PyValueError::new_err(
                 "buf_size and inflight must be positive",
@@ -308,23 +316,25 @@ impl Sender {
         cfg.inflight = inflight;
         cfg.window = window;
         cfg.stall_timeout = Duration::from_secs_f64(stall_timeout);
-        let stream = crate::take_tcp_socket(sock, "zcnet.Sender")?;
         let inner = py
             .detach(move || {
                 let region = Region::anonymous(zcnet::tx::region_len(&cfg))?;
-                zcnet::Sender::new(zcnet::Socket::from(stream), region, &cfg)
+                zcnet::Sender::new(sock, region, &cfg)
             })
             .map_err(errors::to_py)?;
         Ok(Sender {
             inner: Mutex::new(Some(inner)),
             stall_timeout: Duration::from_secs_f64(stall_timeout),
             interrupted: std::sync::atomic::AtomicBool::new(false),
+            datagram,
         })
     }
 
     /// Sends the bytes of `obj`: a bytes-like object (buffer protocol) or a tensor
     /// (`__dlpack__`), C-contiguous, in host memory. Returns the bytes sent. Their copy into
-    /// zcnet's registered buffers is done when this returns: `obj` may be changed then.
+    /// zcnet's registered buffers is done when this returns: `obj` may be changed then. On a
+    /// UDP socket each call sends one datagram of at most `buf_size` bytes (64,000 by default
+    /// there; larger is a `ValueError`); an empty object sends nothing.
     fn send(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
         // Keep the exporter's view or capsule until the bytes are copied.
         let (data, len, view, capsule) = match crate::pybuf::get(obj, false)? {
@@ -340,7 +350,12 @@ impl Sender {
                 (imp.data, imp.len, None, Some(cap))
             }
         };
-        let r = self.send_all(py, data, len);
+        let r = match self.datagram {
+            Some(max) if len > max => Err(PyValueError::new_err(format!(
+                "zcnet.Sender.send: {len} B do not fit one datagram of this sender ({max} B, buf_size=): each send on a UDP socket is one datagram; send less, or make the sender with a larger buf_size (at most 65507)"
+            ))),
+            _ => self.send_all(py, data, len),
+        };
         if let Some(v) = view {
             v.release(py);
         }
