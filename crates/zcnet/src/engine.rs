@@ -318,3 +318,24 @@ fn interpret(tracker: &mut SendZcTracker, counts: &mut Counts, c: Completion) ->
         lease: c.lease,
     }
 }
+
+/// The eventfd in `slot`, made and registered (by `register`) with an io_uring the first
+/// time: the readiness fd of the io_uring backends, send and receive.
+pub(crate) fn ready_eventfd(
+    slot: &mut Option<zcnet_sys::epoll::EventFd>,
+    register: impl FnOnce(&zcnet_sys::epoll::EventFd) -> std::io::Result<()>,
+) -> crate::Result<&zcnet_sys::epoll::EventFd> {
+    if slot.is_none() {
+        let e = zcnet_sys::epoll::EventFd::new().map_err(|e| crate::Error::io("eventfd", e))?;
+        register(&e).map_err(|e| {
+            crate::Error::io(
+                "registering the readiness eventfd (IORING_REGISTER_EVENTFD)",
+                e,
+            )
+        })?;
+        *slot = Some(e);
+    }
+    // Set just above when it was not.
+    slot.as_ref()
+        .ok_or_else(|| crate::Error::invalid_input("no readiness eventfd"))
+}

@@ -717,28 +717,6 @@ impl Receiver {
     }
 }
 
-/// `auto`: zcrx when an interface is named, then uring, then copy.
-/// The eventfd in `slot`, made and registered (by `register`) with an io_uring the first
-/// time: the readiness fd of the io_uring backends, send and receive.
-pub(crate) fn ready_eventfd(
-    slot: &mut Option<zcnet_sys::epoll::EventFd>,
-    register: impl FnOnce(&zcnet_sys::epoll::EventFd) -> std::io::Result<()>,
-) -> Result<&zcnet_sys::epoll::EventFd> {
-    if slot.is_none() {
-        let e = zcnet_sys::epoll::EventFd::new().map_err(|e| Error::io("eventfd", e))?;
-        register(&e).map_err(|e| {
-            Error::io(
-                "registering the readiness eventfd (IORING_REGISTER_EVENTFD)",
-                e,
-            )
-        })?;
-        *slot = Some(e);
-    }
-    // Set just above when it was not.
-    slot.as_ref()
-        .ok_or_else(|| Error::invalid_input("no readiness eventfd"))
-}
-
 /// `SO_RCVLOWAT` of `stream`, read back.
 fn set_low_water(stream: &TcpStream, bytes: u32) -> Result<u32> {
     let fd = stream.as_raw_fd();

@@ -8,7 +8,8 @@
 //! application holds.
 
 use super::copy::recv_error;
-use super::{ready_eventfd, ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
+use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
+use crate::engine::ready_eventfd;
 use crate::error::{Error, Result};
 use crate::remedy::Remedy;
 use std::collections::{HashMap, HashSet};

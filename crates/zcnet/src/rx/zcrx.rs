@@ -829,7 +829,7 @@ impl RxBackend for ZcrxBackend {
 
     fn ready_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>> {
         let ifq = self.rx.ifq();
-        let efd = super::ready_eventfd(&mut self.efd, |e| ifq.register_eventfd(e))?;
+        let efd = crate::engine::ready_eventfd(&mut self.efd, |e| ifq.register_eventfd(e))?;
         Ok(efd.as_fd())
     }
 }

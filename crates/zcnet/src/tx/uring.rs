@@ -361,7 +361,7 @@ impl TxBackend for UringTx {
     fn ready_fd(&mut self) -> Result<Option<std::os::fd::BorrowedFd<'_>>> {
         use std::os::fd::AsFd;
         let engine = &self.engine;
-        let efd = crate::rx::ready_eventfd(&mut self.efd, |e| engine.register_eventfd(e))?;
+        let efd = crate::engine::ready_eventfd(&mut self.efd, |e| engine.register_eventfd(e))?;
         Ok(Some(efd.as_fd()))
     }
 }
