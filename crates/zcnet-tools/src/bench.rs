@@ -8,6 +8,7 @@
 //! there ([`default_paths`]), refused in one line when asked for elsewhere.
 
 use crate::lab::{self, DummyPath, Lab, SinkPath, VethPath};
+use crate::sendloop::{Payload, SendLoop, Until};
 use std::net::{SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 use zcnet::gpu::GpuSender;
@@ -15,7 +16,6 @@ use zcnet::net;
 use zcnet::region::{MemoryKind, Region};
 use zcnet::tx::{region_len, Sender, Socket, TxConfig, TxMode, TxStats};
 use zcnet::{Error, Result};
-use zcnet_core::Pattern;
 
 /// Largest UDP payload in one IPv4 datagram (65,535 - 20 - 8).
 pub const UDP_MAX_PAYLOAD: usize = 65_507;
@@ -679,33 +679,17 @@ pub fn send_for(
     }
     let mut tx = Sender::new(sock, region, tcfg)?;
     let note = tx.note().map(str::to_string);
-    let pattern = Pattern::new(0x2c6e_6574);
-    let mut filled = vec![false; tx.buffers()];
-    let deadline = Instant::now() + duration;
     // Read the clock once per buffers' worth of sends (about once per wait), as the raw
     // baseline does.
-    let check_every = tx.buffers() as u64;
-    let mut sends = 0u64;
-    loop {
-        if sends.is_multiple_of(check_every) {
-            if zcnet::interrupted() {
-                return Err(Error::Interrupted);
-            }
-            if Instant::now() >= deadline {
-                break;
-            }
-        }
-        sends += 1;
-        let mut b = tx.buffer()?;
-        let id = b.id() as usize;
-        if !filled[id] {
-            if let Some(bytes) = b.bytes_mut() {
-                pattern.fill(0, bytes);
-            }
-            filled[id] = true;
-        }
-        tx.send(b, size)?;
+    let mut until = Until::new(size, None, Some(Instant::now() + duration), tx.buffers());
+    SendLoop {
+        amount: |offset| until.next(offset),
+        fill: Payload::once(|_| 0x2c6e_6574),
+        pace: None,
+        cancelled: || false,
+        progress: |_| {},
     }
+    .run(&mut tx)?;
     Ok((tx.finish()?, note))
 }
 
@@ -723,14 +707,11 @@ fn send_gpu_for(
     for r in &refused {
         note.push_str(&format!("; {r}"));
     }
-    let deadline = Instant::now() + duration;
+    let mut until = Until::new(tcfg.buf_size, None, Some(Instant::now() + duration), 1);
     let (mut off, mut scratch) = (0u64, Vec::new());
-    while Instant::now() < deadline {
-        if zcnet::interrupted() {
-            return Err(Error::Interrupted);
-        }
-        tx.send_chunk(off, tcfg.buf_size, None, &mut scratch)?;
-        off += tcfg.buf_size as u64;
+    while let Some(n) = until.next(off)? {
+        tx.send_chunk(off, n, None, &mut scratch)?;
+        off += n as u64;
     }
     Ok((tx.finish()?.tx, Some(note)))
 }

@@ -34,6 +34,7 @@ use zcnet::{
 
 use super::proto::StreamSpec;
 use super::tuning::{SocketTuning, StreamTuning};
+use crate::sendloop::{End, Pace, Payload, SendLoop};
 
 /// Buffers (sends) in flight per sending stream.
 const TX_INFLIGHT: usize = 8;
@@ -505,9 +506,8 @@ fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
         Ok(tx) => tx,
         Err(e) => return failed_setup(&job.notify, job.index, e),
     };
-    let mut sent = SendState::new(job.path.verify);
-    let result = send_loop(&mut tx, &job, &mut sent);
-    let last = sent.last;
+    let mut last = None;
+    let result = send_loop(&mut tx, &job, Instant::now(), &mut last);
     // Every send handed over completes (or fails, if the connection was aborted).
     let flushed = tx.flush();
     let stats = tx.stats();
@@ -548,100 +548,47 @@ pub(crate) fn failed_setup<E>(notify: &Notifier<E>, index: usize, e: zcnet::Erro
     }
 }
 
-/// A sender's position: bytes handed over, when the last send returned, which buffers already
-/// hold payload.
-struct SendState {
-    offset: u64,
-    last: Option<Instant>,
-    pattern: Option<Pattern>,
-    filled: Vec<bool>,
+/// What a stream writes into its buffers: the pattern at its stream offset with `--verify`;
+/// otherwise each buffer is filled once (with bytes that do not compress) and sent as it is
+/// from then on.
+fn payload(verify: Option<u64>) -> Payload {
+    match verify {
+        Some(seed) => Payload::Pattern(Pattern::new(seed)),
+        None => Payload::once(|id| 0x7a63_6e65_7420 ^ u64::from(id)),
+    }
+}
+
+/// A stream's send rate (`-b`, since `started`), none when unlimited.
+pub(crate) fn pace<E>(job: &Job<E>, started: Instant) -> Option<Pace> {
+    (job.path.rate != 0).then_some(Pace {
+        bits_per_second: job.path.rate,
+        started,
+    })
+}
+
+/// Sends until the test stops or the budget (`-n`, `-k`) is spent, at the stream's rate;
+/// `last` is when the last send returned.
+fn send_loop<E>(
+    tx: &mut Sender,
+    job: &Job<E>,
     started: Instant,
-}
-
-impl SendState {
-    fn new(verify: Option<u64>) -> SendState {
-        SendState {
-            offset: 0,
-            last: None,
-            pattern: verify.map(Pattern::new),
-            filled: Vec::new(),
-            started: Instant::now(),
-        }
+    last: &mut Option<Instant>,
+) -> zcnet::Result<()> {
+    let sent = SendLoop {
+        amount: |_| Ok(Some(job.shared.budget.take(job.path.len)).filter(|&n| n > 0)),
+        fill: payload(job.path.verify),
+        pace: pace(job, started),
+        cancelled: || !job.shared.sending(),
+        progress: |n| {
+            *last = Some(Instant::now());
+            job.counters.moved.fetch_add(n as u64, Ordering::Relaxed);
+        },
     }
-
-    /// Writes the payload: the pattern at this offset with `--verify`; otherwise each buffer
-    /// is filled once (with bytes that do not compress) and sent as it is from then on.
-    fn fill(&mut self, buf: &mut zcnet::TxBuf, len: usize) -> zcnet::Result<()> {
-        let bytes = buf.bytes_mut().ok_or(zcnet::Error::NotCpuAccessible)?;
-        if let Some(p) = self.pattern {
-            p.fill(self.offset, &mut bytes[..len]);
-            return Ok(());
-        }
-        let id = buf.id() as usize;
-        if self.filled.len() <= id {
-            self.filled.resize(id + 1, false);
-        }
-        if !self.filled[id] {
-            let cap = buf.capacity();
-            if let Some(b) = buf.bytes_mut() {
-                Pattern::new(0x7a63_6e65_7420 ^ id as u64).fill(0, &mut b[..cap]);
-            }
-            self.filled[id] = true;
-        }
-        Ok(())
-    }
-}
-
-fn send_loop<E>(tx: &mut Sender, job: &Job<E>, st: &mut SendState) -> zcnet::Result<()> {
-    while job.shared.sending() {
-        let want = job.shared.budget.take(job.path.len);
-        if want == 0 {
-            job.notify.send(Notice::BudgetSpent(job.index));
-            return Ok(());
-        }
-        if !pace_at(job, tx, st.started, st.offset)? {
-            return Ok(());
-        }
-        let mut buf = tx.buffer()?;
-        st.fill(&mut buf, want)?;
-        tx.send(buf, want)?;
-        st.last = Some(Instant::now());
-        st.offset += want as u64;
-        job.counters.moved.fetch_add(want as u64, Ordering::Relaxed);
+    .run(tx)?;
+    if sent.end == End::Done {
+        job.notify.send(Notice::BudgetSpent(job.index));
     }
     Ok(())
-}
-
-/// `-b`: waits until `offset` bytes since `started` keep the stream at its rate (iperf3
-/// checks the rate every `pacing_timer` microseconds; this waits about as long). Before it
-/// sleeps, the sends `tx` has queued go to the kernel ([`Sender::submit`]): the io_uring modes
-/// would otherwise hold them until every buffer is in flight and send them in one burst
-/// (UDP at `-b 10M` lost 54-88 % to the receiver's buffer). False when the test stopped
-/// meanwhile.
-pub(crate) fn pace_at<E>(
-    job: &Job<E>,
-    tx: &mut Sender,
-    started: Instant,
-    offset: u64,
-) -> zcnet::Result<bool> {
-    if job.path.rate == 0 {
-        return Ok(true);
-    }
-    let mut submitted = false;
-    loop {
-        let allowed = started.elapsed().as_secs_f64() * job.path.rate as f64 / 8.0;
-        if (offset as f64) < allowed {
-            return Ok(true);
-        }
-        if !job.shared.sending() {
-            return Ok(false);
-        }
-        if !submitted {
-            tx.submit()?;
-            submitted = true;
-        }
-        std::thread::sleep(Duration::from_micros(500));
-    }
 }
 
 fn run_receiver<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
