@@ -10,8 +10,10 @@ use std::io::{IsTerminal, Read, Write};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 use zcnet::{
-    net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig,
+    net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxBuf,
+    TxConfig,
 };
+use zcnet_tools::sendloop::{Fill, SendLoop, Until};
 
 /// Options of `zcnet send`.
 #[derive(Args, Debug)]
@@ -244,32 +246,17 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     // --bytes/--duration without --verify send the buffers as they are (zero-filled, never
     // written), as `bench tx` does: writing a payload per send would cost more than a
     // zero-copy send of it (a fill runs at a few GB/s, a zero-copy send to the sink at tens).
-    let mut source = Source::for_args(a)?;
     // The deadline is read once per buffers' worth of sends (about once per wait for the
     // kernel), as `bench tx` reads it, not once per send.
-    let mut chunks = Chunks::new(size, limit, deadline, tx.buffers());
-    let mut offset = 0u64;
-    while let Some(want) = chunks.next(offset)? {
-        let mut buf = tx.buffer()?;
-        let n = match &mut source {
-            Source::Zeros => want,
-            Source::Pattern(p) => {
-                let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-                p.fill(offset, &mut bytes[..want]);
-                want
-            }
-            Source::Stdin(f) => {
-                let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-                read_full(f, &mut bytes[..want])?
-            }
-        };
-        if n == 0 {
-            tx.send(buf, 0)?;
-            break;
-        }
-        tx.send(buf, n)?;
-        offset += n as u64;
+    let mut until = Until::new(size, limit, deadline, tx.buffers());
+    SendLoop {
+        amount: |offset| until.next(offset),
+        fill: Source::for_args(a)?,
+        pace: None,
+        cancelled: || false,
+        progress: |_| {},
     }
+    .run(&mut tx)?;
     let st = tx.finish()?;
     if a.json {
         let doc = SendJson {
@@ -346,68 +333,31 @@ impl Source {
             Source::Zeros
         })
     }
-}
 
-/// The chunk sizes of one `zcnet send`: [`next_chunk`], with the clock read once every `every`
-/// chunks instead of once per chunk (a send to the sink takes about a microsecond; the clock
-/// read, the interrupt check and the limit are what remain per send). The run overshoots
-/// `--duration` by at most `every - 1` sends.
-pub(crate) struct Chunks {
-    size: usize,
-    limit: Option<u64>,
-    deadline: Option<Instant>,
-    every: u64,
-    /// Chunks left before the next clock read (a countdown: no division per chunk).
-    left: u64,
-}
-
-impl Chunks {
-    pub(crate) fn new(
-        size: usize,
-        limit: Option<u64>,
-        deadline: Option<Instant>,
-        every: usize,
-    ) -> Chunks {
-        Chunks {
-            size,
-            limit,
-            deadline,
-            every: every.max(1) as u64,
-            left: 0,
+    /// Writes the payload at stream `offset` into `payload`; returns its bytes (fewer at the
+    /// end of stdin, 0 there).
+    pub(crate) fn fill_slice(&mut self, offset: u64, payload: &mut [u8]) -> Result<usize, Error> {
+        match self {
+            Source::Zeros => Ok(payload.len()),
+            Source::Pattern(p) => {
+                p.fill(offset, payload);
+                Ok(payload.len())
+            }
+            Source::Stdin(f) => read_full(f, payload),
         }
     }
-
-    /// The size of the chunk at stream `offset`, or `None` at the end of the run.
-    pub(crate) fn next(&mut self, offset: u64) -> Result<Option<usize>, Error> {
-        let deadline = if self.left == 0 {
-            self.left = self.every;
-            self.deadline
-        } else {
-            None
-        };
-        self.left -= 1;
-        next_chunk(offset, self.size, self.limit, deadline)
-    }
 }
 
-/// The size of the next chunk to send at stream `offset` (at most `size`), or `None` once
-/// `--bytes` (`limit`) are sent or `--duration` (`deadline`) is over; SIGINT/SIGTERM ends the
-/// run with [`Error::Interrupted`].
-pub fn next_chunk(
-    offset: u64,
-    size: usize,
-    limit: Option<u64>,
-    deadline: Option<Instant>,
-) -> Result<Option<usize>, Error> {
-    if zcnet::interrupted() {
-        return Err(Error::Interrupted);
+/// `send`'s buffers: see [`Source`]; with nothing to write, a buffer goes as it is.
+impl Fill for Source {
+    #[inline]
+    fn fill(&mut self, buf: &mut TxBuf, offset: u64, want: usize) -> Result<usize, Error> {
+        if let Source::Zeros = self {
+            return Ok(want);
+        }
+        let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
+        self.fill_slice(offset, &mut bytes[..want])
     }
-    if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
-        return Ok(None);
-    }
-    Ok(Some(
-        limit.map_or(size as u64, |l| (l - offset).min(size as u64)) as usize,
-    ))
 }
 
 /// Listens on `addr` and says where on stderr (the port, when 0 was asked for).
