@@ -2,7 +2,9 @@
 //! memory, by the best path (devmem TCP, zcrx with a dma-buf area, staging), and the output
 //! says which one ran and why the better ones were refused.
 
-use crate::sendrecv::{listen_announced, print_json, RecvArgs, SendArgs};
+use crate::args::{RecvArgs, SendArgs};
+use crate::endpoints::listen_announced;
+use crate::output::print_json;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::Instant;

@@ -2,7 +2,9 @@
 //! checks and the output; sending, receiving and the accounting are
 //! `zcnet_tools::dgram`'s.
 
-use crate::sendrecv::{parse_mem, print_json, run_limits, RecvArgs, SendArgs, Source, Stdout};
+use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs};
+use crate::endpoints::{Source, Stdout};
+use crate::output::print_json;
 use crate::units::{bytes_arg, seconds_arg, size_arg, MAX_BUFFER};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -95,7 +97,7 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
         }
     };
     let size = size_arg("--size", &a.size, MAX_BUFFER)?;
-    let (bytes, duration) = crate::sendrecv::send_amount(a)?;
+    let (bytes, duration) = send_amount(a)?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() || a.naive {
         return Err(Error::invalid_input(format!(
