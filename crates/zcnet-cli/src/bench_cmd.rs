@@ -1,11 +1,12 @@
 //! `zcnet bench tx` and `zcnet bench rx`: the tables, the JSON documents, the progress lines.
 
+use crate::args::{parse_mem, BenchRxArgs, BenchTxArgs};
+use crate::output::{all_ran, clear_progress, show_progress};
 use crate::units::{
     count_arg, seconds_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT,
 };
-use crate::{BenchRxArgs, BenchTxArgs};
 use serde::Serialize;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use zcnet::{Error, MemoryKind, TxMode};
 use zcnet_tools::bench::{self, PathKind, Progress, TxBenchConfig, TxReport};
 use zcnet_tools::rxbench::{self, BenchRxMode, RxBenchConfig, RxProgress, RxReport};
@@ -80,7 +81,7 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         }
         sizes.push(size);
     }
-    let memory = crate::sendrecv::parse_mem(&a.mem)?;
+    let memory = parse_mem(&a.mem)?;
     if memory.is_device() {
         // Fail before any lab is made when there is no GPU (one line, with the fix).
         zcnet::gpu::devices()?;
@@ -96,38 +97,6 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         baseline: !a.no_baseline,
         repeats: bench::OVERHEAD_RUNS,
     })
-}
-
-/// The end of a bench run: `Ok` when every case ran, else an error saying how many of them
-/// failed (their rows say why), so that the command exits 1 — a table with failed rows is not
-/// a successful run.
-pub(crate) fn all_ran(bench: &str, failed: usize, total: usize) -> Result<(), Error> {
-    if failed == 0 {
-        return Ok(());
-    }
-    Err(Error::io(
-        bench.to_string(),
-        std::io::Error::other(format!(
-            "{failed} of {total} case(s) failed (their rows say why)"
-        )),
-    ))
-}
-
-/// A progress line on stderr: rewritten in place on a terminal, one line per case otherwise.
-pub(crate) fn show_progress(tty: bool, line: &str) {
-    if tty {
-        zcnet_tools::eout!("\r\x1b[K{line}");
-    } else {
-        zcnet_tools::eoutln!("{line}");
-    }
-    let _ = std::io::stderr().flush();
-}
-
-/// Clears the progress line on a terminal (before printing a result).
-pub(crate) fn clear_progress(tty: bool) {
-    if tty {
-        zcnet_tools::eout!("\r\x1b[K");
-    }
 }
 
 pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
@@ -376,7 +345,7 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
 }
 
 pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {
-    match crate::sendrecv::parse_mem(&a.mem)? {
+    match parse_mem(&a.mem)? {
         MemoryKind::Anonymous => {}
         m @ MemoryKind::Cuda(_) => return crate::bench_gpu::run_rx(a, m),
         m => {

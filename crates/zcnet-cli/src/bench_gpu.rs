@@ -2,9 +2,9 @@
 //! (`zcnet_tools::gpu_rxbench`): host memory, GPU memory by the best path, and the naive loop, with
 //! the ratios of docs/perf.md measured in one run.
 
-use crate::bench_cmd::{clear_progress, show_progress};
+use crate::args::BenchRxArgs;
+use crate::output::{self, all_ran, clear_progress, show_progress};
 use crate::units::{seconds_arg, size_arg, MAX_BUFFER};
-use crate::BenchRxArgs;
 use serde::Serialize;
 use std::io::IsTerminal;
 use zcnet::{Error, MemoryKind};
@@ -97,7 +97,7 @@ pub fn run_rx(a: &BenchRxArgs, memory: MemoryKind) -> Result<(), Error> {
         print_table(&report, standin);
     }
     let failed = report.rows.iter().filter(|r| r.error.is_some()).count();
-    crate::bench_cmd::all_ran("bench rx", failed, report.rows.len())
+    all_ran("bench rx", failed, report.rows.len())
 }
 
 fn print_json(
@@ -136,7 +136,7 @@ fn print_json(
             standin_note,
         })
         .collect();
-    crate::sendrecv::print_json(&Doc {
+    output::print_json(&Doc {
         mem: memory.name(),
         results,
         notes: &r.notes,

@@ -1,7 +1,7 @@
 //! `zcnet bench xsk`: AF_XDP against AF_PACKET on the lab veth pair; the table, the JSON
 //! document (schema in docs/cli.md), the progress lines.
 
-use crate::bench_cmd::{all_ran, clear_progress, show_progress};
+use crate::output::{all_ran, clear_progress, show_progress};
 use crate::units::{bytes_arg, count_arg, seconds_arg};
 use clap::Args;
 use serde::Serialize;

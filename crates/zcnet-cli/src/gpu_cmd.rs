@@ -2,12 +2,15 @@
 //! memory, by the best path (devmem TCP, zcrx with a dma-buf area, staging), and the output
 //! says which one ran and why the better ones were refused.
 
-use crate::sendrecv::{listen_announced, next_chunk, print_json, RecvArgs, SendArgs};
+use crate::args::{RecvArgs, SendArgs};
+use crate::endpoints::listen_announced;
+use crate::output::print_json;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::Instant;
 use zcnet::gpu::{self, GpuSender, Refusal, StagingOptions};
 use zcnet::{net, Error, MemoryKind, Pattern, Region, RxConfig, TxConfig};
+use zcnet_tools::sendloop::next_chunk;
 
 #[derive(Serialize)]
 struct RefusalJson {

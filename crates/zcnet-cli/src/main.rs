@@ -3,18 +3,24 @@
 // A closed stdout or stderr must not panic a command: print with zcnet_tools' `outln!` and co.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+// Command modules import the leaves (args, output, endpoints, units), never each other both
+// ways: sendrecv dispatches to udp_cmd and gpu_cmd, bench_cmd to bench_gpu.
+mod args;
 mod bench_cmd;
 mod bench_gpu;
 mod bench_raw;
 mod bench_xsk;
+mod endpoints;
 mod gpu_cmd;
 mod nic_cmd;
+mod output;
 mod probe_cmd;
 mod sendrecv;
 mod udp_cmd;
 mod units;
 
-use clap::{Args, Parser, Subcommand};
+use args::{BenchRxArgs, BenchTxArgs};
+use clap::{Parser, Subcommand};
 
 /// zcnet: zero-copy networking, measured honestly.
 #[derive(Parser, Debug)]
@@ -40,9 +46,9 @@ enum Cmd {
     #[command(subcommand)]
     Bench(BenchCmd),
     /// Send a stream (TCP) or datagrams (UDP) with a chosen mechanism, netcat-style.
-    Send(sendrecv::SendArgs),
+    Send(args::SendArgs),
     /// Receive one TCP stream, or UDP datagrams (--udp), netcat-style.
-    Recv(sendrecv::RecvArgs),
+    Recv(args::RecvArgs),
     /// The namespace lab.
     #[command(subcommand)]
     Lab(LabCmd),
@@ -71,105 +77,6 @@ enum BenchCmd {
 enum LabCmd {
     /// Delete lab namespaces left behind by zcnet processes that no longer exist.
     Cleanup,
-}
-
-/// Options of `zcnet bench tx`.
-#[derive(Args, Debug)]
-pub struct BenchTxArgs {
-    /// Paths: sink (UDP+GSO into an ifb drop), veth (TCP between namespaces), loopback (TCP),
-    /// dummy (UDP into a dummy device with MTU 65535 that drops; needs CONFIG_DUMMY). Default:
-    /// sink,veth,loopback, and dummy where the kernel has the dummy driver.
-    #[arg(long, value_delimiter = ',')]
-    pub path: Vec<String>,
-    /// Send mechanisms: copy, msg-zerocopy, uring, uring-zc, auto; also devmem (devmem TCP
-    /// transmit from a dma-buf: not in the default set, it needs a NIC with netmem TX).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "copy,msg-zerocopy,uring,uring-zc,auto"
-    )]
-    pub tx: Vec<String>,
-    /// Payload sizes (K = 1024, M = 1024²; at most 64M); on sink, 64K is sent as 64000 B and
-    /// at most 65507 B fit a datagram.
-    #[arg(long, value_delimiter = ',', default_value = "4K,16K,64K")]
-    pub size: Vec<String>,
-    /// Seconds per case.
-    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
-    pub duration: f64,
-    /// Sends (buffers) in flight: at least this many (1 to 4096).
-    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
-    pub inflight: usize,
-    /// Bytes in flight: smaller sends get more buffers (4K sends: 128); 0: exactly --inflight.
-    #[arg(long, default_value = "512K", allow_hyphen_values = true)]
-    pub window: String,
-    /// Buffer memory: host (alias anon; 4 KiB pages), hugepage (alias huge; 2 MiB pages, THP
-    /// when none reserved), or cuda[:N] (GPU memory: devmem TX where the NIC can, else staged
-    /// through pinned host memory).
-    #[arg(long, default_value = "host")]
-    pub mem: String,
-    /// Skip the raw loops that measure zcnet's own overhead on sink: raw-uring-zc (SEND_ZC,
-    /// beside uring-zc) and raw-msg-zerocopy (MSG_ZEROCOPY, beside msg-zerocopy).
-    #[arg(long)]
-    pub no_baseline: bool,
-    /// Print one JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `zcnet bench rx`.
-#[derive(Args, Debug)]
-pub struct BenchRxArgs {
-    /// Paths: veth (server and clients in two lab namespaces, root only), loopback.
-    #[arg(long, value_delimiter = ',', default_value = "veth,loopback")]
-    pub path: Vec<String>,
-    /// Receive mechanisms: copy, uring, zcrx, zcrx-nodev (zcrx without a device, Linux 7.1+:
-    /// the kernel copies), devmem, auto (refused ones are reported as such; zcrx-nodev is
-    /// skipped on a kernel without it).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "copy,uring,zcrx,zcrx-nodev,devmem,auto"
-    )]
-    pub rx: Vec<String>,
-    /// Bytes per request and per response (K = 1024, M = 1024²).
-    #[arg(long, default_value = "64K")]
-    pub size: String,
-    /// Client connections, each a closed loop (one request in flight).
-    #[arg(long, default_value_t = 24, allow_negative_numbers = true)]
-    pub connections: usize,
-    /// Client threads the connections are spread over.
-    #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
-    pub threads: usize,
-    /// Seconds per case.
-    #[arg(long, default_value_t = 3.0, allow_negative_numbers = true)]
-    pub duration: f64,
-    /// CPU the server thread is pinned to (default: the last one); clients use the others.
-    #[arg(long, allow_negative_numbers = true)]
-    pub cpu: Option<usize>,
-    /// Check every byte of every response (default: length, first and last 16 bytes).
-    #[arg(long)]
-    pub verify: bool,
-    /// Receive buffer size of the server (default 16K).
-    #[arg(long)]
-    pub buf_size: Option<String>,
-    /// Receive buffers of the server (default 64).
-    #[arg(long, allow_negative_numbers = true)]
-    pub buffers: Option<usize>,
-    /// uring: one completion per buffer instead of bundles.
-    #[arg(long)]
-    pub no_bundle: bool,
-    /// veth: steer each end's receive processing (RPS) to the receiving side's CPUs, as two
-    /// hosts' NICs would (default: veth runs it on the sending CPU).
-    #[arg(long)]
-    pub steer_rx: bool,
-    /// Where requests land: host (the echo benchmark), or cuda[:N]: one stream per case received
-    /// into host memory, into GPU memory by the best path, and by the naive loop, side by side
-    /// (--rx, --connections, --threads, --cpu, --buf-size, --buffers do not apply then).
-    #[arg(long, default_value = "host")]
-    pub mem: String,
-    /// Print one JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
 }
 
 fn main() {
@@ -277,7 +184,7 @@ fn one_line(rendered: &str) -> String {
 }
 
 fn lab_cleanup() -> zcnet::Result<()> {
-    if !zcnet_is_root() {
+    if !nic_cmd::zcnet_is_root() {
         return Err(zcnet::Error::NotRoot {
             what: "zcnet lab cleanup",
         });
@@ -290,17 +197,6 @@ fn lab_cleanup() -> zcnet::Result<()> {
         zcnet_tools::outln!("deleted {ns}");
     }
     Ok(())
-}
-
-fn zcnet_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|v| v.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 #[cfg(test)]

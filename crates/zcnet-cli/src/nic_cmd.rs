@@ -99,7 +99,7 @@ pub fn run(cmd: &NicCmd) -> zcnet::Result<i32> {
 }
 
 fn need_root(what: &'static str) -> zcnet::Result<()> {
-    if crate::zcnet_is_root() {
+    if zcnet_is_root() {
         Ok(())
     } else {
         Err(Error::NotRoot { what })
@@ -118,7 +118,7 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
         queue: a.queue,
         flow: a.port.map(|p| (proto, a.ipv6, p)),
     };
-    if !crate::zcnet_is_root() {
+    if !zcnet_is_root() {
         // What the device itself refuses (root would be refused too) is said first, from
         // reads any user may make; only then is the missing privilege the answer.
         nic::preflight(&mut ctl, &want)?;
@@ -408,4 +408,16 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
         zcnet_tools::outln!("no zcnet NIC changes applied in this network namespace");
     }
     Ok(())
+}
+
+/// Whether the command runs as root (effective UID 0).
+pub(crate) fn zcnet_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .map(|v| v.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
 }

@@ -1,160 +1,15 @@
 //! `zcnet send` and `zcnet recv`: netcat-style, over the same backends as the benchmark.
 
-use crate::units::{
-    bytes_arg, count_arg, seconds_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT,
-};
-use clap::Args;
+use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs};
+use crate::endpoints::{listen_announced, Source, Stdout};
+use crate::output::print_json;
+use crate::units::{count_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT};
 use serde::Serialize;
-use std::fs::File;
-use std::io::{IsTerminal, Read, Write};
-use std::os::fd::AsFd;
-use std::time::{Duration, Instant};
+use std::io::{IsTerminal, Write};
 use zcnet::{
     net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig,
 };
-
-/// Options of `zcnet send`.
-#[derive(Args, Debug)]
-pub struct SendArgs {
-    /// Where to send: HOST:PORT.
-    pub addr: String,
-    /// Mechanism: copy, msg-zerocopy, uring, uring-zc, auto, devmem (devmem TCP transmit from
-    /// a dma-buf: with --mem cuda the GPU memory's export; needs a NIC with netmem TX), af-xdp
-    /// (with --udp and --iface: each datagram an Ethernet frame from an AF_XDP socket; its copy
-    /// mode, all veth/lo allow, is not zero copy).
-    #[arg(long, default_value = "auto")]
-    pub tx: String,
-    /// UDP datagrams instead of a TCP stream (sizes above 1472 B use UDP GSO).
-    #[arg(long)]
-    pub udp: bool,
-    /// --tx af-xdp: the interface the frames leave from (the kernel's route to HOST must use it).
-    #[arg(long)]
-    pub iface: Option<String>,
-    /// --tx af-xdp: the interface's queue to send on (default 0).
-    #[arg(long, allow_negative_numbers = true)]
-    pub queue: Option<u32>,
-    /// Bytes per send (at most 64M; with --inflight, at most 1G in all); with --udp at most
-    /// 65507, and 64K is sent as 64000 B (as `bench tx` does).
-    #[arg(long, default_value = "64K", allow_hyphen_values = true)]
-    pub size: String,
-    /// Sends in flight: at least this many (1 to 4096).
-    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
-    pub inflight: usize,
-    /// Bytes in flight: smaller sends get more buffers, so that as many bytes keep moving
-    /// (zero copy holds each buffer until its ACK); 0: exactly --inflight buffers.
-    #[arg(long, default_value = "512K", allow_hyphen_values = true)]
-    pub window: String,
-    /// Send the seeded pattern (the receiver checks it with --verify) instead of stdin.
-    #[arg(long)]
-    pub verify: bool,
-    /// Pattern seed.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
-    pub seed: u64,
-    /// Stop after this many bytes (pattern mode; default 1G unless --duration).
-    #[arg(long, allow_hyphen_values = true)]
-    pub bytes: Option<String>,
-    /// Stop after this many seconds (pattern mode).
-    #[arg(long, allow_negative_numbers = true)]
-    pub duration: Option<f64>,
-    /// Buffer memory: host (alias anon), hugepage (alias huge), udmabuf (host memory that is
-    /// also a dma-buf, for --tx devmem; needs /dev/udmabuf, CONFIG_UDMABUF), or cuda[:N] (GPU
-    /// memory N: sent by devmem TX where the NIC can, else staged through pinned host memory).
-    #[arg(long, default_value = "host")]
-    pub mem: String,
-    /// With --mem cuda: the loop people write first instead (a synchronous copy from the GPU
-    /// into pageable memory, then send()), to compare with.
-    #[arg(long)]
-    pub naive: bool,
-    /// Print the statistics as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Options of `zcnet recv`.
-#[derive(Args, Debug)]
-pub struct RecvArgs {
-    /// Address to listen on: HOST:PORT.
-    #[arg(long, default_value = "0.0.0.0:5201")]
-    pub listen: String,
-    /// Receive mechanism: copy, uring, zcrx, devmem, auto (auto says what it chose and why);
-    /// with --udp: copy, af-xdp (an XDP program redirects the --listen port to an AF_XDP
-    /// socket; its copy mode is not zero copy), auto (copy).
-    #[arg(long, default_value = "auto")]
-    pub rx: String,
-    /// Receive UDP datagrams instead of one TCP stream (until --bytes, --idle or Ctrl-C).
-    #[arg(long)]
-    pub udp: bool,
-    /// --udp: stop once this many bytes have arrived (fewer by --idle: exit 1). TCP: the
-    /// stream must carry exactly this many bytes; one cut short (a peer reset, a sender that
-    /// stopped early) or longer is exit 1, with --verify or not.
-    #[arg(long, allow_hyphen_values = true)]
-    pub bytes: Option<String>,
-    /// --udp: stop once nothing has arrived for this many seconds after the first datagram
-    /// (default 2).
-    #[arg(long, allow_negative_numbers = true)]
-    pub idle: Option<f64>,
-    /// zcrx/devmem/af-xdp: the interface the data arrives on (for zcrx/devmem steer it to
-    /// --queue first, see `zcnet nic setup`); auto tries zcrx only with it.
-    #[arg(long)]
-    pub iface: Option<String>,
-    /// zcrx/devmem: the receive queue (default: the interface's last); af-xdp: the queue the
-    /// socket binds to (default 0).
-    #[arg(long, allow_negative_numbers = true)]
-    pub queue: Option<u32>,
-    /// copy/uring: bytes per receive buffer.
-    #[arg(long, default_value = "16K", allow_hyphen_values = true)]
-    pub buf_size: String,
-    /// copy/uring: number of receive buffers.
-    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
-    pub buffers: usize,
-    /// zcrx: receive without a network device (Linux 7.1+, ZCRX_REG_NODEV): any TCP
-    /// connection, loopback included, but the kernel copies every byte into the area (counted
-    /// as copied). Only with --rx zcrx; no --iface or --queue.
-    #[arg(long)]
-    pub no_device: bool,
-    /// zcrx with a device: bytes per receive buffer (rx_buf_len), a power of two from a page
-    /// to 2M; larger than a page needs a kernel whose zcrx query lists rx-buf-len (see
-    /// 'zcnet probe'), a driver that takes it, and reserved 2 MiB huge pages for the area.
-    /// Default: the kernel's (a page).
-    #[arg(long, allow_hyphen_values = true)]
-    pub rx_buf_len: Option<String>,
-    /// zcrx: bytes of registered receive area; devmem: size of the udmabuf made when no
-    /// dma-buf is given.
-    #[arg(long, default_value = "64M", allow_hyphen_values = true)]
-    pub area: String,
-    /// Check the stream against the seeded pattern; exit 1 at the first wrong byte.
-    #[arg(long)]
-    pub verify: bool,
-    /// Pattern seed.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
-    pub seed: u64,
-    /// Throw the data away instead of writing it to stdout.
-    #[arg(long)]
-    pub discard: bool,
-    /// copy/uring: SO_RCVLOWAT, bytes queued before the receiver is woken: N, off, or auto
-    /// (128K when the data is not written to stdout, off when it is, so a pipe gets it as it
-    /// comes).
-    #[arg(
-        long,
-        default_value = "auto",
-        value_name = "N|off|auto",
-        allow_hyphen_values = true
-    )]
-    pub rcvlowat: String,
-    /// Where the data lands: host, udmabuf (with --rx zcrx or devmem: the --area as a dma-buf
-    /// of host memory; needs /dev/udmabuf, CONFIG_UDMABUF), or cuda[:N] (GPU memory N, a ring
-    /// of --area bytes: devmem TCP where the NIC can, else staged through pinned host memory;
-    /// --verify copies back).
-    #[arg(long, default_value = "host")]
-    pub mem: String,
-    /// With --mem cuda: the loop people write first instead (recv() into pageable memory,
-    /// then a synchronous copy to the GPU), to compare with.
-    #[arg(long)]
-    pub naive: bool,
-    /// Print the statistics as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-}
+use zcnet_tools::sendloop::{SendLoop, Until};
 
 #[derive(Serialize)]
 struct SendJson<'a> {
@@ -169,20 +24,6 @@ struct SendJson<'a> {
     copied_bytes: u64,
     cpu_seconds: f64,
     switches: Vec<String>,
-}
-
-/// `--bytes` and `--duration`, checked (exit code 2 naming the flag).
-pub(crate) fn send_amount(a: &SendArgs) -> Result<(Option<u64>, Option<Duration>), Error> {
-    let bytes = a
-        .bytes
-        .as_deref()
-        .map(|b| bytes_arg("--bytes", b))
-        .transpose()?;
-    let duration = a
-        .duration
-        .map(|d| seconds_arg("--duration", d))
-        .transpose()?;
-    Ok((bytes, duration))
 }
 
 pub fn send(a: &SendArgs) -> Result<(), Error> {
@@ -245,32 +86,17 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     // --bytes/--duration without --verify send the buffers as they are (zero-filled, never
     // written), as `bench tx` does: writing a payload per send would cost more than a
     // zero-copy send of it (a fill runs at a few GB/s, a zero-copy send to the sink at tens).
-    let mut source = Source::for_args(a)?;
     // The deadline is read once per buffers' worth of sends (about once per wait for the
     // kernel), as `bench tx` reads it, not once per send.
-    let mut chunks = Chunks::new(size, limit, deadline, tx.buffers());
-    let mut offset = 0u64;
-    while let Some(want) = chunks.next(offset)? {
-        let mut buf = tx.buffer()?;
-        let n = match &mut source {
-            Source::Zeros => want,
-            Source::Pattern(p) => {
-                let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-                p.fill(offset, &mut bytes[..want]);
-                want
-            }
-            Source::Stdin(f) => {
-                let bytes = buf.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-                read_full(f, &mut bytes[..want])?
-            }
-        };
-        if n == 0 {
-            tx.send(buf, 0)?;
-            break;
-        }
-        tx.send(buf, n)?;
-        offset += n as u64;
+    let mut until = Until::new(size, limit, deadline, tx.buffers());
+    SendLoop {
+        amount: |offset| until.next(offset),
+        fill: Source::for_args(a)?,
+        pace: None,
+        cancelled: || false,
+        progress: |_| {},
     }
+    .run(&mut tx)?;
     let st = tx.finish()?;
     if a.json {
         let doc = SendJson {
@@ -309,126 +135,6 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// The byte limit and the deadline of a run from `--bytes` and `--duration` (`--verify` alone
-/// sends 1 GiB; neither: stdin to its end).
-pub(crate) fn run_limits(
-    bytes: Option<u64>,
-    duration: Option<Duration>,
-    verify: bool,
-) -> (Option<u64>, Option<Instant>) {
-    let limit = match (bytes, duration) {
-        (Some(b), _) => Some(b),
-        (None, Some(_)) => None,
-        (None, None) if verify => Some(1 << 30),
-        (None, None) => None,
-    };
-    (limit, duration.map(|d| Instant::now() + d))
-}
-
-/// Where `zcnet send` takes each send's bytes from.
-pub(crate) enum Source {
-    /// Standard input, netcat-style.
-    Stdin(File),
-    /// The seeded pattern, written at each send's stream offset (`--verify`).
-    Pattern(Pattern),
-    /// Nothing: the buffers go as they are (zero-filled; `--bytes`/`--duration` alone).
-    Zeros,
-}
-
-impl Source {
-    /// What `send`'s flags ask for: the pattern with `--verify`, stdin without `--bytes` or
-    /// `--duration`, else nothing written.
-    pub(crate) fn for_args(a: &SendArgs) -> Result<Source, Error> {
-        Ok(if a.verify {
-            Source::Pattern(Pattern::new(a.seed))
-        } else if a.duration.is_none() && a.bytes.is_none() {
-            Source::Stdin(stdin_file()?)
-        } else {
-            Source::Zeros
-        })
-    }
-}
-
-/// The chunk sizes of one `zcnet send`: [`next_chunk`], with the clock read once every `every`
-/// chunks instead of once per chunk (a send to the sink takes about a microsecond; the clock
-/// read, the interrupt check and the limit are what remain per send). The run overshoots
-/// `--duration` by at most `every - 1` sends.
-pub(crate) struct Chunks {
-    size: usize,
-    limit: Option<u64>,
-    deadline: Option<Instant>,
-    every: u64,
-    /// Chunks left before the next clock read (a countdown: no division per chunk).
-    left: u64,
-}
-
-impl Chunks {
-    pub(crate) fn new(
-        size: usize,
-        limit: Option<u64>,
-        deadline: Option<Instant>,
-        every: usize,
-    ) -> Chunks {
-        Chunks {
-            size,
-            limit,
-            deadline,
-            every: every.max(1) as u64,
-            left: 0,
-        }
-    }
-
-    /// The size of the chunk at stream `offset`, or `None` at the end of the run.
-    pub(crate) fn next(&mut self, offset: u64) -> Result<Option<usize>, Error> {
-        let deadline = if self.left == 0 {
-            self.left = self.every;
-            self.deadline
-        } else {
-            None
-        };
-        self.left -= 1;
-        next_chunk(offset, self.size, self.limit, deadline)
-    }
-}
-
-/// The size of the next chunk to send at stream `offset` (at most `size`), or `None` once
-/// `--bytes` (`limit`) are sent or `--duration` (`deadline`) is over; SIGINT/SIGTERM ends the
-/// run with [`Error::Interrupted`].
-pub fn next_chunk(
-    offset: u64,
-    size: usize,
-    limit: Option<u64>,
-    deadline: Option<Instant>,
-) -> Result<Option<usize>, Error> {
-    if zcnet_tools::interrupt::interrupted() {
-        return Err(Error::Interrupted);
-    }
-    if deadline.is_some_and(|d| Instant::now() >= d) || limit.is_some_and(|l| offset >= l) {
-        return Ok(None);
-    }
-    Ok(Some(
-        limit.map_or(size as u64, |l| (l - offset).min(size as u64)) as usize,
-    ))
-}
-
-/// Listens on `addr` and says where on stderr (the port, when 0 was asked for).
-pub fn listen_announced(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, Error> {
-    let listener = net::listen_tcp(addr)?;
-    let at = listener
-        .local_addr()
-        .map_err(|e| Error::io("local_addr", e))?;
-    zcnet_tools::eoutln!("zcnet recv: listening on {at}");
-    Ok(listener)
-}
-
-/// Prints `doc` as one line of JSON on stdout (the `--json` output of send and recv).
-pub fn print_json(doc: &impl Serialize) -> Result<(), Error> {
-    let line = serde_json::to_string(doc)
-        .map_err(|e| Error::io("writing JSON", std::io::Error::other(e)))?;
-    zcnet_tools::outln!("{line}");
-    Ok(())
-}
-
 /// `--rx zcrx` and `--rx devmem` receive on one NIC queue, so they need `--iface`: refused
 /// here as a usage error naming the flag, before the library would refuse its unset field
 /// (`RxConfig::iface`). `--naive` receives with `recv()` and needs none.
@@ -464,95 +170,6 @@ fn check_no_device(a: &RecvArgs, mode: RxMode) -> Result<(), Error> {
         )));
     }
     Ok(())
-}
-
-/// Parses `--mem`.
-pub fn parse_mem(s: &str) -> Result<MemoryKind, Error> {
-    MemoryKind::parse(s).ok_or_else(|| {
-        Error::invalid_input(format!(
-            "unknown --mem '{s}': use one of {}",
-            MemoryKind::NAMES
-        ))
-    })
-}
-
-/// Standard input as a file of its own (a duplicate of fd 0): unbuffered, so that a wait for it
-/// in `poll` (which sees the descriptor, not a buffer) is never a wait for data already read.
-pub(crate) fn stdin_file() -> Result<File, Error> {
-    let fd = std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .map_err(|e| Error::io("duplicating stdin", e))?;
-    Ok(File::from(fd))
-}
-
-/// Fills `buf` from `f` (stdin) up to its end. Each read first waits in `poll` with the
-/// interrupt pipe, so SIGINT/SIGTERM ends a wait for input that may never come
-/// ([`Error::Interrupted`], exit 130) — a blocking read is restarted by the standard library
-/// or, when the signal lands on this thread, fails with a bare `EINTR`.
-pub(crate) fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
-    let mut n = 0;
-    while n < buf.len() {
-        zcnet_tools::interrupt::wait_readable(&*f)?;
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            // A signal that is not SIGINT/SIGTERM: wait again.
-            Err(e)
-                if e.kind() == std::io::ErrorKind::Interrupted
-                    && !zcnet_tools::interrupt::interrupted() => {}
-            Err(e) => return Err(Error::io("reading stdin", e)),
-        }
-    }
-    Ok(n)
-}
-
-/// Standard output for the received stream: a duplicate of fd 1 written without buffering,
-/// each write first waiting in `poll` with the interrupt pipe. A reader that stops reading
-/// (`zcnet recv | sleep 1000`) would otherwise hold the command in a `write` that the standard
-/// library restarts after every signal.
-pub(crate) struct Stdout(File);
-
-impl Stdout {
-    pub(crate) fn open() -> Result<Stdout, Error> {
-        let fd = std::io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| Error::io("duplicating stdout", e))?;
-        Ok(Stdout(File::from(fd)))
-    }
-}
-
-impl Write for Stdout {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match zcnet_tools::interrupt::wait_writable(&self.0) {
-            Ok(()) => self.0.write(buf),
-            Err(Error::Io { source, .. }) => Err(source),
-            Err(e) => Err(std::io::Error::new(
-                std::io::ErrorKind::Interrupted,
-                e.to_string(),
-            )),
-        }
-    }
-
-    /// As the default, but an interrupt ends it (the default restarts after `Interrupted`).
-    fn write_all(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
-        while !buf.is_empty() {
-            match self.write(buf) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => buf = &buf[n..],
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::Interrupted
-                        && !zcnet_tools::interrupt::interrupted() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[derive(Serialize)]

@@ -2,9 +2,9 @@
 //! checks and the output; sending, receiving and the accounting are
 //! `zcnet_tools::dgram`'s.
 
-use crate::sendrecv::{
-    parse_mem, print_json, read_full, run_limits, Chunks, RecvArgs, SendArgs, Source, Stdout,
-};
+use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs};
+use crate::endpoints::{Source, Stdout};
+use crate::output::print_json;
 use crate::units::{bytes_arg, seconds_arg, size_arg, MAX_BUFFER};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -12,6 +12,7 @@ use zcnet::{net, Error, Pattern, RxMode, TxMode};
 use zcnet_tools::dgram::{
     Stop, UdpReceiver, UdpRecvConfig, UdpRxMode, XskLimits, XskSendConfig, XskUdpSender, BATCH,
 };
+use zcnet_tools::sendloop::Until;
 
 /// The `--tx`/`--rx` name of AF_XDP.
 pub const AF_XDP: &str = "af-xdp";
@@ -96,7 +97,7 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
         }
     };
     let size = size_arg("--size", &a.size, MAX_BUFFER)?;
-    let (bytes, duration) = crate::sendrecv::send_amount(a)?;
+    let (bytes, duration) = send_amount(a)?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() || a.naive {
         return Err(Error::invalid_input(format!(
@@ -131,17 +132,10 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
     // offset (--verify), or nothing written (zeros: the UMEM frames are never written past
     // the headers).
     let mut source = Source::for_args(a)?;
-    let mut chunks = Chunks::new(size, limit, deadline, BATCH);
+    let mut until = Until::new(size, limit, deadline, BATCH);
     let mut offset = 0u64;
-    while let Some(want) = chunks.next(offset)? {
-        let n = tx.send_with(want, |payload| match &mut source {
-            Source::Zeros => Ok(want),
-            Source::Pattern(p) => {
-                p.fill(offset, payload);
-                Ok(want)
-            }
-            Source::Stdin(f) => read_full(f, payload),
-        })?;
+    while let Some(want) = until.next(offset)? {
+        let n = tx.send_with(want, |payload| source.fill_slice(offset, payload))?;
         if n == 0 {
             break;
         }

@@ -63,6 +63,7 @@ pub mod lab;
 pub mod perf;
 pub mod rxbench;
 pub mod say;
+pub mod sendloop;
 pub mod xskbench;
 
 // The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.

@@ -25,6 +25,7 @@ pub mod run;
 pub mod server;
 pub mod streams;
 pub mod sysinfo;
+mod tcp;
 pub mod tuning;
 pub mod udp;
 pub mod units;

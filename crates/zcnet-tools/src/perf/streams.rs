@@ -1,5 +1,5 @@
-//! The data streams: one thread per stream, sending with a zcnet [`Sender`] or receiving with a
-//! zcnet [`Receiver`], counting every byte.
+//! The data streams: one thread per stream, sending with a zcnet [`Sender`](zcnet::Sender) or
+//! receiving with a zcnet [`Receiver`](zcnet::Receiver), counting every byte.
 //!
 //! ```text
 //!  control thread ── stop_sending / drain / abort (TestShared) ──► stream threads
@@ -27,24 +27,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use zcnet::rx::Fallback;
-use zcnet::{
-    MemoryKind, Pattern, Receiver, Region, RxConfig, RxEvent, RxMode, RxStats, Sender, Socket,
-    TxConfig, TxMode, TxStats,
-};
+use zcnet::{MemoryKind, RxConfig, RxMode, RxStats, TxMode, TxStats};
 
 use super::proto::StreamSpec;
 use super::tuning::{SocketTuning, StreamTuning};
+use crate::sendloop::Pace;
 
-/// Buffers (sends) in flight per sending stream.
-const TX_INFLIGHT: usize = 8;
-/// How long a receiver waits in one poll.
-const RX_POLL: Duration = Duration::from_millis(20);
-/// A draining receiver without a byte target stops after this long without data.
-const DRAIN_IDLE: Duration = Duration::from_millis(300);
-/// A draining receiver stops after this long whatever it still expects.
-const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 /// No byte target known yet (or ever: with `-O` the peer's count leaves out the omitted part).
-const NO_TARGET: u64 = u64::MAX;
+pub(super) const NO_TARGET: u64 = u64::MAX;
 
 /// What a test's stream threads share with the thread that controls the test.
 #[derive(Debug)]
@@ -131,8 +121,8 @@ fn take_up_to(left: &AtomicU64, want: u64) -> u64 {
 /// Live counters of one stream, read by the controlling thread for interval reports.
 #[derive(Debug, Default)]
 pub struct StreamCounters {
-    moved: AtomicU64,
-    target: AtomicU64,
+    pub(super) moved: AtomicU64,
+    pub(super) target: AtomicU64,
     /// UDP: datagrams sent, or the highest sequence number received.
     pub(crate) packets: AtomicU64,
     /// UDP receiver: datagrams lost so far.
@@ -413,8 +403,8 @@ impl Running {
         let name = format!("perf-stream-{}", data.spec.id);
         let handle = std::thread::Builder::new().name(name).spawn(move || {
             match (sends, job.stream.take()) {
-                (true, Some(Conn::Tcp(s))) => run_sender(job, s),
-                (false, Some(Conn::Tcp(s))) => run_receiver(job, s),
+                (true, Some(Conn::Tcp(s))) => super::tcp::run_sender(job, s),
+                (false, Some(Conn::Tcp(s))) => super::tcp::run_receiver(job, s),
                 (true, Some(Conn::Udp(s))) => super::udp::run_sender(job, s),
                 (false, Some(Conn::Udp(s))) => super::udp::run_receiver(job, s),
                 (_, None) => failed_setup(&job.notify, job.index, no_socket()),
@@ -487,52 +477,6 @@ pub(crate) struct Job<E> {
     pub(crate) notify: Notifier<E>,
 }
 
-fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
-    let mut cfg = TxConfig::new(job.path.tx);
-    cfg.cancel = crate::interrupt::token();
-    cfg.buf_size = job.path.len;
-    cfg.inflight = TX_INFLIGHT;
-    // TCP_NOTSENT_LOWAT before the first send (tuning.rs says why and when).
-    // The report gives what the kernel holds, read back.
-    let fd = stream.as_raw_fd();
-    let notsent_lowat = job.path.tcp.notsent_lowat.and_then(|n| {
-        zcnet_sys::sock::set_notsent_lowat(fd, n)
-            .and_then(|()| zcnet_sys::sock::notsent_lowat(fd))
-            .ok()
-    });
-    let made = Region::new(job.path.memory, zcnet::tx::region_len(&cfg))
-        .and_then(|r| Sender::new(Socket::from(stream), r, &cfg));
-    let mut tx = match made {
-        Ok(tx) => tx,
-        Err(e) => return failed_setup(&job.notify, job.index, e),
-    };
-    let mut sent = SendState::new(job.path.verify);
-    let result = send_loop(&mut tx, &job, &mut sent);
-    let last = sent.last;
-    // Every send handed over completes (or fails, if the connection was aborted).
-    let flushed = tx.flush();
-    let stats = tx.stats();
-    let error = match (result, flushed) {
-        (Err(e), _) | (Ok(()), Err(e)) if job.shared.sending() => Some(e.to_string()),
-        _ => None,
-    };
-    if let Some(e) = &error {
-        job.notify.send(Notice::Failed(job.index, e.clone()));
-    }
-    StreamEnd {
-        bytes: stats.bytes,
-        last,
-        path: Some(PathReport::Tx(TxReport {
-            mode: job.path.tx,
-            note: tx.note().map(str::to_string),
-            stats,
-            notsent_lowat,
-        })),
-        udp: None,
-        error,
-    }
-}
-
 pub(crate) fn no_socket() -> zcnet::Error {
     zcnet::Error::invalid_input("internal: the stream's socket was taken twice")
 }
@@ -549,231 +493,12 @@ pub(crate) fn failed_setup<E>(notify: &Notifier<E>, index: usize, e: zcnet::Erro
     }
 }
 
-/// A sender's position: bytes handed over, when the last send returned, which buffers already
-/// hold payload.
-struct SendState {
-    offset: u64,
-    last: Option<Instant>,
-    pattern: Option<Pattern>,
-    filled: Vec<bool>,
-    started: Instant,
-}
-
-impl SendState {
-    fn new(verify: Option<u64>) -> SendState {
-        SendState {
-            offset: 0,
-            last: None,
-            pattern: verify.map(Pattern::new),
-            filled: Vec::new(),
-            started: Instant::now(),
-        }
-    }
-
-    /// Writes the payload: the pattern at this offset with `--verify`; otherwise each buffer
-    /// is filled once (with bytes that do not compress) and sent as it is from then on.
-    fn fill(&mut self, buf: &mut zcnet::TxBuf, len: usize) -> zcnet::Result<()> {
-        let bytes = buf.bytes_mut().ok_or(zcnet::Error::NotCpuAccessible)?;
-        if let Some(p) = self.pattern {
-            p.fill(self.offset, &mut bytes[..len]);
-            return Ok(());
-        }
-        let id = buf.id() as usize;
-        if self.filled.len() <= id {
-            self.filled.resize(id + 1, false);
-        }
-        if !self.filled[id] {
-            let cap = buf.capacity();
-            if let Some(b) = buf.bytes_mut() {
-                Pattern::new(0x7a63_6e65_7420 ^ id as u64).fill(0, &mut b[..cap]);
-            }
-            self.filled[id] = true;
-        }
-        Ok(())
-    }
-}
-
-fn send_loop<E>(tx: &mut Sender, job: &Job<E>, st: &mut SendState) -> zcnet::Result<()> {
-    while job.shared.sending() {
-        let want = job.shared.budget.take(job.path.len);
-        if want == 0 {
-            job.notify.send(Notice::BudgetSpent(job.index));
-            return Ok(());
-        }
-        if !pace_at(job, tx, st.started, st.offset)? {
-            return Ok(());
-        }
-        let mut buf = tx.buffer()?;
-        st.fill(&mut buf, want)?;
-        tx.send(buf, want)?;
-        st.last = Some(Instant::now());
-        st.offset += want as u64;
-        job.counters.moved.fetch_add(want as u64, Ordering::Relaxed);
-    }
-    Ok(())
-}
-
-/// `-b`: waits until `offset` bytes since `started` keep the stream at its rate (iperf3
-/// checks the rate every `pacing_timer` microseconds; this waits about as long). Before it
-/// sleeps, the sends `tx` has queued go to the kernel ([`Sender::submit`]): the io_uring modes
-/// would otherwise hold them until every buffer is in flight and send them in one burst
-/// (UDP at `-b 10M` lost 54-88 % to the receiver's buffer). False when the test stopped
-/// meanwhile.
-pub(crate) fn pace_at<E>(
-    job: &Job<E>,
-    tx: &mut Sender,
-    started: Instant,
-    offset: u64,
-) -> zcnet::Result<bool> {
-    if job.path.rate == 0 {
-        return Ok(true);
-    }
-    let mut submitted = false;
-    loop {
-        let allowed = started.elapsed().as_secs_f64() * job.path.rate as f64 / 8.0;
-        if (offset as f64) < allowed {
-            return Ok(true);
-        }
-        if !job.shared.sending() {
-            return Ok(false);
-        }
-        if !submitted {
-            tx.submit()?;
-            submitted = true;
-        }
-        std::thread::sleep(Duration::from_micros(500));
-    }
-}
-
-fn run_receiver<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
-    // SO_RCVLOWAT (tuning.rs); the library applies it to copy and uring only, and it is
-    // lowered to 1 when draining starts.
-    let mut cfg = job.path.rx.clone();
-    cfg.low_water = job.path.tcp.rcvlowat;
-    let mut rx = match Receiver::new(&cfg) {
-        Ok(rx) => rx,
-        Err(e) => return failed_setup(&job.notify, job.index, e),
-    };
-    let conn = match rx.add(stream) {
-        Ok(c) => c,
-        Err(e) => return failed_setup(&job.notify, job.index, e),
-    };
-    let rcvlowat = rx.low_water(conn);
-    let mut st = RecvState {
-        bytes: 0,
-        last: None,
-        pattern: job.path.verify.map(Pattern::new),
-        complete: false,
-        error: None,
-    };
-    let mut events = Vec::new();
-    let mut drain_since: Option<Instant> = None;
-    loop {
-        if job.shared.abort.load(Ordering::Relaxed) {
-            break;
-        }
-        if let Err(e) = rx.poll(&mut events, RX_POLL) {
-            st.error = Some(e.to_string());
-            break;
-        }
-        st.take(&rx, &mut events, &job.counters);
-        if st.complete || st.error.is_some() {
-            break;
-        }
-        if job.shared.drain.load(Ordering::Relaxed) {
-            if drain_since.is_none() && rcvlowat.is_some() {
-                // The tail of the stream may be below the mark: take it now.
-                let _ = rx.set_low_water(conn, 1);
-            }
-            let since = *drain_since.get_or_insert_with(Instant::now);
-            if drained(&st, &job.counters, since) {
-                break;
-            }
-        }
-    }
-    events.clear();
-    rx.close(conn);
-    if let Some(e) = &st.error {
-        job.notify.send(Notice::Failed(job.index, e.clone()));
-    }
-    StreamEnd {
-        bytes: st.bytes,
-        last: st.last,
-        path: Some(PathReport::Rx(RxReport {
-            requested: job.path.rx.mode,
-            mode: rx.mode(),
-            stats: rx.stats(),
-            fallbacks: rx.fallbacks().to_vec(),
-            rcvlowat,
-            complete: st.complete,
-        })),
-        udp: None,
-        error: st.error,
-    }
-}
-
-/// A receiver's position.
-struct RecvState {
-    bytes: u64,
-    last: Option<Instant>,
-    pattern: Option<Pattern>,
-    complete: bool,
-    error: Option<String>,
-}
-
-impl RecvState {
-    /// Counts (and with `--verify` checks) what one poll delivered; the buffers go back as
-    /// the events drop.
-    fn take(&mut self, rx: &Receiver, events: &mut Vec<RxEvent>, counters: &StreamCounters) {
-        let before = self.bytes;
-        for ev in events.drain(..) {
-            match ev {
-                RxEvent::Data(b) => {
-                    if let Some(bytes) = rx.bytes(&b) {
-                        self.check(bytes);
-                    }
-                    self.bytes += b.len() as u64;
-                }
-                RxEvent::Eof(_) => self.complete = true,
-                RxEvent::Failed(_, e) => {
-                    self.error.get_or_insert_with(|| e.to_string());
-                }
-            }
-        }
-        if self.bytes > before {
-            self.last = Some(Instant::now());
-            counters
-                .moved
-                .fetch_add(self.bytes - before, Ordering::Relaxed);
-        }
-    }
-}
-
-impl RecvState {
-    /// `--verify`: checks `bytes`, which start at stream offset `self.bytes`. The first
-    /// mismatch of the stream is the one reported: once one is found (or the stream failed),
-    /// later buffers are not checked, so they cannot replace it.
-    fn check(&mut self, bytes: &[u8]) {
-        let Some(p) = self.pattern.filter(|_| self.error.is_none()) else {
-            return;
-        };
-        if let Err(m) = p.verify(self.bytes, bytes) {
-            self.error = Some(format!(
-                "--verify: {m} (is the sender zcnet perf with --verify?)"
-            ));
-        }
-    }
-}
-
-/// Whether a draining receiver is done: it has the peer's count, or (without one) nothing came
-/// for a while, or the drain has taken too long.
-fn drained(st: &RecvState, counters: &StreamCounters, since: Instant) -> bool {
-    let target = counters.target.load(Ordering::Relaxed);
-    if target != NO_TARGET && st.bytes >= target {
-        return true;
-    }
-    let idle = st.last.map_or(since, |l| l.max(since)).elapsed();
-    (target == NO_TARGET && idle >= DRAIN_IDLE) || since.elapsed() >= DRAIN_LIMIT
+/// A stream's send rate (`-b`, since `started`), none when unlimited.
+pub(crate) fn pace<E>(job: &Job<E>, started: Instant) -> Option<Pace> {
+    (job.path.rate != 0).then_some(Pace {
+        bits_per_second: job.path.rate,
+        started,
+    })
 }
 
 /// Stops the sending streams among `running`: each finishes what it handed over; a stream
@@ -819,31 +544,6 @@ pub fn drain_receivers(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A batch of buffers of which the second and third are corrupted: the error names the
-    /// first wrong byte of the stream (it named the last buffer's), and later batches keep it.
-    #[zcnet_testkit::test]
-    fn verify_reports_the_first_mismatch_of_a_stream() {
-        let p = Pattern::new(9);
-        let mut stream = vec![0u8; 4 * 1000];
-        p.fill(0, &mut stream);
-        stream[1234] ^= 0xff;
-        stream[2500] ^= 0x01;
-        stream[3999] ^= 0x80;
-        let mut st = RecvState {
-            bytes: 0,
-            last: None,
-            pattern: Some(p),
-            complete: false,
-            error: None,
-        };
-        for chunk in stream.chunks(1000) {
-            st.check(chunk);
-            st.bytes += chunk.len() as u64;
-        }
-        let e = st.error.expect("a mismatch");
-        assert!(e.contains("mismatch at byte 1234:"), "{e}");
-    }
 
     #[zcnet_testkit::test]
     fn budget_in_bytes_cuts_the_last_send() {

@@ -7,6 +7,7 @@
 //! socket to it, binds a fresh one for the next stream, and answers; both ends then hold a
 //! connected socket per stream.
 
+use std::cell::Cell;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -14,14 +15,16 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use zcnet::{Pattern, Region, Sender, TxConfig};
+use zcnet::{Region, Sender, TxConfig};
+
+use crate::sendloop::{End, Fill, Payload, SendLoop};
 
 use super::proto::udp::{
     connect_reply_budget, is_connect_reply, UDP_CONNECT_MSG, UDP_CONNECT_REPLY,
 };
 use super::proto::{Timestamp, UdpHeader, UdpRecvStats};
 use super::streams::{
-    failed_setup, pace_at, Job, Notice, PathReport, StreamEnd, TxReport, UdpRxReport,
+    failed_setup, pace, Job, Notice, PathReport, StreamEnd, TxReport, UdpRxReport,
 };
 
 /// How datagrams are made.
@@ -167,15 +170,14 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
         Ok(tx) => tx,
         Err(e) => return failed_setup(&job.notify, job.index, e),
     };
-    let mut st = UdpSend {
+    let (seq, mut last) = (Cell::new(0), None);
+    let datagrams = Datagrams {
         len,
         c64: udp.counters_64bit,
-        seq: 0,
-        offset: 0,
-        last: None,
-        filled: Vec::new(),
+        seq: &seq,
+        payload: Payload::once(|id| 0x7564_7000 ^ u64::from(id)),
     };
-    let result = send_datagrams(&mut tx, &job, &mut st, segs);
+    let result = send_datagrams(&mut tx, &job, datagrams, segs, &mut last);
     let flushed = tx.flush();
     let stats = tx.stats();
     let error = match (result, flushed) {
@@ -187,7 +189,7 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
     }
     StreamEnd {
         bytes: stats.bytes,
-        last: st.last,
+        last,
         path: Some(PathReport::Tx(TxReport {
             mode: job.path.tx,
             note: note.or_else(|| tx.note().map(str::to_string)),
@@ -195,79 +197,77 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
             notsent_lowat: None,
         })),
         udp: Some(UdpEnd {
-            packets: st.seq,
+            packets: seq.get(),
             ..UdpEnd::default()
         }),
         error,
     }
 }
 
-/// A UDP sender's position.
-struct UdpSend {
+/// A UDP sender's datagrams: each buffer filled once with payload, then a header stamped on
+/// each datagram of a send.
+struct Datagrams<'a> {
     len: usize,
     c64: bool,
-    seq: u64,
-    offset: u64,
-    last: Option<Instant>,
-    filled: Vec<bool>,
+    /// Datagrams stamped so far: the last sequence number.
+    seq: &'a Cell<u64>,
+    payload: Payload,
 }
 
+/// Sends datagrams until the test stops or the budget (`-n`, `-k`) is spent, at the stream's
+/// rate, `segs` datagrams per send; `last` is when the last send returned.
 fn send_datagrams<E>(
     tx: &mut Sender,
     job: &Job<E>,
-    st: &mut UdpSend,
+    datagrams: Datagrams<'_>,
     segs: usize,
+    last: &mut Option<Instant>,
 ) -> zcnet::Result<()> {
-    let started = Instant::now();
-    let hdr = UdpHeader::len(st.c64);
-    while job.shared.sending() {
-        let mut want = job.shared.budget.take(st.len * segs);
-        if want == 0 {
-            job.notify.send(Notice::BudgetSpent(job.index));
-            return Ok(());
-        }
-        // Every datagram carries a whole header, even the last, short one.
-        if !want.is_multiple_of(st.len) && want % st.len < hdr {
-            want += hdr - want % st.len;
-        }
-        if !pace_at(job, tx, started, st.offset)? {
-            return Ok(());
-        }
-        let mut buf = tx.buffer()?;
-        st.write(&mut buf, want)?;
-        tx.send(buf, want)?;
-        st.last = Some(Instant::now());
-        st.offset += want as u64;
-        job.counters.add_moved(want as u64);
-        job.counters.packets.store(st.seq, Ordering::Relaxed);
+    let (len, hdr, seq) = (datagrams.len, UdpHeader::len(datagrams.c64), datagrams.seq);
+    let sent = SendLoop {
+        amount: |_| {
+            let mut want = job.shared.budget.take(len * segs);
+            if want == 0 {
+                return Ok(None);
+            }
+            // Every datagram carries a whole header, even the last, short one.
+            if !want.is_multiple_of(len) && want % len < hdr {
+                want += hdr - want % len;
+            }
+            Ok(Some(want))
+        },
+        fill: datagrams,
+        pace: pace(job, Instant::now()),
+        cancelled: || !job.shared.sending(),
+        progress: |n| {
+            *last = Some(Instant::now());
+            job.counters.add_moved(n as u64);
+            job.counters.packets.store(seq.get(), Ordering::Relaxed);
+        },
+    }
+    .run(tx)?;
+    if sent.end == End::Done {
+        job.notify.send(Notice::BudgetSpent(job.index));
     }
     Ok(())
 }
 
-impl UdpSend {
+impl Fill for Datagrams<'_> {
     /// Fills a buffer once with payload, then stamps a header on each datagram of `want`.
-    fn write(&mut self, buf: &mut zcnet::TxBuf, want: usize) -> zcnet::Result<()> {
-        let id = buf.id() as usize;
-        let cap = buf.capacity();
+    fn fill(&mut self, buf: &mut zcnet::TxBuf, _offset: u64, want: usize) -> zcnet::Result<usize> {
+        self.payload.fill(buf, 0, want)?;
         let bytes = buf.bytes_mut().ok_or(zcnet::Error::NotCpuAccessible)?;
-        if self.filled.len() <= id {
-            self.filled.resize(id + 1, false);
-        }
-        if !self.filled[id] {
-            Pattern::new(0x7564_7000 ^ id as u64).fill(0, &mut bytes[..cap]);
-            self.filled[id] = true;
-        }
         let sent = now_stamp();
         for start in (0..want).step_by(self.len) {
-            self.seq += 1;
+            self.seq.set(self.seq.get() + 1);
             let h = UdpHeader {
                 sent,
-                packet_count: self.seq,
+                packet_count: self.seq.get(),
             };
             h.write(self.c64, &mut bytes[start..want])
                 .map_err(|e| zcnet::Error::invalid_input(e.to_string()))?;
         }
-        Ok(())
+        Ok(want)
     }
 }
 
