@@ -389,6 +389,24 @@ enum zcnet_status zcnet_sender_write(struct zcnet_sender *tx,
 // `tx` is NULL or a live sender no other thread uses during the call.
 enum zcnet_status zcnet_sender_send(struct zcnet_sender *tx, uint32_t id, size_t len);
 
+// Sends `data[0..len]` straight from the caller's memory, without copying it into a buffer of
+// the sender: the io_uring modes (uring, uring-zc, auto) hand it to the kernel as it is (a
+// zero-copy send pins its pages for the send, charged to RLIMIT_MEMLOCK without
+// CAP_IPC_LOCK), copy sends it at once; msg-zerocopy and devmem send only from their region
+// and refuse, as does a sender of GPU memory. The sender holds the memory until the kernel is
+// done with it: it is the caller's again once `zcnet_sender_flush` or `zcnet_sender_finish`
+// returned `ZCNET_OK`. `len` 0 sends nothing.
+//
+// # Safety
+// `tx` is NULL or a live sender no other thread uses during the call; `data` is NULL or
+// points to `len` readable bytes that stay valid and unchanged until a later
+// `zcnet_sender_flush` or `zcnet_sender_finish` on this sender returned `ZCNET_OK`, or, when
+// the sender is freed without that, for good (`zcnet_sender_free` waits up to 2 s for the
+// kernel to let go and leaks what it still holds then, never giving it back early).
+enum zcnet_status zcnet_sender_send_borrowed(struct zcnet_sender *tx,
+                                             const uint8_t *data,
+                                             size_t len);
+
 // Waits until the kernel is done with every buffer sent (every send completed and every
 // zero-copy notification arrived).
 //

@@ -140,6 +140,45 @@ pub unsafe extern "C" fn zcnet_sender_send(
     })
 }
 
+/// Sends `data[0..len]` straight from the caller's memory, without copying it into a buffer of
+/// the sender: the io_uring modes (uring, uring-zc, auto) hand it to the kernel as it is (a
+/// zero-copy send pins its pages for the send, charged to RLIMIT_MEMLOCK without
+/// CAP_IPC_LOCK), copy sends it at once; msg-zerocopy and devmem send only from their region
+/// and refuse, as does a sender of GPU memory. The sender holds the memory until the kernel is
+/// done with it: it is the caller's again once `zcnet_sender_flush` or `zcnet_sender_finish`
+/// returned `ZCNET_OK`. `len` 0 sends nothing.
+///
+/// # Safety
+/// `tx` is NULL or a live sender no other thread uses during the call; `data` is NULL or
+/// points to `len` readable bytes that stay valid and unchanged until a later
+/// `zcnet_sender_flush` or `zcnet_sender_finish` on this sender returned `ZCNET_OK`, or, when
+/// the sender is freed without that, for good (`zcnet_sender_free` waits up to 2 s for the
+/// kernel to let go and leaks what it still holds then, never giving it back early).
+#[no_mangle]
+pub unsafe extern "C" fn zcnet_sender_send_borrowed(
+    tx: *mut zcnet_sender,
+    data: *const u8,
+    len: usize,
+) -> zcnet_status {
+    call("zcnet_sender_send_borrowed", || {
+        // SAFETY: by the contract, non-NULL `tx` is a live handle used by this thread only.
+        let tx = unsafe { tx.as_mut() };
+        let tx = need(tx, "tx")?;
+        if len == 0 {
+            return Ok(());
+        }
+        let data = (!data.is_null() && len <= isize::MAX as usize).then_some(data);
+        let data = need(data, "data (or len is above PTRDIFF_MAX)")?;
+        // SAFETY: by the contract, `data[0..len]` stays valid and unchanged until the kernel
+        // is done with it, which the sender's flush (or its drop's bounded wait, leaking past
+        // it) waits for; the sender only reads it.
+        let buf = unsafe { zcnet::engine::ForeignBuf::new(data.cast_mut(), len) }
+            .ok_or_else(|| crate::error::invalid("data is NULL"))?;
+        tx.sender()?.send_borrowed(std::sync::Arc::new(buf), len)?;
+        Ok(())
+    })
+}
+
 /// Waits until the kernel is done with every buffer sent (every send completed and every
 /// zero-copy notification arrived).
 ///

@@ -168,6 +168,26 @@ impl Tx {
         }
     }
 
+    /// Sends `len` bytes of the caller's memory, held by the sender until the kernel is done
+    /// ([`Sender::send_lent`]); a GPU region's sender sends only from its region.
+    pub(crate) fn send_borrowed(
+        &mut self,
+        buf: std::sync::Arc<zcnet::engine::ForeignBuf>,
+        len: usize,
+    ) -> zcnet::Result<()> {
+        match self {
+            Tx::Host(t) => {
+                t.send_lent(buf, 0, len)?;
+                t.submit()
+            }
+            Tx::Gpu(_) => Err(zcnet::Error::Unsupported {
+                what: "sending the caller's memory from a sender of GPU memory".into(),
+                source: std::io::Error::from(std::io::ErrorKind::Unsupported),
+                remedy: zcnet::Remedy::UseMemory(zcnet::MemoryKind::Anonymous),
+            }),
+        }
+    }
+
     pub(crate) fn stats(&self) -> TxStats {
         match self {
             Tx::Host(t) => t.stats(),
