@@ -229,7 +229,13 @@ impl Ring {
     /// and [`Ring::register_foreign`] is refused). Tries IORING_SETUP_COOP_TASKRUN (5.19) and
     /// falls back to no flags.
     pub fn new(entries: u32, fixed_slots: u32) -> io::Result<Ring> {
-        let (ring, coop) = match IoUring::builder().setup_coop_taskrun().build(entries) {
+        // COOP_TASKRUN with TASKRUN_FLAG (both Linux 5.19): the kernel flags pending work in
+        // the SQ flags, so a non-blocking `submit` enters only when there is something to do.
+        let built = IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(entries);
+        let (ring, coop) = match built {
             Ok(r) => (r, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (IoUring::new(entries)?, false),
             Err(e) => return Err(e),
@@ -509,13 +515,15 @@ impl Ring {
         !self.ring.completion().is_empty()
     }
 
-    /// Submits queued SQEs without waiting. `EINTR`, `EAGAIN` and `EBUSY` are not errors: what
-    /// is queued goes in with the next call.
-    pub fn submit(&mut self) -> io::Result<usize> {
-        match self.ring.submit() {
-            Err(e) if crate::enter_transient(&e) => Ok(0),
-            r => r,
-        }
+    /// Submits queued SQEs and runs the work the kernel queued for this task (posting the
+    /// completions it owes), without waiting; enters the kernel only when there is something
+    /// to do: SQEs queued, work flagged (`IORING_SQ_TASKRUN`, with the TASKRUN_FLAG this ring
+    /// is made with where COOP_TASKRUN is; without COOP_TASKRUN the kernel runs the work on
+    /// its own) or completions in the overflow list. A poller calling this with nothing to do
+    /// makes no system call. `EINTR`, `EAGAIN` and `EBUSY` are not errors: what is queued goes
+    /// in with the next call.
+    pub fn submit(&mut self) -> io::Result<()> {
+        crate::bufring::progress_now(&mut self.ring)
     }
 
     /// Submits and waits for at least `want` completions or `timeout`, whichever first.

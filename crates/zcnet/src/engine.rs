@@ -248,10 +248,11 @@ impl Engine {
         self.ring.completions_ready()
     }
 
-    /// Hands what is queued to the kernel without waiting (a signal or a busy ring is not an
+    /// Hands what is queued to the kernel and runs the work it owes this task, without
+    /// waiting; no system call when there is nothing to do (a signal or a busy ring is not an
     /// error: it goes in with the next call).
     pub fn submit(&mut self) -> io::Result<()> {
-        self.ring.submit().map(drop)
+        self.ring.submit()
     }
 
     /// Submits and waits up to `timeout` for `want` completions (a timeout is not an error).
