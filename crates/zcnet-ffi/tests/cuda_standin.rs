@@ -26,8 +26,15 @@ fn built_library() -> PathBuf {
         .expect("cargo builds libzcnet_ffi.so with this test")
 }
 
-/// Compiles tests/c/cuda_region.c against the library and the committed header.
+/// Compiles tests/c/cuda_region.c against the library and the committed header, once: the
+/// tests run in parallel, and a second compile to the same path while the first test runs the
+/// program failed the run with ETXTBSY ("Text file busy").
 fn compile() -> PathBuf {
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(compile_once).clone()
+}
+
+fn compile_once() -> PathBuf {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     zcnet_testkit::require_tool(&cc, "builds tests/c/cuda_region.c");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
