@@ -523,7 +523,14 @@ impl Ring {
     /// makes no system call. `EINTR`, `EAGAIN` and `EBUSY` are not errors: what is queued goes
     /// in with the next call.
     pub fn submit(&mut self) -> io::Result<()> {
-        crate::bufring::progress_now(&mut self.ring)
+        if self.ring.submission().is_empty() {
+            // Nothing to hand over: enter only for flagged work (progress_now decides).
+            return crate::bufring::progress_now(&mut self.ring);
+        }
+        match self.ring.submit() {
+            Err(e) if crate::enter_transient(&e) => Ok(()),
+            r => r.map(drop),
+        }
     }
 
     /// Submits and waits for at least `want` completions or `timeout`, whichever first.
