@@ -180,8 +180,9 @@ pub struct RecvRing {
     held: Vec<bool>,
     /// Held buffers taken out as a [`HeldBuf`]: only [`RecvRing::give_back`] returns them.
     taken: Vec<bool>,
-    /// Buffers lent on ([`RecvRing::lend`]) whose lease ended: given back at the next wait.
-    lent_back: Arc<std::sync::Mutex<Vec<HeldBuf>>>,
+    /// Ids of taken buffers whose [`HeldBuf`] was dropped (a lease that ended, or a handle
+    /// nobody gave back): given back at the next wait.
+    lent_back: Arc<std::sync::Mutex<Vec<u16>>>,
     /// Ids of one completion's buffers, in ring order.
     next: Vec<u16>,
     prev: Vec<u16>,
@@ -673,6 +674,7 @@ impl RecvRing {
             addr: slot.addr(),
             len: self.buf_size as usize,
             id: buf_id,
+            back: Some(Arc::clone(&self.lent_back)),
         })
     }
 
@@ -685,7 +687,7 @@ impl RecvRing {
             return Err(einval());
         }
         let h = self.take(buf_id)?;
-        ForeignBuf::returning(h, len, Arc::clone(&self.lent_back)).ok_or_else(einval)
+        ForeignBuf::returning(h, len).ok_or_else(einval)
     }
 
     /// Gives back every lent buffer whose lease ended.
@@ -694,16 +696,21 @@ impl RecvRing {
             Ok(mut q) if !q.is_empty() => std::mem::take(&mut *q),
             _ => return,
         };
-        for h in back {
-            // A buffer of this ring, taken: give_back cannot refuse it.
-            let _ = self.give_back(h);
+        for id in back {
+            // A taken buffer of this ring (only its handles hold this queue).
+            if self.taken.get(id as usize).copied().unwrap_or(false) {
+                self.taken[id as usize] = false;
+                if self.recycle(id).is_err() {
+                    self.taken[id as usize] = true;
+                }
+            }
         }
     }
 
     /// Recycles a buffer taken with [`take`](Self::take) (see [`recycle`](Self::recycle)).
     /// `EINVAL`, with the handle back, if it is not one of this ring's.
     #[allow(clippy::result_large_err)] // the handle comes back with the error
-    pub fn give_back(&mut self, buf: HeldBuf) -> Result<(), (HeldBuf, io::Error)> {
+    pub fn give_back(&mut self, mut buf: HeldBuf) -> Result<(), (HeldBuf, io::Error)> {
         let id = buf.id as usize;
         let mine = self
             .bufs
@@ -717,6 +724,8 @@ impl RecvRing {
             self.taken[id] = true;
             return Err((buf, e));
         }
+        // Given back here: its drop must not queue it again.
+        buf.back = None;
         Ok(())
     }
 
@@ -805,7 +814,7 @@ impl Drop for RecvRing {
 /// it back to the kernel until [`RecvRing::give_back`] returns this handle, so its bytes stay
 /// as received for as long as it lives (a [`crate::cuda::CopySource`]: an asynchronous copy to
 /// the GPU keeps it until the copy completed; several copies share it through an `Arc`).
-/// Dropped instead of given back, the buffer stays out of the ring for good.
+/// Dropped instead of given back, the buffer goes back to the ring at its next wait.
 #[derive(Debug)]
 pub struct HeldBuf {
     /// Keeps the buffers mapped, even past the ring.
@@ -813,6 +822,19 @@ pub struct HeldBuf {
     addr: usize,
     len: usize,
     id: u16,
+    /// The ring's queue of dropped handles: a handle dropped instead of given back goes back
+    /// to the ring at its next wait (`None` once given back).
+    back: Option<Arc<std::sync::Mutex<Vec<u16>>>>,
+}
+
+impl Drop for HeldBuf {
+    fn drop(&mut self) {
+        if let Some(back) = self.back.take() {
+            if let Ok(mut q) = back.lock() {
+                q.push(self.id);
+            }
+        }
+    }
 }
 
 impl HeldBuf {

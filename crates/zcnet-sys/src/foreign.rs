@@ -80,14 +80,10 @@ impl ForeignBuf {
         }
     }
 
-    /// The first `len` bytes of a received buffer taken out of its ring, read-only. When the
-    /// value is dropped the buffer is queued on `back`, from where its ring takes it back
+    /// The first `len` bytes of a received buffer taken out of its ring, read-only. The handle
+    /// is dropped with the value, which queues the buffer for its ring
     /// ([`crate::bufring::RecvRing::lend`]). `None` when `len` exceeds the buffer.
-    pub fn returning(
-        held: crate::bufring::HeldBuf,
-        len: usize,
-        back: std::sync::Arc<std::sync::Mutex<Vec<crate::bufring::HeldBuf>>>,
-    ) -> Option<ForeignBuf> {
+    pub fn returning(held: crate::bufring::HeldBuf, len: usize) -> Option<ForeignBuf> {
         let bytes = held.bytes();
         if len > bytes.len() {
             return None;
@@ -98,10 +94,7 @@ impl ForeignBuf {
             len,
             owned: false,
             read_only: true,
-            _keep: Some(Box::new(ReturnOnDrop {
-                held: Some(held),
-                back,
-            })),
+            _keep: Some(Box::new(held)),
         })
     }
 
@@ -153,20 +146,6 @@ impl ForeignBuf {
         }
         // SAFETY: as in `slice`, and for writes; `&mut self` makes this the only live view.
         Some(unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(off), len) })
-    }
-}
-
-/// Queues a taken buffer for its ring when the lease on it ends.
-struct ReturnOnDrop {
-    held: Option<crate::bufring::HeldBuf>,
-    back: std::sync::Arc<std::sync::Mutex<Vec<crate::bufring::HeldBuf>>>,
-}
-
-impl Drop for ReturnOnDrop {
-    fn drop(&mut self) {
-        if let (Some(h), Ok(mut q)) = (self.held.take(), self.back.lock()) {
-            q.push(h);
-        }
     }
 }
 

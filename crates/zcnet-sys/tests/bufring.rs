@@ -421,6 +421,31 @@ fn a_taken_buffer_goes_back_only_with_its_handle() {
     still_flows_in_order(&mut ring, tx, &rx, 12);
 }
 
+/// A taken buffer whose handle is dropped instead of given back (an error path that forgot
+/// it) is not lost: it goes back to the ring at the next wait, once.
+#[zcnet_testkit::test]
+fn a_dropped_handle_gives_its_buffer_back() {
+    let mut ring = RecvRing::new(8, 4, 64, 3).unwrap();
+    let (mut tx, rx) = tcp_pair();
+    ring.arm(rx.as_raw_fd(), 5, false).unwrap();
+    tx.write_all(b"hello").unwrap();
+    let mut cs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cs.is_empty() {
+        assert!(Instant::now() < deadline);
+        ring.wait(1, Duration::from_millis(100)).unwrap();
+        ring.drain(|c| cs.push(c));
+    }
+    let id = cs.pop().unwrap().buf_id.unwrap();
+    drop(ring.take(id).unwrap());
+    assert!(ring.is_held(id), "out until the next wait");
+    ring.wait(0, Duration::ZERO).unwrap();
+    assert!(!ring.is_held(id), "back in the ring");
+    ring.wait(0, Duration::ZERO).unwrap();
+    assert_eq!(ring.held_count(), 0);
+    still_flows_in_order(&mut ring, tx, &rx, 14);
+}
+
 /// A received buffer lent on (to send it without a copy) is read-only, out of the kernel's
 /// reach while any reference to the lease lives (recycling it by id is refused), refused as the
 /// memory of a receive, and back in the ring at the first wait after the last reference went.
