@@ -1,8 +1,8 @@
 //! The plugin's overhead, measured in one run: throughput through the plugin (`dlopen`ed, the
 //! v12 table, driven as NCCL drives it: `outstanding` isends and irecvs, test() polling) against
 //! zcnet's own sender on the same path (loopback TCP), the same mode and message size
-//! (`zcnet_tools::bench::send_for`, the loop behind `zcnet send` and `bench tx`, into a receiver
-//! draining the stream with recv()). Each plugin configuration runs in a process of its own
+//! (`zcnet_tools::bench::send_for`, bench tx's caller of the send loop `zcnet send` shares,
+//! into a receiver draining the stream with recv()). Each plugin configuration runs in a process of its own
 //! (the `ZCNET_NCCL_*` knobs are read once per process); CPU is the process's user + system
 //! time per GB moved, both ends together.
 //!
