@@ -174,7 +174,24 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
                 if let Some(ns) = rx_ns {
                     lab::enter(ns)?;
                 }
-                net::listen_tcp(bind)
+                // The previous case's listener, closed a moment ago, can live on in a child
+                // process another thread is spawning (its copy of the fd table keeps the socket
+                // until it execs): a clean-clone CI run failed the next bind with EADDRINUSE.
+                // Retry the bind for a short while before saying so.
+                let deadline = Instant::now() + Duration::from_secs(2);
+                loop {
+                    match TcpListener::bind(bind) {
+                        Ok(l) => break Ok(l),
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::AddrInUse
+                                && Instant::now() < deadline =>
+                        {
+                            std::thread::sleep(Duration::from_millis(10))
+                        }
+                        // The library's one-line error for it.
+                        Err(_) => break net::listen_tcp(bind),
+                    }
+                }
             })();
             let listener = match listener {
                 Ok(l) => l,
