@@ -107,6 +107,17 @@ fn move_verified(tx_mode: TxMode, rx_mode: RxMode, len: u64) {
             for _ in 0..tx.sender().buffers() {
                 all.push(tx.buffer().await.unwrap());
             }
+            // With every buffer held here, a buffer wait must wait: cut it short, once for
+            // certain (the waits above are cut only when they happen to wait, which a fast
+            // run may never do), and the buffers are still all accounted for.
+            assert!(
+                tokio::time::timeout(Duration::from_millis(2), tx.buffer())
+                    .await
+                    .is_err(),
+                "a buffer came back while every buffer was held"
+            );
+            cancelled += 1;
+            assert_eq!(tx.sender().outstanding(), 0);
             drop(all);
             drop(tx); // closes the socket: end of stream for the receiver
             cancelled
