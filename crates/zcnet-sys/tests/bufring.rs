@@ -307,9 +307,9 @@ fn bundle_ring_exhaustion_then_resume() {
     withhold_then_resume(true);
 }
 
-#[zcnet_testkit::test]
-fn recycled_buffer_is_refused_and_double_recycle_is_refused() {
-    let mut ring = RecvRing::new(8, 4, 64, 2).unwrap();
+/// A connection armed on `ring` (user_data 5) that has received "hello" into one buffer:
+/// (sender, receiver, the completion).
+fn hello_in_one_buffer(ring: &mut RecvRing) -> (TcpStream, TcpStream, RecvCompletion) {
     let (mut tx, rx) = tcp_pair();
     ring.arm(rx.as_raw_fd(), 5, false).unwrap();
     tx.write_all(b"hello").unwrap();
@@ -320,7 +320,13 @@ fn recycled_buffer_is_refused_and_double_recycle_is_refused() {
         ring.wait(1, Duration::from_millis(100)).unwrap();
         ring.drain(|c| cs.push(c));
     }
-    let c = cs.pop().unwrap();
+    (tx, rx, cs.pop().unwrap())
+}
+
+#[zcnet_testkit::test]
+fn recycled_buffer_is_refused_and_double_recycle_is_refused() {
+    let mut ring = RecvRing::new(8, 4, 64, 2).unwrap();
+    let (tx, rx, c) = hello_in_one_buffer(&mut ring);
     assert!(c.more);
     assert_eq!(*c.result.as_ref().unwrap(), 5);
     let id = c.buf_id.unwrap();
@@ -382,17 +388,7 @@ fn still_flows_in_order(ring: &mut RecvRing, tx: TcpStream, rx: &TcpStream, seed
 fn a_taken_buffer_goes_back_only_with_its_handle() {
     let mut ring = RecvRing::new(8, 4, 64, 3).unwrap();
     let mut other = RecvRing::new(8, 4, 64, 4).unwrap();
-    let (mut tx, rx) = tcp_pair();
-    ring.arm(rx.as_raw_fd(), 5, false).unwrap();
-    tx.write_all(b"hello").unwrap();
-    let mut cs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while cs.is_empty() {
-        assert!(Instant::now() < deadline);
-        ring.wait(1, Duration::from_millis(100)).unwrap();
-        ring.drain(|c| cs.push(c));
-    }
-    let c = cs.pop().unwrap();
+    let (tx, rx, c) = hello_in_one_buffer(&mut ring);
     let id = c.buf_id.unwrap();
     assert!(
         ring.take((id + 1) % 4).is_err(),
@@ -426,17 +422,8 @@ fn a_taken_buffer_goes_back_only_with_its_handle() {
 #[zcnet_testkit::test]
 fn a_dropped_handle_gives_its_buffer_back() {
     let mut ring = RecvRing::new(8, 4, 64, 3).unwrap();
-    let (mut tx, rx) = tcp_pair();
-    ring.arm(rx.as_raw_fd(), 5, false).unwrap();
-    tx.write_all(b"hello").unwrap();
-    let mut cs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while cs.is_empty() {
-        assert!(Instant::now() < deadline);
-        ring.wait(1, Duration::from_millis(100)).unwrap();
-        ring.drain(|c| cs.push(c));
-    }
-    let id = cs.pop().unwrap().buf_id.unwrap();
+    let (tx, rx, c) = hello_in_one_buffer(&mut ring);
+    let id = c.buf_id.unwrap();
     drop(ring.take(id).unwrap());
     assert!(ring.is_held(id), "out until the next wait");
     ring.wait(0, Duration::ZERO).unwrap();
@@ -454,17 +441,8 @@ fn a_lent_buffer_comes_back_to_the_ring_when_its_lease_ends() {
     use std::sync::Arc;
     use zcnet_sys::uring::{Lease, Op, Request, Ring};
     let mut ring = RecvRing::new(8, 4, 64, 3).unwrap();
-    let (mut tx, rx) = tcp_pair();
-    ring.arm(rx.as_raw_fd(), 5, false).unwrap();
-    tx.write_all(b"hello").unwrap();
-    let mut cs = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while cs.is_empty() {
-        assert!(Instant::now() < deadline);
-        ring.wait(1, Duration::from_millis(100)).unwrap();
-        ring.drain(|c| cs.push(c));
-    }
-    let id = cs.pop().unwrap().buf_id.unwrap();
+    let (tx, rx, c) = hello_in_one_buffer(&mut ring);
+    let id = c.buf_id.unwrap();
     assert!(ring.lend(id, 65).is_err(), "more than the buffer");
     let mut lent = ring.lend(id, 5).unwrap();
     assert_eq!(lent.slice(0, 5), Some(&b"hello"[..]));
