@@ -47,51 +47,53 @@ impl<T> OnThisThread<T> {
     }
 }
 
-/// Takes over a connected TCP `socket.socket` for `who` (named in the error): checks it is a
-/// connected stream socket, makes it blocking and detaches its fd (the Python object is closed;
-/// zcnet owns the connection from here).
-pub(crate) fn take_tcp_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<std::net::TcpStream> {
-    use std::os::fd::FromRawFd;
-    let stream_type = sock.py().import("socket")?.getattr("SOCK_STREAM")?;
-    if !sock.hasattr("detach")? || !sock.getattr("type")?.eq(&stream_type)? {
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "{who} takes a connected TCP socket.socket (SOCK_STREAM)"
-        )));
+/// The `socket.socket`'s type (`SOCK_STREAM`, `SOCK_DGRAM`, ...), `None` for an object that is
+/// not one.
+fn socket_type(sock: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    if !sock.hasattr("detach")? || !sock.hasattr("type")? {
+        return Ok(None);
     }
-    // The peer must be connected: getpeername raises OSError otherwise.
+    Ok(sock.getattr("type")?.extract::<i64>().ok())
+}
+
+/// Takes the fd of a connected `socket.socket`: checks it is connected (getpeername raises
+/// OSError otherwise: a stream needs its peer, a datagram its destination), makes it blocking
+/// and detaches it (the Python object is closed; zcnet owns the socket from here).
+fn detach_connected(sock: &Bound<'_, PyAny>) -> PyResult<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
     sock.call_method0("getpeername")?;
     sock.call_method1("setblocking", (true,))?;
     let fd: i32 = sock.call_method0("detach")?.extract()?;
     // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
-    Ok(unsafe { std::net::TcpStream::from_raw_fd(fd) })
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Takes over a connected TCP `socket.socket` for `who` (named in the error): checks it is a
+/// connected stream socket, makes it blocking and detaches its fd (the Python object is closed;
+/// zcnet owns the connection from here).
+pub(crate) fn take_tcp_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<std::net::TcpStream> {
+    if socket_type(sock)? != Some(libc::SOCK_STREAM.into()) {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{who} takes a connected TCP socket.socket (SOCK_STREAM)"
+        )));
+    }
+    detach_connected(sock).map(std::net::TcpStream::from)
 }
 
 /// Takes over a connected `socket.socket` for `who`: a TCP stream (as [`take_tcp_socket`]) or
 /// a connected UDP socket (SOCK_DGRAM: each send is one datagram to its peer).
 pub(crate) fn take_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<zcnet::Socket> {
-    use std::os::fd::FromRawFd;
-    let dgram_type = sock.py().import("socket")?.getattr("SOCK_DGRAM")?;
-    if !(sock.hasattr("detach")? && sock.getattr("type")?.eq(&dgram_type)?) {
-        return take_tcp_socket(sock, who)
-            .map(zcnet::Socket::from)
-            .map_err(|e| {
-                if e.is_instance_of::<pyo3::exceptions::PyTypeError>(sock.py()) {
-                    pyo3::exceptions::PyTypeError::new_err(format!(
-                        "{who} takes a connected TCP or UDP socket.socket (SOCK_STREAM or SOCK_DGRAM)"
-                    ))
-                } else {
-                    e
-                }
-            });
+    match socket_type(sock)? {
+        Some(t) if t == i64::from(libc::SOCK_STREAM) => {
+            detach_connected(sock).map(|fd| std::net::TcpStream::from(fd).into())
+        }
+        Some(t) if t == i64::from(libc::SOCK_DGRAM) => {
+            detach_connected(sock).map(|fd| std::net::UdpSocket::from(fd).into())
+        }
+        _ => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{who} takes a connected TCP or UDP socket.socket (SOCK_STREAM or SOCK_DGRAM)"
+        ))),
     }
-    // Connected: getpeername raises OSError otherwise (a datagram needs its destination).
-    sock.call_method0("getpeername")?;
-    sock.call_method1("setblocking", (true,))?;
-    let fd: i32 = sock.call_method0("detach")?.extract()?;
-    // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
-    Ok(zcnet::Socket::from(unsafe {
-        std::net::UdpSocket::from_raw_fd(fd)
-    }))
 }
 
 /// A `serde_json` value as the Python object `json.loads` would give.
