@@ -74,40 +74,39 @@ fn send_gpu_for(
     Ok((tx.finish()?.tx, Some(note)))
 }
 
+/// Sends UDP from namespace `ns` to `dest` (GSO segments of `gso` bytes, if any) on a thread
+/// of its own, for the sink and dummy paths (nothing receives: the device drops it all).
+fn udp_case(
+    ns: &str,
+    dest: SocketAddr,
+    gso: Option<u16>,
+    mode: TxMode,
+    size: usize,
+    cfg: &TxBenchConfig,
+) -> CaseResult {
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            lab::enter(ns)?;
+            let sock = net::connect_udp(dest, gso)?;
+            let (st, note) = send_for(
+                sock.into(),
+                &cfg.tx_config(mode, size),
+                cfg.memory,
+                cfg.duration,
+            )?;
+            Ok((st, None, note))
+        })
+        .join()
+        .unwrap_or_else(|_| Err(panicked("sender thread")))
+    })
+}
+
 pub(super) fn run_case(env: &Env, mode: TxMode, size: usize, cfg: &TxBenchConfig) -> CaseResult {
     match env {
-        Env::Sink(s) => std::thread::scope(|sc| {
-            sc.spawn(|| {
-                lab::enter(&s.ns)?;
-                let sock = net::connect_udp(s.dest, gso_for(size))?;
-                let (st, note) = send_for(
-                    sock.into(),
-                    &cfg.tx_config(mode, size),
-                    cfg.memory,
-                    cfg.duration,
-                )?;
-                Ok((st, None, note))
-            })
-            .join()
-            .unwrap_or_else(|_| Err(panicked("sender thread")))
-        }),
+        Env::Sink(s) => udp_case(&s.ns, s.dest, gso_for(size), mode, size, cfg),
         // One datagram per send, no GSO: the MTU (65535) takes the largest, and with the
         // checksum left to the device UDP sends it from the pages as they are.
-        Env::Dummy(d) => std::thread::scope(|sc| {
-            sc.spawn(|| {
-                lab::enter(&d.ns)?;
-                let sock = net::connect_udp(d.dest, None)?;
-                let (st, note) = send_for(
-                    sock.into(),
-                    &cfg.tx_config(mode, size),
-                    cfg.memory,
-                    cfg.duration,
-                )?;
-                Ok((st, None, note))
-            })
-            .join()
-            .unwrap_or_else(|_| Err(panicked("sender thread")))
-        }),
+        Env::Dummy(d) => udp_case(&d.ns, d.dest, None, mode, size, cfg),
         Env::Veth(v) => tcp_case(
             Some(&v.a),
             Some(&v.b),
