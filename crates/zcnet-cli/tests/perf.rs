@@ -195,11 +195,28 @@ fn udp_server() -> (Server, u16, &'static str) {
 fn udp_at_a_set_rate_is_paced_in_every_send_mode() {
     let (_server, port, name) = udp_server();
     for tx in ["copy", "msg-zerocopy", "uring", "uring-zc", "auto"] {
-        let out = zcnet()
-            .args(["perf", "-c", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-u", "-b", "10M", "-t", "2", "-J", "--tx", tx])
-            .output()
-            .expect("client");
+        // iperf3 re-opens its listener after each test: a client started in that window is
+        // refused (seen once in a clean-clone CI run). Wait for the listener, and try again
+        // when the refusal still came first.
+        let mut tries = 0;
+        let out = loop {
+            let t = Instant::now();
+            while !zcnet_testkit::tcp_listening(None, port) {
+                assert!(t.elapsed() < Duration::from_secs(10), "{name}: no listener");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let out = zcnet()
+                .args(["perf", "-c", "127.0.0.1", "-p", &port.to_string()])
+                .args(["-u", "-b", "10M", "-t", "2", "-J", "--tx", tx])
+                .output()
+                .expect("client");
+            tries += 1;
+            let refused = String::from_utf8_lossy(&out.stderr).contains("Connection refused");
+            if out.status.success() || !refused || tries == 3 {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         assert!(
             out.status.success(),
             "--tx {tx} against {name}: {}",
