@@ -1,6 +1,8 @@
-//! The probe's judgement: from what was read off the machine (and, with `--active`, what the
-//! kernel answered when each mechanism was tried), a verdict per mechanism with the reason in
-//! plain words and the remedy as a command.
+//! The probe's judgement: from what was read off the machine (and, with an active probe, what
+//! the kernel answered when each mechanism was tried), a verdict per mechanism with the reason
+//! in plain words and the remedy in the library's words: an OS command (`sysctl`, `ethtool -K`)
+//! as it is, zcnet's own NIC changes as calls ([`SET_CHANNELS`], [`NIC_SETUP`]) that a front end
+//! may word as its own commands.
 //!
 //! Pure: the facts are gathered by the facade (`zcnet::probe`) through netlink, ioctls and
 //! trial registrations; here they are only weighed, so every rule is tested with made-up
@@ -294,11 +296,22 @@ pub struct RxChannels {
     pub combined_max: u32,
 }
 
-/// How interface `name` can get at least `need` RX queues, as a command that works on this
-/// machine (`Ok`), or why there is none (`Err`). Only a driver that reports channels it can
-/// change (max above current) can get more: lo and ifb report none, so nothing can add a queue
-/// to them. The command is zcnet's own (`zcnet nic channels`, ethtool netlink, so it needs no
-/// other tool); `ethtool -L` is named beside it only when `ethtool_cli` says it is installed.
+/// How the library names a channel change in its verdicts and messages: this, the interface, the
+/// channel kind and count, and `)` ("nic::LiveNic::set_channels (eth1, combined 4)"); a front end
+/// may word it as its own command (the `zcnet` command says `zcnet nic channels`).
+pub const SET_CHANNELS: &str = "nic::LiveNic::set_channels (";
+
+/// How the library names the NIC set-up zero-copy receive needs on one queue (header split on,
+/// hds-thresh 0, a flow steered to the queue): this, the interface, `, queue `, the queue and
+/// `, the flow's port)`; a front end may word it as its own command (`zcnet nic setup`).
+pub const NIC_SETUP: &str = "nic::NicGuard::apply (";
+
+/// How interface `name` can get at least `need` RX queues, as the channel change that works on
+/// this machine in the library's words ([`SET_CHANNELS`]; `Ok`), or why there is none (`Err`).
+/// Only a driver that reports channels it can change (max above current) can get more: lo and
+/// ifb report none, so nothing can add a queue to them. The change is made over ethtool netlink,
+/// so it needs no other tool; `ethtool -L` is named beside it only when `ethtool_cli` says it is
+/// installed.
 pub fn add_rx_queues(
     name: &str,
     need: u32,
@@ -311,16 +324,15 @@ pub fn add_rx_queues(
     } else {
         " (ethtool is not installed; this uses the same ethtool netlink request)".to_string()
     };
-    Ok(format!(
-        "zcnet nic channels --iface {name} --{kind} {want}{ethtool}"
-    ))
+    Ok(format!("{SET_CHANNELS}{name}, {kind} {want}){ethtool}"))
 }
 
-/// The command that turns header split on for zero-copy receive on `i` and steers a flow to its
-/// trial queue (the remedy [`rx_device_rules`] gives for header split that is off or not at 0).
+/// The set-up that turns header split on for zero-copy receive on `i` and steers a flow to its
+/// trial queue, in the library's words ([`NIC_SETUP`]): the remedy [`rx_device_rules`] gives
+/// for header split that is off or not at 0.
 pub fn setup_command(i: &IfaceFacts) -> String {
     format!(
-        "zcnet nic setup --iface {} --queue {} --port PORT",
+        "{NIC_SETUP}{}, queue {}, the flow's port)",
         i.name,
         i.trial_queue()
     )
@@ -461,15 +473,15 @@ fn is_dummy(i: &IfaceFacts) -> bool {
 fn dummy_send(what: &str) -> String {
     format!(
         "UDP: {what} sends routed through a dummy device are zero copy: the dummy driver frees \
-         each skb without copying its pages (dummy_xmit), so the kernel reports no COPIED \
-         (`zcnet bench tx --path dummy`); TCP through it reaches no peer (it drops every packet)"
+         each skb without copying its pages (dummy_xmit), so the kernel reports no COPIED; \
+         TCP through it reaches no peer (it drops every packet)"
     )
 }
 
 /// The remedy of [`local_delivery`]: what is zero copy, for which protocol.
 const LOCAL_DELIVERY_FIX: &str = "TCP zero copy needs a path that leaves through a NIC; UDP that \
-     no socket on this host receives is not copied: `zcnet bench tx --path sink` sends UDP into \
-     an ifb that drops it, 100 % zero-copy";
+     no socket on this host receives is not copied: UDP sent into an ifb device that drops it \
+     is 100 % zero-copy";
 
 fn send_path(
     m: Mechanism,
@@ -533,7 +545,7 @@ fn send_path(
         None => Finding::new(
             Verdict::ZeroCopy,
             format!(
-                "TCP and UDP: {what} sends from pinned user pages through {} (scatter-gather on); `zcnet bench tx` counts the kernel's COPIED reports per flow",
+                "TCP and UDP: {what} sends from pinned user pages through {} (scatter-gather on); the kernel's COPIED reports say per flow what was copied",
                 i.driver_name()
             ),
         ),
@@ -665,8 +677,9 @@ fn not_permitted(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
         f.reason, r.message
     );
     if f.verdict != Verdict::Unsupported {
-        f.remedy
-            .get_or_insert_with(|| "run 'zcnet probe --active' as root to confirm".into());
+        f.remedy.get_or_insert_with(|| {
+            "probe again with ProbeOptions::active, as root, to confirm".into()
+        });
     }
     f.confirmed = false;
     f
@@ -801,13 +814,15 @@ fn devmem_tx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>
         Finding::new(
             Verdict::ZeroCopy,
             format!(
-                "{drv} supports netmem TX (inferred from the driver; --active asks the kernel)"
+                "{drv} supports netmem TX (inferred from the driver; ProbeOptions::active asks the kernel)"
             ),
         )
     } else {
         Finding::new(
             Verdict::Unsupported,
-            format!("{drv} is not known to support netmem TX (--active asks the kernel)"),
+            format!(
+                "{drv} is not known to support netmem TX (ProbeOptions::active asks the kernel)"
+            ),
         )
     };
     devmem_trial(f, trial, &format!("bind-tx on {}", i.name), true)

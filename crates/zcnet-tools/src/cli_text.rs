@@ -99,22 +99,39 @@ pub fn words(text: &str) -> String {
         }
     }
     // "nic::LiveNic::set_channels (eth1, combined 4)": `zcnet nic channels`.
-    while let Some(at) = s.find(zcnet::nic::SET_CHANNELS) {
-        let rest = &s[at + zcnet::nic::SET_CHANNELS.len()..];
-        let Some(end) = rest.find(')') else { break };
-        let cmd = match rest[..end].split_once(", ") {
+    let s = replace_calls(&s, zcnet::nic::SET_CHANNELS, |args| {
+        match args.split_once(", ") {
             Some((iface, change)) => match change.split_once(' ') {
                 Some((kind, n)) => format!("zcnet nic channels --iface {iface} --{kind} {n}"),
                 None => format!("zcnet nic channels --iface {iface}"),
             },
             None => "zcnet nic channels".to_string(),
-        };
-        s = format!("{}{cmd}{}", &s[..at], &rest[end + 1..]);
-    }
-    while let Some(at) = s.find(RESTORE) {
-        let rest = &s[at + RESTORE.len()..];
+        }
+    });
+    // "nic::NicGuard::apply (eth1, queue 7, the flow's port)": `zcnet nic setup`.
+    let s = replace_calls(&s, zcnet::nic::NIC_SETUP, |args| {
+        let mut parts = args.split(", ");
+        let iface = parts.next().unwrap_or("IFACE");
+        match parts.next().and_then(|q| q.strip_prefix("queue ")) {
+            Some(q) => format!("zcnet nic setup --iface {iface} --queue {q} --port PORT"),
+            None => format!("zcnet nic setup --iface {iface}"),
+        }
+    });
+    replace_calls(&s, RESTORE, |iface| {
+        format!("'zcnet nic restore --iface {iface}'")
+    })
+}
+
+/// `text` with every `prefix ARGS)` replaced by `render(ARGS)` (the library's way of naming a
+/// call with its arguments, which the CLI says as a command).
+fn replace_calls(text: &str, prefix: &str, render: impl Fn(&str) -> String) -> String {
+    let mut s = text.to_string();
+    let mut from = 0;
+    while let Some(at) = s[from..].find(prefix).map(|n| from + n) {
+        let rest = &s[at + prefix.len()..];
         let Some(end) = rest.find(')') else { break };
-        let cmd = format!("'zcnet nic restore --iface {}'", &rest[..end]);
+        let cmd = render(&rest[..end]);
+        from = at + cmd.len();
         s = format!("{}{cmd}{}", &s[..at], &rest[end + 1..]);
     }
     s
@@ -182,6 +199,33 @@ mod tests {
         assert_eq!(
             words("add one: nic::LiveNic::set_channels (eth1, combined 2) (or: ethtool -L eth1 combined 2)"),
             "add one: zcnet nic channels --iface eth1 --combined 2 (or: ethtool -L eth1 combined 2)"
+        );
+        // The probe's remedies (zcnet-core's words) as the commands that carry them out.
+        use zcnet_core::probe::{HeaderSplit, IfaceFacts, IfaceKind};
+        let facts = IfaceFacts {
+            name: "eth9".into(),
+            kind: IfaceKind::Physical,
+            driver: Some("mlx5_core".into()),
+            xdp_features: None,
+            rx_queues: 8,
+            header_split: HeaderSplit::Disabled,
+            hds_thresh: None,
+            ntuple: Some(true),
+            scatter_gather: Some(true),
+            channels: None,
+        };
+        let setup = zcnet_core::probe::setup_command(&facts);
+        assert!(!setup.contains("--"), "{setup}");
+        assert_eq!(
+            words(&format!("as root: {setup}; then retry")),
+            format!(
+                "as root: zcnet nic setup --iface eth9 --queue {} --port PORT; then retry",
+                facts.trial_queue()
+            )
+        );
+        assert_eq!(
+            words("probe again with ProbeOptions::active, as root, to confirm"),
+            "probe again with --active, as root, to confirm"
         );
         assert_eq!(
             words("use TxMode::UringZc or TxMode::Uring"),

@@ -1,4 +1,5 @@
-//! The library speaks library, not CLI: no string literal in `crates/zcnet/src` names a
+//! The library speaks library, not CLI: no string literal in `crates/zcnet/src` (or in
+//! `crates/zcnet-core/src`, whose probe verdicts the library passes on as they are) names a
 //! command-line flag (`--` followed by a letter) or a `zcnet` subcommand, and no rendering of
 //! a [`Remedy`] does. The `zcnet` command words remedies in flags itself (zcnet-tools'
 //! `cli_text`); an embedder, a C caller reading `zcnet_last_error()` and a Python user read the
@@ -173,17 +174,21 @@ fn the_lexer_finds_literals_and_skips_comments() {
 
 #[zcnet_testkit::test]
 fn no_string_literal_in_the_library_names_a_flag_or_a_subcommand() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    // The library and the core beneath it: the probe's verdicts and remedies (zcnet-core) reach
+    // a C caller and a Python user through the probe's JSON as they are.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    rust_files(&root, &mut files);
+    rust_files(&manifest.join("src"), &mut files);
+    let library = files.len();
+    rust_files(&manifest.join("../zcnet-core/src"), &mut files);
     files.sort();
-    assert!(files.len() > 20, "{files:?}");
+    assert!(library > 20 && files.len() > library + 20, "{files:?}");
     let mut bad = Vec::new();
     for f in &files {
         let src = std::fs::read_to_string(f).unwrap();
         for (line, lit) in string_literals(&src) {
             if let Some(w) = cli_words(&lit) {
-                let rel = f.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap_or(f);
+                let rel = f.strip_prefix(manifest).unwrap_or(f);
                 bad.push(format!("{}:{line}: '{w}' in \"{lit}\"", rel.display()));
             }
         }
@@ -211,6 +216,23 @@ fn every_remedy_renders_in_library_words() {
             remedy: r,
         };
         assert!(cli_words(&e.to_string()).is_none(), "{e}");
+    }
+}
+
+#[zcnet_testkit::test(timeout = 60)]
+fn the_probe_report_speaks_library() {
+    // What a C caller (`zcnet_probe_json`) and `zcnet.probe()` get: this machine's report, the
+    // verdicts and remedies of every interface here (lo, the boot-time devices), passive and
+    // with the loopback send trials. Read only: the trials on interfaces are not asked for.
+    for active in [false, true] {
+        let opts = zcnet::probe::ProbeOptions {
+            active,
+            ..Default::default()
+        };
+        let report = zcnet::probe::probe(&opts).unwrap();
+        let json = zcnet::probe::json::to_json(&report).to_string();
+        assert!(json.contains("\"remedy\""), "{json}");
+        assert_eq!(cli_words(&json), None, "active {active}: {json}");
     }
 }
 

@@ -162,7 +162,7 @@ pub fn none_usable(driver: &GpuDriver, gpus: &[GpuFacts]) -> Option<(String, Str
         GpuDriver::Missing { cause, fix } => Some((cause.clone(), fix.clone())),
         GpuDriver::Present { .. } if gpus.is_empty() => Some((
             "the CUDA driver sees no GPU".into(),
-            "check that nvidia-smi lists one (a container needs the GPU's device nodes), or use --mem host".into(),
+            "check that nvidia-smi lists one (a container needs the GPU's device nodes), or use host memory (MemoryKind::Anonymous)".into(),
         )),
         GpuDriver::Present { .. } => None,
     }

@@ -192,7 +192,7 @@ fn send_verdicts_name_their_protocol() {
                 let f = judge_one(m, &k, &i, t);
                 let says = |p: &str| f.reason.contains(p);
                 assert!(says("TCP") || says("UDP"), "{} {m:?}: {}", i.name, f.reason);
-                if let Some(fix) = f.remedy.as_deref().filter(|r| r.contains("--path sink")) {
+                if let Some(fix) = f.remedy.as_deref().filter(|r| r.contains("ifb device")) {
                     // The sink is UDP: a remedy pointing at it says so, and the verdict it
                     // follows is about TCP.
                     assert!(
@@ -368,11 +368,11 @@ fn queue_remedies_are_commands_that_work_or_say_there_is_none() {
     };
     assert_eq!(
         add_rx_queues("eth0", 2, Some(&mlx), true).unwrap(),
-        "zcnet nic channels --iface eth0 --combined 2 (or: ethtool -L eth0 combined 2)"
+        "nic::LiveNic::set_channels (eth0, combined 2) (or: ethtool -L eth0 combined 2)"
     );
     let bare = add_rx_queues("eth0", 4, Some(&mlx), false).unwrap();
     assert!(
-        bare.starts_with("zcnet nic channels --iface eth0 --combined 4 (ethtool is not installed"),
+        bare.starts_with("nic::LiveNic::set_channels (eth0, combined 4) (ethtool is not installed"),
         "{bare}"
     );
     assert!(!bare.contains("ethtool -L"), "{bare}");
@@ -394,7 +394,7 @@ fn queue_remedies_are_commands_that_work_or_say_there_is_none() {
     };
     assert_eq!(
         add_rx_queues("v0", 2, Some(&veth), false).unwrap(),
-        "zcnet nic channels --iface v0 --rx 2 (ethtool is not installed; this uses the same ethtool netlink request)"
+        "nic::LiveNic::set_channels (v0, rx 2) (ethtool is not installed; this uses the same ethtool netlink request)"
     );
     // RX-only channels add to combined ones: 2 rx + 6 combined, need 8 → combined 6 is enough
     // only when it is allowed.
@@ -406,7 +406,7 @@ fn queue_remedies_are_commands_that_work_or_say_there_is_none() {
     };
     assert_eq!(
         add_rx_queues("eth1", 8, Some(&mixed), true).unwrap(),
-        "zcnet nic channels --iface eth1 --combined 6 (or: ethtool -L eth1 combined 6)"
+        "nic::LiveNic::set_channels (eth1, combined 6) (or: ethtool -L eth1 combined 6)"
     );
     assert!(add_rx_queues("eth1", 9, Some(&mixed), true).is_err());
 }
@@ -453,7 +453,7 @@ fn header_split_rules_on_a_nic() {
         // zcnet's own command: Debian's ethtool 6.1 does not know tcp-data-split.
         assert_eq!(
             f.remedy.as_deref(),
-            Some("zcnet nic setup --iface eth9 --queue 7 --port PORT")
+            Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
         );
     }
     let thresh = nic(HeaderSplit::Enabled, 256, 8, Some(true));
@@ -461,12 +461,12 @@ fn header_split_rules_on_a_nic() {
     assert_eq!(f.verdict, Verdict::Unsupported);
     assert_eq!(
         f.remedy.as_deref(),
-        Some("zcnet nic setup --iface eth9 --queue 7 --port PORT")
+        Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
     );
     let one_q = nic(HeaderSplit::Enabled, 0, 1, Some(true));
     assert_eq!(
         judge_one(Mechanism::Zcrx, &k, &one_q, &t).remedy.as_deref(),
-        Some("zcnet nic channels --iface eth9 --combined 2 (or: ethtool -L eth9 combined 2)")
+        Some("nic::LiveNic::set_channels (eth9, combined 2) (or: ethtool -L eth9 combined 2)")
     );
     // A driver that cannot have a second queue gets the reason and no command.
     let mut stuck = one_q.clone();
@@ -490,7 +490,7 @@ fn header_split_rules_on_a_nic() {
     // `nic setup --port` turns ntuple-filters on itself.
     assert_eq!(
         f.remedy.as_deref(),
-        Some("zcnet nic setup --iface eth9 --queue 7 --port PORT")
+        Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
     );
     let not_reported = nic(HeaderSplit::NotReported("no".into()), 0, 8, Some(true));
     assert_eq!(

@@ -221,25 +221,17 @@ pub fn indir_without(current_len: usize, rings: u32, queue: u32) -> Vec<u32> {
     (0..current_len).map(|i| others[i % others.len()]).collect()
 }
 
-/// How the library names the channel change that adds RX queues: this, the interface, the
-/// channel kind and count, and `)` (a front end may word it as its own command).
-pub const SET_CHANNELS: &str = "nic::LiveNic::set_channels (";
+pub use zcnet_core::probe::{NIC_SETUP, SET_CHANNELS};
 
 /// How `iface` can get `need` RX queues, in the library's words: the channel change
-/// ([`LiveNic::set_channels`]), with `ethtool -L` beside it where that is installed; or why no
-/// change can ([`zcnet_core::probe::rx_queue_plan`]).
+/// ([`LiveNic::set_channels`], named as [`SET_CHANNELS`]), with `ethtool -L` beside it where that
+/// is installed; or why no change can ([`zcnet_core::probe::rx_queue_plan`]).
 pub(crate) fn add_rx_queues(
     iface: &str,
     need: u32,
     ch: Option<&zcnet_core::probe::RxChannels>,
 ) -> std::result::Result<String, String> {
-    let (kind, want) = zcnet_core::probe::rx_queue_plan(iface, need, ch)?;
-    let ethtool = if crate::probe::ethtool_installed() {
-        format!(" (or: ethtool -L {iface} {kind} {want})")
-    } else {
-        String::new()
-    };
-    Ok(format!("{SET_CHANNELS}{iface}, {kind} {want}){ethtool}"))
+    zcnet_core::probe::add_rx_queues(iface, need, ch, crate::probe::ethtool_installed())
 }
 
 /// Why a device with `rings` queues of `kind` has no queue at or past `rings`, and the fix: a

@@ -379,7 +379,7 @@ pub(super) fn not_permitted(
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
-        // The probe's remedy is the zcnet command's; the library says it in its own words.
+        // Header split off or hds-thresh above 0: the typed remedy says the same as the probe.
         (Verdict::Unsupported, Some(remedy))
             if remedy == zcnet_core::probe::setup_command(&facts) =>
         {
@@ -392,14 +392,6 @@ pub(super) fn not_permitted(
             )
         }
         (Verdict::Unsupported, Some(remedy)) => {
-            let (name, ch) = (&facts.name, facts.channels.as_ref());
-            let ethtool = crate::probe::ethtool_installed();
-            let remedy = match zcnet_core::probe::add_rx_queues(name, 2, ch, ethtool) {
-                Ok(cmd) if cmd == remedy => {
-                    crate::nic::add_rx_queues(name, 2, ch).unwrap_or(remedy)
-                }
-                _ => remedy,
-            };
             (
                 format!(
                     "{missing_privilege}; and {}: {}; as root: {remedy}",

@@ -243,7 +243,7 @@ fn no_driver_or_no_gpu_is_unavailable_with_the_fix() {
     let i = nic("lo", "lo", IfaceKind::Loopback);
     let d = GpuDriver::Missing {
         cause: "no CUDA driver library (libcuda.so.1, libcuda.so): not found".into(),
-        fix: "install the NVIDIA driver, or use --mem host".into(),
+        fix: "install the NVIDIA driver, or use host memory (MemoryKind::Anonymous)".into(),
     };
     let v = judge_with(&k, &d, &[], &i, &Trials::default(), None);
     assert_eq!(v.len(), 1);
@@ -257,7 +257,7 @@ fn no_driver_or_no_gpu_is_unavailable_with_the_fix() {
         );
         assert_eq!(
             f.remedy.as_deref(),
-            Some("install the NVIDIA driver, or use --mem host")
+            Some("install the NVIDIA driver, or use host memory (MemoryKind::Anonymous)")
         );
     }
     // A driver but no device.
@@ -323,7 +323,7 @@ fn header_split_off_is_staging_with_the_setup_remedy() {
     // The same remedy for both is given once.
     assert_eq!(
         p.rx.remedy.as_deref(),
-        Some("zcnet nic setup --iface eth1 --queue 7 --port PORT")
+        Some("nic::NicGuard::apply (eth1, queue 7, the flow's port)")
     );
     // Transmit does not need header split.
     assert_eq!(p.tx.verdict, GpuVerdict::Devmem);
