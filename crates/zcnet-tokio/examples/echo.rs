@@ -80,6 +80,15 @@ fn args() -> Res<Args> {
             _ => return Err(format!("echo: unknown option {flag}").into()),
         }
     }
+    // An `AsyncSender` waits on the io_uring ring's readiness fd; copy, msg-zerocopy and
+    // devmem send inside blocking calls and have none.
+    if !matches!(a.tx.as_str(), "auto" | "uring" | "uring-zc") {
+        return Err(format!(
+            "echo: --tx {} cannot run under an event loop (it sends in blocking calls): use auto, uring or uring-zc",
+            a.tx
+        )
+        .into());
+    }
     Ok(a)
 }
 
