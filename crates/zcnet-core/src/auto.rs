@@ -107,7 +107,7 @@ impl Default for AutoPolicy {
 impl AutoPolicy {
     /// Decide on every `window` notifications; back off between `min_backoff_ns` and
     /// `max_backoff_ns` before re-checking a path that copied.
-    pub fn new(window: u32, min_backoff_ns: u64, max_backoff_ns: u64) -> Self {
+    pub(crate) fn new(window: u32, min_backoff_ns: u64, max_backoff_ns: u64) -> Self {
         AutoPolicy {
             mode: Mode::ZeroCopy,
             window: window.max(1),
@@ -126,7 +126,7 @@ impl AutoPolicy {
     /// Decide the first window and every re-check on `w` notifications instead of the full
     /// window: on a path that copies, starting and re-checking then cost only `w` slow zero-copy
     /// sends (on TCP each may wait for a delayed ACK). Later decisions use the full window.
-    pub fn with_recheck_window(mut self, w: u32) -> Self {
+    pub(crate) fn with_recheck_window(mut self, w: u32) -> Self {
         self.recheck_window = w.clamp(1, self.window);
         if self.switches.is_empty() && self.seen == 0 {
             self.current = self.recheck_window;

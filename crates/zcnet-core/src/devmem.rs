@@ -30,9 +30,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 mod types;
+#[cfg(test)]
+use types::dontneed_optval;
 pub use types::{
-    dontneed_optval, DevmemCmsg, DevmemError, DevmemStats, DmabufCmsg, DmabufToken,
-    DMABUF_CMSG_LEN, DMABUF_TOKEN_LEN,
+    DevmemCmsg, DevmemError, DevmemStats, DmabufCmsg, DmabufToken, DMABUF_CMSG_LEN,
+    DMABUF_TOKEN_LEN,
 };
 
 #[cfg(test)]
@@ -53,7 +55,7 @@ pub const MAX_DONTNEED_TOKENS: usize = 128;
 /// Most tokens one SO_DEVMEM_DONTNEED looks at; it stops early past that.
 pub const MAX_DONTNEED_FRAGS: u32 = 1024;
 /// Largest token (`xa_limit_31b`).
-pub const MAX_TOKEN: u32 = 0x7fff_ffff;
+pub(crate) const MAX_TOKEN: u32 = 0x7fff_ffff;
 
 /// A frag of received payload in device memory, held until its token is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

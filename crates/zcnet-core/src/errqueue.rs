@@ -71,7 +71,7 @@ pub enum ErrqueueEntry {
 impl ErrqueueEntry {
     /// What a `struct sock_extended_err` (its [`SOCK_EXTENDED_ERR_LEN`] bytes, native endian)
     /// says; `None` if `ee` is shorter.
-    pub fn from_extended_err(ee: &[u8]) -> Option<ErrqueueEntry> {
+    pub(crate) fn from_extended_err(ee: &[u8]) -> Option<ErrqueueEntry> {
         let ee = ee.get(..SOCK_EXTENDED_ERR_LEN)?;
         let u32_at = |i: usize| u32::from_ne_bytes([ee[i], ee[i + 1], ee[i + 2], ee[i + 3]]);
         let (errno, origin, code) = (u32_at(0), ee[4], ee[6]);

@@ -21,7 +21,22 @@
 //!  GPU source    ──► StagingTx::push_source ──► CopyCmd (D2H) ──► on_copy_done ──► SendCmd ──► on_send_done
 //! ```
 //!
-//! [`probe`] holds the probe's verdict rules: facts in, a verdict, reason and remedy out.
+//! The public surface is the modules below, each exporting what the other crates use; what only
+//! this crate uses is crate-private. The root re-exports the send side's types ([`ZcRanges`],
+//! [`Completed`], [`SendZcTracker`], [`TrackerError`], [`TxStats`], [`AutoPolicy`], [`Mode`],
+//! [`Switch`]), [`DeviceFrag`], [`Pattern`] and [`Mismatch`].
+//!
+//! - sends: [`zc_ranges`] (MSG_ZEROCOPY completion ranges), [`errqueue`] (the error queue's
+//!   control messages), [`sendzc`] (io_uring SEND / SEND_ZC requests), [`auto`] (the zero-copy
+//!   or copy policy), [`stats`], [`memlock`] (what RLIMIT_MEMLOCK is charged and why it refuses).
+//! - receives: [`rxring`] (io_uring zcrx), [`devmem`] (devmem TCP frag tokens), [`staging`]
+//!   (socket to GPU memory through pinned host buffers, both ways), [`tcp_info`].
+//! - AF_XDP and AF_PACKET: [`xsk`] (ring arithmetic, UMEM frame ownership), [`xdp_prog`] (the
+//!   XDP program as instructions), [`udp_frame`] (Ethernet / IPv4 / UDP frames), [`tpacket`]
+//!   (AF_PACKET mmap rings).
+//! - payloads and protocols: [`pattern`] (the seeded byte pattern), [`dgram`] (UDP datagrams
+//!   checked against it), [`nccl`] (the NCCL plugin's chunking and matching).
+//! - [`probe`]: the probe's verdict rules: facts in, a verdict, reason and remedy out.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -45,12 +60,8 @@ pub mod xsk;
 pub mod zc_ranges;
 
 pub use auto::{AutoPolicy, Mode, Switch};
-pub use devmem::{DeviceFrag, DevmemRx};
+pub use devmem::DeviceFrag;
 pub use pattern::{Mismatch, Pattern};
-pub use rxring::{Frag, RefillEntry, RxEvent, ZcrxRx};
-pub use sendzc::{CqeOutcome, SendZcTracker, TrackerError};
-pub use staging::{
-    CopyCmd, CopyId, Pause, SendCmd, StagingConfig, StagingError, StagingRx, StagingTx,
-};
+pub use sendzc::{SendZcTracker, TrackerError};
 pub use stats::TxStats;
-pub use zc_ranges::{Completed, RangeOutcome, ZcRanges};
+pub use zc_ranges::{Completed, ZcRanges};

@@ -23,29 +23,29 @@
 
 /// Bytes of `struct io_rings` before its CQE array (`cq_off.cqes`): 64 on Linux 6.18 x86_64
 /// (measured with `io_uring_setup`).
-pub const IO_RINGS_HEADER: u64 = 64;
+pub(crate) const IO_RINGS_HEADER: u64 = 64;
 /// The CQE array of `struct io_rings` is aligned to this (`SMP_CACHE_BYTES` on x86_64).
 const CACHE_LINE: u64 = 64;
 /// Smallest `net.core.optmem_max` (bytes) that holds one `MSG_ZEROCOPY` notification skb on
 /// 6.18: 512 refuses the first send, 640 lets it through (measured in a private network
 /// namespace). With nothing in flight, an `optmem_max` at or above this is not why a send fails.
-pub const OPTMEM_ONE_NOTIFICATION: u64 = 1024;
+pub(crate) const OPTMEM_ONE_NOTIFICATION: u64 = 1024;
 /// `net.core.optmem_max`'s default on Linux 6.18 (128 KiB, read on these machines).
-pub const OPTMEM_DEFAULT: u64 = 128 << 10;
+pub(crate) const OPTMEM_DEFAULT: u64 = 128 << 10;
 
 /// The shape of an io_uring ring, as far as its locked memory goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingGeometry {
     /// SQ entries (a power of two).
-    pub sq_entries: u32,
+    pub(crate) sq_entries: u32,
     /// CQ entries (a power of two).
-    pub cq_entries: u32,
+    pub(crate) cq_entries: u32,
     /// `IORING_SETUP_CQE32`.
-    pub cqe32: bool,
+    pub(crate) cqe32: bool,
     /// `IORING_SETUP_SQE128`.
-    pub sqe128: bool,
+    pub(crate) sqe128: bool,
     /// `IORING_SETUP_NO_SQARRAY`.
-    pub no_sqarray: bool,
+    pub(crate) no_sqarray: bool,
 }
 
 impl RingGeometry {
@@ -95,7 +95,7 @@ pub fn registered_bytes(addr: u64, len: u64, page: u64, folio: u64) -> u64 {
 /// Bytes one `MSG_ZEROCOPY` send call of `len` bytes charges until its notification, rounded
 /// up: the kernel charges `(size >> PAGE_SHIFT) + 2` pages of the size it is given (for UDP
 /// that includes the 8-byte header, hence the round-up here).
-pub fn msg_zerocopy_send_bytes(len: u64, page: u64) -> u64 {
+pub(crate) fn msg_zerocopy_send_bytes(len: u64, page: u64) -> u64 {
     (len.div_ceil(page) + 2) * page
 }
 

@@ -21,8 +21,8 @@
 //!                                                                 test ─► RecvMatch::take_sizes
 //! ```
 //!
-//! [`wire`] is the chunk header (every chunk carries the message's seq, tag and total),
-//! [`send`] the sender's chunking, [`recv`] the receiver's matching. All three only keep
+//! `wire` is the chunk header (every chunk carries the message's seq, tag and total),
+//! `send` the sender's chunking, `recv` the receiver's matching. All three only keep
 //! books: the I/O layer moves the bytes.
 //!
 //! # Why waiting cannot deadlock
@@ -55,13 +55,17 @@
 //! messages that wait meanwhile hold only their own sockets, which carry nothing `c` needs. A
 //! tag or size mismatch is not a wait but an error ([`RecvError`]).
 
-pub mod recv;
-pub mod send;
-pub mod wire;
+mod recv;
+mod send;
+mod wire;
 
-pub use recv::{Placement, RecvError, RecvMatch, MAX_SEQ_AHEAD, MAX_WAITING};
+pub use recv::{Placement, RecvError, RecvMatch};
+#[cfg(test)]
+use recv::{MAX_SEQ_AHEAD, MAX_WAITING};
 pub use send::{SendChunk, SendError, SendSched};
-pub use wire::{ChunkHeader, WireError, HEADER_LEN, KIND_DATA, MAGIC, VERSION};
+pub use wire::{ChunkHeader, WireError, HEADER_LEN};
+#[cfg(test)]
+use wire::{KIND_DATA, VERSION};
 
 #[cfg(test)]
 mod tests;

@@ -116,7 +116,7 @@ impl Pattern {
 
     /// Bytes a buffer needs for [`Pattern::locate`] to find it anywhere: a whole 8-byte word
     /// of the pattern starts within its first 8 bytes.
-    pub const LOCATE_MIN: usize = 15;
+    pub(crate) const LOCATE_MIN: usize = 15;
 
     /// The stream offset at which `buf` is the pattern, found from its content: a datagram
     /// that carries the pattern at its own offset can be checked wherever it lands, after a
@@ -124,7 +124,7 @@ impl Pattern {
     /// is invertible, so the word that starts at `buf[a..]` names its index; the offset this
     /// gives for each of the 8 possible alignments is tried, and one is returned only if
     /// the whole of `buf` verifies there. `None` for a buffer shorter than
-    /// [`Pattern::LOCATE_MIN`] or one that is the pattern nowhere (corrupted, or not the
+    /// `Pattern::LOCATE_MIN` or one that is the pattern nowhere (corrupted, or not the
     /// pattern at all).
     pub fn locate(&self, buf: &[u8]) -> Option<u64> {
         if buf.len() < Self::LOCATE_MIN {

@@ -49,13 +49,13 @@ mod tests;
 /// `IORING_ZCRX_AREA_SHIFT`: offsets carry the area id from this bit up.
 pub const IORING_ZCRX_AREA_SHIFT: u32 = 48;
 /// `IORING_ZCRX_AREA_MASK`: the area-id bits of an offset.
-pub const IORING_ZCRX_AREA_MASK: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1);
+pub(crate) const IORING_ZCRX_AREA_MASK: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1);
 /// Buffer (niov) size of Linux 6.18: `PAGE_SIZE` on x86-64.
-pub const ZCRX_BUF_SIZE: u32 = 4096;
+pub(crate) const ZCRX_BUF_SIZE: u32 = 4096;
 /// Bytes of a 32-byte CQE: `io_uring_cqe` (16) followed by `io_uring_zcrx_cqe` (16).
 pub const CQE32_LEN: usize = 32;
 /// Bytes of `struct io_uring_zcrx_rqe` (`off: u64, len: u32, __pad: u32`).
-pub const ZCRX_RQE_LEN: usize = 16;
+pub(crate) const ZCRX_RQE_LEN: usize = 16;
 
 const EINTR: i32 = 4;
 const ENOMEM: i32 = 12;
@@ -105,7 +105,7 @@ pub struct ZcrxRx {
 }
 
 impl ZcrxRx {
-    /// An area of `area_len` bytes in [`ZCRX_BUF_SIZE`] buffers, with the `rq_area_token` the
+    /// An area of `area_len` bytes in `ZCRX_BUF_SIZE` buffers, with the `rq_area_token` the
     /// registration returned (`ZcrxIfq::area_token`; 0 on 6.18).
     pub fn new(area_len: u64, area_token: u64) -> Result<ZcrxRx, RxError> {
         Self::with_buf_size(area_len, ZCRX_BUF_SIZE, area_token)
@@ -150,7 +150,7 @@ impl ZcrxRx {
     }
 
     /// Buffer size in bytes.
-    pub fn buf_size(&self) -> u32 {
+    pub(crate) fn buf_size(&self) -> u32 {
         1 << self.shift
     }
 

@@ -17,8 +17,6 @@ pub const IORING_CQE_F_MORE: u32 = 1 << 1;
 pub const IORING_CQE_F_NOTIF: u32 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: in a notification's `res`, the kernel copied the data.
 pub const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
-/// `IORING_SEND_ZC_REPORT_USAGE`: SQE `ioprio` flag asking for the above (Linux 6.2+).
-pub const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {

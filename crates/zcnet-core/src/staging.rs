@@ -33,9 +33,8 @@ use std::collections::VecDeque;
 mod tx;
 mod types;
 pub use tx::StagingTx;
-pub use types::{
-    Cause, CopyCmd, CopyId, Pause, SendCmd, StagingConfig, StagingError, StagingStats,
-};
+pub(crate) use types::Pause;
+pub use types::{Cause, CopyCmd, CopyId, SendCmd, StagingConfig, StagingError, StagingStats};
 
 #[cfg(test)]
 mod tests;
@@ -184,7 +183,7 @@ impl StagingRx {
     /// Whether the receive side must pause (stop handing buffers to the socket), and why: the
     /// pipeline stopped; the ring has less free space than a host buffer
     /// (`ring_len - (received - released) < host buffer size`); or `max_copies` are in flight.
-    pub fn pause(&self) -> Option<Pause> {
+    pub(crate) fn pause(&self) -> Option<Pause> {
         if self.stopped.is_some() {
             Some(Pause::Stopped)
         } else if self.received - self.released > self.ring_len - u64::from(self.buf_size) {
@@ -196,7 +195,7 @@ impl StagingRx {
         }
     }
 
-    /// [`Self::pause`] is `None`.
+    /// `Self::pause` is `None`.
     pub fn can_receive(&self) -> bool {
         self.pause().is_none()
     }

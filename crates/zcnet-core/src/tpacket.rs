@@ -27,15 +27,15 @@ use std::fmt;
 /// the kernel writes into each block descriptor.
 pub const TPACKET_V3: u32 = 2;
 /// `TPACKET_ALIGNMENT`.
-pub const TPACKET_ALIGNMENT: usize = 16;
+pub(crate) const TPACKET_ALIGNMENT: usize = 16;
 /// `V3_ALIGNMENT` (af_packet.c): packets in a V3 block start on 8-byte boundaries.
 pub const V3_ALIGNMENT: usize = 8;
 /// `sizeof(struct tpacket3_hdr)`.
 pub const TPACKET3_HDR_LEN: usize = 48;
 /// `sizeof(struct sockaddr_ll)`.
-pub const SOCKADDR_LL_LEN: usize = 20;
+pub(crate) const SOCKADDR_LL_LEN: usize = 20;
 /// `TPACKET3_HDRLEN`: `TPACKET_ALIGN(sizeof(struct tpacket3_hdr)) + sizeof(struct sockaddr_ll)`.
-pub const TPACKET3_HDRLEN: usize = tpacket_align(TPACKET3_HDR_LEN) + SOCKADDR_LL_LEN;
+pub(crate) const TPACKET3_HDRLEN: usize = tpacket_align(TPACKET3_HDR_LEN) + SOCKADDR_LL_LEN;
 /// `sizeof(struct tpacket_block_desc)` (version, offset_to_priv, `tpacket_hdr_v1`).
 pub const BLOCK_DESC_LEN: usize = 48;
 /// Byte offset of `block_status` in a block (`tpacket_block_desc.hdr.bh1.block_status`).
@@ -56,18 +56,13 @@ pub const TX_DATA_OFFSET: usize = TPACKET3_HDRLEN - SOCKADDR_LL_LEN;
 pub const TP_STATUS_KERNEL: u32 = 0;
 /// RX status: the block is user space's.
 pub const TP_STATUS_USER: u32 = 1 << 0;
-/// RX status: the packet was truncated to the frame (V1/V2 with `PACKET_COPY_THRESH`).
-pub const TP_STATUS_COPY: u32 = 1 << 1;
 /// RX status: packets were dropped since the statistics were last read.
-pub const TP_STATUS_LOSING: u32 = 1 << 2;
-/// RX status: the checksum is left to hardware (an outgoing packet, `CHECKSUM_PARTIAL`).
-pub const TP_STATUS_CSUMNOTREADY: u32 = 1 << 3;
+pub(crate) const TP_STATUS_LOSING: u32 = 1 << 2;
 /// RX status: the block was closed by its timeout, not because it was full.
-pub const TP_STATUS_BLK_TMO: u32 = 1 << 5;
+pub(crate) const TP_STATUS_BLK_TMO: u32 = 1 << 5;
 /// RX status: the kernel validated the transport checksum.
-pub const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
-/// TX status: the frame is user space's.
-pub const TP_STATUS_AVAILABLE: u32 = 0;
+#[cfg(test)]
+pub(crate) const TP_STATUS_CSUM_VALID: u32 = 1 << 7;
 /// TX status: the frame is to be sent at the next `send()`.
 pub const TP_STATUS_SEND_REQUEST: u32 = 1 << 0;
 /// TX status: the frame is being sent.
@@ -76,7 +71,7 @@ pub const TP_STATUS_SENDING: u32 = 1 << 1;
 pub const TP_STATUS_WRONG_FORMAT: u32 = 1 << 2;
 
 /// `TPACKET_ALIGN(x)`.
-pub const fn tpacket_align(x: usize) -> usize {
+pub(crate) const fn tpacket_align(x: usize) -> usize {
     (x + TPACKET_ALIGNMENT - 1) & !(TPACKET_ALIGNMENT - 1)
 }
 
@@ -317,27 +312,27 @@ pub struct BlockHeader {
     /// `version`: [`TPACKET_V3`].
     pub version: u32,
     /// `offset_to_priv`.
-    pub offset_to_priv: u32,
+    pub(crate) offset_to_priv: u32,
     /// `block_status`: `TP_STATUS_USER` (| `TP_STATUS_LOSING`, `TP_STATUS_BLK_TMO`) when handed
     /// over; `TP_STATUS_KERNEL` otherwise.
-    pub block_status: u32,
+    pub(crate) block_status: u32,
     /// `num_pkts`.
     pub num_pkts: u32,
     /// `offset_to_first_pkt`.
-    pub offset_to_first_pkt: u32,
+    pub(crate) offset_to_first_pkt: u32,
     /// `blk_len`: bytes used, descriptor and padding included.
     pub blk_len: u32,
     /// `seq_num`: 1 for the first block the kernel opens, then +1 per block.
-    pub seq_num: u64,
+    pub(crate) seq_num: u64,
     /// `ts_first_pkt` (seconds, nanoseconds).
-    pub ts_first_pkt: (u32, u32),
+    pub(crate) ts_first_pkt: (u32, u32),
     /// `ts_last_pkt` (seconds, nanoseconds).
-    pub ts_last_pkt: (u32, u32),
+    pub(crate) ts_last_pkt: (u32, u32),
 }
 
 impl BlockHeader {
     /// Reads the descriptor at the start of `block`.
-    pub fn parse(block: &[u8]) -> Result<BlockHeader, TpacketError> {
+    pub(crate) fn parse(block: &[u8]) -> Result<BlockHeader, TpacketError> {
         if block.len() < BLOCK_DESC_LEN {
             return Err(TpacketError::ShortBlock {
                 need: BLOCK_DESC_LEN,
@@ -377,27 +372,27 @@ impl BlockHeader {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacketHeader {
     /// `tp_next_offset`: bytes from this header to the next one (0 for the last).
-    pub next_offset: u32,
+    pub(crate) next_offset: u32,
     /// `tp_sec`.
-    pub sec: u32,
+    pub(crate) sec: u32,
     /// `tp_nsec`.
-    pub nsec: u32,
+    pub(crate) nsec: u32,
     /// `tp_snaplen`: bytes captured.
     pub snaplen: u32,
     /// `tp_len`: the packet's length on the wire.
     pub len: u32,
     /// `tp_status`: `TP_STATUS_CSUMNOTREADY`, `TP_STATUS_CSUM_VALID`, VLAN bits…
-    pub status: u32,
+    pub(crate) status: u32,
     /// `tp_mac`: where the link-layer header starts, from this header.
     pub mac: u16,
     /// `tp_net`: where the network header starts, from this header.
-    pub net: u16,
+    pub(crate) net: u16,
     /// `hv1.tp_rxhash`.
-    pub rxhash: u32,
+    pub(crate) rxhash: u32,
     /// `hv1.tp_vlan_tci`.
-    pub vlan_tci: u32,
+    pub(crate) vlan_tci: u32,
     /// `hv1.tp_vlan_tpid`.
-    pub vlan_tpid: u16,
+    pub(crate) vlan_tpid: u16,
 }
 
 impl PacketHeader {

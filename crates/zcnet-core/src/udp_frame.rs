@@ -17,9 +17,9 @@ pub const UDP_HLEN: usize = 8;
 /// All three headers, as built here.
 pub const HEADERS_LEN: usize = ETH_HLEN + IPV4_HLEN + UDP_HLEN;
 /// `ETH_P_IP`.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
+pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
 /// `IPPROTO_UDP`.
-pub const IPPROTO_UDP: u8 = 17;
+pub(crate) const IPPROTO_UDP: u8 = 17;
 
 /// One UDP flow between two Ethernet hosts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,30 +20,25 @@
 //! instruction-set.rst). Packet loads are in host byte order, so network-order constants are
 //! compared as [`u16::from_ne_bytes`] of their big-endian bytes.
 
-/// `XDP_ABORTED`.
-pub const XDP_ABORTED: u32 = 0;
-/// `XDP_DROP`.
-pub const XDP_DROP: u32 = 1;
 /// `XDP_PASS`: to the normal network stack.
-pub const XDP_PASS: u32 = 2;
-/// `XDP_TX`.
-pub const XDP_TX: u32 = 3;
+pub(crate) const XDP_PASS: u32 = 2;
 /// `XDP_REDIRECT`.
-pub const XDP_REDIRECT: u32 = 4;
+#[cfg(test)]
+pub(crate) const XDP_REDIRECT: u32 = 4;
 /// `BPF_FUNC_redirect_map` helper number.
-pub const BPF_FUNC_REDIRECT_MAP: i32 = 51;
+pub(crate) const BPF_FUNC_REDIRECT_MAP: i32 = 51;
 /// `BPF_PSEUDO_MAP_FD`: the source register of a 64-bit immediate load whose immediate is a map
 /// file descriptor (the kernel replaces it with the map).
-pub const BPF_PSEUDO_MAP_FD: u8 = 1;
+pub(crate) const BPF_PSEUDO_MAP_FD: u8 = 1;
 
 /// Offsets in `struct xdp_md` (include/uapi/linux/bpf.h).
-pub mod xdp_md {
+mod xdp_md {
     /// `data`: start of the packet.
-    pub const DATA: i16 = 0;
+    pub(crate) const DATA: i16 = 0;
     /// `data_end`: one past its end.
-    pub const DATA_END: i16 = 4;
+    pub(crate) const DATA_END: i16 = 4;
     /// `rx_queue_index`.
-    pub const RX_QUEUE_INDEX: i16 = 16;
+    pub(crate) const RX_QUEUE_INDEX: i16 = 16;
 }
 
 /// Opcodes (class | size/op | mode/source), include/uapi/linux/bpf_common.h and bpf.h.
@@ -51,31 +46,31 @@ pub mod op {
     /// `BPF_LDX | BPF_MEM | BPF_W`: 32-bit load.
     pub const LDX_W: u8 = 0x61;
     /// `BPF_LDX | BPF_MEM | BPF_H`: 16-bit load.
-    pub const LDX_H: u8 = 0x69;
+    pub(crate) const LDX_H: u8 = 0x69;
     /// `BPF_LDX | BPF_MEM | BPF_B`: 8-bit load.
     pub const LDX_B: u8 = 0x71;
     /// `BPF_LD | BPF_IMM | BPF_DW`: 64-bit immediate, two instructions.
-    pub const LD_IMM64: u8 = 0x18;
+    pub(crate) const LD_IMM64: u8 = 0x18;
     /// `BPF_ALU64 | BPF_MOV | BPF_X`.
-    pub const MOV64_X: u8 = 0xbf;
+    pub(crate) const MOV64_X: u8 = 0xbf;
     /// `BPF_ALU64 | BPF_MOV | BPF_K`.
-    pub const MOV64_K: u8 = 0xb7;
+    pub(crate) const MOV64_K: u8 = 0xb7;
     /// `BPF_ALU64 | BPF_ADD | BPF_K`.
-    pub const ADD64_K: u8 = 0x07;
+    pub(crate) const ADD64_K: u8 = 0x07;
     /// `BPF_ALU64 | BPF_ADD | BPF_X`.
-    pub const ADD64_X: u8 = 0x0f;
+    pub(crate) const ADD64_X: u8 = 0x0f;
     /// `BPF_ALU64 | BPF_AND | BPF_K`.
-    pub const AND64_K: u8 = 0x57;
+    pub(crate) const AND64_K: u8 = 0x57;
     /// `BPF_ALU64 | BPF_LSH | BPF_K`.
-    pub const LSH64_K: u8 = 0x67;
+    pub(crate) const LSH64_K: u8 = 0x67;
     /// `BPF_JMP | BPF_JGT | BPF_X`: unsigned greater than, registers.
-    pub const JGT_X: u8 = 0x2d;
+    pub(crate) const JGT_X: u8 = 0x2d;
     /// `BPF_JMP | BPF_JNE | BPF_K`.
-    pub const JNE_K: u8 = 0x55;
+    pub(crate) const JNE_K: u8 = 0x55;
     /// `BPF_JMP | BPF_JLT | BPF_K`: unsigned less than an immediate.
-    pub const JLT_K: u8 = 0xa5;
+    pub(crate) const JLT_K: u8 = 0xa5;
     /// `BPF_JMP | BPF_CALL`.
-    pub const CALL: u8 = 0x85;
+    pub(crate) const CALL: u8 = 0x85;
     /// `BPF_JMP | BPF_EXIT`.
     pub const EXIT: u8 = 0x95;
 }
@@ -108,7 +103,7 @@ impl Insn {
 
     /// The 8 bytes the kernel reads, in this host's byte order (the register nibbles are a C
     /// bitfield: `dst_reg` is the low nibble on little-endian hosts, the high one on big-endian).
-    pub fn to_bytes(self) -> [u8; 8] {
+    pub(crate) fn to_bytes(self) -> [u8; 8] {
         let regs = if cfg!(target_endian = "little") {
             (self.src << 4) | (self.dst & 0x0f)
         } else {

@@ -36,23 +36,23 @@ use zcnet_core::tpacket::{
 };
 
 /// `SOL_PACKET` (include/linux/socket.h).
-pub const SOL_PACKET: libc::c_int = 263;
+pub(crate) const SOL_PACKET: libc::c_int = 263;
 /// `PACKET_RX_RING`.
-pub const PACKET_RX_RING: libc::c_int = 5;
+pub(crate) const PACKET_RX_RING: libc::c_int = 5;
 /// `PACKET_STATISTICS`.
-pub const PACKET_STATISTICS: libc::c_int = 6;
+pub(crate) const PACKET_STATISTICS: libc::c_int = 6;
 /// `PACKET_VERSION`.
-pub const PACKET_VERSION: libc::c_int = 10;
+pub(crate) const PACKET_VERSION: libc::c_int = 10;
 /// `PACKET_TX_RING`.
-pub const PACKET_TX_RING: libc::c_int = 13;
+pub(crate) const PACKET_TX_RING: libc::c_int = 13;
 /// `PACKET_QDISC_BYPASS`.
-pub const PACKET_QDISC_BYPASS: libc::c_int = 20;
+pub(crate) const PACKET_QDISC_BYPASS: libc::c_int = 20;
 /// `PACKET_IGNORE_OUTGOING`.
-pub const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+pub(crate) const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 /// `ETH_P_ALL` (include/uapi/linux/if_ether.h).
-pub const ETH_P_ALL: u16 = 0x0003;
+pub(crate) const ETH_P_ALL: u16 = 0x0003;
 /// `ETH_P_IP`.
-pub const ETH_P_IP: u16 = 0x0800;
+pub(crate) const ETH_P_IP: u16 = 0x0800;
 /// The most messages one [`PacketSocket::send_batch`] or [`PacketSocket::recv_batch`] call
 /// passes to the kernel (the rest are left for the next call).
 pub const MAX_BATCH: usize = 64;
@@ -83,11 +83,11 @@ impl Protocol {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PacketStats {
     /// `tp_packets`: packets seen (for TPACKET_V3 the drops included).
-    pub packets: u32,
+    pub(crate) packets: u32,
     /// `tp_drops`: packets dropped (ring or receive buffer full).
     pub drops: u32,
     /// `tp_freeze_q_cnt` (TPACKET_V3): times the ring was found full.
-    pub freeze_q_cnt: u32,
+    pub(crate) freeze_q_cnt: u32,
 }
 
 fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, val: &T) -> io::Result<()> {
@@ -170,7 +170,7 @@ impl PacketSocket {
     }
 
     /// The socket.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
@@ -479,7 +479,7 @@ pub struct RxBlock<'a> {
 
 impl RxBlock<'_> {
     /// The whole block as mapped.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: [off, off+len) is one block inside the live mapping. The kernel does not
         // write a block while its status has TP_STATUS_USER (it only reads the status, and
         // reopens the block after we store TP_STATUS_KERNEL in drop, when no slice from here
@@ -553,7 +553,7 @@ impl TxRing {
     }
 
     /// The largest frame one slot holds.
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.req.tx_capacity()
     }
 
@@ -621,7 +621,7 @@ impl TxRing {
     }
 
     /// Frames not given back yet (queued or being sent), counted by walking every slot.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         (0..self.req.frame_nr)
             .filter(|&i| self.status(i) & (tp::TP_STATUS_SEND_REQUEST | tp::TP_STATUS_SENDING) != 0)
             .count()
@@ -650,7 +650,7 @@ pub struct TxSlot<'a> {
 }
 
 impl TxSlot<'_> {
-    /// The frame's packet area ([`TxRing::capacity`] bytes).
+    /// The frame's packet area (`TxRing::capacity` bytes).
     pub fn data_mut(&mut self) -> &mut [u8] {
         let off = self.ring.req.frame_offset(self.ring.head) + TX_DATA_OFFSET;
         let cap = self.ring.capacity();

@@ -26,17 +26,17 @@ const BPF_LINK_GET_FD_BY_ID: libc::c_int = 30;
 const BPF_LINK_GET_NEXT_ID: libc::c_int = 31;
 
 /// `BPF_MAP_TYPE_XSKMAP`.
-pub const BPF_MAP_TYPE_XSKMAP: u32 = 17;
+pub(crate) const BPF_MAP_TYPE_XSKMAP: u32 = 17;
 /// `BPF_PROG_TYPE_XDP`.
-pub const BPF_PROG_TYPE_XDP: u32 = 6;
+pub(crate) const BPF_PROG_TYPE_XDP: u32 = 6;
 /// `BPF_XDP` (enum bpf_attach_type).
-pub const BPF_XDP: u32 = 37;
+pub(crate) const BPF_XDP: u32 = 37;
 /// `BPF_LINK_TYPE_XDP` (enum bpf_link_type).
-pub const BPF_LINK_TYPE_XDP: u32 = 6;
+pub(crate) const BPF_LINK_TYPE_XDP: u32 = 6;
 /// `XDP_FLAGS_SKB_MODE` (include/uapi/linux/if_link.h): generic XDP.
-pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+pub(crate) const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 /// `XDP_FLAGS_DRV_MODE`: native (driver) XDP.
-pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+pub(crate) const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 
 /// `union bpf_attr` for `BPF_MAP_CREATE` (the fields up to `map_name`).
 #[repr(C)]
@@ -235,12 +235,12 @@ pub struct ProgLoadError {
     /// The errno of `BPF_PROG_LOAD`.
     pub source: io::Error,
     /// The verifier's log (empty when the refusal came before verification, e.g. `EPERM`).
-    pub log: String,
+    pub(crate) log: String,
 }
 
 impl ProgLoadError {
     /// The last `n` non-empty lines of the log, joined with " | ": where the verifier stopped.
-    pub fn log_tail(&self, n: usize) -> String {
+    pub(crate) fn log_tail(&self, n: usize) -> String {
         let lines: Vec<&str> = self
             .log
             .lines()
@@ -351,7 +351,7 @@ pub enum XdpAttachMode {
 
 impl XdpAttachMode {
     /// The `XDP_FLAGS_*` bit.
-    pub fn flags(self) -> u32 {
+    pub(crate) fn flags(self) -> u32 {
         match self {
             XdpAttachMode::Native => XDP_FLAGS_DRV_MODE,
             XdpAttachMode::Generic => XDP_FLAGS_SKB_MODE,
@@ -412,13 +412,13 @@ impl XdpLink {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkInfo {
     /// `enum bpf_link_type` ([`BPF_LINK_TYPE_XDP`] for XDP).
-    pub link_type: u32,
+    pub(crate) link_type: u32,
     /// The link id.
     pub id: u32,
     /// The attached program's id.
-    pub prog_id: u32,
+    pub(crate) prog_id: u32,
     /// For an XDP link: the interface index (in the link's namespace); 0 once detached.
-    pub ifindex: u32,
+    pub(crate) ifindex: u32,
 }
 
 fn link_info_of(fd: BorrowedFd<'_>) -> io::Result<LinkInfo> {

@@ -106,11 +106,11 @@ pub struct RecvCompletion {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RecvStats {
     /// CQEs handed to [`RecvRing::drain`]'s callback.
-    pub completions: u64,
+    pub(crate) completions: u64,
     /// Completions with `ENOBUFS` (the ring ran dry and the multishot ended).
     pub enobufs: u64,
     /// Bytes received.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// CQEs whose buffer id did not match the id this ring published at the kernel's head
     /// (should stay 0; the CQE's id is trusted).
     pub desyncs: u64,

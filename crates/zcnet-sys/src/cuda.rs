@@ -2,7 +2,7 @@
 //! engines, asynchronous copies with events, and dma-buf export of device memory.
 //!
 //! Nothing links against CUDA. `libcuda.so.1` (the driver's soname; `ZCNET_LIBCUDA` names another
-//! file) is opened by [`driver`] the first time CUDA memory is asked for, and every symbol zcnet
+//! file) is opened by `driver` the first time CUDA memory is asked for, and every symbol zcnet
 //! calls is resolved then, so a machine without a GPU or a driver gets one error
 //! ([`CudaError::NoLibrary`]) instead of a crash. The driver API's constants and types come from
 //! `cudarc`'s `driver::sys` (generated from cuda.h); zcnet does its own loading because cudarc's
@@ -41,16 +41,16 @@ const ERR_NOT_READY: i32 = E::CUDA_ERROR_NOT_READY as i32;
 const HANDLE_DMA_BUF_FD: c_int = 1;
 /// `CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE` (cuda.h, enum CUmemRangeFlags, CUDA 12.8):
 /// the dma-buf is mapped through the GPU's PCIe BAR1, as a peer device's DMA needs.
-pub const DMA_BUF_MAPPING_TYPE_PCIE: u64 =
+pub(crate) const DMA_BUF_MAPPING_TYPE_PCIE: u64 =
     cudarc::driver::sys::CUmemRangeFlags_enum::CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE as u64;
 /// The first driver version (`cuDriverGetVersion`) that knows [`DMA_BUF_MAPPING_TYPE_PCIE`].
-pub const DMA_BUF_PCIE_MIN_DRIVER: i32 = 12080;
+pub(crate) const DMA_BUF_PCIE_MIN_DRIVER: i32 = 12080;
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
 /// A device attribute no CUDA driver knows (cuda.h's `CUdevice_attribute` ends far below it, and
 /// a driver answers an unknown one with `CUDA_ERROR_INVALID_VALUE`); zcnet's CUDA driver
 /// stand-in (crates/zcnet-sys/tests/cuda-standin) answers 1, which marks its device as a
 /// stand-in ([`DeviceInfo::standin`]): nothing measured against it is a GPU figure.
-pub const STANDIN_ATTRIBUTE: c_int = 0x7a63_6e74; // "zcnt"
+pub(crate) const STANDIN_ATTRIBUTE: c_int = 0x7a63_6e74; // "zcnt"
 
 /// What every line or JSON object that reports a stand-in device, or a rate measured against
 /// it, carries.
@@ -128,7 +128,7 @@ impl fmt::Display for CudaError {
 impl std::error::Error for CudaError {}
 
 /// Result alias.
-pub type Result<T> = std::result::Result<T, CudaError>;
+pub(crate) type Result<T> = std::result::Result<T, CudaError>;
 
 type CuDevice = c_int;
 type CuPtr = u64;
@@ -230,7 +230,7 @@ unsafe impl Sync for Driver {}
 
 /// The library names tried, in order: `ZCNET_LIBCUDA` when set, else the driver's soname, then
 /// the development link.
-pub fn library_candidates() -> Vec<String> {
+pub(crate) fn library_candidates() -> Vec<String> {
     match std::env::var("ZCNET_LIBCUDA") {
         Ok(p) if !p.is_empty() => vec![p],
         _ => vec!["libcuda.so.1".into(), "libcuda.so".into()],
@@ -393,7 +393,7 @@ pub struct DeviceInfo {
     /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED`.
     pub gpudirect_rdma_vmm: bool,
     /// The device is zcnet's CUDA driver stand-in, not a GPU (it answers
-    /// [`STANDIN_ATTRIBUTE`], which no real driver knows): its figures are not GPU figures.
+    /// `STANDIN_ATTRIBUTE`, which no real driver knows): its figures are not GPU figures.
     pub standin: bool,
 }
 
@@ -705,7 +705,7 @@ impl HostRegistration {
     }
 
     /// The registered mapping.
-    pub fn mapping(&self) -> &Arc<Mapping> {
+    pub(crate) fn mapping(&self) -> &Arc<Mapping> {
         &self.map
     }
 
@@ -737,7 +737,7 @@ unsafe impl Send for Stream {}
 
 /// A recorded point in a stream; complete when every copy queued before it is.
 #[derive(Debug)]
-pub struct Event {
+pub(crate) struct Event {
     ctx: Arc<Context>,
     raw: Handle,
 }
@@ -884,7 +884,7 @@ impl Stream {
     }
 
     /// Waits for every copy queued on the stream.
-    pub fn synchronize(&self) -> Result<()> {
+    pub(crate) fn synchronize(&self) -> Result<()> {
         let s = self.raw;
         self.ctx.call("cuStreamSynchronize", |f| {
             // SAFETY: the handles are live (owned by these values) and the context is current.
@@ -911,7 +911,7 @@ impl Drop for Stream {
 
 impl Event {
     /// `Ok(true)` once complete, `Ok(false)` while pending, `Err` if the work before it failed.
-    pub fn query(&self) -> Result<bool> {
+    pub(crate) fn query(&self) -> Result<bool> {
         let d = driver()?;
         let _ = self.ctx.bind();
         // SAFETY: the event is live (owned by self).
@@ -924,7 +924,7 @@ impl Event {
     }
 
     /// Blocks until complete.
-    pub fn wait(&self) -> Result<()> {
+    pub(crate) fn wait(&self) -> Result<()> {
         let r = self.raw;
         self.ctx.call("cuEventSynchronize", |f| {
             // SAFETY: the handles are live (owned by these values) and the context is current.

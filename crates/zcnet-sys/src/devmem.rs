@@ -26,30 +26,30 @@ use zcnet_core::devmem::{DmabufToken, MAX_DONTNEED_TOKENS, MSG_SOCK_DEVMEM, SO_D
 pub const MSG_SOCK_DEVMEM_FLAG: libc::c_int = MSG_SOCK_DEVMEM as libc::c_int;
 
 /// `UDMABUF_CREATE` = `_IOW('u', 0x42, struct udmabuf_create)` (include/uapi/linux/udmabuf.h).
-pub const UDMABUF_CREATE: libc::c_ulong = (1 << 30)
+pub(crate) const UDMABUF_CREATE: libc::c_ulong = (1 << 30)
     | ((std::mem::size_of::<UdmabufCreate>() as libc::c_ulong) << 16)
     | ((b'u' as libc::c_ulong) << 8)
     | 0x42;
 /// `UDMABUF_FLAGS_CLOEXEC`.
-pub const UDMABUF_FLAGS_CLOEXEC: u32 = 0x01;
+pub(crate) const UDMABUF_FLAGS_CLOEXEC: u32 = 0x01;
 /// Where the udmabuf device lives (CONFIG_UDMABUF).
 pub const UDMABUF_DEV: &str = "/dev/udmabuf";
 
 /// `struct udmabuf_create` (24 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct UdmabufCreate {
+pub(crate) struct UdmabufCreate {
     /// `memfd`: a sealed memfd (F_SEAL_SHRINK set, F_SEAL_WRITE not).
-    pub memfd: u32,
+    pub(crate) memfd: u32,
     /// `flags`: [`UDMABUF_FLAGS_CLOEXEC`].
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `offset` in the memfd (page-aligned).
-    pub offset: u64,
+    pub(crate) offset: u64,
     /// `size` (page multiple).
-    pub size: u64,
+    pub(crate) size: u64,
 }
 
-/// What [`recvmsg_ctrl`] received.
+/// What `recvmsg_ctrl` received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Received {
     /// The call's return value: bytes taken from the socket (for devmem, device and linear
@@ -68,7 +68,8 @@ pub const MAX_IOVECS: usize = 64;
 /// `recvmsg(fd)` into `buf` with `ctrl` as the control buffer and `flags` (e.g.
 /// [`MSG_SOCK_DEVMEM_FLAG`]` | MSG_DONTWAIT`). Walk the control messages with
 /// [`cmsgs`]`(&ctrl[..r.ctrl_len])`. One buffer of [`recvmsg_ctrl_vectored`].
-pub fn recvmsg_ctrl(
+#[cfg(test)]
+pub(crate) fn recvmsg_ctrl(
     fd: RawFd,
     buf: &mut [u8],
     ctrl: &mut [u8],
@@ -138,7 +139,7 @@ where
 }
 
 /// `CMSG_ALIGN`: control messages are aligned to `sizeof(long)` (include/linux/socket.h).
-pub const fn cmsg_align(len: usize) -> usize {
+pub(crate) const fn cmsg_align(len: usize) -> usize {
     let a = std::mem::size_of::<usize>();
     (len + a - 1) & !(a - 1)
 }

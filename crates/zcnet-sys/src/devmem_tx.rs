@@ -30,21 +30,21 @@ use std::os::fd::RawFd;
 use zcnet_core::devmem::{SCM_DEVMEM_DMABUF, SOL_SOCKET};
 
 /// Bytes of the binding id the control message carries (`__u32`).
-pub const DMABUF_ID_LEN: usize = std::mem::size_of::<u32>();
+pub(crate) const DMABUF_ID_LEN: usize = std::mem::size_of::<u32>();
 /// `CMSG_LEN(sizeof(__u32))`: the `cmsg_len` the kernel insists on (20 on 64-bit).
-pub const TX_CMSG_LEN: usize = CMSG_HDR_LEN + DMABUF_ID_LEN;
+pub(crate) const TX_CMSG_LEN: usize = CMSG_HDR_LEN + DMABUF_ID_LEN;
 /// `CMSG_SPACE(sizeof(__u32))`: bytes of the whole control buffer (24 on 64-bit).
-pub const TX_CMSG_SPACE: usize = cmsg_space(DMABUF_ID_LEN);
+pub(crate) const TX_CMSG_SPACE: usize = cmsg_space(DMABUF_ID_LEN);
 
 /// The control buffer of one devmem send: one `SCM_DEVMEM_DMABUF` message, aligned like a
 /// `struct cmsghdr` (the kernel copies it before parsing, so this is belt and braces).
 #[repr(C, align(8))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TxControl([u8; TX_CMSG_SPACE]);
+pub(crate) struct TxControl([u8; TX_CMSG_SPACE]);
 
 impl TxControl {
     /// The bytes, as `msg_control`/`msg_controllen` take them.
-    pub fn as_bytes(&self) -> &[u8; TX_CMSG_SPACE] {
+    pub(crate) fn as_bytes(&self) -> &[u8; TX_CMSG_SPACE] {
         &self.0
     }
 }
@@ -53,7 +53,7 @@ impl TxControl {
 /// `CMSG_FIRSTHDR`/`CMSG_LEN`/`CMSG_DATA` build in devmem.rst's example: `cmsg_len =
 /// CMSG_LEN(4)`, `SOL_SOCKET`, `SCM_DEVMEM_DMABUF`, the id in native byte order, zero padding
 /// up to `CMSG_SPACE(4)`. Pure.
-pub fn tx_control(dmabuf_id: u32) -> TxControl {
+pub(crate) fn tx_control(dmabuf_id: u32) -> TxControl {
     let mut b = [0u8; TX_CMSG_SPACE];
     let w = std::mem::size_of::<usize>();
     b[..w].copy_from_slice(&TX_CMSG_LEN.to_ne_bytes());

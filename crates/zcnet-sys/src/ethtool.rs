@@ -5,22 +5,22 @@
 //! `struct ethtool_drvinfo`, include/uapi/linux/ethtool.h) are built and parsed as bytes by
 //! `zcnet-netlink`; this module only makes the call. To keep the call sound it accepts only
 //! the commands listed below and checks, before the call, that the buffer holds every byte the
-//! kernel reads or writes for that command ([`required_len`]).
+//! kernel reads or writes for that command (`required_len`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// `SIOCETHTOOL` (include/uapi/linux/sockios.h).
-pub const SIOCETHTOOL: libc::c_ulong = 0x8946;
+pub(crate) const SIOCETHTOOL: libc::c_ulong = 0x8946;
 /// `IFNAMSIZ` (include/uapi/linux/if.h): interface names are at most 15 bytes plus a NUL.
-pub const IFNAMSIZ: usize = 16;
+pub(crate) const IFNAMSIZ: usize = 16;
 
 /// `ETHTOOL_GDRVINFO` (include/uapi/linux/ethtool.h): driver name, version, bus info.
 pub const ETHTOOL_GDRVINFO: u32 = 0x03;
 /// `ETHTOOL_GRXFH`: get the RX flow hash fields of a flow type.
-pub const ETHTOOL_GRXFH: u32 = 0x29;
+pub(crate) const ETHTOOL_GRXFH: u32 = 0x29;
 /// `ETHTOOL_SRXFH`: set the RX flow hash fields of a flow type.
-pub const ETHTOOL_SRXFH: u32 = 0x2a;
+pub(crate) const ETHTOOL_SRXFH: u32 = 0x2a;
 /// `ETHTOOL_GRXRINGS`: number of RX rings available for flow steering.
 pub const ETHTOOL_GRXRINGS: u32 = 0x2d;
 /// `ETHTOOL_GRXCLSRLCNT`: number of classification rules (and the table size).
@@ -51,7 +51,7 @@ pub const RXNFC_RULE_LOCS_OFFSET: usize = 188;
 /// `offsetof(struct ethtool_rxfh_indir, ring_index)` (after `cmd` and `size`).
 pub const RXFH_INDIR_HEADER_LEN: usize = 8;
 /// `offsetof(struct ethtool_rxfh_indir, size)`.
-pub const RXFH_INDIR_SIZE_OFFSET: usize = 4;
+pub(crate) const RXFH_INDIR_SIZE_OFFSET: usize = 4;
 
 /// Reads the native-endian u32 at byte offset `off` of `data` (None past the end).
 fn u32_at(data: &[u64], off: usize) -> Option<u32> {
@@ -75,7 +75,7 @@ fn u32_at(data: &[u64], off: usize) -> Option<u32> {
 ///   before it touches the array.
 ///
 /// Any other command is refused with `InvalidInput`: its size is unknown here.
-pub fn required_len(data: &[u64]) -> io::Result<usize> {
+pub(crate) fn required_len(data: &[u64]) -> io::Result<usize> {
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
     let cmd = u32_at(data, 0).ok_or_else(|| invalid("empty ethtool command buffer".into()))?;
     let need = match cmd {
@@ -152,7 +152,7 @@ pub(crate) fn ioctl_socket() -> io::Result<OwnedFd> {
 /// command). The kernel's answer is written back into `data`.
 ///
 /// Contract (checked, so the call is sound for every input): the command must be one of the
-/// `ETHTOOL_*` constants of this module, and `data` must be at least [`required_len`] bytes
+/// `ETHTOOL_*` constants of this module, and `data` must be at least `required_len` bytes
 /// (`data.len() * 8`), computed from the same header fields the kernel reads. Errors:
 /// `InvalidInput` for a bad name, an unknown command or a short buffer; otherwise the errno of
 /// the ioctl (`EOPNOTSUPP` when the driver lacks the operation, `ENODEV` for no such device,

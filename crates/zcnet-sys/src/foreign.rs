@@ -83,7 +83,7 @@ impl ForeignBuf {
     /// The first `len` bytes of a received buffer taken out of its ring, read-only. The handle
     /// is dropped with the value, which queues the buffer for its ring
     /// ([`crate::bufring::RecvRing::lend`]). `None` when `len` exceeds the buffer.
-    pub fn returning(held: crate::bufring::HeldBuf, len: usize) -> Option<ForeignBuf> {
+    pub(crate) fn returning(held: crate::bufring::HeldBuf, len: usize) -> Option<ForeignBuf> {
         let bytes = held.bytes();
         if len > bytes.len() {
             return None;
@@ -98,7 +98,7 @@ impl ForeignBuf {
         })
     }
 
-    /// Whether only reads are allowed (a received buffer lent on: [`Self::returning`]).
+    /// Whether only reads are allowed (a received buffer lent on: `Self::returning`).
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }

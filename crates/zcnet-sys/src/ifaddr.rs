@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 /// `ARPHRD_ETHER` (include/uapi/linux/if_arp.h).
-pub const ARPHRD_ETHER: u16 = 1;
+pub(crate) const ARPHRD_ETHER: u16 = 1;
 
 /// The Ethernet address of interface `name`. `ENODEV` when there is no such interface,
 /// `InvalidInput` for a bad name, `Unsupported` for an interface that is not Ethernet.

@@ -5,12 +5,23 @@
 //! zcnet-nccl (the NCCL plugin), hold their own `unsafe` at that boundary: their `extern "C"`
 //! entry points and the raw pointers they are handed.
 //!
-//! Memory mappings and their disjoint slots ([`mem`]), the one io_uring ring owner that holds a
-//! request's memory (an owned slot or a foreign lease) for exactly as long as the kernel may
-//! touch it ([`uring`]), socket options, `MSG_ZEROCOPY` sends
-//! and the error queue ([`sock`]), and process-level calls: thread CPU time, RLIMIT_MEMLOCK,
-//! network-namespace switching, the interrupt flag ([`os`]). [`baseline`] is the minimal raw
-//! SEND_ZC loop that zcnet's own overhead is measured against.
+//! The public surface is the modules below, each exporting what the other crates use; the rest
+//! (uapi layouts, raw ring mappings such as the AF_XDP rings, helpers) is crate-private.
+//!
+//! - io_uring: [`uring`] (the one ring owner: it holds a request's memory, an owned slot or a
+//!   foreign lease, for exactly as long as the kernel may touch it), [`bufring`] (multishot
+//!   receive into provided buffers), [`zcrx`] (zero-copy receive), [`uring_probe`] and
+//!   [`uring_query`] (what the kernel's io_uring offers), [`baseline`] (the minimal raw SEND_ZC
+//!   loop zcnet's own overhead is measured against).
+//! - sockets: [`sock`] (options, plain and `MSG_ZEROCOPY` sends, the error queue), [`epoll`],
+//!   [`af_packet`], [`xsk`] and [`xsk_socket`] (AF_XDP), [`bpf`] (the XSKMAP and XDP program),
+//!   [`devmem`] and [`devmem_tx`] (devmem TCP), `tokio_fd` (with the feature `tokio`).
+//! - memory: [`mem`] (mappings and their disjoint slots), [`foreign`] (memory lent by foreign
+//!   code), [`cuda`] (the CUDA driver API, opened at run time).
+//! - netlink and devices: [`netlink`] (a raw netlink socket), [`ethtool`] (the `SIOCETHTOOL`
+//!   ioctl), [`ifaddr`] (an interface's MAC address).
+//! - process: [`os`] (thread CPU time, RLIMIT_MEMLOCK, privileges, network namespaces, the
+//!   interrupt flag).
 //!
 //! Each `unsafe` block carries a `// SAFETY:` comment; the API exported is safe.
 #![warn(missing_docs)]
@@ -38,7 +49,7 @@ pub mod uring;
 pub mod uring_probe;
 pub mod uring_query;
 pub mod xsk;
-pub mod xsk_ring;
+mod xsk_ring;
 pub mod xsk_socket;
 pub mod zcrx;
 

@@ -157,7 +157,7 @@ impl Mapping {
     /// `len` bytes (a page multiple, at most the file's size) of `fd` from offset 0, mapped
     /// shared, readable and writable, and pre-faulted: the pages of a memfd that a udmabuf also
     /// holds. The mapping keeps the pages after `fd` is closed.
-    pub fn shared_fd(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn shared_fd(fd: std::os::fd::BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
         if len == 0 || !len.is_multiple_of(page_size()) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
@@ -245,7 +245,7 @@ impl Mapping {
     }
 
     /// Whether the CPU can read and write the bytes (false for device memory).
-    pub fn cpu_accessible(&self) -> bool {
+    pub(crate) fn cpu_accessible(&self) -> bool {
         self.device.is_none()
     }
 

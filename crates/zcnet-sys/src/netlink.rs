@@ -15,16 +15,16 @@ pub const NETLINK_ROUTE: i32 = 0;
 /// `NETLINK_GENERIC` protocol (include/uapi/linux/netlink.h).
 pub const NETLINK_GENERIC: i32 = 16;
 /// `SOL_NETLINK` socket option level (include/linux/socket.h).
-pub const SOL_NETLINK: i32 = 270;
+pub(crate) const SOL_NETLINK: i32 = 270;
 /// `NETLINK_CAP_ACK` (include/uapi/linux/netlink.h): error messages carry only the header of
 /// the failed request, not its whole payload.
-pub const NETLINK_CAP_ACK: i32 = 10;
+pub(crate) const NETLINK_CAP_ACK: i32 = 10;
 /// `NETLINK_EXT_ACK` (include/uapi/linux/netlink.h): error messages carry extended-ACK TLVs
 /// (the kernel's message, the offset of the offending attribute, ...).
-pub const NETLINK_EXT_ACK: i32 = 11;
+pub(crate) const NETLINK_EXT_ACK: i32 = 11;
 
 /// The receive timeout a fresh socket gets: no request to the kernel may hang a probe.
-pub const DEFAULT_RECV_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_RECV_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A netlink socket bound to a kernel-assigned port and connected to the kernel.
 ///
@@ -48,7 +48,7 @@ impl NlSocket {
     /// Opens a netlink socket for `protocol` (e.g. [`NETLINK_GENERIC`]), binds it (the kernel
     /// picks the port id), connects it to the kernel, turns on extended ACKs and capped ACKs
     /// (failures of those two options are ignored: old kernels lack them), and sets a receive
-    /// timeout of [`DEFAULT_RECV_TIMEOUT`].
+    /// timeout of `DEFAULT_RECV_TIMEOUT`.
     pub fn open(protocol: i32) -> io::Result<NlSocket> {
         // SAFETY: socket() takes only integers; the result is checked before use.
         let raw = crate::cvt(unsafe {
@@ -102,7 +102,7 @@ impl NlSocket {
 
     /// Sets `SO_RCVTIMEO`: [`NlSocket::recv`] fails with `WouldBlock` after `timeout` without a
     /// message. A zero duration is raised to one microsecond (zero would mean "wait forever").
-    pub fn set_recv_timeout(&self, timeout: Duration) -> io::Result<()> {
+    pub(crate) fn set_recv_timeout(&self, timeout: Duration) -> io::Result<()> {
         let timeout = timeout.max(Duration::from_micros(1));
         let tv = libc::timeval {
             tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,

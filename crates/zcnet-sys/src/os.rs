@@ -13,11 +13,6 @@ pub fn thread_cpu_seconds() -> f64 {
     cpu_seconds(RUSAGE_THREAD)
 }
 
-/// CPU seconds (user + system) every thread of this process has used.
-pub fn process_cpu_seconds() -> f64 {
-    cpu_seconds(libc::RUSAGE_SELF)
-}
-
 fn cpu_seconds(who: libc::c_int) -> f64 {
     // SAFETY: all-zero is a valid rusage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };

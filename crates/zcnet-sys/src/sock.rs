@@ -5,13 +5,15 @@ use std::io;
 use std::os::fd::RawFd;
 
 /// `SO_ZEROCOPY` (include/uapi/asm-generic/socket.h).
-pub const SO_ZEROCOPY: libc::c_int = 60;
+pub(crate) const SO_ZEROCOPY: libc::c_int = 60;
 /// `UDP_SEGMENT` (include/uapi/linux/udp.h): UDP GSO segment size.
-pub const UDP_SEGMENT: libc::c_int = 103;
+pub(crate) const UDP_SEGMENT: libc::c_int = 103;
 /// `SO_EE_ORIGIN_ZEROCOPY` (include/uapi/linux/errqueue.h); missing from libc.
-pub const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+#[cfg(test)]
+pub(crate) const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
 /// `SO_EE_CODE_ZEROCOPY_COPIED` (include/uapi/linux/errqueue.h); missing from libc.
-pub const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+#[cfg(test)]
+pub(crate) const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
 
 fn setsockopt_int(
     fd: RawFd,
@@ -205,12 +207,6 @@ pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> 
     } else {
         Ok(n as usize)
     }
-}
-
-/// `shutdown(fd, SHUT_WR)`.
-pub fn shutdown_write(fd: RawFd) -> io::Result<()> {
-    // SAFETY: no memory is passed.
-    crate::cvt(unsafe { libc::shutdown(fd, libc::SHUT_WR) }).map(drop)
 }
 
 /// One message read from the error queue (defined with its parser in `zcnet_core::errqueue`).

@@ -21,7 +21,7 @@
 //! One drop rule: dropping the ring cancels every request in flight (IORING_OP_ASYNC_CANCEL by
 //! tag, Linux 5.5) and waits up to [`DROP_WAIT`] for their final CQEs. A lease the kernel still
 //! holds after that is leaked on purpose, with the ring itself, never freed under it
-//! ([`leaked_leases`] counts them). A zero-copy send whose bytes a socket still holds ends only
+//! (`leaked_leases` counts them). A zero-copy send whose bytes a socket still holds ends only
 //! when the socket lets go: an owner that can, resets its sockets before dropping the ring.
 //!
 //! Fixed buffers: a sparse table (IORING_REGISTER_BUFFERS2 with IORING_RSRC_REGISTER_SPARSE,
@@ -49,7 +49,8 @@ static LEAKED: AtomicU64 = AtomicU64::new(0);
 
 /// Leases leaked because the kernel still held them when their ring was dropped (0 in a healthy
 /// process).
-pub fn leaked_leases() -> u64 {
+#[cfg(test)]
+pub(crate) fn leaked_leases() -> u64 {
     LEAKED.load(Ordering::Relaxed)
 }
 
@@ -58,7 +59,7 @@ pub const DROP_WAIT: Duration = Duration::from_secs(2);
 
 /// `IORING_SEND_ZC_REPORT_USAGE` (include/uapi/linux/io_uring.h, Linux 6.2): ask the notification
 /// to say whether the kernel copied. Not exported by the io-uring crate.
-pub const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
+pub(crate) const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 
 /// user_data of the ring's own cancel requests.
 const CANCEL_TAG: u64 = u64::MAX;
@@ -74,7 +75,7 @@ pub enum Lease {
 
 impl Lease {
     /// Its address and length.
-    pub fn range(&self) -> (usize, usize) {
+    pub(crate) fn range(&self) -> (usize, usize) {
         match self {
             Lease::Slot(s) => (s.addr(), s.len()),
             Lease::Borrowed(b) => (b.addr(), b.len()),
@@ -193,7 +194,7 @@ pub struct Completion {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingFlags {
     /// IORING_SETUP_COOP_TASKRUN.
-    pub coop_taskrun: bool,
+    pub(crate) coop_taskrun: bool,
 }
 
 /// An io_uring instance for requests on leased memory.
@@ -281,7 +282,7 @@ impl Ring {
     }
 
     /// Whether the kernel supports opcode `op` (IORING_REGISTER_PROBE).
-    pub fn supports(&self, op: u8) -> io::Result<bool> {
+    pub(crate) fn supports(&self, op: u8) -> io::Result<bool> {
         let mut probe = io_uring::Probe::new();
         self.ring.submitter().register_probe(&mut probe)?;
         Ok(probe.is_supported(op))

@@ -15,22 +15,23 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 // ---- opcodes (enum io_uring_op) -----------------------------------------------------------
 
 /// `IORING_OP_SEND` (5.6).
-pub const IORING_OP_SEND: u8 = 26;
-/// `IORING_OP_RECV` (5.6). Multishot receive is this opcode with [`IORING_RECV_MULTISHOT`] in
-/// `sqe->ioprio` (6.0); bundles add [`IORING_RECVSEND_BUNDLE`] (6.10).
+#[cfg(test)]
+pub(crate) const IORING_OP_SEND: u8 = 26;
+/// `IORING_OP_RECV` (5.6). Multishot receive is this opcode with `IORING_RECV_MULTISHOT` in
+/// `sqe->ioprio` (6.0); bundles add `IORING_RECVSEND_BUNDLE` (6.10).
 pub const IORING_OP_RECV: u8 = 27;
 /// `IORING_OP_SEND_ZC` (6.0).
 pub const IORING_OP_SEND_ZC: u8 = 47;
 /// `IORING_OP_SENDMSG_ZC` (6.1).
-pub const IORING_OP_SENDMSG_ZC: u8 = 48;
+pub(crate) const IORING_OP_SENDMSG_ZC: u8 = 48;
 /// `IORING_OP_READ_MULTISHOT` (6.7).
-pub const IORING_OP_READ_MULTISHOT: u8 = 49;
+pub(crate) const IORING_OP_READ_MULTISHOT: u8 = 49;
 /// `IORING_OP_RECV_ZC` (6.15): zero-copy receive into a registered zcrx area
 /// ([`crate::zcrx`]).
 pub const IORING_OP_RECV_ZC: u8 = 58;
 
 /// The opcodes zcnet reports, with the names used in reports.
-pub const PROBED_OPS: &[(u8, &str)] = &[
+pub(crate) const PROBED_OPS: &[(u8, &str)] = &[
     (IORING_OP_SEND_ZC, "send-zc"),
     (IORING_OP_SENDMSG_ZC, "sendmsg-zc"),
     (IORING_OP_RECV, "recv"),
@@ -40,57 +41,26 @@ pub const PROBED_OPS: &[(u8, &str)] = &[
 
 // ---- sqe->ioprio flags of SEND/RECV ---------------------------------------------------------
 
-/// `IORING_RECVSEND_POLL_FIRST`: poll before trying the operation.
-pub const IORING_RECVSEND_POLL_FIRST: u16 = 1 << 0;
 /// `IORING_RECV_MULTISHOT`: one RECV (or RECV_ZC) request, many completions.
-pub const IORING_RECV_MULTISHOT: u16 = 1 << 1;
-/// `IORING_RECVSEND_FIXED_BUF`: use a registered buffer.
-pub const IORING_RECVSEND_FIXED_BUF: u16 = 1 << 2;
-/// `IORING_RECVSEND_BUNDLE`: receive into (or send from) several provided buffers at once;
-/// available when [`IORING_FEAT_RECVSEND_BUNDLE`] is set.
-pub const IORING_RECVSEND_BUNDLE: u16 = 1 << 4;
+#[cfg(test)]
+pub(crate) const IORING_RECV_MULTISHOT: u16 = 1 << 1;
 
 // ---- io_uring_params.features ---------------------------------------------------------------
 
 /// `IORING_FEAT_SINGLE_MMAP` (5.4).
-pub const IORING_FEAT_SINGLE_MMAP: u32 = 1 << 0;
+#[cfg(test)]
+pub(crate) const IORING_FEAT_SINGLE_MMAP: u32 = 1 << 0;
 /// `IORING_FEAT_NODROP` (5.5).
-pub const IORING_FEAT_NODROP: u32 = 1 << 1;
-/// `IORING_FEAT_SUBMIT_STABLE` (5.5).
-pub const IORING_FEAT_SUBMIT_STABLE: u32 = 1 << 2;
-/// `IORING_FEAT_RW_CUR_POS` (5.6).
-pub const IORING_FEAT_RW_CUR_POS: u32 = 1 << 3;
-/// `IORING_FEAT_CUR_PERSONALITY` (5.6).
-pub const IORING_FEAT_CUR_PERSONALITY: u32 = 1 << 4;
+pub(crate) const IORING_FEAT_NODROP: u32 = 1 << 1;
 /// `IORING_FEAT_FAST_POLL` (5.7).
-pub const IORING_FEAT_FAST_POLL: u32 = 1 << 5;
-/// `IORING_FEAT_POLL_32BITS` (5.9).
-pub const IORING_FEAT_POLL_32BITS: u32 = 1 << 6;
-/// `IORING_FEAT_SQPOLL_NONFIXED` (5.11).
-pub const IORING_FEAT_SQPOLL_NONFIXED: u32 = 1 << 7;
+pub(crate) const IORING_FEAT_FAST_POLL: u32 = 1 << 5;
 /// `IORING_FEAT_EXT_ARG` (5.11).
-pub const IORING_FEAT_EXT_ARG: u32 = 1 << 8;
-/// `IORING_FEAT_NATIVE_WORKERS` (5.12).
-pub const IORING_FEAT_NATIVE_WORKERS: u32 = 1 << 9;
-/// `IORING_FEAT_RSRC_TAGS` (5.13).
-pub const IORING_FEAT_RSRC_TAGS: u32 = 1 << 10;
-/// `IORING_FEAT_CQE_SKIP` (5.17).
-pub const IORING_FEAT_CQE_SKIP: u32 = 1 << 11;
-/// `IORING_FEAT_LINKED_FILE` (5.17).
-pub const IORING_FEAT_LINKED_FILE: u32 = 1 << 12;
-/// `IORING_FEAT_REG_REG_RING` (6.3).
-pub const IORING_FEAT_REG_REG_RING: u32 = 1 << 13;
-/// `IORING_FEAT_RECVSEND_BUNDLE` (6.10): RECV/SEND accept [`IORING_RECVSEND_BUNDLE`].
-pub const IORING_FEAT_RECVSEND_BUNDLE: u32 = 1 << 14;
-/// `IORING_FEAT_MIN_TIMEOUT` (6.12).
-pub const IORING_FEAT_MIN_TIMEOUT: u32 = 1 << 15;
-/// `IORING_FEAT_RW_ATTR` (6.13).
-pub const IORING_FEAT_RW_ATTR: u32 = 1 << 16;
-/// `IORING_FEAT_NO_IOWAIT` (6.15).
-pub const IORING_FEAT_NO_IOWAIT: u32 = 1 << 17;
+pub(crate) const IORING_FEAT_EXT_ARG: u32 = 1 << 8;
+/// `IORING_FEAT_RECVSEND_BUNDLE` (6.10): RECV/SEND accept `IORING_RECVSEND_BUNDLE`.
+pub(crate) const IORING_FEAT_RECVSEND_BUNDLE: u32 = 1 << 14;
 
 /// The feature bits zcnet reports, with the names used in reports.
-pub const PROBED_FEATURES: &[(u32, &str)] = &[
+pub(crate) const PROBED_FEATURES: &[(u32, &str)] = &[
     (IORING_FEAT_NODROP, "nodrop"),
     (IORING_FEAT_FAST_POLL, "fast-poll"),
     (IORING_FEAT_EXT_ARG, "ext-arg"),
@@ -99,19 +69,16 @@ pub const PROBED_FEATURES: &[(u32, &str)] = &[
 
 // ---- io_uring_setup(2) flags ------------------------------------------------------------------
 
-/// `IORING_SETUP_SQPOLL`: a kernel thread polls the submission queue.
-pub const IORING_SETUP_SQPOLL: u32 = 1 << 1;
 /// `IORING_SETUP_CQSIZE`: `cq_entries` is given (with the raw [`try_setup`], which passes 0,
 /// the kernel answers `EINVAL`).
-pub const IORING_SETUP_CQSIZE: u32 = 1 << 3;
-/// `IORING_SETUP_CLAMP`: clamp ring sizes to the maximum instead of failing.
-pub const IORING_SETUP_CLAMP: u32 = 1 << 4;
+#[cfg(test)]
+pub(crate) const IORING_SETUP_CQSIZE: u32 = 1 << 3;
 /// `IORING_SETUP_COOP_TASKRUN` (5.19): no IPI to run completions' task work.
-pub const IORING_SETUP_COOP_TASKRUN: u32 = 1 << 8;
-/// `IORING_SETUP_TASKRUN_FLAG` (5.19).
-pub const IORING_SETUP_TASKRUN_FLAG: u32 = 1 << 9;
+#[cfg(test)]
+pub(crate) const IORING_SETUP_COOP_TASKRUN: u32 = 1 << 8;
 /// `IORING_SETUP_SQE128` (5.19): 128-byte SQEs.
-pub const IORING_SETUP_SQE128: u32 = 1 << 10;
+#[cfg(test)]
+pub(crate) const IORING_SETUP_SQE128: u32 = 1 << 10;
 /// `IORING_SETUP_CQE32` (5.19): 32-byte CQEs (zcrx needs this or `CQE_MIXED`).
 pub const IORING_SETUP_CQE32: u32 = 1 << 11;
 /// `IORING_SETUP_SINGLE_ISSUER` (6.0): only the creating task submits.
@@ -119,10 +86,6 @@ pub const IORING_SETUP_SINGLE_ISSUER: u32 = 1 << 12;
 /// `IORING_SETUP_DEFER_TASKRUN` (6.1): task work runs only when the issuer waits; requires
 /// [`IORING_SETUP_SINGLE_ISSUER`] (the kernel answers `EINVAL` without it).
 pub const IORING_SETUP_DEFER_TASKRUN: u32 = 1 << 13;
-/// `IORING_SETUP_NO_SQARRAY` (6.6).
-pub const IORING_SETUP_NO_SQARRAY: u32 = 1 << 16;
-/// `IORING_SETUP_CQE_MIXED` (6.18): 16- and 32-byte CQEs in one ring.
-pub const IORING_SETUP_CQE_MIXED: u32 = 1 << 18;
 
 /// The flags a zero-copy receive ring needs (Documentation/networking/iou-zcrx.rst).
 pub const ZCRX_SETUP_FLAGS: u32 =
@@ -131,110 +94,110 @@ pub const ZCRX_SETUP_FLAGS: u32 =
 // ---- io_uring_register(2) ---------------------------------------------------------------------
 
 /// `IORING_REGISTER_PROBE` (5.6).
-pub const IORING_REGISTER_PROBE: u32 = 8;
+pub(crate) const IORING_REGISTER_PROBE: u32 = 8;
 /// `IO_URING_OP_SUPPORTED`: `io_uring_probe_op.flags` bit.
-pub const IO_URING_OP_SUPPORTED: u16 = 1 << 0;
+pub(crate) const IO_URING_OP_SUPPORTED: u16 = 1 << 0;
 
 /// `struct io_sqring_offsets` (40 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoSqringOffsets {
+pub(crate) struct IoSqringOffsets {
     /// `head`.
-    pub head: u32,
+    pub(crate) head: u32,
     /// `tail`.
-    pub tail: u32,
+    pub(crate) tail: u32,
     /// `ring_mask`.
-    pub ring_mask: u32,
+    pub(crate) ring_mask: u32,
     /// `ring_entries`.
-    pub ring_entries: u32,
+    pub(crate) ring_entries: u32,
     /// `flags`.
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `dropped`.
-    pub dropped: u32,
+    pub(crate) dropped: u32,
     /// `array`.
-    pub array: u32,
+    pub(crate) array: u32,
     /// `resv1`.
-    pub resv1: u32,
+    pub(crate) resv1: u32,
     /// `user_addr` (IORING_SETUP_NO_MMAP).
-    pub user_addr: u64,
+    pub(crate) user_addr: u64,
 }
 
 /// `struct io_cqring_offsets` (40 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoCqringOffsets {
+pub(crate) struct IoCqringOffsets {
     /// `head`.
-    pub head: u32,
+    pub(crate) head: u32,
     /// `tail`.
-    pub tail: u32,
+    pub(crate) tail: u32,
     /// `ring_mask`.
-    pub ring_mask: u32,
+    pub(crate) ring_mask: u32,
     /// `ring_entries`.
-    pub ring_entries: u32,
+    pub(crate) ring_entries: u32,
     /// `overflow`.
-    pub overflow: u32,
+    pub(crate) overflow: u32,
     /// `cqes`.
-    pub cqes: u32,
+    pub(crate) cqes: u32,
     /// `flags`.
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `resv1`.
-    pub resv1: u32,
+    pub(crate) resv1: u32,
     /// `user_addr` (IORING_SETUP_NO_MMAP).
-    pub user_addr: u64,
+    pub(crate) user_addr: u64,
 }
 
 /// `struct io_uring_params` (120 bytes), in and out of `io_uring_setup(2)`.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringParams {
+pub(crate) struct IoUringParams {
     /// `sq_entries` (out).
-    pub sq_entries: u32,
+    pub(crate) sq_entries: u32,
     /// `cq_entries` (in with IORING_SETUP_CQSIZE, out).
-    pub cq_entries: u32,
+    pub(crate) cq_entries: u32,
     /// `flags`: IORING_SETUP_*.
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `sq_thread_cpu`.
-    pub sq_thread_cpu: u32,
+    pub(crate) sq_thread_cpu: u32,
     /// `sq_thread_idle` (ms).
-    pub sq_thread_idle: u32,
+    pub(crate) sq_thread_idle: u32,
     /// `features` (out): IORING_FEAT_*.
-    pub features: u32,
+    pub(crate) features: u32,
     /// `wq_fd` (IORING_SETUP_ATTACH_WQ).
-    pub wq_fd: u32,
+    pub(crate) wq_fd: u32,
     /// `resv`.
-    pub resv: [u32; 3],
+    pub(crate) resv: [u32; 3],
     /// `sq_off` (out).
-    pub sq_off: IoSqringOffsets,
+    pub(crate) sq_off: IoSqringOffsets,
     /// `cq_off` (out).
-    pub cq_off: IoCqringOffsets,
+    pub(crate) cq_off: IoCqringOffsets,
 }
 
 /// `struct io_uring_probe` header (16 bytes), followed in memory by `ops_len` entries.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringProbeHdr {
+pub(crate) struct IoUringProbeHdr {
     /// `last_op`: the highest opcode the kernel knows.
-    pub last_op: u8,
+    pub(crate) last_op: u8,
     /// `ops_len`: how many `ops` entries the kernel filled.
-    pub ops_len: u8,
+    pub(crate) ops_len: u8,
     /// `resv`.
-    pub resv: u16,
+    pub(crate) resv: u16,
     /// `resv2`.
-    pub resv2: [u32; 3],
+    pub(crate) resv2: [u32; 3],
 }
 
 /// `struct io_uring_probe_op` (8 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringProbeOp {
+pub(crate) struct IoUringProbeOp {
     /// `op`: the opcode.
-    pub op: u8,
+    pub(crate) op: u8,
     /// `resv`.
-    pub resv: u8,
+    pub(crate) resv: u8,
     /// `flags`: [`IO_URING_OP_SUPPORTED`].
-    pub flags: u16,
+    pub(crate) flags: u16,
     /// `resv2`.
-    pub resv2: u32,
+    pub(crate) resv2: u32,
 }
 
 /// The probe buffer handed to the kernel: the header and room for every possible `u8` opcode.
@@ -247,14 +210,14 @@ struct ProbeBuf {
 /// A ring fd from the raw `io_uring_setup(2)`, with the parameters the kernel wrote back. Not
 /// mapped: only good for `io_uring_register(2)` calls. Closed on drop.
 #[derive(Debug)]
-pub struct RawRing {
+pub(crate) struct RawRing {
     fd: OwnedFd,
     params: IoUringParams,
 }
 
 impl RawRing {
     /// `io_uring_setup(entries, {flags})`: the kernel's errno on failure.
-    pub fn setup(entries: u32, flags: u32) -> io::Result<RawRing> {
+    pub(crate) fn setup(entries: u32, flags: u32) -> io::Result<RawRing> {
         let mut params = IoUringParams {
             flags,
             ..IoUringParams::default()
@@ -279,12 +242,12 @@ impl RawRing {
     }
 
     /// The parameters the kernel wrote back (features, ring sizes, offsets).
-    pub fn params(&self) -> &IoUringParams {
+    pub(crate) fn params(&self) -> &IoUringParams {
         &self.params
     }
 
     /// The ring's fd.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.fd.as_fd()
     }
@@ -324,11 +287,11 @@ pub(crate) unsafe fn io_uring_register_raw(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UringProbe {
     /// The highest opcode the kernel knows (`IORING_OP_LAST - 1`; 62 on 6.18).
-    pub last_op: u8,
+    pub(crate) last_op: u8,
     /// The supported opcodes, ascending.
-    pub supported: Vec<u8>,
+    pub(crate) supported: Vec<u8>,
     /// `io_uring_params.features` of a ring created with no flags.
-    pub features: u32,
+    pub(crate) features: u32,
 }
 
 impl UringProbe {
@@ -338,11 +301,11 @@ impl UringProbe {
     }
 
     /// Whether every bit of `flag` (IORING_FEAT_*) is set.
-    pub fn has_feature(&self, flag: u32) -> bool {
+    pub(crate) fn has_feature(&self, flag: u32) -> bool {
         self.features & flag == flag
     }
 
-    /// [`PROBED_OPS`] with whether each is supported.
+    /// `PROBED_OPS` with whether each is supported.
     pub fn probed_ops(&self) -> Vec<(&'static str, bool)> {
         PROBED_OPS
             .iter()
@@ -350,7 +313,7 @@ impl UringProbe {
             .collect()
     }
 
-    /// [`PROBED_FEATURES`] with whether each is present.
+    /// `PROBED_FEATURES` with whether each is present.
     pub fn probed_features(&self) -> Vec<(&'static str, bool)> {
         PROBED_FEATURES
             .iter()

@@ -28,25 +28,23 @@ use std::io;
 use std::sync::OnceLock;
 
 /// `IORING_REGISTER_QUERY` (6.18).
-pub const IORING_REGISTER_QUERY: u32 = 35;
+pub(crate) const IORING_REGISTER_QUERY: u32 = 35;
 /// `IO_URING_QUERY_OPCODES`.
-pub const IO_URING_QUERY_OPCODES: u32 = 0;
+pub(crate) const IO_URING_QUERY_OPCODES: u32 = 0;
 /// `IO_URING_QUERY_ZCRX`.
-pub const IO_URING_QUERY_ZCRX: u32 = 1;
-/// `IO_URING_QUERY_SCQ`.
-pub const IO_URING_QUERY_SCQ: u32 = 2;
+pub(crate) const IO_URING_QUERY_ZCRX: u32 = 1;
 /// `IO_URING_QUERY_ZCRX_EVENT`.
-pub const IO_URING_QUERY_ZCRX_EVENT: u32 = 3;
+pub(crate) const IO_URING_QUERY_ZCRX_EVENT: u32 = 3;
 
 /// `ZCRX_REG_IMPORT` (`enum zcrx_reg_flags`): register by importing an exported ifq.
-pub const ZCRX_REG_IMPORT: u64 = 1;
+pub(crate) const ZCRX_REG_IMPORT: u64 = 1;
 /// `ZCRX_REG_NODEV`: an ifq without a network device (the kernel copies every byte).
-pub const ZCRX_REG_NODEV_FLAG: u64 = 2;
+pub(crate) const ZCRX_REG_NODEV_FLAG: u64 = 2;
 /// `ZCRX_FEATURE_RX_PAGE_SIZE` (`enum zcrx_features`): `io_uring_zcrx_ifq_reg.rx_buf_len`
 /// chooses the receive buffer size.
 pub const ZCRX_FEATURE_RX_PAGE_SIZE: u32 = 1 << 0;
 /// `ZCRX_FEATURE_EVENT`: `io_uring_zcrx_ifq_reg.event_desc` (events and statistics).
-pub const ZCRX_FEATURE_EVENT: u32 = 1 << 1;
+pub(crate) const ZCRX_FEATURE_EVENT: u32 = 1 << 1;
 /// `ZCRX_EVENT_ALLOC_FAIL` (`enum zcrx_event_type`): the page pool found no free buffer.
 pub const ZCRX_EVENT_ALLOC_FAIL: u32 = 0;
 /// `ZCRX_EVENT_COPY`: the kernel copied received data into the area.
@@ -54,24 +52,24 @@ pub const ZCRX_EVENT_COPY: u32 = 1;
 
 /// `enum zcrx_ctrl_op` of Linux 7.3 with the names zcnet reports; a kernel supports the first
 /// `nr_ctrl_opcodes` of them.
-pub const ZCRX_CTRL_OPS: &[&str] = &["flush-rq", "export", "arm-event", "add-area"];
+pub(crate) const ZCRX_CTRL_OPS: &[&str] = &["flush-rq", "export", "arm-event", "add-area"];
 
 /// `struct io_uring_query_hdr` (40 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
-pub struct IoUringQueryHdr {
+pub(crate) struct IoUringQueryHdr {
     /// Pointer to the next header, 0 to end the chain.
-    pub next_entry: u64,
+    pub(crate) next_entry: u64,
     /// Pointer to the payload.
-    pub query_data: u64,
+    pub(crate) query_data: u64,
     /// `IO_URING_QUERY_*`.
-    pub query_op: u32,
+    pub(crate) query_op: u32,
     /// Payload size in; the kernel's payload size out.
-    pub size: u32,
+    pub(crate) size: u32,
     /// 0, or a negative errno for this entry (`-EOPNOTSUPP`: unknown op).
-    pub result: i32,
+    pub(crate) result: i32,
     /// Must be 0.
-    pub resv: [u32; 3],
+    pub(crate) resv: [u32; 3],
 }
 
 /// `struct io_uring_query_opcode` (48 bytes).
@@ -79,21 +77,21 @@ pub struct IoUringQueryHdr {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct QueryOpcodes {
     /// `IORING_OP_LAST`.
-    pub nr_request_opcodes: u32,
+    pub(crate) nr_request_opcodes: u32,
     /// `IORING_REGISTER_LAST`.
-    pub nr_register_opcodes: u32,
+    pub(crate) nr_register_opcodes: u32,
     /// Every `IORING_FEAT_*` the kernel has.
-    pub feature_flags: u64,
+    pub(crate) feature_flags: u64,
     /// Every `IORING_SETUP_*` flag it accepts.
-    pub ring_setup_flags: u64,
+    pub(crate) ring_setup_flags: u64,
     /// Every `IORING_ENTER_*` flag.
-    pub enter_flags: u64,
+    pub(crate) enter_flags: u64,
     /// Every `IOSQE_*` flag.
-    pub sqe_flags: u64,
+    pub(crate) sqe_flags: u64,
     /// The number of query ops (`__IO_URING_QUERY_MAX`).
-    pub nr_query_opcodes: u32,
+    pub(crate) nr_query_opcodes: u32,
     /// Padding.
-    pub pad: u32,
+    pub(crate) pad: u32,
 }
 
 /// `struct io_uring_query_zcrx` (40 bytes).
@@ -121,15 +119,15 @@ pub struct QueryZcrx {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct QueryZcrxEvent {
     /// Supported event types, bit `1 << ZCRX_EVENT_*`.
-    pub event_flags: u32,
+    pub(crate) event_flags: u32,
     /// `sizeof(struct zcrx_stats)`.
-    pub stats_size: u32,
+    pub(crate) stats_size: u32,
     /// Alignment the statistics' offset in the refill region must have.
-    pub stats_off_alignment: u32,
+    pub(crate) stats_off_alignment: u32,
     /// Reserved.
-    pub resv1: u32,
+    pub(crate) resv1: u32,
     /// Reserved.
-    pub resv2: [u64; 4],
+    pub(crate) resv2: [u64; 4],
 }
 
 /// One query: `Ok(Some(payload))`, `Ok(None)` when the kernel does not know the query op (or
@@ -243,17 +241,17 @@ impl ZcrxCaps {
     }
 
     /// `ZCRX_REG_IMPORT`: share an ifq between rings.
-    pub fn import(&self) -> bool {
+    pub(crate) fn import(&self) -> bool {
         self.zcrx_flag(|z| z.register_flags & ZCRX_REG_IMPORT != 0)
     }
 
     /// `IORING_ZCRX_AREA_DMABUF`: a dma-buf area.
-    pub fn dmabuf_area(&self) -> bool {
+    pub(crate) fn dmabuf_area(&self) -> bool {
         self.zcrx_flag(|z| z.area_flags & 1 != 0)
     }
 
     /// Whether control op `op` (`ZCRX_CTRL_*`, numbered from 0) exists.
-    pub fn ctrl_op(&self, op: u32) -> bool {
+    pub(crate) fn ctrl_op(&self, op: u32) -> bool {
         self.zcrx_flag(|z| op < z.nr_ctrl_opcodes)
     }
 
@@ -263,7 +261,7 @@ impl ZcrxCaps {
     }
 
     /// `ZCRX_CTRL_ARM_EVENT` (op 2).
-    pub fn arm_event(&self) -> bool {
+    pub(crate) fn arm_event(&self) -> bool {
         self.ctrl_op(2)
     }
 
@@ -272,7 +270,7 @@ impl ZcrxCaps {
         self.ctrl_op(3)
     }
 
-    /// The names of the control ops the kernel has ([`ZCRX_CTRL_OPS`], then `op-N`).
+    /// The names of the control ops the kernel has (`ZCRX_CTRL_OPS`, then `op-N`).
     pub fn ctrl_op_names(&self) -> Vec<String> {
         let n = self.zcrx.map_or(0, |z| z.nr_ctrl_opcodes);
         (0..n)

@@ -17,98 +17,94 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 /// `AF_XDP` (include/linux/socket.h).
-pub const AF_XDP: libc::c_int = 44;
+pub(crate) const AF_XDP: libc::c_int = 44;
 /// `SOL_XDP` (include/linux/socket.h).
-pub const SOL_XDP: libc::c_int = 283;
+pub(crate) const SOL_XDP: libc::c_int = 283;
 
 /// `XDP_MMAP_OFFSETS` socket option (getsockopt): ring offsets for mmap.
-pub const XDP_MMAP_OFFSETS: libc::c_int = 1;
+pub(crate) const XDP_MMAP_OFFSETS: libc::c_int = 1;
 /// `XDP_RX_RING` socket option: RX ring entries.
-pub const XDP_RX_RING: libc::c_int = 2;
+pub(crate) const XDP_RX_RING: libc::c_int = 2;
 /// `XDP_TX_RING` socket option: TX ring entries.
-pub const XDP_TX_RING: libc::c_int = 3;
+pub(crate) const XDP_TX_RING: libc::c_int = 3;
 /// `XDP_UMEM_REG` socket option: register the UMEM ([`XdpUmemReg`]).
-pub const XDP_UMEM_REG: libc::c_int = 4;
+pub(crate) const XDP_UMEM_REG: libc::c_int = 4;
 /// `XDP_UMEM_FILL_RING` socket option: fill ring entries.
-pub const XDP_UMEM_FILL_RING: libc::c_int = 5;
+pub(crate) const XDP_UMEM_FILL_RING: libc::c_int = 5;
 /// `XDP_UMEM_COMPLETION_RING` socket option: completion ring entries.
-pub const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
+pub(crate) const XDP_UMEM_COMPLETION_RING: libc::c_int = 6;
 /// `XDP_STATISTICS` socket option (getsockopt): [`XdpStatistics`].
-pub const XDP_STATISTICS: libc::c_int = 7;
+pub(crate) const XDP_STATISTICS: libc::c_int = 7;
 
 /// `sxdp_flags`: share the UMEM of `sxdp_shared_umem_fd`.
-pub const XDP_SHARED_UMEM: u16 = 1 << 0;
+pub(crate) const XDP_SHARED_UMEM: u16 = 1 << 0;
 /// `sxdp_flags`: force copy mode.
-pub const XDP_COPY: u16 = 1 << 1;
+pub(crate) const XDP_COPY: u16 = 1 << 1;
 /// `sxdp_flags`: force zero-copy mode (fails where the driver cannot).
-pub const XDP_ZEROCOPY: u16 = 1 << 2;
+pub(crate) const XDP_ZEROCOPY: u16 = 1 << 2;
 /// `sxdp_flags`: the application wakes the driver when the rings' NEED_WAKEUP flag says so.
-pub const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
-/// `sxdp_flags`: multi-buffer packets as several descriptors.
-pub const XDP_USE_SG: u16 = 1 << 4;
-/// `xdp_umem_reg.flags`: chunks may start anywhere (unaligned mode).
-pub const XDP_UMEM_UNALIGNED_CHUNK_FLAG: u32 = 1 << 0;
+pub(crate) const XDP_USE_NEED_WAKEUP: u16 = 1 << 3;
 
 /// `struct sockaddr_xdp` (16 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct SockaddrXdp {
+pub(crate) struct SockaddrXdp {
     /// `sxdp_family`: `AF_XDP`.
-    pub sxdp_family: u16,
+    pub(crate) sxdp_family: u16,
     /// `sxdp_flags`: XDP_COPY, XDP_ZEROCOPY, XDP_USE_NEED_WAKEUP, ...
-    pub sxdp_flags: u16,
+    pub(crate) sxdp_flags: u16,
     /// `sxdp_ifindex`.
-    pub sxdp_ifindex: u32,
+    pub(crate) sxdp_ifindex: u32,
     /// `sxdp_queue_id`.
-    pub sxdp_queue_id: u32,
+    pub(crate) sxdp_queue_id: u32,
     /// `sxdp_shared_umem_fd`.
-    pub sxdp_shared_umem_fd: u32,
+    pub(crate) sxdp_shared_umem_fd: u32,
 }
 
 /// `struct xdp_umem_reg` (32 bytes; 6.8+ with `tx_metadata_len`).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct XdpUmemReg {
+pub(crate) struct XdpUmemReg {
     /// `addr`: start of the packet data area (page-aligned).
-    pub addr: u64,
+    pub(crate) addr: u64,
     /// `len`.
-    pub len: u64,
+    pub(crate) len: u64,
     /// `chunk_size`: frame size (power of two, 2048..=page size, in aligned mode).
-    pub chunk_size: u32,
+    pub(crate) chunk_size: u32,
     /// `headroom`.
-    pub headroom: u32,
+    pub(crate) headroom: u32,
     /// `flags`: [`XDP_UMEM_UNALIGNED_CHUNK_FLAG`], ...
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `tx_metadata_len`.
-    pub tx_metadata_len: u32,
+    pub(crate) tx_metadata_len: u32,
 }
 
 /// `struct xdp_ring_offset` (32 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct XdpRingOffset {
+pub(crate) struct XdpRingOffset {
     /// `producer`.
-    pub producer: u64,
+    pub(crate) producer: u64,
     /// `consumer`.
-    pub consumer: u64,
+    pub(crate) consumer: u64,
     /// `desc`.
-    pub desc: u64,
+    pub(crate) desc: u64,
     /// `flags`.
-    pub flags: u64,
+    pub(crate) flags: u64,
 }
 
 /// `struct xdp_mmap_offsets` (128 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct XdpMmapOffsets {
+pub(crate) struct XdpMmapOffsets {
     /// `rx`.
-    pub rx: XdpRingOffset,
+    pub(crate) rx: XdpRingOffset,
     /// `tx`.
-    pub tx: XdpRingOffset,
+    pub(crate) tx: XdpRingOffset,
     /// `fr`: fill ring.
-    pub fr: XdpRingOffset,
+    pub(crate) fr: XdpRingOffset,
     /// `cr`: completion ring.
-    pub cr: XdpRingOffset,
+    pub(crate) cr: XdpRingOffset,
 }
 
 /// `struct xdp_statistics` (48 bytes).
@@ -132,13 +128,13 @@ pub struct XdpStatistics {
 /// `struct xdp_desc` (16 bytes): an RX/TX ring entry.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct XdpDesc {
+pub(crate) struct XdpDesc {
     /// `addr`: offset in the UMEM.
-    pub addr: u64,
+    pub(crate) addr: u64,
     /// `len`.
-    pub len: u32,
+    pub(crate) len: u32,
     /// `options`.
-    pub options: u32,
+    pub(crate) options: u32,
 }
 
 /// How the socket binds to the queue.
@@ -152,7 +148,7 @@ pub enum XskBindMode {
 
 impl XskBindMode {
     /// The `sxdp_flags` bit.
-    pub fn flag(self) -> u16 {
+    pub(crate) fn flag(self) -> u16 {
         match self {
             XskBindMode::Copy => XDP_COPY,
             XskBindMode::ZeroCopy => XDP_ZEROCOPY,
@@ -170,15 +166,15 @@ impl XskBindMode {
 
 /// UMEM and ring sizes of an [`XskSocket`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct XskConfig {
+pub(crate) struct XskConfig {
     /// Frames in the UMEM.
-    pub frame_count: u32,
+    pub(crate) frame_count: u32,
     /// Bytes per frame (a power of two from 2048 to the page size).
-    pub frame_size: u32,
+    pub(crate) frame_size: u32,
     /// Entries of each of the four rings (a power of two).
-    pub ring_entries: u32,
+    pub(crate) ring_entries: u32,
     /// Bind with `XDP_USE_NEED_WAKEUP`.
-    pub need_wakeup: bool,
+    pub(crate) need_wakeup: bool,
 }
 
 impl Default for XskConfig {
@@ -194,17 +190,17 @@ impl Default for XskConfig {
 }
 
 /// `XDP_OPTIONS` socket option (getsockopt): `struct xdp_options { u32 flags }`.
-pub const XDP_OPTIONS: libc::c_int = 8;
+pub(crate) const XDP_OPTIONS: libc::c_int = 8;
 /// `xdp_options.flags`: the socket is bound in zero-copy mode.
-pub const XDP_OPTIONS_ZEROCOPY: u32 = 1 << 0;
+pub(crate) const XDP_OPTIONS_ZEROCOPY: u32 = 1 << 0;
 /// mmap offset of the RX ring (`XDP_PGOFF_RX_RING`).
-pub const XDP_PGOFF_RX_RING: libc::off_t = 0;
+pub(crate) const XDP_PGOFF_RX_RING: libc::off_t = 0;
 /// mmap offset of the TX ring (`XDP_PGOFF_TX_RING`).
-pub const XDP_PGOFF_TX_RING: libc::off_t = 0x8000_0000;
+pub(crate) const XDP_PGOFF_TX_RING: libc::off_t = 0x8000_0000;
 /// mmap offset of the fill ring (`XDP_UMEM_PGOFF_FILL_RING`).
-pub const XDP_UMEM_PGOFF_FILL_RING: libc::off_t = 0x1_0000_0000;
+pub(crate) const XDP_UMEM_PGOFF_FILL_RING: libc::off_t = 0x1_0000_0000;
 /// mmap offset of the completion ring (`XDP_UMEM_PGOFF_COMPLETION_RING`).
-pub const XDP_UMEM_PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
+pub(crate) const XDP_UMEM_PGOFF_COMPLETION_RING: libc::off_t = 0x1_8000_0000;
 
 /// `EBUSY` retries of a bind (the previous socket on the queue is released asynchronously).
 pub(crate) const BUSY_RETRIES: u32 = 10;
@@ -215,13 +211,13 @@ pub(crate) const BUSY_PAUSE: Duration = Duration::from_millis(20);
 /// from the queue and unpins the UMEM, asynchronously), then unmaps the UMEM; the kernel keeps
 /// the pages pinned until it lets go, so a late write never reaches reused memory.
 #[derive(Debug)]
-pub struct XskSocket {
+pub(crate) struct XskSocket {
+    /// Closed first on drop; read by the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     fd: OwnedFd,
+    /// Unmapped after the socket is closed; read by the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     umem: Mapping,
-    ifindex: u32,
-    queue_id: u32,
-    mode: XskBindMode,
-    config: XskConfig,
 }
 
 pub(crate) fn setsockopt<T>(fd: BorrowedFd<'_>, name: libc::c_int, val: &T) -> io::Result<()> {
@@ -325,7 +321,7 @@ pub(crate) fn bind(fd: BorrowedFd<'_>, sa: &SockaddrXdp) -> io::Result<()> {
 
 impl XskSocket {
     /// Binds to queue `queue_id` of interface `ifindex` with [`XskConfig::default`].
-    pub fn bind(ifindex: u32, queue_id: u32, mode: XskBindMode) -> io::Result<XskSocket> {
+    pub(crate) fn bind(ifindex: u32, queue_id: u32, mode: XskBindMode) -> io::Result<XskSocket> {
         Self::bind_with(ifindex, queue_id, mode, &XskConfig::default())
     }
 
@@ -333,7 +329,7 @@ impl XskSocket {
     /// anonymous memory, sizes the fill, completion, RX and TX rings and binds. `EBUSY` (the
     /// queue's previous socket not yet released) is retried up to 10 times, 20 ms apart, each
     /// time with a fresh socket. Other errors are the kernel's errno, unchanged.
-    pub fn bind_with(
+    pub(crate) fn bind_with(
         ifindex: u32,
         queue_id: u32,
         mode: XskBindMode,
@@ -355,53 +351,24 @@ impl XskSocket {
                 Err(e) => return Err(e),
             }
         };
-        Ok(XskSocket {
-            fd,
-            umem,
-            ifindex,
-            queue_id,
-            mode,
-            config: *cfg,
-        })
-    }
-
-    /// The socket.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
-    /// The interface index.
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-
-    /// The queue.
-    pub fn queue_id(&self) -> u32 {
-        self.queue_id
-    }
-
-    /// The bind mode.
-    pub fn mode(&self) -> XskBindMode {
-        self.mode
-    }
-
-    /// The UMEM and ring sizes.
-    pub fn config(&self) -> &XskConfig {
-        &self.config
+        Ok(XskSocket { fd, umem })
     }
 
     /// Start address and length of the UMEM (descriptor addresses are offsets into it).
-    pub fn umem(&self) -> (usize, usize) {
+    #[cfg(test)]
+    pub(crate) fn umem(&self) -> (usize, usize) {
         (self.umem.addr(), self.umem.len())
     }
 
     /// Where the rings are for mmap (`XDP_MMAP_OFFSETS`).
-    pub fn mmap_offsets(&self) -> io::Result<XdpMmapOffsets> {
+    #[cfg(test)]
+    pub(crate) fn mmap_offsets(&self) -> io::Result<XdpMmapOffsets> {
         getsockopt(self.fd.as_fd(), XDP_MMAP_OFFSETS)
     }
 
     /// The socket's drop counters (`XDP_STATISTICS`).
-    pub fn statistics(&self) -> io::Result<XdpStatistics> {
+    #[cfg(test)]
+    pub(crate) fn statistics(&self) -> io::Result<XdpStatistics> {
         getsockopt(self.fd.as_fd(), XDP_STATISTICS)
     }
 }

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 ///
 /// # Safety
 /// Implementors must be `repr(C)` integer-only types with no padding, valid for any bytes.
-pub unsafe trait RingEntry: Copy {}
+pub(crate) unsafe trait RingEntry: Copy {}
 // SAFETY: an integer.
 unsafe impl RingEntry for u64 {}
 // SAFETY: repr(C) of u64, u32, u32: no padding, any bytes valid.
@@ -32,7 +32,7 @@ unsafe impl RingEntry for crate::xsk::XdpDesc {}
 /// `MappedRing::read` and `MappedRing::write` (crate-private), which the socket calls for slots
 /// its [`zcnet_core::xsk::Producer`] reserved or [`zcnet_core::xsk::Consumer`] peeked.
 #[derive(Debug)]
-pub struct MappedRing<T: RingEntry> {
+pub(crate) struct MappedRing<T: RingEntry> {
     base: NonNull<u8>,
     len: usize,
     producer: NonNull<AtomicU32>,
@@ -58,7 +58,7 @@ fn bad(what: &str) -> io::Error {
 impl<T: RingEntry> MappedRing<T> {
     /// Maps the ring of `entries` entries at page offset `pgoff` of the AF_XDP socket `fd`,
     /// laid out as `off` says. The socket must have the ring sized (setsockopt) already.
-    pub fn map(
+    pub(crate) fn map(
         fd: BorrowedFd<'_>,
         pgoff: libc::off_t,
         off: &XdpRingOffset,
@@ -120,11 +120,6 @@ impl<T: RingEntry> MappedRing<T> {
         }
     }
 
-    /// Entries in the ring.
-    pub fn entries(&self) -> u32 {
-        self.entries
-    }
-
     fn atomic(&self, p: NonNull<AtomicU32>) -> &AtomicU32 {
         // SAFETY: p points at an aligned u32 inside the live mapping (checked in `map`); the
         // kernel accesses it only with READ_ONCE/WRITE_ONCE/acquire/release, as this does.
@@ -132,12 +127,12 @@ impl<T: RingEntry> MappedRing<T> {
     }
 
     /// The producer index, load-acquire ((C) in net/xdp/xsk_queue.h when the kernel produces).
-    pub fn load_producer(&self) -> u32 {
+    pub(crate) fn load_producer(&self) -> u32 {
         self.atomic(self.producer).load(Ordering::Acquire)
     }
 
     /// The consumer index, load-acquire ((A): before reusing slots the kernel read).
-    pub fn load_consumer(&self) -> u32 {
+    pub(crate) fn load_consumer(&self) -> u32 {
         self.atomic(self.consumer).load(Ordering::Acquire)
     }
 
@@ -152,7 +147,7 @@ impl<T: RingEntry> MappedRing<T> {
     }
 
     /// The ring's flags word (`XDP_RING_NEED_WAKEUP`).
-    pub fn load_flags(&self) -> u32 {
+    pub(crate) fn load_flags(&self) -> u32 {
         self.atomic(self.flags).load(Ordering::Acquire)
     }
 

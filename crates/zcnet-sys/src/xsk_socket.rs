@@ -206,7 +206,7 @@ impl TxQueue<'_> {
     /// the socket holds the frame until its completion. A frame with an empty span, of another
     /// UMEM, or with no room left comes back with an `InvalidInput` error.
     #[inline]
-    pub fn push(&mut self, f: UmemFrame) -> Result<(), (io::Error, UmemFrame)> {
+    pub(crate) fn push(&mut self, f: UmemFrame) -> Result<(), (io::Error, UmemFrame)> {
         match self.describe(&f) {
             Ok(idx) => {
                 self.sock.held[idx as usize] = Some(f.slot);
@@ -216,7 +216,7 @@ impl TxQueue<'_> {
         }
     }
 
-    /// [`TxQueue::push`] of the frame in `*f`, taken out on success (`None` afterwards) and left
+    /// `TxQueue::push` of the frame in `*f`, taken out on success (`None` afterwards) and left
     /// there on error; `InvalidInput` for `None` too. For a caller keeping frames in options
     /// of its own: the frame is not copied through an argument.
     #[inline]
@@ -651,7 +651,7 @@ impl XdpSocket {
     }
 
     /// Reserves room for up to `want` frames on the TX ring (fewer when it has less, maybe
-    /// none): [`TxQueue::push`] frames into it, then [`TxQueue::submit`] them. For callers that
+    /// none): `TxQueue::push` frames into it, then [`TxQueue::submit`] them. For callers that
     /// keep their frames in their own containers ([`Self::transmit`] takes a `Vec`).
     pub fn tx_queue(&mut self, want: usize) -> io::Result<TxQueue<'_>> {
         let want = u32::try_from(want).unwrap_or(u32::MAX);
@@ -669,7 +669,7 @@ impl XdpSocket {
     }
 
     /// TX descriptors published and not yet taken by the kernel (reads its index).
-    pub fn tx_pending(&mut self) -> io::Result<u32> {
+    pub(crate) fn tx_pending(&mut self) -> io::Result<u32> {
         let tx = &self.tx;
         self.tx_idx
             .refresh(|| tx.load_consumer())

@@ -115,12 +115,13 @@ impl DmabufToken {
 }
 
 /// The `optval` bytes of SO_DEVMEM_DONTNEED for `tokens` (`optlen` is their length).
-pub fn dontneed_optval(tokens: &[DmabufToken]) -> Vec<u8> {
+#[cfg(test)]
+pub(crate) fn dontneed_optval(tokens: &[DmabufToken]) -> Vec<u8> {
     tokens.iter().flat_map(|t| t.to_bytes()).collect()
 }
 
 /// Input that contradicts the protocol; nothing changes when one is returned (only
-/// [`DevmemStats::rejected`] counts it).
+/// `DevmemStats::rejected` counts it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DevmemError {
@@ -133,7 +134,7 @@ pub enum DevmemError {
     },
     /// A device frag of 0 bytes (6.18 never sends one).
     EmptyFrag(u32),
-    /// A token above [`super::MAX_TOKEN`].
+    /// A token above `super::MAX_TOKEN`.
     BadToken(u32),
     /// A token already held, pending or in flight.
     DuplicateToken(u32),
@@ -198,31 +199,31 @@ impl std::error::Error for DevmemError {}
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DevmemStats {
     /// Bytes received into device memory (`SCM_DEVMEM_DMABUF` frags).
-    pub device_bytes: u64,
+    pub(crate) device_bytes: u64,
     /// Bytes copied into the user buffer (`SCM_DEVMEM_LINEAR`): the copy fallback.
-    pub linear_bytes: u64,
+    pub(crate) linear_bytes: u64,
     /// `SCM_DEVMEM_LINEAR` cmsgs.
-    pub linear_cmsgs: u64,
+    pub(crate) linear_cmsgs: u64,
     /// Tokens received (device frags).
-    pub tokens_received: u64,
+    pub(crate) tokens_received: u64,
     /// Tokens the kernel confirmed freed.
-    pub tokens_returned: u64,
+    pub(crate) tokens_returned: u64,
     /// Gauge: tokens received and not returned (held, pending or in flight).
     pub tokens_outstanding: u64,
     /// Gauge: bytes of those.
     pub outstanding_bytes: u64,
     /// Releases by the application.
-    pub releases: u64,
+    pub(crate) releases: u64,
     /// SO_DEVMEM_DONTNEED batches taken.
     pub batches: u64,
     /// Results freeing fewer tokens than the batch had.
-    pub partial_frees: u64,
+    pub(crate) partial_frees: u64,
     /// Batches whose call failed.
-    pub failed_batches: u64,
+    pub(crate) failed_batches: u64,
     /// errno of the last failed call.
-    pub last_errno: i32,
+    pub(crate) last_errno: i32,
     /// Inputs refused with a [`DevmemError`].
-    pub rejected: u64,
+    pub(crate) rejected: u64,
 }
 
 impl DevmemRx {

@@ -28,9 +28,9 @@ mod error;
 pub use error::RecvError;
 
 /// How far past the next unassigned message a chunk's seq may be.
-pub const MAX_SEQ_AHEAD: u64 = 1 << 20;
+pub(crate) const MAX_SEQ_AHEAD: u64 = 1 << 20;
 /// Most messages known and waiting for a receive (far above any socket count).
-pub const MAX_WAITING: usize = 4096;
+pub(crate) const MAX_WAITING: usize = 4096;
 
 /// Where a placed chunk's payload goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,7 +171,7 @@ impl RecvMatch {
     /// (Wait until assigned, then always the same `Into`).
     ///
     /// Errors: a header inconsistent in itself; a seq already received in full, or more than
-    /// [`MAX_SEQ_AHEAD`] past the next unassigned; a tag or total that differs from an earlier
+    /// `MAX_SEQ_AHEAD` past the next unassigned; a tag or total that differs from an earlier
     /// chunk of the message; a range overlapping one placed or landed; and from matching, a
     /// message larger than its buffer or with a tag matching no unassigned buffer of the first
     /// receive that has one.

@@ -20,11 +20,11 @@ use std::fmt;
 /// Bytes of an encoded [`ChunkHeader`].
 pub const HEADER_LEN: usize = 40;
 /// First two bytes of every header: "ZN".
-pub const MAGIC: u16 = 0x5a4e;
+pub(crate) const MAGIC: u16 = 0x5a4e;
 /// The header layout version this module speaks.
-pub const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 1;
 /// `kind` of a data chunk, the only kind there is.
-pub const KIND_DATA: u8 = 0;
+pub(crate) const KIND_DATA: u8 = 0;
 
 /// One chunk header: bytes `[offset, offset + len)` of message `seq` of the connection, which
 /// has `total` bytes and NCCL tag `tag`.
@@ -45,11 +45,11 @@ pub struct ChunkHeader {
 /// Why a header was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WireError {
-    /// The first two bytes are not [`MAGIC`].
+    /// The first two bytes are not `MAGIC`.
     BadMagic(u16),
-    /// A version other than [`VERSION`].
+    /// A version other than `VERSION`.
     BadVersion(u8),
-    /// A kind other than [`KIND_DATA`].
+    /// A kind other than `KIND_DATA`.
     BadKind(u8),
     /// The reserved word is not 0.
     Reserved(u32),

@@ -13,7 +13,7 @@ pub struct RefillEntry {
 
 impl RefillEntry {
     /// The area offset, without the area-token bits.
-    pub fn area_offset(&self) -> u64 {
+    pub(crate) fn area_offset(&self) -> u64 {
         self.off & !IORING_ZCRX_AREA_MASK
     }
 
@@ -155,29 +155,29 @@ pub struct RxStats {
     /// Data completions (fragments delivered).
     pub fragments: u64,
     /// Fragments the application released.
-    pub releases: u64,
+    pub(crate) releases: u64,
     /// Bytes of those.
-    pub released_bytes: u64,
+    pub(crate) released_bytes: u64,
     /// Refill entries handed to the kernel-facing code (pushed into the ring).
-    pub refills_pushed: u64,
+    pub(crate) refills_pushed: u64,
     /// Flushes that left entries queued because the ring had no room (backpressure).
-    pub refill_starved: u64,
+    pub(crate) refill_starved: u64,
     /// Requests ended by `-ENOSPC`, `-ENOMEM` or `-EINTR` ([`RxEvent::Rearm`]).
-    pub rearms: u64,
+    pub(crate) rearms: u64,
     /// Of those, `-ENOSPC`.
-    pub enospc: u64,
+    pub(crate) enospc: u64,
     /// Requests ended by end of stream.
-    pub eofs: u64,
+    pub(crate) eofs: u64,
     /// Single-shot requests that received all their bytes.
-    pub dones: u64,
+    pub(crate) dones: u64,
     /// Requests ended by another error.
-    pub errors: u64,
+    pub(crate) errors: u64,
     /// Inputs refused with an [`RxError`].
     pub rejected: u64,
     /// Gauge: fragments the application holds.
     pub held_fragments: u64,
     /// Gauge: bytes the application holds.
-    pub held_bytes: u64,
+    pub(crate) held_bytes: u64,
     /// Gauge: released fragments whose refill entry waits for ring space.
     pub queued_refills: u64,
     /// Gauge: buffers no fragment of which is held or queued (the kernel's).

@@ -135,7 +135,7 @@ impl StagingTx {
 
     /// Why [`Self::next_copy`] issues nothing although source bytes wait: stopped, `max_copies`
     /// in flight, or no free host buffer. `None` when it can, or when no source byte waits.
-    pub fn pause(&self) -> Option<Pause> {
+    pub(crate) fn pause(&self) -> Option<Pause> {
         if self.stopped.is_some() {
             Some(Pause::Stopped)
         } else if self.source.is_empty() {

@@ -31,7 +31,7 @@ pub struct CopyCmd {
     /// Bytes, at least 1 and at most the host buffer size.
     pub len: u32,
     /// Position of the first byte in the stream.
-    pub stream_off: u64,
+    pub(crate) stream_off: u64,
 }
 
 /// One chunk for the socket to send, in stream order: `len` bytes from offset 0 of host buffer
@@ -44,13 +44,13 @@ pub struct SendCmd {
     /// Bytes.
     pub len: u32,
     /// Position of the first byte in the stream.
-    pub stream_off: u64,
+    pub(crate) stream_off: u64,
 }
 
 /// Why a pipeline holds back: the receive side should stop refilling the socket's buffers
 /// ([`super::StagingRx::pause`]), or no copy can be issued now ([`super::StagingTx::pause`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Pause {
+pub(crate) enum Pause {
     /// Receive: the GPU ring has less free space than one host buffer's worth of bytes; the
     /// application must release delivered bytes.
     RingFull,
@@ -100,7 +100,7 @@ impl fmt::Display for Cause {
 }
 
 /// Input that contradicts the protocol: a bug in the caller or its engine. Nothing changes
-/// when one is returned (only [`StagingStats::rejected`] counts it).
+/// when one is returned (only `StagingStats::rejected` counts it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StagingError {
@@ -187,13 +187,13 @@ impl std::error::Error for StagingError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StagingConfig {
     /// Bytes of each host buffer (at least 1).
-    pub host_buf_size: u32,
+    pub(crate) host_buf_size: u32,
     /// Number of host buffers: ids `0..host_bufs` (at least 1).
-    pub host_bufs: u16,
+    pub(crate) host_bufs: u16,
     /// Most copies in flight at once (at least 1).
-    pub max_copies: u32,
+    pub(crate) max_copies: u32,
     /// Most sends in flight at once (at least 1).
-    pub max_sends: u32,
+    pub(crate) max_sends: u32,
 }
 
 impl StagingConfig {
@@ -243,44 +243,44 @@ impl StagingConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StagingStats {
     /// Bytes received into host buffers (receive) or pushed as source (send).
-    pub bytes_in: u64,
+    pub(crate) bytes_in: u64,
     /// Bytes of completed copies.
-    pub bytes_copied: u64,
+    pub(crate) bytes_copied: u64,
     /// Copies issued.
-    pub copies_issued: u64,
+    pub(crate) copies_issued: u64,
     /// Copies completed.
     pub copies_completed: u64,
     /// Copies failed.
-    pub copies_failed: u64,
+    pub(crate) copies_failed: u64,
     /// Gauge: copies in flight.
-    pub copies_in_flight: u64,
+    pub(crate) copies_in_flight: u64,
     /// Most copies in flight at once.
-    pub max_copies_in_flight: u64,
+    pub(crate) max_copies_in_flight: u64,
     /// Completions (copy or send, ended well or not) accepted after the pipeline stopped.
-    pub late_completions: u64,
-    /// Receive: episodes of [`Pause::RingFull`] (GPU ring space).
+    pub(crate) late_completions: u64,
+    /// Receive: episodes of `Pause::RingFull` (GPU ring space).
     pub ring_full: u64,
     /// Send: episodes of [`Pause::NoHostBuffer`] while source bytes wait ("starved").
-    pub starved: u64,
+    pub(crate) starved: u64,
     /// Episodes of [`Pause::CopiesInFlight`].
-    pub copy_limited: u64,
+    pub(crate) copy_limited: u64,
     /// Send: episodes of a copied chunk waiting at the head for [`Pause::SendsInFlight`].
-    pub send_limited: u64,
+    pub(crate) send_limited: u64,
     /// Send: sends issued.
-    pub sends_issued: u64,
+    pub(crate) sends_issued: u64,
     /// Send: sends completed (notification received).
-    pub sends_completed: u64,
+    pub(crate) sends_completed: u64,
     /// Send: sends failed.
-    pub sends_failed: u64,
+    pub(crate) sends_failed: u64,
     /// Send: gauge of sends in flight.
-    pub sends_in_flight: u64,
+    pub(crate) sends_in_flight: u64,
     /// Send: bytes of completed sends.
-    pub bytes_sent: u64,
+    pub(crate) bytes_sent: u64,
     /// Gauge: host buffers the pipeline holds (receive: not yet handed back; send: being
     /// copied into, waiting to be sent, or being sent).
-    pub host_bufs_held: u64,
+    pub(crate) host_bufs_held: u64,
     /// Inputs refused with a [`StagingError`].
-    pub rejected: u64,
+    pub(crate) rejected: u64,
 }
 
 impl StagingStats {

@@ -161,7 +161,7 @@ impl Frames {
     }
 
     /// The address of the start of frame `frame`.
-    pub fn addr(&self, frame: u32) -> u64 {
+    pub(crate) fn addr(&self, frame: u32) -> u64 {
         u64::from(frame) * u64::from(self.frame_size)
     }
 

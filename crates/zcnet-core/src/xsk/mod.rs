@@ -9,14 +9,14 @@
 //!   Frames::on_complete ◄─ Consumer (comp) ◄──── frame address, transmitted
 //! ```
 //!
-//! [`ring`] does the index math of one ring (wrap-around, batching, checking the kernel's
-//! index); [`frames`] says who holds each frame and checks what the kernel hands back;
+//! `ring` does the index math of one ring (wrap-around, batching, checking the kernel's
+//! index); `frames` says who holds each frame and checks what the kernel hands back;
 //! [`tx_kick_needed`] and [`fill_wakeup_needed`] say when a syscall is due. zcnet-sys maps the
 //! rings and does the atomic loads and stores these decide; the tests drive them against a
 //! simulated kernel that consumes and produces descriptors.
 
-pub mod frames;
-pub mod ring;
+mod frames;
+mod ring;
 
 #[cfg(test)]
 mod tests;
@@ -24,6 +24,6 @@ mod tests;
 pub use frames::{
     rx_capacity, FrameCounts, FrameError, FrameState, Frames, RxSpan, XDP_PACKET_HEADROOM,
 };
-pub use ring::{
-    fill_wakeup_needed, tx_kick_needed, Batch, Consumer, Producer, RingError, XDP_RING_NEED_WAKEUP,
-};
+#[cfg(test)]
+use ring::XDP_RING_NEED_WAKEUP;
+pub use ring::{fill_wakeup_needed, tx_kick_needed, Batch, Consumer, Producer, RingError};

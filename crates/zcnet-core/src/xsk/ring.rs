@@ -24,7 +24,7 @@ use std::fmt;
 /// `XDP_RING_NEED_WAKEUP` (include/uapi/linux/if_xdp.h): set by the kernel in the `flags` word
 /// of the fill and TX rings of a socket bound with `XDP_USE_NEED_WAKEUP` when it needs a
 /// syscall to make progress.
-pub const XDP_RING_NEED_WAKEUP: u32 = 1 << 0;
+pub(crate) const XDP_RING_NEED_WAKEUP: u32 = 1 << 0;
 
 /// The kernel's index contradicts the ring protocol (memory corruption or a bug, here or there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl std::error::Error for RingError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Batch {
     /// The first index.
-    pub start: u32,
+    pub(crate) start: u32,
     /// How many.
     pub len: u32,
     mask: u32,
@@ -359,7 +359,7 @@ impl Consumer {
 /// Whether to kick the kernel to transmit (a zero-length `sendto(MSG_DONTWAIT)`,
 /// Documentation/networking/af_xdp.rst "XDP_USE_NEED_WAKEUP bind flag"): only when descriptors
 /// are pending (published and not yet consumed), and — on a socket bound with
-/// `XDP_USE_NEED_WAKEUP` — only when the TX ring's flags say [`XDP_RING_NEED_WAKEUP`]. Without
+/// `XDP_USE_NEED_WAKEUP` — only when the TX ring's flags say `XDP_RING_NEED_WAKEUP`. Without
 /// need-wakeup the kernel never says, so every pending batch is kicked. (In copy mode the kernel
 /// keeps the flag set: it transmits only from a syscall, `xsk_generic_xmit`.)
 pub fn tx_kick_needed(need_wakeup_bound: bool, tx_flags: u32, pending: u32) -> bool {
@@ -367,7 +367,7 @@ pub fn tx_kick_needed(need_wakeup_bound: bool, tx_flags: u32, pending: u32) -> b
 }
 
 /// Whether the receive path needs a wakeup (`poll(POLLIN)` or `recvfrom`): the fill ring's
-/// flags say [`XDP_RING_NEED_WAKEUP`] (the driver ran out of fill entries and stopped), or the
+/// flags say `XDP_RING_NEED_WAKEUP` (the driver ran out of fill entries and stopped), or the
 /// socket was bound without need-wakeup, where the kernel is assumed to need one whenever user
 /// space waits.
 pub fn fill_wakeup_needed(need_wakeup_bound: bool, fill_flags: u32) -> bool {

@@ -8,18 +8,18 @@
 //!   `CQE_MIXED`, else `EINVAL`. The caller needs CAP_NET_ADMIN, else `EPERM`.
 //! - The *area* is user memory (page-aligned address and length) that the kernel pins and DMA-maps
 //!   for the device; received payloads land there and a RECV_ZC completion's 32-byte CQE carries
-//!   an [`IoUringZcrxCqe`] with the offset.
-//! - The *refill ring* lives in a memory region described by an [`IoUringRegionDesc`]. 6.18
+//!   an `IoUringZcrxCqe` with the offset.
+//! - The *refill ring* lives in a memory region described by an `IoUringRegionDesc`. 6.18
 //!   accepts either user memory (`IORING_MEM_REGION_TYPE_USER`, `user_addr` set: pinned by the
 //!   kernel) or kernel memory (`user_addr` 0: the kernel allocates and writes back an
 //!   `mmap_offset` at which to mmap the ring fd). zcnet passes user memory, as the kernel
 //!   documentation does: nothing to mmap, and the memory is an owned [`Mapping`]. The kernel
 //!   needs `ALIGN(sizeof(struct io_uring), L1_CACHE_BYTES)` bytes of header (head and tail,
 //!   64 bytes on x86-64) followed by `rq_entries` (rounded up to a power of two)
-//!   [`IoUringZcrxRqe`]s; region sizes are page multiples. Following iou-zcrx.rst, zcnet
-//!   reserves a whole page for the header ([`refill_region_len`]). The kernel writes the actual
-//!   `rq_entries` and the head/tail/rqes offsets back into the [`IoUringZcrxIfqReg`], the area
-//!   token into the [`IoUringZcrxAreaReg`], and `zcrx_id` (the `zcrx_ifq_idx` of RECV_ZC SQEs).
+//!   `IoUringZcrxRqe`s; region sizes are page multiples. Following iou-zcrx.rst, zcnet
+//!   reserves a whole page for the header (`refill_region_len`). The kernel writes the actual
+//!   `rq_entries` and the head/tail/rqes offsets back into the `IoUringZcrxIfqReg`, the area
+//!   token into the `IoUringZcrxAreaReg`, and `zcrx_id` (the `zcrx_ifq_idx` of RECV_ZC SQEs).
 //! - There is no unregister opcode in 6.18 (`IORING_REGISTER_LAST` is 36 and none of the
 //!   register opcodes undoes 32): closing the ring releases every ifq it holds
 //!   (`io_unregister_zcrx_ifqs` at ring teardown, which runs asynchronously after the last
@@ -34,12 +34,12 @@
 //!   tcp-data-split is off, `EEXIST` when the queue already has a provider). A failed
 //!   registration frees everything the kernel took before returning.
 //! - dma-buf areas (`IORING_ZCRX_AREA_DMABUF`, 6.16; [`ZcrxArea::Dmabuf`],
-//!   [`ZcrxIfq::register_dmabuf_for_receive`]): `area.flags` = [`IORING_ZCRX_AREA_DMABUF`],
+//!   [`ZcrxIfq::register_dmabuf_for_receive`]): `area.flags` = `IORING_ZCRX_AREA_DMABUF`,
 //!   `area.dmabuf_fd` the dma-buf, `area.addr` the *offset* into it (not a pointer) and
 //!   `area.len` the length. The kernel takes its own reference (`dma_buf_get`), attaches the
 //!   dma-buf to the NIC's DMA device and maps it (`io_import_dmabuf`); completions carry offsets
 //!   within the area exactly as for host memory (area id in the bits of
-//!   [`IORING_ZCRX_AREA_MASK`], `io_zcrx_queue_cqe`) and the refill ring is the same. The CPU
+//!   `IORING_ZCRX_AREA_MASK`, `io_zcrx_queue_cqe`) and the refill ring is the same. The CPU
 //!   cannot read the data, and the kernel cannot copy into the area: data it would have to copy
 //!   (a flow not steered to the queue, payload left in an skb's linear part) ends the RECV_ZC
 //!   request with `-EFAULT` (`io_zcrx_copy_chunk`). The device check comes first, so on lo,
@@ -62,98 +62,99 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// `IORING_REGISTER_ZCRX_IFQ` (6.15).
-pub const IORING_REGISTER_ZCRX_IFQ: u32 = 32;
+pub(crate) const IORING_REGISTER_ZCRX_IFQ: u32 = 32;
 /// `IORING_MEM_REGION_TYPE_USER`: the region's memory is the user's (`user_addr`).
-pub const IORING_MEM_REGION_TYPE_USER: u32 = 1;
+pub(crate) const IORING_MEM_REGION_TYPE_USER: u32 = 1;
 /// `IORING_ZCRX_AREA_DMABUF`: the area is a dma-buf (`dmabuf_fd`), not user memory.
-pub const IORING_ZCRX_AREA_DMABUF: u32 = 1;
+pub(crate) const IORING_ZCRX_AREA_DMABUF: u32 = 1;
 /// `IORING_ZCRX_AREA_SHIFT`: the bit from which the area id is encoded into offsets.
-pub const IORING_ZCRX_AREA_SHIFT: u32 = 48;
+pub(crate) const IORING_ZCRX_AREA_SHIFT: u32 = 48;
 /// `IORING_ZCRX_AREA_MASK`: the area-id bits of an offset.
-pub const IORING_ZCRX_AREA_MASK: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1);
+pub(crate) const IORING_ZCRX_AREA_MASK: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1);
 /// The most refill-ring entries the kernel accepts (`IO_RQ_MAX_ENTRIES`, io_uring/zcrx.c);
 /// more is `EINVAL` unless the ring has `IORING_SETUP_CLAMP`.
 pub const ZCRX_MAX_RQ_ENTRIES: u32 = 32768;
 /// Submission-queue entries of the ring [`ZcrxIfq::register`] creates.
-pub const DEFAULT_RING_ENTRIES: u32 = 256;
+pub(crate) const DEFAULT_RING_ENTRIES: u32 = 256;
 
 /// A ring that zero-copy receive accepts: 32-byte CQEs (`IORING_SETUP_CQE32`, set by the
 /// `cqueue::Entry32` type), built with SINGLE_ISSUER and DEFER_TASKRUN.
-pub type ZcrxRing = IoUring<squeue::Entry, cqueue::Entry32>;
+pub(crate) type ZcrxRing = IoUring<squeue::Entry, cqueue::Entry32>;
 
 /// `struct io_uring_zcrx_rqe` (16 bytes): one refill-ring entry.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringZcrxRqe {
+pub(crate) struct IoUringZcrxRqe {
     /// `off`: area offset of the buffer, ORed with the area token.
-    pub off: u64,
+    pub(crate) off: u64,
     /// `len`.
-    pub len: u32,
+    pub(crate) len: u32,
     /// `__pad`.
-    pub pad: u32,
+    pub(crate) pad: u32,
 }
 
 /// `struct io_uring_zcrx_cqe` (16 bytes): the second half of a RECV_ZC 32-byte CQE.
+#[cfg(test)]
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringZcrxCqe {
+pub(crate) struct IoUringZcrxCqe {
     /// `off`: area id in the bits of [`IORING_ZCRX_AREA_MASK`], offset in the area below.
-    pub off: u64,
+    pub(crate) off: u64,
     /// `__pad`.
-    pub pad: u64,
+    pub(crate) pad: u64,
 }
 
 /// `struct io_uring_zcrx_offsets` (32 bytes): where head, tail and entries of the refill ring
 /// are in its region (written by the kernel).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringZcrxOffsets {
+pub(crate) struct IoUringZcrxOffsets {
     /// `head` (written by the kernel as it consumes entries).
-    pub head: u32,
+    pub(crate) head: u32,
     /// `tail` (written by the user as it adds entries).
-    pub tail: u32,
+    pub(crate) tail: u32,
     /// `rqes`: the entry array.
-    pub rqes: u32,
+    pub(crate) rqes: u32,
     /// `__resv2`.
-    pub resv2: u32,
+    pub(crate) resv2: u32,
     /// `__resv`.
-    pub resv: [u64; 2],
+    pub(crate) resv: [u64; 2],
 }
 
 /// `struct io_uring_zcrx_area_reg` (48 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringZcrxAreaReg {
+pub(crate) struct IoUringZcrxAreaReg {
     /// `addr`: start (page-aligned), or the dma-buf offset (must be 0).
-    pub addr: u64,
+    pub(crate) addr: u64,
     /// `len`: page multiple.
-    pub len: u64,
+    pub(crate) len: u64,
     /// `rq_area_token` (out; must be 0 in).
-    pub rq_area_token: u64,
+    pub(crate) rq_area_token: u64,
     /// `flags`: [`IORING_ZCRX_AREA_DMABUF`].
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `dmabuf_fd`.
-    pub dmabuf_fd: u32,
+    pub(crate) dmabuf_fd: u32,
     /// `__resv2`.
-    pub resv2: [u64; 2],
+    pub(crate) resv2: [u64; 2],
 }
 
 /// `struct io_uring_region_desc` (64 bytes).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringRegionDesc {
+pub(crate) struct IoUringRegionDesc {
     /// `user_addr`: the memory, with [`IORING_MEM_REGION_TYPE_USER`]; 0 otherwise.
-    pub user_addr: u64,
+    pub(crate) user_addr: u64,
     /// `size`: page multiple.
-    pub size: u64,
+    pub(crate) size: u64,
     /// `flags`: [`IORING_MEM_REGION_TYPE_USER`].
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `id` (must be 0).
-    pub id: u32,
+    pub(crate) id: u32,
     /// `mmap_offset` (out, kernel-allocated regions only; must be 0 in).
-    pub mmap_offset: u64,
+    pub(crate) mmap_offset: u64,
     /// `__resv`.
-    pub resv: [u64; 4],
+    pub(crate) resv: [u64; 4],
 }
 
 /// `struct io_uring_zcrx_ifq_reg` (96 bytes), the argument of `IORING_REGISTER_ZCRX_IFQ`.
@@ -162,65 +163,65 @@ pub struct IoUringRegionDesc {
 /// `__resv[2]` (include/uapi/linux/io_uring.h), with 0 still meaning "as before".
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct IoUringZcrxIfqReg {
+pub(crate) struct IoUringZcrxIfqReg {
     /// `if_idx`: interface index.
-    pub if_idx: u32,
+    pub(crate) if_idx: u32,
     /// `if_rxq`: hardware receive queue.
-    pub if_rxq: u32,
+    pub(crate) if_rxq: u32,
     /// `rq_entries`: refill-ring entries (in; the kernel writes back the power of two it used).
-    pub rq_entries: u32,
+    pub(crate) rq_entries: u32,
     /// `flags` (must be 0 in 6.18; [`ZCRX_REG_NODEV`] from Linux 7.1).
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `area_ptr`: pointer to an [`IoUringZcrxAreaReg`] (the kernel writes it back).
-    pub area_ptr: u64,
+    pub(crate) area_ptr: u64,
     /// `region_ptr`: pointer to an [`IoUringRegionDesc`] (the kernel writes it back).
-    pub region_ptr: u64,
+    pub(crate) region_ptr: u64,
     /// `offsets` (out).
-    pub offsets: IoUringZcrxOffsets,
+    pub(crate) offsets: IoUringZcrxOffsets,
     /// `zcrx_id` (out; must be 0 in).
-    pub zcrx_id: u32,
+    pub(crate) zcrx_id: u32,
     /// `rx_buf_len` (7.2; `__resv2` before): buffer size, 0 for the default `PAGE_SIZE`.
-    pub rx_buf_len: u32,
+    pub(crate) rx_buf_len: u32,
     /// `event_desc` (7.2; `__resv[0]` before, which must be 0): pointer to a
     /// [`ZcrxEventDesc`], or 0.
-    pub event_desc: u64,
+    pub(crate) event_desc: u64,
     /// `__resv` (must be 0).
-    pub resv: [u64; 2],
+    pub(crate) resv: [u64; 2],
 }
 
 /// `ZCRX_REG_NODEV` (Linux 7.1, `enum zcrx_reg_flags`): an ifq without a network device, with
 /// `if_idx` and `if_rxq` 0. Every received byte is *copied* into the area by the kernel, and
 /// refill entries are not consumed until [`ZcrxIfq::flush_refill_queue`]
 /// (`ZCRX_CTRL_FLUSH_RQ`). 6.18 refuses any `flags` with `EINVAL`.
-pub const ZCRX_REG_NODEV: u32 = 2;
+pub(crate) const ZCRX_REG_NODEV: u32 = 2;
 /// `IORING_REGISTER_ZCRX_CTRL` (Linux 7.1): auxiliary zcrx operations ([`ZcrxCtrl`]).
-pub const IORING_REGISTER_ZCRX_CTRL: u32 = 36;
+pub(crate) const IORING_REGISTER_ZCRX_CTRL: u32 = 36;
 /// `ZCRX_CTRL_FLUSH_RQ` (`enum zcrx_ctrl_op`): make the kernel consume the refill ring now.
-pub const ZCRX_CTRL_FLUSH_RQ: u32 = 0;
+pub(crate) const ZCRX_CTRL_FLUSH_RQ: u32 = 0;
 /// `ZCRX_CTRL_ARM_EVENT` (Linux 7.2): let an event type that fired fire again
 /// (`zcrx_ctrl_arm_event.event_type`; `EINVAL` for a type that has not fired).
-pub const ZCRX_CTRL_ARM_EVENT: u32 = 2;
+pub(crate) const ZCRX_CTRL_ARM_EVENT: u32 = 2;
 /// `user_data` of the event completions zcnet asks for (`zcrx_event_desc.user_data`); never a
 /// connection's, nor [`ZCRX_CANCEL_TAG`].
-pub const ZCRX_EVENT_TAG: u64 = u64::MAX - 1;
+pub(crate) const ZCRX_EVENT_TAG: u64 = u64::MAX - 1;
 /// `ZCRX_EVENT_DESC_FLAG_STATS` (Linux 7.2, `enum zcrx_event_desc_flags`): `stats_offset`
 /// names where in the refill region the kernel keeps a [`ZcrxStats`].
-pub const ZCRX_EVENT_DESC_FLAG_STATS: u32 = 1;
+pub(crate) const ZCRX_EVENT_DESC_FLAG_STATS: u32 = 1;
 
 /// `struct zcrx_ctrl` (72 bytes), the argument of `IORING_REGISTER_ZCRX_CTRL` (`nr_args` 0,
 /// as liburing's test/zcrx.c passes it): `zcrx_id`, `op`, `__resv[2]`, then a 48-byte union
 /// (`zcrx_ctrl_flush_rq` is `__resv[6]`, all 0; `zcrx_ctrl_export` is an fd and padding).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ZcrxCtrl {
+pub(crate) struct ZcrxCtrl {
     /// `zcrx_id`: the ifq.
-    pub zcrx_id: u32,
+    pub(crate) zcrx_id: u32,
     /// `op`: [`ZCRX_CTRL_FLUSH_RQ`], ...
-    pub op: u32,
+    pub(crate) op: u32,
     /// `__resv` (must be 0).
-    pub resv: [u64; 2],
+    pub(crate) resv: [u64; 2],
     /// The op's union member (all 0 for a flush).
-    pub arg: [u64; 6],
+    pub(crate) arg: [u64; 6],
 }
 
 /// `struct zcrx_event_desc` (96 bytes, Linux 7.2): notifications (`type_mask`, none here) and
@@ -228,17 +229,17 @@ pub struct ZcrxCtrl {
 /// refill region).
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ZcrxEventDesc {
+pub(crate) struct ZcrxEventDesc {
     /// `user_data` of notification CQEs.
-    pub user_data: u64,
+    pub(crate) user_data: u64,
     /// `type_mask`: notification types wanted (`1 << ZCRX_EVENT_*`).
-    pub type_mask: u32,
+    pub(crate) type_mask: u32,
     /// `flags`: [`ZCRX_EVENT_DESC_FLAG_STATS`].
-    pub flags: u32,
+    pub(crate) flags: u32,
     /// `stats_offset`: where the [`ZcrxStats`] is, from the start of the refill region.
-    pub stats_offset: u64,
+    pub(crate) stats_offset: u64,
     /// `__resv2` (must be 0).
-    pub resv2: [u64; 9],
+    pub(crate) resv2: [u64; 9],
 }
 
 /// `struct zcrx_stats` (16 bytes, Linux 7.2), kept up to date by the kernel in the refill
@@ -247,7 +248,7 @@ pub struct ZcrxEventDesc {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ZcrxStats {
     /// `copy_count`: completions whose bytes the kernel copied.
-    pub copy_count: u64,
+    pub(crate) copy_count: u64,
     /// `copy_bytes`: bytes the kernel copied.
     pub copy_bytes: u64,
 }
@@ -262,7 +263,7 @@ const STATS_TAIL: usize = 64;
 /// rounded up to a power of two as the kernel does, clamped to `1..=`[`ZCRX_MAX_RQ_ENTRIES`]
 /// (outside that range the kernel refuses the registration before it looks at the region),
 /// and the total rounded up to the page size.
-pub fn refill_region_len(rq_entries: u32) -> usize {
+pub(crate) fn refill_region_len(rq_entries: u32) -> usize {
     let page = crate::mem::page_size();
     let n = rq_entries.clamp(1, ZCRX_MAX_RQ_ENTRIES).next_power_of_two() as usize;
     let bytes = page + n * std::mem::size_of::<IoUringZcrxRqe>();
@@ -518,13 +519,13 @@ impl ZcrxArea {
     }
 
     /// Whether it is a dma-buf.
-    pub fn is_dmabuf(&self) -> bool {
+    pub(crate) fn is_dmabuf(&self) -> bool {
         matches!(self, ZcrxArea::Dmabuf { .. })
     }
 }
 
 /// Where a RECV_ZC fragment of a dma-buf area is in the dma-buf: `cqe_off` is the
-/// [`IoUringZcrxCqe::off`] (area-id bits ignored: the offset below them is relative to the
+/// `IoUringZcrxCqe::off` (area-id bits ignored: the offset below them is relative to the
 /// area's start, `io_zcrx_queue_cqe`), `len` the CQE's `res`; the area is `area_len` bytes at
 /// `area_offset` of the dma-buf. `(offset in the dma-buf, len)`, or `None` when the fragment
 /// does not lie inside the area.
@@ -571,7 +572,7 @@ pub struct ZcrxIfq {
     taskrun_flag: bool,
 }
 
-/// How to register a host-memory area ([`ZcrxIfq::register_host_on`]).
+/// How to register a host-memory area (`ZcrxIfq::register_host_on`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HostRegistration {
     /// The interface (0 with [`Self::nodev`]).
@@ -610,7 +611,7 @@ impl std::fmt::Debug for ZcrxIfq {
 }
 
 impl ZcrxIfq {
-    /// Creates a SINGLE_ISSUER|DEFER_TASKRUN|CQE32 ring of [`DEFAULT_RING_ENTRIES`], an area of
+    /// Creates a SINGLE_ISSUER|DEFER_TASKRUN|CQE32 ring of `DEFAULT_RING_ENTRIES`, an area of
     /// `area_len` bytes (rounded up to pages) of anonymous memory, and registers receive queue
     /// `rx_queue` of interface `ifindex` with a refill ring of `rq_entries` entries. Errors carry
     /// the kernel's errno ([`explain_register_errno`]); on error nothing stays pinned or open.
@@ -636,7 +637,7 @@ impl ZcrxIfq {
     /// DEFER_TASKRUN (else the kernel says `EINVAL`); the area must be page-aligned mapped memory
     /// (anonymous or huge pages; `Backing::Caller` is refused with `EINVAL`). Taking the mapping
     /// by value guarantees it has not been cut into slots.
-    pub fn register_on(
+    pub(crate) fn register_on(
         ring: ZcrxRing,
         ifindex: u32,
         rx_queue: u32,
@@ -659,7 +660,7 @@ impl ZcrxIfq {
     /// [`Self::flush_refill_queue`] asks ([`ZcrxReceiver::flush_refills`] does). Host memory
     /// only (a dma-buf area needs a device to attach to). A kernel without NODEV (6.18) refuses
     /// the flag with `EINVAL` (after `EPERM` without CAP_NET_ADMIN, and the ring checks).
-    pub fn register_nodev_on(
+    pub(crate) fn register_nodev_on(
         ring: ZcrxRing,
         area: Mapping,
         rq_entries: u32,
@@ -678,7 +679,7 @@ impl ZcrxIfq {
     /// it can ([`ZcrxCaps`]), its copy statistics ([`Self::kernel_stats`]) and its ALLOC_FAIL
     /// and COPY events ([`ZcrxReceiver::events`]) are asked for. Errors are the kernel's errno;
     /// on error nothing stays pinned or open.
-    pub fn register_host_on(
+    pub(crate) fn register_host_on(
         ring: ZcrxRing,
         area: Mapping,
         reg: HostRegistration,
@@ -719,7 +720,7 @@ impl ZcrxIfq {
     /// the registration. Nothing is checked here: the kernel checks the device first, so its
     /// errno says what is wrong first. On error nothing stays registered or open (the caller's
     /// `dmabuf` aside).
-    pub fn register_dmabuf_on(
+    pub(crate) fn register_dmabuf_on(
         ring: ZcrxRing,
         ifindex: u32,
         rx_queue: u32,
@@ -818,12 +819,12 @@ impl ZcrxIfq {
 
     /// The id the kernel gave this ifq: the `zcrx_ifq_idx` of RECV_ZC requests
     /// (`io_uring::opcode::RecvZc::ifq`).
-    pub fn id(&self) -> u32 {
+    pub(crate) fn id(&self) -> u32 {
         self.zcrx_id
     }
 
-    /// Whether it was registered without a device ([`Self::register_nodev_on`]): every byte is
-    /// copied by the kernel, and refills need [`Self::flush_refill_queue`].
+    /// Whether it was registered without a device (`Self::register_nodev_on`): every byte is
+    /// copied by the kernel, and refills need `Self::flush_refill_queue`.
     pub fn is_nodev(&self) -> bool {
         self.nodev
     }
@@ -852,14 +853,14 @@ impl ZcrxIfq {
     /// ring now. A NODEV ifq needs it after every publish: nothing else consumes its refill
     /// ring, and once every buffer is out receiving stalls silently (liburing test/zcrx.c
     /// flushes after returning buffers). Errors are the kernel's (`EINVAL` before Linux 7.1).
-    pub fn flush_refill_queue(&self) -> io::Result<()> {
+    pub(crate) fn flush_refill_queue(&self) -> io::Result<()> {
         self.ctrl(ZCRX_CTRL_FLUSH_RQ, [0; 6])
     }
 
     /// `IORING_REGISTER_ZCRX_CTRL` with [`ZCRX_CTRL_ARM_EVENT`] (Linux 7.2): event type `ty`
     /// (`ZCRX_EVENT_*`), which fires once, may fire again. `EINVAL` when it has not fired since
     /// it was last armed, or is unknown (io_uring/zcrx.c `zcrx_arm_notif`).
-    pub fn arm_event(&self, ty: u32) -> io::Result<()> {
+    pub(crate) fn arm_event(&self, ty: u32) -> io::Result<()> {
         // zcrx_ctrl_arm_event: `event_type` is the union's first u32, the rest reserved.
         let mut first = [0u8; 8];
         first[..4].copy_from_slice(&ty.to_ne_bytes());
@@ -877,7 +878,7 @@ impl ZcrxIfq {
 
     /// The size of each receive buffer: the kernel's `rx_buf_len` (a page unless a larger one
     /// was asked for and granted). A completion never spans two buffers.
-    pub fn buf_len(&self) -> u32 {
+    pub(crate) fn buf_len(&self) -> u32 {
         self.buf_len
     }
 
@@ -915,12 +916,12 @@ impl ZcrxIfq {
     }
 
     /// The ring (for its fd, parameters, submitter).
-    pub fn ring(&self) -> &ZcrxRing {
+    pub(crate) fn ring(&self) -> &ZcrxRing {
         &self.ring
     }
 
     /// The ring, to queue RECV_ZC requests and read their 32-byte CQEs.
-    pub fn ring_mut(&mut self) -> &mut ZcrxRing {
+    pub(crate) fn ring_mut(&mut self) -> &mut ZcrxRing {
         &mut self.ring
     }
 
@@ -933,7 +934,7 @@ impl ZcrxIfq {
         self.ring.submitter().register_eventfd(efd.as_raw_fd())
     }
 
-    /// Start address of the area (for offsets; read received bytes with [`Self::area_bytes`]);
+    /// Start address of the area (for offsets; read received bytes with `Self::area_bytes`);
     /// 0 for a dma-buf area, which has no address here.
     pub fn area_addr(&self) -> usize {
         match &self.area {
@@ -943,7 +944,7 @@ impl ZcrxIfq {
     }
 
     /// Length of the area in bytes.
-    pub fn area_len(&self) -> usize {
+    pub(crate) fn area_len(&self) -> usize {
         match &self.area {
             ZcrxArea::Host(m) => m.len(),
             // A registered dma-buf area's length was accepted by the kernel for this machine's
@@ -957,14 +958,14 @@ impl ZcrxIfq {
         &self.area
     }
 
-    /// Whether the area is a dma-buf (fragments are device memory: [`Self::area_bytes`] is
+    /// Whether the area is a dma-buf (fragments are device memory: `Self::area_bytes` is
     /// `None`, [`Self::dmabuf_range`] says where they are).
     pub fn is_dmabuf(&self) -> bool {
         self.area.is_dmabuf()
     }
 
     /// The id of the area in completions and refill entries (`rq_area_token >>`
-    /// [`IORING_ZCRX_AREA_SHIFT`]; always 0 in 6.18, which has one area per ifq).
+    /// `IORING_ZCRX_AREA_SHIFT`; always 0 in 6.18, which has one area per ifq).
     pub fn area_id(&self) -> u32 {
         (self.area_token >> IORING_ZCRX_AREA_SHIFT) as u32
     }
@@ -982,18 +983,13 @@ impl ZcrxIfq {
     }
 
     /// The area token the kernel returned (`rq_area_token`), ORed into refill entries.
-    pub fn area_token(&self) -> u64 {
+    pub(crate) fn area_token(&self) -> u64 {
         self.area_token
     }
 
     /// Refill-ring entries (the power of two the kernel used).
     pub fn rq_entries(&self) -> u32 {
         self.rq_entries
-    }
-
-    /// Offsets of head, tail and entries in the refill region.
-    pub fn rq_offsets(&self) -> IoUringZcrxOffsets {
-        self.offsets
     }
 
     /// Start address and length of the refill region.
@@ -1009,7 +1005,7 @@ impl ZcrxIfq {
     /// Queues the buffer of a RECV_ZC completion for return to the kernel: `cqe_off` is the
     /// [`IoUringZcrxCqe::off`] it came with, `len` its length (the CQE's `res`). `false` when
     /// the refill ring is full. Not visible to the kernel until [`Self::refill_commit`].
-    pub fn refill_push(&mut self, cqe_off: u64, len: u32) -> bool {
+    pub(crate) fn refill_push(&mut self, cqe_off: u64, len: u32) -> bool {
         self.refill.push(IoUringZcrxRqe {
             off: (cqe_off & !IORING_ZCRX_AREA_MASK) | self.area_token,
             len,
@@ -1018,7 +1014,7 @@ impl ZcrxIfq {
     }
 
     /// Publishes the pushed refill entries to the kernel.
-    pub fn refill_commit(&mut self) {
+    pub(crate) fn refill_commit(&mut self) {
         self.refill.commit();
     }
 
@@ -1030,7 +1026,7 @@ impl ZcrxIfq {
     /// The kernel writes into area buffers it owns. The range must be (part of) a buffer the
     /// kernel handed over in a RECV_ZC completion and that has not been returned with
     /// [`Self::refill_push`] since: only then does nothing write it while the slice lives.
-    pub unsafe fn area_bytes(&self, cqe_off: u64, len: usize) -> Option<&[u8]> {
+    pub(crate) unsafe fn area_bytes(&self, cqe_off: u64, len: usize) -> Option<&[u8]> {
         let ZcrxArea::Host(area) = &self.area else {
             return None;
         };

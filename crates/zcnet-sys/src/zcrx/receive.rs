@@ -11,7 +11,7 @@ use std::time::Duration;
 use zcnet_core::rxring::{Frag, RecvZcCqe, RxError, RxEvent, ZcrxRx};
 
 /// `user_data` of the cancel requests [`ZcrxReceiver`] submits; never a connection's.
-pub const ZCRX_CANCEL_TAG: u64 = u64::MAX;
+pub(crate) const ZCRX_CANCEL_TAG: u64 = u64::MAX;
 
 /// The index of interface `name` in the *calling thread's* network namespace
 /// (`if_nametoindex(3)`, an ioctl on a socket of that namespace); `None` when there is none.
@@ -27,9 +27,9 @@ pub fn if_index(name: &str) -> Option<u32> {
 /// Completion-queue entries of the ring [`ZcrxIfq::register_for_receive`] creates: every
 /// received fragment is one CQE, and a RECV_ZC request that finds the CQ full ends with
 /// `-ENOSPC` (io_uring/zcrx.c `io_zcrx_queue_cqe`), so the CQ is sized for a burst.
-pub const RECEIVE_CQ_ENTRIES: u32 = 4096;
+pub(crate) const RECEIVE_CQ_ENTRIES: u32 = 4096;
 /// Submission-queue entries of that ring (arms and cancels only).
-pub const RECEIVE_SQ_ENTRIES: u32 = 64;
+pub(crate) const RECEIVE_SQ_ENTRIES: u32 = 64;
 
 /// A ring sized for receiving: [`RECEIVE_SQ_ENTRIES`] SQEs and [`RECEIVE_CQ_ENTRIES`] CQEs,
 /// SINGLE_ISSUER|DEFER_TASKRUN|CQE32.
@@ -43,8 +43,8 @@ fn receive_ring() -> io::Result<ZcrxRing> {
 }
 
 impl ZcrxIfq {
-    /// As [`Self::register`], with a ring sized for receiving: [`RECEIVE_SQ_ENTRIES`] SQEs and
-    /// [`RECEIVE_CQ_ENTRIES`] CQEs (SINGLE_ISSUER|DEFER_TASKRUN|CQE32). On error nothing stays
+    /// As [`Self::register`], with a ring sized for receiving: `RECEIVE_SQ_ENTRIES` SQEs and
+    /// `RECEIVE_CQ_ENTRIES` CQEs (SINGLE_ISSUER|DEFER_TASKRUN|CQE32). On error nothing stays
     /// pinned or open.
     pub fn register_for_receive(
         ifindex: u32,
@@ -60,8 +60,8 @@ impl ZcrxIfq {
         Self::register_on(ring, ifindex, rx_queue, area, rq_entries).map(Self::with_taskrun_flag)
     }
 
-    /// As [`Self::register_host_on`] with a ring sized for receiving ([`RECEIVE_SQ_ENTRIES`]
-    /// SQEs, [`RECEIVE_CQ_ENTRIES`] CQEs): the way to ask for a buffer size
+    /// As `Self::register_host_on` with a ring sized for receiving (`RECEIVE_SQ_ENTRIES`
+    /// SQEs, `RECEIVE_CQ_ENTRIES` CQEs): the way to ask for a buffer size
     /// ([`HostRegistration::rx_buf_len`], with an area of huge pages). On error nothing stays
     /// pinned or open.
     pub fn register_for_receive_with(area: Mapping, reg: HostRegistration) -> io::Result<ZcrxIfq> {
@@ -74,7 +74,7 @@ impl ZcrxIfq {
         self
     }
 
-    /// As [`Self::register_for_receive`] without a network device ([`Self::register_nodev_on`],
+    /// As [`Self::register_for_receive`] without a network device (`Self::register_nodev_on`,
     /// Linux 7.1+): an area of `area_len` bytes of anonymous memory that the kernel copies
     /// every received byte into. On error nothing stays pinned or open.
     pub fn register_nodev_for_receive(area_len: usize, rq_entries: u32) -> io::Result<ZcrxIfq> {
@@ -87,7 +87,7 @@ impl ZcrxIfq {
     }
 
     /// As [`Self::register_for_receive`] with a dma-buf area of `len` bytes at `offset` of
-    /// `dmabuf` ([`Self::register_dmabuf_on`]: Linux 6.16+; 6.18 wants `offset` 0 and `len`
+    /// `dmabuf` (`Self::register_dmabuf_on`: Linux 6.16+; 6.18 wants `offset` 0 and `len`
     /// the dma-buf's size). On error nothing stays registered or open (`dmabuf` is the
     /// caller's).
     pub fn register_dmabuf_for_receive(
@@ -126,7 +126,7 @@ impl ZcrxCompletion {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RefillFlush {
     /// Entries pushed into the refill ring and published.
-    pub pushed: usize,
+    pub(crate) pushed: usize,
     /// Released fragments still waiting because the refill ring was full.
     pub waiting: usize,
 }
@@ -143,7 +143,7 @@ pub struct RefillFlush {
 ///
 /// Requests are `IORING_OP_RECV_ZC` with `IORING_RECV_MULTISHOT` and `len` 0 (6.18 rejects
 /// RECV_ZC without the multishot flag, io_uring/net.c `io_recvzc_prep`; `len` 0 means no byte
-/// limit) and `zcrx_ifq_idx` = [`ZcrxIfq::id`]. The request runs until the stream ends
+/// limit) and `zcrx_ifq_idx` = `ZcrxIfq::id`. The request runs until the stream ends
 /// (`res` 0), fails, is cancelled, or the kernel ends it with `-ENOSPC` (no CQ room), `-ENOMEM`
 /// (no free buffer for the copy fallback) or `-EINTR`: then re-arm ([`RxEvent::Rearm`]).
 /// Data arriving on another queue than the registered one (flow not steered) is *copied* into
@@ -164,9 +164,9 @@ pub struct ZcrxReceiver {
 }
 
 /// The kernel's zcrx events seen by a [`ZcrxReceiver`] (Linux 7.2: `ZCRX_EVENT_*` completions
-/// with [`ZCRX_EVENT_TAG`], asked for where the kernel says it has them). Each type fires once
+/// with `ZCRX_EVENT_TAG`, asked for where the kernel says it has them). Each type fires once
 /// until re-armed: ALLOC_FAIL is re-armed by [`ZcrxReceiver::flush_refills`] once buffers went
-/// back (one event per drought), COPY only by [`ZcrxReceiver::rearm_event`] (the statistics
+/// back (one event per drought), COPY only by `ZcrxReceiver::rearm_event` (the statistics
 /// count every copy: the event only says copying happened).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ZcrxEvents {
@@ -176,11 +176,11 @@ pub struct ZcrxEvents {
     /// request with `-ENOMEM` instead.
     pub alloc_fail: u64,
     /// `ZCRX_EVENT_COPY`: the kernel copied received data into the area.
-    pub copy: u64,
+    pub(crate) copy: u64,
     /// Event completions of a type zcnet does not know.
-    pub other: u64,
+    pub(crate) other: u64,
     /// Types that fired and are not re-armed yet (`1 << ZCRX_EVENT_*`).
-    pub fired: u32,
+    pub(crate) fired: u32,
 }
 
 impl std::fmt::Debug for ZcrxReceiver {
@@ -194,7 +194,7 @@ impl std::fmt::Debug for ZcrxReceiver {
 }
 
 impl ZcrxReceiver {
-    /// Receiving on `ifq`: its whole area in buffers of [`ZcrxIfq::buf_len`] (one `net_iov`
+    /// Receiving on `ifq`: its whole area in buffers of `ZcrxIfq::buf_len` (one `net_iov`
     /// each, `io_zcrx_create_area`; a page unless a larger `rx_buf_len` was granted), every
     /// one the kernel's.
     pub fn new(ifq: ZcrxIfq) -> io::Result<ZcrxReceiver> {
@@ -214,7 +214,7 @@ impl ZcrxReceiver {
 
     /// Lets event type `ty` (`ZCRX_EVENT_*`) fire again ([`ZcrxIfq::arm_event`]); nothing to
     /// do (`Ok`) when it has not fired since it was last armed.
-    pub fn rearm_event(&mut self, ty: u32) -> io::Result<()> {
+    pub(crate) fn rearm_event(&mut self, ty: u32) -> io::Result<()> {
         if ty >= 32 || self.events.fired & (1 << ty) == 0 {
             return Ok(());
         }
@@ -234,7 +234,7 @@ impl ZcrxReceiver {
     }
 
     /// Arms a multishot RECV_ZC on socket `fd` for `user_data` (unique among armed requests,
-    /// else `EBUSY`; not [`ZCRX_CANCEL_TAG`] or [`ZCRX_EVENT_TAG`], else `EINVAL`) and submits it. The caller keeps
+    /// else `EBUSY`; not `ZCRX_CANCEL_TAG` or `ZCRX_EVENT_TAG`, else `EINVAL`) and submits it. The caller keeps
     /// `fd` open until the request's final completion. If `io_uring_enter` fails for good the
     /// error is returned but the SQE stays queued and counts as armed: it goes in with the next
     /// [`Self::wait`].
@@ -295,7 +295,7 @@ impl ZcrxReceiver {
     /// Pushes released fragments' refill entries, oldest first, into the refill ring and
     /// publishes them. Entries that do not fit wait for the next flush (counted in the
     /// bookkeeping's `refill_starved`). On a NODEV ifq ([`ZcrxIfq::is_nodev`]) the kernel is
-    /// then told to consume them ([`ZcrxIfq::flush_refill_queue`]): nothing else would, and
+    /// then told to consume them (`ZcrxIfq::flush_refill_queue`): nothing else would, and
     /// receiving would stall once the area is out. Its error is the only one.
     pub fn flush_refills(&mut self) -> io::Result<RefillFlush> {
         let ZcrxReceiver { ifq, core, .. } = self;

@@ -29,7 +29,7 @@ pub enum RecvError {
         /// The message.
         seq: u64,
     },
-    /// A chunk of a message more than [`MAX_SEQ_AHEAD`] past the next unassigned one.
+    /// A chunk of a message more than `MAX_SEQ_AHEAD` past the next unassigned one.
     SeqTooFar {
         /// The message.
         seq: u64,
