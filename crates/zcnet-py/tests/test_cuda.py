@@ -14,6 +14,7 @@ The torch test runs on a real GPU only (torch.cuda.is_available()), with the rea
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -331,6 +332,18 @@ def test_refusals_are_one_line(standin, tmp_path):
     )
     assert out.strip().endswith("ok"), out
     assert out.count("refused:") == 9, out
+
+
+def test_readme_cuda_example_runs_against_the_standin(standin, tmp_path):
+    """README.md's CUDA block, which skips itself without a GPU in test_docs, runs here with the
+    stand-in as the driver and must not skip."""
+    text = (REPO / "README.md").read_text()
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```", text, re.M | re.S) if "cuda_buffer" in b]
+    assert len(blocks) == 1, "README.md should have one CUDA example"
+    out, s = run_child(blocks[0], tmp_path, standin)
+    assert "zcnet-doc-skip" not in out, out
+    assert "'device_bytes': 8388608" in out, out
+    assert int(s["async_dtoh"]) > 0, s
 
 
 def test_torch_cuda_send_and_recv_into(tmp_path):
