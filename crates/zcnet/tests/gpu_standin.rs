@@ -135,6 +135,15 @@ fn child_borrowed_send() {
     drop((owner_a, owner_b));
     let mut tx = st.into_sender().unwrap();
     assert_eq!(tx.outstanding(), 0);
+    // Every buffer came back to the sender.
+    let mut all = Vec::new();
+    while let Some(b) = tx.try_buffer().unwrap() {
+        all.push(b);
+    }
+    assert_eq!(all.len(), tx.buffers());
+    for b in all {
+        tx.send(b, 0).unwrap();
+    }
     send_host(&mut tx, &mut at);
     let stats = tx.finish().unwrap();
     assert_eq!(stats.bytes, expect.len() as u64);
