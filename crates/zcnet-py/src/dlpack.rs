@@ -1,13 +1,15 @@
 //! DLPack (dlpack.h, version 1.x) for Python: the structures, the capsules a
-//! [`crate::rx::Buffer`] exports, and reading a tensor's memory from another producer's capsule
-//! (what `Sender.send` does with a torch tensor).
+//! [`crate::rx::Buffer`] and a [`crate::cuda::DeviceBuffer`] export, and reading a tensor's
+//! memory from another producer's capsule (what `Sender.send` and `Receiver.recv_into` do with a
+//! torch tensor, host or CUDA).
 //!
 //! Export: `__dlpack__(max_version=(1, x))` gives a `dltensor_versioned` capsule holding a
-//! `DLManagedTensorVersioned` (read-only flag set); an older consumer (no `max_version`, or a
-//! major version below 1) gets the legacy `dltensor` capsule (`DLManagedTensor`). Either is one
-//! 1-D uint8 tensor on the CPU over the received bytes, and holds a strong reference to the
-//! Buffer until its deleter runs: the consumer calls it when its tensor dies, or the capsule's
-//! destructor does when no consumer took the capsule (its name unchanged).
+//! `DLManagedTensorVersioned` (a received Buffer's with the read-only flag set); an older
+//! consumer (no `max_version`, or a major version below 1) gets the legacy `dltensor` capsule
+//! (`DLManagedTensor`). Either is one 1-D uint8 tensor (on the CPU over the received bytes, or on
+//! `kDLCUDA` over a DeviceBuffer's memory), and holds a strong reference to its owner until its
+//! deleter runs: the consumer calls it when its tensor dies, or the capsule's destructor does
+//! when no consumer took the capsule (its name unchanged).
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -144,13 +146,10 @@ unsafe extern "C" fn capsule_destructor_versioned(cap: *mut ffi::PyObject) {
     unsafe { delete_versioned(m) };
 }
 
-fn tensor(data: *mut u8, shape: *mut i64) -> DLTensor {
+fn tensor(data: *mut u8, device: DLDevice, shape: *mut i64) -> DLTensor {
     DLTensor {
         data: data.cast(),
-        device: DLDevice {
-            device_type: DL_CPU,
-            device_id: 0,
-        },
+        device,
         ndim: 1,
         dtype: DLDataType {
             code: DL_UINT,
@@ -163,17 +162,46 @@ fn tensor(data: *mut u8, shape: *mut i64) -> DLTensor {
     }
 }
 
-/// A capsule over `len` host bytes at `data`, keeping `owner` alive until it is deleted.
-/// `versioned`: a DLPack 1.x `dltensor_versioned` capsule, read-only; else the legacy one.
+/// How an exported tensor is described: where its bytes are, and whether consumers may write.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Export {
+    /// `kDLCPU` for received host buffers, `kDLCUDA` (with the ordinal) for device buffers.
+    pub device: DLDevice,
+    /// The read-only flag of a versioned capsule (a legacy capsule cannot say it).
+    pub read_only: bool,
+    /// A DLPack 1.x `dltensor_versioned` capsule; else the legacy `dltensor` one.
+    pub versioned: bool,
+}
+
+/// Host memory, read-only: what a received [`crate::rx::Buffer`] exports.
+pub(crate) fn host_read_only(versioned: bool) -> Export {
+    Export {
+        device: DLDevice {
+            device_type: DL_CPU,
+            device_id: 0,
+        },
+        read_only: true,
+        versioned,
+    }
+}
+
+/// A capsule over `len` bytes at `data` (a host or a device address, as `how.device` says),
+/// keeping `owner` alive until it is deleted.
 ///
-/// The caller guarantees that the bytes stay valid and unchanged while `owner` lives.
+/// The caller guarantees that the bytes stay valid while `owner` lives (and unchanged, for a
+/// read-only export).
 pub(crate) fn export<'py>(
     py: Python<'py>,
     data: *const u8,
     len: usize,
     owner: Py<PyAny>,
-    versioned: bool,
+    how: Export,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let Export {
+        device,
+        read_only,
+        versioned,
+    } = how;
     let len = i64::try_from(len)
         .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("buffer too large"))?;
     // DLPack asks for a non-null data pointer even for zero elements.
@@ -191,8 +219,8 @@ pub(crate) fn export<'py>(
                 },
                 manager_ctx: std::ptr::null_mut(),
                 deleter: Some(delete_versioned),
-                flags: FLAG_READ_ONLY,
-                dl_tensor: tensor(data, std::ptr::null_mut()),
+                flags: if read_only { FLAG_READ_ONLY } else { 0 },
+                dl_tensor: tensor(data, device, std::ptr::null_mut()),
             },
             shape: [len],
             owner: Some(owner),
@@ -206,7 +234,7 @@ pub(crate) fn export<'py>(
     } else {
         let h = Box::into_raw(Box::new(Holder {
             managed: DLManagedTensor {
-                dl_tensor: tensor(data, std::ptr::null_mut()),
+                dl_tensor: tensor(data, device, std::ptr::null_mut()),
                 manager_ctx: std::ptr::null_mut(),
                 deleter: Some(delete_legacy),
             },
@@ -239,29 +267,54 @@ pub(crate) fn export<'py>(
     Ok(unsafe { Bound::from_owned_ptr(py, cap) })
 }
 
-/// Host memory borrowed from another producer's capsule, for as long as the capsule lives.
+/// Memory borrowed from another producer's capsule, for as long as the capsule lives.
 #[derive(Debug)]
 pub(crate) struct Imported {
+    /// The first byte: a host address, or a device address for [`Self::cuda`] memory.
     pub data: *const u8,
     pub len: usize,
+    /// `Some(ordinal)`: CUDA device memory (`kDLCUDA`) on that device; `None`: host memory
+    /// (CPU or CUDA-pinned).
+    pub cuda: Option<u32>,
+    /// The producer flagged the tensor read-only (DLPack 1.x only; a legacy capsule cannot).
+    pub read_only: bool,
 }
 
-/// Reads a tensor's memory from `obj.__dlpack__()`: host memory (CPU or CUDA-pinned), C-contiguous,
-/// of whole bytes per element. Returns the capsule (which must be kept alive while the memory is
-/// used; dropping it unconsumed gives the tensor back to its producer) and the memory.
-pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, Imported)> {
+/// Reads a tensor's memory from `obj.__dlpack__()`: host memory (CPU or CUDA-pinned) or CUDA
+/// device memory, C-contiguous, of whole bytes per element. `who` names the caller in messages.
+/// Returns the capsule (which must be kept alive while the memory is used; dropping it
+/// unconsumed gives the tensor back to its producer) and the memory.
+pub(crate) fn import<'py>(
+    obj: &Bound<'py, PyAny>,
+    who: &str,
+) -> PyResult<(Bound<'py, PyAny>, Imported)> {
     let py = obj.py();
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("max_version", (VERSION.0, VERSION.1))?;
+    // A CUDA producer is asked for the legacy default stream (1): it makes its own streams'
+    // work on the tensor visible there, and zcnet waits for the context before copying.
+    let on_cuda = obj.hasattr("__dlpack_device__")?
+        && obj
+            .call_method0("__dlpack_device__")?
+            .extract::<(i32, i32)>()
+            .is_ok_and(|(t, _)| t == DL_CUDA);
+    if on_cuda {
+        kwargs.set_item("stream", 1)?;
+    }
     let cap = match obj.call_method("__dlpack__", (), Some(&kwargs)) {
         Ok(c) => c,
         // Producers older than DLPack 1.0 take no max_version.
         Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {
-            obj.call_method0("__dlpack__")?
+            let legacy = pyo3::types::PyDict::new(py);
+            if on_cuda {
+                legacy.set_item("stream", 1)?;
+            }
+            obj.call_method("__dlpack__", (), Some(&legacy))?
         }
         Err(e) => return Err(e),
     };
     let raw = cap.as_ptr();
+    let mut read_only = false;
     // SAFETY: PyCapsule_IsValid accepts any object and only reads it; the GIL is held.
     let t: &DLTensor = if unsafe { ffi::PyCapsule_IsValid(raw, VERSIONED_NAME.as_ptr()) } == 1 {
         // SAFETY: the name matched; the capsule (kept alive by `cap`) owns the managed tensor.
@@ -275,6 +328,7 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny
                 mt.version.major, mt.version.minor
             )));
         }
+        read_only = mt.flags & FLAG_READ_ONLY != 0;
         &mt.dl_tensor
     // SAFETY: as above.
     } else if unsafe { ffi::PyCapsule_IsValid(raw, LEGACY_NAME.as_ptr()) } == 1 {
@@ -288,20 +342,20 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny
             "zcnet: __dlpack__ returned something that is not a DLPack capsule",
         ));
     };
-    let what = format!("device type {}", t.device.device_type);
-    match t.device.device_type {
-        DL_CPU | DL_CUDA_HOST => {}
-        DL_CUDA => {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "zcnet: sending from CUDA device memory is not supported by the Python layer yet: copy the tensor to the host first (t.cpu()), or use `zcnet send --mem cuda`",
+    let cuda = match t.device.device_type {
+        DL_CPU | DL_CUDA_HOST => None,
+        DL_CUDA => Some(u32::try_from(t.device.device_id).map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "{who}: the tensor names CUDA device {}, which cannot exist",
+                t.device.device_id
             ))
-        }
-        _ => {
+        })?),
+        other => {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "zcnet: the tensor is not in host memory ({what}): copy it to the host first"
+                "{who}: the tensor is on DLPack device type {other}, neither host memory nor CUDA device memory (kDLCPU, kDLCUDAHost, kDLCUDA): copy it to the host first"
             )))
         }
-    }
+    };
     let ndim = usize::try_from(t.ndim).unwrap_or(0);
     let bits = u64::from(t.dtype.bits) * u64::from(t.dtype.lanes);
     if bits % 8 != 0 {
@@ -330,7 +384,20 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny
     let elems: u64 = shape_u.iter().product();
     let len = usize::try_from(elems * item)
         .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("tensor too large"))?;
-    // SAFETY: `data + byte_offset` is the first element (DLPack); only the address is computed.
-    let data = unsafe { t.data.cast::<u8>().cast_const().add(t.byte_offset as usize) };
-    Ok((cap, Imported { data, len }))
+    // `data + byte_offset` is the first element (DLPack); only the address is computed (a
+    // device address is never dereferenced here).
+    let data = t
+        .data
+        .cast::<u8>()
+        .cast_const()
+        .wrapping_add(t.byte_offset as usize);
+    Ok((
+        cap,
+        Imported {
+            data,
+            len,
+            cuda,
+            read_only,
+        },
+    ))
 }

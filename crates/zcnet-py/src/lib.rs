@@ -9,7 +9,10 @@
 //!   (`np.from_dlpack(buf)`, `torch.from_dlpack(buf)`). Dropping the last reference (the Buffer
 //!   and every array made from it) gives the buffer back to the kernel.
 //! - [`tx::Sender`] sends bytes-like objects (the buffer protocol) and tensors (`__dlpack__`),
-//!   C-contiguous host memory only.
+//!   C-contiguous, from host memory or CUDA device memory (staged through its buffers by the
+//!   library's GPU pipeline, `zcnet::gpu::StagedSender`).
+//! - [`cuda::DeviceBuffer`] (`cuda_buffer()`) is CUDA device memory allocated through zcnet's
+//!   driver wrapper, exported as a kDLCUDA DLPack tensor.
 //! - `probe()` is `zcnet probe --json` as a dict; `pattern()` is the `--verify` byte pattern.
 //!
 //! Blocking calls release the GIL in slices of at most 100 ms and check for signals between
@@ -20,6 +23,7 @@
 //! Rust tests: the extension never links libpython (abi3 + `extension-module`), so a Rust test
 //! binary could not run Python.
 
+mod cuda;
 mod dlpack;
 mod errors;
 mod pybuf;
@@ -158,6 +162,8 @@ fn _zcnet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<rx::Receiver>()?;
     m.add_class::<rx::Buffer>()?;
     m.add_class::<tx::Sender>()?;
+    m.add_class::<cuda::DeviceBuffer>()?;
+    m.add_function(wrap_pyfunction!(cuda::cuda_buffer, m)?)?;
     m.add("MODES", modes(py)?)?;
     errors::register(m)?;
     Ok(())

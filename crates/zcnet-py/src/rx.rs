@@ -278,43 +278,63 @@ impl Receiver {
         self.inner.connections()
     }
 
-    /// Fills `out` (a writable, C-contiguous bytes-like object: bytearray, numpy array, ...)
-    /// with the next bytes received, copying them out of the receiver's buffers, and returns how
-    /// many: fewer than it holds only when every connection has ended (0: nothing left).
+    /// Fills `out` with the next bytes received and returns how many: fewer than it holds only
+    /// when every connection has ended (0: nothing left). `out` is a writable, C-contiguous
+    /// bytes-like object (bytearray, numpy array, ...) or tensor (`__dlpack__`): host memory,
+    /// copied into by the CPU, or CUDA device memory (a torch.cuda tensor, a
+    /// `zcnet.DeviceBuffer`), copied into from each received host buffer by a synchronous copy
+    /// through zcnet's CUDA driver wrapper (finished when this returns).
     fn recv_into(slf: &Bound<'_, Self>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+        const WHO: &str = "zcnet.Receiver.recv_into";
         let py = slf.py();
-        let view = crate::pybuf::get(out, true)?.ok_or_else(|| {
-            PyTypeError::new_err(
-                "zcnet.Receiver.recv_into takes a writable bytes-like object (bytearray, numpy array, memoryview)",
-            )
-        })?;
-        let (dst, cap) = (view.ptr(), view.len());
-        let mut filled = 0usize;
-        let r = (|| -> PyResult<()> {
-            while filled < cap {
-                let Some(buf) = Self::__next__(slf)? else {
-                    break;
-                };
-                let n = buf.len.min(cap - filled);
-                if buf.device || buf.ptr == 0 {
-                    return Err(PyValueError::new_err(
-                        "zcnet: recv_into of device memory (devmem) is not supported",
-                    ));
-                }
-                // SAFETY: `buf.ptr` holds `buf.len` bytes lent by the receiver while `buf`
-                // lives; `dst` holds `cap` bytes exported by `out` until the view's release.
-                unsafe { std::ptr::copy_nonoverlapping(buf.ptr as *const u8, dst.add(filled), n) };
-                filled += n;
-                if n < buf.len {
-                    // The rest of the buffer is handed out first next time.
-                    slf.borrow_mut().partial = Some(buf.tail(py, n));
-                    break;
-                }
+        if let Some(view) = crate::pybuf::get(out, true)? {
+            let (dst, cap) = (view.ptr(), view.len());
+            let r = Self::fill(slf, cap, |at, src| {
+                // SAFETY: `dst` holds `cap` bytes exported by `out` until the view's release
+                // (after this), and `at + src.len() <= cap`.
+                unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.add(at), src.len()) };
+                Ok(())
+            });
+            view.release(py);
+            return r;
+        }
+        if !out.hasattr("__dlpack__")? {
+            return Err(PyTypeError::new_err(format!(
+                "{WHO} takes a writable bytes-like object (bytearray, numpy array, memoryview) or a tensor with __dlpack__ (host or CUDA), not {}",
+                out.get_type().name()?
+            )));
+        }
+        // The capsule keeps the tensor's memory alive until the copies are done.
+        let (cap, imp) = crate::dlpack::import(out, WHO)?;
+        if imp.read_only {
+            return Err(PyValueError::new_err(format!(
+                "{WHO}: the tensor is read-only (its DLPack flags say so): pass a writable one"
+            )));
+        }
+        let r = match imp.cuda {
+            None => {
+                let dst = imp.data.cast_mut();
+                Self::fill(slf, imp.len, |at, src| {
+                    // SAFETY: the tensor (kept by `cap`) holds `imp.len` writable host bytes at
+                    // `dst`, and `at + src.len() <= imp.len`.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.add(at), src.len()) };
+                    Ok(())
+                })
             }
-            Ok(())
-        })();
-        view.release(py);
-        r.map(|()| filled)
+            Some(_) if imp.len == 0 => Ok(0),
+            Some(_) => {
+                let mut region = crate::cuda::borrow(py, &imp, WHO)?;
+                Self::fill(slf, imp.len, |at, src| {
+                    let r = OnThisThread(&mut region);
+                    let s = OnThisThread(src);
+                    py.detach(move || OnThisThread(r.get().write_at(at, s.get())))
+                        .get()
+                        .map_err(crate::errors::to_py)
+                })
+            }
+        };
+        drop(cap);
+        r
     }
 
     fn __repr__(&self) -> String {
@@ -328,6 +348,39 @@ impl Receiver {
 }
 
 impl Receiver {
+    /// Hands the next received bytes, up to `cap` of them, to `put(offset, bytes)` in stream
+    /// order; returns how many (fewer only when every connection has ended). A buffer taken in
+    /// part has its tail handed out first next time.
+    fn fill(
+        slf: &Bound<'_, Self>,
+        cap: usize,
+        mut put: impl FnMut(usize, &[u8]) -> PyResult<()>,
+    ) -> PyResult<usize> {
+        let py = slf.py();
+        let mut filled = 0usize;
+        while filled < cap {
+            let Some(buf) = Self::__next__(slf)? else {
+                break;
+            };
+            let n = buf.len.min(cap - filled);
+            if buf.device || buf.ptr == 0 {
+                return Err(PyValueError::new_err(
+                    "zcnet: recv_into of device memory (devmem) is not supported",
+                ));
+            }
+            // SAFETY: `buf.ptr` holds `buf.len` bytes lent by the receiver while `buf` lives.
+            let src = unsafe { std::slice::from_raw_parts(buf.ptr as *const u8, n) };
+            put(filled, src)?;
+            filled += n;
+            if n < buf.len {
+                // The rest of the buffer is handed out first next time.
+                slf.borrow_mut().partial = Some(buf.tail(py, n));
+                break;
+            }
+        }
+        Ok(filled)
+    }
+
     /// Waits one slice (GIL released) for events, then checks signals and starvation.
     fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
         let mut out = std::mem::take(&mut self.scratch);
@@ -500,7 +553,7 @@ impl Buffer {
             ptr,
             this.len,
             slf.clone().unbind().into_any(),
-            versioned,
+            crate::dlpack::host_read_only(versioned),
         )
     }
 

@@ -7,10 +7,16 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use zcnet::gpu::StagedSender;
 use zcnet::{Region, TxConfig, TxMode};
 
 /// The longest the GIL stays released while sending: signals (Ctrl-C) are checked between slices.
 const SLICE: Duration = Duration::from_millis(100);
+
+/// A send from CUDA memory goes to the staging pipeline in pieces of at most this many bytes,
+/// with signals checked between them (a piece returns once its bytes were copied out of the
+/// device and handed to the kernel).
+const DEVICE_PIECE: usize = 4 << 20;
 
 /// Sends on a connected TCP or UDP socket with one mechanism, from zcnet's registered buffers.
 ///
@@ -18,20 +24,42 @@ const SLICE: Duration = Duration::from_millis(100);
 /// `mode` is copy, msg-zerocopy, uring, uring-zc, devmem or auto; `buf_size` is 65536 on a
 /// stream and 64000 on a UDP socket, where each `send` is one datagram. The socket is detached
 /// (zcnet owns the connection). `send(obj)` takes bytes-like objects (bytes, bytearray, memoryview,
-/// numpy arrays: the buffer protocol) and tensors (`__dlpack__`: torch), C-contiguous host
-/// memory; `finish()` waits for every send to complete, closes the connection and returns the
-/// statistics. Ctrl-C during `send` or `finish` raises `KeyboardInterrupt` within 100 ms; a
+/// numpy arrays: the buffer protocol) and tensors (`__dlpack__`: torch), C-contiguous, in host
+/// memory or (on a TCP socket) CUDA device memory, which is staged through the sender's buffers
+/// by the library's GPU staging pipeline; `finish()` waits for every send to complete, closes the
+/// connection and returns the statistics. Ctrl-C during `send` or `finish` raises
+/// `KeyboardInterrupt` within 100 ms (from CUDA memory: after the 4 MiB piece under way); a
 /// sender dropped after that with sends still held by the kernel (a peer that stopped reading)
 /// aborts the connection (a reset), which gives the buffers back at once.
 #[pyclass(module = "zcnet")]
 pub(crate) struct Sender {
-    inner: Mutex<Option<zcnet::Sender>>,
+    inner: Mutex<Option<Leg>>,
     /// The library's stall timeout, applied by the binding's own bounded waits too.
     stall_timeout: Duration,
     /// A send or finish ended with an exception from a signal handler (`KeyboardInterrupt`).
     interrupted: std::sync::atomic::AtomicBool,
     /// The largest datagram a UDP sender sends (each `send` is one); `None` on a stream.
     datagram: Option<usize>,
+    /// Bytes sent from CUDA device memory.
+    device_bytes: std::sync::atomic::AtomicU64,
+}
+
+/// How the sender's buffers are used now: by host sends (copies into them), or by the library's
+/// GPU staging pipeline (copies from device memory into them), which owns the sender while CUDA
+/// tensors are sent and gives it back for the next host send or `finish`. The bytes leave on the
+/// one connection in the order `send` was called.
+enum Leg {
+    Host(Box<zcnet::Sender>),
+    Staged(Box<StagedSender>),
+}
+
+impl Leg {
+    fn sender(&self) -> &zcnet::Sender {
+        match self {
+            Leg::Host(tx) => tx,
+            Leg::Staged(st) => st.sender(),
+        }
+    }
 }
 
 impl Drop for Sender {
@@ -44,7 +72,7 @@ impl Drop for Sender {
         if !*self.interrupted.get_mut() {
             return;
         }
-        let Ok(Some(tx)) = self.inner.get_mut().map(|g| g.as_ref()) else {
+        let Ok(Some(tx)) = self.inner.get_mut().map(|g| g.as_ref().map(Leg::sender)) else {
             return;
         };
         if tx.outstanding() == 0 || !tx.socket().is_stream() {
@@ -80,10 +108,12 @@ fn stats_dict<'py>(
     s: &zcnet::TxStats,
     mode: TxMode,
     note: Option<&str>,
+    device_bytes: u64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("mode", mode.name())?;
     d.set_item("bytes", s.bytes)?;
+    d.set_item("device_bytes", device_bytes)?;
     d.set_item("sends", s.sends)?;
     d.set_item("notifications", s.notifications)?;
     d.set_item("copied_notifications", s.copied_notifications)?;
@@ -323,18 +353,20 @@ impl Sender {
             })
             .map_err(errors::to_py)?;
         Ok(Sender {
-            inner: Mutex::new(Some(inner)),
+            inner: Mutex::new(Some(Leg::Host(Box::new(inner)))),
             stall_timeout: Duration::from_secs_f64(stall_timeout),
             interrupted: std::sync::atomic::AtomicBool::new(false),
             datagram,
+            device_bytes: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Sends the bytes of `obj`: a bytes-like object (buffer protocol) or a tensor
-    /// (`__dlpack__`), C-contiguous, in host memory. Returns the bytes sent. Their copy into
-    /// zcnet's registered buffers is done when this returns: `obj` may be changed then. On a
-    /// UDP socket each call sends one datagram of at most `buf_size` bytes (64,000 by default
-    /// there; larger is a `ValueError`); an empty object sends nothing.
+    /// (`__dlpack__`), C-contiguous, in host memory or CUDA device memory. Returns the bytes
+    /// sent. Their copy into zcnet's registered buffers (from the device: by the GPU's copy
+    /// engine) is done when this returns: `obj` may be changed or freed then. On a UDP socket
+    /// each call sends one datagram of at most `buf_size` bytes (64,000 by default there; larger
+    /// is a `ValueError`), from host memory only; an empty object sends nothing.
     fn send(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
         // Keep the exporter's view or capsule until the bytes are copied.
         let (data, len, view, capsule) = match crate::pybuf::get(obj, false)? {
@@ -346,7 +378,12 @@ impl Sender {
                         obj.get_type().name()?
                     )));
                 }
-                let (cap, imp) = crate::dlpack::import(obj)?;
+                let (cap, imp) = crate::dlpack::import(obj, "zcnet.Sender.send")?;
+                if imp.cuda.is_some() {
+                    let r = self.send_device(py, &imp);
+                    drop(cap);
+                    return r;
+                }
                 (imp.data, imp.len, None, Some(cap))
             }
         };
@@ -372,22 +409,11 @@ impl Sender {
     /// closes the connection).
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let mut g = self.lock()?;
-        let tx = g.as_mut().ok_or_else(finished)?;
-        let mut stall = Stall::default();
-        loop {
-            let t = OnThisThread(&mut *tx);
-            let timeout = self.stall_timeout;
-            let st = OnThisThread(&mut stall);
-            let done = py
-                .detach(move || OnThisThread(flush_slice(t.get(), st.get(), timeout)))
-                .get()
-                .map_err(errors::to_py)?;
-            if done {
-                break;
-            }
-            self.check_signals(py)?;
-        }
-        let tx = g.take().ok_or_else(finished)?;
+        let tx = host_leg(py, &mut g)?;
+        self.flush_host(py, tx)?;
+        let Some(Leg::Host(tx)) = g.take() else {
+            return Err(finished());
+        };
         drop(g);
         let mode = tx.mode();
         let note = tx.note().map(str::to_string);
@@ -396,21 +422,21 @@ impl Sender {
             .detach(move || OnThisThread(tx.finish()))
             .get()
             .map_err(errors::to_py)?;
-        stats_dict(py, &stats, mode, note.as_deref())
+        stats_dict(py, &stats, mode, note.as_deref(), self.device_bytes())
     }
 
-    /// The statistics so far.
+    /// The statistics so far (`device_bytes`: how many of `bytes` came from CUDA memory).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let g = self.lock()?;
-        let tx = g.as_ref().ok_or_else(finished)?;
-        stats_dict(py, &tx.stats(), tx.mode(), tx.note())
+        let tx = g.as_ref().ok_or_else(finished)?.sender();
+        stats_dict(py, &tx.stats(), tx.mode(), tx.note(), self.device_bytes())
     }
 
     /// The mechanism.
     #[getter]
     fn mode(&self) -> PyResult<&'static str> {
         let g = self.lock()?;
-        Ok(g.as_ref().ok_or_else(finished)?.mode().name())
+        Ok(g.as_ref().ok_or_else(finished)?.sender().mode().name())
     }
 
     fn __repr__(&self) -> String {
@@ -418,7 +444,7 @@ impl Sender {
             .inner
             .lock()
             .ok()
-            .and_then(|g| g.as_ref().map(|t| t.mode()))
+            .and_then(|g| g.as_ref().map(|t| t.sender().mode()))
         {
             Some(m) => format!("zcnet.Sender(mode={:?})", m.name()),
             None => "zcnet.Sender(finished)".to_string(),
@@ -437,7 +463,7 @@ impl Sender {
 
     /// The sender, if no other thread is using it: waiting for the lock while holding the GIL
     /// would deadlock with a thread that released the GIL inside a send.
-    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Option<zcnet::Sender>>> {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Option<Leg>>> {
         self.inner.try_lock().map_err(|e| match e {
             std::sync::TryLockError::WouldBlock => errors::Error::new_err(
                 "zcnet.Sender is in use by another thread: use one sender per thread",
@@ -448,9 +474,83 @@ impl Sender {
         })
     }
 
+    fn device_bytes(&self) -> u64 {
+        self.device_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits, in slices with signals checked between them, until the kernel holds none of the
+    /// sender's buffers.
+    fn flush_host(&self, py: Python<'_>, tx: &mut zcnet::Sender) -> PyResult<()> {
+        let mut stall = Stall::default();
+        loop {
+            let t = OnThisThread(&mut *tx);
+            let timeout = self.stall_timeout;
+            let st = OnThisThread(&mut stall);
+            let done = py
+                .detach(move || OnThisThread(flush_slice(t.get(), st.get(), timeout)))
+                .get()
+                .map_err(errors::to_py)?;
+            if done {
+                return Ok(());
+            }
+            self.check_signals(py)?;
+        }
+    }
+
+    /// Sends a CUDA tensor's bytes through the library's staging pipeline
+    /// (`zcnet::gpu::StagedSender`, the path of `zcnet send --mem cuda`), whose host leg is this
+    /// sender: its host sends complete first, and the pipeline keeps the sender until the next
+    /// host send or `finish`. Returns once every byte was copied out of the device memory and
+    /// handed to the kernel (also on an error: no copy reads the tensor after this returns).
+    fn send_device(&self, py: Python<'_>, imp: &crate::dlpack::Imported) -> PyResult<usize> {
+        if let Some(max) = self.datagram {
+            return Err(PyValueError::new_err(format!(
+                "zcnet.Sender.send: CUDA device memory is sent on TCP senders only; this one sends datagrams (UDP, at most {max} B each): copy the tensor to the host first (t.cpu())"
+            )));
+        }
+        if imp.len == 0 {
+            return Ok(0);
+        }
+        let region = crate::cuda::borrow(py, imp, "zcnet.Sender.send")?;
+        let mut g = self.lock()?;
+        if let Some(Leg::Host(_)) = *g {
+            let Some(Leg::Host(mut tx)) = g.take() else {
+                return Err(finished());
+            };
+            // The pipeline takes every buffer: the host sends before complete first.
+            if let Err(e) = self.flush_host(py, &mut tx) {
+                *g = Some(Leg::Host(tx));
+                return Err(e);
+            }
+            let ordinal = imp.cuda.unwrap_or(0);
+            let st = py
+                .detach(move || OnThisThread(StagedSender::over(*tx, ordinal)))
+                .get()
+                .map_err(errors::to_py)?;
+            *g = Some(Leg::Staged(Box::new(st)));
+        }
+        let Some(Leg::Staged(staged)) = g.as_mut() else {
+            return Err(finished());
+        };
+        let mut done = 0usize;
+        while done < imp.len {
+            let n = (imp.len - done).min(DEVICE_PIECE);
+            let st = OnThisThread(&mut **staged);
+            let r = OnThisThread(&region);
+            py.detach(move || OnThisThread(st.get().send_from(r.get(), done as u64, n as u64)))
+                .get()
+                .map_err(errors::to_py)?;
+            done += n;
+            self.device_bytes
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            self.check_signals(py)?;
+        }
+        Ok(done)
+    }
+
     fn send_all(&self, py: Python<'_>, data: *const u8, len: usize) -> PyResult<usize> {
         let mut g = self.lock()?;
-        let tx = g.as_mut().ok_or_else(finished)?;
+        let tx = host_leg(py, &mut g)?;
         let mut done = 0;
         let mut stall = Stall::default();
         while done < len {
@@ -469,5 +569,24 @@ impl Sender {
             self.check_signals(py)?;
         }
         Ok(done)
+    }
+}
+
+/// The sender for host sends: the staging pipeline, if CUDA tensors were sent last, gives it
+/// back first (waiting for its sends to complete, GIL released).
+fn host_leg<'a>(py: Python<'_>, g: &'a mut Option<Leg>) -> PyResult<&'a mut zcnet::Sender> {
+    if let Some(Leg::Staged(_)) = g {
+        let Some(Leg::Staged(st)) = g.take() else {
+            return Err(finished());
+        };
+        let tx = py
+            .detach(move || OnThisThread(st.into_sender()))
+            .get()
+            .map_err(errors::to_py)?;
+        *g = Some(Leg::Host(Box::new(tx)));
+    }
+    match g {
+        Some(Leg::Host(tx)) => Ok(tx),
+        _ => Err(finished()),
     }
 }

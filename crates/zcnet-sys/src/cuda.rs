@@ -489,6 +489,14 @@ impl Context {
         self.ordinal
     }
 
+    /// Waits for every piece of work queued in the context, on every stream
+    /// (`cuCtxSynchronize`): another producer's kernels or copies writing memory zcnet is
+    /// about to read (a tensor handed over through DLPack) have finished then.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: no arguments; waits for the current context's work.
+        self.call("cuCtxSynchronize", |f| unsafe { (f.ctx_synchronize)() })
+    }
+
     fn bind(&self) -> Result<()> {
         let d = driver()?;
         // SAFETY: the context is retained by `self`.
@@ -514,13 +522,16 @@ impl Drop for Context {
 }
 
 /// Device memory: `cuMemAlloc`, page-aligned in address and length so that it can be exported
-/// as a dma-buf; freed on drop.
+/// as a dma-buf; freed on drop. Or memory someone else allocated ([`DeviceMem::borrowed`]: a
+/// tensor's), which is never freed or exported here.
 #[derive(Debug)]
 pub struct DeviceMem {
     ctx: Arc<Context>,
     base: CuPtr,
     ptr: CuPtr,
     len: usize,
+    /// Allocated here (freed on drop), not borrowed.
+    owned: bool,
 }
 
 impl DeviceMem {
@@ -542,7 +553,28 @@ impl DeviceMem {
             base,
             ptr,
             len,
+            owned: true,
         })
+    }
+
+    /// The device memory `b` names, in `ctx` (which must be `cuda:b.ordinal`'s): copies read
+    /// and write it like any `DeviceMem`, but dropping the value frees nothing, and it is never
+    /// exported as a dma-buf (its owner may free or reuse the pages). The promise that the memory
+    /// stays valid was made where `b` was made ([`BorrowedDevice::new`]).
+    pub fn borrowed(ctx: &Arc<Context>, b: BorrowedDevice) -> DeviceMem {
+        DeviceMem {
+            ctx: Arc::clone(ctx),
+            base: b.ptr,
+            ptr: b.ptr,
+            len: b.len,
+            owned: false,
+        }
+    }
+
+    /// Whether the memory was allocated here (and is freed on drop), not
+    /// [`borrowed`](Self::borrowed).
+    pub fn is_owned(&self) -> bool {
+        self.owned
     }
 
     /// Bytes.
@@ -582,6 +614,13 @@ impl DeviceMem {
     /// Exports the memory as a dma-buf (`cuMemGetHandleForAddressRange`). The fd must not outlive
     /// this memory's users: keep both in one owner (zcnet's `Region` does).
     pub fn export_dmabuf(&self) -> Result<OwnedFd> {
+        if !self.owned {
+            return Err(CudaError::Call {
+                call: "cuMemGetHandleForAddressRange",
+                code: E::CUDA_ERROR_NOT_SUPPORTED as i32,
+                text: "zcnet exports only device memory it allocated; this memory is borrowed (its owner may free or reuse it while a dma-buf of it lives)".into(),
+            });
+        }
         let mut fd: c_int = -1;
         let (ptr, len) = (self.ptr, self.len);
         let d = driver()?;
@@ -664,8 +703,54 @@ impl DeviceMem {
     }
 }
 
+/// Device memory someone else allocated (a tensor's: torch's, a DLPack producer's), lent to
+/// zcnet: the one `unsafe` promise about it is made here, where the address arrives; zcnet's
+/// `gpu::borrow_device` turns it into a region ([`DeviceMem::borrowed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BorrowedDevice {
+    ordinal: u32,
+    ptr: u64,
+    len: usize,
+}
+
+impl BorrowedDevice {
+    /// `len` bytes at device address `ptr` on `cuda:ordinal`.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` must be device memory on that device (in its primary context, as
+    /// torch's and the CUDA runtime's is) and stay allocated, and not be reused, for as long as
+    /// anything made from this value lives and until every copy it took part in completed (the
+    /// staging pipelines and synchronous copies return only then).
+    pub unsafe fn new(ordinal: u32, ptr: u64, len: usize) -> BorrowedDevice {
+        BorrowedDevice { ordinal, ptr, len }
+    }
+
+    /// The device.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// No bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 impl Drop for DeviceMem {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let base = self.base;
         // SAFETY: frees the allocation made in `alloc`; nothing refers to it any more (copies
         // hold an Arc to their buffers through their owners and are synchronised before drop).

@@ -189,7 +189,18 @@ impl Region {
                 e,
             )
         })?;
-        Ok(Region::of(Arc::new(mem).into_mapping()))
+        Ok(Region::of_device(Arc::new(mem)))
+    }
+
+    /// A region over device memory (allocated here, or borrowed: `gpu::borrow_device`).
+    pub(crate) fn of_device(mem: Arc<zcnet_sys::cuda::DeviceMem>) -> Region {
+        Region::of(mem.into_mapping())
+    }
+
+    /// The device address of a CUDA region's first byte (for DLPack and kernels; the CPU cannot
+    /// dereference it); `None` for host memory.
+    pub fn device_addr(&self) -> Option<u64> {
+        self.map.device_mem().map(|m| m.device_addr())
     }
 
     /// The device memory behind a CUDA region.

@@ -10,11 +10,16 @@ Received buffers are tensors without a copy (DLPack: ``np.from_dlpack(buf)``,
     for buf in rx:                        # until every connection ended
         view = np.from_dlpack(buf)        # 1-D uint8, read-only, no copy
         ...                               # dropping the last reference returns it to the kernel
+    # or: n = rx.recv_into(out)         # a copy into host or CUDA memory (torch.cuda, DeviceBuffer)
     print(rx.stats())
 
     tx = zcnet.Sender(sock, mode="auto")  # copy | msg-zerocopy | uring | uring-zc | devmem | auto
     tx.send(np.arange(1 << 20, dtype=np.uint32))
+    tx.send(torch.ones(1 << 20, device="cuda"))  # CUDA memory: staged through zcnet's buffers
     print(tx.finish())
+
+``zcnet.cuda_buffer(nbytes, device=0)`` allocates CUDA memory through zcnet's driver wrapper
+(a ``DeviceBuffer``: DLPack kDLCUDA, ``fill()``, ``tobytes()``) for use without torch.
 
 Errors are ``zcnet.Error`` subclasses carrying the library's cause and remedy.
 """
@@ -24,6 +29,7 @@ from ._zcnet import (
     ArgumentError,
     Buffer,
     ConnectionError,
+    DeviceBuffer,
     Error,
     MemlockError,
     NotRootError,
@@ -33,6 +39,7 @@ from ._zcnet import (
     StarvedError,
     UnsupportedError,
     VerifyError,
+    cuda_buffer,
     pattern,
     probe,
 )
@@ -42,6 +49,7 @@ __all__ = [
     "ArgumentError",
     "Buffer",
     "ConnectionError",
+    "DeviceBuffer",
     "Error",
     "MemlockError",
     "NotRootError",
@@ -51,6 +59,7 @@ __all__ = [
     "StarvedError",
     "UnsupportedError",
     "VerifyError",
+    "cuda_buffer",
     "pattern",
     "probe",
 ]

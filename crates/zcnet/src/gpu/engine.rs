@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use zcnet_core::staging::CopyId;
 use zcnet_sys::bufring::HeldBuf;
-use zcnet_sys::cuda::{DeviceMem, HostRegistration, Pending, PendingSlot, SourceRange, Stream};
+use zcnet_sys::cuda::{
+    Context, DeviceMem, HostRegistration, Pending, PendingSlot, SourceRange, Stream,
+};
 use zcnet_sys::mem::{Mapping, Slot};
 
 /// What a host-to-device copy reads: a range of a received ring buffer, shared by the copies out
@@ -57,6 +59,10 @@ pub(crate) trait CopyEngine: Send + std::fmt::Debug {
     fn wait(&mut self, timeout: Duration);
     /// Copies started and not yet reported.
     fn in_flight(&self) -> usize;
+    /// Makes `dev` the device memory later copies use (a caller's tensor, for one send), or
+    /// none (copies are refused until one is set). Refused while copies are in flight: they
+    /// read or write the memory set before.
+    fn set_device(&mut self, dev: Option<Arc<DeviceMem>>) -> Result<()>;
 }
 
 enum InFlight {
@@ -70,14 +76,16 @@ pub(crate) struct CudaEngine {
     pending: VecDeque<(CopyId, InFlight)>,
     stream: Stream,
     reg: HostRegistration,
-    dev: Arc<DeviceMem>,
+    /// The device memory copies use; none between the sends of a caller's memory.
+    dev: Option<Arc<DeviceMem>>,
+    ctx: Arc<Context>,
 }
 
 impl std::fmt::Debug for CudaEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaEngine")
             .field("in_flight", &self.pending.len())
-            .field("device", &self.dev.context().ordinal())
+            .field("device", &self.ctx.ordinal())
             .finish()
     }
 }
@@ -86,6 +94,14 @@ impl CudaEngine {
     /// An engine between `host` (registered with CUDA here) and `dev`.
     pub(crate) fn new(dev: Arc<DeviceMem>, host: Arc<Mapping>) -> Result<CudaEngine> {
         let ctx = Arc::clone(dev.context());
+        let mut e = CudaEngine::on(ctx, host)?;
+        e.dev = Some(dev);
+        Ok(e)
+    }
+
+    /// An engine between `host` (registered with CUDA here) and memory of `ctx`'s device named
+    /// later ([`CopyEngine::set_device`]).
+    pub(crate) fn on(ctx: Arc<Context>, host: Arc<Mapping>) -> Result<CudaEngine> {
         let ord = ctx.ordinal();
         let reg = HostRegistration::new(&ctx, host).map_err(|e| {
             super::gpu_error(format!("pinning the staging buffers for cuda:{ord}"), e)
@@ -96,12 +112,20 @@ impl CudaEngine {
             pending: VecDeque::new(),
             stream,
             reg,
-            dev,
+            dev: None,
+            ctx,
         })
     }
 
     fn err(&self, what: &str, e: zcnet_sys::cuda::CudaError) -> Error {
-        super::gpu_error(format!("{what} cuda:{}", self.dev.context().ordinal()), e)
+        super::gpu_error(format!("{what} cuda:{}", self.ctx.ordinal()), e)
+    }
+
+    fn no_device(&self) -> Error {
+        Error::invalid_input(format!(
+            "the staging copy engine on cuda:{} has no device memory to copy: name it with StagedSender::send_from",
+            self.ctx.ordinal()
+        ))
     }
 }
 
@@ -113,10 +137,10 @@ impl CopyEngine for CudaEngine {
         src: HostSrc,
         dst_off: u64,
     ) -> std::result::Result<(), (HostSrc, Error)> {
-        match self
-            .stream
-            .copy_to_device(&self.reg, src, &self.dev, dst_off)
-        {
+        let Some(dev) = &self.dev else {
+            return Err((src, self.no_device()));
+        };
+        match self.stream.copy_to_device(&self.reg, src, dev, dst_off) {
             Ok(p) => {
                 self.pending.push_back((id, InFlight::ToDevice(p)));
                 Ok(())
@@ -132,10 +156,10 @@ impl CopyEngine for CudaEngine {
         dst: Slot,
         len: usize,
     ) -> std::result::Result<(), (Slot, Error)> {
-        match self
-            .stream
-            .copy_to_host(&self.reg, &self.dev, src_off, dst, len)
-        {
+        let Some(dev) = &self.dev else {
+            return Err((dst, self.no_device()));
+        };
+        match self.stream.copy_to_host(&self.reg, dev, src_off, dst, len) {
             Ok(p) => {
                 self.pending.push_back((id, InFlight::ToHost(p)));
                 Ok(())
@@ -216,6 +240,27 @@ impl CopyEngine for CudaEngine {
 
     fn in_flight(&self) -> usize {
         self.pending.len()
+    }
+
+    fn set_device(&mut self, dev: Option<Arc<DeviceMem>>) -> Result<()> {
+        let (have, want) = (
+            self.ctx.ordinal(),
+            dev.as_ref()
+                .map_or(self.ctx.ordinal(), |d| d.context().ordinal()),
+        );
+        if have != want {
+            return Err(Error::invalid_input(format!(
+                "the staging copy engine is on cuda:{have}; the memory is on cuda:{want}"
+            )));
+        }
+        if !self.pending.is_empty() {
+            return Err(Error::invalid_input(format!(
+                "the staging copy engine still runs {} copies of the memory before",
+                self.pending.len()
+            )));
+        }
+        self.dev = dev;
+        Ok(())
     }
 }
 
@@ -346,6 +391,12 @@ mod host {
 
         fn in_flight(&self) -> usize {
             self.pending.len()
+        }
+
+        fn set_device(&mut self, _dev: Option<Arc<zcnet_sys::cuda::DeviceMem>>) -> Result<()> {
+            Err(Error::invalid_input(
+                "the host copy engine has host memory for a device",
+            ))
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::remedy::Remedy;
 use std::sync::Arc;
 use zcnet_sys::cuda::{self, Context, CudaError};
 
-pub use zcnet_sys::cuda::{DeviceInfo, STANDIN_LABEL};
+pub use zcnet_sys::cuda::{BorrowedDevice, DeviceInfo, STANDIN_LABEL};
 
 /// The staging pipeline without a GPU: a [`StagedReceiver`] over `stream` whose "device" is the
 /// host buffer `dev` (its length is the ring's), with copies that complete newest first, as a
@@ -51,6 +51,32 @@ pub fn host_staged_receiver(
         staging::new_ring(opts)?,
         opts,
     )
+}
+
+/// A [`Region`](crate::Region) over device memory zcnet did not allocate (a tensor's: torch's,
+/// a DLPack producer's; the caller's promise is [`BorrowedDevice::new`]), for
+/// [`StagedSender::send_from`] and [`Region::write_at`](crate::Region::write_at) /
+/// [`Region::read_at`](crate::Region::read_at). Dropping the region frees nothing, and it is
+/// never exported as a dma-buf ([`Region::dmabuf`](crate::Region::dmabuf) refuses it), so devmem
+/// TX does not send from it: staging does. It first waits for the work queued in the device's
+/// context (`cuCtxSynchronize`), so that what the owner's streams were writing is there.
+pub fn borrow_device(b: BorrowedDevice) -> Result<crate::Region> {
+    let ordinal = b.ordinal();
+    if b.ptr() == 0 || b.is_empty() {
+        return Err(Error::invalid_input(format!(
+            "borrowing cuda:{ordinal} memory: {} B at {:#x} is no memory (a null address or no bytes)",
+            b.len(),
+            b.ptr()
+        )));
+    }
+    let ctx = context(ordinal)?;
+    // Work another producer queued on its own streams (a kernel writing the tensor) must be
+    // done before zcnet's non-blocking copy stream reads or writes the memory.
+    ctx.synchronize()
+        .map_err(|e| gpu_error(format!("waiting for cuda:{ordinal}'s queued work"), e))?;
+    Ok(crate::Region::of_device(Arc::new(
+        cuda::DeviceMem::borrowed(&ctx, b),
+    )))
 }
 
 /// The CUDA driver's version as (major, minor), e.g. (13, 0).

@@ -403,6 +403,81 @@ impl StagedSender {
         })
     }
 
+    /// A staged sender whose host leg is `tx` (an ordinary [`Sender`], which may have sent from
+    /// host memory before: the staged bytes follow its bytes on the connection), copying from
+    /// memory of `cuda:ordinal` named by each [`Self::send_from`] (a caller's tensor through
+    /// [`super::borrow_device`], or a [`Region::cuda`]). Every send of `tx` must have completed
+    /// ([`Sender::flush`]): the pipeline takes all its buffers. [`Self::into_sender`] gives `tx`
+    /// back.
+    pub fn over(tx: Sender, ordinal: u32) -> Result<StagedSender> {
+        if tx.outstanding() > 0 {
+            return Err(Error::invalid_input(format!(
+                "staged send: the sender still has {} sends in flight: flush it first",
+                tx.outstanding()
+            )));
+        }
+        let ctx = super::context(ordinal)?;
+        StagedSender::with_sender(tx, |host| {
+            Ok(Box::new(CudaEngine::on(ctx, host)?) as Box<dyn CopyEngine>)
+        })
+    }
+
+    /// Sends `len` bytes at `off` of `src` (device memory on the sender's device, e.g. a
+    /// caller's tensor through [`super::borrow_device`]) like [`Self::send`]: returns once every
+    /// byte was copied out of `src` and handed to the kernel. No copy reads `src` after it
+    /// returned, error or not (an error waits for the copies still running), and the pipeline
+    /// keeps no hold on it: the caller's memory is free again then.
+    pub fn send_from(&mut self, src: &Region, off: u64, len: u64) -> Result<()> {
+        let dev = device_of(src, "staged send")?;
+        if off
+            .checked_add(len)
+            .is_none_or(|end| end > dev.len() as u64)
+        {
+            return Err(Error::invalid_input(format!(
+                "staged send: {len} B at {off} lie outside the {} B of device memory",
+                dev.len()
+            )));
+        }
+        self.engine.set_device(Some(dev))?;
+        let r = self.send(off, len);
+        self.settle_copies();
+        // No copy runs now: forgetting the memory cannot fail.
+        let _ = self.engine.set_device(None);
+        r
+    }
+
+    /// Waits for every send to complete and gives the host leg back, with all its buffers
+    /// (its statistics count the staged bytes too).
+    pub fn into_sender(mut self) -> Result<Sender> {
+        self.flush()?;
+        for b in std::mem::take(&mut self.bufs).into_iter().flatten() {
+            // A send of 0 bytes hands the buffer back to the sender's free list.
+            self.tx.send(b, 0)?;
+        }
+        Ok(self.tx)
+    }
+
+    /// Waits until no copy runs (after a failure: the copies out of the device memory still
+    /// under way finish before the caller may free it), keeping their host buffers. A no-op
+    /// after a send that succeeded: every copy of it completed before its bytes were sent.
+    fn settle_copies(&mut self) {
+        while self.engine.in_flight() > 0 {
+            self.engine.wait(Duration::from_millis(10));
+            self.engine.poll(&mut self.done);
+            for d in std::mem::take(&mut self.done) {
+                if let Some(slot) = d.slot {
+                    let id = slot.id() as usize;
+                    self.bufs[id] = Some(TxBuf { slot });
+                }
+            }
+        }
+    }
+
+    /// The host leg: the [`Sender`] that sends from the pinned host buffers.
+    pub fn sender(&self) -> &Sender {
+        &self.tx
+    }
+
     /// The mechanism of the host leg (the sends from the pinned host buffers).
     pub fn mode(&self) -> crate::tx::TxMode {
         self.tx.mode()

@@ -1,0 +1,382 @@
+"""CUDA device memory from Python: Sender.send of device tensors (staged by the library's GPU
+pipeline), Receiver.recv_into a device tensor, zcnet.cuda_buffer / DeviceBuffer, and the
+refusals.
+
+Without a GPU these run against zcnet's CUDA driver stand-in
+(crates/zcnet-sys/tests/cuda-standin/standin.c, built here with `cc` as zcnet-testkit builds
+it): a fake libcuda.so.1 whose device memory the CPU cannot touch, whose asynchronous copies
+complete only when waited for, and which exits 86 when a process leaked a driver object. It is
+NOT a GPU: these tests check bytes, paths and the driver's contract, never speed. CUDA is opened
+once per process, so every case runs its code in a child interpreter with ZCNET_LIBCUDA and
+ZCNET_STANDIN_SUMMARY set, and the parent checks its exit status and the stand-in's summary.
+
+The torch test runs on a real GPU only (torch.cuda.is_available()), with the real driver.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO
+
+STANDIN_SRC = REPO / "crates" / "zcnet-sys" / "tests" / "cuda-standin" / "standin.c"
+# zcnet_testkit::cuda_standin::LEAK_EXIT
+LEAK_EXIT = 86
+CHILD_TIMEOUT = 180
+
+# What every child starts with: a loopback listener, a reader thread, zcnet's pattern.
+PRELUDE = textwrap.dedent(
+    """
+    import gc, socket, sys, threading
+    import zcnet
+
+    def listener():
+        ls = socket.socket()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(4)
+        ls.settimeout(30)
+        return ls
+
+    def connect(ls):
+        return socket.create_connection(ls.getsockname(), timeout=30)
+
+    class Reader(threading.Thread):
+        # Accepts one connection on `ls` and reads it to its end.
+        def __init__(self, ls):
+            super().__init__(daemon=True)
+            self.ls, self.data, self.exc = ls, None, None
+            self.start()
+
+        def run(self):
+            try:
+                c, _ = self.ls.accept()
+                c.settimeout(60)
+                chunks = []
+                while True:
+                    b = c.recv(1 << 20)
+                    if not b:
+                        break
+                    chunks.append(b)
+                c.close()
+                self.data = b"".join(chunks)
+            except BaseException as e:
+                self.exc = e
+
+        def result(self):
+            self.join(120)
+            assert not self.is_alive(), "the reader did not finish"
+            if self.exc is not None:
+                raise self.exc
+            return self.data
+
+    def pattern(off, n, seed=7):
+        return zcnet.pattern(seed, off, n)
+    """
+)
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory):
+    """The stand-in's libcuda.so.1, compiled with the flags zcnet-testkit uses."""
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        pytest.skip(f"needs `{cc}` to build the CUDA driver stand-in")
+    out = tmp_path_factory.mktemp("cuda-standin") / "libcuda.so.1"
+    flags = ["-shared", "-fPIC", "-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Werror"]
+    r = subprocess.run(
+        [cc, *flags, "-o", str(out), str(STANDIN_SRC), "-lpthread"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, f"building the CUDA stand-in failed:\n{r.stderr}"
+    return out
+
+
+def run_child(code, tmp_path, standin=None, timeout=CHILD_TIMEOUT):
+    """Runs PRELUDE + `code` in a fresh interpreter (with the stand-in as libcuda when given);
+    returns (stdout, the stand-in's summary as a dict or None). Fails on a non-zero exit, and on
+    anything the stand-in reports: a leak, a pending copy at exit, a broken rule."""
+    env = dict(os.environ)
+    summary = tmp_path / "standin-summary.txt"
+    if standin is not None:
+        env["ZCNET_LIBCUDA"] = str(standin)
+        env["ZCNET_STANDIN_SUMMARY"] = str(summary)
+    r = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    what = f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    if r.returncode == LEAK_EXIT and standin is not None:
+        pytest.fail(f"the stand-in found driver objects leaked at exit (exit 86): {what}")
+    assert r.returncode == 0, what
+    if standin is None:
+        return r.stdout, None
+    assert summary.exists(), f"the child never loaded the stand-in: {what}"
+    fields = dict(line.split("=", 1) for line in summary.read_text().splitlines() if "=" in line)
+    assert fields.get("violation") == "none", f"{fields}\n{what}"
+    for k in (
+        "leaked_allocations",
+        "leaked_registrations",
+        "leaked_streams",
+        "leaked_events",
+        "leaked_contexts",
+        "pending_copies",
+    ):
+        assert fields.get(k) == "0", f"{k}: {fields}\n{what}"
+    return r.stdout, fields
+
+
+@pytest.mark.parametrize("mode", ["auto", "copy"])
+def test_send_64_mib_from_device_buffers(standin, tmp_path, mode):
+    """64 MiB from device buffers filled with the pattern (with host sends before, between and
+    after them on the same sender), every byte checked on the host side."""
+    out, s = run_child(
+        f"""
+        MiB = 1 << 20
+        ls = listener()
+        reader = Reader(ls)
+        tx = zcnet.Sender(connect(ls), mode={mode!r})
+        plan = [("host", 1000), ("dev", 16 * MiB), ("dev", 16 * MiB + 4093), ("host", 100000),
+                ("dev", 16 * MiB), ("dev", 16 * MiB - 4093), ("host", 77)]
+        off = 0
+        for kind, n in plan:
+            if kind == "host":
+                assert tx.send(pattern(off, n)) == n
+            else:
+                d = zcnet.cuda_buffer(n)
+                d.fill(pattern(off, n))
+                assert d.__dlpack_device__() == (2, 0)
+                assert tx.send(d) == n
+                del d  # the copies out of it completed when send returned
+            off += n
+        st = tx.finish()
+        got = reader.result()
+        assert st["device_bytes"] == 64 * MiB, st
+        assert st["bytes"] == off == len(got), (st, off, len(got))
+        want = pattern(0, off)
+        if got != want:
+            i = next(i for i in range(off) if got[i] != want[i])
+            sys.exit(f"byte {{i}} differs: {{got[i]}} for {{want[i]}}")
+        del tx
+        gc.collect()
+        print("ok", off)
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip().startswith("ok"), out
+    # Staged: device-to-host copies through the stand-in's asynchronous path, none synchronous.
+    assert int(s["async_dtoh"]) >= (64 << 20) // (64 << 10), s
+    assert s["device"] == "zcnet stand-in", s
+
+
+def test_recv_into_device_buffers(standin, tmp_path):
+    """recv_into a DeviceBuffer fills it with the next bytes received; tobytes() gives them
+    back; received host Buffers still say kDLCPU."""
+    out, s = run_child(
+        """
+        total = (5 << 20) + 123
+        ls = listener()
+        peer = connect(ls)
+        conn, _ = ls.accept()
+        def write():
+            peer.sendall(pattern(0, total))
+            peer.close()
+        w = threading.Thread(target=write, daemon=True)
+        w.start()
+        rx = zcnet.Receiver(mode="copy")
+        rx.add(conn)
+        first = next(iter(rx))
+        assert first.__dlpack_device__() == (1, 0)
+        head = first.tobytes()
+        del first
+        a = zcnet.cuda_buffer(3 << 20)
+        b = zcnet.cuda_buffer(total)  # more than is left: filled in part at the end
+        assert rx.recv_into(a) == len(a)
+        left = total - len(head) - len(a)
+        assert rx.recv_into(b) == left
+        assert rx.recv_into(b) == 0
+        w.join(60)
+        assert head + a.tobytes() + b.tobytes()[:left] == pattern(0, total)
+        # The memory lives as long as a DLPack capsule of it: dropping the buffer first is fine.
+        cap = a.__dlpack__(max_version=(1, 0))
+        del a, b
+        gc.collect()
+        del cap
+        gc.collect()
+        del rx
+        gc.collect()
+        print("ok")
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip() == "ok", out
+    assert int(s["sync_htod"]) >= 1, s
+
+
+def test_refusals_are_one_line(standin, tmp_path):
+    """Non-contiguous, read-only, wrong-device and UDP cases are refused with one line each, and
+    the sender still works after a refusal."""
+    out, _ = run_child(
+        """
+        import ctypes
+
+        class DLDevice(ctypes.Structure):
+            _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+        class DLDataType(ctypes.Structure):
+            _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+        class DLTensor(ctypes.Structure):
+            _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                        ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                        ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+        class DLManagedTensorVersioned(ctypes.Structure):
+            _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                        ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                        ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+        capsule_new = ctypes.pythonapi.PyCapsule_New
+        capsule_new.restype = ctypes.py_object
+        capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        keep = []
+
+        class Fake:
+            # A DLPack producer of any device, shape, strides and flags (the memory: `ptr`).
+            def __init__(self, ptr, dev, shape, strides=None, flags=0):
+                self.ptr, self.dev, self.shape, self.strides, self.flags = ptr, dev, shape, strides, flags
+
+            def __dlpack_device__(self):
+                return self.dev
+
+            def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+                n = len(self.shape)
+                shape = (ctypes.c_int64 * n)(*self.shape)
+                strides = (ctypes.c_int64 * n)(*self.strides) if self.strides else None
+                m = DLManagedTensorVersioned(1, 0, None, None, self.flags, DLTensor(
+                    self.ptr, DLDevice(*self.dev), n, DLDataType(1, 8, 1), shape,
+                    strides if strides is not None else None, 0))
+                keep.extend([shape, strides, m])
+                return capsule_new(ctypes.addressof(m), b"dltensor_versioned", None)
+
+        def refused(call, exc, words):
+            try:
+                call()
+            except exc as e:
+                msg = str(e)
+                assert "\\n" not in msg, msg
+                assert words in msg, (words, msg)
+                print("refused:", msg)
+                return
+            raise AssertionError(f"not refused: {words}")
+
+        d = zcnet.cuda_buffer(1 << 16)
+        d.fill(pattern(0, 1 << 16))
+        ls = listener()
+        reader = Reader(ls)
+        tx = zcnet.Sender(connect(ls))
+        noncontig = Fake(d.data_ptr(), (2, 0), (128, 128), (1, 256))
+        refused(lambda: tx.send(noncontig), ValueError, "not C-contiguous")
+        rocm = Fake(d.data_ptr(), (10, 0), (16,))
+        refused(lambda: tx.send(rocm), ValueError, "DLPack device type 10")
+        other_gpu = Fake(d.data_ptr(), (2, 3), (16,))
+        refused(lambda: tx.send(other_gpu), zcnet.ArgumentError, "cuda:3")
+        refused(lambda: zcnet.cuda_buffer(16, device=1), zcnet.ArgumentError, "cuda:1")
+        refused(lambda: d.fill(b"x" * ((1 << 16) + 1)), ValueError, "do not fit")
+        refused(lambda: d.__dlpack__(dl_device=(1, 0)), BufferError, "cannot be exported")
+        # Still sends after the refusals.
+        assert tx.send(d) == 1 << 16
+        tx.finish()
+        assert reader.result() == pattern(0, 1 << 16)
+
+        # recv_into: a read-only or non-contiguous device tensor is refused before anything is
+        # taken from the connection.
+        peer = connect(ls)
+        conn, _ = ls.accept()
+        peer.sendall(b"abcdefgh")
+        peer.close()
+        rx = zcnet.Receiver(mode="copy")
+        rx.add(conn)
+        readonly = Fake(d.data_ptr(), (2, 0), (16,), flags=1)
+        refused(lambda: rx.recv_into(readonly), ValueError, "read-only")
+        refused(lambda: rx.recv_into(noncontig), ValueError, "not C-contiguous")
+        # A host tensor without the buffer protocol (torch CPU) is filled through DLPack.
+        host = ctypes.create_string_buffer(3)
+        assert rx.recv_into(Fake(ctypes.addressof(host), (1, 0), (3,))) == 3
+        assert host.raw == b"abc"
+        assert rx.recv_into(d) == 5
+        assert d.tobytes()[:5] == b"defgh"
+
+        # A UDP sender sends datagrams from host memory only.
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.connect(("127.0.0.1", 9))
+        utx = zcnet.Sender(u)
+        refused(lambda: utx.send(d), ValueError, "TCP senders only")
+        del utx, tx, rx, d, noncontig, rocm, other_gpu, readonly
+        gc.collect()
+        print("ok")
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip().endswith("ok"), out
+    assert out.count("refused:") == 9, out
+
+
+def test_readme_cuda_example_runs_against_the_standin(standin, tmp_path):
+    """README.md's CUDA block, which skips itself without a GPU in test_docs, runs here with the
+    stand-in as the driver and must not skip."""
+    text = (REPO / "README.md").read_text()
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```", text, re.M | re.S) if "cuda_buffer" in b]
+    assert len(blocks) == 1, "README.md should have one CUDA example"
+    out, s = run_child(blocks[0], tmp_path, standin)
+    assert "zcnet-doc-skip" not in out, out
+    assert "'device_bytes': 8388608" in out, out
+    assert int(s["async_dtoh"]) > 0, s
+
+
+def test_torch_cuda_send_and_recv_into(tmp_path):
+    """A torch.cuda tensor sent and received into, with the real CUDA driver (a GPU only)."""
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("torch is not installed: the torch.cuda test needs PyTorch and a GPU")
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda.is_available() is False: no GPU here (the stand-in tests cover the code paths)")
+    out, _ = run_child(
+        """
+        import torch
+        n = (8 << 20) + 5
+        src = torch.arange(n, dtype=torch.int64, device="cuda").remainder(251).to(torch.uint8)
+        want = bytes(src.cpu().numpy())
+        ls = listener()
+        peer = connect(ls)
+        conn, _ = ls.accept()
+        tx = zcnet.Sender(peer)
+        def send():
+            tx.send(src)
+            tx.finish()
+        t = threading.Thread(target=send, daemon=True)
+        t.start()
+        rx = zcnet.Receiver()
+        rx.add(conn)
+        dst = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        assert rx.recv_into(dst) == n
+        t.join(60)
+        assert bytes(dst.cpu().numpy()) == want
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert out.strip() == "ok", out

@@ -1,0 +1,164 @@
+//! The staged GPU sender sending from device memory zcnet did not allocate (a tensor's:
+//! `gpu::borrow_device`, `StagedSender::over` / `send_from` / `into_sender`), run against the
+//! CUDA driver stand-in (crates/zcnet-sys/tests/cuda-standin, built with `cc` by zcnet-testkit's
+//! `cuda_standin`). The stand-in is NOT a GPU: it proves the copies follow the driver's contract
+//! (pending until waited for, nothing freed under a copy, nothing leaked), never speed.
+//!
+//! The driver is opened once per process, so each case runs in a child process: the parent runs
+//! one ignored `child_*` test of this executable with `ZCNET_LIBCUDA` set, then checks its exit
+//! status and the stand-in's summary.
+
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use zcnet::gpu::{borrow_device, BorrowedDevice, StagedSender};
+use zcnet::{Region, Sender, TxConfig, TxMode};
+use zcnet_core::Pattern;
+use zcnet_testkit::cuda_standin::{self, Summary, Variant};
+
+zcnet_testkit::main!();
+
+fn run_child(name: &str) {
+    let lib = cuda_standin::build(Variant::Full);
+    let summary = cuda_standin::summary_path(name);
+    let o = Command::new(std::env::current_exe().unwrap())
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ZCNET_STANDIN_CHILD", "1")
+        .env("ZCNET_LIBCUDA", &lib)
+        .env("ZCNET_STANDIN_SUMMARY", &summary)
+        .output()
+        .unwrap();
+    let text = format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{name} against the stand-in: {text}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("{name} ... ok")),
+        "{name} did not run: {text}"
+    );
+    let s = Summary::read(&summary);
+    s.assert_clean();
+    assert!(s.count("async_dtoh") > 0, "no staged copy ran: {s}");
+}
+
+fn in_child() {
+    if std::env::var_os("ZCNET_STANDIN_CHILD").is_none() {
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Tool,
+            "run by its parent test in a child process with the CUDA stand-in loaded",
+        );
+    }
+}
+
+#[zcnet_testkit::test]
+fn a_staged_send_from_borrowed_device_memory_follows_host_sends_in_order() {
+    run_child("child_borrowed_send");
+}
+
+/// One connection: host bytes, then two borrowed device ranges (two different allocations, one
+/// at an odd offset), then host bytes again through the sender given back, then a range out of
+/// bounds refused; the reader checks every byte of the stream against the pattern.
+#[zcnet_testkit::test]
+#[ignore = "run by its parent test in a child process with the CUDA stand-in loaded"]
+fn child_borrowed_send() {
+    in_child();
+    let pat = Pattern::new(11);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let sock = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = l.accept().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        got
+    });
+    let (a_len, b_len, host_len) = (3 << 20, (1 << 20) + 777, 100_000usize);
+    let mut expect = vec![0u8; host_len * 2 + a_len + b_len];
+    pat.fill(0, &mut expect);
+
+    let mut cfg = TxConfig::new(TxMode::Auto);
+    cfg.buf_size = 64 << 10;
+    let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+    let mut tx = Sender::new(sock.into(), region, &cfg).unwrap();
+    let mut at = 0;
+    let send_host = |tx: &mut Sender, at: &mut usize| {
+        let mut left = host_len;
+        while left > 0 {
+            let mut b = tx.buffer().unwrap();
+            let n = b.write(&expect[*at..*at + left]).unwrap();
+            tx.send(b, n).unwrap();
+            *at += n;
+            left -= n;
+        }
+        tx.flush().unwrap();
+    };
+    send_host(&mut tx, &mut at);
+
+    // "Caller" memory: allocated by someone else (here a Region the test owns), lent by address.
+    let mut owner_a = Region::cuda(0, a_len).unwrap();
+    owner_a.write_at(0, &expect[at..at + a_len]).unwrap();
+    let mut owner_b = Region::cuda(0, b_len + 4096).unwrap();
+    owner_b
+        .write_at(123, &expect[at + a_len..at + a_len + b_len])
+        .unwrap();
+    // SAFETY: the owners outlive the borrowed regions, and every send_from returns only after
+    // its copies completed.
+    let (ba, bb) = unsafe {
+        (
+            BorrowedDevice::new(0, owner_a.device_addr().unwrap(), a_len),
+            BorrowedDevice::new(0, owner_b.device_addr().unwrap() + 123, b_len),
+        )
+    };
+    let (ra, rb) = (borrow_device(ba).unwrap(), borrow_device(bb).unwrap());
+    // Borrowed memory is never exported: devmem TX cannot send from it.
+    assert!(borrow_device(ba).unwrap().dmabuf().is_err());
+
+    let mut st = StagedSender::over(tx, 0).unwrap();
+    st.send_from(&ra, 0, a_len as u64).unwrap();
+    st.send_from(&rb, 0, b_len as u64).unwrap();
+    // Out of bounds of the borrowed range: refused before any copy.
+    let e = st.send_from(&rb, 1, b_len as u64).unwrap_err();
+    assert!(e.to_string().contains("outside"), "{e}");
+    at += a_len + b_len;
+    drop((ra, rb));
+    // The caller's memory is free once send_from returned.
+    drop((owner_a, owner_b));
+    let mut tx = st.into_sender().unwrap();
+    assert_eq!(tx.outstanding(), 0);
+    // Every buffer came back to the sender.
+    let mut all = Vec::new();
+    while let Some(b) = tx.try_buffer().unwrap() {
+        all.push(b);
+    }
+    assert_eq!(all.len(), tx.buffers());
+    for b in all {
+        tx.send(b, 0).unwrap();
+    }
+    send_host(&mut tx, &mut at);
+    let stats = tx.finish().unwrap();
+    assert_eq!(stats.bytes, expect.len() as u64);
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), expect.len());
+    if let Some(i) = (0..got.len()).find(|&i| got[i] != expect[i]) {
+        panic!("byte {i} differs: {} for {}", got[i], expect[i]);
+    }
+
+    // Between sends the pipeline holds no device memory: a plain send has nothing to copy.
+    let sock = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let _peer = l.accept().unwrap();
+    let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+    let tx = Sender::new(sock.into(), region, &cfg).unwrap();
+    let mut st = StagedSender::over(tx, 0).unwrap();
+    let e = st.send(0, 10).unwrap_err();
+    assert!(e.to_string().contains("no device memory"), "{e}");
+}
