@@ -106,7 +106,7 @@ const NO_LINEAR_TABLE: &[(&str, bool, &str)] = &[
     ),
 ];
 
-/// Whether a driver sets `IFF_TX_SKB_NO_LINEAR`, per [`NO_LINEAR_TABLE`]: `None` when the
+/// Whether a driver sets `IFF_TX_SKB_NO_LINEAR`, per the driver table in this module: `None` when the
 /// driver is not in the table.
 pub fn driver_sets_no_linear(driver: &str) -> Option<bool> {
     NO_LINEAR_TABLE

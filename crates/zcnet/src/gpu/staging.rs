@@ -9,7 +9,7 @@
 //!                                        └──────── buffer free ◄────────┘
 //! ```
 //! The bookkeeping (which host buffer waits on which copy, in-order delivery, back-pressure) is
-//! `zcnet_core::staging`; this module runs it against the kernel and a [`CopyEngine`]. Copies
+//! `zcnet_core::staging`; this module runs it against the kernel and a `CopyEngine`. Copies
 //! overlap with the network: a host buffer is handed back as soon as its copy finished, while
 //! the next receives or sends are under way.
 

@@ -388,7 +388,7 @@ fn check_header_split<C: NicControl + ?Sized>(
 /// What [`NicGuard::apply`] would refuse for the device's own reasons, found with reads any
 /// user may make, so that a process without the privileges to apply learns that root would be
 /// refused too instead of being told to get root: the checks of `apply`, in its order (header
-/// split first, [`check_header_split`], then the queues). `Ok` means only privileges stand in
+/// split first, `check_header_split`, then the queues). `Ok` means only privileges stand in
 /// the way, as far as reads can tell. Nothing is changed either way.
 pub fn preflight<C: NicControl + ?Sized>(ctl: &mut C, setup: &NicSetup) -> Result<()> {
     let iface = ctl.name().to_string();

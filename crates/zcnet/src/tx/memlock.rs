@@ -112,7 +112,7 @@ pub(crate) fn msg_zerocopy_enobufs(
 /// The RLIMIT_MEMLOCK refusal a [`crate::Sender`] of `cfg` on `region` would meet when it is
 /// made, found before anything else is (a connection, the sender): `uring-zc` locks its ring
 /// and registers the region, `uring` locks its ring, each charged in full when the sender is
-/// made (what [`super::uring::Charges`] counts, the figures of the refusal itself). `None` when
+/// made (what the uring backend's `Charges` counts, the figures of the refusal itself). `None` when
 /// they fit the limit, when the kernel does not apply it (CAP_IPC_LOCK, unlimited), and for the
 /// other modes (`msg-zerocopy` is charged per send in flight, `auto` falls back instead).
 /// Other locked memory of the same user can still make the sender's own setup fail.
