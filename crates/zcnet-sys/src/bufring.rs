@@ -47,6 +47,7 @@
 //! [`RecvRing::wait`] ran first. The value stays `Send` (moving it is memory-safe), but use it on
 //! the thread that made it; [`RecvRing::defer_taskrun`] says which mode is in force.
 
+use crate::epoll::ReturnQueue;
 use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};
 use io_uring::{cqueue, opcode, types, IoUring};
@@ -180,9 +181,9 @@ pub struct RecvRing {
     held: Vec<bool>,
     /// Held buffers taken out as a [`HeldBuf`]: only [`RecvRing::give_back`] returns them.
     taken: Vec<bool>,
-    /// Ids of taken buffers whose [`HeldBuf`] was dropped (a lease that ended, or a handle
-    /// nobody gave back): given back at the next wait.
-    lent_back: Arc<std::sync::Mutex<Vec<u16>>>,
+    /// Where a dropped [`HeldBuf`] goes (a lease that ended, or a handle nobody gave back):
+    /// given back at the next wait, or [`reclaim_lent`](Self::reclaim_lent).
+    lent_back: Arc<ReturnQueue<u16>>,
     /// Ids of one completion's buffers, in ring order.
     next: Vec<u16>,
     prev: Vec<u16>,
@@ -328,9 +329,22 @@ impl RecvRing {
     /// posted (and, on a DEFER_TASKRUN ring, when work is queued for the next wait), so an
     /// event loop can wait on it. The kernel takes its own reference: `efd` may be dropped
     /// later. `EBUSY` when one is registered already.
+    /// The eventfd also wakes its waiter when a lent buffer comes back while the ring is
+    /// starving ([`set_starving`](Self::set_starving)): the ring has nothing else to signal
+    /// then, since no receive can complete without a buffer.
     pub fn register_eventfd(&self, efd: &crate::epoll::EventFd) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        self.ring.submitter().register_eventfd(efd.as_raw_fd())
+        self.ring.submitter().register_eventfd(efd.as_raw_fd())?;
+        self.lent_back.set_wake(efd.try_clone()?);
+        Ok(())
+    }
+
+    /// Says whether receives wait for buffers the application holds (every buffer held, some
+    /// multishot receive ended for want of one): while this is set, the next lent buffer that
+    /// comes back ([`HeldBuf`] dropped, on any thread) signals the registered eventfd once, so
+    /// that an event loop waiting on it polls again and re-arms.
+    pub fn set_starving(&self, starving: bool) {
+        self.lent_back.set_starving(starving);
     }
 
     /// Whether `IORING_SETUP_COOP_TASKRUN` is in force (the first fallback).
@@ -690,12 +704,12 @@ impl RecvRing {
         ForeignBuf::returning(h, len).ok_or_else(einval)
     }
 
-    /// Gives back every lent buffer whose lease ended.
-    fn reclaim_lent(&mut self) {
-        let back = match self.lent_back.lock() {
-            Ok(mut q) if !q.is_empty() => std::mem::take(&mut *q),
-            _ => return,
-        };
+    /// Gives back every lent buffer whose lease ended (each [`wait`](Self::wait) does this
+    /// first; a caller deciding whether buffers are [`available`](Self::available) calls it
+    /// before asking).
+    pub fn reclaim_lent(&mut self) {
+        let mut back = Vec::new();
+        self.lent_back.take_into(&mut back);
         for id in back {
             // A taken buffer of this ring (only its handles hold this queue).
             if self.taken.get(id as usize).copied().unwrap_or(false) {
@@ -824,15 +838,13 @@ pub struct HeldBuf {
     id: u16,
     /// The ring's queue of dropped handles: a handle dropped instead of given back goes back
     /// to the ring at its next wait (`None` once given back).
-    back: Option<Arc<std::sync::Mutex<Vec<u16>>>>,
+    back: Option<Arc<ReturnQueue<u16>>>,
 }
 
 impl Drop for HeldBuf {
     fn drop(&mut self) {
         if let Some(back) = self.back.take() {
-            if let Ok(mut q) = back.lock() {
-                q.push(self.id);
-            }
+            back.push(self.id);
         }
     }
 }

@@ -172,6 +172,14 @@ impl EventFd {
         Ok(n)
     }
 
+    /// A second handle on the same eventfd (`dup`): a signal through either wakes waiters on
+    /// both.
+    pub fn try_clone(&self) -> io::Result<EventFd> {
+        Ok(EventFd {
+            fd: self.fd.try_clone()?,
+        })
+    }
+
     /// Adds one to the count (wakes a waiter).
     pub fn signal(&self) -> io::Result<()> {
         let one = 1u64;
@@ -222,5 +230,127 @@ mod eventfd_tests {
         out.clear();
         ep.wait(&mut out, 0).unwrap();
         assert!(out.is_empty(), "not readable once read: {out:?}");
+    }
+}
+
+/// Things handed back, from any thread, to an owner that takes them when it polls: received
+/// buffers whose last reference went. The owner polls from an event loop that sleeps on its
+/// readiness eventfd, which only the kernel signals; when the owner can make no progress
+/// until something comes back (every buffer held, receives paused: [`set_starving`]), the next
+/// [`push`] signals that eventfd once ([`set_wake`]), so the loop wakes and polls again
+/// instead of sleeping for good.
+///
+/// [`set_starving`]: ReturnQueue::set_starving
+/// [`push`]: ReturnQueue::push
+/// [`set_wake`]: ReturnQueue::set_wake
+#[derive(Debug)]
+pub struct ReturnQueue<T> {
+    items: std::sync::Mutex<Vec<T>>,
+    wake: std::sync::Mutex<Option<EventFd>>,
+    starving: std::sync::atomic::AtomicBool,
+}
+
+impl<T> Default for ReturnQueue<T> {
+    fn default() -> Self {
+        ReturnQueue {
+            items: std::sync::Mutex::new(Vec::new()),
+            wake: std::sync::Mutex::new(None),
+            starving: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl<T> ReturnQueue<T> {
+    /// Hands `item` back; wakes the owner's loop if it starves (once per starvation: it says
+    /// again at its next poll if it still does). A poisoned lock (a panic while pushing)
+    /// loses the item; the owner's held count shows it.
+    pub fn push(&self, item: T) {
+        if let Ok(mut q) = self.items.lock() {
+            q.push(item);
+        }
+        if self
+            .starving
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        if let Ok(w) = self.wake.lock() {
+            // A failed signal (only an overflowing count) loses nothing: the count is non-zero
+            // then, and the loop wakes anyway.
+            if let Some(e) = w.as_ref() {
+                let _ = e.signal();
+            }
+        }
+    }
+
+    /// Moves everything handed back so far to the end of `out`.
+    pub fn take_into(&self, out: &mut Vec<T>) {
+        if let Ok(mut q) = self.items.lock() {
+            out.append(&mut q);
+        }
+    }
+
+    /// Whether nothing waits to be taken.
+    pub fn is_empty(&self) -> bool {
+        self.items.lock().map_or(true, |q| q.is_empty())
+    }
+
+    /// The owner's readiness eventfd (a duplicate: [`EventFd::try_clone`]) for [`push`] to
+    /// signal while the owner starves.
+    ///
+    /// [`push`]: ReturnQueue::push
+    pub fn set_wake(&self, efd: EventFd) {
+        if let Ok(mut w) = self.wake.lock() {
+            *w = Some(efd);
+        }
+    }
+
+    /// Says whether the owner waits for things to come back before it can go on. Something
+    /// handed back since the owner last took (before the flag went up, so it signalled
+    /// nothing) signals now: the owner has not seen it.
+    pub fn set_starving(&self, starving: bool) {
+        use std::sync::atomic::Ordering;
+        self.starving.store(starving, Ordering::Release);
+        // A push after this check sees the flag (the queue's lock orders the two).
+        if starving && !self.is_empty() && self.starving.swap(false, Ordering::AcqRel) {
+            self.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod return_queue_tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn a_return_wakes_a_starving_owner_once() {
+        let efd = EventFd::new().expect("eventfd");
+        let q = ReturnQueue::<u16>::default();
+        q.set_wake(efd.try_clone().expect("dup"));
+        // Not starving: returns are queued without a signal.
+        q.push(1);
+        assert_eq!(efd.drain().expect("read"), 0);
+        let mut out = Vec::new();
+        q.take_into(&mut out);
+        q.set_starving(true);
+        q.push(2);
+        q.push(3);
+        assert_eq!(efd.drain().expect("read"), 1, "one signal per starvation");
+        q.take_into(&mut out);
+        assert_eq!(out, [1, 2, 3]);
+        assert!(q.is_empty());
+        // Starving again: the next return signals again.
+        q.set_starving(true);
+        q.push(4);
+        assert_eq!(efd.drain().expect("read"), 1);
+        // A return the owner has not taken when it says it starves signals at once.
+        q.set_starving(true);
+        assert_eq!(efd.drain().expect("read"), 1);
+        q.take_into(&mut out);
+        q.set_starving(true);
+        assert_eq!(efd.drain().expect("read"), 0, "nothing waiting: no signal");
     }
 }

@@ -116,6 +116,95 @@ fn uring_receiver_is_driven_by_its_eventfd() {
     receive_driven_by_readiness(RxMode::Uring, 8 << 20);
 }
 
+/// A `uring` receiver whose every buffer the application holds (kept, or lent on for a
+/// send) receives nothing more and has nothing for the kernel to signal; the buffers come back
+/// from another thread while the loop sleeps on the readiness fd. The first one dropped must
+/// wake the loop: without that the loop sleeps for good (here: the wait fails after 5 s).
+#[zcnet_testkit::test(timeout = 120)]
+fn a_starving_uring_receiver_is_woken_by_a_buffer_dropped_elsewhere() {
+    let mut cfg = RxConfig::new(RxMode::Uring);
+    cfg.buffers = 4;
+    cfg.buf_size = 4096;
+    let mut rx = Receiver::new(&cfg).unwrap();
+    let (mut tx, sock) = pair();
+    rx.add(sock).unwrap();
+    let mut ep = Epoll::new(4).unwrap();
+    ep.add(
+        rx.readiness_fd().unwrap().as_raw_fd(),
+        1,
+        epoll::IN | epoll::ET,
+    )
+    .unwrap();
+    let len = 256u64 << 10;
+    let writer = std::thread::spawn(move || {
+        let data: Vec<u8> = (0..len).map(byte).collect();
+        tx.write_all(&data).unwrap();
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut got, mut starved, mut eof) = (0u64, 0u32, false);
+    let mut kept: Vec<zcnet::RxBuf> = Vec::new();
+    let mut lent = Vec::new();
+    let mut givers = Vec::new();
+    let mut events = Vec::new();
+    while !eof {
+        loop {
+            events.clear();
+            rx.poll(&mut events, Duration::ZERO).unwrap();
+            if events.is_empty() {
+                break;
+            }
+            for ev in events.drain(..) {
+                match ev {
+                    RxEvent::Data(buf) => {
+                        let b = rx.bytes(&buf).unwrap();
+                        for (k, &x) in b.iter().enumerate() {
+                            assert_eq!(x, byte(got + k as u64), "byte {}", got + k as u64);
+                        }
+                        got += b.len() as u64;
+                        // Every other buffer is lent on (as for a send), the rest kept.
+                        if (got / 4096) % 2 == 0 {
+                            lent.push(rx.lend(buf).map_err(|(_, e)| e).unwrap());
+                        } else {
+                            kept.push(buf);
+                        }
+                    }
+                    RxEvent::Eof(_) => eof = true,
+                    RxEvent::Failed(c, e) => panic!("connection {c}: {e}"),
+                }
+            }
+        }
+        if eof {
+            break;
+        }
+        if rx.held() == cfg.buffers {
+            // Starving: hand everything back from another thread, a while after the loop
+            // went to sleep on the fd.
+            starved += 1;
+            let (k, l) = (std::mem::take(&mut kept), std::mem::take(&mut lent));
+            givers.push(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                drop(k);
+                drop(l);
+            }));
+        }
+        wait(
+            &mut ep,
+            deadline,
+            &format!("uring receive at {got} of {len} B (starved {starved} times)"),
+        );
+    }
+    writer.join().unwrap();
+    assert_eq!(got, len);
+    assert!(starved >= 2, "the receiver never starved: {starved}");
+    drop((kept, lent));
+    for g in givers {
+        g.join().unwrap();
+    }
+    events.clear();
+    rx.poll(&mut events, Duration::ZERO).unwrap();
+    assert_eq!(rx.held(), 0);
+}
+
 fn sender(stream: TcpStream, mode: TxMode) -> Sender {
     let mut cfg = TxConfig::new(mode);
     cfg.buf_size = 64 << 10;

@@ -38,8 +38,9 @@ use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet_sys::epoll::ReturnQueue;
 
 /// A receive mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -210,7 +211,9 @@ pub struct DeviceSlice {
 }
 
 /// Handles returned by the application, waiting for the next poll.
-type Returns = Mutex<Vec<(u64, usize)>>;
+/// Where a dropped [`RxBuf`] goes (its key and length), from any thread; taken by the next
+/// poll, and waking a starving receiver's event loop ([`ReturnQueue`]).
+type Returns = ReturnQueue<(u64, usize)>;
 
 /// One received buffer, lent to the application until dropped.
 #[derive(Debug)]
@@ -265,14 +268,10 @@ impl RxBuf {
 
 impl Drop for RxBuf {
     fn drop(&mut self) {
-        // A poisoned lock means a panic elsewhere while pushing; the pair is lost then, and the
-        // receiver's held count shows it.
         if !self.armed {
             return;
         }
-        if let Ok(mut q) = self.ret.lock() {
-            q.push((self.key, self.len));
-        }
+        self.ret.push((self.key, self.len));
     }
 }
 
@@ -435,6 +434,16 @@ pub(crate) trait RxBackend: std::fmt::Debug {
     /// timeout ([`Receiver::readiness_fd`]); made (and registered with the kernel) at the
     /// first call where it is not the backend's own epoll set.
     fn ready_fd(&mut self) -> Result<BorrowedFd<'_>>;
+    /// A duplicate of the readiness fd, once made, where it is an eventfd a buffer handed back
+    /// may signal ([`ReturnQueue::set_wake`]); `None` where the readiness fd is an epoll set.
+    fn waker(&self) -> Option<zcnet_sys::epoll::EventFd> {
+        None
+    }
+    /// Whether receiving waits for buffers the application holds (nothing the kernel does can
+    /// end the wait, only a buffer handed back).
+    fn starving(&self) -> bool {
+        false
+    }
 }
 
 /// Receives on many connections with one mechanism, lending buffers to the application.
@@ -484,7 +493,7 @@ impl Receiver {
             conns: HashMap::new(),
             closing: Vec::new(),
             next_conn: 1,
-            ret: Arc::new(Mutex::new(Vec::new())),
+            ret: Arc::default(),
             stats: RxStats::default(),
             fallbacks: Vec::new(),
             scratch: Vec::new(),
@@ -611,19 +620,13 @@ impl Receiver {
             let done = std::mem::take(&mut self.closable);
             self.closing.retain(|(c, _)| !done.contains(c));
         }
+        // A loop that sleeps on the readiness fd next is woken by the first buffer dropped.
+        self.ret.set_starving(self.backend.starving());
         r
     }
 
     fn recycle(&mut self) {
-        {
-            let Ok(mut q) = self.ret.lock() else {
-                return;
-            };
-            if q.is_empty() {
-                return;
-            }
-            std::mem::swap(&mut *q, &mut self.scratch);
-        }
+        self.ret.take_into(&mut self.scratch);
         for (key, len) in self.scratch.drain(..) {
             self.backend.release(key, len);
             self.stats.returned += 1;
@@ -708,11 +711,17 @@ impl Receiver {
     /// level-triggered wait would find it readable for good. Drive it as "wait, then poll until
     /// a poll returns no event". A poll also does the work that no
     /// fd signals: giving back buffers the application dropped and re-arming connections that
-    /// ran out of them, so poll again after dropping buffers even when the fd is not
-    /// readable. The receiver stays `!Send` (the io_uring rings take submissions only from the
-    /// thread that made them): use it on one thread (tokio: a current-thread runtime or a
-    /// `LocalSet`).
+    /// ran out of them. For `uring`, a receiver that starves (every buffer held by the
+    /// application or lent to senders) has its fd signalled by the first buffer that comes
+    /// back, wherever it is dropped, so a loop sleeping on the fd wakes; with other modes, poll
+    /// again after dropping buffers even when the fd is not readable. The receiver stays
+    /// `!Send` (the io_uring rings take submissions only from the thread that made them): use
+    /// it on one thread (tokio: a current-thread runtime or a `LocalSet`).
     pub fn readiness_fd(&mut self) -> Result<BorrowedFd<'_>> {
+        self.backend.ready_fd()?;
+        if let Some(w) = self.backend.waker() {
+            self.ret.set_wake(w);
+        }
         self.backend.ready_fd()
     }
 }

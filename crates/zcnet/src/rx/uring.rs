@@ -99,9 +99,14 @@ impl UringRx {
             .map_err(|e| Error::io(format!("arming multishot receive on connection {conn}"), e))
     }
 
-    /// Re-arms waiting connections while the ring has buffers.
+    /// Re-arms waiting connections while the ring has buffers. Lent buffers whose last
+    /// reference went are taken back first, so that they count; while starving, the next one
+    /// to come back signals the readiness fd (an event loop waiting on it would otherwise
+    /// sleep for good: no receive can complete without a buffer).
     fn rearm_waiting(&mut self) -> Result<()> {
+        self.ring.reclaim_lent();
         self.starving = !self.rearm.is_empty() && self.ring.available() == 0;
+        self.ring.set_starving(self.starving);
         if self.rearm.is_empty() || self.starving {
             return Ok(());
         }
@@ -221,6 +226,9 @@ impl RxBackend for UringRx {
             self.complete(ctx, c);
         }
         self.done = done;
+        // Receives this poll ended for want of buffers count too.
+        self.starving = !self.rearm.is_empty() && self.ring.available() == 0;
+        self.ring.set_starving(self.starving);
         Ok(())
     }
 
@@ -231,6 +239,14 @@ impl RxBackend for UringRx {
     fn ready_fd(&mut self) -> Result<BorrowedFd<'_>> {
         let efd = ready_eventfd(&mut self.efd, |e| self.ring.register_eventfd(e))?;
         Ok(efd.as_fd())
+    }
+
+    fn waker(&self) -> Option<EventFd> {
+        self.efd.as_ref().and_then(|e| e.try_clone().ok())
+    }
+
+    fn starving(&self) -> bool {
+        self.starving
     }
 
     fn held(&self) -> usize {

@@ -7,7 +7,6 @@ use super::super::{Returns, RxBuf, RxEvent, RxStats};
 use super::*;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::sync::Mutex;
 use zcnet_core::devmem::{DmabufCmsg, SCM_DEVMEM_DMABUF, SCM_DEVMEM_LINEAR, SOL_SOCKET};
 use zcnet_sys::devmem::{cmsg_space, CMSG_HDR_LEN};
 
@@ -28,7 +27,7 @@ impl Harness {
         Harness {
             out: Vec::new(),
             stats: RxStats::default(),
-            ret: Arc::new(Mutex::new(Vec::new())),
+            ret: Arc::default(),
             closable: Vec::new(),
         }
     }
@@ -44,7 +43,9 @@ impl Harness {
 
     /// What the receiver does at the start of a poll: dropped handles go back.
     fn recycle(&mut self, st: &mut Socks) {
-        for (k, l) in std::mem::take(&mut *self.ret.lock().unwrap()) {
+        let mut back = Vec::new();
+        self.ret.take_into(&mut back);
+        for (k, l) in back {
             st.release(k, l);
         }
     }
