@@ -4,6 +4,7 @@
 #
 #   scripts/tokio-echo-bench.sh [--rounds 5] [--seconds 3] [--conns 24] [--size 64K]
 #                               [--rx auto] [--tx auto] [--path veth|loopback] [--lend on|off]
+#                               [--buffers 64]
 #
 # Builds the example (cargo build --release -p zcnet-tokio --example echo), then for each round
 # runs both servers in turn, the order alternating round by round (interleaved): the server in
@@ -13,14 +14,14 @@
 # each server and the ratio zcnet/tokio of the medians. --path loopback runs both on 127.0.0.1
 # in this namespace instead (no root needed). --lend on (the default): the zcnet server sends
 # each received buffer back out itself, lent by its receiver (receive mode uring); off: it
-# copies the bytes into its sender's buffers.
+# copies the bytes into its sender's buffers. --buffers: the zcnet server's receive buffers.
 #
 # As root for veth: namespaces zcteA<pid>/zcteB<pid> with a veth pair (10.231.9.1/30 in A,
 # .2 in B), deleted on every exit path. Nothing is sent anywhere else.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 me=tokio-echo-bench
-rounds=5 seconds=3 conns=24 size=64K rx=auto tx=auto path=veth lend=on
+rounds=5 seconds=3 conns=24 size=64K rx=auto tx=auto path=veth lend=on buffers=64
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -31,7 +32,8 @@ while [ $# -gt 0 ]; do
     --tx) tx=$2; shift 2 ;;
     --path) path=$2; shift 2 ;;
     --lend) lend=$2; shift 2 ;;
-    -h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --buffers) buffers=$2; shift 2 ;;
+    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "$me: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -79,7 +81,7 @@ fi
 run() {
   local imp=$1 fifo out rate
   fifo=$(mktemp -u) && mkfifo "$fifo" || return 1
-  "${pin_a[@]}" "${in_a[@]}" "$echo_bin" server "$addr" --impl "$imp" --rx "$rx" --tx "$tx" --size "$size" --lend "$lend" \
+  "${pin_a[@]}" "${in_a[@]}" "$echo_bin" server "$addr" --impl "$imp" --rx "$rx" --tx "$tx" --size "$size" --lend "$lend" --buffers "$buffers" \
     <"$fifo" 2>/dev/null &
   local pid=$!
   exec 9>"$fifo"

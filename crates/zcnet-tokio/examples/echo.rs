@@ -1,12 +1,13 @@
 //! An echo server on a tokio runtime, with zcnet's receive and send (`--impl zcnet`: one
 //! `AsyncReceiver` for every connection, an `AsyncSender` per connection; each received buffer
-//! is sent back out itself, lent by the receiver, where the receive mode can lend it: `uring`) or with plain
+//! is sent back out itself, lent by the receiver, by its connection's task, where the receive
+//! mode can lend it: `uring`; `--lend off` copies the bytes into the sender's buffers) or with plain
 //! `tokio::net::TcpStream` reads and writes (`--impl tokio`, the same echo for comparison), and
 //! the client that measures them (`client`: N connections, each writing a message and reading
 //! it back, for a while; messages per second and GB/s each way).
 //!
 //! ```text
-//! echo server 127.0.0.1:7000 [--impl zcnet|tokio] [--rx auto] [--tx auto] [--size 64K] [--lend on|off]
+//! echo server 127.0.0.1:7000 [--impl zcnet|tokio] [--rx auto] [--tx auto] [--size 64K] [--lend on|off] [--buffers 64]
 //! echo client 127.0.0.1:7000 [--conns 24] [--size 64K] [--seconds 5]
 //! ```
 //!
@@ -16,8 +17,11 @@
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use zcnet::engine::ForeignBuf;
 use zcnet::rx::{ConnId, Receiver, RxConfig, RxEvent, RxMode};
 use zcnet::{Region, Sender, Socket, TxConfig, TxMode};
 use zcnet_tokio::{AsyncReceiver, AsyncSender};
@@ -35,6 +39,8 @@ struct Args {
     seconds: f64,
     /// Send received buffers back out themselves (`--lend on`, the default) or copy them.
     lend: bool,
+    /// Receive buffers (`--buffers`).
+    buffers: usize,
 }
 
 fn size(s: &str) -> Res<usize> {
@@ -64,6 +70,7 @@ fn args() -> Res<Args> {
         conns: 24,
         seconds: 5.0,
         lend: true,
+        buffers: 64,
     };
     while let Some(flag) = it.next() {
         let v = it
@@ -77,6 +84,7 @@ fn args() -> Res<Args> {
             "--conns" => a.conns = v.parse()?,
             "--seconds" => a.seconds = v.parse()?,
             "--lend" => a.lend = v == "on",
+            "--buffers" => a.buffers = v.parse()?,
             _ => return Err(format!("echo: unknown option {flag}").into()),
         }
     }
@@ -98,7 +106,7 @@ fn main() -> Res<()> {
         .enable_all()
         .build()?;
     match (a.role.as_str(), a.imp.as_str()) {
-        ("server", "zcnet") => rt.block_on(zcnet_server(&a)),
+        ("server", "zcnet") => tokio::task::LocalSet::new().block_on(&rt, zcnet_server(&a)),
         ("server", "tokio") => tokio::task::LocalSet::new().block_on(&rt, tokio_server(&a)),
         ("client", _) => rt.block_on(client(&a)),
         _ => Err("echo: server --impl zcnet|tokio, or client".into()),
@@ -116,20 +124,28 @@ async fn zcnet_server(a: &Args) -> Res<()> {
     let listener = tokio::net::TcpListener::bind(&a.addr).await?;
     let mut rcfg = RxConfig::new(RxMode::parse(&a.rx)?);
     rcfg.buf_size = a.size;
-    rcfg.buffers = 64;
+    rcfg.buffers = a.buffers;
     let mut rx = AsyncReceiver::new(Receiver::new(&rcfg)?)?;
     let tx_mode = TxMode::parse(&a.tx)?;
-    let mut senders: HashMap<ConnId, AsyncSender> = HashMap::new();
+    // Lending needs a receive mode whose buffers can go out as they are (uring).
+    let lend = a.lend && rx.receiver().mode() == RxMode::Uring;
     eprintln!(
         "echo: zcnet server on {} (receive {}, send {tx_mode}, {})",
         a.addr,
         rx.receiver().mode(),
-        if a.lend {
+        if lend {
             "received buffers lent to the sender"
         } else {
             "received bytes copied"
         }
     );
+    // Lent buffers go to each connection's task, which sends them and drives its sender (a
+    // lent buffer comes back to the receive ring only when its sender takes back the
+    // completion: a sender nobody drives would keep it, and enough of them starve the ring).
+    // Copied bytes go out from here, into the connection's own send buffers.
+    let mut lent_to: HashMap<ConnId, mpsc::UnboundedSender<(Arc<ForeignBuf>, usize)>> =
+        HashMap::new();
+    let mut senders: HashMap<ConnId, AsyncSender> = HashMap::new();
     let stop = stdin_closed();
     tokio::pin!(stop);
     loop {
@@ -147,39 +163,79 @@ async fn zcnet_server(a: &Args) -> Res<()> {
                 tcfg.buf_size = a.size;
                 let region = Region::anonymous(zcnet::tx::region_len(&tcfg))?;
                 let tx = AsyncSender::new(Sender::new(Socket::from(out), region, &tcfg)?)?;
-                senders.insert(conn, tx);
+                if lend {
+                    let (to, from) = mpsc::unbounded_channel();
+                    tokio::task::spawn_local(send_lent_buffers(tx, from));
+                    lent_to.insert(conn, to);
+                } else {
+                    senders.insert(conn, tx);
+                }
             }
             ev = rx.recv(), if !idle => match ev? {
                 Some(RxEvent::Data(buf)) => {
-                    let Some(tx) = senders.get_mut(&buf.conn()) else { continue };
-                    let n = buf.len();
-                    // The received buffer itself goes back out (no copy) where the receive
-                    // mode lends its buffers (uring); otherwise its bytes are copied into the
-                    // sender's buffers.
-                    let buf = if a.lend {
-                        match rx.lend(buf) {
-                            Ok(lent) => {
-                                tx.send_lent(lent, 0, n).await?;
-                                continue;
-                            }
-                            Err((buf, _)) => buf,
-                        }
-                    } else {
-                        buf
-                    };
-                    if let Some(bytes) = rx.bytes(&buf) {
+                    let (c, n) = (buf.conn(), buf.len());
+                    if let Some(to) = lent_to.get(&c) {
+                        let lent = rx.lend(buf).map_err(|(_, e)| e)?;
+                        // A closed task has said why on stderr; its connection ends at EOF.
+                        let _ = to.send((lent, n));
+                    } else if let (Some(tx), Some(bytes)) = (senders.get_mut(&c), rx.bytes(&buf)) {
                         tx.send_slice(bytes).await?;
                     }
                 }
-                Some(RxEvent::Eof(c)) | Some(RxEvent::Failed(c, _)) => {
+                Some(RxEvent::Failed(c, e)) => {
+                    eprintln!("echo: connection {c} failed: {e}");
+                    lent_to.remove(&c);
+                    senders.remove(&c);
+                    rx.close(c);
+                }
+                Some(RxEvent::Eof(c)) => {
+                    // The task sends what it was given, flushes and ends.
+                    lent_to.remove(&c);
                     if let Some(tx) = senders.remove(&c) {
-                        let _ = tokio::time::timeout(Duration::from_secs(5), tx.finish()).await;
+                        tokio::task::spawn_local(finish(tx));
                     }
                     rx.close(c);
                 }
                 None => {}
             },
         }
+    }
+}
+
+/// One connection's sends of lent buffers, in order; between them it takes back completions,
+/// so the buffers return to the receive ring as soon as the kernel is done with them.
+async fn send_lent_buffers(
+    mut tx: AsyncSender,
+    mut from: mpsc::UnboundedReceiver<(Arc<ForeignBuf>, usize)>,
+) {
+    loop {
+        let busy = tx.sender().outstanding() > 0;
+        tokio::select! {
+            m = from.recv() => match m {
+                Some((lent, n)) => {
+                    if let Err(e) = tx.send_lent(lent, 0, n).await {
+                        eprintln!("echo: send: {e}");
+                        return;
+                    }
+                }
+                None => break,
+            },
+            // Cancel-safe: nothing is taken or given.
+            r = tx.flush(), if busy => {
+                if let Err(e) = r {
+                    eprintln!("echo: send: {e}");
+                    return;
+                }
+            }
+        }
+    }
+    finish(tx).await;
+}
+
+/// Flushes a connection's sender, for at most 5 s (a peer that stopped reading keeps sends).
+async fn finish(tx: AsyncSender) {
+    if let Err(e) = tokio::time::timeout(Duration::from_secs(5), tx.finish()).await {
+        eprintln!("echo: flushing a closed connection: {e}");
     }
 }
 

@@ -143,6 +143,13 @@ impl AsyncReceiver {
     /// Lends `buf`'s bytes on without a copy ([`Receiver::lend`]), to send them with
     /// [`AsyncSender::send_lent`]; the buffer goes back to the receive ring once every
     /// reference to the lease is gone. Refused (the buffer handed back) where the mode cannot.
+    ///
+    /// The sender lets go of the lease when it takes back the send's completion, which it does
+    /// only when driven (its next send, [`AsyncSender::flush`]): drive every sender that holds
+    /// lent buffers, e.g. a task per connection that loops over its sends and a `flush` while
+    /// sends are out (the echo example and the tests do). A sender left alone keeps its last
+    /// buffer, and enough of them starve the receiver. A buffer handed back while the receiver
+    /// starves wakes its [`recv`](Self::recv), from whichever task drops it.
     #[allow(clippy::result_large_err)] // the buffer comes back with the error
     pub fn lend(
         &mut self,

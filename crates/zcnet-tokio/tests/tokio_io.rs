@@ -324,4 +324,159 @@ fn received_buffers_sent_on_by_the_runtime_arrive_verified() {
     assert_eq!(reader.join().unwrap(), LEN);
 }
 
+/// An echo with more connections (8) than receive buffers (4), written as zcnet-tokio's docs
+/// say: each received buffer is lent to its connection's task, which sends it back and drives
+/// its sender (`flush` between sends), so the buffer comes back to the ring as soon as the
+/// kernel is done with it. A task that did not drive its sender would keep its last buffer
+/// until its connection's next message, which cannot arrive once the others hold every buffer:
+/// the echo would hang (bounded by the test's timeout).
+#[zcnet_testkit::test(timeout = 120)]
+fn an_echo_with_fewer_buffers_than_connections_never_stalls() {
+    use std::sync::Arc;
+    use tokio::sync::mpsc;
+    use zcnet::engine::ForeignBuf;
+    const CONNS: usize = 8;
+    const LEN: u64 = 4 << 20;
+    let mut clients = Vec::new();
+    let mut servers = Vec::new();
+    for _ in 0..CONNS {
+        let (c, s) = pair();
+        clients.push(c);
+        servers.push(s);
+    }
+    // Each client writes LEN bytes in 64 KiB messages, reading each echo back before the next.
+    let clients: Vec<_> = clients
+        .into_iter()
+        .map(|mut c| {
+            std::thread::spawn(move || {
+                let mut msg = vec![0u8; 64 << 10];
+                let mut back = vec![0u8; 64 << 10];
+                let mut at = 0u64;
+                while at < LEN {
+                    fill(&mut msg, at);
+                    c.write_all(&msg).unwrap();
+                    c.read_exact(&mut back).unwrap();
+                    assert_eq!(first_wrong(&back, at), None, "echoed bytes");
+                    at += msg.len() as u64;
+                }
+                at
+            })
+        })
+        .collect();
+    let local = tokio::task::LocalSet::new();
+    let starved = local.block_on(&runtime(), async {
+        let mut cfg = RxConfig::new(RxMode::Uring);
+        cfg.buf_size = 64 << 10;
+        cfg.buffers = 4;
+        let mut rx = AsyncReceiver::new(Receiver::new(&cfg).unwrap()).unwrap();
+        let mut to = std::collections::HashMap::new();
+        let mut tasks = Vec::new();
+        for s in servers {
+            let out = s.try_clone().unwrap();
+            let conn = rx.add(s).unwrap();
+            let mut tx = AsyncSender::new(sender(out, TxMode::Uring)).unwrap();
+            let (put, mut take) = mpsc::unbounded_channel::<(Arc<ForeignBuf>, usize)>();
+            to.insert(conn, put);
+            tasks.push(tokio::task::spawn_local(async move {
+                loop {
+                    let busy = tx.sender().outstanding() > 0;
+                    tokio::select! {
+                        m = take.recv() => match m {
+                            Some((lent, n)) => tx.send_lent(lent, 0, n).await.unwrap(),
+                            None => break,
+                        },
+                        r = tx.flush(), if busy => r.unwrap(),
+                    }
+                }
+                tx.finish().await.unwrap();
+            }));
+        }
+        let mut left = CONNS;
+        while left > 0 {
+            match rx.recv().await.unwrap() {
+                Some(RxEvent::Data(b)) => {
+                    let (c, n) = (b.conn(), b.len());
+                    let lent = rx.lend(b).map_err(|(_, e)| e).unwrap();
+                    to[&c].send((lent, n)).unwrap();
+                }
+                Some(RxEvent::Eof(c)) => {
+                    to.remove(&c);
+                    rx.close(c);
+                    left -= 1;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        rx.receiver().stats().starved
+    });
+    // The clients end after their last echo; their ends close, the receiver saw every EOF.
+    for c in clients {
+        assert_eq!(c.join().unwrap(), LEN);
+    }
+    assert!(starved > 0, "the receiver never ran out of buffers");
+}
+
+/// One connection, two receive buffers, both held by another task for a while: the receiver's
+/// task sleeps on the readiness fd with nothing the kernel could signal (its only receive
+/// ended for want of a buffer). The buffers that task drops must wake it; else the stream
+/// stalls for good (bounded by the test's timeout).
+#[zcnet_testkit::test(timeout = 60)]
+fn buffers_dropped_by_another_task_wake_a_starving_receiver() {
+    const LEN: u64 = 1 << 20;
+    let (mut src, inb) = pair();
+    let writer = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut at = 0;
+        while at < LEN {
+            fill(&mut buf, at);
+            src.write_all(&buf).unwrap();
+            at += buf.len() as u64;
+        }
+    });
+    let local = tokio::task::LocalSet::new();
+    let (got, starved) = local.block_on(&runtime(), async {
+        let mut cfg = RxConfig::new(RxMode::Uring);
+        cfg.buf_size = 16 << 10;
+        cfg.buffers = 2;
+        let mut rx = AsyncReceiver::new(Receiver::new(&cfg).unwrap()).unwrap();
+        rx.add(inb).unwrap();
+        let (put, mut take) = tokio::sync::mpsc::unbounded_channel();
+        // Holds each pair of buffers for 20 ms, then drops it.
+        let holder = tokio::task::spawn_local(async move {
+            let mut held = Vec::new();
+            while let Some(b) = take.recv().await {
+                held.push(b);
+                if held.len() == 2 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    held.clear();
+                }
+            }
+        });
+        let mut got = 0u64;
+        loop {
+            match rx.recv().await.unwrap() {
+                Some(RxEvent::Data(b)) => {
+                    assert_eq!(first_wrong(rx.bytes(&b).unwrap(), got), None);
+                    got += b.len() as u64;
+                    put.send(b).unwrap();
+                }
+                Some(RxEvent::Eof(c)) => {
+                    rx.close(c);
+                    break;
+                }
+                other => panic!("at {got}: {other:?}"),
+            }
+        }
+        drop(put);
+        holder.await.unwrap();
+        (got, rx.receiver().stats().starved)
+    });
+    writer.join().unwrap();
+    assert_eq!(got, LEN);
+    assert!(starved > 0, "the receiver never ran out of buffers");
+}
+
 zcnet_testkit::main!();
