@@ -4,7 +4,7 @@
 #
 #   scripts/tokio-echo-bench.sh [--rounds 5] [--seconds 3] [--conns 24] [--size 64K]
 #                               [--rx auto] [--tx auto] [--path veth|loopback] [--lend on|off]
-#                               [--buffers 64]
+#                               [--buffers 16]
 #
 # Builds the example (cargo build --release -p zcnet-tokio --example echo), then for each round
 # runs both servers in turn, the order alternating round by round (interleaved): the server in
@@ -21,7 +21,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 me=tokio-echo-bench
-rounds=5 seconds=3 conns=24 size=64K rx=auto tx=auto path=veth lend=on buffers=64
+rounds=5 seconds=3 conns=24 size=64K rx=auto tx=auto path=veth lend=on buffers=16
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
