@@ -5,9 +5,9 @@ use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
-use zcnet_sys::epoll::{self, Epoll};
+use zcnet_sys::epoll::{self, Epoll, EventFd};
 
 /// Reads per ready connection per poll at most, so one busy peer cannot starve the others.
 pub(super) const READS_PER_CONN: usize = 16;
@@ -133,15 +133,32 @@ pub(super) struct ConnSet {
     ep: Epoll,
     fds: HashMap<ConnId, RawFd>,
     ready: Vec<(u64, u32)>,
+    /// In the set under [`WAKE_TOKEN`]: signalled by a buffer handed back while the backend
+    /// starves ([`RxBackend::waker`]), so a loop asleep on the set's fd wakes (data already in
+    /// the sockets makes no new event).
+    wake: EventFd,
 }
+
+/// The token of [`ConnSet`]'s wake eventfd (connection ids count up from 0).
+const WAKE_TOKEN: u64 = u64::MAX;
 
 impl ConnSet {
     pub fn new() -> Result<ConnSet> {
+        let ep = Epoll::new(256).map_err(|e| Error::io("epoll_create1", e))?;
+        let wake = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
+        ep.add(wake.as_raw_fd(), WAKE_TOKEN, epoll::IN)
+            .map_err(|e| Error::io("epoll_ctl(ADD) of the wake eventfd", e))?;
         Ok(ConnSet {
-            ep: Epoll::new(256).map_err(|e| Error::io("epoll_create1", e))?,
+            ep,
             fds: HashMap::new(),
             ready: Vec::new(),
+            wake,
         })
+    }
+
+    /// A duplicate of the wake eventfd (see [`RxBackend::waker`]).
+    pub fn waker(&self) -> Option<EventFd> {
+        self.wake.try_clone().ok()
     }
 
     pub fn add(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
@@ -173,6 +190,11 @@ impl ConnSet {
         self.ep
             .wait(&mut self.ready, ms)
             .map_err(|e| Error::io("epoll_wait", e))?;
+        if self.ready.iter().any(|&(t, _)| t == WAKE_TOKEN) {
+            // Level-triggered: read it back, or the set stays readable. The poll that follows
+            // takes back what was handed back.
+            let _ = self.wake.drain();
+        }
         Ok(self
             .ready
             .iter()
@@ -289,6 +311,14 @@ impl RxBackend for CopyRx {
 
     fn ready_fd(&mut self) -> Result<BorrowedFd<'_>> {
         Ok(self.conns.ready_fd())
+    }
+
+    fn waker(&self) -> Option<EventFd> {
+        self.conns.waker()
+    }
+
+    fn starving(&self) -> bool {
+        !self.pool.has_free()
     }
 }
 

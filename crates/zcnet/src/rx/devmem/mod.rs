@@ -541,6 +541,14 @@ impl RxBackend for DevmemBackend {
     fn ready_fd(&mut self) -> Result<BorrowedFd<'_>> {
         Ok(self.st.conns.ready_fd())
     }
+
+    fn waker(&self) -> Option<zcnet_sys::epoll::EventFd> {
+        self.st.conns.waker()
+    }
+
+    fn starving(&self) -> bool {
+        self.st.starving
+    }
 }
 
 #[cfg(test)]
