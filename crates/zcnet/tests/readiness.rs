@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
-use zcnet::rx::{Receiver, RxConfig, RxEvent, RxMode};
+use zcnet::rx::{Receiver, RxBuf, RxConfig, RxEvent, RxMode};
 use zcnet::{Error, Region, Sender, Socket, TxConfig, TxMode};
 use zcnet_sys::epoll::{self, Epoll};
 
@@ -47,15 +47,14 @@ fn wait(ep: &mut Epoll, deadline: Instant, what: &str) {
     }
 }
 
-/// Receives `len` bytes of the pattern with `mode`, polling only with a zero timeout after
-/// the readiness fd said so (or after giving buffers back).
-fn receive_driven_by_readiness(mode: RxMode, len: u64) {
-    let mut cfg = RxConfig::new(mode);
-    cfg.buffers = 8;
-    let mut rx = Receiver::new(&cfg).unwrap();
+/// A receiver made from `cfg` on one end of a loopback pair whose other end a thread fills
+/// with `len` bytes of the pattern, and an epoll set waiting on the receiver's readiness fd
+/// edge-triggered, as an event loop does.
+fn fed_receiver(cfg: &RxConfig, len: u64) -> (Receiver, Epoll, std::thread::JoinHandle<()>) {
+    let mut rx = Receiver::new(cfg).unwrap();
     let (mut tx, sock) = pair();
     rx.add(sock).unwrap();
-    let mut ep = Epoll::new(4).unwrap();
+    let ep = Epoll::new(4).unwrap();
     ep.add(
         rx.readiness_fd().unwrap().as_raw_fd(),
         1,
@@ -66,39 +65,57 @@ fn receive_driven_by_readiness(mode: RxMode, len: u64) {
         let data: Vec<u8> = (0..len).map(byte).collect();
         tx.write_all(&data).unwrap();
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (mut got, mut wakeups, mut eof) = (0u64, 0u64, false);
-    let mut events = Vec::new();
-    while !eof {
-        // Poll until nothing more comes (the fd is reset by each poll), then wait on it.
-        loop {
-            events.clear();
-            rx.poll(&mut events, Duration::ZERO).unwrap();
-            if events.is_empty() {
-                break;
-            }
-            for ev in events.drain(..) {
-                match ev {
-                    RxEvent::Data(buf) => {
-                        let b = rx.bytes(&buf).unwrap();
-                        for (k, &x) in b.iter().enumerate() {
-                            assert_eq!(x, byte(got + k as u64), "{mode}: byte {}", got + k as u64);
-                        }
-                        got += b.len() as u64;
-                    } // dropped here: given back at the next poll
-                    RxEvent::Eof(_) => eof = true,
-                    RxEvent::Failed(c, e) => panic!("{mode}: connection {c}: {e}"),
+    (rx, ep, writer)
+}
+
+/// Polls `rx` with a zero timeout until a poll brings nothing (each poll resets the fd),
+/// checking each buffer against the pattern at `*got` and handing it to `keep`; whether the
+/// stream ended.
+fn drain_ready(
+    rx: &mut Receiver,
+    got: &mut u64,
+    mut keep: impl FnMut(&mut Receiver, RxBuf),
+) -> bool {
+    let mode = rx.mode();
+    let (mut events, mut eof) = (Vec::new(), false);
+    loop {
+        rx.poll(&mut events, Duration::ZERO).unwrap();
+        if events.is_empty() {
+            return eof;
+        }
+        for ev in events.drain(..) {
+            match ev {
+                RxEvent::Data(buf) => {
+                    let b = rx.bytes(&buf).unwrap();
+                    for (k, &x) in b.iter().enumerate() {
+                        assert_eq!(x, byte(*got + k as u64), "{mode}: byte {}", *got + k as u64);
+                    }
+                    *got += b.len() as u64;
+                    keep(rx, buf);
                 }
+                RxEvent::Eof(_) => eof = true,
+                RxEvent::Failed(c, e) => panic!("{mode}: connection {c}: {e}"),
             }
         }
-        if !eof {
-            wait(
-                &mut ep,
-                deadline,
-                &format!("{mode} receive at {got} of {len} B"),
-            );
-            wakeups += 1;
-        }
+    }
+}
+
+/// Receives `len` bytes of the pattern with `mode`, polling only with a zero timeout after
+/// the readiness fd said so (or after giving buffers back).
+fn receive_driven_by_readiness(mode: RxMode, len: u64) {
+    let mut cfg = RxConfig::new(mode);
+    cfg.buffers = 8;
+    let (mut rx, mut ep, writer) = fed_receiver(&cfg, len);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut got, mut wakeups) = (0u64, 0u64);
+    // Each buffer is dropped at once: given back at the next poll.
+    while !drain_ready(&mut rx, &mut got, |_, _| {}) {
+        wait(
+            &mut ep,
+            deadline,
+            &format!("{mode} receive at {got} of {len} B"),
+        );
+        wakeups += 1;
     }
     writer.join().unwrap();
     assert_eq!(got, len, "{mode}");
@@ -125,55 +142,22 @@ fn starving_receiver_woken_by_a_buffer_dropped_elsewhere(mode: RxMode) {
     let mut cfg = RxConfig::new(mode);
     cfg.buffers = 4;
     cfg.buf_size = 4096;
-    let mut rx = Receiver::new(&cfg).unwrap();
-    let (mut tx, sock) = pair();
-    rx.add(sock).unwrap();
-    let mut ep = Epoll::new(4).unwrap();
-    ep.add(
-        rx.readiness_fd().unwrap().as_raw_fd(),
-        1,
-        epoll::IN | epoll::ET,
-    )
-    .unwrap();
     let len = 256u64 << 10;
-    let writer = std::thread::spawn(move || {
-        let data: Vec<u8> = (0..len).map(byte).collect();
-        tx.write_all(&data).unwrap();
-    });
+    let (mut rx, mut ep, writer) = fed_receiver(&cfg, len);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let (mut got, mut starved, mut eof) = (0u64, 0u32, false);
-    let mut kept: Vec<zcnet::RxBuf> = Vec::new();
+    let (mut got, mut starved) = (0u64, 0u32);
+    let mut kept: Vec<RxBuf> = Vec::new();
     let mut lent = Vec::new();
     let mut givers = Vec::new();
-    let mut events = Vec::new();
-    while !eof {
-        loop {
-            events.clear();
-            rx.poll(&mut events, Duration::ZERO).unwrap();
-            if events.is_empty() {
-                break;
+    loop {
+        // With uring, every other buffer is lent on (as for a send); the rest are kept.
+        let eof = drain_ready(&mut rx, &mut got, |rx, buf| {
+            if mode == RxMode::Uring && lent.len() <= kept.len() {
+                lent.push(rx.lend(buf).map_err(|(_, e)| e).unwrap());
+            } else {
+                kept.push(buf);
             }
-            for ev in events.drain(..) {
-                match ev {
-                    RxEvent::Data(buf) => {
-                        let b = rx.bytes(&buf).unwrap();
-                        for (k, &x) in b.iter().enumerate() {
-                            assert_eq!(x, byte(got + k as u64), "byte {}", got + k as u64);
-                        }
-                        got += b.len() as u64;
-                        // With uring, every other buffer is lent on (as for a send); the
-                        // rest are kept.
-                        if mode == RxMode::Uring && (got / 4096) % 2 == 0 {
-                            lent.push(rx.lend(buf).map_err(|(_, e)| e).unwrap());
-                        } else {
-                            kept.push(buf);
-                        }
-                    }
-                    RxEvent::Eof(_) => eof = true,
-                    RxEvent::Failed(c, e) => panic!("connection {c}: {e}"),
-                }
-            }
-        }
+        });
         if eof {
             break;
         }
@@ -204,8 +188,7 @@ fn starving_receiver_woken_by_a_buffer_dropped_elsewhere(mode: RxMode) {
     for g in givers {
         g.join().unwrap();
     }
-    events.clear();
-    rx.poll(&mut events, Duration::ZERO).unwrap();
+    rx.poll(&mut Vec::new(), Duration::ZERO).unwrap();
     assert_eq!(rx.held(), 0);
 }
 
