@@ -329,6 +329,7 @@ impl RecvRing {
     /// posted (and, on a DEFER_TASKRUN ring, when work is queued for the next wait), so an
     /// event loop can wait on it. The kernel takes its own reference: `efd` may be dropped
     /// later. `EBUSY` when one is registered already.
+    ///
     /// The eventfd also wakes its waiter when a lent buffer comes back while the ring is
     /// starving ([`set_starving`](Self::set_starving)): the ring has nothing else to signal
     /// then, since no receive can complete without a buffer.
