@@ -129,4 +129,92 @@ fn nodev_receives_several_connections_through_a_small_area() {
     );
 }
 
+/// Every buffer of a small area held by the application: the kernel has nowhere to put the
+/// data waiting in the socket and nothing to signal, and the loop sleeps on the readiness fd.
+/// The buffers dropped from another thread must wake it (else each wait runs into its 5 s
+/// bound).
+#[zcnet_testkit::test(timeout = 600)]
+fn nodev_starving_receiver_is_woken_by_buffers_dropped_elsewhere() {
+    use std::os::fd::AsRawFd;
+    use zcnet_sys::epoll::{self, Epoll};
+    zcnet_testkit::require_kernel(7, 1, "zcrx without a device (ZCRX_REG_NODEV)");
+    zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
+    let page = zcnet_sys::mem::page_size();
+    let mut rx = Receiver::new(&nodev(4 * page)).unwrap();
+    assert_eq!(rx.mode(), RxMode::Zcrx);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (sock, _) = l.accept().unwrap();
+    rx.add(sock).unwrap();
+    let mut ep = Epoll::new(4).unwrap();
+    ep.add(
+        rx.readiness_fd().unwrap().as_raw_fd(),
+        1,
+        epoll::IN | epoll::ET,
+    )
+    .unwrap();
+    let len = 256u64 << 10;
+    let sender = std::thread::spawn(move || {
+        let mut buf = vec![0u8; len as usize];
+        Pattern::new(9).fill(0, &mut buf);
+        tx.write_all(&buf).unwrap();
+    });
+    let p = Pattern::new(9);
+    let (mut got, mut starved, mut eof) = (0u64, 0u32, false);
+    let mut kept = Vec::new();
+    let mut givers = Vec::new();
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !eof {
+        assert!(Instant::now() < deadline, "stalled at {got} of {len} B");
+        // Poll until nothing more comes, keeping every buffer.
+        loop {
+            rx.poll(&mut events, Duration::ZERO).unwrap();
+            if events.is_empty() {
+                break;
+            }
+            for ev in events.drain(..) {
+                match ev {
+                    RxEvent::Data(buf) => {
+                        let bytes = rx.bytes(&buf).unwrap();
+                        p.verify(got, bytes).unwrap();
+                        got += bytes.len() as u64;
+                        kept.push(buf);
+                    }
+                    RxEvent::Eof(_) => eof = true,
+                    RxEvent::Failed(c, e) => panic!("connection {c}: {e}"),
+                }
+            }
+        }
+        if eof {
+            break;
+        }
+        if !kept.is_empty() {
+            starved += 1;
+            let k = std::mem::take(&mut kept);
+            givers.push(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                drop(k);
+            }));
+        }
+        let mut ready = Vec::new();
+        let t = Instant::now();
+        while ready.is_empty() {
+            let left = Duration::from_secs(5).saturating_sub(t.elapsed());
+            assert!(
+                !left.is_zero(),
+                "at {got} of {len} B (starved {starved} times): the readiness fd did not become readable within 5 s"
+            );
+            ep.wait(&mut ready, left.as_millis().max(1) as i32).unwrap();
+        }
+    }
+    sender.join().unwrap();
+    for g in givers {
+        g.join().unwrap();
+    }
+    assert_eq!(got, len);
+    assert!(starved >= 2, "never starved: {starved}");
+    assert!(rx.stats().starved > 0, "{:?}", rx.stats());
+}
+
 zcnet_testkit::main!();

@@ -711,10 +711,9 @@ impl Receiver {
     /// level-triggered wait would find it readable for good. Drive it as "wait, then poll until
     /// a poll returns no event". A poll also does the work that no
     /// fd signals: giving back buffers the application dropped and re-arming connections that
-    /// ran out of them. With `uring`, `copy` and `devmem`, a receiver that starves (every
-    /// buffer held by the application or lent to senders) has its fd signalled by the first
-    /// buffer that comes back, wherever it is dropped, so a loop sleeping on the fd wakes; with
-    /// `zcrx`, poll again after dropping buffers even when the fd is not readable. The receiver stays
+    /// ran out of them. A receiver that starves (every buffer held by the application or lent
+    /// to senders) has its fd signalled by the first buffer that comes back, wherever it is
+    /// dropped, so a loop sleeping on the fd wakes. The receiver stays
     /// `!Send` (the io_uring rings take submissions only from the thread that made them): use
     /// it on one thread (tokio: a current-thread runtime or a `LocalSet`).
     pub fn readiness_fd(&mut self) -> Result<BorrowedFd<'_>> {

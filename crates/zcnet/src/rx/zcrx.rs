@@ -824,6 +824,14 @@ impl RxBackend for ZcrxBackend {
         let efd = crate::engine::ready_eventfd(&mut self.efd, |e| ifq.register_eventfd(e))?;
         Ok(efd.as_fd())
     }
+
+    fn waker(&self) -> Option<zcnet_sys::epoll::EventFd> {
+        self.efd.as_ref().and_then(|e| e.try_clone().ok())
+    }
+
+    fn starving(&self) -> bool {
+        self.starving
+    }
 }
 
 #[cfg(test)]
