@@ -11,72 +11,14 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
-use std::process::{Command, Output};
 use std::sync::Arc;
 use zcnet_sys::cuda::{self, Context, CudaError, DeviceMem, HostRegistration, Stream};
 use zcnet_sys::mem::{Mapping, Slot};
-use zcnet_testkit::cuda_standin::{self, Summary, Variant};
+use zcnet_testkit::cuda_standin::{
+    self, assert_child_passed, in_child, output_text as text, run_child, Summary, Variant,
+};
 
 zcnet_testkit::main!();
-
-const CHILD: &str = "run by its parent test in a child process with the CUDA stand-in loaded";
-
-/// Runs `child_<name>` of this executable with the stand-in `variant` and `env`; returns its
-/// output and the stand-in's summary path.
-fn run_child(name: &str, variant: Variant, env: &[(&str, &str)]) -> (Output, std::path::PathBuf) {
-    let lib = cuda_standin::build(variant);
-    let summary = cuda_standin::summary_path(name);
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ZCNET_STANDIN_CHILD", "1")
-        .env("ZCNET_LIBCUDA", &lib)
-        .env("ZCNET_STANDIN_SUMMARY", &summary)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    (out, summary)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// The child passed (it ran, not skipped) and the stand-in saw nothing leaked or broken.
-fn assert_child_passed(name: &str, o: &Output, summary: &Path) -> Summary {
-    assert!(
-        o.status.success(),
-        "{name} against the stand-in: {}",
-        text(o)
-    );
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.contains("1 passed") && out.contains(&format!("{name} ... ok")),
-        "{name} did not run: {}",
-        text(o)
-    );
-    let s = Summary::read(summary);
-    s.assert_clean();
-    s
-}
-
-/// In a child: skips unless started by a parent test (never loads a real driver by accident).
-fn in_child() {
-    if std::env::var_os("ZCNET_STANDIN_CHILD").is_none() {
-        zcnet_testkit::skip(zcnet_testkit::Need::Tool, CHILD);
-    }
-}
 
 /// Host memory registered with CUDA, cut into 4 slots of 64 KiB.
 fn host(ctx: &Arc<Context>) -> (HostRegistration, Vec<Slot>) {

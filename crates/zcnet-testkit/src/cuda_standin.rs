@@ -12,7 +12,7 @@ use crate::{skip, Need};
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The stand-in's C source, compiled into the test that asks for it.
@@ -118,6 +118,69 @@ pub fn build(variant: Variant) -> PathBuf {
     );
     std::fs::rename(&tmp, &lib).unwrap_or_else(|e| panic!("renaming to {}: {e}", lib.display()));
     lib
+}
+
+/// The skip reason of a test that runs only inside [`run_child`]'s child process.
+pub const CHILD: &str = "run by its parent test in a child process with the CUDA stand-in loaded";
+
+/// Runs test `name` of this executable (marked `#[ignore = CHILD]`, starting with
+/// [`in_child`]) in a child process with the stand-in `variant` loaded and `env` set; its
+/// output and the stand-in's summary path.
+pub fn run_child(name: &str, variant: Variant, env: &[(&str, &str)]) -> (Output, PathBuf) {
+    let lib = build(variant);
+    let summary = summary_path(name);
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let out = Command::new(exe)
+        .args([
+            name,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("ZCNET_STANDIN_CHILD", "1")
+        .env("ZCNET_LIBCUDA", &lib)
+        .env("ZCNET_STANDIN_SUMMARY", &summary)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running the test executable as a child");
+    (out, summary)
+}
+
+/// In a child of [`run_child`]: skips otherwise (never loads a real driver by accident).
+pub fn in_child() {
+    if std::env::var_os("ZCNET_STANDIN_CHILD").is_none() {
+        skip(Need::Tool, CHILD);
+    }
+}
+
+/// A child's status, stdout and stderr, for failure messages.
+pub fn output_text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The child `name` passed (it ran, not skipped) and the stand-in saw nothing leaked or broken;
+/// its summary.
+pub fn assert_child_passed(name: &str, o: &Output, summary: &Path) -> Summary {
+    assert!(
+        o.status.success(),
+        "{name} against the stand-in: {}",
+        output_text(o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("1 passed") && out.contains(&format!("{name} ... ok")),
+        "{name} did not run: {}",
+        output_text(o)
+    );
+    let s = Summary::read(summary);
+    s.assert_clean();
+    s
 }
 
 /// A fresh path for a stand-in summary (`ZCNET_STANDIN_SUMMARY`), named after `tag`.

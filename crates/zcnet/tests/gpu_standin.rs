@@ -12,58 +12,22 @@
 
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
-use std::process::Command;
 use zcnet::gpu::{borrow_device, BorrowedDevice, StagedSender};
 use zcnet::{Region, Sender, TxConfig, TxMode};
 use zcnet_core::Pattern;
-use zcnet_testkit::cuda_standin::{self, Summary, Variant};
+use zcnet_testkit::cuda_standin::{assert_child_passed, in_child, run_child, Variant};
 
 zcnet_testkit::main!();
 
-fn run_child(name: &str) {
-    let lib = cuda_standin::build(Variant::Full);
-    let summary = cuda_standin::summary_path(name);
-    let o = Command::new(std::env::current_exe().unwrap())
-        .args([
-            name,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("ZCNET_STANDIN_CHILD", "1")
-        .env("ZCNET_LIBCUDA", &lib)
-        .env("ZCNET_STANDIN_SUMMARY", &summary)
-        .output()
-        .unwrap();
-    let text = format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{name} against the stand-in: {text}");
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains(&format!("{name} ... ok")),
-        "{name} did not run: {text}"
-    );
-    let s = Summary::read(&summary);
-    s.assert_clean();
+fn run_and_check(name: &str) {
+    let (o, summary) = run_child(name, Variant::Full, &[]);
+    let s = assert_child_passed(name, &o, &summary);
     assert!(s.count("async_dtoh") > 0, "no staged copy ran: {s}");
-}
-
-fn in_child() {
-    if std::env::var_os("ZCNET_STANDIN_CHILD").is_none() {
-        zcnet_testkit::skip(
-            zcnet_testkit::Need::Tool,
-            "run by its parent test in a child process with the CUDA stand-in loaded",
-        );
-    }
 }
 
 #[zcnet_testkit::test]
 fn a_staged_send_from_borrowed_device_memory_follows_host_sends_in_order() {
-    run_child("child_borrowed_send");
+    run_and_check("child_borrowed_send");
 }
 
 /// One connection: host bytes, then two borrowed device ranges (two different allocations, one
