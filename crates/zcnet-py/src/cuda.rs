@@ -6,7 +6,7 @@
 use crate::dlpack::{self, DLDevice};
 use crate::errors;
 use crate::OnThisThread;
-use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::sync::Mutex;
@@ -83,19 +83,15 @@ impl DeviceBuffer {
         let _ = stream;
         let this = slf.get();
         let here = (dlpack::DL_CUDA, this.ordinal as i32);
-        if let Some(d) = dl_device {
-            if d != here {
-                return Err(PyBufferError::new_err(format!(
-                    "zcnet.DeviceBuffer is on {here:?} (kDLCUDA, ordinal); it cannot be exported to device {d:?}"
-                )));
-            }
-        }
-        if copy == Some(true) {
-            return Err(PyBufferError::new_err(
-                "zcnet.DeviceBuffer exports its memory without a copy only (tobytes() copies it to the host)",
-            ));
-        }
-        let versioned = max_version.is_some_and(|(major, _)| major >= dlpack::VERSION.0);
+        let versioned = dlpack::check_request(
+            "zcnet.DeviceBuffer",
+            here,
+            &format!("on {here:?} (kDLCUDA, ordinal)"),
+            dl_device,
+            copy,
+            "tobytes() copies it to the host",
+            max_version,
+        )?;
         dlpack::export(
             slf.py(),
             // A device address: carried in the tensor, never dereferenced by the host.

@@ -11,6 +11,7 @@
 //! deleter runs: the consumer calls it when its tensor dies, or the capsule's destructor does
 //! when no consumer took the capsule (its name unchanged).
 
+use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ffi::{c_void, CStr};
@@ -183,6 +184,32 @@ pub(crate) fn host_read_only(versioned: bool) -> Export {
         read_only: true,
         versioned,
     }
+}
+
+/// The keywords of `__dlpack__` every exporter here checks alike: a `dl_device` other than
+/// `here` (`where_` words it: "host memory (kDLCPU, 0)") and `copy=True` are refused, the
+/// latter with `copy_hint` saying how to copy instead; whether the consumer takes the versioned
+/// capsule (`max_version` 1.x).
+pub(crate) fn check_request(
+    what: &str,
+    here: (i32, i32),
+    where_: &str,
+    dl_device: Option<(i32, i32)>,
+    copy: Option<bool>,
+    copy_hint: &str,
+    max_version: Option<(u32, u32)>,
+) -> PyResult<bool> {
+    if let Some(d) = dl_device.filter(|&d| d != here) {
+        return Err(PyBufferError::new_err(format!(
+            "{what} is {where_}; it cannot be exported to device {d:?}"
+        )));
+    }
+    if copy == Some(true) {
+        return Err(PyBufferError::new_err(format!(
+            "{what} exports its memory without a copy only ({copy_hint})"
+        )));
+    }
+    Ok(max_version.is_some_and(|(major, _)| major >= VERSION.0))
 }
 
 /// A capsule over `len` bytes at `data` (a host or a device address, as `how.device` says),

@@ -535,19 +535,15 @@ impl Buffer {
                 ));
             }
         }
-        if let Some(d) = dl_device {
-            if d != (crate::dlpack::DL_CPU, 0) {
-                return Err(PyBufferError::new_err(format!(
-                    "zcnet.Buffer is host memory (kDLCPU, 0); it cannot be exported to device {d:?}"
-                )));
-            }
-        }
-        if copy == Some(true) {
-            return Err(PyBufferError::new_err(
-                "zcnet.Buffer exports its memory without a copy only (copy=True: copy after import, e.g. np.array(np.from_dlpack(buf)))",
-            ));
-        }
-        let versioned = max_version.is_some_and(|(major, _)| major >= crate::dlpack::VERSION.0);
+        let versioned = crate::dlpack::check_request(
+            "zcnet.Buffer",
+            (crate::dlpack::DL_CPU, 0),
+            "host memory (kDLCPU, 0)",
+            dl_device,
+            copy,
+            "copy=True: copy after import, e.g. np.array(np.from_dlpack(buf))",
+            max_version,
+        )?;
         crate::dlpack::export(
             py,
             ptr,
