@@ -62,14 +62,20 @@ fn nodev_takes_no_interface_and_auto_never_uses_it() {
     assert_ne!(rx.mode(), RxMode::Zcrx);
 }
 
-#[zcnet_testkit::test(timeout = 600)]
-fn nodev_receives_several_connections_through_a_small_area() {
+/// A zcrx receiver without a device on an area of 4 pages (every buffer goes round many times),
+/// and a loopback listener to connect to it; skips below Linux 7.1 and without root.
+fn small_area_receiver() -> (Receiver, TcpListener) {
     zcnet_testkit::require_kernel(7, 1, "zcrx without a device (ZCRX_REG_NODEV)");
     zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
     let page = zcnet_sys::mem::page_size();
-    let mut rx = Receiver::new(&nodev(4 * page)).unwrap();
+    let rx = Receiver::new(&nodev(4 * page)).unwrap();
     assert_eq!(rx.mode(), RxMode::Zcrx);
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    (rx, TcpListener::bind("127.0.0.1:0").unwrap())
+}
+
+#[zcnet_testkit::test(timeout = 600)]
+fn nodev_receives_several_connections_through_a_small_area() {
+    let (mut rx, l) = small_area_receiver();
     let at = l.local_addr().unwrap();
     // Three connections of different lengths and seeds, sent at once.
     let plan = [(1u64, 3 << 20), (2, 1 << 20), (3, 100_000)];
@@ -137,12 +143,7 @@ fn nodev_receives_several_connections_through_a_small_area() {
 fn nodev_starving_receiver_is_woken_by_buffers_dropped_elsewhere() {
     use std::os::fd::AsRawFd;
     use zcnet_sys::epoll::{self, Epoll};
-    zcnet_testkit::require_kernel(7, 1, "zcrx without a device (ZCRX_REG_NODEV)");
-    zcnet_testkit::require_root("zcrx needs CAP_NET_ADMIN");
-    let page = zcnet_sys::mem::page_size();
-    let mut rx = Receiver::new(&nodev(4 * page)).unwrap();
-    assert_eq!(rx.mode(), RxMode::Zcrx);
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let (mut rx, l) = small_area_receiver();
     let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
     let (sock, _) = l.accept().unwrap();
     rx.add(sock).unwrap();
