@@ -100,13 +100,11 @@ impl UringRx {
     }
 
     /// Re-arms waiting connections while the ring has buffers. Lent buffers whose last
-    /// reference went are taken back first, so that they count; while starving, the next one
-    /// to come back signals the readiness fd (an event loop waiting on it would otherwise
-    /// sleep for good: no receive can complete without a buffer).
+    /// reference went are taken back first, so that they count. (Whether the next one to come
+    /// back signals the readiness fd is decided at the end of the poll, before a loop sleeps.)
     fn rearm_waiting(&mut self) -> Result<()> {
         self.ring.reclaim_lent();
         self.starving = !self.rearm.is_empty() && self.ring.available() == 0;
-        self.ring.set_starving(self.starving);
         if self.rearm.is_empty() || self.starving {
             return Ok(());
         }
@@ -226,7 +224,9 @@ impl RxBackend for UringRx {
             self.complete(ctx, c);
         }
         self.done = done;
-        // Receives this poll ended for want of buffers count too.
+        // Receives this poll ended for want of buffers count too. While starving, the next
+        // lent buffer to come back signals the readiness fd (an event loop waiting on it would
+        // otherwise sleep for good: no receive can complete without a buffer).
         self.starving = !self.rearm.is_empty() && self.ring.available() == 0;
         self.ring.set_starving(self.starving);
         Ok(())
