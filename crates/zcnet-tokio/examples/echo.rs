@@ -47,6 +47,14 @@ struct Args {
     buffers: usize,
 }
 
+/// A count of 1 or more for `flag`, or the one-line error naming it.
+fn count(flag: &str, v: &str) -> Res<usize> {
+    Ok(v.parse()
+        .ok()
+        .filter(|&n: &usize| n > 0)
+        .ok_or_else(|| format!("echo: {flag} needs a count of 1 or more, not '{v}'"))?)
+}
+
 fn size(s: &str) -> Res<usize> {
     let (n, mul) = match s.as_bytes().last() {
         Some(b'K' | b'k') => (&s[..s.len() - 1], 1 << 10),
@@ -85,10 +93,16 @@ fn args() -> Res<Args> {
             "--rx" => a.rx = v,
             "--tx" => a.tx = v,
             "--size" => a.size = size(&v)?,
-            "--conns" => a.conns = v.parse()?,
-            "--seconds" => a.seconds = v.parse()?,
+            "--conns" => a.conns = count(&flag, &v)?,
+            "--seconds" => {
+                a.seconds = v
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                    .ok_or_else(|| format!("echo: --seconds needs a number above 0, not '{v}'"))?
+            }
             "--lend" => a.lend = v == "on",
-            "--buffers" => a.buffers = v.parse()?,
+            "--buffers" => a.buffers = count(&flag, &v)?,
             _ => return Err(format!("echo: unknown option {flag}").into()),
         }
     }

@@ -479,4 +479,44 @@ fn buffers_dropped_by_another_task_wake_a_starving_receiver() {
     assert!(starved > 0, "the receiver never ran out of buffers");
 }
 
+/// The echo example refuses bad input in one line that names the flag, before it listens.
+#[zcnet_testkit::test(timeout = 60)]
+fn the_echo_example_refuses_bad_input_naming_the_flag() {
+    // target/<profile>/deps/<this test> -> target/<profile>/examples/echo (`cargo test` of the
+    // package builds its examples; `--test tokio_io` alone does not, and may find an old one).
+    let exe = std::env::current_exe().unwrap();
+    let echo = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/echo");
+    if !echo.exists() {
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Tool,
+            "the echo example is not built (cargo test builds it; a filtered build may not)",
+        );
+    }
+    for (args, flag) in [
+        (&["--buffers", "0"][..], "--buffers"),
+        (&["--buffers", "many"][..], "--buffers"),
+        (&["--conns", "-1"][..], "--conns"),
+        (&["--seconds", "0"][..], "--seconds"),
+        (&["--tx", "copy"][..], "--tx copy"),
+    ] {
+        let o = std::process::Command::new(&echo)
+            .args(["server", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "{args:?} accepted (an echo example older than this test? `cargo test -p zcnet-tokio` rebuilds it): {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}
+
 zcnet_testkit::main!();
