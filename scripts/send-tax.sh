@@ -6,6 +6,12 @@
 #   liburing examples/send-zerocopy -z 0       (IORING_OP_SEND)         vs  zcnet send --tx uring
 #   zcnet bench raw --loop msg-zerocopy        (minimal MSG_ZEROCOPY)   vs  zcnet send --tx msg-zerocopy
 #
+# zcnet sends from its default memory (`--mem auto`: transparent huge pages where locked memory
+# is not charged, as for root); the peers from 4 KiB pages. Optional cases for memory alike on
+# both sides: zcnet-uring-zc-host, zcnet-uring-host, zcnet-msg-zerocopy-host (`--mem host`, 4 KiB
+# pages) against the peers as they are, and liburing-zc-huge (send-zerocopy -l 1: reserved 2 MiB
+# pages; reserve one first with 'echo 1 > /proc/sys/vm/nr_hugepages') against zcnet-uring-zc.
+#
 # The path: a private namespace whose route to 10.61.0.0/24 ends in an ifb device with MTU 65535
 # that drops every packet (the device is created inside the namespace: the root namespace and its
 # boot-time interfaces are never touched). Every sender runs in it, pinned to CPU $CPU, with
@@ -72,23 +78,26 @@ cpu_ms() { awk -F, '/task-clock/ {print $1}' "$CPUFILE"; }
 run_case() {
     local out rate bytes
     case $1 in
-    liburing-zc | liburing-send)
-        local z=1
+    liburing-zc | liburing-send | liburing-zc-huge)
+        local z=1 huge=()
         [[ $1 == liburing-send ]] && z=0
+        [[ $1 == liburing-zc-huge ]] && huge=(-l 1)
         out=$(timed "$PEER" -4 -D "$DEST" -p "$PORT" -s "$SIZE" -n "$INFLIGHT" -z "$z" -b 1 \
-            -t "$SECS" -C "$CPU" udp)
+            "${huge[@]}" -t "$SECS" -C "$CPU" udp)
         # "packets=N (MB=M), rps=R (MB/s=X)": MB there is MiB (and truncated: bytes from packets).
         rate=$(sed -n 's/.*MB\/s=\([0-9]*\)).*/\1/p' <<<"$out")
         bytes=$(sed -n 's/^packets=\([0-9]*\) .*/\1/p' <<<"$out")
         [[ -n $rate && -n $bytes ]] || return 0
         echo "$(awk -v r="$rate" 'BEGIN {printf "%.2f", r * 1048576 / 1e9}') $((bytes * SIZE)) $(cpu_ms)"
         ;;
-    zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | raw-msg-zerocopy)
+    zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | raw-msg-zerocopy | zcnet-*-host)
         if [[ $1 == raw-msg-zerocopy ]]; then
             out=$(timed "$ZCNET" bench raw --loop msg-zerocopy --size "$SIZE" \
                 --inflight "$INFLIGHT" --duration "$SECS" --json "$DEST:$PORT")
         else
-            out=$(timed "$ZCNET" send --udp --tx "${1#zcnet-}" --size "$SIZE" \
+            local tx=${1#zcnet-} mem=auto
+            [[ $tx == *-host ]] && { tx=${tx%-host}; mem=host; }
+            out=$(timed "$ZCNET" send --udp --tx "$tx" --mem "$mem" --size "$SIZE" \
                 --inflight "$INFLIGHT" --window 0 --duration "$SECS" --json "$DEST:$PORT")
         fi
         rate=$(tr -d ' \n' <<<"$out" | sed -n 's/.*"mb_per_s":\([0-9.]*\).*/\1/p')
@@ -132,7 +141,10 @@ def show(name, runs):
     med = {c: statistics.median(v) for c, v in runs.items()}
     print(f"medians, {name}: " + ", ".join(f"{c} {m:.2f}" for c, m in med.items()))
     for z, p in [("zcnet-uring-zc", "liburing-zc"), ("zcnet-uring", "liburing-send"),
-                 ("zcnet-msg-zerocopy", "raw-msg-zerocopy")]:
+                 ("zcnet-msg-zerocopy", "raw-msg-zerocopy"),
+                 ("zcnet-uring-zc-host", "liburing-zc"), ("zcnet-uring-host", "liburing-send"),
+                 ("zcnet-msg-zerocopy-host", "raw-msg-zerocopy"),
+                 ("zcnet-uring-zc", "liburing-zc-huge")]:
         if z in runs and p in runs and med[p] > 0:
             per = [a / b for a, b in zip(runs[z], runs[p]) if b > 0]
             print(f"  ratio {z} / {p}: {med[z] / med[p]:.3f}"

@@ -51,10 +51,12 @@ pub struct SendArgs {
     /// Stop after this many seconds (pattern mode).
     #[arg(long, allow_negative_numbers = true)]
     pub duration: Option<f64>,
-    /// Buffer memory: host (alias anon), hugepage (alias huge), udmabuf (host memory that is
-    /// also a dma-buf, for --tx devmem; needs /dev/udmabuf, CONFIG_UDMABUF), or cuda[:N] (GPU
-    /// memory N: sent by devmem TX where the NIC can, else staged through pinned host memory).
-    #[arg(long, default_value = "host")]
+    /// Buffer memory: auto (transparent huge pages where locked memory is not charged to this
+    /// process, else host), host (alias anon; 4 KiB pages), hugepage (alias huge), udmabuf (host
+    /// memory that is also a dma-buf, for --tx devmem; needs /dev/udmabuf, CONFIG_UDMABUF), or
+    /// cuda[:N] (GPU memory N: sent by devmem TX where the NIC can, else staged through pinned
+    /// host memory).
+    #[arg(long, default_value = "auto")]
     pub mem: String,
     /// With --mem cuda: the loop people write first instead (a synchronous copy from the GPU
     /// into pageable memory, then send()), to compare with.

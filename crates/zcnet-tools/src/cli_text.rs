@@ -86,6 +86,7 @@ pub fn words(text: &str) -> String {
     );
     pairs.extend([
         ("MemoryKind::Anonymous".into(), "--mem host".into()),
+        ("MemoryKind::Auto".into(), "--mem auto".into()),
         ("MemoryKind::Huge".into(), "--mem hugepage".into()),
         ("MemoryKind::Udmabuf".into(), "--mem udmabuf".into()),
         ("MemoryKind::Cuda".into(), "--mem cuda".into()),

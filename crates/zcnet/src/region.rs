@@ -19,6 +19,9 @@ use zcnet_sys::mem::{Backing, Mapping, Slot, HUGE_2M};
 pub enum MemoryKind {
     /// Anonymous 4 KiB pages.
     Anonymous,
+    /// The library's choice for host memory a sender sends from ([`Region::auto`]): transparent
+    /// huge pages where they cost nothing in locked memory, anonymous 4 KiB pages otherwise.
+    Auto,
     /// 2 MiB huge pages; transparent huge pages (madvise) when none are reserved.
     Huge,
     /// Memory of CUDA device `N` (`cuda:N`).
@@ -30,12 +33,13 @@ pub enum MemoryKind {
 
 impl MemoryKind {
     /// The `--mem` values, for messages.
-    pub const NAMES: &'static str = "host, hugepage, udmabuf, cuda[:N]";
+    pub const NAMES: &'static str = "auto, host, hugepage, udmabuf, cuda[:N]";
 
-    /// Parses a `--mem` value: `host` (alias `anon`), `hugepage` (alias `huge`), `udmabuf`,
-    /// `cuda` or `cuda:N`.
+    /// Parses a `--mem` value: `auto`, `host` (alias `anon`), `hugepage` (alias `huge`),
+    /// `udmabuf`, `cuda` or `cuda:N`.
     pub fn parse(s: &str) -> Option<MemoryKind> {
         match s {
+            "auto" => Some(MemoryKind::Auto),
             "host" | "anon" | "anonymous" | "pages" => Some(MemoryKind::Anonymous),
             "hugepage" | "huge" | "hugepages" => Some(MemoryKind::Huge),
             "udmabuf" => Some(MemoryKind::Udmabuf),
@@ -51,6 +55,7 @@ impl MemoryKind {
     pub fn name(self) -> String {
         match self {
             MemoryKind::Anonymous => "host".into(),
+            MemoryKind::Auto => "auto".into(),
             MemoryKind::Huge => "hugepage".into(),
             MemoryKind::Udmabuf => "udmabuf".into(),
             MemoryKind::Cuda(n) => format!("cuda:{n}"),
@@ -75,6 +80,30 @@ impl Region {
     /// `len` bytes of page-aligned anonymous memory.
     pub fn anonymous(len: usize) -> Result<Region> {
         let map = Mapping::anonymous(len).map_err(|e| Error::io(format!("mmap {len} B"), e))?;
+        Ok(Region::of(map))
+    }
+
+    /// `len` bytes of host memory to send from, as the library would choose it: transparent huge
+    /// pages (`madvise(MADV_HUGEPAGE)`, `len` rounded up to 2 MiB) unless transparent huge pages
+    /// are off (`/sys/kernel/mm/transparent_hugepage/enabled` says `never`) or the kernel charges
+    /// this process's locked memory (no `CAP_IPC_LOCK` and a finite `RLIMIT_MEMLOCK`:
+    /// registering a region with io_uring charges every huge page it touches in full, 2 MiB
+    /// where 4 KiB pages would charge the buffers' own size); anonymous 4 KiB pages then.
+    ///
+    /// Why: a zero-copy send of a buffer on a huge page becomes a few large fragments in the
+    /// socket buffer instead of one per 4 KiB page. On this project's measuring machine, sending
+    /// 64,000 B UDP datagrams from 8 buffers into a device that drops them (docs/perf.md, "Huge
+    /// pages for the send region"): `IORING_OP_SEND_ZC` moved 5 % more bytes per CPU-second,
+    /// `MSG_ZEROCOPY` 33 % more; a copying send the same. Which one was taken is
+    /// [`Region::backing`].
+    pub fn auto(len: usize) -> Result<Region> {
+        let thp_off = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| s.contains("[never]"));
+        if thp_off || crate::tx::memlock::applying_limit().is_some() {
+            return Region::anonymous(len);
+        }
+        let map = Mapping::transparent_huge(len)
+            .map_err(|e| Error::io(format!("mmap {len} B (THP)"), e))?;
         Ok(Region::of(map))
     }
 
@@ -121,6 +150,7 @@ impl Region {
     pub fn new(kind: MemoryKind, len: usize) -> Result<Region> {
         match kind {
             MemoryKind::Anonymous => Region::anonymous(len),
+            MemoryKind::Auto => Region::auto(len),
             MemoryKind::Huge => Region::huge(len),
             MemoryKind::Udmabuf => Region::udmabuf(len),
             MemoryKind::Cuda(n) => Region::cuda(n, len),

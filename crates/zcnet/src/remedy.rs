@@ -83,6 +83,7 @@ impl Remedy {
         v.extend(
             [
                 MemoryKind::Anonymous,
+                MemoryKind::Auto,
                 MemoryKind::Huge,
                 MemoryKind::Udmabuf,
                 MemoryKind::Cuda(0),
@@ -144,6 +145,9 @@ impl Remedy {
                     .into()
             }
             Remedy::UseMemory(MemoryKind::Huge) => "use huge pages (MemoryKind::Huge)".into(),
+            Remedy::UseMemory(MemoryKind::Auto) => {
+                "use host memory of the library's choice (MemoryKind::Auto)".into()
+            }
             Remedy::SetupNic => "turn header split on (hds-thresh 0) on the interface with nic::NicGuard::apply".into(),
             Remedy::SteerFlow => "steer the flow to the queue and turn header split on (a nic::NicSetup with the queue and the port)".into(),
             Remedy::ProbeIface => "check what probe::probe reports for the interface".into(),

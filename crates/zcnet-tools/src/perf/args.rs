@@ -148,7 +148,9 @@ pub struct PerfArgs {
     /// zcrx/devmem: the receive queue they are steered to.
     #[arg(long = "queue", value_name = "Q", allow_negative_numbers = true)]
     pub queue: Option<u32>,
-    /// Send from huge pages (reserved ones, else transparent huge pages, as the region says).
+    /// Send from huge pages (reserved ones, else transparent huge pages, as the region says);
+    /// without it, from the library's choice (`auto`: transparent huge pages where locked
+    /// memory is not charged to this process, else 4 KiB pages).
     #[arg(long = "hugepages")]
     pub hugepages: bool,
     /// UDP: send up to 64 KB per call, cut into datagrams by the kernel (UDP GSO).
@@ -530,7 +532,7 @@ fn data_path(a: &PerfArgs) -> Result<DataPath, PerfError> {
     let memory = if a.hugepages {
         MemoryKind::Huge
     } else {
-        MemoryKind::Anonymous
+        MemoryKind::Auto
     };
     Ok(DataPath { tx, rx, memory })
 }
