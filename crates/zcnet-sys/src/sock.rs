@@ -79,6 +79,22 @@ pub fn set_udp_segment(fd: RawFd, size: u16) -> io::Result<()> {
     setsockopt_int(fd, libc::SOL_UDP, UDP_SEGMENT, libc::c_int::from(size))
 }
 
+/// The UDP_SEGMENT size set on `fd` (0: none).
+pub fn udp_segment(fd: RawFd) -> io::Result<u16> {
+    Ok(getsockopt_int(fd, libc::SOL_UDP, UDP_SEGMENT)?.clamp(0, 65_535) as u16)
+}
+
+/// The path MTU of a connected socket: `getsockopt(IPPROTO_IP, IP_MTU)` (ip(7)), or
+/// `IPPROTO_IPV6, IPV6_MTU` for an IPv6 one (ipv6(7)); `ENOTCONN` when it is not connected.
+pub fn path_mtu(fd: RawFd, v6: bool) -> io::Result<u32> {
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    };
+    Ok(getsockopt_int(fd, level, name)?.max(0) as u32)
+}
+
 /// `setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)`: no Nagle delay, each send goes out at once
 /// (tcp(7)).
 pub fn set_nodelay(fd: RawFd) -> io::Result<()> {

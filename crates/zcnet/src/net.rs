@@ -140,6 +140,32 @@ pub fn connect_udp(addr: SocketAddr, gso: Option<u16>) -> Result<UdpSocket> {
     Ok(s)
 }
 
+/// The largest UDP payload one IP packet of `mtu` bytes carries (IPv4: 20 B IP and 8 B UDP
+/// headers; IPv6: 40 and 8), at most 65,507 (what the 16-bit length fields allow).
+pub fn udp_payload_for_mtu(mtu: u32, v6: bool) -> u16 {
+    let headers = if v6 { 48 } else { 28 };
+    mtu.saturating_sub(headers).min(65_507) as u16
+}
+
+/// A UDP socket connected to `addr` for sends of up to `size` bytes: when a send that large
+/// does not fit one packet of the route's MTU (`IP_MTU` once connected), the kernel cuts each
+/// send into datagrams as large as the route carries (UDP_SEGMENT: 1,472 B for an MTU of 1500,
+/// 8,972 B for 9000); sends that fit go out as one datagram each, with no segmentation.
+pub fn connect_udp_for(addr: SocketAddr, size: usize) -> Result<UdpSocket> {
+    let s = connect_udp(addr, None)?;
+    let mtu = zcnet_sys::sock::path_mtu(s.as_raw_fd(), addr.is_ipv6())
+        .map_err(|e| Error::io(format!("reading the path MTU to {addr} (IP_MTU)"), e))?;
+    let seg = udp_payload_for_mtu(mtu, addr.is_ipv6());
+    if size > usize::from(seg) && seg > 0 {
+        zcnet_sys::sock::set_udp_segment(s.as_raw_fd(), seg).map_err(|e| Error::Unsupported {
+            what: "UDP GSO (UDP_SEGMENT)".into(),
+            source: e,
+            remedy: Remedy::Other("needs Linux 4.18; send datagrams of at most the MTU instead"),
+        })?;
+    }
+    Ok(s)
+}
+
 /// What a receiver saw.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RecvReport {

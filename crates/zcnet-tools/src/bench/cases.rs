@@ -19,10 +19,6 @@ fn panicked(what: &str) -> Error {
 
 type CaseResult = Result<(TxStats, Option<u64>, Option<String>)>;
 
-fn gso_for(size: usize) -> Option<u16> {
-    (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500)
-}
-
 /// Sends `tcfg.buf_size`-byte messages for `duration`; the buffers hold the seeded pattern.
 pub fn send_for(
     sock: Socket,
@@ -74,12 +70,12 @@ fn send_gpu_for(
     Ok((tx.finish()?.tx, Some(note)))
 }
 
-/// Sends UDP from namespace `ns` to `dest` (GSO segments of `gso` bytes, if any) on a thread
-/// of its own, for the sink and dummy paths (nothing receives: the device drops it all).
+/// Sends UDP from namespace `ns` to `dest` on a thread of its own (GSO segments as large as
+/// the route's MTU carries where a send does not fit one packet: [`net::connect_udp_for`]),
+/// for the sink and dummy paths (nothing receives: the device drops it all).
 fn udp_case(
     ns: &str,
     dest: SocketAddr,
-    gso: Option<u16>,
     mode: TxMode,
     size: usize,
     cfg: &TxBenchConfig,
@@ -87,7 +83,7 @@ fn udp_case(
     std::thread::scope(|sc| {
         sc.spawn(|| {
             lab::enter(ns)?;
-            let sock = net::connect_udp(dest, gso)?;
+            let sock = net::connect_udp_for(dest, size)?;
             let (st, note) = send_for(
                 sock.into(),
                 &cfg.tx_config(mode, size),
@@ -103,10 +99,11 @@ fn udp_case(
 
 pub(super) fn run_case(env: &Env, mode: TxMode, size: usize, cfg: &TxBenchConfig) -> CaseResult {
     match env {
-        Env::Sink(s) => udp_case(&s.ns, s.dest, gso_for(size), mode, size, cfg),
+        // The sink's MTU is 1500: 1,472-byte segments.
+        Env::Sink(s) => udp_case(&s.ns, s.dest, mode, size, cfg),
         // One datagram per send, no GSO: the MTU (65535) takes the largest, and with the
         // checksum left to the device UDP sends it from the pages as they are.
-        Env::Dummy(d) => udp_case(&d.ns, d.dest, None, mode, size, cfg),
+        Env::Dummy(d) => udp_case(&d.ns, d.dest, mode, size, cfg),
         Env::Veth(v) => tcp_case(
             Some(&v.a),
             Some(&v.b),
@@ -248,7 +245,7 @@ pub(super) fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) ->
     std::thread::scope(|sc| {
         sc.spawn(|| {
             lab::enter(&s.ns)?;
-            let sock = net::connect_udp(s.dest, gso_for(size))?;
+            let sock = net::connect_udp_for(s.dest, size)?;
             let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
             let inflight = cfg.tx_config(TxMode::Copy, size).buffers();
             let r = run(fd, size, inflight, cfg.duration, crate::interrupt::flag()).map_err(
