@@ -51,8 +51,9 @@ pub struct SendArgs {
     /// Stop after this many seconds (pattern mode).
     #[arg(long, allow_negative_numbers = true)]
     pub duration: Option<f64>,
-    /// Buffer memory: auto (transparent huge pages where locked memory is not charged to this
-    /// process, else host), host (alias anon; 4 KiB pages), hugepage (alias huge), udmabuf (host
+    /// Buffer memory: auto (transparent huge pages for --tx msg-zerocopy, else host), host
+    /// (alias anon; 4 KiB pages), hugepage (alias huge; with --tx uring-zc the kernel charges
+    /// each send to the socket buffers as if it spanned its huge page), udmabuf (host
     /// memory that is also a dma-buf, for --tx devmem; needs /dev/udmabuf, CONFIG_UDMABUF), or
     /// cuda[:N] (GPU memory N: sent by devmem TX where the NIC can, else staged through pinned
     /// host memory).

@@ -67,13 +67,12 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     // The region, and whether RLIMIT_MEMLOCK can hold what the sender will lock (its ring and
     // the registered region), before connecting: a limit too small is said before any peer
     // sees a connection (exit code 2, the message the sender's own refusal would have).
-    let region = Region::new(memory, zcnet::tx::region_len(&cfg))?;
+    let region = Region::for_sender(memory, &cfg)?;
     if let Some(e) = zcnet::tx::memlock_refusal(&region, &cfg) {
         return Err(Error::invalid_input(e.to_string()));
     }
     let sock: Socket = if a.udp {
-        let gso = (size > usize::from(net::GSO_SEGMENT_1500)).then_some(net::GSO_SEGMENT_1500);
-        net::connect_udp(addr, gso)?.into()
+        net::connect_udp_for(addr, size)?.into()
     } else {
         net::connect_tcp(addr, &zcnet_tools::interrupt::token())?.into()
     };

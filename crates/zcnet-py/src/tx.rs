@@ -348,7 +348,7 @@ impl Sender {
         cfg.stall_timeout = Duration::from_secs_f64(stall_timeout);
         let inner = py
             .detach(move || {
-                let region = Region::auto(zcnet::tx::region_len(&cfg))?;
+                let region = Region::for_sender(zcnet::MemoryKind::Auto, &cfg)?;
                 zcnet::Sender::new(sock, region, &cfg)
             })
             .map_err(errors::to_py)?;

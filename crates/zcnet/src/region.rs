@@ -19,8 +19,9 @@ use zcnet_sys::mem::{Backing, Mapping, Slot, HUGE_2M};
 pub enum MemoryKind {
     /// Anonymous 4 KiB pages.
     Anonymous,
-    /// The library's choice for host memory a sender sends from ([`Region::auto`]): transparent
-    /// huge pages where they cost nothing in locked memory, anonymous 4 KiB pages otherwise.
+    /// The library's choice of host memory for a sender, by its mode
+    /// ([`Region::for_sender`]): transparent huge pages for `MSG_ZEROCOPY`, anonymous 4 KiB
+    /// pages otherwise (and from [`Region::new`], which knows no mode).
     Auto,
     /// 2 MiB huge pages; transparent huge pages (madvise) when none are reserved.
     Huge,
@@ -83,23 +84,31 @@ impl Region {
         Ok(Region::of(map))
     }
 
-    /// `len` bytes of host memory to send from, as the library would choose it: transparent huge
-    /// pages (`madvise(MADV_HUGEPAGE)`, `len` rounded up to 2 MiB) unless transparent huge pages
-    /// are off (`/sys/kernel/mm/transparent_hugepage/enabled` says `never`) or the kernel charges
-    /// this process's locked memory (no `CAP_IPC_LOCK` and a finite `RLIMIT_MEMLOCK`:
-    /// registering a region with io_uring charges every huge page it touches in full, 2 MiB
-    /// where 4 KiB pages would charge the buffers' own size); anonymous 4 KiB pages then.
+    /// Host memory for a sender of `cfg` ([`crate::tx::region_len`] bytes) of `kind`, with
+    /// [`MemoryKind::Auto`] resolved by the mode: for `TxMode::MsgZerocopy`, transparent huge
+    /// pages (`madvise(MADV_HUGEPAGE)`, rounded up to 2 MiB) unless they are off
+    /// (`/sys/kernel/mm/transparent_hugepage/enabled` says `never`); for every other mode
+    /// anonymous 4 KiB pages. Any other kind is [`Region::new`].
     ///
-    /// Why: a zero-copy send of a buffer on a huge page becomes a few large fragments in the
-    /// socket buffer instead of one per 4 KiB page. On this project's measuring machine, sending
-    /// 64,000 B UDP datagrams from 8 buffers into a device that drops them (docs/perf.md, "Huge
-    /// pages for the send region"): `IORING_OP_SEND_ZC` moved 5 % more bytes per CPU-second,
-    /// `MSG_ZEROCOPY` 33 % more; a copying send the same. Which one was taken is
-    /// [`Region::backing`].
-    pub fn auto(len: usize) -> Result<Region> {
+    /// Why: `MSG_ZEROCOPY` pins each send's pages; on a huge page the kernel takes its
+    /// references per folio rather than per 4 KiB page. On this project's measuring machine
+    /// (64,000 B UDP datagrams from 8 buffers into a device that drops them, docs/perf.md,
+    /// "Huge pages for the send region") it moved about a third more bytes per CPU-second.
+    /// Not for `IORING_OP_SEND_ZC`: from a registered buffer on a huge page, the kernel
+    /// charges each fragment as if it ran from the start of its huge page (`io_sg_from_iter`
+    /// in io_uring/net.c adds `PAGE_ALIGN(offset + len)` to the skb's truesize, the offset
+    /// counted from the start of the folio, as of Linux 6.18), so a send of 1,000 B can count
+    /// as up to 2 MiB against the sender's and the receiver's socket buffers: looped back to
+    /// a local UDP socket, 9 of 41 such datagrams arrived. [`MemoryKind::Huge`] has the same
+    /// hazard with `uring-zc`. Which pages were taken is [`Region::backing`].
+    pub fn for_sender(kind: MemoryKind, cfg: &crate::tx::TxConfig) -> Result<Region> {
+        let len = crate::tx::region_len(cfg);
+        if kind != MemoryKind::Auto {
+            return Region::new(kind, len);
+        }
         let thp_off = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
             .is_ok_and(|s| s.contains("[never]"));
-        if thp_off || crate::tx::memlock::applying_limit().is_some() {
+        if cfg.mode != crate::tx::TxMode::MsgZerocopy || thp_off {
             return Region::anonymous(len);
         }
         let map = Mapping::transparent_huge(len)
@@ -150,7 +159,7 @@ impl Region {
     pub fn new(kind: MemoryKind, len: usize) -> Result<Region> {
         match kind {
             MemoryKind::Anonymous => Region::anonymous(len),
-            MemoryKind::Auto => Region::auto(len),
+            MemoryKind::Auto => Region::anonymous(len),
             MemoryKind::Huge => Region::huge(len),
             MemoryKind::Udmabuf => Region::udmabuf(len),
             MemoryKind::Cuda(n) => Region::cuda(n, len),

@@ -146,7 +146,7 @@ impl Remedy {
             }
             Remedy::UseMemory(MemoryKind::Huge) => "use huge pages (MemoryKind::Huge)".into(),
             Remedy::UseMemory(MemoryKind::Auto) => {
-                "use host memory of the library's choice (MemoryKind::Auto)".into()
+                "use host memory of the library's choice (MemoryKind::Auto, Region::for_sender)".into()
             }
             Remedy::SetupNic => "turn header split on (hds-thresh 0) on the interface with nic::NicGuard::apply".into(),
             Remedy::SteerFlow => "steer the flow to the queue and turn header split on (a nic::NicSetup with the queue and the port)".into(),

@@ -271,7 +271,7 @@ impl zcnet_sender {
         let stream = zcnet::net::connect_tcp(addr, &cfg.cancel)?;
         let region = match region {
             Some(r) => r.take()?,
-            None => Region::auto(zcnet::tx::region_len(&cfg))?,
+            None => Region::for_sender(zcnet::MemoryKind::Auto, &cfg)?,
         };
         let tx = Tx::open(stream, region, &cfg)?;
         let lent = (0..tx.buffers()).map(|_| None).collect();

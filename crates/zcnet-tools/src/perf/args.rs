@@ -149,8 +149,8 @@ pub struct PerfArgs {
     #[arg(long = "queue", value_name = "Q", allow_negative_numbers = true)]
     pub queue: Option<u32>,
     /// Send from huge pages (reserved ones, else transparent huge pages, as the region says);
-    /// without it, from the library's choice (`auto`: transparent huge pages where locked
-    /// memory is not charged to this process, else 4 KiB pages).
+    /// without it, from the library's choice (`auto`: transparent huge pages for
+    /// msg-zerocopy, 4 KiB pages otherwise).
     #[arg(long = "hugepages")]
     pub hugepages: bool,
     /// UDP: send up to 64 KB per call, cut into datagrams by the kernel (UDP GSO).

@@ -37,7 +37,7 @@ pub(super) fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
             .and_then(|()| zcnet_sys::sock::notsent_lowat(fd))
             .ok()
     });
-    let made = Region::new(job.path.memory, zcnet::tx::region_len(&cfg))
+    let made = Region::for_sender(job.path.memory, &cfg)
         .and_then(|r| Sender::new(Socket::from(stream), r, &cfg));
     let mut tx = match made {
         Ok(tx) => tx,

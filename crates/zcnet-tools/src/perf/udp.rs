@@ -164,7 +164,7 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
     cfg.cancel = crate::interrupt::token();
     cfg.buf_size = len * segs;
     cfg.inflight = INFLIGHT;
-    let made = Region::new(job.path.memory, zcnet::tx::region_len(&cfg))
+    let made = Region::for_sender(job.path.memory, &cfg)
         .and_then(|r| Sender::new(zcnet::Socket::from(sock), r, &cfg));
     let mut tx = match made {
         Ok(tx) => tx,
