@@ -31,6 +31,10 @@ send (receiver: `zcnet recv --listen 127.0.0.1:P --discard`)
 --tx MODE makes every sender use MODE instead of copy (`zcnet send --tx MODE`,
 `Sender(sock, mode=MODE)`).
 
+The Python processes run with OPENBLAS_NUM_THREADS=1 unless it is set: numpy's OpenBLAS
+threads otherwise spin after import (5.7 % of all samples in `perf record -a` of a py-recv run
+on 2 vCPUs), CPU the sender and the receiver share.
+
 A rate is bytes / wall seconds from the moment the sender is started (the Python processes
 are started and ready before that) to the moment the receiver has seen the end of the stream.
 Prints each run, then the median per case and the ratios the issue asks for.
@@ -207,6 +211,10 @@ def cli_send_cmd(a, port):
     return NS_EXEC + [a.zcnet, "send", f"{HOST}:{port}", "--tx", a.tx, "--size", "64K", "--bytes", str(a.nbytes)]
 
 
+# The environment of the Python roles (see the module documentation).
+PY_ENV = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+
+
 def run_case(case, a):
     me = [sys.executable, os.path.abspath(__file__)]
     info = {}
@@ -221,7 +229,7 @@ def run_case(case, a):
             snd = None
     if case in ("py-recv", "py-lowat", "py-16k", "recv_into"):
         args = ["--role", case, "--host", HOST, "--py-kw", a.py_kw] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
-        rcv = subprocess.Popen(me + args, stdout=subprocess.PIPE, text=True)
+        rcv = subprocess.Popen(me + args, stdout=subprocess.PIPE, text=True, env=PY_ENV)
         port = json.loads(rcv.stdout.readline())["port"]
         t0 = time.perf_counter()
         snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
@@ -250,7 +258,7 @@ def run_case(case, a):
         wait_listening(port)
         snd = subprocess.Popen(
             NS_EXEC + me + ["--role", "py-send", "--host", HOST, "--port", str(port), "--bytes", str(a.nbytes), "--tx", a.tx],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=PY_ENV,
         )
         snd.stdout.readline()
         t0 = time.perf_counter()

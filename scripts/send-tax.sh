@@ -6,11 +6,11 @@
 #   liburing examples/send-zerocopy -z 0       (IORING_OP_SEND)         vs  zcnet send --tx uring
 #   zcnet bench raw --loop msg-zerocopy        (minimal MSG_ZEROCOPY)   vs  zcnet send --tx msg-zerocopy
 #
-# zcnet sends from its default memory (`--mem auto`: transparent huge pages where locked memory
-# is not charged, as for root); the peers from 4 KiB pages. Optional cases for memory alike on
-# both sides: zcnet-uring-zc-host, zcnet-uring-host, zcnet-msg-zerocopy-host (`--mem host`, 4 KiB
-# pages) against the peers as they are, and liburing-zc-huge (send-zerocopy -l 1: reserved 2 MiB
-# pages; reserve one first with 'echo 1 > /proc/sys/vm/nr_hugepages') against zcnet-uring-zc.
+# zcnet sends from its default memory (`--mem auto`: 4 KiB pages, but transparent huge pages for
+# msg-zerocopy); the peers from 4 KiB pages. Optional cases: zcnet-uring-zc-host,
+# zcnet-uring-host, zcnet-msg-zerocopy-host (`--mem host`, 4 KiB pages) against the peers as they
+# are, and liburing-zc-huge (send-zerocopy -l 1: reserved 2 MiB pages; reserve one first with
+# 'echo 1 > /proc/sys/vm/nr_hugepages') against zcnet-uring-zc.
 #
 # The path: a private namespace whose route to 10.61.0.0/24 ends in an ifb device with MTU 65535
 # that drops every packet (the device is created inside the namespace: the root namespace and its
