@@ -246,14 +246,20 @@ fn huge_pages_fall_back_to_thp_and_say_so() {
 #[zcnet_testkit::test]
 fn auto_memory_is_huge_pages_for_msg_zerocopy_only() {
     use zcnet_sys::mem::Backing;
-    let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-        .unwrap_or_default();
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     if thp.is_empty() || thp.contains("[never]") {
-        eprintln!("skipped: transparent huge pages are off here ({})", thp.trim());
+        eprintln!(
+            "skipped: transparent huge pages are off here ({})",
+            thp.trim()
+        );
         return;
     }
     let auto = zcnet::MemoryKind::Auto;
-    assert_eq!(Region::new(auto, 600 << 10).unwrap().backing(), Backing::Anonymous);
+    assert_eq!(
+        Region::new(auto, 600 << 10).unwrap().backing(),
+        Backing::Anonymous
+    );
     for mode in TxMode::ALL {
         let mut cfg = TxConfig::new(mode);
         cfg.buf_size = 64 << 10;
