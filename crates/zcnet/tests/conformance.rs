@@ -298,6 +298,39 @@ fn auto_memory_is_huge_pages_for_msg_zerocopy_only() {
     }
 }
 
+/// A zero-copy io_uring sender on huge pages says what the kernel's accounting does to it
+/// (`Sender::note`); the other cases say nothing about it.
+#[zcnet_testkit::test]
+fn uring_zc_on_huge_pages_says_so() {
+    let note_of = |mode: TxMode, huge: bool| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut cfg = TxConfig::new(mode);
+        cfg.buf_size = 64 << 10;
+        let len = zcnet::tx::region_len(&cfg);
+        let region = if huge {
+            Region::huge(len).unwrap()
+        } else {
+            Region::anonymous(len).unwrap()
+        };
+        let tx = Sender::new(Socket::from(s), region, &cfg).unwrap();
+        tx.note().unwrap_or("").to_string()
+    };
+    const SAYS: &str = "SEND_ZC from huge pages";
+    for mode in [TxMode::UringZc, TxMode::Auto] {
+        let n = note_of(mode, true);
+        assert!(
+            n.contains(SAYS) && n.contains("MemoryKind::Anonymous"),
+            "{mode}: {n}"
+        );
+        assert!(!n.contains("--"), "{n}");
+        assert!(!note_of(mode, false).contains(SAYS), "{mode}");
+    }
+    for mode in [TxMode::MsgZerocopy, TxMode::Uring, TxMode::Copy] {
+        assert!(!note_of(mode, true).contains(SAYS), "{mode}");
+    }
+}
+
 #[zcnet_testkit::test]
 fn caller_memory_region_sends() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();

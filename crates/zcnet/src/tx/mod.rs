@@ -29,6 +29,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use zcnet_core::TxStats;
+use zcnet_sys::mem::Backing;
 
 /// A send mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -320,6 +321,14 @@ pub fn path_segment(fd: RawFd) -> Option<usize> {
     (info.pmtu as usize).checked_sub(52).filter(|&s| s > 0)
 }
 
+/// Appends `why` to a sender's note ("; " between two).
+fn add_note(note: &mut Option<String>, why: String) {
+    *note = Some(match note.take() {
+        Some(n) => format!("{n}; {why}"),
+        None => why,
+    });
+}
+
 /// Distance between buffer starts: the buffer size rounded up to the page size, so every buffer
 /// is page-aligned when its region starts on a page (fewer pages per send, and zero-copy fits
 /// MAX_SKB_FRAGS). Anonymous, huge-page and CUDA regions do; a `Region::from_boxed` one starts
@@ -512,10 +521,17 @@ impl Sender {
                 cfg.buf_size,
                 AUTO_MIN_ZERO_COPY >> 10
             );
-            note = Some(match note {
-                Some(n) => format!("{n}; {why}"),
-                None => why,
-            });
+            add_note(&mut note, why);
+        }
+        let huge = matches!(
+            region.backing(),
+            Backing::HugeTlb | Backing::TransparentHuge
+        );
+        if huge && matches!(cfg.mode, TxMode::UringZc | TxMode::Auto) && !auto_copies {
+            add_note(
+                &mut note,
+                "SEND_ZC from huge pages: the kernel charges each send to the socket buffers as if it ran from the start of its huge page (io_sg_from_iter, Linux 6.18), so sends wait for buffer space sooner and a receiver on this host may drop datagrams; host memory (MemoryKind::Anonymous) avoids it".into(),
+            );
         }
         let (map, slots) = region
             .into_mapping()
@@ -531,10 +547,7 @@ impl Sender {
                     .map_err(|e| Error::io("setting TCP_NODELAY", e))?;
             }
             if let Some(why) = ack_paced(mode, count, cfg.buf_size, segment) {
-                note = Some(match note {
-                    Some(n) => format!("{n}; {why}"),
-                    None => why,
-                });
+                add_note(&mut note, why);
             }
         }
         let mut fallbacks = Vec::new();
@@ -563,10 +576,7 @@ impl Sender {
                         .switches
                         .push(zcnet_core::Switch::fallback(0, why.clone()));
                     let why = format!("auto: {why}");
-                    note = Some(match note {
-                        Some(n) => format!("{n}; {why}"),
-                        None => why,
-                    });
+                    add_note(&mut note, why);
                 }
                 Box::new(auto)
             }
