@@ -131,13 +131,18 @@ pub fn connect_udp(addr: SocketAddr, gso: Option<u16>) -> Result<UdpSocket> {
     s.connect(addr)
         .map_err(|e| Error::io(format!("connect UDP {addr}"), e))?;
     if let Some(seg) = gso {
-        zcnet_sys::sock::set_udp_segment(s.as_raw_fd(), seg).map_err(|e| Error::Unsupported {
-            what: "UDP GSO (UDP_SEGMENT)".into(),
-            source: e,
-            remedy: Remedy::Other("needs Linux 4.18; send datagrams of at most the MTU instead"),
-        })?;
+        set_segment(&s, seg)?;
     }
     Ok(s)
+}
+
+/// UDP_SEGMENT `seg` on `s` (Linux 4.18), refused in one line where the kernel cannot.
+fn set_segment(s: &UdpSocket, seg: u16) -> Result<()> {
+    zcnet_sys::sock::set_udp_segment(s.as_raw_fd(), seg).map_err(|e| Error::Unsupported {
+        what: "UDP GSO (UDP_SEGMENT)".into(),
+        source: e,
+        remedy: Remedy::Other("needs Linux 4.18; send datagrams of at most the MTU instead"),
+    })
 }
 
 /// The largest UDP payload one IP packet of `mtu` bytes carries (IPv4: 20 B IP and 8 B UDP
@@ -157,11 +162,7 @@ pub fn connect_udp_for(addr: SocketAddr, size: usize) -> Result<UdpSocket> {
         .map_err(|e| Error::io(format!("reading the path MTU to {addr} (IP_MTU)"), e))?;
     let seg = udp_payload_for_mtu(mtu, addr.is_ipv6());
     if size > usize::from(seg) && seg > 0 {
-        zcnet_sys::sock::set_udp_segment(s.as_raw_fd(), seg).map_err(|e| Error::Unsupported {
-            what: "UDP GSO (UDP_SEGMENT)".into(),
-            source: e,
-            remedy: Remedy::Other("needs Linux 4.18; send datagrams of at most the MTU instead"),
-        })?;
+        set_segment(&s, seg)?;
     }
     Ok(s)
 }
