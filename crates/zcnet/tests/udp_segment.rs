@@ -38,6 +38,17 @@ fn loopback_sends_whole_datagrams_and_they_arrive_whole() {
 }
 
 #[zcnet_testkit::test]
+fn ipv6_loopback_reads_its_mtu_too() {
+    let Ok(rx) = UdpSocket::bind("[::1]:0") else {
+        zcnet_testkit::skip(zcnet_testkit::Need::Kernel, "no IPv6 loopback (::1) here");
+    };
+    let dest = rx.local_addr().unwrap();
+    let mtu = zcnet_sys::sock::path_mtu(connect_udp_for(dest, 100).unwrap().as_raw_fd(), true);
+    assert_eq!(mtu.unwrap(), 65536, "lo's MTU through IPV6_MTU");
+    assert_eq!(segment(&connect_udp_for(dest, 64_000).unwrap()), 0);
+}
+
+#[zcnet_testkit::test]
 fn segments_follow_the_route_mtu() {
     let (_lab, p) = veth_lab();
     let dest: SocketAddr = "10.10.0.2:9".parse().unwrap();
