@@ -493,6 +493,42 @@ pub(crate) fn failed_setup<E>(notify: &Notifier<E>, index: usize, e: zcnet::Erro
     }
 }
 
+/// How a sending stream ended, once its send loop returned `result`: every send handed over
+/// completes (or fails, if the connection was aborted), and an error while the test still
+/// sends is reported. `note` is said in the report where the sender has none of its own;
+/// `notsent_lowat` and `udp` are the TCP and UDP parts of the report.
+pub(crate) fn sender_end<E>(
+    job: &Job<E>,
+    mut tx: zcnet::Sender,
+    result: zcnet::Result<()>,
+    last: Option<Instant>,
+    note: Option<String>,
+    notsent_lowat: Option<u32>,
+    udp: Option<super::udp::UdpEnd>,
+) -> StreamEnd {
+    let flushed = tx.flush();
+    let stats = tx.stats();
+    let error = match (result, flushed) {
+        (Err(e), _) | (Ok(()), Err(e)) if job.shared.sending() => Some(e.to_string()),
+        _ => None,
+    };
+    if let Some(e) = &error {
+        job.notify.send(Notice::Failed(job.index, e.clone()));
+    }
+    StreamEnd {
+        bytes: stats.bytes,
+        last,
+        path: Some(PathReport::Tx(TxReport {
+            mode: job.path.tx,
+            note: note.or_else(|| tx.note().map(str::to_string)),
+            stats,
+            notsent_lowat,
+        })),
+        udp,
+        error,
+    }
+}
+
 /// A stream's send rate (`-b`, since `started`), none when unlimited.
 pub(crate) fn pace<E>(job: &Job<E>, started: Instant) -> Option<Pace> {
     (job.path.rate != 0).then_some(Pace {

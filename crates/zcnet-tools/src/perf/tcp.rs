@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use zcnet::{Pattern, Receiver, Region, RxEvent, Sender, Socket, TxConfig};
 
 use super::streams::{
-    failed_setup, pace, Job, Notice, PathReport, RxReport, StreamCounters, StreamEnd, TxReport,
+    failed_setup, pace, sender_end, Job, Notice, PathReport, RxReport, StreamCounters, StreamEnd,
     NO_TARGET,
 };
 use crate::sendloop::{End, Payload, SendLoop};
@@ -45,28 +45,7 @@ pub(super) fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
     };
     let mut last = None;
     let result = send_loop(&mut tx, &job, Instant::now(), &mut last);
-    // Every send handed over completes (or fails, if the connection was aborted).
-    let flushed = tx.flush();
-    let stats = tx.stats();
-    let error = match (result, flushed) {
-        (Err(e), _) | (Ok(()), Err(e)) if job.shared.sending() => Some(e.to_string()),
-        _ => None,
-    };
-    if let Some(e) = &error {
-        job.notify.send(Notice::Failed(job.index, e.clone()));
-    }
-    StreamEnd {
-        bytes: stats.bytes,
-        last,
-        path: Some(PathReport::Tx(TxReport {
-            mode: job.path.tx,
-            note: tx.note().map(str::to_string),
-            stats,
-            notsent_lowat,
-        })),
-        udp: None,
-        error,
-    }
+    sender_end(&job, tx, result, last, None, notsent_lowat, None)
 }
 
 /// What a stream writes into its buffers: the pattern at its stream offset with `--verify`;

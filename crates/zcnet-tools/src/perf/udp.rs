@@ -24,7 +24,7 @@ use super::proto::udp::{
 };
 use super::proto::{Timestamp, UdpHeader, UdpRecvStats};
 use super::streams::{
-    failed_setup, pace, Job, Notice, PathReport, StreamEnd, TxReport, UdpRxReport,
+    failed_setup, pace, sender_end, Job, Notice, PathReport, StreamEnd, UdpRxReport,
 };
 
 /// How datagrams are made.
@@ -178,30 +178,11 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
         payload: Payload::once(|id| 0x7564_7000 ^ u64::from(id)),
     };
     let result = send_datagrams(&mut tx, &job, datagrams, segs, &mut last);
-    let flushed = tx.flush();
-    let stats = tx.stats();
-    let error = match (result, flushed) {
-        (Err(e), _) | (Ok(()), Err(e)) if job.shared.sending() => Some(e.to_string()),
-        _ => None,
+    let udp = UdpEnd {
+        packets: seq.get(),
+        ..UdpEnd::default()
     };
-    if let Some(e) = &error {
-        job.notify.send(Notice::Failed(job.index, e.clone()));
-    }
-    StreamEnd {
-        bytes: stats.bytes,
-        last,
-        path: Some(PathReport::Tx(TxReport {
-            mode: job.path.tx,
-            note: note.or_else(|| tx.note().map(str::to_string)),
-            stats,
-            notsent_lowat: None,
-        })),
-        udp: Some(UdpEnd {
-            packets: seq.get(),
-            ..UdpEnd::default()
-        }),
-        error,
-    }
+    sender_end(&job, tx, result, last, note, None, Some(udp))
 }
 
 /// A UDP sender's datagrams: each buffer filled once with payload, then a header stamped on
