@@ -51,10 +51,12 @@ pub const IORING_ZCRX_AREA_SHIFT: u32 = 48;
 /// `IORING_ZCRX_AREA_MASK`: the area-id bits of an offset.
 pub(crate) const IORING_ZCRX_AREA_MASK: u64 = !((1u64 << IORING_ZCRX_AREA_SHIFT) - 1);
 /// Buffer (niov) size of Linux 6.18: `PAGE_SIZE` on x86-64.
+#[cfg(test)]
 pub(crate) const ZCRX_BUF_SIZE: u32 = 4096;
 /// Bytes of a 32-byte CQE: `io_uring_cqe` (16) followed by `io_uring_zcrx_cqe` (16).
 pub const CQE32_LEN: usize = 32;
 /// Bytes of `struct io_uring_zcrx_rqe` (`off: u64, len: u32, __pad: u32`).
+#[cfg(test)]
 pub(crate) const ZCRX_RQE_LEN: usize = 16;
 
 const EINTR: i32 = 4;
@@ -107,11 +109,13 @@ pub struct ZcrxRx {
 impl ZcrxRx {
     /// An area of `area_len` bytes in `ZCRX_BUF_SIZE` buffers, with the `rq_area_token` the
     /// registration returned (`ZcrxIfq::area_token`; 0 on 6.18).
-    pub fn new(area_len: u64, area_token: u64) -> Result<ZcrxRx, RxError> {
+    #[cfg(test)]
+    pub(crate) fn new(area_len: u64, area_token: u64) -> Result<ZcrxRx, RxError> {
         Self::with_buf_size(area_len, ZCRX_BUF_SIZE, area_token)
     }
 
-    /// As [`Self::new`] with buffers of `buf_size` bytes (a power of two).
+    /// An area of `area_len` bytes in buffers of `buf_size` bytes (a power of two), with the
+    /// `rq_area_token` the registration returned (`ZcrxIfq::area_token`; 0 on 6.18).
     pub fn with_buf_size(area_len: u64, buf_size: u32, area_token: u64) -> Result<ZcrxRx, RxError> {
         if !buf_size.is_power_of_two() {
             return Err(RxError::BadConfig("buffer size is not a power of two"));
@@ -155,7 +159,8 @@ impl ZcrxRx {
     }
 
     /// Number of buffers in the area.
-    pub fn buffers(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> usize {
         self.bufs.len()
     }
 

@@ -135,11 +135,6 @@ impl StagingRx {
         &self.stats
     }
 
-    /// Bytes of the GPU ring.
-    pub fn ring_len(&self) -> u64 {
-        self.ring_len
-    }
-
     /// Stream bytes received from the socket.
     pub fn received(&self) -> u64 {
         self.received
@@ -149,11 +144,6 @@ impl StagingRx {
     /// released at `stream position % ring_len`). Never decreases.
     pub fn delivered(&self) -> u64 {
         self.delivered
-    }
-
-    /// Stream bytes the application has released.
-    pub fn released(&self) -> u64 {
-        self.released
     }
 
     /// Delivered, unreleased bytes as at most two `(ring offset, len)` ranges, in stream order
@@ -166,7 +156,8 @@ impl StagingRx {
     }
 
     /// Copies in flight.
-    pub fn copies_in_flight(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn copies_in_flight(&self) -> u32 {
         self.in_flight
     }
 
@@ -176,7 +167,8 @@ impl StagingRx {
     }
 
     /// Why the pipeline stopped, if it did.
-    pub fn stopped(&self) -> Option<Cause> {
+    #[cfg(test)]
+    pub(crate) fn stopped(&self) -> Option<Cause> {
         self.stopped
     }
 
@@ -415,7 +407,8 @@ impl StagingRx {
     /// Recomputes the gauges and the stream positions from the per-buffer, per-chunk and
     /// per-copy state; `Err` says what broke. For tests and debug assertions: O(buffers +
     /// copies).
-    pub fn check(&self) -> Result<(), String> {
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> Result<(), String> {
         let held = self.bufs.iter().filter(|b| b.is_some()).count() as u64;
         let running = self.pieces.iter().filter(|p| p.run == Run::InFlight);
         let in_flight = running.clone().count() as u64;

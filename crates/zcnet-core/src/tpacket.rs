@@ -57,8 +57,10 @@ pub const TP_STATUS_KERNEL: u32 = 0;
 /// RX status: the block is user space's.
 pub const TP_STATUS_USER: u32 = 1 << 0;
 /// RX status: packets were dropped since the statistics were last read.
+#[cfg(test)]
 pub(crate) const TP_STATUS_LOSING: u32 = 1 << 2;
 /// RX status: the block was closed by its timeout, not because it was full.
+#[cfg(test)]
 pub(crate) const TP_STATUS_BLK_TMO: u32 = 1 << 5;
 /// RX status: the kernel validated the transport checksum.
 #[cfg(test)]
@@ -353,17 +355,20 @@ impl BlockHeader {
     }
 
     /// Whether the block is user space's (`TP_STATUS_USER`).
-    pub fn is_user(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_user(&self) -> bool {
         self.block_status & TP_STATUS_USER != 0
     }
 
     /// Whether the kernel dropped packets since the statistics were last read.
-    pub fn is_losing(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_losing(&self) -> bool {
         self.block_status & TP_STATUS_LOSING != 0
     }
 
     /// Whether the block was closed by its timeout rather than full.
-    pub fn timed_out(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn timed_out(&self) -> bool {
         self.block_status & TP_STATUS_BLK_TMO != 0
     }
 }

@@ -118,8 +118,6 @@ fn setsockopt_level<T>(
 #[derive(Debug)]
 pub struct PacketSocket {
     fd: OwnedFd,
-    ifindex: u32,
-    protocol: Protocol,
 }
 
 impl PacketSocket {
@@ -162,26 +160,12 @@ impl PacketSocket {
     pub fn open(ifindex: u32, protocol: Protocol) -> io::Result<PacketSocket> {
         let (fd, proto) = Self::unbound(protocol)?;
         Self::bind_fd(fd.as_fd(), ifindex, proto)?;
-        Ok(PacketSocket {
-            fd,
-            ifindex,
-            protocol,
-        })
+        Ok(PacketSocket { fd })
     }
 
     /// The socket.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-
-    /// The interface it is bound to.
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-
-    /// What it receives.
-    pub fn protocol(&self) -> Protocol {
-        self.protocol
     }
 
     /// `PACKET_QDISC_BYPASS`: sends go to the driver directly (`dev_direct_xmit`), past the
@@ -399,11 +383,7 @@ impl RxRingV3 {
         set_ring(fd.as_fd(), PACKET_RX_RING, req)?;
         let map = RingMap::map(fd.as_fd(), len)?;
         PacketSocket::bind_fd(fd.as_fd(), ifindex, proto)?;
-        let sock = PacketSocket {
-            fd,
-            ifindex,
-            protocol,
-        };
+        let sock = PacketSocket { fd };
         sock.set_ignore_outgoing(true)?;
         Ok(RxRingV3 {
             sock,
@@ -417,16 +397,6 @@ impl RxRingV3 {
     /// The socket (statistics, poll).
     pub fn socket(&self) -> &PacketSocket {
         &self.sock
-    }
-
-    /// The ring's geometry.
-    pub fn request(&self) -> &RingRequest {
-        &self.req
-    }
-
-    /// Blocks handed back so far.
-    pub fn blocks_done(&self) -> u64 {
-        self.blocks
     }
 
     /// The next block, if the kernel has handed it over (`TP_STATUS_USER`, acquire). Dropping
@@ -530,11 +500,7 @@ impl TxRing {
         set_ring(fd.as_fd(), PACKET_TX_RING, req)?;
         let map = RingMap::map(fd.as_fd(), len)?;
         PacketSocket::bind_fd(fd.as_fd(), ifindex, proto)?;
-        let sock = PacketSocket {
-            fd,
-            ifindex,
-            protocol: Protocol::SendOnly,
-        };
+        let sock = PacketSocket { fd };
         if qdisc_bypass {
             sock.set_qdisc_bypass(true)?;
         }
@@ -547,19 +513,9 @@ impl TxRing {
         })
     }
 
-    /// The socket.
-    pub fn socket(&self) -> &PacketSocket {
-        &self.sock
-    }
-
     /// The largest frame one slot holds.
     pub(crate) fn capacity(&self) -> usize {
         self.req.tx_capacity()
-    }
-
-    /// Frames marked for sending since the last [`Self::kick`].
-    pub fn queued(&self) -> u32 {
-        self.queued
     }
 
     fn status(&self, i: u32) -> u32 {

@@ -17,7 +17,6 @@ use zcnet_core::xdp_prog::Insn;
 
 const BPF_MAP_CREATE: libc::c_int = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_int = 2;
-const BPF_MAP_DELETE_ELEM: libc::c_int = 3;
 const BPF_PROG_LOAD: libc::c_int = 5;
 const BPF_PROG_GET_FD_BY_ID: libc::c_int = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
@@ -217,16 +216,6 @@ impl XskMap {
         };
         bpf(BPF_MAP_UPDATE_ELEM, &mut a).map(drop)
     }
-
-    /// Empties `key`.
-    pub fn remove(&self, key: u32) -> io::Result<()> {
-        let mut a = MapElemAttr {
-            map_fd: self.fd.as_raw_fd() as u32,
-            key: &key as *const u32 as u64,
-            ..MapElemAttr::default()
-        };
-        bpf(BPF_MAP_DELETE_ELEM, &mut a).map(drop)
-    }
 }
 
 /// The kernel refused a program: the errno and the verifier's log.
@@ -317,11 +306,6 @@ impl BpfProg {
         }
     }
 
-    /// The program's fd.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
     /// The program's id (`BPF_OBJ_GET_INFO_BY_FD`).
     pub fn id(&self) -> io::Result<u32> {
         let mut info = ProgInfoRaw::default();
@@ -372,8 +356,6 @@ impl XdpAttachMode {
 #[derive(Debug)]
 pub struct XdpLink {
     fd: OwnedFd,
-    ifindex: u32,
-    mode: XdpAttachMode,
 }
 
 impl XdpLink {
@@ -387,19 +369,7 @@ impl XdpLink {
         };
         Ok(XdpLink {
             fd: bpf_fd(BPF_LINK_CREATE, &mut a)?,
-            ifindex,
-            mode,
         })
-    }
-
-    /// The interface.
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-
-    /// The attach mode.
-    pub fn mode(&self) -> XdpAttachMode {
-        self.mode
     }
 
     /// What the kernel says about the link.

@@ -45,7 +45,8 @@
 //! request 21.3 → 18.1 µs (docs/perf.md). The price: only the thread that created the ring may
 //! submit or wait (others get `EEXIST`), and [`RecvRing::drain`] sees nothing unless
 //! [`RecvRing::wait`] ran first. The value stays `Send` (moving it is memory-safe), but use it on
-//! the thread that made it; [`RecvRing::defer_taskrun`] says which mode is in force.
+//! the thread that made it; `RecvRing::defer_taskrun` (crate-private, for the tests) says which
+//! mode is in force.
 
 use crate::epoll::ReturnQueue;
 use crate::foreign::ForeignBuf;
@@ -202,6 +203,8 @@ pub struct RecvRing {
     bgid: u16,
     registered: bool,
     armed: Vec<Armed>,
+    /// The task-work mode in force; read by the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
     taskrun: TaskRun,
     stats: RecvStats,
 }
@@ -348,13 +351,9 @@ impl RecvRing {
         self.lent_back.set_starving(starving);
     }
 
-    /// Whether `IORING_SETUP_COOP_TASKRUN` is in force (the first fallback).
-    pub fn coop_taskrun(&self) -> bool {
-        self.taskrun == TaskRun::Coop
-    }
-
     /// Whether `IORING_SETUP_SINGLE_ISSUER|IORING_SETUP_DEFER_TASKRUN` is in force (the default).
-    pub fn defer_taskrun(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn defer_taskrun(&self) -> bool {
         self.taskrun == TaskRun::Defer
     }
 
@@ -366,11 +365,6 @@ impl RecvRing {
     /// Bytes per buffer.
     pub fn buf_size(&self) -> usize {
         self.buf_size as usize
-    }
-
-    /// The buffer group id.
-    pub fn bgid(&self) -> u16 {
-        self.bgid
     }
 
     /// Buffers the application holds (received, not yet recycled).

@@ -571,12 +571,6 @@ impl DeviceMem {
         }
     }
 
-    /// Whether the memory was allocated here (and is freed on drop), not
-    /// [`borrowed`](Self::borrowed).
-    pub fn is_owned(&self) -> bool {
-        self.owned
-    }
-
     /// Bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -1075,11 +1069,6 @@ impl<S: CopySource> SourceRange<S> {
             Some(end) if end <= src.host_bytes().len() => Ok(SourceRange { src, start, len }),
             _ => Err(src),
         }
-    }
-
-    /// The whole source back.
-    pub fn into_inner(self) -> S {
-        self.src
     }
 }
 

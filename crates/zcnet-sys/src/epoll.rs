@@ -181,7 +181,7 @@ impl EventFd {
     }
 
     /// Adds one to the count (wakes a waiter).
-    pub fn signal(&self) -> io::Result<()> {
+    pub(crate) fn signal(&self) -> io::Result<()> {
         let one = 1u64;
         // SAFETY: `one` is a live 8-byte value, the size an eventfd write needs.
         let r = unsafe {
@@ -294,7 +294,7 @@ impl<T> ReturnQueue<T> {
     }
 
     /// Whether nothing waits to be taken.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.lock().map_or(true, |q| q.is_empty())
     }
 

@@ -188,7 +188,8 @@ impl NlSocket {
 
     /// The port id the kernel assigned to this socket (`getsockname`), which the kernel's
     /// replies carry in `nlmsg_pid`.
-    pub fn port_id(&self) -> io::Result<u32> {
+    #[cfg(test)]
+    pub(crate) fn port_id(&self) -> io::Result<u32> {
         // SAFETY: all-zero is a valid sockaddr_nl.
         let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         let mut len = size_of::<libc::sockaddr_nl>() as libc::socklen_t;

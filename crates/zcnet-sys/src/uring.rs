@@ -390,11 +390,6 @@ impl Ring {
         Ok(())
     }
 
-    /// The file registered with [`Ring::register_file`], if any.
-    pub fn registered_file(&self) -> Option<RawFd> {
-        self.file
-    }
-
     /// Requests queued or running whose final CQE has not been taken.
     pub fn in_flight(&self) -> usize {
         self.in_flight

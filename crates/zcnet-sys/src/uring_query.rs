@@ -256,7 +256,8 @@ impl ZcrxCaps {
     }
 
     /// `ZCRX_CTRL_FLUSH_RQ` (op 0).
-    pub fn flush_rq(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn flush_rq(&self) -> bool {
         self.ctrl_op(0)
     }
 
@@ -266,7 +267,8 @@ impl ZcrxCaps {
     }
 
     /// `ZCRX_CTRL_ADD_AREA` (op 3, Linux 7.3).
-    pub fn add_area(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn add_area(&self) -> bool {
         self.ctrl_op(3)
     }
 

@@ -122,17 +122,6 @@ impl UmemFrame {
         &b[self.off as usize..(self.off + self.len) as usize]
     }
 
-    /// The packet, writable.
-    pub fn data_mut(&mut self) -> &mut [u8] {
-        let (off, len) = (self.off as usize, self.len as usize);
-        &mut self.bytes_mut()[off..off + len]
-    }
-
-    /// Where the packet starts in the frame.
-    pub fn offset(&self) -> u32 {
-        self.off
-    }
-
     /// The packet length.
     pub fn len(&self) -> u32 {
         self.len
@@ -180,8 +169,6 @@ pub struct XdpSocket {
     held: Vec<Option<Slot>>,
     /// The UMEM: a frame belongs to this socket only if its slot is of this mapping.
     umem: Arc<Mapping>,
-    ifindex: u32,
-    queue_id: u32,
     config: XdpSocketConfig,
     kicks: u64,
 }
@@ -409,10 +396,7 @@ impl XdpSocket {
                 len: 0,
             })
             .collect();
-        Ok((
-            Self::assemble(fd, rings, umem, ifindex, queue_id, cfg),
-            frames,
-        ))
+        Ok((Self::assemble(fd, rings, umem, cfg), frames))
     }
 
     /// A second socket on the UMEM of `first`, bound to queue `queue_id` of interface `ifindex`
@@ -502,17 +486,10 @@ impl XdpSocket {
                 sxdp_shared_umem_fd: umem_fd.as_raw_fd() as u32,
             },
         )?;
-        Ok(Self::assemble(fd, rings, umem, ifindex, queue_id, cfg))
+        Ok(Self::assemble(fd, rings, umem, cfg))
     }
 
-    fn assemble(
-        fd: OwnedFd,
-        r: Rings,
-        umem: Arc<Mapping>,
-        ifindex: u32,
-        queue_id: u32,
-        cfg: &XdpSocketConfig,
-    ) -> XdpSocket {
+    fn assemble(fd: OwnedFd, r: Rings, umem: Arc<Mapping>, cfg: &XdpSocketConfig) -> XdpSocket {
         XdpSocket {
             fill_idx: Producer::new(
                 cfg.fill_size,
@@ -534,8 +511,6 @@ impl XdpSocket {
             frames: Frames::new(cfg.frame_count, cfg.frame_size),
             held: (0..cfg.frame_count).map(|_| None).collect(),
             umem,
-            ifindex,
-            queue_id,
             config: *cfg,
             kicks: 0,
         }
@@ -551,16 +526,6 @@ impl XdpSocket {
         self.fd.as_fd()
     }
 
-    /// The interface index.
-    pub fn ifindex(&self) -> u32 {
-        self.ifindex
-    }
-
-    /// The queue.
-    pub fn queue_id(&self) -> u32 {
-        self.queue_id
-    }
-
     /// The configuration.
     pub fn config(&self) -> &XdpSocketConfig {
         &self.config
@@ -574,11 +539,6 @@ impl XdpSocket {
     /// Kicks made by [`Self::kick_tx`] (syscalls).
     pub fn kicks(&self) -> u64 {
         self.kicks
-    }
-
-    /// Frames on the fill ring or being filled by the kernel.
-    pub fn frames_in_fill(&self) -> usize {
-        self.frames.in_state(FrameState::Fill)
     }
 
     /// Frames on the TX ring or not yet completed.
@@ -757,11 +717,6 @@ impl XdpSocket {
         let c = self.rx_idx.release(b.len).map_err(protocol)?;
         self.rx.store_consumer(c);
         Ok(b.len as usize)
-    }
-
-    /// Whether the fill ring asks for a wakeup (`poll`) to go on receiving.
-    pub fn fill_needs_wakeup(&self) -> bool {
-        core_xsk::fill_wakeup_needed(self.config.need_wakeup, self.fill.load_flags())
     }
 
     /// Waits up to `timeout` for a received frame (`poll(POLLIN)`, which also wakes the driver

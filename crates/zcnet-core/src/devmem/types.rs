@@ -94,7 +94,9 @@ pub struct DmabufToken {
 
 impl DmabufToken {
     /// The struct's bytes (native byte order).
-    pub fn to_bytes(&self) -> [u8; DMABUF_TOKEN_LEN] {
+    #[cfg(test)]
+    #[allow(clippy::wrong_self_convention)] // by reference, as when it was public
+    pub(crate) fn to_bytes(&self) -> [u8; DMABUF_TOKEN_LEN] {
         let mut b = [0u8; DMABUF_TOKEN_LEN];
         b[..4].copy_from_slice(&self.token_start.to_ne_bytes());
         b[4..].copy_from_slice(&self.token_count.to_ne_bytes());
@@ -102,7 +104,8 @@ impl DmabufToken {
     }
 
     /// Parses exactly [`DMABUF_TOKEN_LEN`] bytes.
-    pub fn parse(b: &[u8]) -> Result<DmabufToken, DevmemError> {
+    #[cfg(test)]
+    pub(crate) fn parse(b: &[u8]) -> Result<DmabufToken, DevmemError> {
         let b: &[u8; DMABUF_TOKEN_LEN] = b.try_into().map_err(|_| DevmemError::BadLength {
             expected: DMABUF_TOKEN_LEN,
             got: b.len(),

@@ -320,7 +320,8 @@ impl RecvMatch {
     }
 
     /// Messages known and not yet received in full (assigned or waiting).
-    pub fn tracked(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn tracked(&self) -> usize {
         self.msgs.len()
     }
 

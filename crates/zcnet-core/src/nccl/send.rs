@@ -125,16 +125,6 @@ impl SendSched {
         }
     }
 
-    /// The chunk size.
-    pub fn chunk_size(&self) -> u32 {
-        self.chunk
-    }
-
-    /// The seq the next posted message gets.
-    pub fn next_seq(&self) -> u64 {
-        self.next_seq
-    }
-
     /// Queues a message; `id` is the caller's request id. Err(SendError::TooMany) when
     /// max_outstanding messages are not yet complete; [`SendError::IdInUse`] when a message
     /// with this id is. Returns the message's seq.
@@ -160,7 +150,8 @@ impl SendSched {
     }
 
     /// Whether [`Self::next_chunk`] has a chunk to give.
-    pub fn has_chunk(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_chunk(&self) -> bool {
         self.next_cut < self.next_seq
     }
 
@@ -222,18 +213,21 @@ impl SendSched {
     }
 
     /// Messages posted, not yet complete.
-    pub fn outstanding(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn outstanding(&self) -> usize {
         self.msgs.len()
     }
 
     /// Chunks handed out and not yet written.
-    pub fn chunks_in_flight(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn chunks_in_flight(&self) -> usize {
         self.msgs.values().map(|m| m.in_flight.len()).sum()
     }
 
     /// False while a message posted with request id `id` is outstanding; true otherwise
     /// (completed, or never posted: completed messages are forgotten).
-    pub fn is_complete(&self, id: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_complete(&self, id: u64) -> bool {
         !self.msgs.values().any(|m| m.id == id)
     }
 }

@@ -50,7 +50,8 @@ pub struct CopySplit {
 
 impl CopySplit {
     /// `copied + zerocopy + unknown`.
-    pub fn total(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn total(&self) -> u64 {
         self.copied + self.zerocopy + self.unknown
     }
 }
@@ -109,12 +110,14 @@ impl ZcrxCopyAccount {
     }
 
     /// Everything accounted so far.
-    pub fn total(&self) -> CopySplit {
+    #[cfg(test)]
+    pub(crate) fn total(&self) -> CopySplit {
         self.total
     }
 
     /// Bytes the kernel counted as copied that no delivery has taken yet.
-    pub fn carried(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn carried(&self) -> u64 {
         self.carry
     }
 }

@@ -1,6 +1,8 @@
 //! Wire layouts, events, errors and counters of [`super::ZcrxRx`], and its self-check.
 
-use super::{Frag, Ref, ZcrxRx, CQE32_LEN, IORING_ZCRX_AREA_MASK, ZCRX_RQE_LEN};
+#[cfg(test)]
+use super::ZCRX_RQE_LEN;
+use super::{Frag, Ref, ZcrxRx, CQE32_LEN, IORING_ZCRX_AREA_MASK};
 
 /// One refill-ring entry (`struct io_uring_zcrx_rqe`), ready for `ZcrxIfq::refill_push`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +20,9 @@ impl RefillEntry {
     }
 
     /// The entry as the kernel reads it: `off`, `len`, `__pad = 0`, native byte order.
-    pub fn to_bytes(&self) -> [u8; ZCRX_RQE_LEN] {
+    #[cfg(test)]
+    #[allow(clippy::wrong_self_convention)] // by reference, as when it was public
+    pub(crate) fn to_bytes(&self) -> [u8; ZCRX_RQE_LEN] {
         let mut b = [0u8; ZCRX_RQE_LEN];
         b[..8].copy_from_slice(&self.off.to_ne_bytes());
         b[8..12].copy_from_slice(&self.len.to_ne_bytes());

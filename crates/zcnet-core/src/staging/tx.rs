@@ -103,23 +103,15 @@ impl StagingTx {
         self.confirmed
     }
 
-    /// Copies in flight.
-    pub fn copies_in_flight(&self) -> u32 {
-        self.copies
-    }
-
-    /// Sends in flight.
-    pub fn sends_in_flight(&self) -> u32 {
-        self.in_send
-    }
-
     /// Host buffers free for the next copy.
-    pub fn free_host_bufs(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn free_host_bufs(&self) -> usize {
         self.free.len()
     }
 
     /// Host buffers being copied into, waiting to be sent, or being sent.
-    pub fn held_host_bufs(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn held_host_bufs(&self) -> u64 {
         self.stats.host_bufs_held
     }
 
@@ -408,7 +400,8 @@ impl StagingTx {
 
     /// Recomputes the gauges and stream positions from the per-buffer, per-chunk and per-send
     /// state; `Err` says what broke. For tests and debug assertions: O(buffers + chunks).
-    pub fn check(&self) -> Result<(), String> {
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> Result<(), String> {
         let count = |f: fn(&Buf) -> bool| self.bufs.iter().filter(|b| f(b)).count() as u64;
         let free = count(|b| *b == Buf::Free);
         let copying = count(|b| *b == Buf::Copying);

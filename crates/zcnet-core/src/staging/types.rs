@@ -217,7 +217,8 @@ impl StagingConfig {
     }
 
     /// The same, with at most `n` sends in flight.
-    pub fn with_max_sends(self, n: u32) -> StagingConfig {
+    #[cfg(test)]
+    pub(crate) fn with_max_sends(self, n: u32) -> StagingConfig {
         StagingConfig {
             max_sends: n,
             ..self

@@ -135,16 +135,6 @@ impl Frames {
         }
     }
 
-    /// Frames in the UMEM.
-    pub fn count(&self) -> u32 {
-        self.state.len() as u32
-    }
-
-    /// Bytes per frame.
-    pub fn frame_size(&self) -> u32 {
-        self.frame_size
-    }
-
     /// Where frame `frame` is (`None` past the UMEM).
     pub fn state(&self, frame: u32) -> Option<FrameState> {
         self.state.get(frame as usize).copied()

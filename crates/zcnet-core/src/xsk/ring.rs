@@ -111,7 +111,8 @@ impl Batch {
     }
 
     /// Whether the batch is empty.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
     }
 
@@ -167,11 +168,6 @@ impl Producer {
             tail: producer,
             cons,
         }
-    }
-
-    /// Entries in the ring.
-    pub fn size(&self) -> u32 {
-        self.size
     }
 
     /// The producer index published so far.
@@ -292,11 +288,6 @@ impl Consumer {
             tail: consumer,
             prod,
         }
-    }
-
-    /// Entries in the ring.
-    pub fn size(&self) -> u32 {
-        self.size
     }
 
     /// The consumer index released so far.

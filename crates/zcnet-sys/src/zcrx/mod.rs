@@ -872,7 +872,8 @@ impl ZcrxIfq {
 
     /// Event types the kernel was asked to report for this ifq (`1 << ZCRX_EVENT_*`): where
     /// it says it has them ([`ZcrxCaps`]), ALLOC_FAIL and COPY.
-    pub fn event_mask(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn event_mask(&self) -> u32 {
         self.events
     }
 
@@ -905,16 +906,6 @@ impl ZcrxIfq {
         Ok(())
     }
 
-    /// The interface index.
-    pub fn ifindex(&self) -> u32 {
-        self.if_idx
-    }
-
-    /// The receive queue.
-    pub fn rx_queue(&self) -> u32 {
-        self.if_rxq
-    }
-
     /// The ring (for its fd, parameters, submitter).
     pub(crate) fn ring(&self) -> &ZcrxRing {
         &self.ring
@@ -934,15 +925,6 @@ impl ZcrxIfq {
         self.ring.submitter().register_eventfd(efd.as_raw_fd())
     }
 
-    /// Start address of the area (for offsets; read received bytes with `Self::area_bytes`);
-    /// 0 for a dma-buf area, which has no address here.
-    pub fn area_addr(&self) -> usize {
-        match &self.area {
-            ZcrxArea::Host(m) => m.addr(),
-            ZcrxArea::Dmabuf { .. } => 0,
-        }
-    }
-
     /// Length of the area in bytes.
     pub(crate) fn area_len(&self) -> usize {
         match &self.area {
@@ -959,7 +941,7 @@ impl ZcrxIfq {
     }
 
     /// Whether the area is a dma-buf (fragments are device memory: `Self::area_bytes` is
-    /// `None`, [`Self::dmabuf_range`] says where they are).
+    /// `None`, [`dmabuf_range`] says where they are).
     pub fn is_dmabuf(&self) -> bool {
         self.area.is_dmabuf()
     }
@@ -970,36 +952,9 @@ impl ZcrxIfq {
         (self.area_token >> IORING_ZCRX_AREA_SHIFT) as u32
     }
 
-    /// For a dma-buf area: where the fragment of a RECV_ZC completion (`cqe_off`, `len`) is
-    /// in the dma-buf, as `(offset, len)` ([`dmabuf_range`]); `None` for host areas and
-    /// fragments outside the area.
-    pub fn dmabuf_range(&self, cqe_off: u64, len: u32) -> Option<(u64, u64)> {
-        match &self.area {
-            ZcrxArea::Dmabuf {
-                offset, len: alen, ..
-            } => dmabuf_range(*offset, *alen, cqe_off, len),
-            ZcrxArea::Host(_) => None,
-        }
-    }
-
     /// The area token the kernel returned (`rq_area_token`), ORed into refill entries.
     pub(crate) fn area_token(&self) -> u64 {
         self.area_token
-    }
-
-    /// Refill-ring entries (the power of two the kernel used).
-    pub fn rq_entries(&self) -> u32 {
-        self.rq_entries
-    }
-
-    /// Start address and length of the refill region.
-    pub fn rq_region(&self) -> (usize, usize) {
-        (self.rq_mem.addr(), self.rq_mem.len())
-    }
-
-    /// Refill entries that can be pushed now.
-    pub fn refill_free(&self) -> u32 {
-        self.refill.free()
     }
 
     /// Queues the buffer of a RECV_ZC completion for return to the kernel: `cqe_off` is the

@@ -24,7 +24,7 @@ pub fn if_index(name: &str) -> Option<u32> {
     (idx != 0).then_some(idx)
 }
 
-/// Completion-queue entries of the ring [`ZcrxIfq::register_for_receive`] creates: every
+/// Completion-queue entries of the ring [`receive_ring`] makes (the `*_for_receive` ifqs'): every
 /// received fragment is one CQE, and a RECV_ZC request that finds the CQ full ends with
 /// `-ENOSPC` (io_uring/zcrx.c `io_zcrx_queue_cqe`), so the CQ is sized for a burst.
 pub(crate) const RECEIVE_CQ_ENTRIES: u32 = 4096;
@@ -46,7 +46,8 @@ impl ZcrxIfq {
     /// As [`Self::register`], with a ring sized for receiving: `RECEIVE_SQ_ENTRIES` SQEs and
     /// `RECEIVE_CQ_ENTRIES` CQEs (SINGLE_ISSUER|DEFER_TASKRUN|CQE32). On error nothing stays
     /// pinned or open.
-    pub fn register_for_receive(
+    #[cfg(test)]
+    pub(crate) fn register_for_receive(
         ifindex: u32,
         rx_queue: u32,
         area_len: usize,
@@ -74,9 +75,10 @@ impl ZcrxIfq {
         self
     }
 
-    /// As [`Self::register_for_receive`] without a network device (`Self::register_nodev_on`,
-    /// Linux 7.1+): an area of `area_len` bytes of anonymous memory that the kernel copies
-    /// every received byte into. On error nothing stays pinned or open.
+    /// With a ring sized for receiving, as [`Self::register_for_receive_with`], but without a
+    /// network device (`Self::register_nodev_on`, Linux 7.1+): an area of `area_len` bytes of
+    /// anonymous memory that the kernel copies every received byte into. On error nothing
+    /// stays pinned or open.
     pub fn register_nodev_for_receive(area_len: usize, rq_entries: u32) -> io::Result<ZcrxIfq> {
         if area_len == 0 {
             return Err(einval());
@@ -86,10 +88,10 @@ impl ZcrxIfq {
         Self::register_nodev_on(ring, area, rq_entries).map(Self::with_taskrun_flag)
     }
 
-    /// As [`Self::register_for_receive`] with a dma-buf area of `len` bytes at `offset` of
-    /// `dmabuf` (`Self::register_dmabuf_on`: Linux 6.16+; 6.18 wants `offset` 0 and `len`
-    /// the dma-buf's size). On error nothing stays registered or open (`dmabuf` is the
-    /// caller's).
+    /// With a ring sized for receiving, as [`Self::register_for_receive_with`], on queue
+    /// `rx_queue` of `ifindex` with a dma-buf area of `len` bytes at `offset` of `dmabuf`
+    /// (`Self::register_dmabuf_on`: Linux 6.16+; 6.18 wants `offset` 0 and `len` the dma-buf's
+    /// size). On error nothing stays registered or open (`dmabuf` is the caller's).
     pub fn register_dmabuf_for_receive(
         ifindex: u32,
         rx_queue: u32,
@@ -113,13 +115,6 @@ pub struct ZcrxCompletion {
     /// A fragment now held by the application, the end of the request (EOF, re-arm, error), or
     /// a completion that contradicts the protocol (nothing changed then).
     pub event: Result<RxEvent, RxError>,
-}
-
-impl ZcrxCompletion {
-    /// Whether the kernel will post more completions for this request (`IORING_CQE_F_MORE`).
-    pub fn more(&self) -> bool {
-        self.cqe.flags & zcnet_core::sendzc::IORING_CQE_F_MORE != 0
-    }
 }
 
 /// What [`ZcrxReceiver::flush_refills`] did.
@@ -153,7 +148,7 @@ pub struct RefillFlush {
 /// offset in the dma-buf; [`ZcrxIfq::register_dmabuf_for_receive`]) fit the same shape:
 /// completions carry offsets within the area, the refill ring and the bookkeeping are the same,
 /// and only `bytes` changes — it returns `None` (device memory) and callers describe the
-/// fragment as a device range instead ([`ZcrxIfq::dmabuf_range`]). Data the kernel would have
+/// fragment as a device range instead ([`dmabuf_range`]). Data the kernel would have
 /// to copy ends the request with `-EFAULT` instead of being copied (see the module docs).
 ///
 /// Like the ring, it must stay on the thread that made it (SINGLE_ISSUER; `!Send`).
