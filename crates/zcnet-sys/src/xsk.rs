@@ -73,7 +73,7 @@ pub(crate) struct XdpUmemReg {
     pub(crate) chunk_size: u32,
     /// `headroom`.
     pub(crate) headroom: u32,
-    /// `flags`: [`XDP_UMEM_UNALIGNED_CHUNK_FLAG`], ...
+    /// `flags`: `XDP_UMEM_UNALIGNED_CHUNK_FLAG`, ...
     pub(crate) flags: u32,
     /// `tx_metadata_len`.
     pub(crate) tx_metadata_len: u32,

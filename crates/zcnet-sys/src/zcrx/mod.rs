@@ -567,7 +567,7 @@ pub struct ZcrxIfq {
     buf_len: u32,
     /// Event types the kernel was asked to report (`1 << ZCRX_EVENT_*`).
     events: u32,
-    /// The ring was made here with `IORING_SETUP_TASKRUN_FLAG` ([`receive_ring`]): a
+    /// The ring was made here with `IORING_SETUP_TASKRUN_FLAG` (`receive::receive_ring`): a
     /// zero-timeout wait may skip the system call when the SQ flags show no work.
     taskrun_flag: bool,
 }
@@ -958,7 +958,7 @@ impl ZcrxIfq {
     }
 
     /// Queues the buffer of a RECV_ZC completion for return to the kernel: `cqe_off` is the
-    /// [`IoUringZcrxCqe::off`] it came with, `len` its length (the CQE's `res`). `false` when
+    /// `IoUringZcrxCqe::off` it came with, `len` its length (the CQE's `res`). `false` when
     /// the refill ring is full. Not visible to the kernel until [`Self::refill_commit`].
     pub(crate) fn refill_push(&mut self, cqe_off: u64, len: u32) -> bool {
         self.refill.push(IoUringZcrxRqe {
@@ -973,7 +973,7 @@ impl ZcrxIfq {
         self.refill.commit();
     }
 
-    /// The `len` received bytes at `cqe_off` (an [`IoUringZcrxCqe::off`]; the area-id bits are
+    /// The `len` received bytes at `cqe_off` (an `IoUringZcrxCqe::off`; the area-id bits are
     /// ignored); `None` when the range is outside the area, and always for a dma-buf area (the
     /// CPU cannot read device memory).
     ///
