@@ -111,6 +111,11 @@ impl Region {
         if cfg.mode != crate::tx::TxMode::MsgZerocopy || thp_off {
             return Region::anonymous(len);
         }
+        Region::transparent_huge(len)
+    }
+
+    /// `len` bytes (rounded up to 2 MiB) of anonymous memory advised as transparent huge pages.
+    fn transparent_huge(len: usize) -> Result<Region> {
         let map = Mapping::transparent_huge(len)
             .map_err(|e| Error::io(format!("mmap {len} B (THP)"), e))?;
         Ok(Region::of(map))
@@ -122,15 +127,11 @@ impl Region {
         match Region::huge_strict(len) {
             Ok(r) => Ok(r),
             Err(Error::NoHugePages { pages }) => {
-                let map = Mapping::transparent_huge(len)
-                    .map_err(|e| Error::io(format!("mmap {len} B (THP)"), e))?;
-                Ok(Region {
-                    dmabuf: None,
-                    map,
-                    note: Some(format!(
-                        "no free 2 MiB huge pages for {pages} page(s) (vm.nr_hugepages): using transparent huge pages via madvise; reserve with 'echo {pages} > /proc/sys/vm/nr_hugepages'"
-                    )),
-                })
+                let mut r = Region::transparent_huge(len)?;
+                r.note = Some(format!(
+                    "no free 2 MiB huge pages for {pages} page(s) (vm.nr_hugepages): using transparent huge pages via madvise; reserve with 'echo {pages} > /proc/sys/vm/nr_hugepages'"
+                ));
+                Ok(r)
             }
             Err(e) => Err(e),
         }
