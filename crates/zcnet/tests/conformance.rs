@@ -225,10 +225,10 @@ fn huge_pages_fall_back_to_thp_and_say_so() {
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(0);
     if free > 0 {
-        eprintln!(
-            "skipped: {free} huge pages are free here, the no-huge-pages path cannot be exercised"
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Hardware,
+            format!("{free} huge pages are free here, the no-huge-pages path cannot be exercised"),
         );
-        return;
     }
     match Region::huge_strict(4 << 20) {
         Err(Error::NoHugePages { pages: 2 }) => {}
@@ -249,11 +249,10 @@ fn auto_memory_is_huge_pages_for_msg_zerocopy_only() {
     let thp =
         std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
     if thp.is_empty() || thp.contains("[never]") {
-        eprintln!(
-            "skipped: transparent huge pages are off here ({})",
-            thp.trim()
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Kernel,
+            format!("transparent huge pages are off here ({})", thp.trim()),
         );
-        return;
     }
     let auto = zcnet::MemoryKind::Auto;
     assert_eq!(
