@@ -7,10 +7,10 @@
 //! attributed to "zero-copy" or "copied" exactly once.
 //!
 //! ```text
-//!  send call ──► ZcRanges::push (MSG_ZEROCOPY id)      SendZc SQE ──► SendZcTracker::on_submit
-//!  errqueue  ──► ZcRanges::complete  ──► Completed     CQE       ──► SendZcTracker::on_cqe ──► CqeOutcome
-//!                         │                                               │
-//!                         └──────────────► TxStats ◄──────────────────────┘
+//!  send call ──► ZcRanges::push (MSG_ZEROCOPY id)      SQE ──► ReqState::submit (one per ring tag)
+//!  errqueue  ──► ZcRanges::complete  ──► Completed     CQE ──► ReqState::on_cqe ──► Outcome ──► Counts
+//!                         │                                                                       │
+//!                         └──────────────► TxStats ◄──────────────────────────────────────────────┘
 //!                                             │ notifications (zero-copy / copied)
 //!                                             ▼
 //!                                        AutoPolicy ──► Mode (zero-copy or copy) + Switch log
@@ -23,11 +23,11 @@
 //!
 //! The public surface is the modules below, each exporting what the other crates use; what only
 //! this crate uses is crate-private. The root re-exports the send side's types ([`ZcRanges`],
-//! [`Completed`], [`SendZcTracker`], [`TrackerError`], [`TxStats`], [`AutoPolicy`], [`Mode`],
+//! [`Completed`], [`ReqState`], [`Kind`], [`Step`], [`Outcome`], [`Counts`], [`TrackerError`], [`TxStats`], [`AutoPolicy`], [`Mode`],
 //! [`Switch`]), [`DeviceFrag`], [`Pattern`] and [`Mismatch`].
 //!
 //! - sends: [`zc_ranges`] (MSG_ZEROCOPY completion ranges), [`errqueue`] (the error queue's
-//!   control messages), [`sendzc`] (io_uring SEND / SEND_ZC requests), [`auto`] (the zero-copy
+//!   control messages), [`sendzc`] (io_uring SEND / SEND_ZC / RECV requests and their counts), [`auto`] (the zero-copy
 //!   or copy policy), [`stats`], [`memlock`] (what RLIMIT_MEMLOCK is charged and why it refuses).
 //! - receives: [`rxring`] (io_uring zcrx), [`devmem`] (devmem TCP frag tokens), [`staging`]
 //!   (socket to GPU memory through pinned host buffers, both ways), [`tcp_info`].
@@ -62,6 +62,6 @@ pub mod zc_ranges;
 pub use auto::{AutoPolicy, Mode, Switch};
 pub use devmem::DeviceFrag;
 pub use pattern::{Mismatch, Pattern};
-pub use sendzc::{SendZcTracker, TrackerError};
+pub use sendzc::{Counts, Kind, Outcome, ReqState, Step, TrackerError};
 pub use stats::TxStats;
 pub use zc_ranges::{Completed, ZcRanges};

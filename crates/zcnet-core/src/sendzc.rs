@@ -1,4 +1,4 @@
-//! The lifecycle of io_uring send requests, zero-copy or not.
+//! The lifecycle of an io_uring request on memory: a send, zero-copy or not, or a receive.
 //!
 //! io_uring_prep_send_zc(3), io_uring/net.c: an `IORING_OP_SEND_ZC` request posts a first CQE
 //! whose `res` is the byte count or `-errno`; if that CQE carries `IORING_CQE_F_MORE`, a second
@@ -8,8 +8,10 @@
 //! `res` has `IORING_NOTIF_USAGE_ZC_COPIED` set when the kernel fell back to copying.
 //! A plain `IORING_OP_SEND` posts one CQE without `F_MORE`: the data was copied.
 //!
-//! [`SendZcTracker`] keeps one state per request slot (a slot is a buffer: a buffer has at most
-//! one request in flight) and says, for each CQE, what it means and when the slot is free.
+//! [`ReqState`] is one request's place in that protocol: a ring keeps one per request tag, beside
+//! the request's memory, and [`ReqState::on_cqe`] says what each CQE means ([`Outcome`], counted
+//! by [`Counts::add`]), when the memory may be reused and when the tag may be handed out again.
+//! It is the one reading of these CQEs in zcnet (zcnet-sys's ring applies it per tag).
 
 /// `IORING_CQE_F_MORE` (include/uapi/linux/io_uring.h): another CQE follows for this request.
 pub const IORING_CQE_F_MORE: u32 = 1 << 1;
@@ -17,33 +19,6 @@ pub const IORING_CQE_F_MORE: u32 = 1 << 1;
 pub const IORING_CQE_F_NOTIF: u32 = 1 << 3;
 /// `IORING_NOTIF_USAGE_ZC_COPIED`: in a notification's `res`, the kernel copied the data.
 pub const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Idle,
-    AwaitResult { len: u32 },
-    AwaitNotif { sent: u32 },
-}
-
-/// A notification: the kernel released the buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Notification {
-    /// Bytes the request had sent (0 for a failed request that still notified).
-    pub bytes: u64,
-    /// The kernel copied them (`IORING_NOTIF_USAGE_ZC_COPIED`).
-    pub copied: bool,
-}
-
-/// What one CQE meant.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CqeOutcome {
-    /// A result CQE: bytes accepted (`Ok`) or the errno (`Err`), with the length submitted.
-    pub result: Option<(Result<u32, i32>, u32)>,
-    /// A notification CQE.
-    pub notification: Option<Notification>,
-    /// The request is over: its buffer may be reused.
-    pub released: bool,
-}
 
 /// A CQE or submission that contradicts the protocol: a bug here or in the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,111 +55,260 @@ impl std::fmt::Display for TrackerError {
 
 impl std::error::Error for TrackerError {}
 
-/// Per-slot state of io_uring send requests.
-#[derive(Debug, Clone)]
-pub struct SendZcTracker {
-    state: Vec<State>,
-    awaiting_result: usize,
-    in_flight: usize,
+/// What a request is, for reading its CQEs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `IORING_OP_SEND`: one CQE; the kernel copied.
+    Send,
+    /// `IORING_OP_SEND_ZC`: a result, then a notification when the result has `F_MORE`.
+    SendZc,
+    /// `IORING_OP_RECV`: one CQE.
+    Recv,
 }
 
-impl SendZcTracker {
-    /// A tracker for slots `0..slots`.
-    pub fn new(slots: usize) -> Self {
-        SendZcTracker {
-            state: vec![State::Idle; slots],
-            awaiting_result: 0,
-            in_flight: 0,
+/// One request's place in its CQE protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReqState {
+    /// No request: the tag is free.
+    #[default]
+    Idle,
+    /// Submitted; its first CQE has not come.
+    Pending {
+        /// What it is.
+        kind: Kind,
+        /// Bytes asked for.
+        len: u32,
+    },
+    /// A zero-copy send whose result had `F_MORE`: the kernel still references the memory
+    /// until the notification.
+    Notifying {
+        /// Bytes the result said were sent (0 for a failed send).
+        sent: u32,
+    },
+    /// A `SEND_ZC` refused before it ran (a failed result *without* `F_MORE`, seen as `ENOMEM`
+    /// when RLIMIT_MEMLOCK cannot cover the pages, Linux 6.18): the kernel never pinned the
+    /// memory, which is free again, but it still posts a notification later, so the tag is not.
+    Stray,
+}
+
+/// What one CQE did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// What it meant; `None` for the stray notification of a refused `SEND_ZC`, which means
+    /// nothing to the request's owner.
+    pub outcome: Option<Outcome>,
+    /// The request's memory may be reused from now on (its final CQE as far as the memory goes).
+    pub released: bool,
+    /// The tag is free from now on: no CQE will come for this request any more.
+    pub ended: bool,
+}
+
+/// What one completion meant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// A send's result: bytes accepted or the errno, with the length asked for.
+    Sent {
+        /// Bytes accepted (`Ok`) or the errno (`Err`).
+        res: Result<u32, i32>,
+        /// The length the request asked for.
+        asked: u32,
+        /// It was a `SEND_ZC` (its bytes are counted by its notification, if one follows).
+        zero_copy: bool,
+    },
+    /// A `SEND_ZC` notification: the kernel no longer references the bytes.
+    Notified {
+        /// Bytes the request had sent.
+        bytes: u64,
+        /// The kernel copied them (`IORING_NOTIF_USAGE_ZC_COPIED`).
+        copied: bool,
+    },
+    /// A receive's result: bytes filled (0: the peer closed) or the errno.
+    Received(Result<u32, i32>),
+    /// A completion that contradicts the protocol (a bug here or in the kernel).
+    Protocol(TrackerError),
+}
+
+/// `res` as bytes or a positive errno; i32::MIN is none and has no negation: it saturates
+/// (found by fuzz/, target sendzc: the negation overflowed).
+#[inline]
+fn result_of(res: i32) -> Result<u32, i32> {
+    if res >= 0 {
+        Ok(res as u32)
+    } else {
+        Err(res.saturating_neg())
+    }
+}
+
+impl ReqState {
+    /// Records the submission of a `kind` request of `len` bytes (`Busy` unless idle).
+    #[inline]
+    pub fn submit(&mut self, tag: usize, kind: Kind, len: u32) -> Result<(), TrackerError> {
+        if *self != ReqState::Idle {
+            return Err(TrackerError::Busy(tag));
         }
-    }
-
-    /// Makes room for slots `0..slots` (new slots idle); never shrinks.
-    pub fn ensure(&mut self, slots: usize) {
-        if slots > self.state.len() {
-            self.state.resize(slots, State::Idle);
-        }
-    }
-
-    /// Requests submitted and not yet released (result or notification outstanding).
-    pub fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-
-    /// Requests whose result CQE has not arrived.
-    pub fn awaiting_result(&self) -> usize {
-        self.awaiting_result
-    }
-
-    /// Records the submission of `len` bytes from slot `slot`.
-    pub fn on_submit(&mut self, slot: usize, len: u32) -> Result<(), TrackerError> {
-        let st = self
-            .state
-            .get_mut(slot)
-            .ok_or(TrackerError::UnknownSlot(slot))?;
-        if *st != State::Idle {
-            return Err(TrackerError::Busy(slot));
-        }
-        *st = State::AwaitResult { len };
-        self.in_flight += 1;
-        self.awaiting_result += 1;
+        *self = ReqState::Pending { kind, len };
         Ok(())
     }
 
-    /// Interprets a CQE (`res`, `flags`) for slot `slot`.
-    pub fn on_cqe(
-        &mut self,
-        slot: usize,
-        res: i32,
-        flags: u32,
-    ) -> Result<CqeOutcome, TrackerError> {
-        let st = self
-            .state
-            .get_mut(slot)
-            .ok_or(TrackerError::UnknownSlot(slot))?;
-        let mut out = CqeOutcome::default();
-        if flags & IORING_CQE_F_NOTIF != 0 {
-            match *st {
-                State::AwaitNotif { sent } => {
-                    out.notification = Some(Notification {
-                        bytes: u64::from(sent),
-                        copied: (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0,
-                    });
-                    *st = State::Idle;
-                }
-                State::AwaitResult { .. } => {
-                    return Err(TrackerError::NotificationBeforeResult(slot))
-                }
-                State::Idle => return Err(TrackerError::Unexpected(slot)),
+    /// Whether this is a send whose result has not come (its bytes may not be in the socket).
+    #[inline]
+    pub fn awaits_send_result(&self) -> bool {
+        matches!(
+            self,
+            ReqState::Pending {
+                kind: Kind::Send | Kind::SendZc,
+                ..
             }
-        } else {
-            match *st {
-                State::AwaitResult { len } => {
-                    // -errno; i32::MIN is none, and has no negation: it saturates (found by
-                    // fuzz/, target sendzc: the negation overflowed).
-                    let result = if res >= 0 {
-                        Ok(res as u32)
-                    } else {
-                        Err(res.saturating_neg())
+        )
+    }
+
+    /// Reads one CQE (`res`, `flags`) for the request in this state (`tag` names it in
+    /// errors). A CQE the state does not wait for is [`Outcome::Protocol`]; one that ends the
+    /// request anyway (no `F_MORE`) still releases it, so a confused kernel cannot strand
+    /// memory.
+    #[inline]
+    pub fn on_cqe(&mut self, tag: usize, res: i32, flags: u32) -> Step {
+        let notif = flags & IORING_CQE_F_NOTIF != 0;
+        let more = flags & IORING_CQE_F_MORE != 0;
+        let done = |outcome| Step {
+            outcome: Some(outcome),
+            released: true,
+            ended: true,
+        };
+        match (*self, notif) {
+            (ReqState::Pending { kind, len }, false) => {
+                let outcome = match kind {
+                    Kind::Recv => Outcome::Received(result_of(res)),
+                    _ => Outcome::Sent {
+                        res: result_of(res),
+                        asked: len,
+                        zero_copy: kind == Kind::SendZc,
+                    },
+                };
+                if more && kind != Kind::Recv {
+                    *self = ReqState::Notifying {
+                        sent: res.max(0) as u32,
                     };
-                    out.result = Some((result, len));
-                    self.awaiting_result -= 1;
-                    *st = if flags & IORING_CQE_F_MORE != 0 {
-                        State::AwaitNotif {
-                            sent: res.max(0) as u32,
-                        }
-                    } else {
-                        State::Idle
+                    return Step {
+                        outcome: Some(outcome),
+                        released: false,
+                        ended: false,
                     };
                 }
-                State::AwaitNotif { .. } => return Err(TrackerError::DuplicateResult(slot)),
-                State::Idle => return Err(TrackerError::Unexpected(slot)),
+                if kind == Kind::SendZc && res < 0 {
+                    *self = ReqState::Stray;
+                    return Step {
+                        outcome: Some(outcome),
+                        released: true,
+                        ended: false,
+                    };
+                }
+                *self = ReqState::Idle;
+                done(outcome)
+            }
+            (ReqState::Notifying { sent }, true) => {
+                *self = ReqState::Idle;
+                done(Outcome::Notified {
+                    bytes: u64::from(sent),
+                    copied: (res as u32) & IORING_NOTIF_USAGE_ZC_COPIED != 0,
+                })
+            }
+            (ReqState::Stray, _) => {
+                *self = ReqState::Idle;
+                Step {
+                    outcome: None,
+                    released: false,
+                    ended: true,
+                }
+            }
+            (ReqState::Idle, _) => Step {
+                outcome: Some(Outcome::Protocol(TrackerError::Unexpected(tag))),
+                released: false,
+                ended: false,
+            },
+            (ReqState::Pending { .. } | ReqState::Notifying { .. }, _) => {
+                let e = if notif {
+                    TrackerError::NotificationBeforeResult(tag)
+                } else {
+                    TrackerError::DuplicateResult(tag)
+                };
+                if more {
+                    return Step {
+                        outcome: Some(Outcome::Protocol(e)),
+                        released: false,
+                        ended: false,
+                    };
+                }
+                *self = ReqState::Idle;
+                done(Outcome::Protocol(e))
             }
         }
-        if *st == State::Idle {
-            out.released = true;
-            self.in_flight -= 1;
+    }
+}
+
+/// What moved through a ring, as the kernel reported it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Send requests queued.
+    pub sends: u64,
+    /// Bytes the kernel accepted from sends.
+    pub bytes_sent: u64,
+    /// Bytes of `SEND_ZC` requests whose notification said the kernel did not copy.
+    pub zerocopy_bytes: u64,
+    /// Bytes of `IORING_OP_SEND` requests, and of `SEND_ZC` requests whose notification said
+    /// the kernel copied.
+    pub copied_bytes: u64,
+    /// Zero-copy notifications.
+    pub notifications: u64,
+    /// Notifications that said the kernel copied.
+    pub copied_notifications: u64,
+    /// Bytes receives filled.
+    pub bytes_received: u64,
+}
+
+impl Counts {
+    /// Counts what `outcome` says moved: the one rule. A send's accepted bytes are sent, and
+    /// copied unless it was a `SEND_ZC`; a `SEND_ZC`'s bytes are zero-copy or copied as its
+    /// notification says (none without one: a failed or refused send moved nothing); a
+    /// receive's bytes are received. Failures count nothing.
+    #[inline]
+    pub fn add(&mut self, outcome: &Outcome) {
+        match *outcome {
+            Outcome::Sent {
+                res: Ok(n),
+                zero_copy,
+                ..
+            } => {
+                self.bytes_sent += u64::from(n);
+                if !zero_copy {
+                    self.copied_bytes += u64::from(n);
+                }
+            }
+            Outcome::Notified { bytes, copied } => {
+                self.notifications += 1;
+                if copied {
+                    self.copied_notifications += 1;
+                    self.copied_bytes += bytes;
+                } else {
+                    self.zerocopy_bytes += bytes;
+                }
+            }
+            Outcome::Received(Ok(n)) => self.bytes_received += u64::from(n),
+            _ => {}
         }
-        Ok(out)
+    }
+
+    /// What was counted since `earlier` (a snapshot of the same counts).
+    pub fn since(&self, earlier: &Counts) -> Counts {
+        Counts {
+            sends: self.sends - earlier.sends,
+            bytes_sent: self.bytes_sent - earlier.bytes_sent,
+            zerocopy_bytes: self.zerocopy_bytes - earlier.zerocopy_bytes,
+            copied_bytes: self.copied_bytes - earlier.copied_bytes,
+            notifications: self.notifications - earlier.notifications,
+            copied_notifications: self.copied_notifications - earlier.copied_notifications,
+            bytes_received: self.bytes_received - earlier.bytes_received,
+        }
     }
 }
 
@@ -193,140 +317,196 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const NOTIF: u32 = IORING_CQE_F_NOTIF;
+    const MORE: u32 = IORING_CQE_F_MORE;
+    const COPIED: i32 = IORING_NOTIF_USAGE_ZC_COPIED as i32;
+    /// include/uapi/asm-generic/errno-base.h
+    const ENOMEM: i32 = 12;
+
+    fn pending(kind: Kind, len: u32) -> ReqState {
+        let mut s = ReqState::Idle;
+        s.submit(0, kind, len).unwrap();
+        s
+    }
+
+    fn step(outcome: Option<Outcome>, released: bool, ended: bool) -> Step {
+        Step {
+            outcome,
+            released,
+            ended,
+        }
+    }
+
     #[test]
     fn zero_copy_request_needs_both_cqes() {
-        let mut t = SendZcTracker::new(2);
-        t.on_submit(0, 100).unwrap();
-        assert_eq!(t.on_submit(0, 100), Err(TrackerError::Busy(0)));
-        let r = t.on_cqe(0, 100, IORING_CQE_F_MORE).unwrap();
-        assert_eq!(r.result, Some((Ok(100), 100)));
-        assert!(!r.released);
-        assert_eq!(t.awaiting_result(), 0);
-        assert_eq!(t.in_flight(), 1);
-        let n = t
-            .on_cqe(0, IORING_NOTIF_USAGE_ZC_COPIED as i32, IORING_CQE_F_NOTIF)
-            .unwrap();
+        let mut s = pending(Kind::SendZc, 100);
+        assert_eq!(s.submit(0, Kind::SendZc, 100), Err(TrackerError::Busy(0)));
+        assert!(s.awaits_send_result());
+        assert!(!pending(Kind::Recv, 1).awaits_send_result());
+        let sent = Outcome::Sent {
+            res: Ok(100),
+            asked: 100,
+            zero_copy: true,
+        };
+        assert_eq!(s.on_cqe(0, 100, MORE), step(Some(sent), false, false));
+        assert!(!s.awaits_send_result());
         assert_eq!(
-            n.notification,
-            Some(Notification {
-                bytes: 100,
-                copied: true
-            })
+            s.submit(0, Kind::Send, 1),
+            Err(TrackerError::Busy(0)),
+            "the kernel still holds the memory until the notification"
         );
-        assert!(n.released);
-        assert_eq!(t.in_flight(), 0);
+        let n = Outcome::Notified {
+            bytes: 100,
+            copied: true,
+        };
+        assert_eq!(s.on_cqe(0, COPIED, NOTIF), step(Some(n), true, true));
+        assert_eq!(s, ReqState::Idle);
         assert_eq!(
-            t.on_cqe(0, 0, IORING_CQE_F_NOTIF),
-            Err(TrackerError::Unexpected(0))
+            s.on_cqe(0, 0, NOTIF),
+            step(
+                Some(Outcome::Protocol(TrackerError::Unexpected(0))),
+                false,
+                false
+            )
         );
     }
 
     #[test]
     fn failed_send_can_still_notify() {
-        let mut t = SendZcTracker::new(1);
-        t.on_submit(0, 64).unwrap();
-        let r = t.on_cqe(0, -104, IORING_CQE_F_MORE).unwrap();
-        assert_eq!(r.result, Some((Err(104), 64)));
-        assert!(!r.released, "buffer must stay held until the notification");
-        let n = t.on_cqe(0, 0, IORING_CQE_F_NOTIF).unwrap();
+        let mut s = pending(Kind::SendZc, 64);
+        let r = s.on_cqe(0, -104, MORE);
         assert_eq!(
-            n.notification,
-            Some(Notification {
-                bytes: 0,
-                copied: false
+            r.outcome,
+            Some(Outcome::Sent {
+                res: Err(104),
+                asked: 64,
+                zero_copy: true
             })
         );
-        assert!(n.released);
+        assert!(!r.released, "memory held until the notification");
+        let n = s.on_cqe(0, 0, NOTIF);
+        assert_eq!(
+            n,
+            step(
+                Some(Outcome::Notified {
+                    bytes: 0,
+                    copied: false
+                }),
+                true,
+                true
+            )
+        );
     }
 
-    /// Step by step: after a result CQE with `F_MORE` the slot is still in flight
-    /// (not released, a new submit on it is `Busy`) and only the notification frees it; a
-    /// result *without* `F_MORE` (a plain send, or a zero-copy request that failed before it
-    /// took the buffer: no notification will come) frees it at once. Two slots interleaved so
-    /// that one slot's release cannot stand in for the other's.
+    /// A `SEND_ZC` refused before it ran (a failed result without `F_MORE`) frees its memory at
+    /// once, but its tag only with the stray notification that still follows, which means
+    /// nothing to the owner: a late notification can never be taken for the next request's.
     #[test]
-    fn the_slot_is_free_only_after_the_notification() {
-        let mut t = SendZcTracker::new(2);
-        t.on_submit(0, 4096).unwrap();
-        t.on_submit(1, 512).unwrap();
-        assert_eq!((t.in_flight(), t.awaiting_result()), (2, 2));
-
-        let r = t.on_cqe(0, 4096, IORING_CQE_F_MORE).unwrap();
-        assert_eq!(r.result, Some((Ok(4096), 4096)));
-        assert_eq!(r.notification, None);
-        assert!(
-            !r.released,
-            "released on the result CQE (F_MORE): the kernel still holds the buffer"
-        );
-        assert_eq!((t.in_flight(), t.awaiting_result()), (2, 1));
+    fn a_refused_zero_copy_send_keeps_its_tag_until_the_stray_notification() {
+        let mut s = pending(Kind::SendZc, 8);
+        let r = s.on_cqe(0, -ENOMEM, 0);
         assert_eq!(
-            t.on_submit(0, 1),
-            Err(TrackerError::Busy(0)),
-            "not free yet"
+            r,
+            step(
+                Some(Outcome::Sent {
+                    res: Err(ENOMEM),
+                    asked: 8,
+                    zero_copy: true
+                }),
+                true,
+                false
+            )
         );
+        assert_eq!(s, ReqState::Stray);
+        assert_eq!(s.submit(0, Kind::SendZc, 8), Err(TrackerError::Busy(0)));
+        assert_eq!(s.on_cqe(0, 0, NOTIF), step(None, false, true));
+        assert_eq!(s, ReqState::Idle);
+        // A plain send that failed has nothing to follow: both at once.
+        let mut p = pending(Kind::Send, 8);
+        assert!(matches!(
+            p.on_cqe(0, -32, 0),
+            Step {
+                released: true,
+                ended: true,
+                ..
+            }
+        ));
+    }
 
-        // Slot 1: a result without F_MORE, no notification will come: free now.
-        let r = t.on_cqe(1, 512, 0).unwrap();
-        assert_eq!(r.result, Some((Ok(512), 512)));
-        assert!(
-            r.released,
-            "a result without F_MORE is the request's last CQE"
-        );
-        assert_eq!((t.in_flight(), t.awaiting_result()), (1, 0));
+    /// A plain send's and a receive's single CQE ends the request; what they moved is counted
+    /// as copied and received.
+    #[test]
+    fn single_cqe_requests_end_at_once_and_count_by_kind() {
+        let mut counts = Counts::default();
+        let mut s = pending(Kind::Send, 512);
+        let r = s.on_cqe(0, 512, 0);
+        assert!(r.released && r.ended);
+        counts.add(&r.outcome.unwrap());
+        let mut rx = pending(Kind::Recv, 4096);
+        let r = rx.on_cqe(0, 1000, 0);
+        assert_eq!(r, step(Some(Outcome::Received(Ok(1000))), true, true));
+        counts.add(&r.outcome.unwrap());
+        let mut zc = pending(Kind::SendZc, 300);
+        counts.add(&zc.on_cqe(0, 300, MORE).outcome.unwrap());
+        counts.add(&zc.on_cqe(0, 0, NOTIF).outcome.unwrap());
+        let mut copied = pending(Kind::SendZc, 50);
+        counts.add(&copied.on_cqe(0, 50, MORE).outcome.unwrap());
+        counts.add(&copied.on_cqe(0, COPIED, NOTIF).outcome.unwrap());
+        let mut failed = pending(Kind::Send, 70);
+        counts.add(&failed.on_cqe(0, -104, 0).outcome.unwrap());
         assert_eq!(
-            t.on_cqe(1, 0, IORING_CQE_F_NOTIF),
-            Err(TrackerError::Unexpected(1)),
-            "no notification follows a result without F_MORE"
+            counts,
+            Counts {
+                sends: 0,
+                bytes_sent: 512 + 300 + 50,
+                zerocopy_bytes: 300,
+                copied_bytes: 512 + 50,
+                notifications: 2,
+                copied_notifications: 1,
+                bytes_received: 1000,
+            }
         );
-        t.on_submit(1, 64).unwrap();
-
-        // Slot 0 is still held until its notification.
-        assert_eq!(t.on_submit(0, 1), Err(TrackerError::Busy(0)));
-        let n = t.on_cqe(0, 0, IORING_CQE_F_NOTIF).unwrap();
-        assert_eq!(n.result, None);
-        assert_eq!(
-            n.notification,
-            Some(Notification {
-                bytes: 4096,
-                copied: false
-            })
-        );
-        assert!(n.released, "the notification frees the slot");
-        assert_eq!((t.in_flight(), t.awaiting_result()), (1, 1));
-        t.on_submit(0, 8).unwrap();
-
-        // A zero-copy request that failed without F_MORE (e.g. -EINVAL at prep): freed by
-        // its only CQE.
-        let r = t.on_cqe(0, -22, 0).unwrap();
-        assert_eq!(r.result, Some((Err(22), 8)));
-        assert!(r.released);
-        let r = t.on_cqe(1, 64, 0).unwrap();
-        assert!(r.released);
-        assert_eq!((t.in_flight(), t.awaiting_result()), (0, 0));
+        let later = Counts {
+            bytes_sent: counts.bytes_sent + 5,
+            ..counts
+        };
+        assert_eq!(later.since(&counts).bytes_sent, 5);
     }
 
     /// Found by fuzz/ (target sendzc): a result of i32::MIN overflowed the negation.
     #[test]
     fn a_result_of_i32_min_is_an_error_not_a_panic() {
-        let mut t = SendZcTracker::new(1);
-        t.on_submit(0, 8).unwrap();
-        let r = t.on_cqe(0, i32::MIN, 0).unwrap();
-        assert_eq!(r.result, Some((Err(i32::MAX), 8)));
-        assert!(r.released);
-        assert_eq!(t.in_flight(), 0);
+        let mut s = pending(Kind::Send, 8);
+        let r = s.on_cqe(0, i32::MIN, 0);
+        assert_eq!(
+            r.outcome,
+            Some(Outcome::Sent {
+                res: Err(i32::MAX),
+                asked: 8,
+                zero_copy: false
+            })
+        );
+        assert!(r.released && r.ended);
     }
 
     #[test]
     fn protocol_violations_are_errors() {
-        let mut t = SendZcTracker::new(1);
-        assert_eq!(t.on_cqe(3, 0, 0), Err(TrackerError::UnknownSlot(3)));
-        t.on_submit(0, 1).unwrap();
+        let mut s = pending(Kind::SendZc, 1);
         assert_eq!(
-            t.on_cqe(0, 0, IORING_CQE_F_NOTIF),
-            Err(TrackerError::NotificationBeforeResult(0))
+            s.on_cqe(3, 0, NOTIF | MORE).outcome,
+            Some(Outcome::Protocol(TrackerError::NotificationBeforeResult(3)))
         );
-        t.on_cqe(0, 1, IORING_CQE_F_MORE).unwrap();
-        assert_eq!(t.on_cqe(0, 1, 0), Err(TrackerError::DuplicateResult(0)));
+        assert!(!s.on_cqe(0, 1, MORE).released);
+        let r = s.on_cqe(0, 1, 0);
+        assert_eq!(
+            r,
+            step(
+                Some(Outcome::Protocol(TrackerError::DuplicateResult(0))),
+                true,
+                true
+            ),
+            "a CQE without F_MORE ends the request even when it makes no sense"
+        );
     }
 
     #[derive(Debug, Clone)]
@@ -353,50 +533,52 @@ mod tests {
     }
 
     proptest! {
-        /// A simulated kernel completes rounds of requests with results and notifications
-        /// interleaved at random (each request's result before its notification); every slot
-        /// is released exactly once and every notified byte is attributed once.
+        /// A simulated kernel completes rounds of zero-copy requests with results and
+        /// notifications interleaved at random (each request's result before its notification,
+        /// a refused one's stray notification too); every request releases its memory exactly
+        /// once and ends exactly once, and every notified byte is counted once.
         #[test]
         fn lifecycle_under_reordering(rounds in prop::collection::vec(prop::collection::vec(req(), 1..16), 1..20), seed in any::<u64>()) {
-            let slots = 16;
-            let mut t = SendZcTracker::new(slots);
+            let mut slots = [ReqState::Idle; 16];
             let mut s = seed | 1;
             let mut next = || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s };
-            let (mut zc, mut copied, mut expect_zc, mut expect_copied) = (0u64, 0u64, 0u64, 0u64);
+            let mut counts = Counts::default();
+            let (mut expect_zc, mut expect_copied) = (0u64, 0u64);
             for round in &rounds {
                 let mut queue: Vec<(usize, bool)> = Vec::new(); // (slot, is_notif)
                 for (slot, r) in round.iter().enumerate() {
-                    t.on_submit(slot, r.len).unwrap();
+                    slots[slot].submit(slot, Kind::SendZc, r.len).unwrap();
                     queue.push((slot, false));
                 }
-                let mut released = vec![0u32; slots];
+                let mut released = [0u32; 16];
+                let mut ended = [0u32; 16];
                 while !queue.is_empty() {
                     let i = (next() % queue.len() as u64) as usize;
                     let (slot, notif) = queue.swap_remove(i);
                     let r = &round[slot];
-                    let out = if notif {
-                        let res = if r.copied { IORING_NOTIF_USAGE_ZC_COPIED as i32 } else { 0 };
-                        t.on_cqe(slot, res, IORING_CQE_F_NOTIF).unwrap()
+                    let st = if notif {
+                        let res = if r.copied { COPIED } else { 0 };
+                        slots[slot].on_cqe(slot, res, NOTIF)
                     } else {
-                        let flags = if r.more { IORING_CQE_F_MORE } else { 0 };
-                        if r.more { queue.push((slot, true)); }
-                        t.on_cqe(slot, r.res, flags).unwrap()
+                        // Every SEND_ZC notifies, a refused one (no F_MORE) too.
+                        queue.push((slot, true));
+                        slots[slot].on_cqe(slot, r.res, if r.more { MORE } else { 0 })
                     };
-                    if let Some(n) = out.notification {
-                        if n.copied { copied += n.bytes } else { zc += n.bytes }
-                    }
-                    if out.released { released[slot] += 1; }
+                    prop_assert!(!matches!(st.outcome, Some(Outcome::Protocol(_))), "{:?}", st);
+                    if let Some(o) = st.outcome { counts.add(&o) }
+                    released[slot] += u32::from(st.released);
+                    ended[slot] += u32::from(st.ended);
                 }
                 for (slot, r) in round.iter().enumerate() {
-                    prop_assert_eq!(released[slot], 1);
+                    prop_assert_eq!((released[slot], ended[slot]), (1, 1));
+                    prop_assert_eq!(slots[slot], ReqState::Idle);
                     if r.more && r.res > 0 {
                         if r.copied { expect_copied += r.len as u64 } else { expect_zc += r.len as u64 }
                     }
                 }
-                prop_assert_eq!(t.in_flight(), 0);
             }
-            prop_assert_eq!(zc, expect_zc);
-            prop_assert_eq!(copied, expect_copied);
+            prop_assert_eq!(counts.zerocopy_bytes, expect_zc);
+            prop_assert_eq!(counts.copied_bytes, expect_copied);
         }
     }
 }

@@ -37,13 +37,15 @@
 
 use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};
-use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+pub use zcnet_core::{Counts, Outcome};
+use zcnet_core::{Kind, ReqState};
 
 static LEAKED: AtomicU64 = AtomicU64::new(0);
 
@@ -165,28 +167,24 @@ pub struct Request {
     pub link: bool,
 }
 
-/// What the ring keeps per tag: the request's lease while in flight, its operation, and
-/// whether a stray notification may still come (see the module documentation). One entry per
-/// tag, so a completion touches one place.
-#[derive(Debug)]
+/// What the ring keeps per tag: the request's lease while the kernel may use it, and the
+/// request's place in its CQE protocol (zcnet_core's [`ReqState`], the one reading of what each
+/// CQE means). One entry per tag, so a completion touches one place.
+#[derive(Debug, Default)]
 struct Tag {
     lease: Option<Lease>,
-    op: Op,
-    stray: bool,
+    state: ReqState,
 }
 
-/// A completion, with the lease if this was the request's final CQE.
+/// A completion, read: what it meant, with the lease if it was the request's final CQE for its
+/// memory.
 #[derive(Debug)]
 pub struct Completion {
     /// The tag [`Ring::push`] gave the request.
     pub tag: u32,
-    /// The request's operation.
-    pub op: Op,
-    /// `res` of the CQE.
-    pub res: i32,
-    /// `flags` of the CQE.
-    pub flags: u32,
-    /// The lease, returned with the final CQE.
+    /// What it meant (counted in [`Ring::counts`]).
+    pub outcome: Outcome,
+    /// The lease, returned with the request's final CQE (and only then).
     pub lease: Option<Lease>,
 }
 
@@ -201,11 +199,16 @@ pub struct RingFlags {
 pub struct Ring {
     /// Dropped by hand: kept (leaked) when the kernel would not let go of a request.
     ring: ManuallyDrop<IoUring>,
-    /// The lease of each request in flight, by tag.
+    /// The lease and state of each request, by tag.
     held: Vec<Tag>,
     /// Tags not in flight, below `held.len()`.
     free: Vec<u32>,
+    /// Leases held.
     in_flight: usize,
+    /// Sends whose result has not come.
+    awaiting_result: usize,
+    /// What moved.
+    counts: Counts,
     /// The fixed buffer table: sparse (`sparse`), or one region registered whole.
     fixed: Vec<Option<Fixed>>,
     sparse: bool,
@@ -255,6 +258,8 @@ impl Ring {
             held: Vec::with_capacity(entries as usize),
             free: Vec::new(),
             in_flight: 0,
+            awaiting_result: 0,
+            counts: Counts::default(),
             fixed,
             sparse,
             file: None,
@@ -390,9 +395,19 @@ impl Ring {
         Ok(())
     }
 
-    /// Requests queued or running whose final CQE has not been taken.
+    /// Requests queued or running whose memory the kernel may still use.
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// Sends whose result has not come (their bytes may not be in the socket yet).
+    pub fn awaiting_result(&self) -> usize {
+        self.awaiting_result
+    }
+
+    /// What moved so far, as the kernel reported it.
+    pub fn counts(&self) -> Counts {
+        self.counts
     }
 
     #[inline]
@@ -400,11 +415,7 @@ impl Ring {
         match self.free.pop() {
             Some(t) => t,
             None => {
-                self.held.push(Tag {
-                    lease: None,
-                    op: Op::Recv,
-                    stray: false,
-                });
+                self.held.push(Tag::default());
                 (self.held.len() - 1) as u32
             }
         }
@@ -489,10 +500,20 @@ impl Ring {
                 return Err((lease, e));
             }
         }
+        let kind = match req.op {
+            Op::Send => Kind::Send,
+            Op::SendZc { .. } => Kind::SendZc,
+            Op::Recv => Kind::Recv,
+        };
         let t = &mut self.held[tag as usize];
+        // A tag comes from the free list only once its request ended: the state is idle.
+        let _ = t.state.submit(tag as usize, kind, req.len);
         t.lease = Some(lease);
-        t.op = req.op;
         self.in_flight += 1;
+        if kind != Kind::Recv {
+            self.awaiting_result += 1;
+            self.counts.sends += 1;
+        }
         Ok(tag)
     }
 
@@ -535,47 +556,40 @@ impl Ring {
         submit_and_wait(&self.ring, want, timeout)
     }
 
-    /// Takes every available completion, handing the lease back with each final CQE.
+    /// Takes every available completion: reads it ([`ReqState::on_cqe`]), counts it, and hands
+    /// it to `f` with the lease if it was the request's final CQE for its memory. The stray
+    /// notification of a refused `SEND_ZC` frees its tag and is not handed on.
     #[inline]
     pub fn drain(&mut self, mut f: impl FnMut(Completion)) {
         let mut cq = self.ring.completion();
         cq.sync();
         for cqe in &mut cq {
             let ud = cqe.user_data();
-            if ud == CANCEL_TAG {
-                continue;
-            }
             let tag = ud as u32;
-            let t = tag as usize;
-            let Some(state) = self.held.get_mut(t) else {
+            let Some(t) = self.held.get_mut(ud as usize) else {
+                // CANCEL_TAG, or nothing this ring handed out.
                 continue;
             };
-            if state.stray {
-                // The late notification of a refused SEND_ZC: its tag is free from now on.
-                state.stray = false;
-                self.free.push(tag);
-                continue;
+            let (res, flags) = (cqe.result(), cqe.flags());
+            let awaited = t.state.awaits_send_result();
+            let step = t.state.on_cqe(tag as usize, res, flags);
+            if awaited && !t.state.awaits_send_result() {
+                self.awaiting_result -= 1;
             }
-            let lease = if cqueue::more(cqe.flags()) {
-                None
-            } else {
-                let l = state.lease.take();
-                if l.is_some() {
-                    self.in_flight -= 1;
-                    let zc = matches!(state.op, Op::SendZc { .. });
-                    if zc && cqe.result() < 0 && !cqueue::notif(cqe.flags()) {
-                        state.stray = true;
-                    } else {
-                        self.free.push(tag);
-                    }
-                }
-                l
+            let lease = if step.released { t.lease.take() } else { None };
+            if lease.is_some() {
+                self.in_flight -= 1;
+            }
+            if step.ended {
+                self.free.push(tag);
+            }
+            let Some(outcome) = step.outcome else {
+                continue;
             };
+            self.counts.add(&outcome);
             f(Completion {
                 tag,
-                op: state.op,
-                res: cqe.result(),
-                flags: cqe.flags(),
+                outcome,
                 lease,
             });
         }
@@ -665,8 +679,6 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
-    use zcnet_core::sendzc::{IORING_CQE_F_MORE, IORING_CQE_F_NOTIF};
-    use zcnet_core::SendZcTracker;
     use zcnet_testkit::{skip, Need};
 
     fn pair() -> (TcpStream, TcpStream) {
@@ -705,8 +717,7 @@ mod tests {
     /// notification will come) returns its lease at once. The send is made with `MSG_MORE` so
     /// the kernel holds the partial segment after accepting it: the result arrives while the
     /// notification cannot have (it comes once the next send without `MSG_MORE` pushes the
-    /// segment out). Every completion is also fed to `SendZcTracker`, whose `released` must
-    /// agree with the ring.
+    /// segment out). Every completion is read as it should be, and counted.
     #[zcnet_testkit::test]
     fn a_zero_copy_send_keeps_its_lease_until_the_notification() {
         let mut ring = ring(8, 0);
@@ -729,28 +740,34 @@ mod tests {
             flags: if more { libc::MSG_MORE } else { 0 },
             link: false,
         };
-        let mut tracker = SendZcTracker::new(2);
         let mut seen = Vec::new();
 
         let zc_tag = ring
             .push(Lease::Slot(zc), &req(Op::SendZc { fixed: None }, true))
             .map_err(|(_, e)| e)
             .expect("queue the zero-copy send");
-        tracker.on_submit(zc_tag as usize, 4096).expect("submit");
         ring.submit().expect("submit");
+        let is_result = |c: &Completion| matches!(c.outcome, Outcome::Sent { .. });
         drain_until(&mut ring, &mut seen, |s| {
-            s.iter()
-                .any(|c| c.tag == zc_tag && c.flags & IORING_CQE_F_NOTIF == 0)
+            s.iter().any(|c| c.tag == zc_tag && is_result(c))
         });
         let result = seen
             .iter()
-            .find(|c| c.tag == zc_tag && c.flags & IORING_CQE_F_NOTIF == 0)
+            .find(|c| c.tag == zc_tag && is_result(c))
             .expect("the result");
-        assert_eq!(result.res, 4096, "{seen:?}");
-        assert_ne!(
-            result.flags & IORING_CQE_F_MORE,
+        assert_eq!(
+            result.outcome,
+            Outcome::Sent {
+                res: Ok(4096),
+                asked: 4096,
+                zero_copy: true
+            },
+            "{seen:?}"
+        );
+        assert_eq!(
+            ring.awaiting_result(),
             0,
-            "a zero-copy result announces its notification: {seen:?}"
+            "the result is in, the notification announced (F_MORE): {seen:?}"
         );
         assert!(
             result.lease.is_none(),
@@ -769,7 +786,6 @@ mod tests {
             .map_err(|(_, e)| e)
             .expect("queue the plain send");
         assert_ne!(plain_tag, zc_tag, "two requests in flight, two tags");
-        tracker.on_submit(plain_tag as usize, 4096).expect("submit");
         ring.submit().expect("submit");
         let mut got = vec![0u8; 8192];
         b.read_exact(&mut got).expect("read");
@@ -779,20 +795,37 @@ mod tests {
         assert_eq!(ring.in_flight(), 0);
 
         for c in &seen {
-            let out = tracker
-                .on_cqe(c.tag as usize, c.res, c.flags)
-                .unwrap_or_else(|e| panic!("{e}: {seen:?}"));
-            let last = c.flags & IORING_CQE_F_MORE == 0;
+            // The zero-copy result is the one CQE with more to come.
+            let last = !(c.tag == zc_tag && is_result(c));
             assert_eq!(
                 c.lease.is_some(),
                 last,
                 "a lease comes back with its request's final CQE and only then: {c:?}"
             );
-            assert_eq!(out.released, last, "the tracker agrees: {c:?}");
+            match c.outcome {
+                Outcome::Notified { bytes, .. } => assert_eq!((c.tag, bytes), (zc_tag, 4096)),
+                Outcome::Sent {
+                    res,
+                    asked,
+                    zero_copy,
+                } => assert_eq!((res, asked, zero_copy), (Ok(4096), 4096, c.tag == zc_tag)),
+                _ => panic!("{c:?}"),
+            }
         }
+        let counts = ring.counts();
+        assert_eq!(
+            (counts.sends, counts.bytes_sent, counts.notifications),
+            (2, 8192, 1)
+        );
+        assert_eq!(
+            counts.zerocopy_bytes + counts.copied_bytes,
+            8192,
+            "every byte counted once, zero-copy or copied: {counts:?}"
+        );
+        assert_eq!(ring.awaiting_result(), 0);
         let notif = seen
             .iter()
-            .find(|c| c.flags & IORING_CQE_F_NOTIF != 0)
+            .find(|c| matches!(c.outcome, Outcome::Notified { .. }))
             .expect("the notification");
         assert_eq!(notif.tag, zc_tag);
         let back = notif
@@ -800,17 +833,11 @@ mod tests {
             .as_ref()
             .expect("the notification returns the lease");
         assert!(matches!(back, Lease::Slot(s) if s.id() == 0), "{back:?}");
-        let plain_cqe = seen.iter().find(|c| c.tag == plain_tag).expect("plain CQE");
-        assert_eq!(
-            (plain_cqe.res, plain_cqe.flags & IORING_CQE_F_MORE),
-            (4096, 0)
-        );
         assert_eq!(
             seen.len(),
             3,
             "result, notification, plain result: {seen:?}"
         );
-        assert_eq!(tracker.in_flight(), 0);
     }
 
     /// Borrowed memory through the same ring: a zero-copy send from a registered foreign buffer
@@ -858,10 +885,14 @@ mod tests {
         assert_eq!(got, data);
         let mut seen = Vec::new();
         drain_until(&mut ring, &mut seen, |s| finals(s) == 2);
-        assert!(seen.iter().any(|c| c.tag == t1 && c.res == 1000));
+        let sent = |c: &Completion| match c.outcome {
+            Outcome::Sent { res: Ok(n), .. } => Some((c.tag, n)),
+            _ => None,
+        };
+        assert!(seen.iter().any(|c| sent(c) == Some((t1, 1000))));
         assert!(seen
             .iter()
-            .any(|c| c.tag == t2 && c.res == (len - 1000) as i32));
+            .any(|c| sent(c) == Some((t2, (len - 1000) as u32))));
         assert_eq!(ring.in_flight(), 0);
         drop(seen);
         assert_eq!(Arc::strong_count(&buf), 1, "every lease came back");
@@ -890,7 +921,7 @@ mod tests {
         b.write_all(&[6u8; 50]).expect("write");
         let mut seen = Vec::new();
         drain_until(&mut ring, &mut seen, |s| finals(s) == 1);
-        assert_eq!(seen[0].res, 80);
+        assert_eq!(seen[0].outcome, Outcome::Received(Ok(80)));
         drop(seen);
         assert_eq!(&into[..10], &[0u8; 10]);
         assert_eq!(&into[10..40], &[5u8; 30]);
@@ -1003,7 +1034,15 @@ mod tests {
             ring.submit().expect("submit");
             let mut seen = Vec::new();
             drain_until(&mut ring, &mut seen, |s| finals(s) == 1);
-            assert_eq!((seen[0].tag, seen[0].res), (t, 100));
+            assert_eq!(seen[0].tag, t);
+            assert!(matches!(
+                seen[0].outcome,
+                Outcome::Sent {
+                    res: Ok(100),
+                    zero_copy: false,
+                    ..
+                }
+            ));
         }
         let mut got = vec![0u8; 5000];
         b.read_exact(&mut got).expect("read");

@@ -2,10 +2,10 @@
 //! of it, one reading of what each completion means, and one count of what moved and how.
 //!
 //! ```text
-//!   owner ── push(Lease, Request) ──► Ring (zcnet-sys: holds the lease) ──► kernel
-//!     ▲                                                                      │ CQEs
-//!     └── Event { tag, Outcome, lease at the final CQE } ◄── reap: SendZcTracker (zcnet-core)
-//!                                                              + Counts
+//!   owner ── push(Lease, Request) ──► Ring (zcnet-sys: per tag, the lease and a ReqState) ──► kernel
+//!     ▲                                                                                    │ CQEs
+//!     └── Event { tag, Outcome, lease at the final CQE } ◄── reap: ReqState::on_cqe (zcnet-core)
+//!                                                              + Counts::add
 //! ```
 //!
 //! Every io_uring send and receive on memory in zcnet goes through it: the [`crate::Sender`]'s
@@ -16,7 +16,8 @@
 //! cancels what is in flight and waits, boundedly, leaking rather than freeing what the kernel
 //! still holds (zcnet_sys::uring's one drop rule).
 //!
-//! What a CQE means is [`SendZcTracker`]'s job (io_uring_prep_send_zc(3)): a send's result
+//! What a CQE means is [`zcnet_core::ReqState`]'s job (io_uring_prep_send_zc(3)), kept per tag
+//! beside the lease so a completion touches one place: a send's result
 //! (bytes accepted, or `-errno`), then for a `SEND_ZC` whose result had `IORING_CQE_F_MORE` a
 //! notification saying whether the kernel copied after all (`IORING_NOTIF_USAGE_ZC_COPIED`,
 //! asked for with `IORING_SEND_ZC_REPORT_USAGE`, Linux 6.2). [`Counts`] is therefore honest by
@@ -26,121 +27,20 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
-use zcnet_core::{SendZcTracker, TrackerError};
+pub use zcnet_core::{Counts, Outcome};
 pub use zcnet_sys::foreign::ForeignBuf;
-use zcnet_sys::uring::{Completion, Ring};
+use zcnet_sys::uring::Ring;
 pub use zcnet_sys::uring::{ForeignMr, Lease, Op, Request, RingFlags};
 
-/// What moved through an engine, as the kernel reported it.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Counts {
-    /// Send requests queued.
-    pub sends: u64,
-    /// Bytes the kernel accepted from sends.
-    pub bytes_sent: u64,
-    /// Bytes of `SEND_ZC` requests whose notification said the kernel did not copy.
-    pub zerocopy_bytes: u64,
-    /// Bytes of `IORING_OP_SEND` requests, and of `SEND_ZC` requests whose notification said
-    /// the kernel copied.
-    pub copied_bytes: u64,
-    /// Zero-copy notifications.
-    pub notifications: u64,
-    /// Notifications that said the kernel copied.
-    pub copied_notifications: u64,
-    /// Bytes receives filled.
-    pub bytes_received: u64,
-}
-
-impl Counts {
-    /// Counts what `outcome` says moved: the one rule. A send's accepted bytes are sent, and
-    /// copied unless it was a `SEND_ZC`; a `SEND_ZC`'s bytes are zero-copy or copied as its
-    /// notification says (none without one: a failed or refused send moved nothing); a
-    /// receive's bytes are received. Failures count nothing.
-    pub fn add(&mut self, outcome: &Outcome) {
-        match *outcome {
-            Outcome::Sent {
-                res: Ok(n),
-                zero_copy,
-                ..
-            } => {
-                self.bytes_sent += u64::from(n);
-                if !zero_copy {
-                    self.copied_bytes += u64::from(n);
-                }
-            }
-            Outcome::Notified { bytes, copied } => {
-                self.notifications += 1;
-                if copied {
-                    self.copied_notifications += 1;
-                    self.copied_bytes += bytes;
-                } else {
-                    self.zerocopy_bytes += bytes;
-                }
-            }
-            Outcome::Received(Ok(n)) => self.bytes_received += u64::from(n),
-            _ => {}
-        }
-    }
-
-    /// What was counted since `earlier` (a snapshot of the same engine's counts).
-    pub fn since(&self, earlier: &Counts) -> Counts {
-        Counts {
-            sends: self.sends - earlier.sends,
-            bytes_sent: self.bytes_sent - earlier.bytes_sent,
-            zerocopy_bytes: self.zerocopy_bytes - earlier.zerocopy_bytes,
-            copied_bytes: self.copied_bytes - earlier.copied_bytes,
-            notifications: self.notifications - earlier.notifications,
-            copied_notifications: self.copied_notifications - earlier.copied_notifications,
-            bytes_received: self.bytes_received - earlier.bytes_received,
-        }
-    }
-}
-
-/// What one completion meant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// A send's result: bytes accepted or the errno, with the length asked for.
-    Sent {
-        /// Bytes accepted (`Ok`) or the errno (`Err`).
-        res: Result<u32, i32>,
-        /// The length the request asked for.
-        asked: u32,
-        /// It was a `SEND_ZC` (its bytes are counted by its notification, if one follows).
-        zero_copy: bool,
-    },
-    /// A `SEND_ZC` notification: the kernel no longer references the bytes.
-    Notified {
-        /// Bytes the request had sent.
-        bytes: u64,
-        /// The kernel copied them.
-        copied: bool,
-    },
-    /// A receive's result: bytes filled (0: the peer closed) or the errno.
-    Received(Result<u32, i32>),
-    /// A completion that contradicts the protocol (a bug here or in the kernel).
-    Protocol(TrackerError),
-}
-
-/// One completion, interpreted.
-#[derive(Debug)]
-pub struct Event {
-    /// The tag [`Engine::push`] returned for the request.
-    pub tag: u32,
-    /// What it meant.
-    pub outcome: Outcome,
-    /// The request's memory, given back with its final CQE (and only then).
-    pub lease: Option<Lease>,
-}
+/// One completion, read: the tag [`Engine::push`] returned for the request (`tag`), what it
+/// meant (`outcome`, already counted in [`Engine::counts`]) and the request's memory (`lease`),
+/// given back with its final CQE and only then.
+pub type Event = zcnet_sys::uring::Completion;
 
 /// One io_uring engine (see the module documentation).
 #[derive(Debug)]
 pub struct Engine {
-    /// Dropped first (cancel, wait) while the tracker is still there to read what comes.
     ring: Ring,
-    tracker: SendZcTracker,
-    /// Slots the tracker has (tags below it can be tracked).
-    tracked: usize,
-    counts: Counts,
 }
 
 impl Engine {
@@ -149,9 +49,6 @@ impl Engine {
     pub fn new(entries: u32, fixed_slots: u32) -> io::Result<Engine> {
         Ok(Engine {
             ring: Ring::new(entries, fixed_slots)?,
-            tracker: SendZcTracker::new(entries as usize),
-            tracked: entries as usize,
-            counts: Counts::default(),
         })
     }
 
@@ -206,30 +103,18 @@ impl Engine {
 
     /// Sends whose result has not come (their bytes may not be in the socket yet).
     pub fn awaiting_result(&self) -> usize {
-        self.tracker.awaiting_result()
+        self.ring.awaiting_result()
     }
 
     /// What moved so far.
     pub fn counts(&self) -> Counts {
-        self.counts
+        self.ring.counts()
     }
 
     /// Queues `req` on `lease`; the request's tag. On error the lease is handed back.
     #[inline]
     pub fn push(&mut self, lease: Lease, req: &Request) -> Result<u32, (Lease, io::Error)> {
-        let tag = self.ring.push(lease, req)?;
-        let i = tag as usize;
-        if i >= self.tracked {
-            self.tracked = (i + 1).next_power_of_two();
-            self.tracker.ensure(self.tracked);
-        }
-        if req.op != Op::Recv {
-            // The ring hands out a tag only when its previous request ended, so the tracker's
-            // slot is idle; an error here is a bug, reported at the request's completion.
-            let _ = self.tracker.on_submit(i, req.len);
-            self.counts.sends += 1;
-        }
-        Ok(tag)
+        self.ring.push(lease, req)
     }
 
     /// Entries the submission queue holds: the longest chain of linked requests that can be
@@ -262,61 +147,15 @@ impl Engine {
 
     /// Takes every completion there is, interpreted, counted, handed to `f`.
     #[inline]
-    pub fn reap(&mut self, mut f: impl FnMut(Event)) {
-        let Engine {
-            ring,
-            tracker,
-            counts,
-            ..
-        } = self;
-        ring.drain(|c| f(interpret(tracker, counts, c)));
+    pub fn reap(&mut self, f: impl FnMut(Event)) {
+        self.ring.drain(f)
     }
 
     /// Cancels what is in flight and waits up to `timeout` for the final CQEs (interpreted,
     /// handed to `f`); whether none is left. Dropping the engine does the same with
     /// [`zcnet_sys::uring::DROP_WAIT`].
-    pub fn cancel_all(&mut self, timeout: Duration, mut f: impl FnMut(Event)) -> bool {
-        let Engine {
-            ring,
-            tracker,
-            counts,
-            ..
-        } = self;
-        ring.cancel_all(timeout, |c| f(interpret(tracker, counts, c)))
-    }
-}
-
-/// What completion `c` means, counted in `counts`.
-#[inline]
-fn interpret(tracker: &mut SendZcTracker, counts: &mut Counts, c: Completion) -> Event {
-    let outcome = if c.op == Op::Recv {
-        Outcome::Received(if c.res >= 0 {
-            Ok(c.res as u32)
-        } else {
-            Err(c.res.saturating_neg())
-        })
-    } else {
-        match tracker.on_cqe(c.tag as usize, c.res, c.flags) {
-            Err(e) => Outcome::Protocol(e),
-            Ok(out) => match (out.notification, out.result) {
-                (Some(n), _) => Outcome::Notified {
-                    bytes: n.bytes,
-                    copied: n.copied,
-                },
-                (None, Some((res, asked))) => Outcome::Sent {
-                    res,
-                    asked,
-                    zero_copy: c.op != Op::Send,
-                },
-                (None, None) => Outcome::Protocol(TrackerError::Unexpected(c.tag as usize)),
-            },
-        }
-    };
-    counts.add(&outcome);
-    Event {
-        tag: c.tag,
-        outcome,
-        lease: c.lease,
+    pub fn cancel_all(&mut self, timeout: Duration, f: impl FnMut(Event)) -> bool {
+        self.ring.cancel_all(timeout, f)
     }
 }
 
