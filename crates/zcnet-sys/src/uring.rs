@@ -5,10 +5,11 @@
 //! buffers), or memory foreign code lent ([`ForeignBuf`]: NCCL's buffers, a C caller's, a
 //! received buffer sent back out). The ring takes the lease when the request is queued and gives
 //! it back only with the request's *final* CQE — the one without `IORING_CQE_F_MORE`
-//! (io_uring_prep_send_zc(3): a zero-copy send's final CQE is its notification). What each CQE
-//! means (bytes, copied or not) is `zcnet_core::SendZcTracker`'s job, applied by the library's
-//! engine (`zcnet::engine`); this module guarantees the memory rule, which is what makes the API
-//! safe.
+//! (io_uring_prep_send_zc(3): a zero-copy send's final CQE is its notification). Beside each
+//! lease the ring keeps the request's [`ReqState`] (zcnet-core, sans-IO): it says what each CQE
+//! means (bytes, copied or not: an [`Outcome`], counted in [`Counts`]) and when the memory and
+//! the tag are free. This module applies it and guarantees the memory rule, which is what makes
+//! the API safe; the library's engine (`zcnet::engine`) is its face.
 //!
 //! A `SEND_ZC` refused before it ran (seen: `ENOMEM` when RLIMIT_MEMLOCK cannot cover the
 //! pages it would pin, on a request linked after another) ends with a failed result *without*
