@@ -10,7 +10,11 @@
 # msg-zerocopy); the peers from 4 KiB pages. Optional cases: zcnet-uring-zc-host,
 # zcnet-uring-host, zcnet-msg-zerocopy-host (`--mem host`, 4 KiB pages) against the peers as they
 # are, and liburing-zc-huge (send-zerocopy -l 1: reserved 2 MiB pages; reserve one first with
-# 'echo 1 > /proc/sys/vm/nr_hugepages') against zcnet-uring-zc.
+# 'echo 1 > /proc/sys/vm/nr_hugepages') against zcnet-uring-zc; and raw-send-zc, zcnet's raw
+# SEND_ZC loop (`bench raw --loop send-zc`: the uring-zc backend's kernel-facing choices, no
+# library), with any of its flags appended by '+' to take the example's choice instead:
+# raw-send-zc+no-report-usage+one-buffer+ring-fd+single-issuer is the example's set. Those split
+# the tax into what zcnet's choices cost the kernel and what its library costs in user space.
 #
 # The path: a private namespace whose route to 10.61.0.0/24 ends in an ifb device with MTU 65535
 # that drops every packet (the device is created inside the namespace: the root namespace and its
@@ -90,10 +94,17 @@ run_case() {
         [[ -n $rate && -n $bytes ]] || return 0
         echo "$(awk -v r="$rate" 'BEGIN {printf "%.2f", r * 1048576 / 1e9}') $((bytes * SIZE)) $(cpu_ms)"
         ;;
-    zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | raw-msg-zerocopy | zcnet-*-host)
+    zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | raw-msg-zerocopy | zcnet-*-host | raw-send-zc*)
         if [[ $1 == raw-msg-zerocopy ]]; then
             out=$(timed "$ZCNET" bench raw --loop msg-zerocopy --size "$SIZE" \
                 --inflight "$INFLIGHT" --duration "$SECS" --json "$DEST:$PORT")
+        elif [[ $1 == raw-send-zc* ]]; then
+            # raw-send-zc+one-buffer+ring-fd: each +word is a `bench raw` flag (--one-buffer ...).
+            local flags=() w
+            IFS=+ read -ra w <<<"${1#raw-send-zc}"
+            for f in "${w[@]}"; do [[ -n $f ]] && flags+=("--$f"); done
+            out=$(timed "$ZCNET" bench raw --loop send-zc --size "$SIZE" --inflight "$INFLIGHT" \
+                --duration "$SECS" --json "${flags[@]}" "$DEST:$PORT")
         else
             local tx=${1#zcnet-} mem=auto
             [[ $tx == *-host ]] && { tx=${tx%-host}; mem=host; }
@@ -140,11 +151,15 @@ for l in open(sys.argv[1]):
 def show(name, runs):
     med = {c: statistics.median(v) for c, v in runs.items()}
     print(f"medians, {name}: " + ", ".join(f"{c} {m:.2f}" for c, m in med.items()))
+    # The raw SEND_ZC loops against the example (what the choices cost the kernel), and zcnet
+    # against the raw loop with its own choices (what the library costs).
+    raw = [(c, "liburing-zc") for c in runs if c.startswith("raw-send-zc")]
     for z, p in [("zcnet-uring-zc", "liburing-zc"), ("zcnet-uring", "liburing-send"),
                  ("zcnet-msg-zerocopy", "raw-msg-zerocopy"),
                  ("zcnet-uring-zc-host", "liburing-zc"), ("zcnet-uring-host", "liburing-send"),
                  ("zcnet-msg-zerocopy-host", "raw-msg-zerocopy"),
-                 ("zcnet-uring-zc", "liburing-zc-huge")]:
+                 ("zcnet-uring-zc", "liburing-zc-huge"), *raw,
+                 ("zcnet-uring-zc", "raw-send-zc")]:
         if z in runs and p in runs and med[p] > 0:
             per = [a / b for a, b in zip(runs[z], runs[p]) if b > 0]
             print(f"  ratio {z} / {p}: {med[z] / med[p]:.3f}"

@@ -2,7 +2,10 @@
 //! connected to ADDR, so that a script can run it beside `zcnet send` and an external peer
 //! (liburing's examples/send-zerocopy) on the same path and CPU: the yardstick without zcnet's
 //! library around it. `msg-zerocopy` is the minimal MSG_ZEROCOPY loop (the kernel selftest's
-//! shape), `send-zc` the raw SEND_ZC loop.
+//! shape), `send-zc` the raw SEND_ZC loop, with the `uring-zc` backend's kernel-facing choices
+//! unless flags flip them to liburing's example's (`--no-report-usage`, `--one-buffer`,
+//! `--ring-fd`, `--single-issuer`, `--no-fixed-file`): what each choice costs the kernel, apart
+//! from any library.
 
 use crate::units::{count_arg, seconds_arg, size_arg};
 use clap::Args;
@@ -30,29 +33,77 @@ pub struct BenchRawArgs {
     /// (the selftest's shape).
     #[arg(long, default_value_t = 0)]
     pub gso: u16,
+    /// send-zc: no IORING_SEND_ZC_REPORT_USAGE (liburing's example does not ask whether the
+    /// kernel copied; zcnet does).
+    #[arg(long)]
+    pub no_report_usage: bool,
+    /// send-zc: every request sends the same bytes (liburing's example) instead of a slice of
+    /// its own (zcnet).
+    #[arg(long)]
+    pub one_buffer: bool,
+    /// send-zc: register the ring's fd (IORING_REGISTER_RING_FDS, as liburing's example does).
+    #[arg(long)]
+    pub ring_fd: bool,
+    /// send-zc: IORING_SETUP_SINGLE_ISSUER (as liburing's example does).
+    #[arg(long)]
+    pub single_issuer: bool,
+    /// send-zc: name the socket by its number, not as a fixed file.
+    #[arg(long)]
+    pub no_fixed_file: bool,
     /// Print one JSON object instead of the line.
     #[arg(long)]
     pub json: bool,
+}
+
+impl BenchRawArgs {
+    /// The send-zc loop's choices, or the refusal of a send-zc flag with another loop.
+    fn choices(&self) -> Result<zcnet_sys::baseline::RawZcChoices, Error> {
+        let flags = [
+            (self.no_report_usage, "--no-report-usage"),
+            (self.one_buffer, "--one-buffer"),
+            (self.ring_fd, "--ring-fd"),
+            (self.single_issuer, "--single-issuer"),
+            (self.no_fixed_file, "--no-fixed-file"),
+        ];
+        if self.which != "send-zc" {
+            if let Some((_, f)) = flags.iter().find(|(on, _)| *on) {
+                return Err(Error::invalid_input(format!(
+                    "{f} applies to --loop send-zc only: drop it, or use --loop send-zc"
+                )));
+            }
+        }
+        let z = zcnet_sys::baseline::RawZcChoices::ZCNET;
+        Ok(zcnet_sys::baseline::RawZcChoices {
+            report_usage: z.report_usage && !self.no_report_usage,
+            one_buffer: z.one_buffer || self.one_buffer,
+            fixed_file: z.fixed_file && !self.no_fixed_file,
+            ring_fd: z.ring_fd || self.ring_fd,
+            single_issuer: z.single_issuer || self.single_issuer,
+        })
+    }
 }
 
 pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     let size = size_arg("--size", &a.size, zcnet_tools::bench::UDP_MAX_PAYLOAD)?;
     let inflight = count_arg("--inflight", a.inflight, 4096)?;
     let duration = seconds_arg("--duration", a.duration)?;
-    let run: fn(_, _, _, _, &_) -> _ = match a.which.as_str() {
-        "msg-zerocopy" => zcnet_sys::baseline::raw_msg_zerocopy,
-        "send-zc" => zcnet_sys::baseline::raw_send_zc,
-        other => {
-            return Err(Error::invalid_input(format!(
-                "--loop {other}: use msg-zerocopy or send-zc"
-            )))
-        }
-    };
+    if !matches!(a.which.as_str(), "msg-zerocopy" | "send-zc") {
+        return Err(Error::invalid_input(format!(
+            "--loop {}: use msg-zerocopy or send-zc",
+            a.which
+        )));
+    }
+    let choices = a.choices()?;
     let addr = net::parse_addr(&a.addr)?;
     let sock = net::connect_udp(addr, (a.gso > 0).then_some(a.gso))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
-    let r = run(fd, size, inflight, duration, zcnet_tools::interrupt::flag())
-        .map_err(|e| Error::io(format!("raw {} loop", a.which), e))?;
+    let halt = zcnet_tools::interrupt::flag();
+    let r = if a.which == "send-zc" {
+        zcnet_sys::baseline::raw_send_zc_with(fd, size, inflight, duration, halt, choices)
+    } else {
+        zcnet_sys::baseline::raw_msg_zerocopy(fd, size, inflight, duration, halt)
+    }
+    .map_err(|e| Error::io(format!("raw {} loop", a.which), e))?;
     let mb_per_s = if r.seconds > 0.0 {
         r.bytes as f64 / r.seconds / 1e6
     } else {

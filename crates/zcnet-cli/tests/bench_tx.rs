@@ -1,5 +1,6 @@
 //! `zcnet bench tx` as a user runs it: the warning when other processes took CPU during a case,
-//! and the "zcnet overhead" lines (what the ratio means, the spread of repeated runs).
+//! and the "zcnet overhead" lines (what the ratio means, the spread of repeated runs); and the
+//! raw SEND_ZC loop of `zcnet bench raw` with its kernel-facing choices flipped.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -104,6 +105,80 @@ fn overhead_lines_say_what_the_ratio_means_and_show_the_spread() {
     assert!(line.contains("3 paired runs"), "{line}");
     let ratio = line.split(": ").nth(1).unwrap().split(' ').next().unwrap();
     assert_eq!(ratio.split('.').nth(1).map(str::len), Some(2), "{line}");
+}
+
+/// `bench raw --loop send-zc` over loopback, where the kernel copies every zero-copy send
+/// (the datagram is delivered to a local socket): with zcnet's choices every notification says
+/// so (IORING_SEND_ZC_REPORT_USAGE); with liburing's example's (`--no-report-usage` and the
+/// rest) none does, because nobody asked. A send-zc flag with another loop is refused by name.
+#[zcnet_testkit::test(timeout = 60)]
+fn the_raw_send_zc_loop_takes_the_examples_choices_one_by_one() {
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap().to_string();
+    let run = |extra: &[&str]| {
+        let args = [
+            &[
+                "bench",
+                "raw",
+                "--loop",
+                "send-zc",
+                "--size",
+                "1000",
+                "--duration",
+                "0.3",
+                "--json",
+            ][..],
+            extra,
+            &[to.as_str()],
+        ]
+        .concat();
+        let o = zcnet(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        if !o.status.success() && err.contains("Invalid argument") {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::Kernel,
+                format!("SEND_ZC refused: {err}"),
+            );
+        }
+        assert!(o.status.success(), "{args:?}: {}{err}", stdout(&o));
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let n = |k: &str| doc[k].as_u64().unwrap_or_else(|| panic!("{k}: {doc}"));
+        assert!(n("sends") > 100, "{doc}");
+        assert_eq!(n("bytes"), 1000 * n("sends"), "{doc}");
+        assert!(n("notifications") > 0, "{doc}");
+        (n("notifications"), n("copied_notifications"))
+    };
+    let (notes, copied) = run(&[]);
+    assert_eq!(
+        copied, notes,
+        "loopback copies every send, and zcnet's choice asks the kernel to say so"
+    );
+    let (notes, copied) = run(&[
+        "--no-report-usage",
+        "--one-buffer",
+        "--ring-fd",
+        "--single-issuer",
+        "--no-fixed-file",
+    ]);
+    assert!(notes > 0);
+    assert_eq!(
+        copied, 0,
+        "without REPORT_USAGE no notification says anything"
+    );
+    let o = zcnet(&[
+        "bench",
+        "raw",
+        "--loop",
+        "msg-zerocopy",
+        "--one-buffer",
+        &to,
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("--one-buffer applies to --loop send-zc only"),
+        "{err}"
+    );
 }
 
 zcnet_testkit::main!();

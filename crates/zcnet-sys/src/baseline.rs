@@ -1,7 +1,8 @@
 //! The yardstick for zcnet's own overhead: the smallest loop that sends as the `uring-zc`
 //! backend sends datagrams — `inflight` independent IORING_OP_SEND_ZC requests (`MSG_NOSIGNAL`)
-//! from slices of one registered buffer, `IORING_SEND_ZC_REPORT_USAGE`, the same ring flags, one
-//! `io_uring_enter` per wait — with no library around it. It is not what the backend does on a
+//! from slices of one registered buffer, `IORING_SEND_ZC_REPORT_USAGE`, the socket as a fixed
+//! file, the same ring flags, one `io_uring_enter` per batch — with no library around it
+//! ([`RawZcChoices`] flips those choices one by one, to measure what each costs the kernel). It is not what the backend does on a
 //! TCP stream: there the backend links its sends (`IOSQE_IO_LINK`, with `MSG_WAITALL`) and starts
 //! a chain only when the previous chain's results are in, and this loop does neither. So
 //! `zcnet bench tx` runs it on the UDP sink only, next to the backend, and prints the ratio.
@@ -31,10 +32,45 @@ pub struct RawResult {
     pub cpu_seconds: f64,
 }
 
+/// The kernel-facing choices of the raw SEND_ZC loop. [`RawZcChoices::ZCNET`] are the
+/// `uring-zc` backend's; each field says where liburing's examples/send-zerocopy (the peer of
+/// scripts/send-tax.sh) differs, so that a run with one choice flipped measures what that choice
+/// costs the kernel, apart from any library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawZcChoices {
+    /// `IORING_SEND_ZC_REPORT_USAGE` on every send: zcnet asks, to count copied bytes; the
+    /// example does not.
+    pub report_usage: bool,
+    /// Every request sends the same bytes (the example) instead of a slice of its own (zcnet:
+    /// a buffer is not written while the kernel holds it).
+    pub one_buffer: bool,
+    /// The socket as fixed file 0 (both).
+    pub fixed_file: bool,
+    /// The ring's fd registered (`IORING_REGISTER_RING_FDS`, Linux 5.18): the example does;
+    /// zcnet does not, as the registration belongs to the thread that made it and a `Sender`
+    /// may move between threads.
+    pub ring_fd: bool,
+    /// `IORING_SETUP_SINGLE_ISSUER` (Linux 6.0): the example; zcnet does not, for the same
+    /// reason.
+    pub single_issuer: bool,
+}
+
+impl RawZcChoices {
+    /// The `uring-zc` backend's choices.
+    pub const ZCNET: RawZcChoices = RawZcChoices {
+        report_usage: true,
+        one_buffer: false,
+        fixed_file: true,
+        ring_fd: false,
+        single_issuer: false,
+    };
+}
+
 /// Sends `len`-byte messages on the connected socket `fd` for `duration` with `inflight`
-/// SEND_ZC requests in flight, each from its own slice of one registered buffer. The caller's
-/// `halt` flag, once set (from another thread, or a signal handler), stops it early, with
-/// [`io::ErrorKind::Interrupted`] once every request in flight has completed.
+/// SEND_ZC requests in flight, each from its own slice of one registered buffer, with the
+/// backend's choices ([`RawZcChoices::ZCNET`]). The caller's `halt` flag, once set (from
+/// another thread, or a signal handler), stops it early, with [`io::ErrorKind::Interrupted`]
+/// once every request in flight has completed.
 pub fn raw_send_zc(
     fd: RawFd,
     len: usize,
@@ -42,13 +78,31 @@ pub fn raw_send_zc(
     duration: Duration,
     halt: &AtomicBool,
 ) -> io::Result<RawResult> {
+    raw_send_zc_with(fd, len, inflight, duration, halt, RawZcChoices::ZCNET)
+}
+
+/// [`raw_send_zc`] with the kernel-facing choices `c`. Like the backend (and the example), it
+/// hands the queued requests over without waiting and waits (one `io_uring_enter` with
+/// `IORING_ENTER_GETEVENTS`) only when no completion is there.
+pub fn raw_send_zc_with(
+    fd: RawFd,
+    len: usize,
+    inflight: usize,
+    duration: Duration,
+    halt: &AtomicBool,
+    c: RawZcChoices,
+) -> io::Result<RawResult> {
     let (map, slots) = filled_slots(len, inflight)?;
-    let mut ring = match IoUring::builder()
-        .setup_coop_taskrun()
-        .build((2 * inflight as u32).next_power_of_two())
-    {
+    let entries = (2 * inflight as u32).next_power_of_two();
+    let mut builder = IoUring::builder();
+    builder.setup_coop_taskrun();
+    if c.single_issuer {
+        builder.setup_single_issuer();
+    }
+    let mut ring = match builder.build(entries) {
         Ok(r) => r,
-        Err(_) => IoUring::new((2 * inflight as u32).next_power_of_two())?,
+        Err(_) if !c.single_issuer => IoUring::new(entries)?,
+        Err(e) => return Err(e),
     };
     let iov = libc::iovec {
         iov_base: map.addr() as *mut libc::c_void,
@@ -60,6 +114,28 @@ pub fn raw_send_zc(
         ring.submitter()
             .register_buffers(std::slice::from_ref(&iov))?
     };
+    if c.fixed_file {
+        ring.submitter().register_files(&[fd])?;
+    }
+    let zc_flags = if c.report_usage {
+        IORING_SEND_ZC_REPORT_USAGE
+    } else {
+        0
+    };
+    let addrs: Vec<usize> = slots
+        .iter()
+        .map(|s| {
+            if c.one_buffer {
+                slots[0].addr()
+            } else {
+                s.addr()
+            }
+        })
+        .collect();
+    let (mut submitter, mut sq, mut cq) = ring.split();
+    if c.ring_fd {
+        submitter.register_ring_fd()?;
+    }
     let mut busy = vec![false; inflight];
     let mut res = RawResult::default();
     let cpu0 = crate::os::thread_cpu_seconds();
@@ -70,36 +146,50 @@ pub fn raw_send_zc(
     let mut err = None;
     loop {
         if !stop {
+            sq.sync();
             for (i, b) in busy.iter_mut().enumerate() {
                 if *b {
                     continue;
                 }
-                let e =
-                    opcode::SendZc::new(types::Fd(fd), slots[i].addr() as *const u8, len as u32)
-                        .buf_index(Some(0))
-                        .flags(libc::MSG_NOSIGNAL)
-                        .zc_flags(IORING_SEND_ZC_REPORT_USAGE)
-                        .build()
-                        .user_data(i as u64);
+                let ptr = addrs[i] as *const u8;
+                let e = if c.fixed_file {
+                    opcode::SendZc::new(types::Fixed(0), ptr, len as u32)
+                } else {
+                    opcode::SendZc::new(types::Fd(fd), ptr, len as u32)
+                }
+                .buf_index(Some(0))
+                .flags(libc::MSG_NOSIGNAL)
+                .zc_flags(zc_flags)
+                .build()
+                .user_data(i as u64);
                 // SAFETY: the SQE points into `map`, registered and alive until the ring is gone;
-                // slot i is not reused until its final CQE (busy[i]).
-                if unsafe { ring.submission().push(&e) }.is_err() {
+                // slot i is not reused until its final CQE (busy[i]); with `one_buffer` every
+                // request reads slot 0, which is never written after `filled_slots`.
+                if unsafe { sq.push(&e) }.is_err() {
                     break;
                 }
                 *b = true;
                 outstanding += 1;
             }
+            sq.sync();
         }
         if outstanding == 0 {
             break;
         }
-        match ring.submit_and_wait(1) {
+        cq.sync();
+        let r = if cq.is_empty() {
+            submitter.submit_and_wait(1)
+        } else {
+            submitter.submit()
+        };
+        match r {
             // A signal cut the wait short: reap what is there; the check below stops the loop
             // if it was SIGINT/SIGTERM.
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
             r => drop(r?),
         }
-        for cqe in ring.completion() {
+        cq.sync();
+        for cqe in &mut cq {
             let i = cqe.user_data() as usize;
             if cqueue::notif(cqe.flags()) {
                 res.notifications += 1;
@@ -122,6 +212,7 @@ pub fn raw_send_zc(
             stop = true;
         }
     }
+    drop((submitter, sq, cq));
     drop(ring);
     drop(slots);
     finish(res, start, cpu0, err, halt)
