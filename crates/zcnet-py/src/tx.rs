@@ -366,7 +366,7 @@ impl Sender {
     /// sent. Their copy into zcnet's registered buffers (from the device: by the GPU's copy
     /// engine) is done when this returns: `obj` may be changed or freed then. On a UDP socket
     /// each call sends one datagram of at most `buf_size` bytes (64,000 by default there; larger
-    /// is a `ValueError`), from host memory only; an empty object sends nothing.
+    /// is a `ValueError`), from host or device memory; an empty object sends nothing.
     fn send(&self, py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<usize> {
         // Keep the exporter's view or capsule until the bytes are copied.
         let (data, len, view, capsule) = match crate::pybuf::get(obj, false)? {
@@ -380,19 +380,18 @@ impl Sender {
                 }
                 let (cap, imp) = crate::dlpack::import(obj, "zcnet.Sender.send")?;
                 if imp.cuda.is_some() {
-                    let r = self.send_device(py, &imp);
+                    let r = self
+                        .fits_one_datagram(imp.len)
+                        .and_then(|()| self.send_device(py, &imp));
                     drop(cap);
                     return r;
                 }
                 (imp.data, imp.len, None, Some(cap))
             }
         };
-        let r = match self.datagram {
-            Some(max) if len > max => Err(PyValueError::new_err(format!(
-                "zcnet.Sender.send: {len} B do not fit one datagram of this sender ({max} B, buf_size=): each send on a UDP socket is one datagram; send less, or make the sender with a larger buf_size (at most 65507)"
-            ))),
-            _ => self.send_all(py, data, len),
-        };
+        let r = self
+            .fits_one_datagram(len)
+            .and_then(|()| self.send_all(py, data, len));
         if let Some(v) = view {
             v.release(py);
         }
@@ -497,17 +496,24 @@ impl Sender {
         }
     }
 
+    /// On a UDP sender, the refusal of `len` bytes that do not fit one datagram.
+    fn fits_one_datagram(&self, len: usize) -> PyResult<()> {
+        match self.datagram {
+            Some(max) if len > max => Err(PyValueError::new_err(format!(
+                "zcnet.Sender.send: {len} B do not fit one datagram of this sender ({max} B, buf_size=): each send on a UDP socket is one datagram; send less, or make the sender with a larger buf_size (at most 65507)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Sends a CUDA tensor's bytes through the library's staging pipeline
     /// (`zcnet::gpu::StagedSender`, the path of `zcnet send --mem cuda`), whose host leg is this
     /// sender: its host sends complete first, and the pipeline keeps the sender until the next
     /// host send or `finish`. Returns once every byte was copied out of the device memory and
     /// handed to the kernel (also on an error: no copy reads the tensor after this returns).
+    /// On a UDP sender the tensor fits one host buffer (checked by the caller), so the pipeline
+    /// copies it into one buffer and sends it as one datagram.
     fn send_device(&self, py: Python<'_>, imp: &crate::dlpack::Imported) -> PyResult<usize> {
-        if let Some(max) = self.datagram {
-            return Err(PyValueError::new_err(format!(
-                "zcnet.Sender.send: CUDA device memory is sent on TCP senders only; this one sends datagrams (UDP, at most {max} B each): copy the tensor to the host first (t.cpu())"
-            )));
-        }
         if imp.len == 0 {
             return Ok(0);
         }

@@ -179,6 +179,52 @@ def test_send_64_mib_from_device_buffers(standin, tmp_path, mode):
     assert s["device"] == "zcnet stand-in", s
 
 
+@pytest.mark.parametrize("mode", ["auto", "copy"])
+def test_udp_sender_sends_each_device_buffer_as_one_datagram(standin, tmp_path, mode):
+    """On a UDP sender each send of a device buffer is one datagram holding its bytes, in order
+    with host datagrams on the same sender, every byte checked where it arrives."""
+    out, s = run_child(
+        f"""
+        sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        sink.bind(("127.0.0.1", 0))
+        sink.settimeout(30)
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.connect(sink.getsockname())
+        tx = zcnet.Sender(u, mode={mode!r})
+        plan = [("host", 100), ("dev", 1), ("dev", 64000), ("host", 5000), ("dev", 4093),
+                ("dev", 64000), ("host", 7)]
+        sent, off, dev = [], 0, 0
+        for kind, n in plan:
+            want = pattern(off, n)
+            if kind == "host":
+                assert tx.send(want) == n
+            else:
+                d = zcnet.cuda_buffer(n)
+                d.fill(want)
+                assert tx.send(d) == n
+                del d  # copied out when send returned
+                dev += n
+            sent.append(want)
+            off += n
+        st = tx.finish()
+        for i, want in enumerate(sent):
+            got = sink.recv(65536)
+            if got != want:
+                sys.exit(f"datagram {{i}}: {{len(got)}} B, not the {{len(want)}} B sent")
+        assert st["device_bytes"] == dev, st
+        assert st["bytes"] == off, (st, off)
+        del tx
+        gc.collect()
+        print("ok", len(sent))
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip() == "ok 7", out
+    assert s["device"] == "zcnet stand-in", s
+
+
 def test_recv_into_device_buffers(standin, tmp_path):
     """recv_into a DeviceBuffer fills it with the next bytes received; tobytes() gives them
     back; received host Buffers still say kDLCPU."""
@@ -225,7 +271,8 @@ def test_recv_into_device_buffers(standin, tmp_path):
 
 
 def test_refusals_are_one_line(standin, tmp_path):
-    """Non-contiguous, read-only, wrong-device and UDP cases are refused with one line each, and
+    """Non-contiguous, read-only, wrong-device and oversized-datagram cases are refused with one
+    line each, and
     the sender still works after a refusal."""
     out, _ = run_child(
         """
@@ -318,11 +365,12 @@ def test_refusals_are_one_line(standin, tmp_path):
         assert rx.recv_into(d) == 5
         assert d.tobytes()[:5] == b"defgh"
 
-        # A UDP sender sends datagrams from host memory only.
+        # A UDP sender sends a device buffer as one datagram: one larger than that is refused
+        # before anything is copied or sent.
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         u.connect(("127.0.0.1", 9))
         utx = zcnet.Sender(u)
-        refused(lambda: utx.send(d), ValueError, "TCP senders only")
+        refused(lambda: utx.send(zcnet.cuda_buffer(64001)), ValueError, "do not fit one datagram")
         del utx, tx, rx, d, noncontig, rocm, other_gpu, readonly
         gc.collect()
         print("ok")
