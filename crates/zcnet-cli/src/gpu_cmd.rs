@@ -55,9 +55,9 @@ fn label_of(region: &Region) -> (Option<&'static str>, String) {
 
 /// Checks what `--mem cuda` cannot do, before anything is connected or allocated.
 pub fn check_send(a: &SendArgs) -> Result<(), Error> {
-    if a.udp {
+    if a.udp && a.naive {
         return Err(Error::invalid_input(
-            "--mem cuda with --udp: zcnet sends TCP streams from GPU memory; drop --udp or use --mem host",
+            "--naive with --udp: the naive baseline sends a TCP stream; drop --naive or --udp",
         ));
     }
     if !a.verify && a.duration.is_none() && a.bytes.is_none() {
@@ -83,8 +83,14 @@ pub fn send(
     // The GPU memory first: a missing driver or device fails before any connection.
     let region = Region::new(memory, zcnet::tx::region_len(cfg))?;
     let (standin_note, label) = label_of(&region);
-    let stream = net::connect_tcp(addr, &zcnet_tools::interrupt::token())?;
-    let (mut tx, refused) = GpuSender::open(stream.into(), region, cfg)?;
+    // UDP: each buffer of --size bytes is one datagram (the staging pipeline copies and sends
+    // it whole), checked by `zcnet recv --udp --verify` at its stream offset.
+    let sock: zcnet::Socket = if a.udp {
+        net::connect_udp_for(addr, cfg.buf_size)?.into()
+    } else {
+        net::connect_tcp(addr, &zcnet_tools::interrupt::token())?.into()
+    };
+    let (mut tx, refused) = GpuSender::open(sock, region, cfg)?;
     if !a.json {
         for r in &refused {
             zcnet_tools::eoutln!("zcnet send: {r}{label}");

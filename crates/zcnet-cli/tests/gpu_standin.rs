@@ -180,6 +180,55 @@ fn staged_send_and_recv_verify_every_byte_on_the_stand_in() {
     );
 }
 
+/// `send --udp --mem cuda --verify`: each `--size` buffer of GPU memory (the stand-in's) goes
+/// out as one datagram through the staging pipeline, the pattern at its stream offset, the last
+/// one short; devmem is not tried on a datagram socket, and says why.
+#[zcnet_testkit::test(timeout = 300)]
+fn udp_send_from_gpu_memory_sends_each_buffer_as_one_datagram() {
+    let lib = cuda_standin::build(Variant::Full);
+    let ss = cuda_standin::summary_path("udp-send");
+    let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let to = rx.local_addr().unwrap().to_string();
+    let o = zcnet(&lib, &ss)
+        .args([
+            "send", "--udp", &to, "--mem", "cuda", "--verify", "--seed", "9",
+        ])
+        .args(["--size", "4000", "--bytes", "81000", "--json"])
+        .output()
+        .unwrap();
+    let doc = json_of(&o);
+    assert_eq!(doc["path"], "staging", "{doc}");
+    assert_eq!(doc["bytes"], 81000, "{doc}");
+    assert_eq!(doc["standin_note"], LABEL, "{doc}");
+    let why = doc["refused"].to_string();
+    assert!(why.contains("devmem") && why.contains("UDP"), "{doc}");
+    let pattern = zcnet::Pattern::new(9);
+    let mut buf = [0u8; 8192];
+    for i in 0..21u64 {
+        let n = rx
+            .recv(&mut buf)
+            .unwrap_or_else(|e| panic!("datagram {i}: {e}"));
+        assert_eq!(n, if i == 20 { 1000 } else { 4000 }, "datagram {i}");
+        pattern
+            .verify(i * 4000, &buf[..n])
+            .unwrap_or_else(|m| panic!("datagram {i}: {m}"));
+    }
+    let sum = Summary::read(&ss);
+    sum.assert_clean();
+    assert!(sum.count("async_dtoh") >= 21, "{sum}");
+    // --naive is a TCP stream: refused before anything is made.
+    let o = zcnet(&lib, &ss)
+        .args([
+            "send", "--udp", &to, "--mem", "cuda", "--naive", "--bytes", "1M",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--naive with --udp"), "{}", text(&o));
+}
+
 #[zcnet_testkit::test(timeout = 300)]
 fn naive_send_and_recv_verify_every_byte_on_the_stand_in() {
     let (r, s, rs, ss) = send_recv(Variant::Full, &["--naive"]);

@@ -58,9 +58,9 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// Sends from GPU memory by the best path: devmem TX when asked for (`--tx devmem`) or when
-/// `auto` finds it works, else staging with `cfg.mode` (`auto` for the host leg under `auto`) on
-/// the host leg.
+/// Sends from GPU memory by the best path: devmem TX when asked for ([`TxMode::Devmem`]) or when
+/// `auto` finds it works (TCP only), else staging with `cfg.mode` (`auto` for the host leg under
+/// `auto`) on the host leg. On a UDP socket each buffer sent is one datagram.
 ///
 /// Like a [`Sender`], it lends buffers of the region ([`Self::buffer`], device memory written
 /// with [`TxBuf::write`]) that [`Self::send`] takes back: `zcnet send --mem cuda`, `bench tx
@@ -99,7 +99,17 @@ impl GpuSender {
     ) -> Result<(GpuSender, Vec<Refusal>)> {
         let dev = super::staging::device_of(&region, "sending from GPU memory")?;
         let mut refused = Vec::new();
-        if matches!(cfg.mode, TxMode::Devmem | TxMode::Auto) {
+        if !sock.is_stream() && cfg.mode == TxMode::Devmem {
+            return Err(Error::invalid_input(
+                "devmem TX sends TCP streams only: this socket sends datagrams (UDP); use TxMode::Auto, which stages them through host memory",
+            ));
+        }
+        if !sock.is_stream() {
+            refused.push(Refusal {
+                path: GpuPath::Devmem,
+                reason: "not tried (a UDP socket: devmem TX sends TCP streams only)".into(),
+            });
+        } else if matches!(cfg.mode, TxMode::Devmem | TxMode::Auto) {
             let attempt = region.dmabuf().and_then(|fd| {
                 let mut c = cfg.clone();
                 c.mode = TxMode::Devmem;
