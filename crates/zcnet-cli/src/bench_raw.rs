@@ -109,9 +109,36 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     } else {
         0.0
     };
+    // send-zc: the kernel-facing choices the run made (which differ from the backend's).
+    let (json_choices, text_choices) = if a.which == "send-zc" {
+        let c = choices;
+        let flipped: Vec<&str> = [
+            (!c.report_usage, "no REPORT_USAGE"),
+            (c.one_buffer, "one buffer"),
+            (!c.fixed_file, "no fixed file"),
+            (c.ring_fd, "registered ring fd"),
+            (c.single_issuer, "SINGLE_ISSUER"),
+        ]
+        .iter()
+        .filter_map(|&(on, what)| on.then_some(what))
+        .collect();
+        (
+            format!(
+                ",\"choices\":{{\"report_usage\":{},\"one_buffer\":{},\"fixed_file\":{},\"ring_fd\":{},\"single_issuer\":{}}}",
+                c.report_usage, c.one_buffer, c.fixed_file, c.ring_fd, c.single_issuer
+            ),
+            if flipped.is_empty() {
+                " (the uring-zc backend's choices)".to_string()
+            } else {
+                format!(" (unlike the backend: {})", flipped.join(", "))
+            },
+        )
+    } else {
+        (String::new(), String::new())
+    };
     if a.json {
         zcnet_tools::outln!(
-            "{{\"loop\":\"{}\",\"bytes\":{},\"sends\":{},\"seconds\":{:.6},\"mb_per_s\":{:.1},\"notifications\":{},\"copied_notifications\":{},\"cpu_seconds\":{:.6}}}",
+            "{{\"loop\":\"{}\",\"bytes\":{},\"sends\":{},\"seconds\":{:.6},\"mb_per_s\":{:.1},\"notifications\":{},\"copied_notifications\":{},\"cpu_seconds\":{:.6}{json_choices}}}",
             a.which,
             r.bytes,
             r.sends,
@@ -123,7 +150,7 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
         );
     } else {
         zcnet_tools::outln!(
-            "raw {}: {} B in {:.2} s ({mb_per_s:.0} MB/s), {} sends, {} notifications ({} copied), CPU {:.3} s",
+            "raw {}{text_choices}: {} B in {:.2} s ({mb_per_s:.0} MB/s), {} sends, {} notifications ({} copied), CPU {:.3} s",
             a.which,
             r.bytes,
             r.seconds,

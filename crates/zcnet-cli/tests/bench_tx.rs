@@ -146,6 +146,9 @@ fn the_raw_send_zc_loop_takes_the_examples_choices_one_by_one() {
         assert!(n("sends") > 100, "{doc}");
         assert_eq!(n("bytes"), 1000 * n("sends"), "{doc}");
         assert!(n("notifications") > 0, "{doc}");
+        let example = extra.contains(&"--one-buffer");
+        assert_eq!(doc["choices"]["one_buffer"], example, "{doc}");
+        assert_eq!(doc["choices"]["report_usage"], !example, "{doc}");
         (n("notifications"), n("copied_notifications"))
     };
     let (notes, copied) = run(&[]);
