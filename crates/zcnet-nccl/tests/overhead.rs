@@ -10,9 +10,16 @@
 //! on a machine with few CPUs the two polling threads and the kernel's loopback work still
 //! compete, so compare rows of one run, on an otherwise idle machine.
 //!
+//! A second part runs one 8 MiB message in flight through the plugin as it comes (its default
+//! knobs) against the plugin reduced to a plain one-socket plugin (`send()`/`recv()` on one
+//! socket, the message as one chunk: `ZCNET_NCCL_TX=copy`, `ZCNET_NCCL_RX=copy`,
+//! `ZCNET_NCCL_NSOCKS=1`, `ZCNET_NCCL_CHUNK=16777216`), rounds interleaved, and prints the ratio of
+//! the medians: what zcnet's defaults cost or give when nothing else is in flight.
+//!
 //! Not part of the default test run (it measures, it asserts nothing about speed); run
 //! `cargo test --release -p zcnet-nccl --test overhead` (see docs/perf.md). Environment:
-//! `ZCNET_OVERHEAD_SECS` (default 3) per case.
+//! `ZCNET_OVERHEAD_SECS` (default 3) per case, `ZCNET_OVERHEAD_ROUNDS` (default 5) rounds of the
+//! second part, `ZCNET_OVERHEAD_PART` (`table` or `single` for one part only).
 #![allow(clippy::undocumented_unsafe_blocks)]
 
 mod common;
@@ -34,8 +41,15 @@ fn secs() -> f64 {
         .unwrap_or(3.0)
 }
 
-/// Messages in flight: NCCL keeps up to 8 per connection; fewer for 64 MiB to bound memory.
+/// Messages in flight: NCCL keeps up to 8 per connection; fewer for 64 MiB to bound memory;
+/// `ZCNET_OVERHEAD_INFLIGHT` in a plugin child when its parent sets it.
 fn outstanding(size: usize) -> usize {
+    if let Some(n) = std::env::var("ZCNET_OVERHEAD_INFLIGHT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        return n;
+    }
     if size >= 16 << 20 {
         4
     } else {
@@ -204,15 +218,41 @@ fn plugin(size: usize) {
 }
 
 fn run_plugin(size: usize, tx: &str, rx: &str, nsocks: u32) -> Rate {
-    let out = Command::new(std::env::current_exe().expect("exe"))
-        .env("ZCNET_OVERHEAD_ROLE", "plugin")
+    let nsocks = nsocks.to_string();
+    run_plugin_with(
+        size,
+        None,
+        &[
+            ("ZCNET_NCCL_TX", tx),
+            ("ZCNET_NCCL_RX", rx),
+            ("ZCNET_NCCL_NSOCKS", &nsocks),
+        ],
+    )
+}
+
+/// The plugin in a child process of its own with the `knobs` given (the others at their
+/// defaults) and `inflight` messages in flight (the table's rule without).
+fn run_plugin_with(size: usize, inflight: Option<usize>, knobs: &[(&str, &str)]) -> Rate {
+    let mut c = Command::new(std::env::current_exe().expect("exe"));
+    c.env("ZCNET_OVERHEAD_ROLE", "plugin")
         .env("ZCNET_OVERHEAD_SIZE", size.to_string())
-        .env("ZCNET_NCCL_TX", tx)
-        .env("ZCNET_NCCL_RX", rx)
-        .env("ZCNET_NCCL_NSOCKS", nsocks.to_string())
-        .env("ZCNET_NCCL_IFACE", "=lo")
-        .output()
-        .expect("spawn");
+        .env("ZCNET_NCCL_IFACE", "=lo");
+    for k in [
+        "ZCNET_NCCL_TX",
+        "ZCNET_NCCL_RX",
+        "ZCNET_NCCL_NSOCKS",
+        "ZCNET_NCCL_CHUNK",
+        "ZCNET_OVERHEAD_INFLIGHT",
+    ] {
+        c.env_remove(k);
+    }
+    if let Some(n) = inflight {
+        c.env("ZCNET_OVERHEAD_INFLIGHT", n.to_string());
+    }
+    for (k, v) in knobs {
+        c.env(k, v);
+    }
+    let out = c.output().expect("spawn");
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
@@ -242,6 +282,67 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    let part = std::env::var("ZCNET_OVERHEAD_PART").unwrap_or_default();
+    if part != "single" {
+        table();
+    }
+    if part != "table" {
+        single_message();
+    }
+}
+
+/// One 8 MiB message in flight: the plugin's defaults against a plain one-socket plugin,
+/// interleaved rounds, medians.
+fn single_message() {
+    const SIZE: usize = 8 << 20;
+    let rounds: usize = std::env::var("ZCNET_OVERHEAD_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let plain = [
+        ("ZCNET_NCCL_TX", "copy"),
+        ("ZCNET_NCCL_RX", "copy"),
+        ("ZCNET_NCCL_NSOCKS", "1"),
+        ("ZCNET_NCCL_CHUNK", "16777216"),
+    ];
+    println!(
+        "one 8 MiB message in flight over loopback TCP, {} s per run, {rounds} rounds: the plugin's defaults against a plain one-socket plugin (TX copy, RX copy, 1 socket, one chunk)",
+        secs()
+    );
+    let (mut d, mut p) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        // Alternate which runs first.
+        let (a, b) = if r % 2 == 0 {
+            let a = run_plugin_with(SIZE, Some(1), &[]);
+            (a, run_plugin_with(SIZE, Some(1), &plain))
+        } else {
+            let b = run_plugin_with(SIZE, Some(1), &plain);
+            (run_plugin_with(SIZE, Some(1), &[]), b)
+        };
+        println!(
+            "round {}: defaults {:.0} MB/s ({:.3} CPU s/GB), plain {:.0} MB/s ({:.3} CPU s/GB)",
+            r + 1,
+            a.0,
+            a.1,
+            b.0,
+            b.1
+        );
+        d.push(a.0);
+        p.push(b.0);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (md, mp) = (median(&mut d), median(&mut p));
+    println!(
+        "medians: defaults {md:.0} MB/s, plain {mp:.0} MB/s: ratio {:.2} (target >= 1.0)",
+        md / mp
+    );
+}
+
+/// The plugin against zcnet's own sender, every mode and size.
+fn table() {
     println!("plugin overhead over loopback TCP, {} s per case", secs());
     println!(
         "{:>6} {:>9} {:>6} {:>6} | {:>9} {:>8} | {:>9} {:>8} | {:>6}",

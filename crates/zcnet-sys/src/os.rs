@@ -13,6 +13,12 @@ pub fn thread_cpu_seconds() -> f64 {
     cpu_seconds(RUSAGE_THREAD)
 }
 
+/// CPU seconds (user + system) every thread of this process has used (the NCCL plugin's
+/// overhead harness counts both ends of a transfer in one process).
+pub fn process_cpu_seconds() -> f64 {
+    cpu_seconds(libc::RUSAGE_SELF)
+}
+
 fn cpu_seconds(who: libc::c_int) -> f64 {
     // SAFETY: all-zero is a valid rusage.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };

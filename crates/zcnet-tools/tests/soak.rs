@@ -95,7 +95,7 @@ fn stream_case(
                 let l = TcpListener::bind(bind).map_err(|e| zcnet::Error::io("bind", e))?;
                 let mut r = Receiver::new(&RxConfig::new(rx))?;
                 let _ = addr_tx.send(l.local_addr().map_err(|e| zcnet::Error::io("addr", e)));
-                let (c, _) = zcnet::net::accept(&l)?;
+                let (c, _) = zcnet::net::accept(&l, &zcnet::Cancel::new())?;
                 zcnet::net::receive_stream(&mut r, c, Some(Pattern::new(SEED)), None)
             })
         });
@@ -321,14 +321,14 @@ fn main() {
         total += t.bytes;
         verified += t.verified;
         notified += t.notifications;
-        let zc = (t.zerocopy + t.copied > 0)
-            .then(|| {
-                format!(
-                    "{:.0}",
-                    100.0 * t.zerocopy as f64 / (t.zerocopy + t.copied) as f64
-                )
-            })
-            .unwrap_or_else(|| "-".into());
+        let zc = if t.zerocopy + t.copied > 0 {
+            format!(
+                "{:.0}",
+                100.0 * t.zerocopy as f64 / (t.zerocopy + t.copied) as f64
+            )
+        } else {
+            "-".into()
+        };
         println!(
             "{:<36} {:>9.2} {:>11.2} {:>11} {:>9.2} {:>7}",
             c.name,
