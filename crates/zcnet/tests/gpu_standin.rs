@@ -30,6 +30,52 @@ fn a_staged_send_from_borrowed_device_memory_follows_host_sends_in_order() {
     run_and_check("child_borrowed_send");
 }
 
+#[zcnet_testkit::test]
+fn a_gpu_sender_on_a_udp_socket_stages_one_datagram_per_buffer() {
+    run_and_check("child_udp_gpu_sender");
+}
+
+/// `GpuSender` on a UDP socket: devmem asked for by name is refused (TCP only), `auto` says it
+/// did not try devmem and stages, each chunk one datagram with the pattern at its offset.
+#[zcnet_testkit::test]
+#[ignore = "run by its parent test in a child process with the CUDA stand-in loaded"]
+fn child_udp_gpu_sender() {
+    use zcnet::gpu::{GpuPath, GpuSender};
+    in_child();
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sink.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let to = sink.local_addr().unwrap();
+    let mut cfg = TxConfig::new(TxMode::Devmem);
+    cfg.buf_size = 3000;
+    let region = |cfg: &TxConfig| Region::cuda(0, zcnet::tx::region_len(cfg)).unwrap();
+    let sock = || zcnet::net::connect_udp_for(to, 3000).unwrap().into();
+    let e = GpuSender::open(sock(), region(&cfg), &cfg).unwrap_err();
+    assert!(e.to_string().contains("TCP streams only"), "{e}");
+    cfg.mode = TxMode::Auto;
+    let (mut tx, refused) = GpuSender::open(sock(), region(&cfg), &cfg).unwrap();
+    assert_eq!(tx.path(), GpuPath::Staging);
+    assert!(
+        refused
+            .iter()
+            .any(|r| r.path == GpuPath::Devmem && r.reason.contains("UDP")),
+        "{refused:?}"
+    );
+    let pat = Pattern::new(5);
+    let mut scratch = Vec::new();
+    for (off, n) in [(0u64, 3000usize), (3000, 3000), (6000, 1234)] {
+        tx.send_chunk(off, n, Some(&pat), &mut scratch).unwrap();
+    }
+    let st = tx.finish().unwrap();
+    assert_eq!(st.tx.bytes, 7234);
+    let mut buf = [0u8; 4096];
+    for (off, n) in [(0u64, 3000usize), (3000, 3000), (6000, 1234)] {
+        let got = sink.recv(&mut buf).unwrap();
+        assert_eq!(got, n, "datagram at {off}");
+        pat.verify(off, &buf[..got]).unwrap();
+    }
+}
+
 /// One connection: host bytes, then two borrowed device ranges (two different allocations, one
 /// at an odd offset), then host bytes again through the sender given back, then a range out of
 /// bounds refused; the reader checks every byte of the stream against the pattern.
