@@ -4,14 +4,14 @@
 //! (python/zcnet/__init__.py). Built with maturin (pyproject.toml) as an abi3 extension for
 //! CPython 3.9 and later:
 //!
-//! - [`rx::Receiver`] receives on connected sockets it takes over; iterating it yields
-//!   [`rx::Buffer`]s, each one buffer lent by the receiver, exported without a copy through DLPack
+//! - `rx::Receiver` receives on connected sockets it takes over; iterating it yields
+//!   `rx::Buffer`s, each one buffer lent by the receiver, exported without a copy through DLPack
 //!   (`np.from_dlpack(buf)`, `torch.from_dlpack(buf)`). Dropping the last reference (the Buffer
 //!   and every array made from it) gives the buffer back to the kernel.
-//! - [`tx::Sender`] sends bytes-like objects (the buffer protocol) and tensors (`__dlpack__`),
+//! - `tx::Sender` sends bytes-like objects (the buffer protocol) and tensors (`__dlpack__`),
 //!   C-contiguous, from host memory or CUDA device memory (staged through its buffers by the
 //!   library's GPU pipeline, `zcnet::gpu::StagedSender`).
-//! - [`cuda::DeviceBuffer`] (`cuda_buffer()`) is CUDA device memory allocated through zcnet's
+//! - `cuda::DeviceBuffer` (`cuda_buffer()`) is CUDA device memory allocated through zcnet's
 //!   driver wrapper, exported as a kDLCUDA DLPack tensor.
 //! - `probe()` is `zcnet probe --json` as a dict; `pattern()` is the `--verify` byte pattern.
 //!

@@ -30,8 +30,8 @@ pub unsafe extern "C" fn zcnet_sender_region_len(
     })
 }
 
-/// Connects a TCP stream to `addr` (a numeric "IP:PORT", e.g. "127.0.0.1:5201" or
-/// "[::1]:5201"; names are not resolved) and makes a sender on it with `cfg` (NULL: the
+/// Connects a TCP stream to `addr` (a numeric "IP:PORT", e.g. `"127.0.0.1:5201"` or
+/// `"[::1]:5201"`; names are not resolved) and makes a sender on it with `cfg` (NULL: the
 /// defaults). Its buffers are cut from `region` or, with NULL, from new host memory of
 /// `zcnet_sender_region_len` bytes. Once connected, the region's memory moves into the sender
 /// (even if making the sender then fails): it cannot be given again, and the handle stays the
