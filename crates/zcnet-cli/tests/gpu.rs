@@ -92,7 +92,15 @@ fn bad_mem_values_are_refused_before_anything_happens() {
             "host, hugepage, udmabuf, cuda[:N]",
         ),
         (&["--mem", "cuda"], "give --bytes, --duration or --verify"),
-        (&["--mem", "cuda", "--udp", "--bytes", "1M"], "drop --udp"),
+        (
+            &["--mem", "cuda", "--udp", "--naive", "--bytes", "1M"],
+            "--naive with --udp",
+        ),
+        // UDP from GPU memory is staged: here it fails at the driver, before connecting.
+        (
+            &["--mem", "cuda", "--udp", "--bytes", "1M"],
+            "no CUDA driver library",
+        ),
     ];
     for (extra, want) in cases {
         let mut args = vec!["send", addr.as_str()];
