@@ -270,6 +270,13 @@ impl Mapping {
         stride: usize,
         count: usize,
     ) -> io::Result<(Arc<Mapping>, Vec<Slot>)> {
+        // A slot's length is a `NonZeroU32` (two words per slot).
+        if slot_len > u32::MAX as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("slots of {slot_len} B: each must be under 4 GiB"),
+            ));
+        }
         let need = stride
             .checked_mul(count - count.min(1))
             .and_then(|v| v.checked_add(slot_len))
@@ -288,11 +295,9 @@ impl Mapping {
                 ),
             ));
         }
+        // Checked above: above 0 and under 4 GiB.
         let Some(len) = u32::try_from(slot_len).ok().and_then(NonZeroU32::new) else {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("slots of {slot_len} B: at most 4 GiB each"),
-            ));
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };
         let mut map = self;
         map.stride = stride;
@@ -422,11 +427,11 @@ mod tests {
             .unwrap();
         assert_eq!(slots[2].addr(), map.addr() + 2 * 4096);
         assert_eq!((slots[2].id(), slots[2].len()), (2, 1000));
-        let huge = Mapping::anonymous(4096).unwrap();
-        assert!(
-            huge.into_slots(1 << 32, 1).is_err(),
-            "larger than the mapping"
-        );
+        let e = Mapping::anonymous(4096)
+            .unwrap()
+            .into_slots(1 << 32, 1)
+            .unwrap_err();
+        assert!(e.to_string().contains("under 4 GiB"), "{e}");
     }
 
     #[zcnet_testkit::test]
