@@ -56,17 +56,25 @@ pub struct BenchRawArgs {
 }
 
 impl BenchRawArgs {
-    /// The send-zc loop's choices, or the refusal of a send-zc flag with another loop.
-    fn choices(&self) -> Result<zcnet_sys::baseline::RawZcChoices, Error> {
-        let flags = [
+    /// The send-zc flags given, each of which takes the example's choice instead of the
+    /// backend's.
+    fn flags_given(&self) -> Vec<&'static str> {
+        [
             (self.no_report_usage, "--no-report-usage"),
             (self.one_buffer, "--one-buffer"),
             (self.ring_fd, "--ring-fd"),
             (self.single_issuer, "--single-issuer"),
             (self.no_fixed_file, "--no-fixed-file"),
-        ];
+        ]
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect()
+    }
+
+    /// The send-zc loop's choices, or the refusal of a send-zc flag with another loop.
+    fn choices(&self) -> Result<zcnet_sys::baseline::RawZcChoices, Error> {
         if self.which != "send-zc" {
-            if let Some((_, f)) = flags.iter().find(|(on, _)| *on) {
+            if let Some(f) = self.flags_given().first() {
                 return Err(Error::invalid_input(format!(
                     "{f} applies to --loop send-zc only: drop it, or use --loop send-zc"
                 )));
@@ -112,16 +120,7 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     // send-zc: the kernel-facing choices the run made (which differ from the backend's).
     let (json_choices, text_choices) = if a.which == "send-zc" {
         let c = choices;
-        let flipped: Vec<&str> = [
-            (!c.report_usage, "no REPORT_USAGE"),
-            (c.one_buffer, "one buffer"),
-            (!c.fixed_file, "no fixed file"),
-            (c.ring_fd, "registered ring fd"),
-            (c.single_issuer, "SINGLE_ISSUER"),
-        ]
-        .iter()
-        .filter_map(|&(on, what)| on.then_some(what))
-        .collect();
+        let flipped = a.flags_given();
         (
             format!(
                 ",\"choices\":{{\"report_usage\":{},\"one_buffer\":{},\"fixed_file\":{},\"ring_fd\":{},\"single_issuer\":{}}}",
@@ -130,7 +129,7 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
             if flipped.is_empty() {
                 " (the uring-zc backend's choices)".to_string()
             } else {
-                format!(" (unlike the backend: {})", flipped.join(", "))
+                format!(" (the example's choice for {})", flipped.join(", "))
             },
         )
     } else {

@@ -2,9 +2,10 @@
 //! backend sends datagrams — `inflight` independent IORING_OP_SEND_ZC requests (`MSG_NOSIGNAL`)
 //! from slices of one registered buffer, `IORING_SEND_ZC_REPORT_USAGE`, the socket as a fixed
 //! file, the same ring flags, one `io_uring_enter` per batch — with no library around it
-//! ([`RawZcChoices`] flips those choices one by one, to measure what each costs the kernel). It is not what the backend does on a
-//! TCP stream: there the backend links its sends (`IOSQE_IO_LINK`, with `MSG_WAITALL`) and starts
-//! a chain only when the previous chain's results are in, and this loop does neither. So
+//! ([`RawZcChoices`] flips those choices one by one, to measure what each costs the kernel).
+//! It is not what the backend does on a TCP stream: there the backend links its sends
+//! (`IOSQE_IO_LINK`, with `MSG_WAITALL`) and starts a chain only when the previous chain's
+//! results are in, and this loop does neither. So
 //! `zcnet bench tx` runs it on the UDP sink only, next to the backend, and prints the ratio.
 //! Shaped after the kernel's io_uring_zerocopy_tx selftest (tools/testing/selftests/net).
 
