@@ -34,20 +34,19 @@ use std::time::{Duration, Instant};
 
 const NULLP: P = std::ptr::null_mut();
 
+/// The number in environment variable `name`, if it holds one.
+fn env_num<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
 fn secs() -> f64 {
-    std::env::var("ZCNET_OVERHEAD_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3.0)
+    env_num("ZCNET_OVERHEAD_SECS").unwrap_or(3.0)
 }
 
 /// Messages in flight: NCCL keeps up to 8 per connection; fewer for 64 MiB to bound memory;
 /// `ZCNET_OVERHEAD_INFLIGHT` in a plugin child when its parent sets it.
 fn outstanding(size: usize) -> usize {
-    if let Some(n) = std::env::var("ZCNET_OVERHEAD_INFLIGHT")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(n) = env_num("ZCNET_OVERHEAD_INFLIGHT") {
         return n;
     }
     if size >= 16 << 20 {
@@ -295,10 +294,7 @@ fn main() {
 /// interleaved rounds, medians.
 fn single_message() {
     const SIZE: usize = 8 << 20;
-    let rounds: usize = std::env::var("ZCNET_OVERHEAD_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let rounds: usize = env_num("ZCNET_OVERHEAD_ROUNDS").unwrap_or(5);
     let plain = [
         ("ZCNET_NCCL_TX", "copy"),
         ("ZCNET_NCCL_RX", "copy"),
