@@ -24,8 +24,6 @@ pub const IORING_NOTIF_USAGE_ZC_COPIED: u32 = 1 << 31;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum TrackerError {
-    /// The slot id is out of range.
-    UnknownSlot(usize),
     /// A submit on a slot that still has a request in flight.
     Busy(usize),
     /// A CQE for a slot with no request in flight.
@@ -39,7 +37,6 @@ pub enum TrackerError {
 impl std::fmt::Display for TrackerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TrackerError::UnknownSlot(s) => write!(f, "completion for unknown request slot {s}"),
             TrackerError::Busy(s) => write!(f, "request slot {s} submitted while still in flight"),
             TrackerError::Unexpected(s) => write!(f, "completion for idle request slot {s}"),
             TrackerError::NotificationBeforeResult(s) => {
