@@ -99,12 +99,12 @@ impl GpuSender {
     ) -> Result<(GpuSender, Vec<Refusal>)> {
         let dev = super::staging::device_of(&region, "sending from GPU memory")?;
         let mut refused = Vec::new();
-        if !sock.is_stream() && cfg.mode == TxMode::Devmem {
-            return Err(Error::invalid_input(
-                "devmem TX sends TCP streams only: this socket sends datagrams (UDP); use TxMode::Auto, which stages them through host memory",
-            ));
-        }
         if !sock.is_stream() {
+            if cfg.mode == TxMode::Devmem {
+                return Err(Error::invalid_input(
+                    "devmem TX sends TCP streams only: this socket sends datagrams (UDP); use TxMode::Auto, which stages them through host memory",
+                ));
+            }
             refused.push(Refusal {
                 path: GpuPath::Devmem,
                 reason: "not tried (a UDP socket: devmem TX sends TCP streams only)".into(),
