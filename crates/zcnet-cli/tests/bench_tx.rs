@@ -177,7 +177,8 @@ fn the_raw_send_zc_loop_takes_the_examples_choices_one_by_one() {
         &to,
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
+    assert_eq!(o.status.code(), Some(2), "a usage error: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(
         err.contains("--one-buffer applies to --loop send-zc only"),
         "{err}"
