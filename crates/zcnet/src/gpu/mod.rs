@@ -11,10 +11,12 @@
 //! copy from the GPU into host buffers that are then sent with zero copy.
 
 mod engine;
+pub mod fill;
 pub mod path;
 pub mod receive;
 pub mod staging;
 
+pub use fill::{DeviceFill, FillStats};
 pub use path::{prepare_receive, GpuPath, GpuSendStats, GpuSender, Refusal};
 pub use receive::{receive, GpuRecvReport, PreparedReceive};
 pub use staging::{StagedReceiver, StagedSender, StagedStats, StagingOptions};

@@ -430,6 +430,17 @@ pub(crate) trait RxBackend: std::fmt::Debug {
     fn lend(&mut self, _key: u64, _len: usize) -> Option<Result<crate::engine::ForeignBuf>> {
         None
     }
+    /// Takes held buffer `key` out of the ring, whole, for an asynchronous reader (a copy to
+    /// the GPU): it goes back to the kernel once the handle is dropped. `None` where the
+    /// backend's buffers are not a ring it can take from (a copy pool, zcrx, device memory).
+    fn take(&mut self, _key: u64) -> Option<Result<zcnet_sys::bufring::HeldBuf>> {
+        None
+    }
+    /// The mapping that holds every buffer [`Self::take`] can hand out (what a CUDA host
+    /// registration pins); `None` where `take` is not supported.
+    fn host_mapping(&self) -> Option<Arc<zcnet_sys::mem::Mapping>> {
+        None
+    }
     /// The fd an event loop waits on for readability before a [`Self::poll`] with a zero
     /// timeout ([`Receiver::readiness_fd`]); made (and registered with the kernel) at the
     /// first call where it is not the backend's own epoll set.
@@ -669,6 +680,43 @@ impl Receiver {
                 ))
             }
         }
+    }
+
+    /// Takes `buf` out of the receive ring for an asynchronous reader ([`crate::gpu::DeviceFill`]):
+    /// the handle holds the whole ring buffer (`buf`'s bytes at its start), and the buffer goes
+    /// back to the kernel at the first poll after the handle is dropped. Until then it counts as
+    /// held. `uring` only (where `auto` chose it); otherwise, or for another receiver's buffer,
+    /// `buf` comes back with the error.
+    #[allow(clippy::result_large_err)] // the buffer comes back with the error
+    pub(crate) fn take(
+        &mut self,
+        mut buf: RxBuf,
+    ) -> std::result::Result<zcnet_sys::bufring::HeldBuf, (RxBuf, Error)> {
+        let mine = Arc::ptr_eq(&buf.ret, &self.ret) && buf.loc == Location::Host;
+        match mine.then(|| self.backend.take(buf.key)).flatten() {
+            Some(Ok(h)) => {
+                buf.armed = false;
+                Ok(h)
+            }
+            Some(Err(e)) => Err((buf, e)),
+            None => {
+                let mode = self.mode();
+                Err((
+                    buf,
+                    Error::Unsupported {
+                        what: format!("taking {mode} receive buffers out of their ring (uring buffers can be)"),
+                        source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+                        remedy: crate::Remedy::UseRxMode(RxMode::Uring),
+                    },
+                ))
+            }
+        }
+    }
+
+    /// The mapping that holds every buffer [`Self::take`] hands out; `None` where it hands out
+    /// none.
+    pub(crate) fn host_mapping(&self) -> Option<Arc<zcnet_sys::mem::Mapping>> {
+        self.backend.host_mapping()
     }
 
     /// The host bytes of `buf`. `None` for device memory, or a buffer of another receiver.

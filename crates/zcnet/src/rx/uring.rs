@@ -15,6 +15,7 @@ use crate::remedy::Remedy;
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 use zcnet_sys::bufring::{RecvCompletion, RecvRing, MAX_BUFS};
 use zcnet_sys::epoll::EventFd;
@@ -251,6 +252,19 @@ impl RxBackend for UringRx {
 
     fn held(&self) -> usize {
         self.ring.held_count()
+    }
+
+    fn take(&mut self, key: u64) -> Option<Result<zcnet_sys::bufring::HeldBuf>> {
+        let id = u16::try_from(key).ok()?;
+        Some(
+            self.ring
+                .take(id)
+                .map_err(|e| Error::io("taking a receive buffer out of its ring", e)),
+        )
+    }
+
+    fn host_mapping(&self) -> Option<Arc<zcnet_sys::mem::Mapping>> {
+        self.ring.buffers_mapping().cloned()
     }
 
     fn lend(&mut self, key: u64, len: usize) -> Option<Result<crate::engine::ForeignBuf>> {
