@@ -67,6 +67,13 @@ pub(crate) struct Receiver {
     /// How many times the automatic policy raised a mark, and lowered one.
     raises: u64,
     lowers: u64,
+    /// `recv_into` of device memory: the asynchronous copier of this receiver's buffers (made at
+    /// the first such call, for that device), or why there is none (its copies are then
+    /// synchronous, one per buffer).
+    device_fill: Option<Result<zcnet::gpu::DeviceFill, String>>,
+    /// Bytes `recv_into` copied to device memory asynchronously, and synchronously.
+    device_async_bytes: u64,
+    device_sync_bytes: u64,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -156,6 +163,9 @@ impl Receiver {
             raised: Vec::new(),
             raises: 0,
             lowers: 0,
+            device_fill: None,
+            device_async_bytes: 0,
+            device_sync_bytes: 0,
         })
     }
 
@@ -257,6 +267,16 @@ impl Receiver {
             fb.append(e)?;
         }
         d.set_item("fallbacks", fb)?;
+        // recv_into of device memory: bytes by asynchronous copies out of the pinned receive
+        // ring, bytes by synchronous copies, and why the asynchronous path is not used.
+        let dev = PyDict::new(py);
+        dev.set_item("async_bytes", self.device_async_bytes)?;
+        dev.set_item("sync_bytes", self.device_sync_bytes)?;
+        match &self.device_fill {
+            Some(Err(why)) => dev.set_item("async_refused", why)?,
+            _ => dev.set_item("async_refused", py.None())?,
+        }
+        d.set_item("device_copies", dev)?;
         Ok(d)
     }
 
@@ -282,8 +302,10 @@ impl Receiver {
     /// when every connection has ended (0: nothing left). `out` is a writable, C-contiguous
     /// bytes-like object (bytearray, numpy array, ...) or tensor (`__dlpack__`): host memory,
     /// copied into by the CPU, or CUDA device memory (a torch.cuda tensor, a
-    /// `zcnet.DeviceBuffer`), copied into from each received host buffer by a synchronous copy
-    /// through zcnet's CUDA driver wrapper (finished when this returns).
+    /// `zcnet.DeviceBuffer`), copied into from the received host buffers by the GPU: with a
+    /// uring receiver asynchronously out of the pinned receive ring, otherwise by a synchronous
+    /// copy per buffer; every copy has finished when this returns (`stats()["device_copies"]`
+    /// counts the bytes of each kind).
     fn recv_into(slf: &Bound<'_, Self>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
         const WHO: &str = "zcnet.Receiver.recv_into";
         let py = slf.py();
@@ -322,15 +344,9 @@ impl Receiver {
                 })
             }
             Some(_) if imp.len == 0 => Ok(0),
-            Some(_) => {
+            Some(ordinal) => {
                 let mut region = crate::cuda::borrow(py, &imp, WHO)?;
-                Self::fill(slf, imp.len, |at, src| {
-                    let r = OnThisThread(&mut region);
-                    let s = OnThisThread(src);
-                    py.detach(move || OnThisThread(r.get().write_at(at, s.get())))
-                        .get()
-                        .map_err(crate::errors::to_py)
-                })
+                Self::fill_device(slf, &mut region, ordinal, imp.len)
             }
         };
         drop(cap);
@@ -379,6 +395,106 @@ impl Receiver {
             }
         }
         Ok(filled)
+    }
+
+    /// `recv_into` of `cap` bytes of device memory `region` (on `cuda:ordinal`): each whole
+    /// received buffer by an asynchronous copy out of the pinned receive ring (uring receivers:
+    /// [`zcnet::gpu::DeviceFill`]), the rest (a buffer taken in part, other modes) by a
+    /// synchronous copy; every copy has finished when this returns.
+    fn fill_device(
+        slf: &Bound<'_, Self>,
+        region: &mut zcnet::Region,
+        ordinal: u32,
+        cap: usize,
+    ) -> PyResult<usize> {
+        let py = slf.py();
+        {
+            let mut this = slf.borrow_mut();
+            let this = &mut *this;
+            let stale = matches!(&this.device_fill, Some(Ok(f)) if f.ordinal() != Some(ordinal));
+            if this.device_fill.is_none() || stale {
+                this.device_fill = None; // the old one waits for its copies as it drops
+                let max = (this.capacity / 4).max(1);
+                let made = zcnet::gpu::DeviceFill::new(&this.inner, ordinal, max);
+                this.device_fill = Some(made.map_err(|e| e.to_string()));
+            }
+            if let Some(Ok(f)) = &mut this.device_fill {
+                f.set_target(Some(region)).map_err(errors::to_py)?;
+            }
+        }
+        let mut filled = 0usize;
+        let r = (|| {
+            while filled < cap {
+                let Some(buf) = Self::__next__(slf)? else {
+                    break;
+                };
+                let n = buf.len.min(cap - filled);
+                if buf.device || buf.ptr == 0 {
+                    return Err(PyValueError::new_err(
+                        "zcnet: recv_into of device memory (devmem) is not supported",
+                    ));
+                }
+                let mut this = slf.borrow_mut();
+                let this = &mut *this;
+                let buf = match (n == buf.len, &mut this.device_fill) {
+                    (true, Some(Ok(f))) => match buf.into_whole() {
+                        Ok(rx_buf) => {
+                            f.copy(&mut this.inner, rx_buf, filled as u64)
+                                .map_err(errors::to_py)?;
+                            this.device_async_bytes += n as u64;
+                            filled += n;
+                            continue;
+                        }
+                        Err(b) => b,
+                    },
+                    _ => buf,
+                };
+                Self::fill_device_sync(py, this, region, buf, n, &mut filled)?;
+            }
+            Ok(filled)
+        })();
+        // Every copy finishes (or fails) before the tensor is handed back; the target is
+        // forgotten so that nothing holds the caller's memory.
+        let mut this = slf.borrow_mut();
+        let waited = match &mut this.device_fill {
+            Some(Ok(f)) => {
+                let w = {
+                    let f = OnThisThread(&mut *f);
+                    py.detach(move || OnThisThread(f.get().wait())).get()
+                };
+                let _ = f.set_target(None);
+                w
+            }
+            _ => Ok(()),
+        };
+        let n = r?;
+        waited.map_err(errors::to_py)?;
+        Ok(n)
+    }
+
+    /// The first `n` bytes of `buf` written synchronously at `*filled` of `region`; a tail left
+    /// over is handed out first next time.
+    fn fill_device_sync(
+        py: Python<'_>,
+        this: &mut Receiver,
+        region: &mut zcnet::Region,
+        buf: Buffer,
+        n: usize,
+        filled: &mut usize,
+    ) -> PyResult<()> {
+        // SAFETY: `buf.ptr` holds `buf.len` bytes lent by the receiver while `buf` lives, and
+        // `n <= buf.len`.
+        let src = unsafe { std::slice::from_raw_parts(buf.ptr as *const u8, n) };
+        let (r, s, at) = (OnThisThread(&mut *region), OnThisThread(src), *filled);
+        py.detach(move || OnThisThread(r.get().write_at(at, s.get())))
+            .get()
+            .map_err(errors::to_py)?;
+        this.device_sync_bytes += n as u64;
+        *filled += n;
+        if n < buf.len {
+            this.partial = Some(buf.tail(py, n));
+        }
+        Ok(())
     }
 
     /// Waits one slice (GIL released) for events, then checks signals and starvation.
@@ -502,6 +618,35 @@ impl Buffer {
             buf: Arc::clone(&self.buf),
             rx: self.rx.clone_ref(py),
         }
+    }
+
+    /// The received buffer itself, when this is all of it (not a tail) and nothing else
+    /// references it; else the Buffer back.
+    #[allow(clippy::result_large_err)] // the buffer comes back
+    fn into_whole(self) -> Result<zcnet::RxBuf, Buffer> {
+        if self.len != self.buf.len() {
+            return Err(self);
+        }
+        let Buffer {
+            ptr,
+            len,
+            conn,
+            offset,
+            copied,
+            device,
+            buf,
+            rx,
+        } = self;
+        Arc::try_unwrap(buf).map_err(|buf| Buffer {
+            ptr,
+            len,
+            conn,
+            offset,
+            copied,
+            device,
+            buf,
+            rx,
+        })
     }
 
     fn host(&self) -> PyResult<*const u8> {

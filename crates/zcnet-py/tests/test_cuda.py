@@ -225,11 +225,16 @@ def test_udp_sender_sends_each_device_buffer_as_one_datagram(standin, tmp_path, 
     assert s["device"] == "zcnet stand-in", s
 
 
-def test_recv_into_device_buffers(standin, tmp_path):
+@pytest.mark.parametrize("mode", ["copy", "uring"])
+def test_recv_into_device_buffers(standin, tmp_path, mode):
     """recv_into a DeviceBuffer fills it with the next bytes received; tobytes() gives them
-    back; received host Buffers still say kDLCPU."""
+    back; received host Buffers still say kDLCPU. With uring, whole buffers go by asynchronous
+    copies out of the pinned receive ring (a buffer taken in part, synchronously); with copy,
+    every buffer synchronously, and the stats say why."""
     out, s = run_child(
-        """
+        f"""
+        MODE = {mode!r}
+""" + """
         total = (5 << 20) + 123
         ls = listener()
         peer = connect(ls)
@@ -239,7 +244,7 @@ def test_recv_into_device_buffers(standin, tmp_path):
             peer.close()
         w = threading.Thread(target=write, daemon=True)
         w.start()
-        rx = zcnet.Receiver(mode="copy")
+        rx = zcnet.Receiver(mode=MODE)
         rx.add(conn)
         first = next(iter(rx))
         assert first.__dlpack_device__() == (1, 0)
@@ -253,6 +258,14 @@ def test_recv_into_device_buffers(standin, tmp_path):
         assert rx.recv_into(b) == 0
         w.join(60)
         assert head + a.tobytes() + b.tobytes()[:left] == pattern(0, total)
+        dev = rx.stats()["device_copies"]
+        assert dev["async_bytes"] + dev["sync_bytes"] == total - len(head), dev
+        if MODE == "uring":
+            assert dev["async_refused"] is None, dev
+            assert dev["async_bytes"] >= 4 << 20, dev
+        else:
+            assert dev["async_bytes"] == 0 and "uring" in dev["async_refused"], dev
+        print("device_copies", dev)
         # The memory lives as long as a DLPack capsule of it: dropping the buffer first is fine.
         cap = a.__dlpack__(max_version=(1, 0))
         del a, b
@@ -266,8 +279,12 @@ def test_recv_into_device_buffers(standin, tmp_path):
         tmp_path,
         standin,
     )
-    assert out.strip() == "ok", out
-    assert int(s["sync_htod"]) >= 1, s
+    assert out.strip().endswith("ok"), out
+    if mode == "uring":
+        assert int(s["async_htod"]) >= 64, s
+        assert int(s["registers"]) >= 1, s
+    else:
+        assert int(s["sync_htod"]) >= 80 and int(s["async_htod"]) == 0, s
 
 
 def test_refusals_are_one_line(standin, tmp_path):
