@@ -28,6 +28,21 @@ send (receiver: `zcnet recv --listen 127.0.0.1:P --discard`)
   py-send    `zcnet.Sender(sock, mode="copy").send(a)` with one 64 KiB numpy array, repeated
              N / 64 KiB times, then `finish()`
 
+GPU memory (cases not in the default list; --cases picks them; the device is CUDA device 0,
+allocated with zcnet.cuda_buffer, i.e. zcnet's CUDA driver wrapper, so no torch is needed):
+receive (sender as above)
+  cli-recv-cuda   `zcnet recv --listen 127.0.0.1:P --mem cuda:0` (staged into GPU memory)
+  cuda-recv       `Receiver().recv_into(dst)` into a 64 MiB device buffer, again until it
+                  returns less than 64 MiB (each received host buffer copied to the device)
+  cuda-recv_into  the loop Python users write (Mooncake's TCP transport does this):
+                  `sock.recv_into` a preallocated 64 MiB bytearray until it is full, then one
+                  synchronous host-to-device copy of it (`dst.fill(view)`, cuMemcpyHtoD)
+send (receiver: `zcnet recv --discard` as above)
+  cli-send-cuda   `zcnet send 127.0.0.1:P --mem cuda:0 --size 64K --bytes N` (staged)
+  cuda-send       `Sender(sock, mode=TX).send(src)` with one 64 MiB device buffer, repeated
+  cuda-send-naive one synchronous device-to-host copy of the 64 MiB (`src.tobytes()`), then
+                  `sock.sendall` of it, repeated
+
 --tx MODE makes every sender use MODE instead of copy (`zcnet send --tx MODE`,
 `Sender(sock, mode=MODE)`).
 
@@ -50,6 +65,10 @@ import sys
 import time
 
 MSG = 64 * 1024
+# The device buffer of the GPU cases.
+CUDA_CHUNK = 64 << 20
+CUDA_RECV = ("cuda-recv", "cuda-recv_into")
+CUDA_SEND = ("cuda-send", "cuda-send-naive")
 TOUCH_STEP = 4096
 # The receiver's address, and the command prefix that runs a sender (the veth namespace's).
 HOST = "127.0.0.1"
@@ -107,7 +126,39 @@ def child_recv(role, buf_size, py_kw):
     acc = 0
     t_touch = 0.0
     nbufs = 0
-    if role == "recv_into":
+    if role in CUDA_RECV:
+        import zcnet
+
+        dst = zcnet.cuda_buffer(CUDA_CHUNK)
+        if role == "cuda-recv":
+            rx = zcnet.Receiver()
+            rx.add(conn)
+            while True:
+                n = rx.recv_into(dst)
+                total += n
+                nbufs += 1
+                if n < CUDA_CHUNK:
+                    break
+            device_copies = rx.stats()["device_copies"]
+        else:
+            ba = bytearray(CUDA_CHUNK)
+            mv = memoryview(ba)
+            eof = False
+            while not eof:
+                n = 0
+                while n < CUDA_CHUNK:
+                    k = conn.recv_into(mv[n:])
+                    if k == 0:
+                        eof = True
+                        break
+                    n += k
+                if n:
+                    dst.fill(mv[:n])
+                    total += n
+                    nbufs += 1
+        # One byte per 4 KiB page of the last chunk, read back, keeps the copies honest.
+        acc = sum(dst.tobytes()[::TOUCH_STEP])
+    elif role == "recv_into":
         ba = bytearray(MSG)
         mv = memoryview(ba)
         arr = np.frombuffer(ba, dtype=np.uint8)
@@ -149,7 +200,9 @@ def child_recv(role, buf_size, py_kw):
     t1 = time.perf_counter()
     cpu = os.times()
     out = {"bytes": total, "seconds": t1 - t0, "buffers": nbufs, "sum": acc, "cpu_s": cpu.user + cpu.system - c0.user - c0.system}
-    if role not in ("recv_into",):
+    if role == "cuda-recv":
+        out["device_copies"] = device_copies
+    if role not in ("recv_into",) + CUDA_RECV:
         out["next_s"] = t_next
         out["touch_s"] = t_touch
         st = rx.stats()
@@ -158,20 +211,31 @@ def child_recv(role, buf_size, py_kw):
     print(json.dumps(out), flush=True)
 
 
-def child_send(port, nbytes, mode):
+def child_send(role, port, nbytes, mode):
     import numpy as np
     import zcnet
 
-    a = np.arange(MSG, dtype=np.uint8)
+    if role in CUDA_SEND:
+        a = zcnet.cuda_buffer(CUDA_CHUNK)
+        a.fill(np.arange(CUDA_CHUNK, dtype=np.uint8))
+    else:
+        a = np.arange(MSG, dtype=np.uint8)
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()
     s = socket.create_connection((HOST, port))
-    tx = zcnet.Sender(s, mode=mode)
     t0 = time.perf_counter()
     n = 0
-    while n < nbytes:
-        n += tx.send(a)
-    st = tx.finish()
+    if role == "cuda-send-naive":
+        while n < nbytes:
+            s.sendall(a.tobytes())
+            n += CUDA_CHUNK
+        s.close()
+        st = {"mode": "sendall"}
+    else:
+        tx = zcnet.Sender(s, mode=mode)
+        while n < nbytes:
+            n += tx.send(a)
+        st = tx.finish()
     print(json.dumps({"bytes": n, "seconds": time.perf_counter() - t0, "mode": st.get("mode")}), flush=True)
 
 
@@ -200,15 +264,16 @@ def wait_listening(port, deadline=5.0):
     raise RuntimeError(f"nothing listens on {HOST}:{port}")
 
 
-def cli_recv_cmd(a, port):
-    cmd = [a.zcnet, "recv", "--listen", f"{HOST}:{port}", "--discard", "--json"]
+def cli_recv_cmd(a, port, cuda=False):
+    cmd = [a.zcnet, "recv", "--listen", f"{HOST}:{port}", "--json"] + (["--mem", "cuda:0"] if cuda else ["--discard"])
     if a.buf_size:
         cmd += ["--buf-size", str(a.buf_size)]
     return cmd
 
 
-def cli_send_cmd(a, port):
-    return NS_EXEC + [a.zcnet, "send", f"{HOST}:{port}", "--tx", a.tx, "--size", "64K", "--bytes", str(a.nbytes)]
+def cli_send_cmd(a, port, cuda=False):
+    mem = ["--mem", "cuda:0"] if cuda else []
+    return NS_EXEC + [a.zcnet, "send", f"{HOST}:{port}", "--tx", a.tx, "--size", "64K", "--bytes", str(a.nbytes)] + mem
 
 
 # The environment of the Python roles (see the module documentation).
@@ -218,16 +283,16 @@ PY_ENV = dict(os.environ, OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THRE
 def run_case(case, a):
     me = [sys.executable, os.path.abspath(__file__)]
     info = {}
-    if case in ("cli-recv", "cli-send"):
+    if case in ("cli-recv", "cli-send", "cli-recv-cuda", "cli-send-cuda"):
         port = free_port()
-        rcv = subprocess.Popen(cli_recv_cmd(a, port), stdout=subprocess.PIPE, text=True)
+        rcv = subprocess.Popen(cli_recv_cmd(a, port, case == "cli-recv-cuda"), stdout=subprocess.PIPE, text=True)
         wait_listening(port)
-        if case == "cli-recv":
+        if case in ("cli-recv", "cli-recv-cuda"):
             t0 = time.perf_counter()
             snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
         else:
             snd = None
-    if case in ("py-recv", "py-lowat", "py-16k", "recv_into"):
+    if case in ("py-recv", "py-lowat", "py-16k", "recv_into") + CUDA_RECV:
         args = ["--role", case, "--host", HOST, "--py-kw", a.py_kw] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
         rcv = subprocess.Popen(me + args, stdout=subprocess.PIPE, text=True, env=PY_ENV)
         port = json.loads(rcv.stdout.readline())["port"]
@@ -237,7 +302,7 @@ def run_case(case, a):
         t1 = time.perf_counter()
         rcv.wait()
         snd.wait()
-    elif case == "cli-recv":
+    elif case in ("cli-recv", "cli-recv-cuda"):
         out = rcv.stdout.read()
         # Reaped here for its CPU time (user + system), which Popen.wait would not give.
         _, status, ru = os.wait4(rcv.pid, 0)
@@ -246,18 +311,18 @@ def run_case(case, a):
         snd.wait()
         info = {"bytes": json.loads(out).get("bytes", a.nbytes)} if out.strip().startswith("{") else {}
         info["cpu_s"] = ru.ru_utime + ru.ru_stime
-    elif case == "cli-send":
+    elif case in ("cli-send", "cli-send-cuda"):
         t0 = time.perf_counter()
-        snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
+        snd = subprocess.Popen(cli_send_cmd(a, port, case == "cli-send-cuda"), stdout=subprocess.DEVNULL)
         rcv.communicate()
         t1 = time.perf_counter()
         snd.wait()
-    elif case == "py-send":
+    elif case in ("py-send",) + CUDA_SEND:
         port = free_port()
         rcv = subprocess.Popen(cli_recv_cmd(a, port), stdout=subprocess.PIPE, text=True)
         wait_listening(port)
         snd = subprocess.Popen(
-            NS_EXEC + me + ["--role", "py-send", "--host", HOST, "--port", str(port), "--bytes", str(a.nbytes), "--tx", a.tx],
+            NS_EXEC + me + ["--role", case, "--host", HOST, "--port", str(port), "--bytes", str(a.nbytes), "--tx", a.tx],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=PY_ENV,
         )
         snd.stdout.readline()
@@ -292,6 +357,10 @@ def run_rounds(a, zcnet):
             elif "buffers" in info:
                 extra = (f"  [{info['buffers']} recv_into calls, {info['bytes'] // max(info['buffers'], 1)} B avg; "
                          f"receiver CPU {info['cpu_s']:.2f} s]")
+            if "device_copies" in info:
+                dc = info["device_copies"]
+                extra += (f"  [to the GPU: {dc['async_bytes']} B by asynchronous copies, {dc['sync_bytes']} B synchronously"
+                          + (f"; no asynchronous copies: {dc['async_refused']}" if dc["async_refused"] else "") + "]")
             print(f"round {r + 1} {c:10s} {mbs:9.0f} MB/s  ({secs:.3f} s){extra}", flush=True)
     return rates
 
@@ -313,10 +382,10 @@ def main():
     a.nbytes = parse_size(a.bytes)
     global HOST
     HOST = a.host
-    if a.role in ("py-recv", "py-lowat", "py-16k", "recv_into"):
+    if a.role in ("py-recv", "py-lowat", "py-16k", "recv_into") + CUDA_RECV:
         return child_recv(a.role, a.buf_size, a.py_kw)
-    if a.role == "py-send":
-        return child_send(a.port, a.nbytes, a.tx)
+    if a.role in ("py-send",) + CUDA_SEND:
+        return child_send(a.role, a.port, a.nbytes, a.tx)
     if not a.zcnet:
         p.error("the zcnet binary is required")
     import zcnet
@@ -346,6 +415,10 @@ def main():
     ratio("py-recv", "recv_into", 1.5)
     ratio("py-lowat", "recv_into", 1.5)
     ratio("py-send", "cli-send", 0.9)
+    ratio("cuda-recv", "cli-recv-cuda", 0.9)
+    ratio("cuda-recv", "cuda-recv_into", 1.5)
+    ratio("cuda-send", "cli-send-cuda", 0.9)
+    ratio("cuda-send", "cuda-send-naive", 1.5)
 
 
 if __name__ == "__main__":
