@@ -33,7 +33,8 @@ allocated with zcnet.cuda_buffer, i.e. zcnet's CUDA driver wrapper, so no torch 
 receive (sender as above)
   cli-recv-cuda   `zcnet recv --listen 127.0.0.1:P --mem cuda:0` (staged into GPU memory)
   cuda-recv       `Receiver().recv_into(dst)` into a 64 MiB device buffer, again until it
-                  returns less than 64 MiB (each received host buffer copied to the device)
+                  returns less than 64 MiB (each received host buffer copied to the device;
+                  --py-kw applies)
   cuda-recv_into  the loop Python users write (Mooncake's TCP transport does this):
                   `sock.recv_into` a preallocated 64 MiB bytearray until it is full, then one
                   synchronous host-to-device copy of it (`dst.fill(view)`, cuMemcpyHtoD)
@@ -131,7 +132,7 @@ def child_recv(role, buf_size, py_kw):
 
         dst = zcnet.cuda_buffer(CUDA_CHUNK)
         if role == "cuda-recv":
-            rx = zcnet.Receiver()
+            rx = zcnet.Receiver(**json.loads(py_kw))
             rx.add(conn)
             while True:
                 n = rx.recv_into(dst)
@@ -372,7 +373,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--buf-size", type=int, default=0, help="Receiver buf_size and recv --buf-size (default: theirs)")
     p.add_argument("--cases", default="cli-recv,py-recv,py-lowat,py-16k,recv_into,cli-send,py-send")
-    p.add_argument("--py-kw", default="{}", help="py-recv only: extra Receiver keywords, as JSON (e.g. '{\"buffers\": 32}')")
+    p.add_argument("--py-kw", default="{}", help="py-recv and cuda-recv only: extra Receiver keywords, as JSON (e.g. '{\"buffers\": 32}')")
     p.add_argument("--path", choices=["loopback", "veth"], default="loopback")
     p.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     p.add_argument("--tx", default="copy", help="the send mode of every sender, zcnet send's and Python's (default copy)")
