@@ -262,3 +262,43 @@ fn child_device_fill() {
     assert_eq!(rx.held(), 0);
     drop(fill);
 }
+
+#[zcnet_testkit::test]
+fn a_received_device_range_maps_to_its_address_in_the_bound_region() {
+    let name = "child_device_addr_of";
+    let (o, summary) = run_child(name, Variant::Full, &[]);
+    let s = assert_child_passed(name, &o, &summary);
+    assert!(s.count("allocs") >= 1, "{s}");
+}
+
+/// `gpu::device_addr_of`: a range inside the region is the region's device address plus its
+/// offset; one that ends past the region, or an offset that overflows, is `None`, and so is any
+/// range of host memory.
+#[zcnet_testkit::test]
+#[ignore = "run by its parent test in a child process with the CUDA stand-in loaded"]
+fn child_device_addr_of() {
+    use zcnet::gpu::device_addr_of;
+    use zcnet::rx::DeviceSlice;
+    in_child();
+    let len = 1usize << 20;
+    let region = Region::cuda(0, len).unwrap();
+    let base = region.device_addr().unwrap();
+    let slice = |offset: u64, n: usize| DeviceSlice {
+        dmabuf_id: 7,
+        offset,
+        len: n,
+    };
+    assert_eq!(device_addr_of(&region, &slice(0, 4096)), Some(base));
+    assert_eq!(
+        device_addr_of(&region, &slice(8192, 100)),
+        Some(base + 8192)
+    );
+    assert_eq!(
+        device_addr_of(&region, &slice(len as u64 - 10, 10)),
+        Some(base + len as u64 - 10)
+    );
+    assert_eq!(device_addr_of(&region, &slice(len as u64 - 10, 11)), None);
+    assert_eq!(device_addr_of(&region, &slice(u64::MAX, 2)), None);
+    let host = Region::anonymous(len).unwrap();
+    assert_eq!(device_addr_of(&host, &slice(0, 10)), None);
+}

@@ -29,6 +29,17 @@ use zcnet_sys::cuda::{self, Context, CudaError};
 
 pub use zcnet_sys::cuda::{BorrowedDevice, DeviceInfo, STANDIN_LABEL};
 
+/// The device address of `slice`, a range a devmem or zcrx-dmabuf receiver delivered
+/// ([`crate::RxBuf::device`]), in `region`: the GPU memory whose dma-buf that receiver bound
+/// ([`prepare_receive`]), where the NIC wrote it at the slice's offset. `None` when `region` is
+/// host memory or the range does not lie inside it. What a consumer of the bytes in place needs
+/// (a DLPack kDLCUDA tensor over them, a kernel's argument): no copy is made.
+pub fn device_addr_of(region: &crate::Region, slice: &crate::rx::DeviceSlice) -> Option<u64> {
+    let base = region.device_addr()?;
+    let end = slice.offset.checked_add(slice.len as u64)?;
+    (end <= region.len() as u64).then(|| base + slice.offset)
+}
+
 /// The staging pipeline without a GPU: a [`StagedReceiver`] over `stream` whose "device" is the
 /// host buffer `dev` (its length is the ring's), with copies that complete newest first, as a
 /// real copy engine may. For testing code built on staged receives on machines without CUDA
