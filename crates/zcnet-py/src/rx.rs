@@ -27,6 +27,45 @@ const BULK_LOW_WATER: u32 = 128 << 10;
 /// reply) is delivered after at most this delay.
 const IDLE: Duration = Duration::from_millis(1);
 
+/// The receiver `cfg` asks for; with `ordinal` (`mem="cuda:N"`) into GPU memory N by the best
+/// path (`zcnet::gpu::prepare_receive`: devmem, then zcrx with a dma-buf area, else staging,
+/// where the receiver is `cfg`'s own with host buffers and `recv_into` copies to the device).
+fn make_receiver(
+    cfg: &RxConfig,
+    ordinal: Option<u32>,
+) -> zcnet::Result<(zcnet::Receiver, Option<GpuRx>)> {
+    let Some(ordinal) = ordinal else {
+        return Ok((zcnet::Receiver::new(cfg)?, None));
+    };
+    let mut region = zcnet::Region::cuda(ordinal, cfg.area_len)?;
+    let (direct, refused) = zcnet::gpu::prepare_receive(&mut region, cfg)?;
+    let (rx, path, area) = match direct {
+        Some((rx, path)) => (rx, path, Some(region)),
+        None => (
+            zcnet::Receiver::new(cfg)?,
+            zcnet::gpu::GpuPath::Staging,
+            None,
+        ),
+    };
+    let gpu = GpuRx {
+        ordinal,
+        path,
+        refused,
+        area,
+    };
+    Ok((rx, Some(gpu)))
+}
+
+/// A receiver made with `mem="cuda:N"`.
+struct GpuRx {
+    ordinal: u32,
+    path: zcnet::gpu::GpuPath,
+    refused: Vec<zcnet::gpu::Refusal>,
+    /// The GPU memory whose dma-buf the receiver bound (devmem, zcrx-dmabuf); `None` when
+    /// staging (received buffers are host memory, `recv_into` copies them to the device).
+    area: Option<zcnet::Region>,
+}
+
 /// Receives on connected TCP sockets with one mechanism; iterating yields `zcnet.Buffer`s, in
 /// order per connection, until every connection has ended.
 ///
@@ -41,6 +80,13 @@ const IDLE: Duration = Duration::from_millis(1);
 /// streams), and a wait that brings nothing for 1 ms lowers it back to 1 byte, so a short
 /// message is never held for more than that; `0` never sets a mark; `N` sets N bytes on every
 /// connection for good (a message shorter than N then waits for more data or the stream's end).
+///
+/// `mem="cuda:N"` receives into GPU memory N by the best path: devmem TCP, then zcrx with a
+/// dma-buf area (both need `iface`, a NIC with header split steered to `queue`; `area` bytes of
+/// GPU memory are bound), else staging: host buffers, copied to the device by `recv_into`.
+/// Buffers the NIC wrote into GPU memory are kDLCUDA (`torch.from_dlpack(buf)`: a read-only
+/// view, no copy; `bytes(buf)` copies to the host). `stats()["gpu"]` names the path and why the
+/// better ones were refused; `mode="devmem"` or `"zcrx"` raise their refusal instead.
 #[pyclass(unsendable, module = "zcnet")]
 pub(crate) struct Receiver {
     inner: zcnet::Receiver,
@@ -74,6 +120,9 @@ pub(crate) struct Receiver {
     /// Bytes `recv_into` copied to device memory asynchronously, and synchronously.
     device_async_bytes: u64,
     device_sync_bytes: u64,
+    /// `mem="cuda:N"`: the path into GPU memory, what was refused, and the memory bound.
+    /// After `inner` (fields drop in order): the receiver unbinds the memory before it is freed.
+    gpu: Option<GpuRx>,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -99,7 +148,7 @@ fn size_arg(name: &str, v: Option<u64>) -> PyResult<Option<usize>> {
 #[pymethods]
 impl Receiver {
     #[new]
-    #[pyo3(signature = (mode="auto", iface=None, queue=None, *, buffers=None, buf_size=None, area=None, low_water=None, starve_timeout=1.0))]
+    #[pyo3(signature = (mode="auto", iface=None, queue=None, *, buffers=None, buf_size=None, area=None, low_water=None, starve_timeout=1.0, mem=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -111,7 +160,17 @@ impl Receiver {
         area: Option<u64>,
         low_water: Option<u32>,
         starve_timeout: f64,
+        mem: Option<&str>,
     ) -> PyResult<Self> {
+        let ordinal = match mem.map(|m| (m, zcnet::MemoryKind::parse(m))) {
+            None | Some(("host", _)) => None,
+            Some((_, Some(zcnet::MemoryKind::Cuda(n)))) => Some(n),
+            Some((m, _)) => {
+                return Err(PyValueError::new_err(format!(
+                    "zcnet.Receiver: mem={m:?}: say \"host\" (default) or \"cuda\" / \"cuda:N\" (GPU memory N)"
+                )))
+            }
+        };
         let mode = RxMode::parse(mode).map_err(errors::to_py)?;
         let mut cfg = RxConfig::new(mode);
         cfg.iface = iface;
@@ -137,8 +196,8 @@ impl Receiver {
         // Making a receiver may register memory with the kernel: the GIL is released. The
         // receiver is made on this thread, the one that polls it (io_uring wants that).
         let c = OnThisThread(&cfg);
-        let inner = py
-            .detach(move || OnThisThread(zcnet::Receiver::new(c.get())))
+        let (inner, gpu) = py
+            .detach(move || OnThisThread(make_receiver(c.get(), ordinal)))
             .get()
             .map_err(errors::to_py)?;
         let capacity = match inner.mode() {
@@ -166,6 +225,7 @@ impl Receiver {
             device_fill: None,
             device_async_bytes: 0,
             device_sync_bytes: 0,
+            gpu,
         })
     }
 
@@ -200,13 +260,29 @@ impl Receiver {
                             .bytes(&b)
                             .map_or(std::ptr::null(), <[u8]>::as_ptr);
                         let device = matches!(b.location(), Location::Device(_));
+                        // A device range in the bound GPU memory: its device address.
+                        let (ptr, cuda) = match (b.device(), &this.gpu) {
+                            (
+                                Some(d),
+                                Some(GpuRx {
+                                    area: Some(a),
+                                    ordinal,
+                                    ..
+                                }),
+                            ) => match zcnet::gpu::device_addr_of(a, &d) {
+                                Some(addr) => (addr as usize, Some(*ordinal)),
+                                None => (0, None),
+                            },
+                            _ => (ptr as usize, None),
+                        };
                         return Ok(Some(Buffer {
-                            ptr: ptr as usize,
+                            ptr,
                             len: b.len(),
                             conn: b.conn().0,
                             offset,
                             copied: b.copied(),
                             device,
+                            cuda,
                             buf: Arc::new(b),
                             rx: slf.clone().unbind().into_any(),
                         }));
@@ -277,6 +353,21 @@ impl Receiver {
             _ => dev.set_item("async_refused", py.None())?,
         }
         d.set_item("device_copies", dev)?;
+        // mem="cuda:N": the path into GPU memory and why the better ones were not taken.
+        if let Some(g) = &self.gpu {
+            let gd = PyDict::new(py);
+            gd.set_item("device", format!("cuda:{}", g.ordinal))?;
+            gd.set_item("path", g.path.name())?;
+            let rl = pyo3::types::PyList::empty(py);
+            for r in &g.refused {
+                let e = PyDict::new(py);
+                e.set_item("path", r.path.name())?;
+                e.set_item("reason", &r.reason)?;
+                rl.append(e)?;
+            }
+            gd.set_item("refused", rl)?;
+            d.set_item("gpu", gd)?;
+        }
         Ok(d)
     }
 
@@ -364,6 +455,24 @@ impl Receiver {
 }
 
 impl Receiver {
+    /// Copies the device bytes at device address `addr` (inside the GPU memory this receiver
+    /// bound) into `out` (synchronous, GIL released).
+    fn read_device(&self, py: Python<'_>, addr: u64, out: &mut [u8]) -> PyResult<()> {
+        let area = self.gpu.as_ref().and_then(|g| g.area.as_ref());
+        let off = area
+            .and_then(|a| Some((a, addr.checked_sub(a.device_addr()?)?)))
+            .filter(|(a, off)| off.saturating_add(out.len() as u64) <= a.len() as u64);
+        let Some((area, off)) = off else {
+            return Err(PyBufferError::new_err(
+                "zcnet: the buffer is not inside the receiver's GPU memory",
+            ));
+        };
+        let (a, o) = (OnThisThread(area), OnThisThread(out));
+        py.detach(move || OnThisThread(a.get().read_at(off as usize, o.get())))
+            .get()
+            .map_err(errors::to_py)
+    }
+
     /// Hands the next received bytes, up to `cap` of them, to `put(offset, bytes)` in stream
     /// order; returns how many (fewer only when every connection has ended). A buffer taken in
     /// part has its tail handed out first next time.
@@ -431,7 +540,7 @@ impl Receiver {
                 let n = buf.len.min(cap - filled);
                 if buf.device || buf.ptr == 0 {
                     return Err(PyValueError::new_err(
-                        "zcnet: recv_into of device memory (devmem) is not supported",
+                        "zcnet: recv_into does not take bytes the NIC wrote into GPU memory (devmem, zcrx-dmabuf): iterate the Receiver and take each buffer with torch.from_dlpack(buf) (no copy)",
                     ));
                 }
                 let mut this = slf.borrow_mut();
@@ -587,6 +696,9 @@ pub(crate) struct Buffer {
     offset: u64,
     copied: bool,
     device: bool,
+    /// Device memory of this CUDA device (`ptr` is then a device address): a range of the
+    /// GPU memory a `mem="cuda:N"` receiver bound, written by the NIC.
+    cuda: Option<u32>,
     /// Gives the buffer back when dropped.
     #[allow(dead_code)]
     buf: Arc<zcnet::RxBuf>,
@@ -615,6 +727,7 @@ impl Buffer {
             offset: self.offset + from as u64,
             copied: self.copied,
             device: self.device,
+            cuda: self.cuda,
             buf: Arc::clone(&self.buf),
             rx: self.rx.clone_ref(py),
         }
@@ -634,6 +747,7 @@ impl Buffer {
             offset,
             copied,
             device,
+            cuda,
             buf,
             rx,
         } = self;
@@ -644,15 +758,21 @@ impl Buffer {
             offset,
             copied,
             device,
+            cuda,
             buf,
             rx,
         })
     }
 
     fn host(&self) -> PyResult<*const u8> {
+        if let Some(n) = self.cuda {
+            return Err(PyBufferError::new_err(format!(
+                "zcnet: this buffer is GPU memory (cuda:{n}), not host memory: take it with torch.from_dlpack(buf) (kDLCUDA, no copy), or bytes(buf) for a copy"
+            )));
+        }
         if self.device || self.ptr == 0 {
             return Err(PyBufferError::new_err(
-                "zcnet: this buffer is in device memory (devmem) and is not exported through DLPack by the Python layer yet",
+                "zcnet: this buffer is device memory outside the receiver's own (a dma-buf zcnet did not allocate): make the Receiver with mem=\"cuda:N\" to get kDLCUDA buffers",
             ));
         }
         Ok(self.ptr as *const u8)
@@ -671,6 +791,37 @@ impl Buffer {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
+        if let Some(n) = this.cuda {
+            // The NIC wrote the bytes by DMA before the kernel delivered them: there is no
+            // stream to order against, so any `stream` is accepted and nothing is waited for.
+            let _ = stream;
+            let here = (crate::dlpack::DL_CUDA, n as i32);
+            let versioned = crate::dlpack::check_request(
+                "zcnet.Buffer",
+                here,
+                &format!("GPU memory {here:?} (kDLCUDA, ordinal)"),
+                dl_device,
+                copy,
+                "bytes(buf) copies it to the host",
+                max_version,
+            )?;
+            return crate::dlpack::export(
+                py,
+                // A device address: carried in the tensor, never dereferenced by the host.
+                this.ptr as *const u8,
+                this.len,
+                slf.clone().unbind().into_any(),
+                crate::dlpack::Export {
+                    device: crate::dlpack::DLDevice {
+                        device_type: crate::dlpack::DL_CUDA,
+                        device_id: n as i32,
+                    },
+                    // The kernel owns the memory again once the buffer goes: read-only.
+                    read_only: true,
+                    versioned,
+                },
+            );
+        }
         let ptr = this.host()?;
         if let Some(s) = stream {
             // CPU memory has no stream: None (or -1, "no synchronization") only.
@@ -699,7 +850,10 @@ impl Buffer {
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {
-        (crate::dlpack::DL_CPU, 0)
+        match self.cuda {
+            Some(n) => (crate::dlpack::DL_CUDA, n as i32),
+            None => (crate::dlpack::DL_CPU, 0),
+        }
     }
 
     /// A read-only `memoryview` of the bytes, **without a copy** (for consumers of the buffer
@@ -723,6 +877,13 @@ impl Buffer {
     }
 
     fn __bytes__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        if self.cuda.is_some() {
+            // A copy from the GPU memory the receiver bound, at this buffer's place in it.
+            let rx = self.rx.bind(py).cast::<Receiver>()?.borrow();
+            let mut out = vec![0u8; self.len];
+            rx.read_device(py, self.ptr as u64, &mut out)?;
+            return Ok(PyBytes::new(py, &out));
+        }
         let ptr = self.host()?;
         // SAFETY: `ptr` holds `len` bytes lent by the receiver (kept alive by `self.rx`) while
         // `self.buf` lives.

@@ -445,3 +445,89 @@ def test_torch_cuda_send_and_recv_into(tmp_path):
         tmp_path,
     )
     assert out.strip() == "ok", out
+
+
+def test_receiver_into_gpu_memory_stages_where_no_nic_can_and_says_why(standin, tmp_path):
+    """Receiver(mem="cuda:0") takes the best path into GPU memory: with no interface named,
+    devmem and zcrx-dmabuf are not tried (said in stats()["gpu"]), so it stages: host buffers
+    (kDLCPU) and recv_into a device buffer. The GPU memory made for the better paths is freed
+    (the stand-in counts every allocation back)."""
+    out, s = run_child(
+        """
+        total = (3 << 20) + 77
+        ls = listener()
+        peer = connect(ls)
+        conn, _ = ls.accept()
+        def write():
+            peer.sendall(pattern(0, total))
+            peer.close()
+        w = threading.Thread(target=write, daemon=True)
+        w.start()
+        rx = zcnet.Receiver(mem="cuda:0")
+        g = rx.stats()["gpu"]
+        assert g["device"] == "cuda:0" and g["path"] == "staging", g
+        assert {r["path"] for r in g["refused"]} == {"devmem", "zcrx-dmabuf"}, g
+        assert all("iface" in r["reason"] for r in g["refused"]), g
+        rx.add(conn)
+        first = next(iter(rx))
+        assert first.__dlpack_device__() == (1, 0)
+        head = first.tobytes()
+        del first
+        dst = zcnet.cuda_buffer(total)
+        n = rx.recv_into(dst)
+        assert rx.recv_into(dst) == 0
+        w.join(60)
+        assert head + dst.tobytes()[:n] == pattern(0, total)
+        for bad in ("gpu:1x", "hugepage", "udmabuf"):
+            try:
+                zcnet.Receiver(mem=bad)
+                raise AssertionError(f"mem={bad!r} was taken")
+            except ValueError as e:
+                assert "cuda:N" in str(e), e
+        del rx, dst
+        gc.collect()
+        print("ok")
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip() == "ok", out
+    assert int(s["allocs"]) >= 2 and int(s["allocs"]) == int(s["frees"]), s
+
+
+@pytest.mark.parametrize("mode", ["devmem", "zcrx", "auto"])
+def test_receiver_into_gpu_memory_by_name_raises_the_kernels_refusal(standin, tmp_path, mode):
+    """mode="devmem" or "zcrx" with mem="cuda:0" on an interface that cannot (lo) raises the
+    kernel's refusal in one line, and leaves nothing behind: the GPU memory and its dma-buf are
+    freed (the stand-in's leak summary), no binding stays. mode="auto" stages instead, with both
+    refusals in stats()["gpu"]."""
+    if os.geteuid() != 0:
+        pytest.skip("binding a dma-buf to a queue needs root (CAP_NET_ADMIN)")
+    out, s = run_child(
+        f"""
+        MODE = {mode!r}
+"""
+        + """
+        try:
+            rx = zcnet.Receiver(mode=MODE, iface="lo", mem="cuda:0", area=4 << 20)
+            if MODE != "auto":
+                raise AssertionError("lo took a dma-buf")
+            g = rx.stats()["gpu"]
+            assert g["path"] == "staging", g
+            assert [r["path"] for r in g["refused"]] == ["devmem", "zcrx-dmabuf"], g
+            assert all("not supported" in r["reason"] and "lo" in r["reason"] for r in g["refused"]), g
+            del rx
+        except zcnet.Error as e:
+            msg = str(e)
+            assert "\\n" not in msg.strip(), msg
+            assert "lo" in msg, msg
+            print("refused:", msg)
+        gc.collect()
+        print("ok")
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip().endswith("ok"), out
+    assert int(s["exports"]) >= 1, s
+    assert s["leaked_dmabuf_fds"] == "0", s

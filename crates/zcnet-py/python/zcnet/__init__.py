@@ -11,6 +11,8 @@ Received buffers are tensors without a copy (DLPack: ``np.from_dlpack(buf)``,
         view = np.from_dlpack(buf)        # 1-D uint8, read-only, no copy
         ...                               # dropping the last reference returns it to the kernel
     # or: n = rx.recv_into(out)         # a copy into host or CUDA memory (torch.cuda, DeviceBuffer)
+    # Receiver(mode="auto", iface="eth1", mem="cuda:0"): into GPU memory by devmem or zcrx where
+    # the NIC can (kDLCUDA buffers: torch.from_dlpack(buf), no copy), else staged
     print(rx.stats())
 
     tx = zcnet.Sender(sock, mode="auto")  # copy | msg-zerocopy | uring | uring-zc | devmem | auto
