@@ -484,15 +484,9 @@ impl Receiver {
         let py = slf.py();
         let mut filled = 0usize;
         while filled < cap {
-            let Some(buf) = Self::__next__(slf)? else {
+            let Some((buf, n)) = Self::next_host(slf, cap - filled)? else {
                 break;
             };
-            let n = buf.len.min(cap - filled);
-            if buf.device || buf.ptr == 0 {
-                return Err(PyValueError::new_err(
-                    "zcnet: recv_into of device memory (devmem) is not supported",
-                ));
-            }
             // SAFETY: `buf.ptr` holds `buf.len` bytes lent by the receiver while `buf` lives.
             let src = unsafe { std::slice::from_raw_parts(buf.ptr as *const u8, n) };
             put(filled, src)?;
@@ -504,6 +498,21 @@ impl Receiver {
             }
         }
         Ok(filled)
+    }
+
+    /// The next received buffer for `recv_into` and how many of its bytes fit `room`; `None`
+    /// once every connection has ended. Buffers in device memory are refused.
+    fn next_host(slf: &Bound<'_, Self>, room: usize) -> PyResult<Option<(Buffer, usize)>> {
+        let Some(buf) = Self::__next__(slf)? else {
+            return Ok(None);
+        };
+        if buf.device || buf.ptr == 0 || buf.cuda.is_some() {
+            return Err(PyValueError::new_err(
+                "zcnet: recv_into does not take bytes the NIC wrote into GPU memory (devmem, zcrx-dmabuf): iterate the Receiver and take each buffer with torch.from_dlpack(buf) (no copy)",
+            ));
+        }
+        let n = buf.len.min(room);
+        Ok(Some((buf, n)))
     }
 
     /// `recv_into` of `cap` bytes of device memory `region` (on `cuda:ordinal`): each whole
@@ -532,17 +541,11 @@ impl Receiver {
             }
         }
         let mut filled = 0usize;
-        let r = (|| {
+        let r: PyResult<usize> = (|| {
             while filled < cap {
-                let Some(buf) = Self::__next__(slf)? else {
+                let Some((buf, n)) = Self::next_host(slf, cap - filled)? else {
                     break;
                 };
-                let n = buf.len.min(cap - filled);
-                if buf.device || buf.ptr == 0 {
-                    return Err(PyValueError::new_err(
-                        "zcnet: recv_into does not take bytes the NIC wrote into GPU memory (devmem, zcrx-dmabuf): iterate the Receiver and take each buffer with torch.from_dlpack(buf) (no copy)",
-                    ));
-                }
                 let mut this = slf.borrow_mut();
                 let this = &mut *this;
                 let buf = match (n == buf.len, &mut this.device_fill) {
@@ -740,28 +743,7 @@ impl Buffer {
         if self.len != self.buf.len() {
             return Err(self);
         }
-        let Buffer {
-            ptr,
-            len,
-            conn,
-            offset,
-            copied,
-            device,
-            cuda,
-            buf,
-            rx,
-        } = self;
-        Arc::try_unwrap(buf).map_err(|buf| Buffer {
-            ptr,
-            len,
-            conn,
-            offset,
-            copied,
-            device,
-            cuda,
-            buf,
-            rx,
-        })
+        Arc::try_unwrap(self.buf).map_err(|buf| Buffer { buf, ..self })
     }
 
     fn host(&self) -> PyResult<*const u8> {

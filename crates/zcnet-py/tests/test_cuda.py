@@ -76,6 +76,18 @@ PRELUDE = textwrap.dedent(
 
     def pattern(off, n, seed=7):
         return zcnet.pattern(seed, off, n)
+
+    def pattern_stream(total):
+        # A connection whose peer writes pattern(0, total) and closes: (conn, writer thread).
+        ls = listener()
+        peer = connect(ls)
+        conn, _ = ls.accept()
+        def write():
+            peer.sendall(pattern(0, total))
+            peer.close()
+        w = threading.Thread(target=write, daemon=True)
+        w.start()
+        return conn, w
     """
 )
 
@@ -236,14 +248,7 @@ def test_recv_into_device_buffers(standin, tmp_path, mode):
         MODE = {mode!r}
 """ + """
         total = (5 << 20) + 123
-        ls = listener()
-        peer = connect(ls)
-        conn, _ = ls.accept()
-        def write():
-            peer.sendall(pattern(0, total))
-            peer.close()
-        w = threading.Thread(target=write, daemon=True)
-        w.start()
+        conn, w = pattern_stream(total)
         rx = zcnet.Receiver(mode=MODE)
         rx.add(conn)
         first = next(iter(rx))
@@ -455,14 +460,7 @@ def test_receiver_into_gpu_memory_stages_where_no_nic_can_and_says_why(standin, 
     out, s = run_child(
         """
         total = (3 << 20) + 77
-        ls = listener()
-        peer = connect(ls)
-        conn, _ = ls.accept()
-        def write():
-            peer.sendall(pattern(0, total))
-            peer.close()
-        w = threading.Thread(target=write, daemon=True)
-        w.start()
+        conn, w = pattern_stream(total)
         rx = zcnet.Receiver(mem="cuda:0")
         g = rx.stats()["gpu"]
         assert g["device"] == "cuda:0" and g["path"] == "staging", g

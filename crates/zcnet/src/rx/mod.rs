@@ -654,26 +654,44 @@ impl Receiver {
     #[allow(clippy::result_large_err)] // the buffer comes back with the error
     pub fn lend(
         &mut self,
-        mut buf: RxBuf,
+        buf: RxBuf,
     ) -> std::result::Result<Arc<crate::engine::ForeignBuf>, (RxBuf, Error)> {
+        self.out_of_ring(
+            buf,
+            "lending {} receive buffers on (host buffers of the uring mode can be)",
+            |b, key, len| b.lend(key, len),
+        )
+        .map(Arc::new)
+    }
+
+    /// `buf` out of the backend's hands by `how` (lend, take), disarmed so that dropping it
+    /// does not give it back twice; refused (`what`, with `{}` for the mode) for another
+    /// receiver's buffer, device memory, or a backend that cannot.
+    #[allow(clippy::result_large_err)] // the buffer comes back with the error
+    fn out_of_ring<T>(
+        &mut self,
+        mut buf: RxBuf,
+        what: &str,
+        how: impl FnOnce(&mut dyn RxBackend, u64, usize) -> Option<Result<T>>,
+    ) -> std::result::Result<T, (RxBuf, Error)> {
         let mine = Arc::ptr_eq(&buf.ret, &self.ret) && buf.loc == Location::Host;
-        let lent = if mine {
-            self.backend.lend(buf.key, buf.len)
+        let out = if mine {
+            how(self.backend.as_mut(), buf.key, buf.len)
         } else {
             None
         };
-        match lent {
-            Some(Ok(f)) => {
+        match out {
+            Some(Ok(v)) => {
                 buf.armed = false;
-                Ok(Arc::new(f))
+                Ok(v)
             }
             Some(Err(e)) => Err((buf, e)),
             None => {
-                let mode = self.mode();
+                let what = what.replacen("{}", self.mode().name(), 1);
                 Err((
                     buf,
                     Error::Unsupported {
-                        what: format!("lending {mode} receive buffers on (host buffers of the uring mode can be)"),
+                        what,
                         source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
                         remedy: crate::Remedy::UseRxMode(RxMode::Uring),
                     },
@@ -690,27 +708,13 @@ impl Receiver {
     #[allow(clippy::result_large_err)] // the buffer comes back with the error
     pub(crate) fn take(
         &mut self,
-        mut buf: RxBuf,
+        buf: RxBuf,
     ) -> std::result::Result<zcnet_sys::bufring::HeldBuf, (RxBuf, Error)> {
-        let mine = Arc::ptr_eq(&buf.ret, &self.ret) && buf.loc == Location::Host;
-        match mine.then(|| self.backend.take(buf.key)).flatten() {
-            Some(Ok(h)) => {
-                buf.armed = false;
-                Ok(h)
-            }
-            Some(Err(e)) => Err((buf, e)),
-            None => {
-                let mode = self.mode();
-                Err((
-                    buf,
-                    Error::Unsupported {
-                        what: format!("taking {mode} receive buffers out of their ring (uring buffers can be)"),
-                        source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-                        remedy: crate::Remedy::UseRxMode(RxMode::Uring),
-                    },
-                ))
-            }
-        }
+        self.out_of_ring(
+            buf,
+            "taking {} receive buffers out of their ring (uring buffers can be)",
+            |b, key, _| b.take(key),
+        )
     }
 
     /// The mapping that holds every buffer [`Self::take`] hands out; `None` where it hands out
