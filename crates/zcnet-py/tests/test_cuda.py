@@ -529,3 +529,42 @@ def test_receiver_into_gpu_memory_by_name_raises_the_kernels_refusal(standin, tm
     assert out.strip().endswith("ok"), out
     assert int(s["exports"]) >= 1, s
     assert s["leaked_dmabuf_fds"] == "0", s
+
+
+def test_torch_cuda_receiver_with_gpu_memory(tmp_path):
+    """Receiver(mem="cuda:0") with the real driver (a GPU only): the GPU memory for devmem and
+    zcrx is allocated and freed, staging is taken (no interface named) and a torch.cuda tensor is
+    filled by recv_into, checked byte for byte; devmem by name on lo raises one line (as root)."""
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("torch is not installed: the torch.cuda test needs PyTorch and a GPU")
+    if not torch.cuda.is_available():
+        pytest.skip("torch.cuda.is_available() is False: no GPU here (the stand-in tests cover the code paths)")
+    out, _ = run_child(
+        """
+        import os, torch
+        n = (16 << 20) + 3
+        conn, w = pattern_stream(n)
+        rx = zcnet.Receiver(mem="cuda:0")
+        g = rx.stats()["gpu"]
+        assert g["path"] == "staging", g
+        rx.add(conn)
+        dst = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        assert rx.recv_into(dst) == n
+        w.join(60)
+        assert bytes(dst.cpu().numpy()) == pattern(0, n)
+        print("device_copies", rx.stats()["device_copies"])
+        if os.geteuid() == 0:
+            try:
+                zcnet.Receiver(mode="devmem", iface="lo", mem="cuda:0", area=4 << 20)
+                raise AssertionError("lo took a dma-buf")
+            except zcnet.Error as e:
+                assert "\\n" not in str(e).strip(), e
+                print("devmem refused:", e)
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert out.strip().endswith("ok"), out
+    print(out)
