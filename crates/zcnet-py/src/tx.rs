@@ -5,7 +5,7 @@ use crate::OnThisThread;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use zcnet::gpu::StagedSender;
 use zcnet::{Region, TxConfig, TxMode};
@@ -42,6 +42,8 @@ pub(crate) struct Sender {
     datagram: Option<usize>,
     /// Bytes sent from CUDA device memory.
     device_bytes: std::sync::atomic::AtomicU64,
+    /// The sender's buffer size: the most a host send hands the kernel at a time.
+    chunk: usize,
 }
 
 /// How the sender's buffers are used now: by host sends (copies into them), or by the library's
@@ -253,10 +255,14 @@ fn send_slice(
     tx: &mut zcnet::Sender,
     data: *const u8,
     len: usize,
+    chunk: usize,
     stall: &mut Stall,
     stall_timeout: Duration,
 ) -> zcnet::Result<usize> {
     let until = Instant::now() + SLICE;
+    if tx.mode() == TxMode::Copy {
+        return send_slice_in_place(tx, data, len, chunk, until);
+    }
     let mut done = 0;
     let mut waiter = Waiter::new();
     while done < len {
@@ -275,6 +281,45 @@ fn send_slice(
         let src = unsafe { std::slice::from_raw_parts(data.add(done), len - done) };
         let n = buf.write(src)?;
         tx.send(buf, n)?;
+        done += n;
+        if Instant::now() >= until {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// `send_slice` for the copy mode: `send(2)` copies the caller's bytes into the socket before it
+/// returns, so they are lent to the sender in place (`send_lent`) instead of first being copied
+/// into one of its buffers: one copy per byte, the kernel's, as `zcnet send --tx copy` makes.
+/// At most `chunk` bytes per call, as the buffers would carry.
+fn send_slice_in_place(
+    tx: &mut zcnet::Sender,
+    data: *const u8,
+    len: usize,
+    chunk: usize,
+    until: Instant,
+) -> zcnet::Result<usize> {
+    let mut done = 0;
+    while done < len {
+        let n = chunk.min(len - done);
+        // SAFETY: the caller guarantees `len` readable bytes at `data` for this call (the
+        // exporter's view or capsule is held by the caller), and nothing writes them while it
+        // runs (the GIL-free sender only reads). The copy mode sends them before `send_lent`
+        // returns and lets go of the lease (checked below), so none of it outlives the call.
+        let lent = unsafe { zcnet::engine::ForeignBuf::new(data.add(done).cast_mut(), n) }
+            .map(Arc::new)
+            .ok_or_else(|| {
+                zcnet::Error::io(
+                    "zcnet.Sender.send: a null buffer",
+                    std::io::Error::from_raw_os_error(libc::EINVAL),
+                )
+            })?;
+        tx.send_lent(Arc::clone(&lent), 0, n)?;
+        if Arc::strong_count(&lent) != 1 {
+            // The copy mode never keeps a lease; wait for it rather than lend memory out.
+            tx.flush()?;
+        }
         done += n;
         if Instant::now() >= until {
             break;
@@ -358,6 +403,7 @@ impl Sender {
             interrupted: std::sync::atomic::AtomicBool::new(false),
             datagram,
             device_bytes: std::sync::atomic::AtomicU64::new(0),
+            chunk: buf_size,
         })
     }
 
@@ -567,8 +613,11 @@ impl Sender {
             let rest = len - done;
             let st = OnThisThread(&mut stall);
             let timeout = self.stall_timeout;
+            let chunk = self.chunk;
             let n = py
-                .detach(move || OnThisThread(send_slice(t.get(), d.get(), rest, st.get(), timeout)))
+                .detach(move || {
+                    OnThisThread(send_slice(t.get(), d.get(), rest, chunk, st.get(), timeout))
+                })
                 .get()
                 .map_err(errors::to_py)?;
             done += n;
