@@ -191,7 +191,7 @@ pub(crate) fn gpu_error(what: impl Into<String>, e: CudaError) -> Error {
                 }
                 cuda::ERR_OUT_OF_MEMORY => Remedy::LessGpuMemory,
                 cuda::ERR_NOT_SUPPORTED => {
-                    Remedy::Other("this driver or kernel refuses it: dma-buf export needs the open NVIDIA kernel modules (r515+) and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; zcnet stages through host memory instead")
+                    Remedy::Other("this driver or kernel refuses it: dma-buf export needs the open NVIDIA kernel modules (r515+) and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; without it only staging through host memory (GpuPath::Staging) reaches this memory")
                 }
                 _ => Remedy::Other("see the CUDA error above; the probe (probe::probe) shows what the GPU supports"),
             };
