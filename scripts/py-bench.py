@@ -140,7 +140,8 @@ def child_recv(role, buf_size, py_kw):
                 nbufs += 1
                 if n < CUDA_CHUNK:
                     break
-            device_copies = rx.stats()["device_copies"]
+            # (absent from bindings before the asynchronous copies)
+            device_copies = rx.stats().get("device_copies")
         else:
             ba = bytearray(CUDA_CHUNK)
             mv = memoryview(ba)
@@ -201,7 +202,7 @@ def child_recv(role, buf_size, py_kw):
     t1 = time.perf_counter()
     cpu = os.times()
     out = {"bytes": total, "seconds": t1 - t0, "buffers": nbufs, "sum": acc, "cpu_s": cpu.user + cpu.system - c0.user - c0.system}
-    if role == "cuda-recv":
+    if role == "cuda-recv" and device_copies:
         out["device_copies"] = device_copies
     if role not in ("recv_into",) + CUDA_RECV:
         out["next_s"] = t_next
