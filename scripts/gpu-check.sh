@@ -4,6 +4,9 @@
 #
 #     scripts/gpu-check.sh [path/to/zcnet]       (default: target/release/zcnet)
 #
+# With GPU_CHECK_TESTS=path/to/gpu_standin (the zcnet crate's test executable) it also runs the
+# library's GPU test cases against the real driver.
+#
 # It checks what the CPU-only CI cannot: CUDA allocation and dma-buf export, staged receive into
 # and staged send from GPU memory with --verify over loopback and over a lab veth pair, the
 # devmem refusals with the kernel's exact errors, and the performance ratios of docs/perf.md
@@ -129,6 +132,23 @@ if [ -f "$PLUGIN" ]; then
   esac
 else
   row "NCCL over zcnet" SKIP "no plugin at $PLUGIN (cargo build --release -p zcnet-nccl)"
+fi
+
+# 6. The library's GPU test cases (crates/zcnet/tests/gpu_standin.rs: staged sends from borrowed
+#    device memory, a UDP GPU sender, DeviceFill, device_addr_of) against the real driver instead
+#    of the stand-in: GPU_CHECK_TESTS names that test executable (cargo test --release -p zcnet
+#    --test gpu_standin --no-run prints its path). Each child runs alone, as under the stand-in.
+if [ -n "${GPU_CHECK_TESTS:-}" ]; then
+  for c in $("$GPU_CHECK_TESTS" --list --ignored 2>/dev/null | sed -n 's/^\(child_[a-z_]*\): test$/\1/p'); do
+    if ZCNET_STANDIN_CHILD=1 timeout 120 "$GPU_CHECK_TESTS" --ignored --exact "$c" >"$out/child.txt" 2>&1 &&
+      grep -q "1 passed" "$out/child.txt"; then
+      row "library test $c (real driver)" PASS ""
+    else
+      row "library test $c (real driver)" FAIL "$(grep -m1 -E 'panicked|error' "$out/child.txt")"
+    fi
+  done
+else
+  row "library tests on the real driver" SKIP "set GPU_CHECK_TESTS to the zcnet gpu_standin test executable"
 fi
 
 # 4. Bad input: a device that does not exist.
