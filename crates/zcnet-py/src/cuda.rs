@@ -3,7 +3,7 @@
 //! driver stand-in), and the one place the Python layer turns a tensor's device address into
 //! memory zcnet may copy to and from ([`borrow`]).
 
-use crate::dlpack::{self, DLDevice};
+use crate::dlpack;
 use crate::errors;
 use crate::OnThisThread;
 use pyo3::exceptions::PyValueError;
@@ -98,14 +98,7 @@ impl DeviceBuffer {
             this.addr as usize as *const u8,
             this.len,
             slf.clone().unbind().into_any(),
-            dlpack::Export {
-                device: DLDevice {
-                    device_type: dlpack::DL_CUDA,
-                    device_id: this.ordinal as i32,
-                },
-                read_only: false,
-                versioned,
-            },
+            dlpack::cuda(this.ordinal, false, versioned),
         )
     }
 

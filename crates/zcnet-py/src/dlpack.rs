@@ -186,6 +186,19 @@ pub(crate) fn host_read_only(versioned: bool) -> Export {
     }
 }
 
+/// Device memory of CUDA device `ordinal`: what a `DeviceBuffer` (writable) and a received
+/// `Buffer` in GPU memory (read-only: the kernel owns it again once the buffer goes) export.
+pub(crate) fn cuda(ordinal: u32, read_only: bool, versioned: bool) -> Export {
+    Export {
+        device: DLDevice {
+            device_type: DL_CUDA,
+            device_id: ordinal as i32,
+        },
+        read_only,
+        versioned,
+    }
+}
+
 /// The keywords of `__dlpack__` every exporter here checks alike: a `dl_device` other than
 /// `here` (`where_` words it: "host memory (kDLCPU, 0)") and `copy=True` are refused, the
 /// latter with `copy_hint` saying how to copy instead; whether the consumer takes the versioned

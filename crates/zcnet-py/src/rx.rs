@@ -793,15 +793,8 @@ impl Buffer {
                 this.ptr as *const u8,
                 this.len,
                 slf.clone().unbind().into_any(),
-                crate::dlpack::Export {
-                    device: crate::dlpack::DLDevice {
-                        device_type: crate::dlpack::DL_CUDA,
-                        device_id: n as i32,
-                    },
-                    // The kernel owns the memory again once the buffer goes: read-only.
-                    read_only: true,
-                    versioned,
-                },
+                // The kernel owns the memory again once the buffer goes: read-only.
+                crate::dlpack::cuda(n, true, versioned),
             );
         }
         let ptr = this.host()?;

@@ -416,14 +416,19 @@ def test_readme_cuda_example_runs_against_the_standin(standin, tmp_path):
     assert int(s["async_dtoh"]) > 0, s
 
 
-def test_torch_cuda_send_and_recv_into(tmp_path):
-    """A torch.cuda tensor sent and received into, with the real CUDA driver (a GPU only)."""
+def need_torch_cuda():
+    """Skips the calling test unless torch is installed and sees a GPU."""
     try:
         import torch
     except ImportError:
         pytest.skip("torch is not installed: the torch.cuda test needs PyTorch and a GPU")
     if not torch.cuda.is_available():
         pytest.skip("torch.cuda.is_available() is False: no GPU here (the stand-in tests cover the code paths)")
+
+
+def test_torch_cuda_send_and_recv_into(tmp_path):
+    """A torch.cuda tensor sent and received into, with the real CUDA driver (a GPU only)."""
+    need_torch_cuda()
     out, _ = run_child(
         """
         import torch
@@ -535,12 +540,7 @@ def test_torch_cuda_receiver_with_gpu_memory(tmp_path):
     """Receiver(mem="cuda:0") with the real driver (a GPU only): the GPU memory for devmem and
     zcrx is allocated and freed, staging is taken (no interface named) and a torch.cuda tensor is
     filled by recv_into, checked byte for byte; devmem by name on lo raises one line (as root)."""
-    try:
-        import torch
-    except ImportError:
-        pytest.skip("torch is not installed: the torch.cuda test needs PyTorch and a GPU")
-    if not torch.cuda.is_available():
-        pytest.skip("torch.cuda.is_available() is False: no GPU here (the stand-in tests cover the code paths)")
+    need_torch_cuda()
     out, _ = run_child(
         """
         import os, torch

@@ -8,39 +8,19 @@
 
 use std::net::TcpListener;
 use std::os::fd::AsFd;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet_sys::os::{self, Wake};
 use zcnet_sys::sock;
+use zcnet_testkit::signals::signal_while;
 
-fn signal_self(sig: &str) {
-    let ok = Command::new("kill")
-        .args(["-s", sig, &std::process::id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -s {sig}");
-}
-
-/// Runs `f` in a thread, sends `sig` to this process, and returns what `f` returned and how
-/// long after the signal it did.
+/// A wait in a thread, ended by `sig` sent to this process (within 5 s).
 fn wait_in_thread_then_signal<T: Send + 'static>(
     sig: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (T, Duration) {
-    let h = std::thread::spawn(f);
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!h.is_finished(), "the wait returned before the signal");
-    let t0 = Instant::now();
-    signal_self(sig);
-    let until = t0 + Duration::from_secs(5);
-    while !h.is_finished() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(h.is_finished(), "SIG{sig} did not end the wait");
-    (h.join().unwrap(), t0.elapsed())
+    signal_while(sig, Duration::from_secs(5), f)
 }
 
 #[zcnet_testkit::test]

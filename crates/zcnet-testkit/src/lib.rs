@@ -27,6 +27,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub mod cuda_standin;
+pub mod signals;
 
 #[doc(hidden)]
 pub use inventory;

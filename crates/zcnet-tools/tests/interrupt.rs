@@ -9,38 +9,19 @@
 use std::net::TcpListener;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zcnet::{net, Error};
 use zcnet_tools::interrupt;
 
-fn signal_self(sig: &str) {
-    let ok = Command::new("kill")
-        .args(["-s", sig, &std::process::id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -s {sig}");
-}
-
-/// Runs `f` in a thread, sends `sig` to this process after 200 ms, and returns what `f`
-/// returned and how long after the signal.
+/// A wait in a thread, ended by `sig` sent to this process (within 10 s); the interrupt flag is
+/// cleared first.
 fn signal_while<T: Send + 'static>(
     sig: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (T, Duration) {
     zcnet_sys::os::set_interrupted(false);
     assert!(!interrupt::interrupted());
-    let h = std::thread::spawn(f);
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!h.is_finished(), "returned before SIG{sig}");
-    let t0 = Instant::now();
-    signal_self(sig);
-    let until = t0 + Duration::from_secs(10);
-    while !h.is_finished() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(h.is_finished(), "SIG{sig} did not end the wait");
-    (h.join().unwrap(), t0.elapsed())
+    zcnet_testkit::signals::signal_while(sig, Duration::from_secs(10), f)
 }
 
 #[zcnet_testkit::test]

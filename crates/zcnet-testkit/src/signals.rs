@@ -1,0 +1,37 @@
+//! Signals a test sends to its own process (the Ctrl-C of the interrupt tests).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Sends `sig` ("INT", "TERM") to this process with `kill -s`.
+pub fn signal_self(sig: &str) {
+    let ok = Command::new("kill")
+        .args(["-s", sig, &std::process::id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -s {sig}");
+}
+
+/// Runs `f` in a thread, sends `sig` to this process 200 ms later (asserting that `f` has not
+/// returned by then), and returns what `f` returned and how long after the signal it did. Fails
+/// if `f` has not returned `within` after the signal.
+pub fn signal_while<T: Send + 'static>(
+    sig: &str,
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let h = std::thread::spawn(f);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!h.is_finished(), "returned before SIG{sig}");
+    let t0 = Instant::now();
+    signal_self(sig);
+    let until = t0 + within;
+    while !h.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(h.is_finished(), "SIG{sig} did not end the wait");
+    match h.join() {
+        Ok(v) => (v, t0.elapsed()),
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
