@@ -5,20 +5,13 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{need_nobody, stderr, zcnet_as_nobody};
+use common::{need_nobody, stderr, zcnet, zcnet_as_nobody};
 
 use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use zcnet_tools::lab::Lab;
-
-fn zcnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 /// `ADDR` in a case stands for the address of a listener that must see no connection.
 const ADDR: &str = "ADDR";

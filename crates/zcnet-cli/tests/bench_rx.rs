@@ -4,17 +4,10 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{need_nobody, need_root, stderr, zcnet_as_nobody};
+use common::{need_nobody, need_root, stderr, zcnet, zcnet_as_nobody};
 
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn zcnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use std::process::Command;
 
 fn json(args: &[&str]) -> Value {
     let o = zcnet(args);

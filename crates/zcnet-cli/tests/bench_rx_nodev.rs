@@ -8,17 +8,10 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::stderr;
+use common::{stderr, zcnet};
 
 use serde_json::Value;
-use std::process::{Command, Output};
-
-fn zcnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use std::process::Output;
 
 /// A short loopback run, small enough for the lab's TCG guest.
 const SHORT: &[&str] = &[

@@ -4,15 +4,11 @@
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, Ordering};
+mod common;
+use common::zcnet;
 
-fn zcnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use std::process::Output;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -10,18 +10,12 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
+use common::zcnet;
 
 use common::lab_guest::{self, ExeCopy};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use serde_json::Value;
-
-fn zcnet(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zcnet"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

@@ -15,6 +15,14 @@ pub fn is_root() -> bool {
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
 
+/// Runs `zcnet` with `args` to its end.
+pub fn zcnet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zcnet"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// What a command printed on stderr.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
