@@ -568,3 +568,46 @@ def test_torch_cuda_receiver_with_gpu_memory(tmp_path):
     )
     assert out.strip().endswith("ok"), out
     print(out)
+
+
+@pytest.mark.parametrize("fail", ["cuStreamCreate", "cuEventCreate"])
+def test_recv_into_device_when_the_driver_fails(standin, tmp_path, monkeypatch, fail):
+    """The driver failing under recv_into's asynchronous copies (the stand-in injects it): no
+    copy stream means the synchronous copies instead, said in stats() and the bytes still
+    right; a copy whose event cannot be made raises zcnet.Error and leaves nothing pending or
+    leaked (the stand-in's summary)."""
+    monkeypatch.setenv("ZCNET_STANDIN_FAIL", fail)
+    out, s = run_child(
+        f"""
+        FAIL = {fail!r}
+"""
+        + """
+        total = (2 << 20) + 5
+        conn, w = pattern_stream(total)
+        rx = zcnet.Receiver(mode="uring")
+        rx.add(conn)
+        dst = zcnet.cuda_buffer(total)
+        if FAIL == "cuStreamCreate":
+            assert rx.recv_into(dst) == total
+            w.join(60)
+            assert dst.tobytes() == pattern(0, total)
+            dev = rx.stats()["device_copies"]
+            assert dev["async_bytes"] == 0 and dev["sync_bytes"] == total, dev
+            assert "copy stream" in dev["async_refused"], dev
+        else:
+            try:
+                rx.recv_into(dst)
+                raise AssertionError("a copy without its event went unnoticed")
+            except zcnet.Error as e:
+                assert "cuEventCreate" in str(e) or "event" in str(e), e
+                print("raised:", e)
+            w.join(60)
+        del rx, dst
+        gc.collect()
+        print("ok")
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip().endswith("ok"), out
+    assert int(s["injected_failures"]) >= 1, s
