@@ -316,6 +316,17 @@ enum zcnet_status zcnet_region_new(const char *kind, size_t len, struct zcnet_re
 // `region` is NULL or a live region; `len` is NULL or points to a writable `size_t`.
 enum zcnet_status zcnet_region_len(const struct zcnet_region *region, size_t *len);
 
+// Copies `len` bytes at `offset` of the region into `out`: for device memory a synchronous
+// copy from the GPU (to check what landed there), for host memory a plain copy. Refused for a
+// region given to a sender, and for a range outside the region.
+//
+// # Safety
+// `region` is NULL or a live region; `out` is NULL or points to `len` writable bytes.
+enum zcnet_status zcnet_region_read(const struct zcnet_region *region,
+                                    size_t offset,
+                                    uint8_t *out,
+                                    size_t len);
+
 // The CUDA device the region's memory is on, or -1 for host memory.
 //
 // # Safety
@@ -495,6 +506,30 @@ enum zcnet_status zcnet_receiver_poll(struct zcnet_receiver *rx,
 // # Safety
 // `rx` is NULL or a live receiver.
 enum zcnet_status zcnet_receiver_release(struct zcnet_receiver *rx, uint64_t buf);
+
+// Copies lent buffer `buf` (all of its bytes) into `region` at byte `offset` with the GPU's
+// copy engine, asynchronously, and gives the buffer back once the copy completed: as after
+// `zcnet_receiver_release`, its `data` pointer is invalid from this call on. The bytes are in
+// device memory once `zcnet_receiver_device_wait` returned `ZCNET_OK`. The first call pins the
+// receiver's buffers with CUDA. `region` is CUDA device memory ("cuda[:N]"); copies to another
+// region first wait for those in flight. The device memory stays allocated until its copies
+// completed, even if the region handle is freed before. uring receivers only
+// (`ZCNET_E_UNSUPPORTED` otherwise, the buffer still lent: release it as usual); on any other
+// failure the buffer is given back and its bytes are not copied.
+//
+// # Safety
+// `rx` is NULL or a live receiver; `region` is NULL or a live region.
+enum zcnet_status zcnet_receiver_copy_to_device(struct zcnet_receiver *rx,
+                                                uint64_t buf,
+                                                const struct zcnet_region *region,
+                                                uint64_t offset);
+
+// Waits until every copy `zcnet_receiver_copy_to_device` started has completed; the first
+// that failed, if any, is the error (reported once).
+//
+// # Safety
+// `rx` is NULL or a live receiver.
+enum zcnet_status zcnet_receiver_device_wait(struct zcnet_receiver *rx);
 
 // Stops receiving on `conn` and closes its socket (as soon as the kernel lets go of it).
 // Buffers already lent stay valid until released. An unknown id is ignored.

@@ -19,6 +19,13 @@ pub struct zcnet_region {
 }
 
 impl zcnet_region {
+    /// The memory, while no sender has taken it.
+    pub(crate) fn memory(&self) -> Result<&Region> {
+        self.region
+            .as_ref()
+            .ok_or_else(|| invalid("region was given to a sender"))
+    }
+
     /// Takes the memory out (for a sender); the handle keeps answering questions about it.
     pub(crate) fn take(&mut self) -> Result<Region> {
         self.region
@@ -100,6 +107,39 @@ pub unsafe extern "C" fn zcnet_region_len(
         let len = unsafe { len.cast::<MaybeUninit<usize>>().as_mut() };
         need(len, "len")?.write(need(region, "region")?.len);
         Ok(())
+    })
+}
+
+/// Copies `len` bytes at `offset` of the region into `out`: for device memory a synchronous
+/// copy from the GPU (to check what landed there), for host memory a plain copy. Refused for a
+/// region given to a sender, and for a range outside the region.
+///
+/// # Safety
+/// `region` is NULL or a live region; `out` is NULL or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn zcnet_region_read(
+    region: *const zcnet_region,
+    offset: usize,
+    out: *mut u8,
+    len: usize,
+) -> zcnet_status {
+    call("zcnet_region_read", || {
+        // SAFETY: by the contract, non-NULL `region` is a live handle from zcnet_region_new.
+        let region = unsafe { region.as_ref() };
+        let r = need(region, "region")?.memory()?;
+        if offset.checked_add(len).is_none_or(|end| end > r.len()) {
+            return Err(invalid(format!(
+                "{len} B at {offset} do not lie inside the region's {} B",
+                r.len()
+            )));
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let out = need((!out.is_null()).then_some(out), "out")?;
+        // SAFETY: by the contract, `out` points to `len` writable bytes (checked non-NULL).
+        let out = unsafe { std::slice::from_raw_parts_mut(out, len) };
+        Ok(r.read_at(offset, out)?)
     })
 }
 

@@ -1,8 +1,9 @@
 //! The C ABI where it touches CUDA memory, against the CUDA driver stand-in (not a GPU; see
 //! zcnet-testkit's `cuda_standin`): `tests/c/cuda_region.c`, compiled with `cc` against
 //! `libzcnet_ffi.so`, makes a "cuda" region, refuses "cuda:5", probes the GPU section, and sends
-//! a seeded pattern from the device region to a listener here, which checks every byte. The
-//! stand-in's summary must show nothing leaked by the C program's handles.
+//! a seeded pattern from the device region to a listener here, which checks every byte; and
+//! receives a pattern into a device region (`zcnet_receiver_copy_to_device`) and reads it back.
+//! The stand-in's summary must show nothing leaked by the C program's handles.
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
@@ -61,6 +62,12 @@ fn compile_once() -> PathBuf {
 /// Runs the C program with `arg` on the stand-in; returns its facts, its whole output, and the
 /// stand-in's summary (checked clean: the program's handles leaked nothing).
 fn run(arg: &str) -> (BTreeMap<String, String>, String) {
+    let (facts, all, _) = run_with_summary(arg);
+    (facts, all)
+}
+
+/// `run`, with the stand-in's summary too.
+fn run_with_summary(arg: &str) -> (BTreeMap<String, String>, String, Summary) {
     let standin = cuda_standin::build(Variant::Full);
     let exe = compile();
     let summary = cuda_standin::summary_path("ffi");
@@ -83,7 +90,8 @@ fn run(arg: &str) -> (BTreeMap<String, String>, String) {
         .collect();
     let s = Summary::read(&summary);
     s.assert_clean();
-    (facts, format!("{all}\n{s}"))
+    let all = format!("{all}\n{s}");
+    (facts, all, s)
 }
 
 fn fact<'a>(facts: &'a BTreeMap<String, String>, k: &str, all: &str) -> &'a str {
@@ -147,4 +155,46 @@ fn c_abi_sends_from_a_cuda_region_on_the_stand_in() {
         got == want,
         "the bytes sent from the CUDA region differ from the pattern"
     );
+}
+
+/// A C program receives into a CUDA region: every buffer of a uring receiver goes to the device
+/// by `zcnet_receiver_copy_to_device` at its stream offset (asynchronous copies out of the
+/// pinned receive ring, `zcnet::gpu::DeviceFill`), `zcnet_receiver_device_wait` waits for them,
+/// and `zcnet_region_read` reads the region back: the pattern, byte for byte. A copy-mode
+/// receiver is refused with the buffer still lent, host memory and unknown buffers are bad
+/// arguments, a read outside the region too; nothing leaked.
+#[zcnet_testkit::test(timeout = 300)]
+fn c_abi_receives_into_a_cuda_region_on_the_stand_in() {
+    let (f, all, s) = run_with_summary("recv");
+    assert_eq!(
+        fact(&f, "copy_mode_status", &all),
+        "ZCNET_E_UNSUPPORTED",
+        "{all}"
+    );
+    assert_eq!(fact(&f, "copy_mode_release", &all), "ZCNET_OK", "{all}");
+    assert_eq!(
+        fact(&f, "host_region_status", &all),
+        "ZCNET_E_INVALID",
+        "{all}"
+    );
+    assert_eq!(
+        fact(&f, "unknown_buf_status", &all),
+        "ZCNET_E_INVALID",
+        "{all}"
+    );
+    assert_eq!(fact(&f, "writer_ok", &all), "1", "{all}");
+    let total = (3u64 << 20) + 77;
+    assert_eq!(fact(&f, "recv_bytes", &all), total.to_string(), "{all}");
+    assert_eq!(fact(&f, "recv_verified", &all), "1", "{all}");
+    assert_eq!(fact(&f, "held", &all), "0", "{all}");
+    assert_eq!(
+        fact(&f, "read_outside_status", &all),
+        "ZCNET_E_INVALID",
+        "{all}"
+    );
+    assert!(
+        s.count("async_htod") >= 48,
+        "too few asynchronous copies: {all}"
+    );
+    assert!(s.count("registers") >= 1, "{all}");
 }

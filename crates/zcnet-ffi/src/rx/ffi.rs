@@ -147,6 +147,51 @@ pub unsafe extern "C" fn zcnet_receiver_release(rx: *mut zcnet_receiver, buf: u6
     })
 }
 
+/// Copies lent buffer `buf` (all of its bytes) into `region` at byte `offset` with the GPU's
+/// copy engine, asynchronously, and gives the buffer back once the copy completed: as after
+/// `zcnet_receiver_release`, its `data` pointer is invalid from this call on. The bytes are in
+/// device memory once `zcnet_receiver_device_wait` returned `ZCNET_OK`. The first call pins the
+/// receiver's buffers with CUDA. `region` is CUDA device memory ("cuda[:N]"); copies to another
+/// region first wait for those in flight. The device memory stays allocated until its copies
+/// completed, even if the region handle is freed before. uring receivers only
+/// (`ZCNET_E_UNSUPPORTED` otherwise, the buffer still lent: release it as usual); on any other
+/// failure the buffer is given back and its bytes are not copied.
+///
+/// # Safety
+/// `rx` is NULL or a live receiver; `region` is NULL or a live region.
+#[no_mangle]
+pub unsafe extern "C" fn zcnet_receiver_copy_to_device(
+    rx: *mut zcnet_receiver,
+    buf: u64,
+    region: *const crate::region::zcnet_region,
+    offset: u64,
+) -> zcnet_status {
+    call("zcnet_receiver_copy_to_device", || {
+        // SAFETY: by the contract, non-NULL `rx` is a live handle.
+        let rx = unsafe { rx.as_mut() };
+        // SAFETY: by the contract, non-NULL `region` is a live handle from zcnet_region_new.
+        let region = unsafe { region.as_ref() };
+        let region = need(region, "region")?.memory()?;
+        need(rx, "rx")?
+            .on_thread()?
+            .copy_to_device(buf, region, offset)
+    })
+}
+
+/// Waits until every copy `zcnet_receiver_copy_to_device` started has completed; the first
+/// that failed, if any, is the error (reported once).
+///
+/// # Safety
+/// `rx` is NULL or a live receiver.
+#[no_mangle]
+pub unsafe extern "C" fn zcnet_receiver_device_wait(rx: *mut zcnet_receiver) -> zcnet_status {
+    call("zcnet_receiver_device_wait", || {
+        // SAFETY: by the contract, non-NULL `rx` is a live handle.
+        let rx = unsafe { rx.as_mut() };
+        need(rx, "rx")?.on_thread()?.device_wait()
+    })
+}
+
 /// Stops receiving on `conn` and closes its socket (as soon as the kernel lets go of it).
 /// Buffers already lent stay valid until released. An unknown id is ignored.
 ///

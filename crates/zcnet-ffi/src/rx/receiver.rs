@@ -14,6 +14,9 @@ use std::thread::ThreadId;
 use std::time::Duration;
 use zcnet::{ConnId, Receiver, RxBuf, RxEvent};
 
+/// Copies to the device in flight at most: a quarter of the default 64 receive buffers.
+const COPIES_IN_FLIGHT: usize = 16;
+
 fn one_line(s: String) -> CString {
     CString::new(s.replace(['\0', '\n'], " ")).unwrap_or_default()
 }
@@ -23,6 +26,10 @@ fn one_line(s: String) -> CString {
 #[allow(non_camel_case_types)]
 #[derive(Debug)]
 pub struct zcnet_receiver {
+    /// `zcnet_receiver_copy_to_device`: the copier of this receiver's buffers (made at the first
+    /// call) and the device address of the memory its copies go to now. First: dropping it waits
+    /// for its copies before the receiver goes.
+    fill: Option<(zcnet::gpu::DeviceFill, Option<u64>)>,
     rx: Receiver,
     thread: ThreadId,
     listener: Option<TcpListener>,
@@ -55,6 +62,7 @@ impl zcnet_receiver {
             held: HashMap::new(),
             next_buf: 1,
             failures: HashMap::new(),
+            fill: None,
         })
     }
 
@@ -176,6 +184,55 @@ impl zcnet_receiver {
             .remove(&buf)
             .map(drop)
             .ok_or_else(|| invalid(format!("buffer {buf} is not lent to the caller")))
+    }
+
+    pub(super) fn copy_to_device(
+        &mut self,
+        buf: u64,
+        region: &zcnet::Region,
+        offset: u64,
+    ) -> Result<()> {
+        let (Some(ordinal), Some(addr)) = (region.device_ordinal(), region.device_addr()) else {
+            return Err(invalid(
+                "region is host memory: copies to the device need a \"cuda\" or \"cuda:N\" region",
+            ));
+        };
+        if !self.held.contains_key(&buf) {
+            return Err(invalid(format!("buffer {buf} is not lent to the caller")));
+        }
+        if self
+            .fill
+            .as_ref()
+            .is_some_and(|(f, _)| f.ordinal() != Some(ordinal))
+        {
+            // Another device: the old copier finishes its copies first.
+            self.device_wait()?;
+            self.fill = None;
+        }
+        if self.fill.is_none() {
+            let f = zcnet::gpu::DeviceFill::new(&self.rx, ordinal, COPIES_IN_FLIGHT)?;
+            self.fill = Some((f, None));
+        }
+        let Some((fill, target)) = self.fill.as_mut() else {
+            return Err(invalid("no copier"));
+        };
+        if *target != Some(addr) {
+            fill.wait()?;
+            fill.set_target(Some(region))?;
+            *target = Some(addr);
+        }
+        let b = self
+            .held
+            .remove(&buf)
+            .ok_or_else(|| invalid(format!("buffer {buf} is not lent to the caller")))?;
+        Ok(fill.copy(&mut self.rx, b, offset)?)
+    }
+
+    pub(super) fn device_wait(&mut self) -> Result<()> {
+        match self.fill.as_mut() {
+            Some((f, _)) => Ok(f.wait()?),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn close(&mut self, conn: u64) {

@@ -78,7 +78,42 @@ fn null_arguments_are_named() {
         &["zcnet_receiver_release", "rx is NULL"],
     );
 
+    // SAFETY: as above.
+    let st = unsafe { crate::rx::zcnet_receiver_copy_to_device(ptr::null_mut(), 1, r, 0) };
+    assert_fails(
+        st,
+        ZCNET_E_INVALID,
+        &["zcnet_receiver_copy_to_device", "rx is NULL"],
+    );
+    // SAFETY: as above.
+    let st = unsafe { crate::rx::zcnet_receiver_device_wait(ptr::null_mut()) };
+    assert_fails(
+        st,
+        ZCNET_E_INVALID,
+        &["zcnet_receiver_device_wait", "rx is NULL"],
+    );
+    let mut byte = 0u8;
+    // SAFETY: NULL region, then NULL out with a length: each is checked before use.
+    let st = unsafe { crate::region::zcnet_region_read(ptr::null(), 0, &mut byte, 1) };
+    assert_fails(
+        st,
+        ZCNET_E_INVALID,
+        &["zcnet_region_read", "region is NULL"],
+    );
+    // SAFETY: `r` is live (4096 B of host memory); NULL out is what is tested.
+    let st = unsafe { crate::region::zcnet_region_read(r, 0, ptr::null_mut(), 1) };
+    assert_fails(st, ZCNET_E_INVALID, &["out is NULL"]);
+    // SAFETY: `r` is live; one byte past its end is what is tested.
+    let st = unsafe { crate::region::zcnet_region_read(r, 4096, &mut byte, 1) };
+    assert_fails(st, ZCNET_E_INVALID, &["inside the region"]);
+
     let (rx, _) = listening_receiver(&zcnet_rx_config::default());
+    // SAFETY: `rx` is live on this thread; NULL region is what is tested.
+    let st = unsafe { crate::rx::zcnet_receiver_copy_to_device(rx, 1, ptr::null(), 0) };
+    assert_fails(st, ZCNET_E_INVALID, &["region is NULL"]);
+    // SAFETY: `rx` and `r` are live; `r` is host memory, which is what is tested.
+    let st = unsafe { crate::rx::zcnet_receiver_copy_to_device(rx, 1, r, 0) };
+    assert_fails(st, ZCNET_E_INVALID, &["host memory"]);
     let mut n = 7usize;
     // SAFETY: `rx` is live on this thread; NULL events is what is tested; `n` is a local.
     let st = unsafe { zcnet_receiver_poll(rx, ptr::null_mut(), 4, 0, &mut n) };
