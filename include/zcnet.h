@@ -511,11 +511,12 @@ enum zcnet_status zcnet_receiver_release(struct zcnet_receiver *rx, uint64_t buf
 // copy engine, asynchronously, and gives the buffer back once the copy completed: as after
 // `zcnet_receiver_release`, its `data` pointer is invalid from this call on. The bytes are in
 // device memory once `zcnet_receiver_device_wait` returned `ZCNET_OK`. The first call pins the
-// receiver's buffers with CUDA. `region` is CUDA device memory ("cuda[:N]"); copies to another
-// region first wait for those in flight. The device memory stays allocated until its copies
-// completed, even if the region handle is freed before. uring receivers only
-// (`ZCNET_E_UNSUPPORTED` otherwise, the buffer still lent: release it as usual); on any other
-// failure the buffer is given back and its bytes are not copied.
+// receiver's buffers with CUDA. `region` is CUDA device memory ("cuda" or "cuda:N"); copies
+// to another region first wait for those in flight (and a failure among them is this call's
+// error). The device memory stays allocated until `zcnet_receiver_device_wait` returned, even
+// if the region handle is freed before. uring receivers only (`ZCNET_E_UNSUPPORTED` otherwise). On an error
+// the buffer stays lent (release it as usual) unless the copy itself failed to start, which
+// gives it back: `zcnet_receiver_stats`' `held` tells.
 //
 // # Safety
 // `rx` is NULL or a live receiver; `region` is NULL or a live region.

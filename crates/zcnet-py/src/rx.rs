@@ -40,7 +40,7 @@ fn make_receiver(
     let mut region = zcnet::Region::cuda(ordinal, cfg.area_len)?;
     let (direct, refused) = zcnet::gpu::prepare_receive(&mut region, cfg)?;
     let (rx, path, area) = match direct {
-        Some((rx, path)) => (rx, path, Some(region)),
+        Some((rx, path)) => (rx, path, Some(Arc::new(region))),
         None => (
             zcnet::Receiver::new(cfg)?,
             zcnet::gpu::GpuPath::Staging,
@@ -56,14 +56,33 @@ fn make_receiver(
     Ok((rx, Some(gpu)))
 }
 
+/// Copies the device bytes at device address `addr` (inside `area`, the GPU memory a receiver
+/// bound) into `out` (synchronous, GIL released).
+fn read_device(py: Python<'_>, area: &zcnet::Region, addr: u64, out: &mut [u8]) -> PyResult<()> {
+    let off = area
+        .device_addr()
+        .and_then(|base| addr.checked_sub(base))
+        .filter(|off| off.saturating_add(out.len() as u64) <= area.len() as u64);
+    let Some(off) = off else {
+        return Err(PyBufferError::new_err(
+            "zcnet: the buffer is not inside the receiver's GPU memory",
+        ));
+    };
+    let (a, o) = (OnThisThread(area), OnThisThread(out));
+    py.detach(move || OnThisThread(a.get().read_at(off as usize, o.get())))
+        .get()
+        .map_err(errors::to_py)
+}
+
 /// A receiver made with `mem="cuda:N"`.
 struct GpuRx {
     ordinal: u32,
     path: zcnet::gpu::GpuPath,
     refused: Vec<zcnet::gpu::Refusal>,
     /// The GPU memory whose dma-buf the receiver bound (devmem, zcrx-dmabuf); `None` when
-    /// staging (received buffers are host memory, `recv_into` copies them to the device).
-    area: Option<zcnet::Region>,
+    /// staging (received buffers are host memory, `recv_into` copies them to the device). Shared
+    /// with the `Buffer`s in it (`bytes(buf)` reads it, from any thread).
+    area: Option<Arc<zcnet::Region>>,
 }
 
 /// Receives on connected TCP sockets with one mechanism; iterating yields `zcnet.Buffer`s, in
@@ -116,7 +135,7 @@ pub(crate) struct Receiver {
     /// `recv_into` of device memory: the asynchronous copier of this receiver's buffers (made at
     /// the first such call, for that device), or why there is none (its copies are then
     /// synchronous, one per buffer).
-    device_fill: Option<Result<zcnet::gpu::DeviceFill, String>>,
+    device_fill: Option<(u32, Result<zcnet::gpu::DeviceFill, String>)>,
     /// Bytes `recv_into` copied to device memory asynchronously, and synchronously.
     device_async_bytes: u64,
     device_sync_bytes: u64,
@@ -270,7 +289,7 @@ impl Receiver {
                                     ..
                                 }),
                             ) => match zcnet::gpu::device_addr_of(a, &d) {
-                                Some(addr) => (addr as usize, Some(*ordinal)),
+                                Some(addr) => (addr as usize, Some((*ordinal, Arc::clone(a)))),
                                 None => (0, None),
                             },
                             _ => (ptr as usize, None),
@@ -349,7 +368,7 @@ impl Receiver {
         dev.set_item("async_bytes", self.device_async_bytes)?;
         dev.set_item("sync_bytes", self.device_sync_bytes)?;
         match &self.device_fill {
-            Some(Err(why)) => dev.set_item("async_refused", why)?,
+            Some((_, Err(why))) => dev.set_item("async_refused", why)?,
             _ => dev.set_item("async_refused", py.None())?,
         }
         d.set_item("device_copies", dev)?;
@@ -455,24 +474,6 @@ impl Receiver {
 }
 
 impl Receiver {
-    /// Copies the device bytes at device address `addr` (inside the GPU memory this receiver
-    /// bound) into `out` (synchronous, GIL released).
-    fn read_device(&self, py: Python<'_>, addr: u64, out: &mut [u8]) -> PyResult<()> {
-        let area = self.gpu.as_ref().and_then(|g| g.area.as_ref());
-        let off = area
-            .and_then(|a| Some((a, addr.checked_sub(a.device_addr()?)?)))
-            .filter(|(a, off)| off.saturating_add(out.len() as u64) <= a.len() as u64);
-        let Some((area, off)) = off else {
-            return Err(PyBufferError::new_err(
-                "zcnet: the buffer is not inside the receiver's GPU memory",
-            ));
-        };
-        let (a, o) = (OnThisThread(area), OnThisThread(out));
-        py.detach(move || OnThisThread(a.get().read_at(off as usize, o.get())))
-            .get()
-            .map_err(errors::to_py)
-    }
-
     /// Hands the next received bytes, up to `cap` of them, to `put(offset, bytes)` in stream
     /// order; returns how many (fewer only when every connection has ended). A buffer taken in
     /// part has its tail handed out first next time.
@@ -507,6 +508,8 @@ impl Receiver {
             return Ok(None);
         };
         if buf.device || buf.ptr == 0 || buf.cuda.is_some() {
+            // Not lost: the iteration hands it out next.
+            slf.borrow_mut().partial = Some(buf);
             return Err(PyValueError::new_err(
                 "zcnet: recv_into does not take bytes the NIC wrote into GPU memory (devmem, zcrx-dmabuf): iterate the Receiver and take each buffer with torch.from_dlpack(buf) (no copy)",
             ));
@@ -518,7 +521,9 @@ impl Receiver {
     /// `recv_into` of `cap` bytes of device memory `region` (on `cuda:ordinal`): each whole
     /// received buffer by an asynchronous copy out of the pinned receive ring (uring receivers:
     /// [`zcnet::gpu::DeviceFill`]), the rest (a buffer taken in part, other modes) by a
-    /// synchronous copy; every copy has finished when this returns.
+    /// synchronous copy; every copy has finished when this returns. Ordering with the tensor's
+    /// other users: `crate::cuda::borrow` waited for the device's queued work (a kernel still
+    /// reading the tensor) before this, and the copies are done before it returns.
     fn fill_device(
         slf: &Bound<'_, Self>,
         region: &mut zcnet::Region,
@@ -529,14 +534,19 @@ impl Receiver {
         {
             let mut this = slf.borrow_mut();
             let this = &mut *this;
-            let stale = matches!(&this.device_fill, Some(Ok(f)) if f.ordinal() != Some(ordinal));
-            if this.device_fill.is_none() || stale {
+            if this.device_fill.as_ref().is_none_or(|(n, _)| *n != ordinal) {
                 this.device_fill = None; // the old one waits for its copies as it drops
                 let max = (this.capacity / 4).max(1);
-                let made = zcnet::gpu::DeviceFill::new(&this.inner, ordinal, max);
-                this.device_fill = Some(made.map_err(|e| e.to_string()));
+                // Pinning the ring with CUDA takes a while: without the GIL.
+                let rx = OnThisThread(&this.inner);
+                let made = py
+                    .detach(move || {
+                        OnThisThread(zcnet::gpu::DeviceFill::new(rx.get(), ordinal, max))
+                    })
+                    .get();
+                this.device_fill = Some((ordinal, made.map_err(|e| e.to_string())));
             }
-            if let Some(Ok(f)) = &mut this.device_fill {
+            if let Some((_, Ok(f))) = &mut this.device_fill {
                 f.set_target(Some(region)).map_err(errors::to_py)?;
             }
         }
@@ -549,8 +559,13 @@ impl Receiver {
                 let mut this = slf.borrow_mut();
                 let this = &mut *this;
                 let buf = match (n == buf.len, &mut this.device_fill) {
-                    (true, Some(Ok(f))) => match buf.into_whole() {
+                    (true, Some((_, Ok(f)))) => match buf.into_whole() {
                         Ok(rx_buf) => {
+                            if f.is_full() {
+                                // Waiting for the oldest copy: without the GIL.
+                                let fr = OnThisThread(&mut *f);
+                                py.detach(move || fr.get().make_room());
+                            }
                             f.copy(&mut this.inner, rx_buf, filled as u64)
                                 .map_err(errors::to_py)?;
                             this.device_async_bytes += n as u64;
@@ -569,7 +584,7 @@ impl Receiver {
         // forgotten so that nothing holds the caller's memory.
         let mut this = slf.borrow_mut();
         let waited = match &mut this.device_fill {
-            Some(Ok(f)) => {
+            Some((_, Ok(f))) => {
                 let w = {
                     let f = OnThisThread(&mut *f);
                     py.detach(move || OnThisThread(f.get().wait())).get()
@@ -700,8 +715,8 @@ pub(crate) struct Buffer {
     copied: bool,
     device: bool,
     /// Device memory of this CUDA device (`ptr` is then a device address): a range of the
-    /// GPU memory a `mem="cuda:N"` receiver bound, written by the NIC.
-    cuda: Option<u32>,
+    /// GPU memory a `mem="cuda:N"` receiver bound (shared here), written by the NIC.
+    cuda: Option<(u32, Arc<zcnet::Region>)>,
     /// Gives the buffer back when dropped.
     #[allow(dead_code)]
     buf: Arc<zcnet::RxBuf>,
@@ -730,7 +745,7 @@ impl Buffer {
             offset: self.offset + from as u64,
             copied: self.copied,
             device: self.device,
-            cuda: self.cuda,
+            cuda: self.cuda.clone(),
             buf: Arc::clone(&self.buf),
             rx: self.rx.clone_ref(py),
         }
@@ -747,7 +762,7 @@ impl Buffer {
     }
 
     fn host(&self) -> PyResult<*const u8> {
-        if let Some(n) = self.cuda {
+        if let Some((n, _)) = &self.cuda {
             return Err(PyBufferError::new_err(format!(
                 "zcnet: this buffer is GPU memory (cuda:{n}), not host memory: take it with torch.from_dlpack(buf) (kDLCUDA, no copy), or bytes(buf) for a copy"
             )));
@@ -773,7 +788,7 @@ impl Buffer {
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let this = slf.get();
-        if let Some(n) = this.cuda {
+        if let Some(n) = this.cuda.as_ref().map(|(n, _)| *n) {
             // The NIC wrote the bytes by DMA before the kernel delivered them: there is no
             // stream to order against, so any `stream` is accepted and nothing is waited for.
             let _ = stream;
@@ -825,8 +840,8 @@ impl Buffer {
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {
-        match self.cuda {
-            Some(n) => (crate::dlpack::DL_CUDA, n as i32),
+        match &self.cuda {
+            Some((n, _)) => (crate::dlpack::DL_CUDA, *n as i32),
             None => (crate::dlpack::DL_CPU, 0),
         }
     }
@@ -852,11 +867,10 @@ impl Buffer {
     }
 
     fn __bytes__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        if self.cuda.is_some() {
+        if let Some((_, area)) = &self.cuda {
             // A copy from the GPU memory the receiver bound, at this buffer's place in it.
-            let rx = self.rx.bind(py).cast::<Receiver>()?.borrow();
             let mut out = vec![0u8; self.len];
-            rx.read_device(py, self.ptr as u64, &mut out)?;
+            read_device(py, area, self.ptr as u64, &mut out)?;
             return Ok(PyBytes::new(py, &out));
         }
         let ptr = self.host()?;

@@ -186,6 +186,9 @@ impl zcnet_receiver {
             .ok_or_else(|| invalid(format!("buffer {buf} is not lent to the caller")))
     }
 
+    /// Starts copying lent buffer `buf` into `region` at `offset`. Every check and wait comes
+    /// before the buffer is taken: on those errors it stays lent; once taken, it goes back to
+    /// the kernel whatever happens to its copy.
     pub(super) fn copy_to_device(
         &mut self,
         buf: u64,
@@ -209,15 +212,22 @@ impl zcnet_receiver {
             self.device_wait()?;
             self.fill = None;
         }
-        if self.fill.is_none() {
-            let f = zcnet::gpu::DeviceFill::new(&self.rx, ordinal, COPIES_IN_FLIGHT)?;
-            self.fill = Some((f, None));
-        }
-        let Some((fill, target)) = self.fill.as_mut() else {
-            return Err(invalid("no copier"));
+        let (fill, target) = match &mut self.fill {
+            Some((f, t)) => (f, t),
+            empty => {
+                let f = zcnet::gpu::DeviceFill::new(&self.rx, ordinal, COPIES_IN_FLIGHT)?;
+                let (f, t) = empty.insert((f, None));
+                (f, t)
+            }
         };
         if *target != Some(addr) {
-            fill.wait()?;
+            // Another region: the copies into the one before finish first. Their failure is
+            // theirs, said as such (this buffer stays lent).
+            fill.wait().map_err(|e| {
+                invalid(format!(
+                    "a copy started before (into another region) failed, so this one was not started: {e}"
+                ))
+            })?;
             fill.set_target(Some(region))?;
             *target = Some(addr);
         }
@@ -228,11 +238,17 @@ impl zcnet_receiver {
         Ok(fill.copy(&mut self.rx, b, offset)?)
     }
 
+    /// Waits for every copy started, then lets go of the target (its memory may be freed).
     pub(super) fn device_wait(&mut self) -> Result<()> {
-        match self.fill.as_mut() {
-            Some((f, _)) => Ok(f.wait()?),
-            None => Ok(()),
+        let Some((f, target)) = self.fill.as_mut() else {
+            return Ok(());
+        };
+        let r = f.wait();
+        if r.is_ok() {
+            f.set_target(None)?;
+            *target = None;
         }
+        Ok(r?)
     }
 
     pub(crate) fn close(&mut self, conn: u64) {

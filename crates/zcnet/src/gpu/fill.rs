@@ -97,18 +97,36 @@ impl DeviceFill {
         self.engine.set_device(dev)
     }
 
-    /// Takes `buf` (a buffer of the receiver this fill was made for, delivered whole) out of the
-    /// receive ring and starts copying its bytes to `dst_off` of the target. On error `buf` goes
-    /// back to the ring and its bytes are not copied: the caller treats the transfer as failed.
-    pub fn copy(&mut self, rx: &mut Receiver, buf: RxBuf, dst_off: u64) -> Result<()> {
+    /// Whether `max_in_flight` copies are running, so that [`Self::copy`] would first wait for
+    /// the oldest (a caller holding a lock others need, Python's GIL, calls [`Self::make_room`]
+    /// without it first).
+    pub fn is_full(&self) -> bool {
+        self.engine.in_flight() >= self.max_in_flight
+    }
+
+    /// Waits until a copy can start without waiting (fewer than `max_in_flight` running).
+    pub fn make_room(&mut self) {
         self.reap();
-        if self.engine.in_flight() >= self.max_in_flight {
+        if self.is_full() {
             self.stats.throttled += 1;
-            while self.engine.in_flight() >= self.max_in_flight {
+            while self.is_full() {
                 self.engine.wait(Duration::from_millis(10));
                 self.reap();
             }
         }
+    }
+
+    /// Takes `buf` (a buffer of the receiver this fill was made for, delivered whole) out of the
+    /// receive ring and starts copying its bytes to `dst_off` of the target, first waiting for
+    /// the oldest copy when `max_in_flight` run. On error `buf` goes back to the ring and its
+    /// bytes are not copied: the caller treats the transfer as failed.
+    ///
+    /// The copies run on the engine's own non-blocking stream, unordered with other streams'
+    /// work on the target: whoever else writes or reads it must be done before (a borrowed
+    /// tensor: [`super::borrow_device`] waits for the device's queued work) and must not start
+    /// before [`Self::wait`].
+    pub fn copy(&mut self, rx: &mut Receiver, buf: RxBuf, dst_off: u64) -> Result<()> {
+        self.make_room();
         let len = buf.len();
         let held = rx.take(buf).map_err(|(_, e)| e)?;
         let src = SourceRange::new(Arc::new(held), 0, len).map_err(|_| {
