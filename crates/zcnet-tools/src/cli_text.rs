@@ -33,7 +33,7 @@ pub fn remedy_text(r: &Remedy) -> String {
         Remedy::DmabufUpTo1G => "use a dma-buf of 1 GiB or less (--area)".into(),
         Remedy::FewerRxBuffers => "use fewer/smaller --buffers".into(),
         Remedy::FewerSends => "use a smaller --inflight/--size".into(),
-        Remedy::LessGpuMemory => "use a smaller buffer (--size, --inflight, --ring) or free GPU memory (nvidia-smi shows who holds it)".into(),
+        Remedy::LessGpuMemory => "use less GPU memory (send: --size, --inflight; recv: --area) or free GPU memory (nvidia-smi shows who holds it)".into(),
         Remedy::RaiseMemlock => "raise the locked-memory limit (ulimit -l)".into(),
         Remedy::StartReceiver(addr) => {
             format!("start a receiver there first (zcnet recv --listen {addr})")

@@ -159,7 +159,7 @@ impl Remedy {
             Remedy::DmabufUpTo1G => "use a dma-buf of 1 GiB or less (RxConfig::dmabuf)".into(),
             Remedy::FewerRxBuffers => "use fewer or smaller buffers (RxConfig::buffers, RxConfig::buf_size)".into(),
             Remedy::FewerSends => "use fewer or smaller sends in flight (TxConfig::inflight, TxConfig::buf_size)".into(),
-            Remedy::LessGpuMemory => "use a smaller buffer (TxConfig::buf_size, TxConfig::inflight) or free GPU memory (nvidia-smi shows who holds it)".into(),
+            Remedy::LessGpuMemory => "use less GPU memory (sends: TxConfig::buf_size, TxConfig::inflight; receives: RxConfig::area_len or a smaller region) or free GPU memory (nvidia-smi shows who holds it)".into(),
             Remedy::RaiseMemlock => "raise the locked-memory limit (RLIMIT_MEMLOCK)".into(),
             Remedy::RunAsRoot => "run it as root (CAP_NET_ADMIN)".into(),
             Remedy::EnableIoUring => "turn io_uring on: 'sysctl -w kernel.io_uring_disabled=0'".into(),

@@ -266,7 +266,7 @@ mod tests {
         );
         let s = e.to_string();
         assert!(
-            s.contains("CUresult 2") && s.contains("smaller buffer"),
+            s.contains("CUresult 2") && s.contains("less GPU memory"),
             "{s}"
         );
         assert!(!e.is_caller_mistake());
