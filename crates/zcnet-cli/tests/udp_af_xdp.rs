@@ -14,23 +14,15 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 mod common;
-use common::{stderr, StderrLines};
+use common::{stderr, zcnet, StderrLines};
 
 use serde_json::Value;
 use std::io::Read;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use zcnet_tools::lab::{self, Lab, VethPath};
 
 const BIN: &str = env!("CARGO_BIN_EXE_zcnet");
-
-fn zcnet(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
 
 /// `zcnet ARGS` inside namespace `ns`.
 fn in_ns(ns: &str, args: &[&str]) -> Command {
