@@ -23,6 +23,12 @@ pyo3::create_exception!(
 );
 pyo3::create_exception!(
     zcnet,
+    GpuError,
+    UnsupportedError,
+    "The GPU, its driver or CUDA refused or failed (no driver, out of GPU memory, a failed copy, no dma-buf export); the message names the CUDA call and its error."
+);
+pyo3::create_exception!(
+    zcnet,
     NotRootError,
     Error,
     "The operation needs root (CAP_NET_ADMIN / CAP_SYS_ADMIN)."
@@ -69,14 +75,13 @@ pub(crate) fn to_py(e: zcnet::Error) -> PyErr {
     };
     let err = match &e {
         E::MemlockTooSmall { .. } | E::OptmemExhausted { .. } => MemlockError::new_err(msg),
-        E::Unsupported { .. }
-        | E::NotCpuAccessible
-        | E::NoHugePages { .. }
-        | E::Kernel { .. }
-        | E::Gpu {
+        E::Gpu {
             bad_argument: false,
             ..
-        } => UnsupportedError::new_err(msg),
+        } => GpuError::new_err(msg),
+        E::Unsupported { .. } | E::NotCpuAccessible | E::NoHugePages { .. } | E::Kernel { .. } => {
+            UnsupportedError::new_err(msg)
+        }
         E::NotRoot { .. } => NotRootError::new_err(msg),
         E::PeerReset { .. } | E::ConnectionRefused { .. } => ConnectionError::new_err(msg),
         E::Stalled { .. } => StalledError::new_err(msg),
@@ -101,6 +106,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("Error", py.get_type::<Error>())?;
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
     m.add("MemlockError", py.get_type::<MemlockError>())?;
+    m.add("GpuError", py.get_type::<GpuError>())?;
     m.add("NotRootError", py.get_type::<NotRootError>())?;
     m.add("ArgumentError", py.get_type::<ArgumentError>())?;
     m.add("ConnectionError", py.get_type::<ConnectionError>())?;

@@ -598,8 +598,10 @@ def test_recv_into_device_when_the_driver_fails(standin, tmp_path, monkeypatch, 
             try:
                 rx.recv_into(dst)
                 raise AssertionError("a copy without its event went unnoticed")
-            except zcnet.Error as e:
-                assert "cuEventCreate" in str(e) or "event" in str(e), e
+            except zcnet.GpuError as e:
+                # CUDA's failure has its own class, a kind of UnsupportedError.
+                assert isinstance(e, zcnet.UnsupportedError), type(e)
+                assert "cuEventCreate" in str(e), e
                 print("raised:", e)
             w.join(60)
         del rx, dst
@@ -611,3 +613,23 @@ def test_recv_into_device_when_the_driver_fails(standin, tmp_path, monkeypatch, 
     )
     assert out.strip().endswith("ok"), out
     assert int(s["injected_failures"]) >= 1, s
+
+
+def test_no_cuda_driver_is_a_gpu_error(tmp_path, monkeypatch):
+    """Without a CUDA driver (ZCNET_LIBCUDA naming a file that does not exist), asking for
+    device memory raises zcnet.GpuError, an UnsupportedError, in one line naming the fix."""
+    monkeypatch.setenv("ZCNET_LIBCUDA", str(tmp_path / "no" / "libcuda.so.1"))
+    out, _ = run_child(
+        """
+        try:
+            zcnet.cuda_buffer(1 << 20)
+            raise AssertionError("device memory without a driver")
+        except zcnet.GpuError as e:
+            assert isinstance(e, zcnet.UnsupportedError) and isinstance(e, zcnet.Error)
+            msg = str(e)
+            assert "\\n" not in msg and "driver" in msg, msg
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert out.strip() == "ok", out
