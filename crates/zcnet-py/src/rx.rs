@@ -507,7 +507,7 @@ impl Receiver {
         let Some(buf) = Self::__next__(slf)? else {
             return Ok(None);
         };
-        if buf.device || buf.ptr == 0 || buf.cuda.is_some() {
+        if buf.device || buf.ptr == 0 {
             // Not lost: the iteration hands it out next.
             slf.borrow_mut().partial = Some(buf);
             return Err(PyValueError::new_err(

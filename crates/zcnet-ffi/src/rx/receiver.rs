@@ -14,8 +14,10 @@ use std::thread::ThreadId;
 use std::time::Duration;
 use zcnet::{ConnId, Receiver, RxBuf, RxEvent};
 
-/// Copies to the device in flight at most: a quarter of the default 64 receive buffers.
-const COPIES_IN_FLIGHT: usize = 16;
+/// The refusal of a buffer id the caller does not hold.
+fn not_lent(buf: u64) -> crate::error::Failure {
+    invalid(format!("buffer {buf} is not lent to the caller"))
+}
 
 fn one_line(s: String) -> CString {
     CString::new(s.replace(['\0', '\n'], " ")).unwrap_or_default()
@@ -27,9 +29,8 @@ fn one_line(s: String) -> CString {
 #[derive(Debug)]
 pub struct zcnet_receiver {
     /// `zcnet_receiver_copy_to_device`: the copier of this receiver's buffers (made at the first
-    /// call) and the device address of the memory its copies go to now. First: dropping it waits
-    /// for its copies before the receiver goes.
-    fill: Option<(zcnet::gpu::DeviceFill, Option<u64>)>,
+    /// call). First: dropping it waits for its copies before the receiver goes.
+    fill: Option<zcnet::gpu::DeviceFill>,
     rx: Receiver,
     thread: ThreadId,
     listener: Option<TcpListener>,
@@ -183,7 +184,7 @@ impl zcnet_receiver {
         self.held
             .remove(&buf)
             .map(drop)
-            .ok_or_else(|| invalid(format!("buffer {buf} is not lent to the caller")))
+            .ok_or_else(|| not_lent(buf))
     }
 
     /// Starts copying lent buffer `buf` into `region` at `offset`. Every check and wait comes
@@ -201,26 +202,22 @@ impl zcnet_receiver {
             ));
         };
         if !self.held.contains_key(&buf) {
-            return Err(invalid(format!("buffer {buf} is not lent to the caller")));
+            return Err(not_lent(buf));
         }
-        if self
-            .fill
-            .as_ref()
-            .is_some_and(|(f, _)| f.ordinal() != Some(ordinal))
-        {
+        if self.fill.as_ref().is_some_and(|f| f.ordinal() != ordinal) {
             // Another device: the old copier finishes its copies first.
             self.device_wait()?;
             self.fill = None;
         }
-        let (fill, target) = match &mut self.fill {
-            Some((f, t)) => (f, t),
-            empty => {
-                let f = zcnet::gpu::DeviceFill::new(&self.rx, ordinal, COPIES_IN_FLIGHT)?;
-                let (f, t) = empty.insert((f, None));
-                (f, t)
-            }
+        let fill = match &mut self.fill {
+            Some(f) => f,
+            empty => empty.insert(zcnet::gpu::DeviceFill::new(
+                &self.rx,
+                ordinal,
+                zcnet::gpu::fill::DEFAULT_MAX_IN_FLIGHT,
+            )?),
         };
-        if *target != Some(addr) {
+        if fill.target() != Some(addr) {
             // Another region: the copies into the one before finish first. Their failure is
             // theirs, said as such (this buffer stays lent).
             fill.wait().map_err(|e| {
@@ -229,24 +226,19 @@ impl zcnet_receiver {
                 ))
             })?;
             fill.set_target(Some(region))?;
-            *target = Some(addr);
         }
-        let b = self
-            .held
-            .remove(&buf)
-            .ok_or_else(|| invalid(format!("buffer {buf} is not lent to the caller")))?;
+        let b = self.held.remove(&buf).ok_or_else(|| not_lent(buf))?;
         Ok(fill.copy(&mut self.rx, b, offset)?)
     }
 
     /// Waits for every copy started, then lets go of the target (its memory may be freed).
     pub(super) fn device_wait(&mut self) -> Result<()> {
-        let Some((f, target)) = self.fill.as_mut() else {
+        let Some(f) = self.fill.as_mut() else {
             return Ok(());
         };
         let r = f.wait();
         if r.is_ok() {
             f.set_target(None)?;
-            *target = None;
         }
         Ok(r?)
     }

@@ -40,8 +40,10 @@ pub struct DeviceFill {
     error: Option<Error>,
     max_in_flight: usize,
     stats: FillStats,
-    /// The CUDA device (`None`: the host engine of tests).
-    ordinal: Option<u32>,
+    /// The CUDA device.
+    ordinal: u32,
+    /// The device address of the memory copies write now ([`Self::set_target`]).
+    target: Option<u64>,
 }
 
 /// What a [`DeviceFill`] did.
@@ -62,29 +64,21 @@ impl DeviceFill {
     /// CUDA or the device is missing ([`Error::Gpu`]).
     pub fn new(rx: &Receiver, ordinal: u32, max_in_flight: usize) -> Result<DeviceFill> {
         let Some(host) = rx.host_mapping() else {
-            let mode = rx.mode();
-            return Err(Error::Unsupported {
-                what: format!("asynchronous copies to the GPU from {mode} receive buffers (uring buffers can be)"),
-                source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-                remedy: crate::Remedy::UseRxMode(crate::RxMode::Uring),
-            });
+            return Err(rx.uring_only(
+                "asynchronous copies to the GPU from {} receive buffers (uring buffers can be)",
+            ));
         };
         let engine = CudaEngine::on(super::context(ordinal)?, host)?;
-        let mut f = DeviceFill::with_engine(Box::new(engine), max_in_flight);
-        f.ordinal = Some(ordinal);
-        Ok(f)
-    }
-
-    pub(crate) fn with_engine(engine: Box<dyn CopyEngine>, max_in_flight: usize) -> DeviceFill {
-        DeviceFill {
-            engine,
+        Ok(DeviceFill {
+            engine: Box::new(engine),
             next: 0,
             done: Vec::new(),
             error: None,
             max_in_flight: max_in_flight.max(1),
             stats: FillStats::default(),
-            ordinal: None,
-        }
+            ordinal,
+            target: None,
+        })
     }
 
     /// Makes `dst` (device memory on this fill's device: [`Region::cuda`], or a tensor's through
@@ -94,7 +88,15 @@ impl DeviceFill {
         let dev = dst
             .map(|r| super::staging::device_of(r, "DeviceFill::set_target"))
             .transpose()?;
-        self.engine.set_device(dev)
+        let addr = dev.as_ref().map(|d| d.device_addr());
+        self.engine.set_device(dev)?;
+        self.target = addr;
+        Ok(())
+    }
+
+    /// The device address of the memory copies write now (`None`: no target set).
+    pub fn target(&self) -> Option<u64> {
+        self.target
     }
 
     /// Whether `max_in_flight` copies are running, so that [`Self::copy`] would first wait for
@@ -160,8 +162,8 @@ impl DeviceFill {
         self.engine.in_flight()
     }
 
-    /// The CUDA device the copies go to (`None` for the host engine of `host_device_fill`).
-    pub fn ordinal(&self) -> Option<u32> {
+    /// The CUDA device the copies go to.
+    pub fn ordinal(&self) -> u32 {
         self.ordinal
     }
 
@@ -187,28 +189,4 @@ impl Drop for DeviceFill {
         // Copies in flight read ring buffers and write the target: let them finish first.
         let _ = self.wait();
     }
-}
-
-/// A [`DeviceFill`] whose "device" is the host buffer `dev`, with copies that complete newest
-/// first: for testing code built on it where there is no GPU (feature `testing`). Its
-/// [`DeviceFill::set_target`] is refused: every copy writes `dev`.
-#[cfg(feature = "testing")]
-pub fn host_device_fill(
-    rx: &Receiver,
-    dev: Arc<std::sync::Mutex<Vec<u8>>>,
-    max_in_flight: usize,
-) -> Result<DeviceFill> {
-    if rx.host_mapping().is_none() {
-        return Err(Error::invalid_input(
-            "host_device_fill: the receiver is not uring",
-        ));
-    }
-    let faults = super::engine::HostEngineFaults {
-        reorder: true,
-        fail: None,
-    };
-    Ok(DeviceFill::with_engine(
-        Box::new(super::engine::HostEngine::new(dev, faults)),
-        max_in_flight,
-    ))
 }

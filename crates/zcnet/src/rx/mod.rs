@@ -687,16 +687,19 @@ impl Receiver {
             }
             Some(Err(e)) => Err((buf, e)),
             None => {
-                let what = what.replacen("{}", self.mode().name(), 1);
-                Err((
-                    buf,
-                    Error::Unsupported {
-                        what,
-                        source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-                        remedy: crate::Remedy::UseRxMode(RxMode::Uring),
-                    },
-                ))
+                let e = self.uring_only(what);
+                Err((buf, e))
             }
+        }
+    }
+
+    /// The refusal of what only a uring receiver's buffers allow: `what`, with `{}` for this
+    /// receiver's mode, is `EOPNOTSUPP` with the uring mode as the remedy.
+    pub(crate) fn uring_only(&self, what: &str) -> Error {
+        Error::Unsupported {
+            what: what.replacen("{}", self.mode().name(), 1),
+            source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+            remedy: crate::Remedy::UseRxMode(RxMode::Uring),
         }
     }
 
