@@ -1,4 +1,5 @@
-//! Signals a test sends to its own process (the Ctrl-C of the interrupt tests).
+//! Ending a wait from outside, as the interrupt and cancel tests do: a signal a test sends to
+//! its own process (the Ctrl-C of the interrupt tests), or any other call (a cancel token).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -20,16 +21,28 @@ pub fn signal_while<T: Send + 'static>(
     within: Duration,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (T, Duration) {
+    end_while(&format!("SIG{sig}"), || signal_self(sig), within, f)
+}
+
+/// Runs `f` in a thread, calls `end` 200 ms later (asserting that `f` has not returned by then:
+/// "returned before {what}"), and returns what `f` returned and how long after `end` it did.
+/// Fails ("{what} did not end the wait") if `f` has not returned `within` after `end`.
+pub fn end_while<T: Send + 'static>(
+    what: &str,
+    end: impl FnOnce(),
+    within: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
     let h = std::thread::spawn(f);
     std::thread::sleep(Duration::from_millis(200));
-    assert!(!h.is_finished(), "returned before SIG{sig}");
+    assert!(!h.is_finished(), "returned before {what}");
     let t0 = Instant::now();
-    signal_self(sig);
+    end();
     let until = t0 + within;
     while !h.is_finished() && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(h.is_finished(), "SIG{sig} did not end the wait");
+    assert!(h.is_finished(), "{what} did not end the wait");
     match h.join() {
         Ok(v) => (v, t0.elapsed()),
         Err(p) => std::panic::resume_unwind(p),

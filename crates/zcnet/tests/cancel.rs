@@ -17,17 +17,7 @@ fn cancel_while<T: Send + 'static>(
     token: &Cancel,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (T, Duration) {
-    let h = std::thread::spawn(f);
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(!h.is_finished(), "returned before the cancel");
-    let t0 = Instant::now();
-    token.cancel();
-    let until = t0 + Duration::from_secs(10);
-    while !h.is_finished() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(h.is_finished(), "the cancel did not end the wait");
-    (h.join().unwrap(), t0.elapsed())
+    zcnet_testkit::signals::end_while("the cancel", || token.cancel(), Duration::from_secs(10), f)
 }
 
 #[zcnet_testkit::test]
