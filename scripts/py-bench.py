@@ -70,6 +70,9 @@ MSG = 64 * 1024
 CUDA_CHUNK = 64 << 20
 CUDA_RECV = ("cuda-recv", "cuda-recv_into")
 CUDA_SEND = ("cuda-send", "cuda-send-naive")
+# The cases whose receiver, or sender, is a Python process of this script (`--role CASE`).
+PY_RECV = ("py-recv", "py-lowat", "py-16k", "recv_into") + CUDA_RECV
+PY_SEND = ("py-send",) + CUDA_SEND
 TOUCH_STEP = 4096
 # The receiver's address, and the command prefix that runs a sender (the veth namespace's).
 HOST = "127.0.0.1"
@@ -294,7 +297,7 @@ def run_case(case, a):
             snd = subprocess.Popen(cli_send_cmd(a, port), stdout=subprocess.DEVNULL)
         else:
             snd = None
-    if case in ("py-recv", "py-lowat", "py-16k", "recv_into") + CUDA_RECV:
+    if case in PY_RECV:
         args = ["--role", case, "--host", HOST, "--py-kw", a.py_kw] + (["--buf-size", str(a.buf_size)] if a.buf_size else [])
         rcv = subprocess.Popen(me + args, stdout=subprocess.PIPE, text=True, env=PY_ENV)
         port = json.loads(rcv.stdout.readline())["port"]
@@ -319,7 +322,7 @@ def run_case(case, a):
         rcv.communicate()
         t1 = time.perf_counter()
         snd.wait()
-    elif case in ("py-send",) + CUDA_SEND:
+    elif case in PY_SEND:
         port = free_port()
         rcv = subprocess.Popen(cli_recv_cmd(a, port), stdout=subprocess.PIPE, text=True)
         wait_listening(port)
@@ -384,9 +387,9 @@ def main():
     a.nbytes = parse_size(a.bytes)
     global HOST
     HOST = a.host
-    if a.role in ("py-recv", "py-lowat", "py-16k", "recv_into") + CUDA_RECV:
+    if a.role in PY_RECV:
         return child_recv(a.role, a.buf_size, a.py_kw)
-    if a.role in ("py-send",) + CUDA_SEND:
+    if a.role in PY_SEND:
         return child_send(a.role, a.port, a.nbytes, a.tx)
     if not a.zcnet:
         p.error("the zcnet binary is required")
