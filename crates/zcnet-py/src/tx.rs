@@ -306,7 +306,8 @@ fn send_slice_in_place(
         // SAFETY: the caller guarantees `len` readable bytes at `data` for this call (the
         // exporter's view or capsule is held by the caller), and nothing writes them while it
         // runs (the GIL-free sender only reads). The copy mode sends them before `send_lent`
-        // returns and lets go of the lease (checked below), so none of it outlives the call.
+        // returns and lets go of the lease (`Sender::send_lent`'s contract, asserted by the
+        // library's conformance test), so none of it outlives the call.
         let lent = unsafe { zcnet::engine::ForeignBuf::new(data.add(done).cast_mut(), n) }
             .map(Arc::new)
             .ok_or_else(|| {
@@ -315,11 +316,7 @@ fn send_slice_in_place(
                     std::io::Error::from_raw_os_error(libc::EINVAL),
                 )
             })?;
-        tx.send_lent(Arc::clone(&lent), 0, n)?;
-        if Arc::strong_count(&lent) != 1 {
-            // The copy mode never keeps a lease; wait for it rather than lend memory out.
-            tx.flush()?;
-        }
+        tx.send_lent(lent, 0, n)?;
         done += n;
         if Instant::now() >= until {
             break;

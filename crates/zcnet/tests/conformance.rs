@@ -407,6 +407,14 @@ fn lent_memory_goes_through_the_same_engine_as_region_buffers() {
                         "{mode}: the sender holds lent memory until its completion is reaped"
                     );
                 }
+                if mode == TxMode::Copy {
+                    // The Python binding's in-place copy sends rely on this.
+                    assert_eq!(
+                        Arc::strong_count(&buf),
+                        1,
+                        "copy: lent memory is let go inside send_lent"
+                    );
+                }
                 lent.push(buf);
             }
             off += n as u64;
