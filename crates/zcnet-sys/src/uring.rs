@@ -128,9 +128,12 @@ impl Fixed {
         }
     }
 
+    #[inline]
     fn covers(&self, addr: usize, len: usize) -> bool {
         let (a, l) = self.range();
-        addr >= a && addr.saturating_add(len) <= a.saturating_add(l)
+        // Below the start, the difference wraps past any length.
+        let at = addr.wrapping_sub(a);
+        at <= l && len <= l - at
     }
 }
 

@@ -49,6 +49,7 @@ impl AutoTx {
     /// `zero_copy_pays` is false for buffers below [`super::AUTO_MIN_ZERO_COPY`]: they are
     /// copied whatever the kernel says, and nothing is registered.
     pub(crate) fn new(
+        fd: std::os::fd::RawFd,
         map: &Arc<Mapping>,
         buffers: usize,
         stream: bool,
@@ -58,14 +59,14 @@ impl AutoTx {
         let (mut zc, mut uring) = (None, None);
         // Sends too small for zero copy to pay are copied: nothing to register or lock.
         if zero_copy_pays {
-            match UringTx::new(map, buffers, true, stream) {
+            match UringTx::new(fd, map, buffers, true, stream) {
                 Ok(t) => zc = Some(t),
                 Err(e) if refusal(&e) => {
                     fallbacks.push(Fallback {
                         tried: TxMode::UringZc,
                         reason: e.to_string(),
                     });
-                    match UringTx::new(map, buffers, false, stream) {
+                    match UringTx::new(fd, map, buffers, false, stream) {
                         Ok(t) => uring = Some(t),
                         Err(e) if refusal(&e) => fallbacks.push(Fallback {
                             tried: TxMode::Uring,

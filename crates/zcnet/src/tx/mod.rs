@@ -555,10 +555,22 @@ impl Sender {
         let backend: Box<dyn TxBackend> = match cfg.mode {
             TxMode::Copy => Box::new(copy::CopyTx),
             TxMode::MsgZerocopy => Box::new(msgzc::MsgZcTx::new(fd, slots.len())?),
-            TxMode::Uring => Box::new(uring::UringTx::new(&map, slots.len(), false, sock.stream)?),
-            TxMode::UringZc => Box::new(uring::UringTx::new(&map, slots.len(), true, sock.stream)?),
+            TxMode::Uring => Box::new(uring::UringTx::new(
+                fd,
+                &map,
+                slots.len(),
+                false,
+                sock.stream,
+            )?),
+            TxMode::UringZc => Box::new(uring::UringTx::new(
+                fd,
+                &map,
+                slots.len(),
+                true,
+                sock.stream,
+            )?),
             TxMode::Auto => {
-                let auto = auto::AutoTx::new(&map, slots.len(), sock.stream, !auto_copies)?;
+                let auto = auto::AutoTx::new(fd, &map, slots.len(), sock.stream, !auto_copies)?;
                 fallbacks = auto.fallbacks().to_vec();
                 if !fallbacks.is_empty() {
                     // Said twice: in the note (printed when the sender is made) and as a switch
@@ -639,6 +651,7 @@ impl Sender {
         self.total
     }
 
+    #[inline]
     fn start_clock(&mut self) {
         if !self.started {
             self.started = true;
@@ -648,11 +661,18 @@ impl Sender {
     }
 
     /// A free buffer, waiting for the kernel to release one if all are in flight.
+    #[inline]
     pub fn buffer(&mut self) -> Result<TxBuf> {
         self.start_clock();
         if let Some(b) = self.sh.free.pop() {
             return Ok(b);
         }
+        self.wait_for_buffer()
+    }
+
+    /// [`Sender::buffer`] with every buffer in flight: waits for the kernel to release one.
+    #[inline(never)]
+    fn wait_for_buffer(&mut self) -> Result<TxBuf> {
         self.wait_until(|s| !s.sh.free.is_empty())?;
         self.sh.free.pop().ok_or(Error::Stalled {
             seconds: 0,

@@ -20,6 +20,7 @@ use crate::region::TxBuf;
 use crate::remedy::Remedy;
 use crate::tx::TxMode;
 use std::collections::VecDeque;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use zcnet_sys::mem::Mapping;
@@ -86,16 +87,16 @@ pub(crate) struct UringTx {
     error: Option<Error>,
     /// The readiness fd, registered with the ring at the first [`TxBackend::ready_fd`].
     efd: Option<zcnet_sys::epoll::EventFd>,
-    /// Whether registering the socket as a fixed file was tried (at the first send: the ring
-    /// is made before the socket is known).
-    file_tried: bool,
     /// A zero-copy sender told to copy for now ([`Self::set_copying`]): its sends are
     /// IORING_OP_SEND on the same ring, in the same order.
     copying: bool,
 }
 
 impl UringTx {
+    /// A sender on the socket `fd` (which the caller keeps open for as long as the sender
+    /// lives) from `map` cut into `buffers` buffers.
     pub(crate) fn new(
+        fd: RawFd,
         map: &Arc<Mapping>,
         buffers: usize,
         zero_copy: bool,
@@ -152,6 +153,9 @@ impl UringTx {
             })?;
             fixed = Some(idx);
         }
+        // The socket as fixed file 0: the kernel then skips a file lookup and a reference count
+        // per send. Where the kernel refuses, sends name the socket by its number.
+        let _ = engine.register_file(fd);
         Ok(UringTx {
             engine,
             counted: Counts::default(),
@@ -161,11 +165,11 @@ impl UringTx {
             staged: VecDeque::new(),
             error: None,
             efd: None,
-            file_tried: false,
             copying: false,
         })
     }
 
+    #[inline]
     fn push(
         &mut self,
         sh: &mut Shared,
@@ -174,13 +178,6 @@ impl UringTx {
         len: u32,
         link: bool,
     ) -> Result<()> {
-        if !self.file_tried {
-            // The socket as fixed file 0: the kernel then skips a file lookup and a reference
-            // count per send. The sender owns the socket for as long as the ring lives. Where
-            // the kernel refuses, sends name the socket by its number, as before.
-            self.file_tried = true;
-            let _ = self.engine.register_file(sh.fd);
-        }
         let op = if self.zero_copy && !self.copying {
             // The region's fixed buffer where the bytes lie in it (lent memory elsewhere pins
             // its pages per send).
