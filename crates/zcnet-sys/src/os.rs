@@ -13,6 +13,20 @@ pub fn thread_cpu_seconds() -> f64 {
     cpu_seconds(RUSAGE_THREAD)
 }
 
+/// CLOCK_MONOTONIC_COARSE (clock_gettime(2)): CLOCK_MONOTONIC as of the last timer tick, up to
+/// a tick (1-10 ms, the kernel's HZ) behind it, read from the vDSO's data page without reading
+/// the TSC. For deadlines checked often on a hot path, where a tick late is on time.
+pub fn monotonic_coarse() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a live timespec the call fills; CLOCK_MONOTONIC_COARSE exists since Linux
+    // 2.6.32 and cannot fail with a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// CPU seconds (user + system) every thread of this process has used (the NCCL plugin's
 /// overhead harness counts both ends of a transfer in one process).
 pub fn process_cpu_seconds() -> f64 {
@@ -784,6 +798,20 @@ pub fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)>> {
 
 #[cfg(test)]
 mod tests {
+    /// The coarse clock moves with CLOCK_MONOTONIC, at most a tick (10 ms at HZ=100) behind.
+    #[zcnet_testkit::test]
+    fn the_coarse_clock_keeps_monotonic_time_within_a_tick() {
+        let (c0, t0) = (super::monotonic_coarse(), std::time::Instant::now());
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        let (c1, t1) = (super::monotonic_coarse(), std::time::Instant::now());
+        let (coarse, fine) = (c1 - c0, t1 - t0);
+        let skew = coarse.abs_diff(fine);
+        assert!(
+            skew <= std::time::Duration::from_millis(20),
+            "coarse {coarse:?} against {fine:?}"
+        );
+    }
+
     /// The kernel answers the probe, and as its release says: 6.18 charges the rings, 7.2 not.
     #[zcnet_testkit::test]
     fn uring_rings_charged_follows_the_kernel() {
