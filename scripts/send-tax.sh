@@ -25,7 +25,8 @@
 # Environment: LIBURING (a liburing source tree with examples built; default /tmp/liburing),
 #   ZCNET (default target/release/zcnet), ROUNDS (3), SECS (3), CPU (1), SIZE (64000),
 #   INFLIGHT (8), CASES (space-separated subset of the case names below).
-# Prints each round's GB/s (10^9 B/s) per case, then the medians and the ratios zcnet/peer.
+# Prints each round's GB/s (10^9 B/s) per case (each round runs the cases in the order of
+# CASES rotated by one more place), then the medians and the ratios zcnet/peer.
 set -euo pipefail
 
 LIBURING=${LIBURING:-/tmp/liburing}
@@ -128,9 +129,14 @@ echo "send-tax: $(nproc) CPUs, Linux $(uname -r); ifb MTU 65535 in $NS; $SIZE B 
 echo "  liburing: $PEER; zcnet: $ZCNET ($(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 RESULTS=$(mktemp)
 trap 'cleanup; rm -f "$RESULTS" "$CPUFILE"' EXIT
+read -ra ALL <<<"$CASES"
 for ((r = 1; r <= ROUNDS; r++)); do
     line="round $r:"
-    for c in $CASES; do
+    # Each round starts one case later than the last (a rotation), so no case always runs
+    # first or right after the same neighbour: the order alone moved results by a few percent.
+    order=()
+    for ((i = 0; i < ${#ALL[@]}; i++)); do order+=("${ALL[(i + r - 1) % ${#ALL[@]}]}"); done
+    for c in "${order[@]}"; do
         g=$(run_case "$c")
         [[ -n $g ]] || { echo "send-tax: $c printed no rate" >&2; exit 1; }
         echo "$c $g" >>"$RESULTS"
