@@ -38,8 +38,8 @@ pub(crate) struct Sender {
     stall_timeout: Duration,
     /// A send or finish ended with an exception from a signal handler (`KeyboardInterrupt`).
     interrupted: std::sync::atomic::AtomicBool,
-    /// The largest datagram a UDP sender sends (each `send` is one); `None` on a stream.
-    datagram: Option<usize>,
+    /// A UDP sender: each `send` is one datagram of at most `chunk` bytes.
+    datagrams: bool,
     /// Bytes sent from CUDA device memory.
     device_bytes: std::sync::atomic::AtomicU64,
     /// The sender's buffer size: the most a host send hands the kernel at a time.
@@ -373,7 +373,7 @@ impl Sender {
         // A datagram carries at most 65,507 B of UDP payload over IPv4: 64,000 B by default,
         // as `zcnet send --udp`.
         let buf_size = buf_size.unwrap_or(if sock.is_stream() { 65536 } else { 64000 });
-        let datagram = (!sock.is_stream()).then_some(buf_size);
+        let datagrams = !sock.is_stream();
         if buf_size == 0 || inflight == 0 {
             return Err(PyValueError::new_err(
                 "buf_size and inflight must be positive",
@@ -398,7 +398,7 @@ impl Sender {
             inner: Mutex::new(Some(Leg::Host(Box::new(inner)))),
             stall_timeout: Duration::from_secs_f64(stall_timeout),
             interrupted: std::sync::atomic::AtomicBool::new(false),
-            datagram,
+            datagrams,
             device_bytes: std::sync::atomic::AtomicU64::new(0),
             chunk: buf_size,
         })
@@ -541,12 +541,13 @@ impl Sender {
 
     /// On a UDP sender, the refusal of `len` bytes that do not fit one datagram.
     fn fits_one_datagram(&self, len: usize) -> PyResult<()> {
-        match self.datagram {
-            Some(max) if len > max => Err(PyValueError::new_err(format!(
+        let max = self.chunk;
+        if self.datagrams && len > max {
+            return Err(PyValueError::new_err(format!(
                 "zcnet.Sender.send: {len} B do not fit one datagram of this sender ({max} B, buf_size=): each send on a UDP socket is one datagram; send less, or make the sender with a larger buf_size (at most 65507)"
-            ))),
-            _ => Ok(()),
+            )));
         }
+        Ok(())
     }
 
     /// Sends a CUDA tensor's bytes through the library's staging pipeline
