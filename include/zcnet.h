@@ -316,9 +316,10 @@ enum zcnet_status zcnet_region_new(const char *kind, size_t len, struct zcnet_re
 // `region` is NULL or a live region; `len` is NULL or points to a writable `size_t`.
 enum zcnet_status zcnet_region_len(const struct zcnet_region *region, size_t *len);
 
-// Copies `len` bytes at `offset` of the region into `out`: for device memory a synchronous
-// copy from the GPU (to check what landed there), for host memory a plain copy. Refused for a
-// region given to a sender, and for a range outside the region.
+// Copies `len` bytes at `offset` of a device region into `out`, a synchronous copy from the
+// GPU (to check what landed there, e.g. after `zcnet_receiver_copy_to_device`). Refused
+// (`ZCNET_E_INVALID`) for host memory, whose bytes are read through the buffers of the sender
+// it was given to, for a region given to a sender, and for a range outside the region.
 //
 // # Safety
 // `region` is NULL or a live region; `out` is NULL or points to `len` writable bytes.
@@ -380,7 +381,8 @@ enum zcnet_status zcnet_sender_connect(const char *addr,
 enum zcnet_status zcnet_sender_buffer(struct zcnet_sender *tx, struct zcnet_txbuf *buf);
 
 // Copies `data[0..len]` into the start of lent buffer `id` (for device memory, a synchronous
-// copy to the GPU); `*written` is how many bytes fit.
+// copy to the GPU); `*written` is how many bytes fit. `data` lying in the buffer itself is
+// refused (`ZCNET_E_INVALID`): write the buffer through its `data` pointer instead.
 //
 // # Safety
 // `tx` is NULL or a live sender no other thread uses during the call; `data` is NULL or
@@ -533,7 +535,8 @@ enum zcnet_status zcnet_receiver_copy_to_device(struct zcnet_receiver *rx,
 enum zcnet_status zcnet_receiver_device_wait(struct zcnet_receiver *rx);
 
 // Stops receiving on `conn` and closes its socket (as soon as the kernel lets go of it).
-// Buffers already lent stay valid until released. An unknown id is ignored.
+// Buffers already lent stay valid until released; its events not yet polled are dropped
+// (their buffers go back). An unknown id is ignored.
 //
 // # Safety
 // `rx` is NULL or a live receiver.

@@ -135,6 +135,9 @@ pub enum Failure {
     Lib(zcnet::Error),
     /// A bad argument, in words (the function's name is added in front).
     Invalid(String),
+    /// A library error met on the way to something else, which the words say: the code is the
+    /// library error's.
+    Within(String, zcnet::Error),
 }
 
 impl From<zcnet::Error> for Failure {
@@ -224,6 +227,10 @@ pub fn call(func: &str, body: impl FnOnce() -> Result<()>) -> zcnet_status {
         Ok(Err(Failure::Invalid(msg))) => {
             set_last_error(&format!("{func}: {msg}"));
             ZCNET_E_INVALID
+        }
+        Ok(Err(Failure::Within(what, e))) => {
+            set_last_error(&format!("{func}: {what}: {e}"));
+            status_of(&e)
         }
         Err(payload) => {
             set_last_error(&format!(

@@ -110,9 +110,10 @@ pub unsafe extern "C" fn zcnet_region_len(
     })
 }
 
-/// Copies `len` bytes at `offset` of the region into `out`: for device memory a synchronous
-/// copy from the GPU (to check what landed there), for host memory a plain copy. Refused for a
-/// region given to a sender, and for a range outside the region.
+/// Copies `len` bytes at `offset` of a device region into `out`, a synchronous copy from the
+/// GPU (to check what landed there, e.g. after `zcnet_receiver_copy_to_device`). Refused
+/// (`ZCNET_E_INVALID`) for host memory, whose bytes are read through the buffers of the sender
+/// it was given to, for a region given to a sender, and for a range outside the region.
 ///
 /// # Safety
 /// `region` is NULL or a live region; `out` is NULL or points to `len` writable bytes.

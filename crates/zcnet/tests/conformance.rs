@@ -204,6 +204,27 @@ fn bad_input_is_one_line_with_the_fix() {
     ));
 }
 
+/// Sizes whose arithmetic would wrap are refused, never a division by a wrapped stride.
+#[zcnet_testkit::test]
+fn sizes_past_the_address_space_are_refused_not_wrapped() {
+    let mut cfg = TxConfig::new(TxMode::Copy);
+    cfg.buf_size = usize::MAX;
+    assert_eq!(zcnet::tx::buffer_stride(usize::MAX), usize::MAX);
+    assert_eq!(zcnet::tx::region_len(&cfg), usize::MAX);
+    cfg.buf_size = 1 << 40;
+    cfg.inflight = u32::MAX as usize;
+    assert_eq!(zcnet::tx::region_len(&cfg), usize::MAX, "saturates");
+    for buf_size in [usize::MAX, u32::MAX as usize + 1] {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let mut cfg = TxConfig::new(TxMode::Copy);
+        cfg.buf_size = buf_size;
+        let region = Region::anonymous(1 << 20).unwrap();
+        let e = Sender::new(Socket::from(s), region, &cfg).unwrap_err();
+        assert!(e.to_string().contains("buffer size"), "{e}");
+    }
+}
+
 #[zcnet_testkit::test]
 fn region_too_small_is_refused_before_anything_is_registered() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();

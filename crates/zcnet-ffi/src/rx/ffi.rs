@@ -194,7 +194,8 @@ pub unsafe extern "C" fn zcnet_receiver_device_wait(rx: *mut zcnet_receiver) -> 
 }
 
 /// Stops receiving on `conn` and closes its socket (as soon as the kernel lets go of it).
-/// Buffers already lent stay valid until released. An unknown id is ignored.
+/// Buffers already lent stay valid until released; its events not yet polled are dropped
+/// (their buffers go back). An unknown id is ignored.
 ///
 /// # Safety
 /// `rx` is NULL or a live receiver.

@@ -5,7 +5,7 @@ use super::{
     rx_config, stats, zcnet_rx_config, zcnet_rx_event, zcnet_rx_stats, zcnet_stream_report,
     ZCNET_RX_DATA, ZCNET_RX_EOF, ZCNET_RX_FAILED,
 };
-use crate::error::{invalid, status_of, Result};
+use crate::error::{invalid, status_of, Failure, Result};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::mem::MaybeUninit;
@@ -154,7 +154,7 @@ impl zcnet_receiver {
         out
     }
 
-    pub(super) fn poll(
+    pub(crate) fn poll(
         &mut self,
         events: &mut [MaybeUninit<zcnet_rx_event>],
         timeout_ms: u32,
@@ -221,9 +221,10 @@ impl zcnet_receiver {
             // Another region: the copies into the one before finish first. Their failure is
             // theirs, said as such (this buffer stays lent).
             fill.wait().map_err(|e| {
-                invalid(format!(
-                    "a copy started before (into another region) failed, so this one was not started: {e}"
-                ))
+                Failure::Within(
+                    "a copy started before (into another region) failed, so this one was not started".into(),
+                    e,
+                )
             })?;
             fill.set_target(Some(region))?;
         }
@@ -243,8 +244,26 @@ impl zcnet_receiver {
         Ok(r?)
     }
 
+    /// Queues `ev` as if a poll had received it (for the tests).
+    #[cfg(test)]
+    pub(crate) fn queue(&mut self, ev: RxEvent) {
+        self.pending.push_back(ev);
+    }
+
+    /// How many connections' failure messages are kept (for the tests).
+    #[cfg(test)]
+    pub(crate) fn failures_kept(&self) -> usize {
+        self.failures.len()
+    }
+
     pub(crate) fn close(&mut self, conn: u64) {
         self.rx.close(ConnId(conn));
+        // Its events not polled yet go too (their buffers back to the receiver): a failure
+        // polled after the close would keep its message until the receiver is freed.
+        self.pending.retain(|ev| match ev {
+            RxEvent::Data(b) => b.conn().0 != conn,
+            RxEvent::Eof(c) | RxEvent::Failed(c, _) => c.0 != conn,
+        });
         self.failures.remove(&conn);
     }
 

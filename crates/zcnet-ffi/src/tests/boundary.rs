@@ -106,6 +106,9 @@ fn null_arguments_are_named() {
     // SAFETY: `r` is live; one byte past its end is what is tested.
     let st = unsafe { crate::region::zcnet_region_read(r, 4096, &mut byte, 1) };
     assert_fails(st, ZCNET_E_INVALID, &["inside the region"]);
+    // SAFETY: `r` is live, `byte` a local: host memory is read through a sender's buffers.
+    let st = unsafe { crate::region::zcnet_region_read(r, 0, &mut byte, 1) };
+    assert_fails(st, ZCNET_E_INVALID, &["on host memory"]);
 
     let (rx, _) = listening_receiver(&zcnet_rx_config::default());
     // SAFETY: `rx` is live on this thread; NULL region is what is tested.
@@ -256,6 +259,29 @@ fn tx_config_zero_means_defaults() {
         (zcnet::TxMode::Devmem, 2, 4096)
     );
     assert_eq!(t.stall_timeout, std::time::Duration::from_millis(1500));
+    // A send's length is 32 bits: a larger buffer is refused, not wrapped.
+    let big = zcnet_tx_config {
+        buf_size: u64::from(u32::MAX) + 1,
+        ..Default::default()
+    };
+    let r = crate::tx::tx_config(Some(&big));
+    assert!(
+        matches!(r, Err(crate::error::Failure::Invalid(m)) if m.contains("at most 4294967295 B"))
+    );
+    // A region no address space holds is refused, not a wrapped length.
+    let huge = zcnet_tx_config {
+        inflight: u32::MAX,
+        buf_size: u64::from(u32::MAX),
+        ..Default::default()
+    };
+    let mut len = 7usize;
+    // SAFETY: `huge` and `len` are locals.
+    let st = unsafe { crate::tx::zcnet_sender_region_len(&huge, &mut len) };
+    assert_fails(
+        st,
+        ZCNET_E_INVALID,
+        &["more memory than an address space holds"],
+    );
 }
 
 #[zcnet_testkit::test]

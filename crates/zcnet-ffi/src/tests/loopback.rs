@@ -203,6 +203,14 @@ fn a_sender_refuses_misuse() {
         ));
         assert_eq!(written, 5);
         assert_eq!(std::slice::from_raw_parts(bufs[0].data, 5), b"hello");
+        // Bytes inside the buffer itself are refused (the copy would alias), the buffer's own
+        // and the one next to it alike.
+        assert_fails(
+            zcnet_sender_write(tx, bufs[0].id, bufs[0].data.add(1), 3, &mut written),
+            ZCNET_E_INVALID,
+            &["lies in buffer"],
+        );
+        assert_eq!(std::slice::from_raw_parts(bufs[0].data, 5), b"hello");
         assert_fails(
             zcnet_sender_send(tx, 7, 1),
             ZCNET_E_INVALID,
@@ -230,6 +238,32 @@ fn a_sender_refuses_misuse() {
         assert_fails(zcnet_sender_flush(tx), ZCNET_E_INVALID, &["finished"]);
         zcnet_sender_free(tx);
     }
+    free_region(region);
+}
+
+/// A region smaller than the configuration needs is refused before any connection is made,
+/// and stays the caller's to give again.
+#[zcnet_testkit::test]
+fn a_region_too_small_is_refused_before_connecting() {
+    let (st, region) = region(c"host", 4096);
+    ok(st);
+    let cfg = zcnet_tx_config {
+        mode: ZCNET_TX_COPY,
+        inflight: 2,
+        buf_size: 4096,
+        ..Default::default()
+    };
+    // Nothing listens on port 1: a connection attempt would be refused instead.
+    let (st, tx) = connect(c"127.0.0.1:1".as_ptr(), Some(&cfg), region);
+    assert_fails(st, ZCNET_E_INVALID, &["4096"]);
+    assert!(tx.is_null());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = CString::new(listener.local_addr().unwrap().to_string()).unwrap();
+    let one = zcnet_tx_config { inflight: 1, ..cfg };
+    let (st, tx) = connect(addr.as_ptr(), Some(&one), region);
+    ok(st);
+    // SAFETY: `tx` is the live sender just made, freed once.
+    unsafe { zcnet_sender_free(tx) };
     free_region(region);
 }
 
@@ -281,6 +315,22 @@ fn failures_and_ends_become_events() {
     let ev = rx.event(zcnet::RxEvent::Eof(zcnet::ConnId(4)));
     assert_eq!((ev.kind, ev.status, ev.conn), (ZCNET_RX_EOF, ZCNET_OK, 4));
     assert!(ev.error.is_null() && ev.data.is_null());
+    // Events of a connection closed before they were polled go with it: a failure polled after
+    // the close would keep its message until the receiver is freed.
+    let reset = || zcnet::Error::PeerReset {
+        accepted: 1,
+        confirmed: 1,
+    };
+    rx.queue(zcnet::RxEvent::Failed(zcnet::ConnId(5), reset()));
+    rx.queue(zcnet::RxEvent::Eof(zcnet::ConnId(6)));
+    rx.queue(zcnet::RxEvent::Failed(zcnet::ConnId(6), reset()));
+    rx.close(6);
+    let mut evs = [std::mem::MaybeUninit::uninit(); 4];
+    assert_eq!(rx.poll(&mut evs, 0).unwrap(), 1);
+    // SAFETY: poll wrote the first event.
+    let ev = unsafe { evs[0].assume_init() };
+    assert_eq!((ev.kind, ev.conn), (ZCNET_RX_FAILED, 5));
+    assert_eq!(rx.failures_kept(), 1, "only connection 5's message is kept");
 }
 
 /// The caller's own memory sent without a copy into the sender's buffers

@@ -121,6 +121,22 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
     ]
 }
 
+/// A library error met on the way to something else keeps its code, with the words in front.
+#[zcnet_testkit::test]
+fn an_error_within_another_step_keeps_its_code() {
+    for (e, want) in every_variant() {
+        let shown = e.to_string().replace('\n', " ");
+        let st = call("zcnet_test", || {
+            Err(Failure::Within("an earlier copy failed".into(), e))
+        });
+        assert_eq!(st, want);
+        assert_eq!(
+            super::last_error(),
+            format!("zcnet_test: an earlier copy failed: {shown}")
+        );
+    }
+}
+
 #[zcnet_testkit::test]
 fn every_error_has_its_code_and_message() {
     for (e, want) in every_variant() {

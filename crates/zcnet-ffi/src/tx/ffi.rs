@@ -2,7 +2,7 @@
 //! calls [`zcnet_sender`]'s methods.
 
 use super::{mode_name, tx_config, zcnet_sender, zcnet_tx_config, zcnet_tx_stats, zcnet_txbuf};
-use crate::error::{call, call_void, need, need_str, zcnet_status};
+use crate::error::{call, call_void, invalid, need, need_str, zcnet_status};
 use crate::region::zcnet_region;
 use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
@@ -25,6 +25,11 @@ pub unsafe extern "C" fn zcnet_sender_region_len(
         // SAFETY: by the contract, non-NULL `len` is aligned and writable.
         let len = unsafe { len.cast::<MaybeUninit<usize>>().as_mut() };
         let need_len = zcnet::tx::region_len(&tx_config(cfg)?);
+        if need_len > isize::MAX as usize {
+            return Err(invalid(
+                "cfg->inflight buffers of cfg->buf_size B are more memory than an address space holds",
+            ));
+        }
         need(len, "len")?.write(need_len);
         Ok(())
     })
@@ -91,7 +96,8 @@ pub unsafe extern "C" fn zcnet_sender_buffer(
 }
 
 /// Copies `data[0..len]` into the start of lent buffer `id` (for device memory, a synchronous
-/// copy to the GPU); `*written` is how many bytes fit.
+/// copy to the GPU); `*written` is how many bytes fit. `data` lying in the buffer itself is
+/// refused (`ZCNET_E_INVALID`): write the buffer through its `data` pointer instead.
 ///
 /// # Safety
 /// `tx` is NULL or a live sender no other thread uses during the call; `data` is NULL or

@@ -229,8 +229,14 @@ pub fn tx_config(cfg: Option<&zcnet_tx_config>) -> Result<TxConfig> {
         t.window = 0;
     }
     if c.buf_size != 0 {
-        t.buf_size = usize::try_from(c.buf_size)
-            .map_err(|_| invalid(format!("cfg->buf_size {} is too large", c.buf_size)))?;
+        // A send's length is 32 bits to the kernel.
+        t.buf_size = u32::try_from(c.buf_size).map(|n| n as usize).map_err(|_| {
+            invalid(format!(
+                "cfg->buf_size {} is too large: at most {} B",
+                c.buf_size,
+                u32::MAX
+            ))
+        })?;
     }
     if c.stall_timeout_ms != 0 {
         t.stall_timeout = Duration::from_millis(c.stall_timeout_ms);
@@ -268,6 +274,14 @@ impl zcnet_sender {
     ) -> Result<zcnet_sender> {
         let cfg = tx_config(cfg)?;
         let addr = parse_addr(addr)?;
+        // A region too small is said before connecting, while it is still the caller's.
+        // (One already given away is said by `take` below.)
+        if let Some(Ok(r)) = region.as_deref().map(zcnet_region::memory) {
+            let (need, have) = (zcnet::tx::min_region_len(&cfg), r.len());
+            if need > have {
+                return Err(zcnet::Error::RegionTooSmall { need, have }.into());
+            }
+        }
         let stream = zcnet::net::connect_tcp(addr, &cfg.cancel)?;
         let region = match region {
             Some(r) => r.take()?,
@@ -316,7 +330,19 @@ impl zcnet_sender {
 
     fn write(&mut self, id: u32, data: &[u8]) -> Result<usize> {
         match self.lent_mut(id)? {
-            Some(buf) => Ok(buf.write(data)?),
+            Some(buf) => {
+                // The copy takes the buffer's bytes as `&mut`: `data` must not be among them.
+                if let Some(b) = buf.bytes() {
+                    let (start, end) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+                    let from = data.as_ptr() as usize;
+                    if !data.is_empty() && from < end && start < from + data.len() {
+                        return Err(invalid(format!(
+                            "data lies in buffer {id} itself: write the buffer through its data pointer"
+                        )));
+                    }
+                }
+                Ok(buf.write(data)?)
+            }
             None => Err(invalid(format!("buffer {id} is not lent to the caller"))),
         }
     }

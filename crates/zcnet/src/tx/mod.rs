@@ -333,14 +333,25 @@ fn add_note(note: &mut Option<String>, why: String) {
 /// is page-aligned when its region starts on a page (fewer pages per send, and zero-copy fits
 /// MAX_SKB_FRAGS). Anonymous, huge-page and CUDA regions do; a `Region::from_boxed` one starts
 /// where the allocator put the box, and its buffers are then not page-aligned.
+/// Saturates at `usize::MAX` (for a size no buffer can have: [`Sender::new`] refuses it).
 pub fn buffer_stride(buf_size: usize) -> usize {
     let page = zcnet_sys::mem::page_size();
-    buf_size.div_ceil(page) * page
+    buf_size.div_ceil(page).saturating_mul(page)
 }
 
-/// Region size a [`Sender`] needs for `cfg`.
+/// Region size a [`Sender`] needs for `cfg`; `usize::MAX` for a configuration no memory can
+/// hold (a region of that size cannot be made).
 pub fn region_len(cfg: &TxConfig) -> usize {
-    cfg.buffers() * buffer_stride(cfg.buf_size)
+    cfg.buffers().saturating_mul(buffer_stride(cfg.buf_size))
+}
+
+/// The smallest region a [`Sender`] takes for `cfg`: room for `cfg.inflight` buffers (the
+/// window's extra ones are taken as far as the region holds them); saturates like
+/// [`region_len`].
+pub fn min_region_len(cfg: &TxConfig) -> usize {
+    cfg.inflight
+        .max(1)
+        .saturating_mul(buffer_stride(cfg.buf_size))
 }
 
 /// What the backends share: the socket, the free buffers, the statistics, the clock.
@@ -491,10 +502,17 @@ impl Sender {
     /// A sender on `sock` using `region`, cut into [`TxConfig::buffers`] buffers of
     /// `cfg.buf_size`.
     pub fn new(sock: Socket, mut region: Region, cfg: &TxConfig) -> Result<Sender> {
+        // A send's length is a u32 to the kernel (and to the engine's requests).
+        if cfg.buf_size > u32::MAX as usize {
+            return Err(Error::io(
+                "buffer size",
+                io::Error::from_raw_os_error(libc::EINVAL),
+            ));
+        }
         let stride = buffer_stride(cfg.buf_size);
         // `inflight` buffers are a must; the window's extra ones are taken as far as the region
         // holds them (a region sized for `inflight` alone, as before the window, still works).
-        let need = cfg.inflight.max(1).saturating_mul(stride);
+        let need = min_region_len(cfg);
         if need > region.len() || cfg.buf_size == 0 {
             return Err(Error::RegionTooSmall {
                 need,
@@ -502,12 +520,6 @@ impl Sender {
             });
         }
         let count = cfg.buffers().min(region.len() / stride);
-        if cfg.buf_size > u32::MAX as usize {
-            return Err(Error::io(
-                "buffer size",
-                io::Error::from_raw_os_error(libc::EINVAL),
-            ));
-        }
         // devmem sends from the region's dma-buf: found (or exported) before the region is cut.
         let dmabuf = match cfg.mode {
             TxMode::Devmem => Some(devmem::dmabuf_for(&mut region, sock.stream, cfg)?),
