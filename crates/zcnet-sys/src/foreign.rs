@@ -45,7 +45,10 @@ impl ForeignBuf {
     /// Until the returned value is dropped, `ptr..ptr + len` must be valid for reads and writes
     /// (reads only if only [`Self::slice`] is used) and must not be accessed by anyone else in a
     /// way that conflicts: this is the contract of NCCL's `isend`/`irecv` (the buffer belongs to
-    /// the plugin until `test` reports the request done).
+    /// the plugin until `test` reports the request done). And the caller reads no bytes through
+    /// [`Self::slice`] that a receive queued on the value (an io_uring receive lease) may still
+    /// be writing: the ring cannot tell, since the value is shared by design (several receives
+    /// fill parts of one NCCL buffer at once).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> Option<ForeignBuf> {
         if len == 0 {
             return Some(ForeignBuf {
@@ -96,6 +99,11 @@ impl ForeignBuf {
             read_only: true,
             _keep: Some(Box::new(held)),
         })
+    }
+
+    /// Whether the bytes are our own ([`Self::owned`]).
+    pub(crate) fn is_owned(&self) -> bool {
+        self.owned
     }
 
     /// Whether only reads are allowed (a received buffer lent on: `Self::returning`).

@@ -428,8 +428,10 @@ impl Ring {
     /// Queues `req` on `lease`; the request's tag (unique among requests in flight, reused after
     /// its final CQE). The ring keeps the lease until that CQE. On error the lease is handed
     /// back: `EINVAL` when the bytes lie outside the lease, `EACCES` for a receive into
-    /// read-only memory, `EFAULT` when the fixed buffer named does not cover them, `EAGAIN` when
-    /// the submission queue stays full.
+    /// read-only memory, `EBUSY` for a receive into bytes of our own ([`ForeignBuf::owned`])
+    /// that another reference could read meanwhile (the ring must hold the only one: take the
+    /// bytes back from the completion's lease), `EFAULT` when the fixed buffer named does not
+    /// cover them, `EAGAIN` when the submission queue stays full.
     #[inline]
     pub fn push(&mut self, lease: Lease, req: &Request) -> Result<u32, (Lease, io::Error)> {
         let (addr, size) = lease.range();
@@ -440,8 +442,19 @@ impl Ring {
         if !inside {
             return Err((lease, io::Error::from_raw_os_error(libc::EINVAL)));
         }
-        if req.op == Op::Recv && matches!(&lease, Lease::Borrowed(b) if b.is_read_only()) {
-            return Err((lease, io::Error::from_raw_os_error(libc::EACCES)));
+        if req.op == Op::Recv {
+            if let Lease::Borrowed(b) = &lease {
+                if b.is_read_only() {
+                    return Err((lease, io::Error::from_raw_os_error(libc::EACCES)));
+                }
+                // The kernel writes the bytes until the final CQE: no `&[u8]` to them may live
+                // meanwhile. Foreign memory has that in `ForeignBuf::new`'s contract; our own
+                // bytes have it only when the ring holds the one reference (none can be made
+                // from it until the lease comes back).
+                if b.is_owned() && (Arc::strong_count(b) != 1 || Arc::weak_count(b) != 0) {
+                    return Err((lease, io::Error::from_raw_os_error(libc::EBUSY)));
+                }
+            }
         }
         let ptr = (addr + req.off) as *mut u8;
         if let Op::SendZc { fixed: Some(i) } = req.op {
@@ -957,6 +970,27 @@ mod tests {
             "outside the lease"
         );
         req.off = 0;
+        // Bytes of our own take a receive only as the one reference: a second could read them
+        // while the kernel writes (safe code, so the ring must refuse it).
+        let own = Arc::new(ForeignBuf::owned(vec![0u8; 8].into_boxed_slice()));
+        let reader = Arc::clone(&own);
+        let (back, e) = ring
+            .push(Lease::Borrowed(own), &req)
+            .expect_err("a shared receive target");
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY));
+        drop(back);
+        assert_eq!(
+            reader.slice(0, 8),
+            Some(&[0u8; 8][..]),
+            "handed back untouched"
+        );
+        let weak = Arc::downgrade(&reader);
+        assert_eq!(
+            err(ring.push(Lease::Borrowed(reader), &req)),
+            Some(libc::EBUSY),
+            "a weak reference could be upgraded to read"
+        );
+        drop(weak);
         let zc = Request {
             op: Op::SendZc { fixed: Some(0) },
             ..req

@@ -506,8 +506,8 @@ impl Drop for UringSend {
 enum Reading {
     /// Nothing posted (a new socket, or one the peer closed).
     Idle,
-    /// A header read is posted.
-    Header(Arc<ForeignBuf>),
+    /// A header read is posted (the ring holds its buffer: the completion gives it back).
+    Header,
     /// The header names a message no receive is posted for yet.
     Parked(ChunkHeader),
     /// A payload read into receive `recv`'s buffer is posted.
@@ -591,14 +591,9 @@ impl UringRecv {
                     flags: libc::MSG_WAITALL,
                     link: false,
                 };
-                let t = push(
-                    &mut self.ring,
-                    Arc::clone(&buf),
-                    &req,
-                    "io_uring: posting a header read",
-                )?;
+                let t = push(&mut self.ring, buf, &req, "io_uring: posting a header read")?;
                 self.tags.insert(t, i);
-                self.reading[i] = Reading::Header(buf);
+                self.reading[i] = Reading::Header;
                 Ok(true)
             }
             Reading::Parked(h) => {
@@ -651,9 +646,15 @@ impl UringRecv {
         let res = received(&ev.outcome)?;
         let state = std::mem::replace(&mut self.reading[i], Reading::Idle);
         match state {
-            Reading::Header(buf) => match res {
+            Reading::Header => match res {
                 0 => self.closed[i] = true,
                 n if n == HEADER_LEN as i32 => {
+                    // The header's bytes come back with the receive's final CQE.
+                    let Some(Lease::Borrowed(buf)) = ev.lease else {
+                        return Err(PluginError::Internal(format!(
+                            "a header read on socket {i} completed without its buffer"
+                        )));
+                    };
                     let mut bytes = [0u8; HEADER_LEN];
                     bytes.copy_from_slice(buf.slice(0, HEADER_LEN).unwrap_or(&[0; HEADER_LEN]));
                     let h = ChunkHeader::decode(&bytes, self.chunk, MAX_MESSAGE).map_err(|e| {
