@@ -121,4 +121,55 @@ fn a_cancelled_token_ends_a_senders_wait_for_a_buffer() {
     drop(peer);
 }
 
+/// Dropping a sender abandons what is in flight, promptly: a zero-copy sender whose buffers a
+/// silent peer holds (its receive queue full, the notifications never come) resets the
+/// connection, which gives them back at once, instead of waiting out the ring's bound on the
+/// caller's thread and leaking them.
+#[zcnet_testkit::test]
+fn dropping_a_sender_a_silent_peer_holds_is_prompt_and_resets_the_stream() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let stream = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = l.accept().unwrap();
+    let mut cfg = TxConfig::new(TxMode::UringZc);
+    cfg.stall_timeout = Duration::from_millis(500);
+    let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+    let mut tx = match Sender::new(Socket::from(stream), region, &cfg) {
+        Ok(tx) => tx,
+        Err(e @ Error::Unsupported { .. }) => zcnet_testkit::skip(zcnet_testkit::Need::Kernel, e),
+        Err(e) => panic!("{e}"),
+    };
+    let t0 = Instant::now();
+    let stalled = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the sends never stalled"
+        );
+        match tx.buffer() {
+            Ok(b) => {
+                let len = b.capacity();
+                tx.send(b, len).unwrap();
+            }
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(stalled, Error::Stalled { .. }), "{stalled:?}");
+    assert!(tx.outstanding() > 0);
+    let t = Instant::now();
+    drop(tx);
+    let took = t.elapsed();
+    assert!(took < Duration::from_millis(1000), "the drop took {took:?}");
+    // The peer sees the reset once it reads past what had arrived.
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let end = loop {
+        match std::io::Read::read(&mut peer, &mut buf) {
+            Ok(0) => break None,
+            Ok(_) => continue,
+            Err(e) => break Some(e.kind()),
+        }
+    };
+    assert_eq!(end, Some(std::io::ErrorKind::ConnectionReset));
+}
+
 zcnet_testkit::main!();

@@ -486,14 +486,20 @@ pub struct Sender {
 }
 
 impl Drop for Sender {
-    /// Runs before the fields drop (the backend first, which waits a bounded time for the
-    /// kernel to give back the buffers it holds). A run stopped by its cancel token with buffers
-    /// still in a TCP socket's queues — a peer that stopped reading keeps them there for good —
-    /// aborts the connection first, which releases them at once: the stop is prompt and every
-    /// buffer is still accounted for.
+    /// Runs before the fields drop (the backend first, which cancels what it can and waits a
+    /// bounded time for the kernel to give back the buffers it holds). Dropping a sender
+    /// abandons the sends not yet complete ([`Sender::finish`] and [`Sender::flush`] deliver
+    /// them): a stream whose queues still hold its buffers after a last look at the completions
+    /// is reset (`connect(AF_UNSPEC)`), which releases them at once. Without the reset, a peer
+    /// that stopped reading keeps zero-copy buffers in the socket for good: the drop would wait
+    /// its bound on the caller's thread (an event loop's, for zcnet-tokio) and then leak them,
+    /// memory lent by a receiver included, which never went back to its ring.
     fn drop(&mut self) {
-        if self.sh.cancelled() && self.sock.stream && self.backend.outstanding() > 0 {
-            let _ = zcnet_sys::sock::disconnect(self.sh.fd);
+        if self.sock.stream && self.backend.outstanding() > 0 {
+            let _ = self.backend.reap(&mut self.sh, false);
+            if self.backend.outstanding() > 0 {
+                let _ = zcnet_sys::sock::disconnect(self.sh.fd);
+            }
         }
     }
 }
