@@ -218,6 +218,10 @@ impl AsyncSender {
             if let Some(b) = self.tx.try_buffer()? {
                 return Ok(b);
             }
+            if self.tx.outstanding() == 0 {
+                // Nothing free and nothing with the kernel: no completion will ever wake us.
+                return Err(zcnet::tx::every_buffer_held());
+            }
             let AsyncSender { fd, tx } = self;
             let mut guard = fd.readable().await.map_err(wait_error)?;
             if let Some(b) = tx.try_buffer()? {
@@ -240,9 +244,15 @@ impl AsyncSender {
     pub async fn send_slice(&mut self, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
             let mut b = self.buffer().await?;
-            let dst = b.bytes_mut().ok_or(Error::NotCpuAccessible)?;
-            let n = dst.len().min(data.len());
-            dst[..n].copy_from_slice(&data[..n]);
+            // TxBuf::write copies into device memory too; an error hands the buffer back (a
+            // buffer dropped unsent would be gone from the sender for good).
+            let n = match b.write(data) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.send(b, 0)?;
+                    return Err(e);
+                }
+            };
             self.send(b, n)?;
             data = &data[n..];
         }
@@ -252,8 +262,10 @@ impl AsyncSender {
     /// Sends `buf[off..off + len]`, memory lent to the sender ([`Sender::send_lent`]: e.g. a
     /// received buffer, [`AsyncReceiver::lend`]), and hands it to the kernel at once. First
     /// waits (without blocking the runtime) while as many sends as the sender has buffers are
-    /// in flight, so lent memory in flight stays bounded as region buffers are. Cancel-safe: the
-    /// memory is sent only when this returns `Ok`.
+    /// in flight, so lent memory in flight stays bounded as region buffers are. Cancel-safe in
+    /// that the memory is sent only when this returns `Ok`; a call dropped while it waits drops
+    /// `buf` with it (a received buffer then goes back to its ring): keep a clone of the `Arc`
+    /// to send the bytes again.
     pub async fn send_lent(
         &mut self,
         buf: std::sync::Arc<zcnet::engine::ForeignBuf>,

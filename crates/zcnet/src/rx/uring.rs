@@ -109,8 +109,14 @@ impl UringRx {
         if self.rearm.is_empty() || self.starving {
             return Ok(());
         }
-        for conn in std::mem::take(&mut self.rearm) {
-            self.arm(conn)?;
+        let mut waiting = std::mem::take(&mut self.rearm).into_iter();
+        while let Some(conn) = waiting.next() {
+            if let Err(e) = self.arm(conn) {
+                // This one and the rest still wait: the next poll tries them again.
+                self.rearm.push(conn);
+                self.rearm.extend(waiting);
+                return Err(e);
+            }
             self.rearms += 1;
         }
         Ok(())

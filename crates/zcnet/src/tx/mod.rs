@@ -345,6 +345,15 @@ pub fn region_len(cfg: &TxConfig) -> usize {
     cfg.buffers().saturating_mul(buffer_stride(cfg.buf_size))
 }
 
+/// The error of a wait for a buffer when none is free and none is with the kernel: the
+/// application holds them all (a [`TxBuf`] dropped unsent never comes back), so none will be
+/// released.
+pub fn every_buffer_held() -> Error {
+    Error::invalid_input(
+        "no buffer is free and none is in flight: every buffer was taken and not sent (a TxBuf dropped unsent is gone for good; send(buf, 0) gives one back)",
+    )
+}
+
 /// The smallest region a [`Sender`] takes for `cfg`: room for `cfg.inflight` buffers (the
 /// window's extra ones are taken as far as the region holds them); saturates like
 /// [`region_len`].
@@ -688,9 +697,12 @@ impl Sender {
         self.wait_for_buffer()
     }
 
-    /// [`Sender::buffer`] with every buffer in flight: waits for the kernel to release one.
+    /// [`Sender::buffer`] with no buffer free: waits for the kernel to release one.
     #[inline(never)]
     fn wait_for_buffer(&mut self) -> Result<TxBuf> {
+        if self.backend.outstanding() == 0 {
+            return Err(every_buffer_held());
+        }
         self.wait_until(|s| !s.sh.free.is_empty())?;
         self.sh.free.pop().ok_or(Error::Stalled {
             seconds: 0,

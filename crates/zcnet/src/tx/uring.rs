@@ -212,6 +212,16 @@ impl UringTx {
         if self.engine.awaiting_result() > 0 || self.staged.is_empty() {
             return Ok(());
         }
+        if self.error.is_some() {
+            // The stream broke: sends staged behind the failure would arrive after a hole.
+            // They never go; their buffers come back (lent memory is let go).
+            for (lease, _, _) in self.staged.drain(..) {
+                if let Some(slot) = lease.into_slot() {
+                    sh.free.push(TxBuf { slot });
+                }
+            }
+            return Ok(());
+        }
         // A chain must fit the submission queue: one cut by a submit in the middle becomes two
         // chains the kernel may run side by side (a link does not span io_uring_enter calls),
         // reordering the stream. Region buffers never fill it (two entries per buffer); lent
