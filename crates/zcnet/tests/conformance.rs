@@ -5,7 +5,7 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use zcnet::net::RecvReport;
 use zcnet::{Cancel, Error, Pattern, Region, Sender, Socket, TxConfig, TxMode, TxStats};
 use zcnet_tools::bench::drain_stream;
@@ -171,6 +171,58 @@ fn peer_reset_mid_stream_is_reported_with_confirmed_bytes() {
         .contains("3 B confirmed"));
         // Dropping after the error must not hang or leak: every buffer is accounted for.
         drop(tx);
+    }
+}
+
+/// io_uring cancels the requests of a thread that exits. A sender whose sends were queued by
+/// a thread that then exited, before the peer could take them, must not lose them quietly:
+/// the flush that follows (on another thread) fails, and every buffer is back.
+#[zcnet_testkit::test(timeout = 60)]
+fn sends_cancelled_by_their_threads_exit_are_an_error_not_a_silent_loss() {
+    for mode in [TxMode::Uring, TxMode::UringZc] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        // 8 sends of 4 MiB: more than the socket buffers hold while the peer does not read.
+        let tx = sender(stream, mode, 4 << 20, 8);
+        let mut tx = thread::spawn(move || {
+            let mut tx = tx;
+            for _ in 0..8 {
+                let b = tx.buffer().unwrap();
+                let n = b.capacity();
+                tx.send(b, n).unwrap();
+            }
+            tx.submit().unwrap();
+            thread::sleep(Duration::from_millis(100));
+            tx
+        })
+        .join()
+        .unwrap();
+        let reader = thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut got = 0u64;
+            peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            while let Ok(n @ 1..) = std::io::Read::read(&mut peer, &mut buf) {
+                got += n as u64;
+            }
+            got
+        });
+        let flushed = tx.flush();
+        // What the kernel still holds (a zero-copy buffer until its notification) comes back.
+        let t0 = Instant::now();
+        while tx.outstanding() > 0 && t0.elapsed() < Duration::from_secs(10) {
+            tx.submit().unwrap();
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(tx.outstanding(), 0, "{mode}: every buffer is back");
+        drop(tx);
+        let got = reader.join().unwrap();
+        if got < 8 * (4 << 20) {
+            let e = flushed.expect_err("bytes were lost and the flush said nothing");
+            eprintln!("{mode}: the peer got {got} B; the flush: {e}");
+            // Not a reset: the peer never reset anything. The message says what happened.
+            assert!(e.to_string().contains("a thread that exits"), "{mode}: {e}");
+        }
     }
 }
 

@@ -794,7 +794,11 @@ impl Sender {
     /// their own. From the first call on, `auto` copies (when the kernel's verdicts say zero
     /// copy does not pay) through its io_uring ring as IORING_OP_SEND instead of blocking
     /// `send()` calls. The
-    /// sender is `Send`: it may move between threads.
+    /// sender is `Send`: it may move between threads, but an io_uring request belongs to the
+    /// thread that submitted it, and the kernel cancels a thread's requests when it exits: a
+    /// thread that sent must live until its sends complete ([`Sender::flush`]), or the next
+    /// wait reports them cancelled (`ECANCELED`). Runtime worker threads live as long as the
+    /// runtime; a blocking-pool thread may exit once idle.
     pub fn readiness_fd(&mut self) -> Result<std::os::fd::BorrowedFd<'_>> {
         let mode = self.mode;
         self.backend.ready_fd()?.ok_or_else(|| Error::Unsupported {

@@ -265,28 +265,51 @@ impl UringTx {
     }
 
     fn on_completions(&mut self, sh: &mut Shared) -> Result<()> {
-        let mut first_err: Option<Error> = None;
+        /// The first failure of a reap, made an error once the reap's bytes are counted (a
+        /// reset reports how many bytes the kernel accepted, this reap's included).
+        enum First {
+            Send(std::io::Error),
+            Other(Error),
+        }
+        let mut first: Option<First> = None;
+        let broken = self.error.is_some();
         self.engine.reap(|ev| {
             match ev.outcome {
                 Outcome::Sent {
                     res: Ok(n), asked, ..
-                } if n < asked && first_err.is_none() => {
+                } if n < asked && first.is_none() => {
                     // With MSG_WAITALL (streams) the kernel retries partial sends, so a short
-                    // result means the connection failed part-way: say why.
-                    let cause = zcnet_sys::sock::take_error(sh.fd)
-                        .ok()
-                        .flatten()
-                        .unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EPIPE));
-                    first_err = Some(sh.send_error(cause));
+                    // result means the send was ended part-way: say why. A reset often leaves
+                    // no error on the socket by then (EPIPE: the peer reset); a connection still
+                    // established means the kernel cancelled the send instead.
+                    first = Some(match zcnet_sys::sock::take_error(sh.fd).ok().flatten() {
+                        Some(cause) => First::Send(cause),
+                        None if established(sh.fd) => First::Other(Error::io(
+                            format!("a send was cancelled after {n} of {asked} B on a connection still up: io_uring cancels the requests of a thread that exits, so the thread that sent must live until its sends complete (flush)"),
+                            std::io::Error::from_raw_os_error(libc::ECANCELED),
+                        )),
+                        None => First::Send(std::io::Error::from_raw_os_error(libc::EPIPE)),
+                    });
                 }
                 // A cancelled link follows the failure that broke the chain: report that one.
                 Outcome::Sent {
+                    res: Err(libc::ECANCELED),
+                    ..
+                } if first.is_none() && !broken => {
+                    // No failure before it: the kernel cancelled the send itself, which it does
+                    // to the requests of a thread that exits.
+                    first = Some(First::Other(Error::io(
+                        "send cancelled by the kernel: io_uring cancels the requests of a thread that exits, so the thread that sent must live until its sends complete (flush)",
+                        std::io::Error::from_raw_os_error(libc::ECANCELED),
+                    )));
+                }
+                Outcome::Sent {
                     res: Err(errno), ..
-                } if errno != libc::ECANCELED && first_err.is_none() => {
-                    first_err = Some(sh.send_error(std::io::Error::from_raw_os_error(errno)));
+                } if errno != libc::ECANCELED && first.is_none() => {
+                    first = Some(First::Send(std::io::Error::from_raw_os_error(errno)));
                 }
                 Outcome::Protocol(e) => {
-                    first_err.get_or_insert(Error::Protocol(e));
+                    first.get_or_insert(First::Other(Error::Protocol(e)));
                 }
                 _ => {}
             }
@@ -302,7 +325,11 @@ impl UringTx {
         sh.stats.zerocopy_bytes += d.zerocopy_bytes;
         sh.stats.notifications += d.notifications;
         sh.stats.copied_notifications += d.copied_notifications;
-        if let Some(e) = first_err {
+        if let Some(first) = first {
+            let e = match first {
+                First::Send(cause) => sh.send_error(cause),
+                First::Other(e) => e,
+            };
             // Keep the first error; later calls report it too (the stream is broken).
             let msg = e.to_string();
             if self.error.is_none() {
@@ -312,6 +339,15 @@ impl UringTx {
         }
         Ok(())
     }
+}
+
+/// Whether the TCP connection on `fd` is established (TCP_INFO's state): not reset or closed.
+fn established(fd: RawFd) -> bool {
+    let mut buf = [0u8; 256];
+    zcnet_sys::sock::tcp_info(fd, &mut buf)
+        .ok()
+        .and_then(|n| zcnet_core::tcp_info::TcpInfo::parse(&buf[..n]))
+        .is_some_and(|i| i.state == 1)
 }
 
 impl TxBackend for UringTx {
@@ -354,11 +390,13 @@ impl TxBackend for UringTx {
                 .submit()
                 .map_err(|e| Error::io("io_uring_enter", e))?;
         }
-        self.on_completions(sh)?;
+        let done = self.on_completions(sh);
         if self.stream {
+            // After a failure this lets the staged sends go (they never will), so every buffer
+            // is back when the error is.
             self.start_chain(sh)?;
         }
-        Ok(())
+        done
     }
 
     fn outstanding(&self) -> usize {
