@@ -361,9 +361,13 @@ pub fn test(req: u64) -> Result<Option<Vec<u64>>> {
 pub fn close(comm: u64, what: &str) -> Result<()> {
     let o = remove(comm, what)?;
     let mut g = lock(&o)?;
-    let stats = match (&*g, what) {
+    let stats = match (&mut *g, what) {
         (Obj::Listen(_), "listen comm") => return Ok(()),
-        (Obj::Send(s), "send comm") => s.stats().clone(),
+        (Obj::Send(s), "send comm") => {
+            // What is still in flight ends first, its notifications counted.
+            s.shutdown();
+            s.stats().clone()
+        }
         (Obj::Recv(r), "receive comm") => r.stats().clone(),
         _ => return Err(PluginError::Usage(format!("close: not a {what}"))),
     };

@@ -278,6 +278,14 @@ impl SendComm {
             SendComm::Uring(u) => &u.stats,
         }
     }
+
+    /// Ends what is still in flight, counting its last completions (before a close reports
+    /// the totals).
+    pub fn shutdown(&mut self) {
+        if let SendComm::Uring(u) = self {
+            u.shutdown();
+        }
+    }
 }
 
 /// The receiving side of a connection.

@@ -485,19 +485,39 @@ fn send_failed(sock: usize, outcome: &Outcome, what: &str) -> PluginError {
     ))
 }
 
-impl Drop for UringSend {
-    fn drop(&mut self) {
+impl UringSend {
+    /// Ends what is still running when NCCL closes (a transfer abandoned mid-way): the
+    /// connections are reset (`connect(AF_UNSPEC)`: the kernel drops the data it holds and
+    /// sends the last zero-copy notifications) with their fds still open, so nothing queued can
+    /// reach a socket number reused meanwhile; then every request is cancelled and its final
+    /// CQE counted in the stats, which the close reports after this.
+    pub fn shutdown(&mut self) {
         if self.ring.in_flight() == 0 {
             return;
         }
-        // Requests still running when NCCL closes (a transfer abandoned mid-way): cancel them,
-        // then reset the sockets so the kernel frees the data it holds and sends the last
-        // zero-copy notifications; the ring's drop waits for those.
-        self.ring.cancel_all(Duration::from_millis(500), drop);
         for s in &self.socks {
-            let _ = zcnet_sys::os::set_linger_zero(s.as_raw_fd());
+            let _ = zcnet_sys::sock::disconnect(s.as_raw_fd());
         }
-        self.socks.clear();
+        // Payloads only, as `complete` counts them (a header's bytes are not the message's).
+        let (ops, stats) = (&self.ops, &mut self.stats);
+        self.ring.cancel_all(Duration::from_millis(2000), |ev| {
+            let payload = match ops.get(&ev.tag) {
+                Some(SendOp::Chunk { chunk, .. }) => chunk.header.len > 0,
+                Some(SendOp::Refused { .. }) => true,
+                _ => false,
+            };
+            if payload {
+                stats.payload(&ev.outcome);
+            }
+        });
+    }
+}
+
+impl Drop for UringSend {
+    fn drop(&mut self) {
+        // Done by the close already; here for a comm dropped any other way. The ring, first
+        // among the fields, drops (and waits for what is left) before the sockets close.
+        self.shutdown();
     }
 }
 
