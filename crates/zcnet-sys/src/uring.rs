@@ -118,6 +118,10 @@ impl ForeignMr {
 enum Fixed {
     Mapping(Arc<Mapping>),
     Foreign(ForeignMr),
+    /// An entry the kernel would not let go of ([`Ring::unregister`] failed): it still holds
+    /// the old pages, so it covers no address (memory now at the same addresses is other
+    /// memory) and its index is not handed out again.
+    Stale,
 }
 
 impl Fixed {
@@ -125,11 +129,15 @@ impl Fixed {
         match self {
             Fixed::Mapping(m) => (m.addr(), m.len()),
             Fixed::Foreign(f) => (f.addr, f.len),
+            Fixed::Stale => (0, 0),
         }
     }
 
     #[inline]
     fn covers(&self, addr: usize, len: usize) -> bool {
+        if matches!(self, Fixed::Stale) {
+            return false;
+        }
         let (a, l) = self.range();
         // Below the start, the difference wraps past any length.
         let at = addr.wrapping_sub(a);
@@ -361,16 +369,30 @@ impl Ring {
     }
 
     /// Clears fixed buffer `idx` (requests in flight keep the pages pinned until they end).
+    /// Where the kernel refuses, the entry is kept as covering nothing: the caller may free
+    /// the memory, and new memory at the same addresses must never be sent from the old pages.
     pub fn unregister(&mut self, idx: u16) -> io::Result<()> {
         let i = usize::from(idx);
-        if self.fixed.get(i).and_then(Option::as_ref).is_none() {
+        if self
+            .fixed
+            .get(i)
+            .and_then(Option::as_ref)
+            .is_none_or(|f| matches!(f, Fixed::Stale))
+        {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
+        let done = if self.sparse {
+            self.update_fixed(i, 0, 0)
+        } else {
+            self.ring.submitter().unregister_buffers()
+        };
+        if let Err(e) = done {
+            self.fixed[i] = Some(Fixed::Stale);
+            return Err(e);
+        }
         if self.sparse {
-            self.update_fixed(i, 0, 0)?;
             self.fixed[i] = None;
         } else {
-            self.ring.submitter().unregister_buffers()?;
             self.fixed.clear();
         }
         Ok(())
@@ -1049,6 +1071,38 @@ mod tests {
     }
 
     /// Tags are reused after their final CQE, so a long run keeps a small table.
+    /// A fixed buffer the kernel would not unregister stays in the table covering nothing: new
+    /// memory at its addresses is never sent from its old pages, and its index is not reused.
+    #[zcnet_testkit::test]
+    fn a_fixed_buffer_that_failed_to_unregister_covers_nothing() {
+        let mut ring = ring(8, 4);
+        if !ring.sparse {
+            zcnet_testkit::skip(
+                zcnet_testkit::Need::Kernel,
+                "no sparse fixed-buffer table (IORING_RSRC_REGISTER_SPARSE, Linux 5.19)",
+            );
+        }
+        let mem = vec![0u8; 8192];
+        // SAFETY: `mem` outlives the ring (dropped after it, below).
+        let mr = unsafe { ForeignMr::new(mem.as_ptr() as usize, mem.len()) };
+        let idx = ring.register_foreign(mr).expect("register");
+        assert_eq!(ring.fixed_index(mem.as_ptr() as usize, 100), Some(idx));
+        // What unregister leaves when the kernel refuses.
+        ring.fixed[usize::from(idx)] = Some(Fixed::Stale);
+        assert_eq!(ring.fixed_index(mem.as_ptr() as usize, 100), None);
+        assert_eq!(
+            ring.unregister(idx).err().and_then(|e| e.raw_os_error()),
+            Some(libc::EINVAL)
+        );
+        // SAFETY: as above.
+        let mr = unsafe { ForeignMr::new(mem.as_ptr() as usize, mem.len()) };
+        let next = ring.register_foreign(mr).expect("register again");
+        assert_ne!(next, idx, "the stale index is not handed out again");
+        assert_eq!(ring.fixed_index(mem.as_ptr() as usize, 100), Some(next));
+        drop(ring);
+        drop(mem);
+    }
+
     #[zcnet_testkit::test]
     fn tags_are_reused_once_their_request_ended() {
         let mut ring = ring(8, 0);
