@@ -658,6 +658,9 @@ impl Ring {
         loop {
             self.drain(&mut f);
             if self.in_flight == 0 {
+                // The cancels still queued go in now: one left queued could otherwise reach a
+                // later request that reused its tag, if the ring lives on.
+                let _ = self.ring.submit();
                 return true;
             }
             let left = deadline.saturating_duration_since(Instant::now());
