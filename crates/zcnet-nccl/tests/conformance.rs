@@ -339,6 +339,7 @@ fn main() {
         },
         Ok("recv-then-hang") => faults::recv_then_hang(),
         Ok("send-then-hang") => faults::send_then_hang(),
+        Ok("send-abandon") => faults::send_abandon(),
         Ok("recv-late") => match recv_late() {
             Ok(()) => {
                 println!("OK");

@@ -13,6 +13,57 @@ pub fn all() {
     closing_one_side_mid_transfer_fails_the_other();
     a_receiver_killed_mid_transfer_fails_the_sender();
     a_sender_killed_mid_message_fails_the_receiver();
+    a_send_closed_mid_transfer_counts_every_accepted_byte();
+}
+
+/// Child (`send-abandon`; ZCNET_NCCL_TX and ZCNET_NCCL_STATS from the parent): a 64 MiB send
+/// to a receiver that posts one receive and hangs, pushed along until some of it is in flight,
+/// then the send comm closed mid-transfer (the stats file is written at that close).
+pub fn send_abandon() -> ! {
+    let t = load(12);
+    let ctx = init(&t);
+    let mut c = receiver_command("recv-then-hang")
+        .env_remove("ZCNET_NCCL_STATS")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+    let mut h = read_handle(&mut out);
+    let s = connect(&t, ctx, &mut h);
+    wait_line(&mut out, "READY");
+    let mut big = vec![5u8; 64 << 20];
+    let (rc, req) = t.isend(s, big.as_mut_ptr(), big.len(), 0, NULLP);
+    assert_eq!((rc, req.is_null()), (0, false));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(300) {
+        let mut sz = [0 as c_int; 1];
+        let _ = t.test(req, &mut sz);
+    }
+    assert_eq!(t.close_send(s), 0, "closeSend mid-transfer");
+    kill9(&mut c);
+    println!("OK");
+    std::process::exit(0)
+}
+
+/// Closing a send comm while its zero-copy sends are in flight (the receiver stopped taking
+/// data): the notifications reaped by the close are counted, so every byte the kernel accepted
+/// has its verdict, zero-copy or copied, in the totals.
+fn a_send_closed_mid_transfer_counts_every_accepted_byte() {
+    let f = std::env::temp_dir().join(format!("zcnet-nccl-abandon-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&f);
+    let mut cmd = Command::new(std::env::current_exe().expect("exe"));
+    cmd.env("ZCNET_NCCL_TX", "uring-zc")
+        .env("ZCNET_NCCL_STATS", &f);
+    run_role("send-abandon", "a send comm closed mid-transfer", &mut cmd);
+    let s = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    let _ = std::fs::remove_file(&f);
+    let sent = json_u64(&s, "bytes_sent");
+    assert!(sent > 0 && sent < 64 << 20, "a transfer cut short: {s}");
+    assert_eq!(
+        json_u64(&s, "zerocopy_bytes") + json_u64(&s, "copied_bytes"),
+        sent,
+        "every accepted byte has the kernel's verdict: {s}"
+    );
 }
 
 fn sleep_forever() -> ! {
