@@ -197,7 +197,7 @@ pub fn enter_netns(ns: &std::fs::File) -> io::Result<()> {
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// The read end of the interrupt pipe (-1 until [`install_interrupt_handler`]); readable from
-/// the first SIGINT/SIGTERM on, until [`set_interrupted`]`(false)` drains it.
+/// the first SIGINT/SIGTERM/SIGHUP on, until [`set_interrupted`]`(false)` drains it.
 static WAKE_READ: AtomicI32 = AtomicI32::new(-1);
 /// The write end: the signal handler writes one byte to it.
 static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
@@ -206,11 +206,11 @@ static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// process: the handler may store to it at any time.
 static ON_INTERRUPT: AtomicPtr<AtomicBool> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Makes SIGINT/SIGTERM (once [`install_interrupt_handler`] runs) also set `flag`, e.g. the
+/// Makes SIGINT/SIGTERM/SIGHUP (once [`install_interrupt_handler`] runs) also set `flag`, e.g. the
 /// flag of the cancel token an application hands to the library, so that the token is set
 /// before a system call cut short by the signal returns `EINTR`. One flag at a time: a later
 /// call replaces it (the earlier one is kept alive, never freed, since a handler may be using
-/// it). When SIGINT/SIGTERM already arrived, `flag` is set at once.
+/// it). When SIGINT/SIGTERM/SIGHUP already arrived, `flag` is set at once.
 pub fn set_on_interrupt(flag: Arc<AtomicBool>) {
     ON_INTERRUPT.store(Arc::into_raw(flag).cast_mut(), Ordering::SeqCst);
     if INTERRUPTED.load(Ordering::SeqCst) {
@@ -253,11 +253,15 @@ extern "C" fn on_signal(_: libc::c_int) {
     unsafe { *libc::__errno_location() = saved };
 }
 
-/// Installs SIGINT/SIGTERM handlers that set a flag ([`interrupted`]) and make the interrupt
+/// Installs SIGINT/SIGTERM/SIGHUP handlers that set a flag ([`interrupted`]) and make the interrupt
 /// pipe readable, so that long runs stop at their next check and clean up (namespaces,
 /// registrations) on the normal path, and every blocking wait made with [`wait_fd`] or
 /// [`sleep`] returns at once, whichever thread the kernel delivered the signal to
 /// (the self-pipe trick: pipe(2), poll(2), signal-safety(7)).
+///
+/// SIGHUP (the terminal went away, e.g. an ssh session dropped while `zcnet nic setup` held a
+/// NIC) is taken the same way, unless the process was started with it ignored (`nohup`): its
+/// default action would end the process with the NIC or the namespaces left as they were.
 ///
 /// The handlers are installed without `SA_RESTART` (sigaction(2)): a blocking call in the
 /// thread that took the signal fails with `EINTR` instead of being restarted. Calling this
@@ -275,10 +279,18 @@ pub fn install_interrupt_handler() -> io::Result<()> {
             wake_waiters();
         }
     }
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: all-zero is a valid sigaction; the handler only stores to an atomic and calls
-        // write(2), both async-signal-safe, and restores errno.
+        // write(2), both async-signal-safe, and restores errno. Reading the old action (a NULL
+        // new one) changes nothing.
         unsafe {
+            if sig == libc::SIGHUP {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                crate::cvt(libc::sigaction(sig, std::ptr::null(), &mut old))?;
+                if old.sa_sigaction == libc::SIG_IGN {
+                    continue;
+                }
+            }
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_signal as *const () as libc::sighandler_t;
             libc::sigemptyset(&mut sa.sa_mask);
@@ -288,7 +300,7 @@ pub fn install_interrupt_handler() -> io::Result<()> {
     Ok(())
 }
 
-/// Whether SIGINT or SIGTERM arrived since [`install_interrupt_handler`].
+/// Whether SIGINT, SIGTERM or SIGHUP arrived since [`install_interrupt_handler`].
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
@@ -317,14 +329,14 @@ pub fn set_interrupted(v: bool) {
 pub enum Wake {
     /// The descriptor is ready: its `revents` (may include `POLLERR`/`POLLHUP`).
     Ready(i16),
-    /// SIGINT or SIGTERM arrived (or [`set_interrupted`]`(true)`), or for [`wait_fd_until`] its
+    /// SIGINT, SIGTERM or SIGHUP arrived (or [`set_interrupted`]`(true)`), or for [`wait_fd_until`] its
     /// stop flag was set: stop and clean up.
     Interrupted,
     /// The timeout passed first.
     TimedOut,
 }
 
-/// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`, ...), SIGINT/SIGTERM arrives, or
+/// Waits until `fd` is ready for `events` (`POLLIN`, `POLLOUT`, ...), SIGINT/SIGTERM/SIGHUP arrives, or
 /// `timeout` (none: no limit) passes — poll(2) on `fd` and on the interrupt pipe of
 /// [`install_interrupt_handler`] (without it, only the flag checked around an `EINTR` ends the
 /// wait early). An interrupt wins over readiness. `EINTR` is handled here: it ends the wait
@@ -407,7 +419,7 @@ fn poll_until(
     }
 }
 
-/// Sleeps for `d`, or less when SIGINT/SIGTERM arrives; returns [`interrupted`] (poll(2) on the
+/// Sleeps for `d`, or less when SIGINT/SIGTERM/SIGHUP arrives; returns [`interrupted`] (poll(2) on the
 /// interrupt pipe alone).
 pub fn sleep(d: std::time::Duration) -> bool {
     match poll_with_wake(None, Some(d)) {

@@ -25,6 +25,10 @@ fn wait_in_thread_then_signal<T: Send + 'static>(
 
 #[zcnet_testkit::test]
 fn sigint_and_sigterm_wake_waits_in_every_thread() {
+    // SIGHUP as a terminal leaves it (a runner started under nohup ignores it, and the handler
+    // then leaves it ignored, which is not what this checks).
+    // SAFETY: restores the default action of one signal in this test's own process.
+    unsafe { libc::signal(libc::SIGHUP, libc::SIG_DFL) };
     os::install_interrupt_handler().unwrap();
     os::install_interrupt_handler().unwrap(); // a second call changes nothing
     let stop = Arc::new(AtomicBool::new(false));
@@ -89,6 +93,12 @@ fn sigint_and_sigterm_wake_waits_in_every_thread() {
     );
     // ... until SIGINT, which ends a long sleep in another thread.
     let (slept, after) = wait_in_thread_then_signal("INT", || os::sleep(Duration::from_secs(60)));
+    assert!(slept);
+    assert!(after < Duration::from_secs(1), "{after:?}");
+
+    // SIGHUP (a terminal gone) ends a sleep the same way.
+    os::set_interrupted(false);
+    let (slept, after) = wait_in_thread_then_signal("HUP", || os::sleep(Duration::from_secs(60)));
     assert!(slept);
     assert!(after < Duration::from_secs(1), "{after:?}");
 
