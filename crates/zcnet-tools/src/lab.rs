@@ -138,6 +138,20 @@ pub(crate) fn command_failed(command: String, stderr: String) -> Error {
     )
 }
 
+/// Loads driver `module` with no devices of its own (`count_param=0`) when it is a module not
+/// loaded yet: `ip link add … type ifb|dummy`, even inside a namespace, would load it with its
+/// defaults, and the module's init then adds ifb0/ifb1 or dummy0 to the root namespace, which
+/// the lab must never touch. Built in or loaded already (`/sys/module/NAME`), or no modprobe:
+/// nothing to do (the `ip` command then says what is missing).
+fn preload_without_devices(module: &str, count_param: &str) {
+    if std::path::Path::new("/sys/module").join(module).exists() {
+        return;
+    }
+    let _ = Command::new("modprobe")
+        .args([module, &format!("{count_param}=0")])
+        .output();
+}
+
 fn ip(args: &[&str]) -> Result<()> {
     let out = Command::new("ip").args(args).output().map_err(|e| {
         Error::io(
@@ -244,6 +258,7 @@ impl Lab {
     /// A namespace whose route to 10.30.0.0/24 ends in an ifb device that drops everything.
     pub fn sink(&mut self) -> Result<SinkPath> {
         let s = self.add_ns("s")?;
+        preload_without_devices("ifb", "numifbs");
         ip(&["-n", &s, "link", "add", "sinkA", "type", "ifb"])?;
         ip(&["-n", &s, "addr", "add", "10.20.0.1/24", "dev", "sinkA"])?;
         ip(&["-n", &s, "link", "set", "sinkA", "up"])?;
@@ -261,6 +276,7 @@ impl Lab {
     /// [`no_dummy_driver`] with what `ip` said.
     pub fn dummy(&mut self) -> Result<DummyPath> {
         let d = self.add_ns("d")?;
+        preload_without_devices("dummy", "numdummies");
         match ip(&["-n", &d, "link", "add", "dumA", "type", "dummy"]) {
             Ok(()) => {}
             Err(e) => match CommandFailed::of(&e).map(|c| c.stderr.as_str()) {

@@ -113,10 +113,23 @@ fn veth_tcp_is_copied_and_data_verified() {
 #[zcnet_testkit::test]
 fn lab_deletes_its_namespaces_on_drop_and_on_error() {
     need_root();
+    // The root namespace's interfaces, which the lab never adds to or takes from (a driver
+    // loaded with its defaults would add ifb0/ifb1 or dummy0 here).
+    let root = || {
+        let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = root();
     let names = {
         let mut lab = Lab::new().unwrap();
         lab.veth().unwrap();
         lab.sink().unwrap();
+        let _ = lab.dummy(); // without the dummy driver: refused, nothing added either
+        assert_eq!(root(), before, "the root namespace changed");
         let names = lab.namespaces().to_vec();
         let now = lab::list_namespaces().unwrap();
         assert!(names.iter().all(|n| now.contains(n)), "created: {names:?}");
