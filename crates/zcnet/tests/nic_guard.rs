@@ -388,4 +388,31 @@ proptest! {
     }
 }
 
+/// A thread that entered a namespace of its own files its state under that namespace, not its
+/// process's (which /proc/self/ns/net names): a restore in the root namespace must not take
+/// it for one of the root's interfaces of the same name.
+#[zcnet_testkit::test]
+fn the_state_file_is_named_by_the_calling_threads_namespace() {
+    zcnet_testkit::require_root("to move a thread into a network namespace of its own");
+    let main = zcnet::nic::state::current_netns();
+    let dir = std::path::Path::new("/run/zcnet");
+    let here = zcnet::nic::state::state_path(dir, "eth0");
+    let (inside, path) = std::thread::spawn(move || {
+        zcnet_sys::os::unshare_netns().unwrap();
+        (
+            zcnet::nic::state::current_netns(),
+            zcnet::nic::state::state_path(dir, "eth0"),
+        )
+    })
+    .join()
+    .unwrap();
+    assert_ne!(inside, main);
+    assert_ne!(path, here);
+    assert_eq!(
+        zcnet::nic::state::current_netns(),
+        main,
+        "this thread did not move"
+    );
+}
+
 zcnet_testkit::main!();

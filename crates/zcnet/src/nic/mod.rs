@@ -442,6 +442,17 @@ impl<C: NicControl> NicGuard<C> {
                 queue: setup.queue,
             },
         )?);
+        // Read again now that the interface is ours: a setup that held it until just now may
+        // have put back what the first read saw (its header split, say), and the steps must
+        // start from what the device has.
+        let r = match check_header_split(&mut g.ctl) {
+            Ok(r) => r,
+            Err((step, e)) => return Err(g.fail(step, e)),
+        };
+        let rings = match check_queues(&mut g.ctl, setup) {
+            Ok(rings) => rings,
+            Err((step, e)) => return Err(g.fail(step, e)),
+        };
         g.apply_steps(setup, rings, r)?;
         Ok(g)
     }

@@ -31,10 +31,12 @@ pub fn state_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/run/zcnet"))
 }
 
-/// The network namespace this process is in (inode of /proc/self/ns/net).
+/// The network namespace the calling thread is in (inode of /proc/thread-self/ns/net: a thread
+/// that entered a lab namespace with setns(2) is not in its process's main namespace, which
+/// /proc/self names).
 pub fn current_netns() -> u64 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/net").map_or(0, |m| m.ino())
+    std::fs::metadata("/proc/thread-self/ns/net").map_or(0, |m| m.ino())
 }
 
 /// The state file of `iface` in the current namespace.
