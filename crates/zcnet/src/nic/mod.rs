@@ -424,14 +424,7 @@ impl<C: NicControl> NicGuard<C> {
         let iface = g.ctl.name().to_string();
         // Validate before touching anything: header split first (no queue advice for a device
         // that can never split headers), then the queues.
-        let r = match check_header_split(&mut g.ctl) {
-            Ok(r) => r,
-            Err((step, e)) => return Err(g.fail(step, e)),
-        };
-        let rings = match check_queues(&mut g.ctl, setup) {
-            Ok(rings) => rings,
-            Err((step, e)) => return Err(g.fail(step, e)),
-        };
+        g.checked(setup)?;
         g.state = Some(StateFile::create(
             state_dir,
             &Owner {
@@ -445,16 +438,17 @@ impl<C: NicControl> NicGuard<C> {
         // Read again now that the interface is ours: a setup that held it until just now may
         // have put back what the first read saw (its header split, say), and the steps must
         // start from what the device has.
-        let r = match check_header_split(&mut g.ctl) {
-            Ok(r) => r,
-            Err((step, e)) => return Err(g.fail(step, e)),
-        };
-        let rings = match check_queues(&mut g.ctl, setup) {
-            Ok(rings) => rings,
-            Err((step, e)) => return Err(g.fail(step, e)),
-        };
+        let (r, rings) = g.checked(setup)?;
         g.apply_steps(setup, rings, r)?;
         Ok(g)
+    }
+
+    /// The device's header split state and ring count, checked for `setup`; a refusal undoes
+    /// what was made (nothing, before the steps) and says why.
+    fn checked(&mut self, setup: &NicSetup) -> Result<(RingsState, u32)> {
+        let r = check_header_split(&mut self.ctl).map_err(|(step, e)| self.fail(step, e))?;
+        let rings = check_queues(&mut self.ctl, setup).map_err(|(step, e)| self.fail(step, e))?;
+        Ok((r, rings))
     }
 
     fn apply_steps(&mut self, setup: &NicSetup, rings: u32, r: RingsState) -> Result<()> {
