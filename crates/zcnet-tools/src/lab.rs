@@ -230,8 +230,17 @@ impl Lab {
 
     fn add_ns(&mut self, role: &str) -> Result<String> {
         let name = format!("{}-{role}", self.base);
-        ip(&["netns", "add", &name])?;
+        if netns_exists(&name) {
+            // This lab's already (a second path of the same kind): not ours to delete twice.
+            return Err(command_failed(
+                format!("ip netns add {name}"),
+                format!("Cannot create namespace \"{name}\": it exists already"),
+            ));
+        }
+        // Recorded before it is made: an `ip` killed half-way (a Ctrl-C reaches it too) may
+        // leave the namespace behind, and the drop deletes what exists of it.
         self.namespaces.push(name.clone());
+        ip(&["netns", "add", &name])?;
         ip(&["-n", &name, "link", "set", "lo", "up"])?;
         Ok(name)
     }
@@ -302,9 +311,17 @@ impl Lab {
     }
 }
 
+/// Whether the named namespace exists (`ip netns add` makes `/run/netns/NAME`).
+fn netns_exists(name: &str) -> bool {
+    std::path::Path::new("/run/netns").join(name).exists()
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
         for ns in self.namespaces.drain(..).rev() {
+            if !netns_exists(&ns) {
+                continue; // its `ip netns add` failed before making it
+            }
             if let Err(e) = ip(&["netns", "del", &ns]) {
                 crate::eoutln!("zcnet: could not delete namespace {ns}: {e} (delete it with 'ip netns del {ns}')");
             }
