@@ -60,39 +60,80 @@ fn socket_type(sock: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     Ok(sock.getattr("type")?.extract::<i64>().ok())
 }
 
-/// Takes the fd of a connected `socket.socket`: checks it is connected (getpeername raises
-/// OSError otherwise: a stream needs its peer, a datagram its destination), makes it blocking
-/// and detaches it (the Python object is closed; zcnet owns the socket from here).
-fn detach_connected(sock: &Bound<'_, PyAny>) -> PyResult<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    sock.call_method0("getpeername")?;
-    sock.call_method1("setblocking", (true,))?;
-    let fd: i32 = sock.call_method0("detach")?.extract()?;
-    // SAFETY: `detach` gave up the fd: nothing else owns or closes it now.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+/// A connected `socket.socket` taken over on trial: zcnet works on a duplicate of its fd, and
+/// the Python object is closed only by [`Taken::keep`], once what was built on the duplicate
+/// exists. Dropped without `keep` (the build failed), the duplicate has closed and the Python
+/// socket is as it was, its timeout (and so its blocking mode) restored: the caller may try
+/// again, e.g. with another mode.
+pub(crate) struct Taken<'py> {
+    sock: Bound<'py, PyAny>,
+    /// What `gettimeout()` said, until kept.
+    timeout: Option<Py<PyAny>>,
 }
 
-/// Takes over a connected TCP `socket.socket` for `who` (named in the error): checks it is a
-/// connected stream socket, makes it blocking and detaches its fd (the Python object is closed;
-/// zcnet owns the connection from here).
-pub(crate) fn take_tcp_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<std::net::TcpStream> {
+impl Taken<'_> {
+    /// What was built on the socket exists: the Python object closes (zcnet's duplicate keeps
+    /// the connection).
+    pub(crate) fn keep(mut self) -> PyResult<()> {
+        self.timeout = None;
+        self.sock.call_method0("close")?;
+        Ok(())
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.timeout.take() {
+            let _ = self.sock.call_method1("settimeout", (t,));
+        }
+    }
+}
+
+/// A duplicate of a connected `socket.socket`'s fd: checks it is connected (getpeername raises
+/// OSError otherwise: a stream needs its peer, a datagram its destination) and makes it
+/// blocking (the mode is the open file's, shared with the duplicate).
+fn dup_connected<'py>(sock: &Bound<'py, PyAny>) -> PyResult<(std::os::fd::OwnedFd, Taken<'py>)> {
+    sock.call_method0("getpeername")?;
+    let timeout = sock.call_method0("gettimeout")?.unbind();
+    let fd: i32 = sock.call_method0("fileno")?.extract()?;
+    // SAFETY: `fd` is the live socket object's, open for the length of this call (the GIL is
+    // held, nothing closes it meanwhile); it is only duplicated here.
+    let dup = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()?;
+    let taken = Taken {
+        sock: sock.clone(),
+        timeout: Some(timeout),
+    };
+    sock.call_method1("setblocking", (true,))?;
+    Ok((dup, taken))
+}
+
+/// Takes over a connected TCP `socket.socket` for `who` (named in the error), on trial
+/// ([`Taken`]): checks it is a connected stream socket and makes it blocking.
+pub(crate) fn take_tcp_socket<'py>(
+    sock: &Bound<'py, PyAny>,
+    who: &str,
+) -> PyResult<(std::net::TcpStream, Taken<'py>)> {
     if socket_type(sock)? != Some(libc::SOCK_STREAM.into()) {
         return Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "{who} takes a connected TCP socket.socket (SOCK_STREAM)"
         )));
     }
-    detach_connected(sock).map(std::net::TcpStream::from)
+    dup_connected(sock).map(|(fd, t)| (std::net::TcpStream::from(fd), t))
 }
 
-/// Takes over a connected `socket.socket` for `who`: a TCP stream (as [`take_tcp_socket`]) or
-/// a connected UDP socket (SOCK_DGRAM: each send is one datagram to its peer).
-pub(crate) fn take_socket(sock: &Bound<'_, PyAny>, who: &str) -> PyResult<zcnet::Socket> {
+/// Takes over a connected `socket.socket` for `who`, on trial ([`Taken`]): a TCP stream (as
+/// [`take_tcp_socket`]) or a connected UDP socket (SOCK_DGRAM: each send is one datagram to
+/// its peer).
+pub(crate) fn take_socket<'py>(
+    sock: &Bound<'py, PyAny>,
+    who: &str,
+) -> PyResult<(zcnet::Socket, Taken<'py>)> {
     match socket_type(sock)? {
         Some(t) if t == i64::from(libc::SOCK_STREAM) => {
-            detach_connected(sock).map(|fd| std::net::TcpStream::from(fd).into())
+            dup_connected(sock).map(|(fd, t)| (std::net::TcpStream::from(fd).into(), t))
         }
         Some(t) if t == i64::from(libc::SOCK_DGRAM) => {
-            detach_connected(sock).map(|fd| std::net::UdpSocket::from(fd).into())
+            dup_connected(sock).map(|(fd, t)| (std::net::UdpSocket::from(fd).into(), t))
         }
         _ => Err(pyo3::exceptions::PyTypeError::new_err(format!(
             "{who} takes a connected TCP or UDP socket.socket (SOCK_STREAM or SOCK_DGRAM)"

@@ -248,11 +248,13 @@ impl Receiver {
         })
     }
 
-    /// Takes over a connected TCP `socket.socket` (it is detached: the Python object is closed,
-    /// zcnet owns the connection) and starts receiving on it. Returns the connection's id.
+    /// Takes over a connected TCP `socket.socket` and starts receiving on it (the Python object
+    /// is closed then, zcnet owns the connection; when adding fails, the socket is left as it
+    /// was). Returns the connection's id.
     fn add(&mut self, sock: &Bound<'_, PyAny>) -> PyResult<u64> {
-        let stream = crate::take_tcp_socket(sock, "zcnet.Receiver.add")?;
+        let (stream, taken) = crate::take_tcp_socket(sock, "zcnet.Receiver.add")?;
         let id = self.inner.add(stream).map_err(errors::to_py)?;
+        taken.keep()?;
         self.offsets.insert(id, 0);
         Ok(id.0)
     }

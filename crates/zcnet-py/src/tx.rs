@@ -22,12 +22,15 @@ const DEVICE_PIECE: usize = 4 << 20;
 ///
 /// `Sender(sock, mode="auto", *, buf_size=None, inflight=8, window=524288, stall_timeout=10.0)`:
 /// `mode` is copy, msg-zerocopy, uring, uring-zc, devmem or auto; `buf_size` is 65536 on a
-/// stream and 64000 on a UDP socket, where each `send` is one datagram. The socket is detached
-/// (zcnet owns the connection). `send(obj)` takes bytes-like objects (bytes, bytearray, memoryview,
+/// stream and 64000 on a UDP socket, where each `send` is one datagram. Once the sender is
+/// made, the Python socket object is closed and zcnet owns the connection; when making it fails,
+/// the socket is left as it was (another mode can be tried on it). `send(obj)` takes bytes-like objects (bytes, bytearray, memoryview,
 /// numpy arrays: the buffer protocol) and tensors (`__dlpack__`: torch), C-contiguous, in host
 /// memory or (on a TCP socket) CUDA device memory, which is staged through the sender's buffers
 /// by the library's GPU staging pipeline; `finish()` waits for every send to complete, closes the
-/// connection and returns the statistics. Ctrl-C during `send` or `finish` raises
+/// connection and returns the statistics. A sender dropped without `finish()` abandons what has
+/// not gone out yet: a TCP peer then sees the connection reset, never a stream cut short that
+/// ends as if complete. Ctrl-C during `send` or `finish` raises
 /// `KeyboardInterrupt` within 100 ms (from CUDA memory: after the 4 MiB piece under way); a
 /// sender dropped after that with sends still held by the kernel (a peer that stopped reading)
 /// aborts the connection (a reset), which gives the buffers back at once.
@@ -369,7 +372,7 @@ impl Sender {
     ) -> PyResult<Self> {
         let mode = TxMode::parse(mode).map_err(errors::to_py)?;
         let mut cfg = TxConfig::new(mode);
-        let sock = crate::take_socket(sock, "zcnet.Sender")?;
+        let (sock, taken) = crate::take_socket(sock, "zcnet.Sender")?;
         // A datagram carries at most 65,507 B of UDP payload over IPv4: 64,000 B by default,
         // as `zcnet send --udp`.
         let buf_size = buf_size.unwrap_or(if sock.is_stream() { 65536 } else { 64000 });
@@ -394,6 +397,7 @@ impl Sender {
                 zcnet::Sender::new(sock, region, &cfg)
             })
             .map_err(errors::to_py)?;
+        taken.keep()?;
         Ok(Sender {
             inner: Mutex::new(Some(Leg::Host(Box::new(inner)))),
             stall_timeout: Duration::from_secs_f64(stall_timeout),

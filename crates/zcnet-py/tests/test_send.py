@@ -48,6 +48,50 @@ def test_send_c_contiguous_arrays(listener, mode):
         tx.send(b"more")
 
 
+@pytest.mark.parametrize("mode", ["uring", "uring-zc"])
+def test_a_sender_dropped_unfinished_never_ends_the_stream_as_if_complete(listener, mode):
+    """8 MiB handed to a sender dropped without finish(): the peer gets every byte, or sees a
+    reset; never a clean end after fewer bytes (which it could not tell from a whole stream)."""
+
+    def read_all(ls):
+        conn = ls.accept()
+        n = 0
+        try:
+            while True:
+                b = conn.recv(1 << 20)
+                if not b:
+                    return n, "eof"
+                n += len(b)
+        except ConnectionResetError:
+            return n, "reset"
+        finally:
+            conn.close()
+
+    peer = Thread(read_all, listener)
+    tx = zcnet.Sender(listener.connect(), mode=mode)
+    assert tx.send(bytes(8 << 20)) == 8 << 20
+    del tx
+    n, end = peer.result()
+    assert end == "reset" or n == 8 << 20, f"{n} B, then a clean end"
+
+
+def test_a_refused_sender_leaves_the_socket_to_try_again(listener):
+    """Sender() that fails (devmem on loopback: no device binds it) leaves the Python socket
+    open and as it was, timeout included, so the caller can fall back to another mode on the
+    same connection; the one that succeeds closes it and owns the connection."""
+    peer = Thread(drain, listener)
+    sock = listener.connect()
+    sock.settimeout(7.0)
+    with pytest.raises(zcnet.UnsupportedError):
+        zcnet.Sender(sock, mode="devmem")
+    assert sock.fileno() >= 0 and sock.gettimeout() == 7.0
+    tx = zcnet.Sender(sock, mode="copy")
+    assert sock.fileno() == -1, "the Python object is closed once the sender has the connection"
+    tx.send(b"still connected")
+    tx.finish()
+    assert peer.result() == b"still connected"
+
+
 @pytest.mark.parametrize(
     "make",
     [
