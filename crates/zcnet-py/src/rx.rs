@@ -417,7 +417,9 @@ impl Receiver {
     /// `zcnet.DeviceBuffer`), copied into from the received host buffers by the GPU: with a
     /// uring receiver asynchronously out of the pinned receive ring, otherwise by a synchronous
     /// copy per buffer; every copy has finished when this returns (`stats()["device_copies"]`
-    /// counts the bytes of each kind).
+    /// counts the bytes of each kind). An exception raised after some bytes were placed in
+    /// host memory (Ctrl-C while waiting for the rest, a connection that failed) carries their
+    /// count as its `filled` attribute: they are the stream's next bytes.
     fn recv_into(slf: &Bound<'_, Self>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
         const WHO: &str = "zcnet.Receiver.recv_into";
         let py = slf.py();
@@ -487,7 +489,16 @@ impl Receiver {
         let py = slf.py();
         let mut filled = 0usize;
         while filled < cap {
-            let Some((buf, n)) = Self::next_host(slf, cap - filled)? else {
+            let next = Self::next_host(slf, cap - filled).map_err(|e| {
+                // Bytes already placed in `out` are the stream's: an exception after them
+                // (Ctrl-C in the wait for more, a failed connection) says how many as `filled`,
+                // so that none is lost from the caller's view of the stream.
+                if filled > 0 {
+                    let _ = e.value(py).setattr("filled", filled);
+                }
+                e
+            })?;
+            let Some((buf, n)) = next else {
                 break;
             };
             // SAFETY: `buf.ptr` holds `buf.len` bytes lent by the receiver while `buf` lives.

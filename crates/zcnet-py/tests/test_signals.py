@@ -29,6 +29,27 @@ def test_keyboard_interrupt_during_a_blocking_receive(listener):
     assert list(rx) == []  # the peer's close ends the stream
 
 
+def test_an_interrupted_recv_into_says_how_many_bytes_it_placed(listener):
+    """100 B arrive, then nothing: recv_into of 1000 B waits for the rest, and Ctrl-C raises
+    KeyboardInterrupt with `filled` = 100, the bytes already in `out` (the stream's next, never
+    handed out again)."""
+    peer = listener.connect()
+    rx = zcnet.Receiver(mode="copy")
+    rx.add(listener.accept())
+    peer.sendall(bytes(range(100)))
+    out = bytearray(1000)
+    timer = interrupt_after(0.3)
+    with pytest.raises(KeyboardInterrupt) as e:
+        rx.recv_into(out)
+    timer.join()
+    assert e.value.filled == 100
+    assert out[:100] == bytes(range(100))
+    peer.sendall(b"next")
+    peer.close()
+    rest = bytearray(1000)
+    assert rx.recv_into(rest) == 4 and rest[:4] == b"next"
+
+
 def test_gil_is_released_while_receiving(listener):
     """Another Python thread runs while the receiver waits."""
     ticks = []
