@@ -489,14 +489,13 @@ impl Receiver {
         let py = slf.py();
         let mut filled = 0usize;
         while filled < cap {
-            let next = Self::next_host(slf, cap - filled).map_err(|e| {
+            let next = Self::next_host(slf, cap - filled).inspect_err(|e| {
                 // Bytes already placed in `out` are the stream's: an exception after them
                 // (Ctrl-C in the wait for more, a failed connection) says how many as `filled`,
                 // so that none is lost from the caller's view of the stream.
                 if filled > 0 {
                     let _ = e.value(py).setattr("filled", filled);
                 }
-                e
             })?;
             let Some((buf, n)) = next else {
                 break;
