@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use common::fake_nic::{files, mlx5_like, tcp_9999, tempdir, Config, FakeNic};
 use proptest::prelude::*;
 use zcnet::nic::{
-    self, default_indir, restore_from_file, split, FlowSpec, NicGuard, NicSetup, Proto, RxChannels,
+    self, default_indir, restore_from_file, split, FlowSpec, NicControl, NicGuard, NicSetup, Proto,
+    RxChannels,
 };
 use zcnet::Error;
 
@@ -261,6 +262,47 @@ fn a_kept_setup_is_restored_from_its_state_file() {
     assert_eq!(recs.len(), 4);
     assert_eq!(nic.cfg(), before);
     assert!(!path.exists());
+}
+
+/// A restore that finds another rule at the location its rule had (its own deleted by an earlier,
+/// partial restore, the location reused since) leaves that rule alone.
+#[zcnet_testkit::test]
+fn a_restore_never_deletes_a_rule_that_took_its_rules_location() {
+    let dir = tempdir();
+    let before = mlx5_like();
+    let mut nic = FakeNic::new(before.clone(), None);
+    let path = NicGuard::apply(nic.clone(), &tcp_9999(5), &dir)
+        .unwrap()
+        .keep()
+        .unwrap();
+    let (_, recs) = nic::state::read(&path).unwrap();
+    let Some(zcnet::nic::Change::Rule {
+        location: Some(ours),
+        ..
+    }) = recs
+        .iter()
+        .map(|r| r.change.clone())
+        .find(|c| matches!(c, zcnet::nic::Change::Rule { .. }))
+    else {
+        panic!("no rule recorded: {recs:?}");
+    };
+    // Someone deletes the rule and another takes its location.
+    nic.delete_rule(ours).unwrap();
+    let theirs = FlowSpec {
+        proto: Proto::Tcp,
+        ipv6: false,
+        dst_port: 4242,
+        queue: 1,
+    };
+    assert_eq!(nic.insert_rule_at(ours, &theirs), ours);
+    // Their rule keeps ntuple busy, so the restore stops there, and says so; what matters
+    // here is that it never deleted their rule.
+    let e = restore_from_file(&mut nic.clone(), &path).unwrap_err();
+    assert!(e.to_string().contains("busy"), "{e}");
+    let after = nic.cfg();
+    assert_eq!(after.rules.get(&ours), Some(&theirs), "their rule stays");
+    assert_eq!(after.indir, before.indir, "the RSS table, undone before ntuple, is back");
+    assert!(path.exists(), "the state file stays for a later restore");
 }
 
 #[zcnet_testkit::test]

@@ -653,15 +653,24 @@ pub fn undo_records<C: NicControl + ?Sized>(ctl: &mut C, records: &[Record]) -> 
                 ctl.set_indir(if *was_default { None } else { Some(prev) })?
             }
             Change::Rule {
-                location: Some(l), ..
-            } => match ctl.delete_rule(*l) {
-                // Already gone (an earlier, partial restore): nothing to undo.
-                Err(Error::Kernel {
-                    errno: Some(ENOENT),
-                    ..
-                }) => {}
-                other => other?,
-            },
+                spec,
+                location: Some(l),
+            } => {
+                // Only while the rule at `l` is still the one made: an earlier, partial restore
+                // may have deleted it, and the driver may since have put someone else's rule
+                // at that location (`ethtool -N ... loc any`), which is not ours to delete.
+                if !ctl.rules()?.iter().any(|(loc, s)| loc == l && s == spec) {
+                    continue;
+                }
+                match ctl.delete_rule(*l) {
+                    // Gone meanwhile: nothing to undo.
+                    Err(Error::Kernel {
+                        errno: Some(ENOENT),
+                        ..
+                    }) => {}
+                    other => other?,
+                }
+            }
             Change::Rule {
                 spec,
                 location: None,

@@ -241,6 +241,13 @@ impl FakeNic {
     }
 
     /// Call boundaries passed so far.
+    /// Puts `spec` at location `loc` as another user's `ethtool -N ... loc L` would (not a
+    /// call of the setup: no boundary, no failure).
+    pub fn insert_rule_at(&self, loc: u32, spec: &FlowSpec) -> u32 {
+        self.0.borrow_mut().dev.cfg.rules.insert(loc, *spec);
+        loc
+    }
+
     pub fn boundaries(&self) -> u32 {
         self.0.borrow().boundaries
     }
