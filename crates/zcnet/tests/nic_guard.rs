@@ -301,7 +301,10 @@ fn a_restore_never_deletes_a_rule_that_took_its_rules_location() {
     assert!(e.to_string().contains("busy"), "{e}");
     let after = nic.cfg();
     assert_eq!(after.rules.get(&ours), Some(&theirs), "their rule stays");
-    assert_eq!(after.indir, before.indir, "the RSS table, undone before ntuple, is back");
+    assert_eq!(
+        after.indir, before.indir,
+        "the RSS table, undone before ntuple, is back"
+    );
     assert!(path.exists(), "the state file stays for a later restore");
 }
 

@@ -92,9 +92,28 @@ pub fn rule_count(ifname: &str) -> Result<(u32, u32)> {
     Ok((cnt, size))
 }
 
-/// Inserts `rule` (`ETHTOOL_SRXCLSRLINS`) and returns the location the driver used.
+/// Inserts `rule` (`ETHTOOL_SRXCLSRLINS`) and returns the location the driver used. A rule
+/// without a location goes where the driver puts it when the driver takes special locations
+/// (`RX_CLS_LOC_SPECIAL` in `ETHTOOL_GRXCLSRLCNT`'s table size); a driver that does not (mlx5)
+/// refuses `RX_CLS_LOC_ANY`, so the location is chosen here as ethtool(8) chooses it: the
+/// highest free one in the table ([`free_location`]).
 pub fn rule_insert(ifname: &str, rule: &FlowRule) -> Result<u32> {
-    let req = encode_rule(ETHTOOL_SRXCLSRLINS, rule)?;
+    let mut rule = *rule;
+    if rule.location.is_none() {
+        // A driver without a rule count (veth) answers the insert itself, with its refusal.
+        let (cnt, table) = rule_count(ifname).unwrap_or((0, RX_CLS_LOC_SPECIAL));
+        if table & RX_CLS_LOC_SPECIAL == 0 && table != 0 {
+            let used = rule_locations(ifname, cnt)?;
+            rule.location = Some(free_location(table, &used).ok_or_else(|| {
+                ioctl_error(
+                    "ETHTOOL_SRXCLSRLINS",
+                    ifname,
+                    io::Error::from_raw_os_error(libc::ENOSPC),
+                )
+            })?);
+        }
+    }
+    let req = encode_rule(ETHTOOL_SRXCLSRLINS, &rule)?;
     let b = ioctl("ETHTOOL_SRXCLSRLINS", ifname, &req)?;
     get_u32(&b, OFF_FS_LOCATION)
         .ok_or_else(|| malformed("no location").in_context("ETHTOOL_SRXCLSRLINS"))
@@ -115,9 +134,17 @@ pub fn rule_get(ifname: &str, location: u32) -> Result<FlowRule> {
     decode_rule(&b).map_err(|e| e.in_context("ETHTOOL_GRXCLSRULE"))
 }
 
-/// Every rule (`ETHTOOL_GRXCLSRLCNT`, `ETHTOOL_GRXCLSRLALL`, then `ETHTOOL_GRXCLSRULE` each).
-pub fn rule_list(ifname: &str) -> Result<Vec<FlowRule>> {
-    let (cnt, _) = rule_count(ifname)?;
+/// The highest location below `table` (a `ETHTOOL_GRXCLSRLCNT` table size; its
+/// `RX_CLS_LOC_SPECIAL` flag is ignored) that no rule in `used` holds: where ethtool(8) puts a
+/// rule inserted with `loc any` on a driver that does not choose (its `rmgr_find_empty_slot`:
+/// the end of the table, the lowest priority). `None` when the table is full.
+pub fn free_location(table: u32, used: &[u32]) -> Option<u32> {
+    let size = table & !RX_CLS_LOC_SPECIAL;
+    (0..size).rev().find(|l| !used.contains(l))
+}
+
+/// The locations of the `cnt` rules installed (`ETHTOOL_GRXCLSRLALL`).
+fn rule_locations(ifname: &str, cnt: u32) -> Result<Vec<u32>> {
     if cnt == 0 {
         return Ok(Vec::new());
     }
@@ -127,8 +154,16 @@ pub fn rule_list(ifname: &str) -> Result<Vec<FlowRule>> {
     let mut req = rxnfc_buf(ETHTOOL_GRXCLSRLALL, 4 * cnt as usize);
     put(&mut req, OFF_RULE_CNT, &cnt.to_ne_bytes());
     let b = ioctl("ETHTOOL_GRXCLSRLALL", ifname, &req)?;
-    let locs = decode_rule_locs(&b, cnt).map_err(|e| e.in_context("ETHTOOL_GRXCLSRLALL"))?;
-    locs.into_iter().map(|l| rule_get(ifname, l)).collect()
+    decode_rule_locs(&b, cnt).map_err(|e| e.in_context("ETHTOOL_GRXCLSRLALL"))
+}
+
+/// Every rule (`ETHTOOL_GRXCLSRLCNT`, `ETHTOOL_GRXCLSRLALL`, then `ETHTOOL_GRXCLSRULE` each).
+pub fn rule_list(ifname: &str) -> Result<Vec<FlowRule>> {
+    let (cnt, _) = rule_count(ifname)?;
+    rule_locations(ifname, cnt)?
+        .into_iter()
+        .map(|l| rule_get(ifname, l))
+        .collect()
 }
 
 /// `struct ethtool_rxfh_indir` with `size` entries and `cmd`.
