@@ -22,18 +22,7 @@ pub fn all() {
 pub fn send_abandon() -> ! {
     let t = load(12);
     let ctx = init(&t);
-    let mut c = receiver_command("recv-then-hang")
-        .env_remove("ZCNET_NCCL_STATS")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
-    let mut h = read_handle(&mut out);
-    let s = connect(&t, ctx, &mut h);
-    wait_line(&mut out, "READY");
-    let mut big = vec![5u8; 64 << 20];
-    let (rc, req) = t.isend(s, big.as_mut_ptr(), big.len(), 0, NULLP);
-    assert_eq!((rc, req.is_null()), (0, false));
+    let (mut c, s, req, big) = a_send_to_a_hung_receiver(&t, ctx, 5);
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(300) {
         let mut sz = [0 as c_int; 1];
@@ -41,8 +30,28 @@ pub fn send_abandon() -> ! {
     }
     assert_eq!(t.close_send(s), 0, "closeSend mid-transfer");
     kill9(&mut c);
+    drop(big);
     println!("OK");
     std::process::exit(0)
+}
+
+/// A receiver child (`recv-then-hang`: one receive posted, then nothing) connected to, with a
+/// 64 MiB send of `byte`s queued to it: the child, the send comm, the request, and the buffer,
+/// which must outlive the request.
+fn a_send_to_a_hung_receiver(t: &Table, ctx: P, byte: u8) -> (std::process::Child, P, P, Vec<u8>) {
+    let mut c = receiver_command("recv-then-hang")
+        .env_remove("ZCNET_NCCL_STATS")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
+    let mut h = read_handle(&mut out);
+    let s = connect(t, ctx, &mut h);
+    wait_line(&mut out, "READY");
+    let mut big = vec![byte; 64 << 20];
+    let (rc, req) = t.isend(s, big.as_mut_ptr(), big.len(), 0, NULLP);
+    assert_eq!((rc, req.is_null()), (0, false));
+    (c, s, req, big)
 }
 
 /// Closing a send comm while its zero-copy sends are in flight (the receiver stopped taking
@@ -121,17 +130,7 @@ fn wait_line(out: &mut impl BufRead, want: &str) {
 fn a_receiver_killed_mid_transfer_fails_the_sender() {
     let t = load(12);
     let ctx = init(&t);
-    let mut c = receiver_command("recv-then-hang")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut out = BufReader::new(c.stdout.take().expect("stdout"));
-    let mut h = read_handle(&mut out);
-    let s = connect(&t, ctx, &mut h);
-    wait_line(&mut out, "READY");
-    let mut big = vec![9u8; 64 << 20];
-    let (rc, req) = t.isend(s, big.as_mut_ptr(), big.len(), 0, NULLP);
-    assert_eq!((rc, req.is_null()), (0, false));
+    let (mut c, s, req, big) = a_send_to_a_hung_receiver(&t, ctx, 9);
     kill9(&mut c);
     // The dead peer's kernel resets the connection: the send fails, it does not hang.
     let rc = until_failure(&t, req);
