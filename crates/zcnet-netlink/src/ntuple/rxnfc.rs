@@ -231,8 +231,18 @@ pub fn decode_rule(b: &[u8]) -> Result<FlowRule> {
         )));
     }
     let at = |o: usize, n: usize| &b[o..o + n];
-    let flow = FlowType::from_value(get_u32(b, OFF_FS_FLOW_TYPE).unwrap_or(0));
+    let raw = get_u32(b, OFF_FS_FLOW_TYPE).unwrap_or(0);
     let cookie = get_u64(b, OFF_FS_RING_COOKIE).unwrap_or(0);
+    // A rule that also matches extension fields (FLOW_EXT: VLAN, user data; FLOW_MAC_EXT: the
+    // destination MAC), steers into an RSS context (FLOW_RSS) or to a VF's queue (the cookie's
+    // bits 32-39, ETHTOOL_RX_FLOW_SPEC_RING_VF) is not the plain rule these fields describe:
+    // it stays `Other`, which no caller takes for a rule of its own.
+    let vf = cookie != RX_CLS_FLOW_DISC && (cookie >> 32) & 0xff != 0;
+    let flow = if raw & FLOW_FLAGS != 0 || vf {
+        FlowType::Other(raw)
+    } else {
+        FlowType::from_value(raw)
+    };
     let mut r = FlowRule {
         flow,
         dst_ip: None,

@@ -30,6 +30,41 @@ fn layouts_match_the_uapi_header() {
     assert_eq!(rxnfc_buf(0x32, 0).len(), 192);
 }
 
+/// A rule that also matches a VLAN (FLOW_EXT), steers into an RSS context (FLOW_RSS) or to a
+/// VF's queue decodes as `Other`: nobody may take it for the plain port rule it contains.
+#[zcnet_testkit::test]
+fn rules_with_more_than_a_plain_match_decode_as_other() {
+    let r = FlowRule {
+        flow: FlowType::TcpV4,
+        dst_ip: None,
+        dst_port: Some(5201),
+        src_ip: None,
+        src_port: None,
+        queue: 3,
+        location: Some(9),
+    };
+    let plain = encode_rule(0x32, &r).unwrap();
+    assert_eq!(decode_rule(&plain).unwrap().flow, FlowType::TcpV4);
+    for flag in [0x8000_0000u32, 0x4000_0000, 0x2000_0000] {
+        let mut b = plain.clone();
+        put(&mut b, OFF_FS_FLOW_TYPE, &(1 | flag).to_ne_bytes());
+        assert!(
+            matches!(decode_rule(&b).unwrap().flow, FlowType::Other(_)),
+            "{flag:#x}"
+        );
+    }
+    let mut b = plain.clone();
+    put(
+        &mut b,
+        OFF_FS_RING_COOKIE,
+        &((2u64 << 32) | 3).to_ne_bytes(),
+    );
+    assert!(
+        matches!(decode_rule(&b).unwrap().flow, FlowType::Other(_)),
+        "a VF's queue"
+    );
+}
+
 #[zcnet_testkit::test]
 fn tcp4_rule_bytes() {
     let r = FlowRule {
