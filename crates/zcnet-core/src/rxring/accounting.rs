@@ -7,7 +7,8 @@
 //! byte is zero-copy only where something says so:
 //! - An ifq without a device (`ZCRX_REG_NODEV`, Linux 7.1) copies everything: all copied.
 //! - A dma-buf area cannot be copied into: data the kernel would copy fails the request with
-//!   `EFAULT` instead (6.18 `io_zcrx_copy_chunk`), so every delivered byte is zero-copy.
+//!   `EFAULT` (`io_zcrx_copy_chunk`) before Linux 6.18, `ENOMEM` since (`io_alloc_fallback_niov`),
+//!   so every delivered byte is zero-copy.
 //! - Linux 7.2 keeps per-ifq statistics (`struct zcrx_stats`: `copy_count`, `copy_bytes`,
 //!   cumulative) in the refill region when asked (`ZCRX_EVENT_DESC_FLAG_STATS`): those bytes
 //!   are copied, the rest zero-copy.

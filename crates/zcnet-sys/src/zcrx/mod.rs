@@ -42,7 +42,8 @@
 //!   `IORING_ZCRX_AREA_MASK`, `io_zcrx_queue_cqe`) and the refill ring is the same. The CPU
 //!   cannot read the data, and the kernel cannot copy into the area: data it would have to copy
 //!   (a flow not steered to the queue, payload left in an skb's linear part) ends the RECV_ZC
-//!   request with `-EFAULT` (`io_zcrx_copy_chunk`). The device check comes first, so on lo,
+//!   request: `-EFAULT` from `io_zcrx_copy_chunk` before Linux 6.18, `-ENOMEM` since, when
+//!   `io_alloc_fallback_niov` finds no buffer it may copy into for a dma-buf area. The device check comes first, so on lo,
 //!   veth, ifb and tun a dma-buf area is `EOPNOTSUPP` like a host one, whatever the fd. Past
 //!   it, 6.18's `io_import_area`/`io_import_dmabuf` refuse, in order: a length of 0 or above
 //!   1 GiB (`EFAULT`, `io_validate_user_buf_range`; the 1 GiB limit was dropped later), an

@@ -149,7 +149,8 @@ pub struct RefillFlush {
 /// completions carry offsets within the area, the refill ring and the bookkeeping are the same,
 /// and only `bytes` changes — it returns `None` (device memory) and callers describe the
 /// fragment as a device range instead ([`dmabuf_range`]). Data the kernel would have
-/// to copy ends the request with `-EFAULT` instead of being copied (see the module docs).
+/// to copy ends the request instead of being copied: `-EFAULT` before Linux 6.18, `-ENOMEM`
+/// since (see the module docs).
 ///
 /// Like the ring, it must stay on the thread that made it (SINGLE_ISSUER; `!Send`).
 pub struct ZcrxReceiver {

@@ -23,7 +23,10 @@
 //! netdev binding id as with devmem: the dma-buf is the one the caller passed, and `offset` is
 //! relative to its start. The kernel cannot copy into device memory, so data it would have to
 //! copy (an unsteered flow, payload left in an skb's linear part) ends the connection's
-//! request with `EFAULT`: that connection fails with the reason and the fix.
+//! request: with `EFAULT` before Linux 6.18, with `ENOMEM` since (`io_alloc_fallback_niov`
+//! finds no buffer for a dma-buf area, and `io_zcrx_copy_chunk` says so). Either way that
+//! connection fails with the reason and the fix; `ENOMEM` is not taken for a shortage to wait
+//! out, which would re-arm a request that fails at once, for good.
 //!
 //! With `cfg.no_device` (and `cfg.mode` `zcrx`: `auto` never takes it) the ifq has no device
 //! (`ZCRX_REG_NODEV`, Linux 7.1+): any TCP connection works, loopback included, and the kernel
@@ -422,7 +425,7 @@ fn device_slice(area_id: u32, area_offset: u64, area_len: u64, frag: Frag) -> Op
 
 /// The connection's request ended with `errno`: the error to report.
 fn request_error(conn: ConnId, errno: i32, dmabuf: bool) -> Error {
-    if dmabuf && errno == libc::EFAULT {
+    if dmabuf && matches!(errno, libc::EFAULT | libc::ENOMEM) {
         return Error::Unsupported {
             what: format!("zero-copy receive into a dma-buf on connection {conn}: the kernel had data it would have to copy (the flow is not steered to the queue, or header split left payload in the packet's linear part), and it cannot copy into device memory"),
             source: io::Error::from_raw_os_error(errno),
@@ -709,6 +712,16 @@ impl ZcrxBackend {
             }
             // `Done` ends a request with a byte limit; zcnet arms without one, so treat it as a
             // request that needs re-arming.
+            // A dma-buf area takes no copies: ENOMEM there is data the kernel would have had
+            // to copy (Linux 6.18+), not a shortage to wait out.
+            Ok(RxEvent::Rearm {
+                errno: libc::ENOMEM,
+                ..
+            }) if self.device.is_some() => {
+                if self.fds.remove(&conn).is_some() {
+                    ctx.failed(conn, request_error(conn, libc::ENOMEM, true));
+                }
+            }
             Ok(RxEvent::Rearm { .. }) | Ok(RxEvent::Done { .. }) => self.rearm.push(conn),
             Ok(RxEvent::Error { errno, .. }) => {
                 if self.fds.remove(&conn).is_some() {
@@ -989,12 +1002,15 @@ mod tests {
     }
 
     #[zcnet_testkit::test]
-    fn efault_on_a_dmabuf_area_means_the_kernel_had_to_copy() {
-        let msg = request_error(ConnId(7), libc::EFAULT, true).to_string();
-        assert!(msg.contains("cannot copy into device memory"), "{msg}");
-        assert!(msg.contains("nic::NicSetup"), "{msg}");
-        assert!(!msg.contains('\n'), "{msg}");
-        let host = request_error(ConnId(7), libc::EFAULT, false).to_string();
-        assert!(!host.contains("device memory"), "{host}");
+    fn efault_or_enomem_on_a_dmabuf_area_means_the_kernel_had_to_copy() {
+        // EFAULT before Linux 6.18, ENOMEM since (io_alloc_fallback_niov).
+        for errno in [libc::EFAULT, libc::ENOMEM] {
+            let msg = request_error(ConnId(7), errno, true).to_string();
+            assert!(msg.contains("cannot copy into device memory"), "{msg}");
+            assert!(msg.contains("nic::NicSetup"), "{msg}");
+            assert!(!msg.contains('\n'), "{msg}");
+            let host = request_error(ConnId(7), errno, false).to_string();
+            assert!(!host.contains("device memory"), "{host}");
+        }
     }
 }
