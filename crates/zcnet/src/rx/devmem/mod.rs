@@ -250,10 +250,10 @@ impl Socks {
         let mut problem = r
             .ctrl_truncated
             .then(|| "control messages were cut (MSG_CTRUNC)".to_string());
+        // Every cmsg is read, past a bad one too: the tokens of the good ones after it must be
+        // recorded to be given back (below), or the kernel keeps their frags pinned until the
+        // socket closes. The first problem is the one reported.
         for c in sys::cmsgs(&self.ctrl[..r.ctrl_len]) {
-            if problem.is_some() {
-                break;
-            }
             let parsed = c
                 .map_err(|e| e.to_string())
                 .and_then(|c| DevmemCmsg::parse(c.level, c.ty, c.data).map_err(|e| e.to_string()));
@@ -268,10 +268,14 @@ impl Socks {
                     match sock.toks.on_cmsg(d) {
                         Ok(Some(f)) => pieces.push(Piece::Device(f)),
                         Ok(None) => {}
-                        Err(e) => problem = Some(e.to_string()),
+                        Err(e) => {
+                            problem.get_or_insert(e.to_string());
+                        }
                     }
                 }
-                Err(e) => problem = Some(e),
+                Err(e) => {
+                    problem.get_or_insert(e);
+                }
             }
         }
         let (mut linear, mut described) = (0u64, 0u64);

@@ -257,7 +257,7 @@ fn cmsgs_that_do_not_add_up_fail_the_connection_and_lend_nothing() {
     let mut st = socks(4, 4096);
     let mut h = Harness::new();
     st.add(ConnId(7), b.as_raw_fd()).unwrap();
-    let cases: [(Vec<Msg>, usize, &str); 3] = [
+    let cases: [(Vec<Msg>, usize, &str); 4] = [
         // Describes 1448 + 2 bytes of a 2000-byte read.
         (
             vec![
@@ -279,6 +279,15 @@ fn cmsgs_that_do_not_add_up_fail_the_connection_and_lend_nothing() {
             10,
             "beyond its dma-buf",
         ),
+        // A bad frag, then a good one: the good one's token is still recorded, to go back.
+        (
+            vec![
+                (SCM_DEVMEM_DMABUF, frag(1 << 20, 10, 3, DMABUF_ID)),
+                (SCM_DEVMEM_DMABUF, frag(0, 10, 4, DMABUF_ID)),
+            ],
+            20,
+            "beyond its dma-buf",
+        ),
     ];
     for (cmsgs, bytes, want) in cases {
         let mut ctrl = Vec::new();
@@ -297,10 +306,11 @@ fn cmsgs_that_do_not_add_up_fail_the_connection_and_lend_nothing() {
         assert!(h.out.is_empty());
         assert_eq!((st.held(), st.pool.held()), (0, 0), "{want}");
     }
-    // The tokens recorded before the mismatch go back to the kernel, none is lent.
+    // The tokens of good frags (before the mismatch, and after a bad cmsg) go back to the
+    // kernel, none is lent.
     let toks = &st.socks[&0].toks;
-    assert_eq!((toks.held(), toks.pending()), (0, 1));
-    assert_eq!(h.stats.failures, 3);
+    assert_eq!((toks.held(), toks.pending()), (0, 2));
+    assert_eq!(h.stats.failures, 4);
 }
 
 #[zcnet_testkit::test]
