@@ -577,11 +577,17 @@ impl Sender {
                 return Err(e);
             }
             let ordinal = imp.cuda.unwrap_or(0);
-            let st = py
+            match py
                 .detach(move || OnThisThread(StagedSender::over(*tx, ordinal)))
                 .get()
-                .map_err(errors::to_py)?;
-            *g = Some(Leg::Staged(Box::new(st)));
+            {
+                Ok(st) => *g = Some(Leg::Staged(Box::new(st))),
+                Err(n) => {
+                    // The sender comes back whole: host sends go on on the same connection.
+                    *g = Some(Leg::Host(n.sender));
+                    return Err(errors::to_py(n.error));
+                }
+            }
         }
         let Some(Leg::Staged(staged)) = g.as_mut() else {
             return Err(finished());

@@ -615,6 +615,40 @@ def test_recv_into_device_when_the_driver_fails(standin, tmp_path, monkeypatch, 
     assert int(s["injected_failures"]) >= 1, s
 
 
+def test_a_device_send_the_driver_refuses_leaves_the_connection_to_host_sends(
+    standin, tmp_path, monkeypatch
+):
+    """The staging pipeline cannot be made (the stand-in refuses cuStreamCreate): the device
+    send raises zcnet.GpuError, and the sender is as it was: host sends before and after it
+    arrive, in order, and finish() closes the stream cleanly."""
+    monkeypatch.setenv("ZCNET_STANDIN_FAIL", "cuStreamCreate")
+    out, s = run_child(
+        """
+        ls = listener()
+        reader = Reader(ls)
+        tx = zcnet.Sender(connect(ls), mode="copy")
+        assert tx.send(b"hello") == 5
+        d = zcnet.cuda_buffer(1 << 20)
+        try:
+            tx.send(d)
+            raise AssertionError("a pipeline without its stream went unnoticed")
+        except zcnet.GpuError as e:
+            assert "cuStreamCreate" in str(e), e
+        assert tx.send(b" world") == 6
+        st = tx.finish()
+        assert reader.result() == b"hello world"
+        assert st["bytes"] == 11, st
+        del tx, d
+        gc.collect()
+        print("ok")
+        """,
+        tmp_path,
+        standin,
+    )
+    assert out.strip().endswith("ok"), out
+    assert int(s["injected_failures"]) >= 1, s
+
+
 def test_no_cuda_driver_is_a_gpu_error(tmp_path, monkeypatch):
     """Without a CUDA driver (ZCNET_LIBCUDA naming a file that does not exist), asking for
     device memory raises zcnet.GpuError, an UnsupportedError, in one line naming the fix."""

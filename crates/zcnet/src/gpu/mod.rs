@@ -19,7 +19,7 @@ pub mod staging;
 pub use fill::{DeviceFill, FillStats};
 pub use path::{prepare_receive, GpuPath, GpuSendStats, GpuSender, Refusal};
 pub use receive::{receive, GpuRecvReport, PreparedReceive};
-pub use staging::{StagedReceiver, StagedSender, StagedStats, StagingOptions};
+pub use staging::{NotStaged, StagedReceiver, StagedSender, StagedStats, StagingOptions};
 
 use crate::error::{Error, Result};
 use crate::region::MemoryKind;

@@ -384,6 +384,27 @@ pub struct StagedSender {
     done: Vec<Done>,
 }
 
+/// A [`Sender`] that [`StagedSender::over`] could not take, given back with the reason.
+#[derive(Debug)]
+pub struct NotStaged {
+    /// The sender, as it was (every buffer its own).
+    pub sender: Box<Sender>,
+    /// Why the pipeline could not be made.
+    pub error: Error,
+}
+
+impl std::fmt::Display for NotStaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for NotStaged {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
 impl StagedSender {
     /// A staged sender on `sock` from `src` (GPU memory): [`TxConfig::buffers`] host buffers of
     /// `cfg.buf_size` bytes, pinned, sent with `cfg.mode`.
@@ -401,6 +422,7 @@ impl StagedSender {
         StagedSender::with_sender(tx, |host| {
             Ok(Box::new(CudaEngine::new(Arc::clone(&dev), host)?) as Box<dyn CopyEngine>)
         })
+        .map_err(|n| n.error)
     }
 
     /// A staged sender whose host leg is `tx` (an ordinary [`Sender`], which may have sent from
@@ -408,15 +430,29 @@ impl StagedSender {
     /// memory of `cuda:ordinal` named by each [`Self::send_from`] (a caller's tensor through
     /// [`super::borrow_device`], or a [`Region::cuda`]). Every send of `tx` must have completed
     /// ([`Sender::flush`]): the pipeline takes all its buffers. [`Self::into_sender`] gives `tx`
-    /// back.
-    pub fn over(tx: Sender, ordinal: u32) -> Result<StagedSender> {
+    /// back. When the pipeline cannot be made (no CUDA, a stream or event the driver refuses),
+    /// `tx` comes back with the error ([`NotStaged`]), every buffer its own again: the
+    /// connection is as it was, for host sends or another try.
+    pub fn over(tx: Sender, ordinal: u32) -> std::result::Result<StagedSender, NotStaged> {
         if tx.outstanding() > 0 {
-            return Err(Error::invalid_input(format!(
+            let error = Error::invalid_input(format!(
                 "staged send: the sender still has {} sends in flight: flush it first",
                 tx.outstanding()
-            )));
+            ));
+            return Err(NotStaged {
+                sender: Box::new(tx),
+                error,
+            });
         }
-        let ctx = super::context(ordinal)?;
+        let ctx = match super::context(ordinal) {
+            Ok(ctx) => ctx,
+            Err(error) => {
+                return Err(NotStaged {
+                    sender: Box::new(tx),
+                    error,
+                })
+            }
+        };
         StagedSender::with_sender(tx, |host| {
             Ok(Box::new(CudaEngine::on(ctx, host)?) as Box<dyn CopyEngine>)
         })
@@ -491,33 +527,48 @@ impl StagedSender {
     pub(crate) fn with_sender(
         mut tx: Sender,
         engine: impl FnOnce(Arc<zcnet_sys::mem::Mapping>) -> Result<Box<dyn CopyEngine>>,
-    ) -> Result<StagedSender> {
+    ) -> std::result::Result<StagedSender, NotStaged> {
         let n = tx.buffers();
         let mut bufs: Vec<Option<TxBuf>> = (0..n).map(|_| None).collect();
         let mut size = 0;
-        while let Some(b) = tx.try_buffer()? {
-            size = b.capacity();
-            let id = b.id() as usize;
-            bufs[id] = Some(b);
+        let made = (|| {
+            while let Some(b) = tx.try_buffer()? {
+                size = b.capacity();
+                let id = b.id() as usize;
+                bufs[id] = Some(b);
+            }
+            let host = bufs
+                .iter()
+                .flatten()
+                .next()
+                .map(|b| Arc::clone(b.slot.mapping()))
+                .ok_or_else(|| Error::invalid_input("staged send: the sender has no buffers"))?;
+            let cfg = StagingConfig::new(size as u32, n as u16);
+            let core = StagingTx::new(&cfg)
+                .map_err(|e| Error::invalid_input(format!("staged send: {e}")))?;
+            Ok((engine(host)?, core))
+        })();
+        match made {
+            Ok((engine, core)) => Ok(StagedSender {
+                engine,
+                tx,
+                core,
+                sending: vec![false; n],
+                bufs,
+                handed: 0,
+                done: Vec::new(),
+            }),
+            Err(error) => {
+                // The buffers taken go back (a send of 0 bytes hands one back).
+                for b in bufs.into_iter().flatten() {
+                    let _ = tx.send(b, 0);
+                }
+                Err(NotStaged {
+                    sender: Box::new(tx),
+                    error,
+                })
+            }
         }
-        let host = bufs
-            .iter()
-            .flatten()
-            .next()
-            .map(|b| Arc::clone(b.slot.mapping()))
-            .ok_or_else(|| Error::invalid_input("staged send: the sender has no buffers"))?;
-        let cfg = StagingConfig::new(size as u32, n as u16);
-        let core =
-            StagingTx::new(&cfg).map_err(|e| Error::invalid_input(format!("staged send: {e}")))?;
-        Ok(StagedSender {
-            engine: engine(host)?,
-            tx,
-            core,
-            sending: vec![false; n],
-            bufs,
-            handed: 0,
-            done: Vec::new(),
-        })
     }
 
     /// Sends `len` bytes at `off` of the GPU memory: returns once every byte has been handed to

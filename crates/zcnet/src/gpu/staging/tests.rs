@@ -167,7 +167,8 @@ fn staged_send(total: u64, src_len: usize, mode: TxMode, faults: HostEngineFault
     let d2 = Arc::clone(&dev);
     let mut st = StagedSender::with_sender(tx, move |_| {
         Ok(Box::new(HostEngine::new(d2, faults)) as Box<dyn CopyEngine>)
-    })?;
+    })
+    .map_err(|n| n.error)?;
     let mut sent = 0u64;
     let r = (|| {
         while sent < total {
