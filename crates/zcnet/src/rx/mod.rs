@@ -539,7 +539,15 @@ impl Receiver {
         }
         let id = ConnId(self.next_conn);
         self.next_conn += 1;
-        self.backend.add(id, stream.as_raw_fd())?;
+        if let Err(e) = self.backend.add(id, stream.as_raw_fd()) {
+            // A request the backend queued before it failed (a submit refused after the push)
+            // still names the fd: the socket stays open until the kernel is done with it, as
+            // for a close, so that the number cannot be reused under that request.
+            if !self.backend.remove(id) {
+                self.closing.push((id, stream));
+            }
+            return Err(e);
+        }
         self.conns.insert(id, stream);
         Ok(id)
     }
