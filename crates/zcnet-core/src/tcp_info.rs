@@ -89,6 +89,12 @@ impl TcpInfo {
         })
     }
 
+    /// Whether the connection is established (`TCP_ESTABLISHED`, 1, include/net/tcp_states.h):
+    /// not reset, closed or closing.
+    pub fn is_established(&self) -> bool {
+        self.state == 1
+    }
+
     /// The congestion window in bytes, as iperf3 reports it (`snd_cwnd` × `snd_mss`).
     pub fn snd_cwnd_bytes(&self) -> u64 {
         u64::from(self.snd_cwnd) * u64::from(self.snd_mss)
@@ -195,6 +201,8 @@ mod tests {
             }
         );
         assert_eq!(i.snd_cwnd_bytes(), 14_480);
+        assert!(i.is_established());
+        assert!(!TcpInfo { state: 7, ..i }.is_established(), "TCP_CLOSE");
     }
 
     #[test]

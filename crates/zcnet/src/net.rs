@@ -11,6 +11,14 @@ use zcnet_core::Pattern;
 /// The largest UDP GSO segment that fits a 1500-byte MTU (1500 - 20 IPv4 - 8 UDP).
 pub const GSO_SEGMENT_1500: u16 = 1472;
 
+/// The TCP connection on `fd`'s TCP_INFO now (getsockopt); `None` for another kind of socket
+/// or when the kernel refused.
+pub fn tcp_info(fd: std::os::fd::RawFd) -> Option<zcnet_core::tcp_info::TcpInfo> {
+    let mut buf = [0u8; zcnet_core::tcp_info::BUF_LEN];
+    let n = zcnet_sys::sock::tcp_info(fd, &mut buf).ok()?;
+    zcnet_core::tcp_info::TcpInfo::parse(&buf[..n])
+}
+
 /// Parses `HOST:PORT` (a name is resolved; the first address wins).
 pub fn parse_addr(s: &str) -> Result<SocketAddr> {
     s.to_socket_addrs()

@@ -423,9 +423,7 @@ impl Running {
         let Conn::Tcp(s) = &self.socket else {
             return None;
         };
-        let mut buf = [0u8; zcnet_core::tcp_info::BUF_LEN];
-        let n = zcnet_sys::sock::tcp_info(s.as_raw_fd(), &mut buf).ok()?;
-        zcnet_core::tcp_info::TcpInfo::parse(&buf[..n])
+        zcnet::net::tcp_info(s.as_raw_fd())
     }
 
     /// Whether the thread has ended.

@@ -315,9 +315,7 @@ pub fn ack_paced(
 /// current MSS (`TCP_MAXSEG`), which starts at half the peer's first window on loopback
 /// (32,741) and grows as the window opens.
 pub fn path_segment(fd: RawFd) -> Option<usize> {
-    let mut buf = [0u8; zcnet_core::tcp_info::BUF_LEN];
-    let n = zcnet_sys::sock::tcp_info(fd, &mut buf).ok()?;
-    let info = zcnet_core::tcp_info::TcpInfo::parse(&buf[..n])?;
+    let info = crate::net::tcp_info(fd)?;
     (info.pmtu as usize).checked_sub(52).filter(|&s| s > 0)
 }
 

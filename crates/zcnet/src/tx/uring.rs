@@ -284,7 +284,7 @@ impl UringTx {
                     // established means the kernel cancelled the send instead.
                     first = Some(match zcnet_sys::sock::take_error(sh.fd).ok().flatten() {
                         Some(cause) => First::Send(cause),
-                        None if established(sh.fd) => First::Other(Error::io(
+                        None if crate::net::tcp_info(sh.fd).is_some_and(|i| i.is_established()) => First::Other(Error::io(
                             format!("a send was cancelled after {n} of {asked} B on a connection still up: io_uring cancels the requests of a thread that exits, so the thread that sent must live until its sends complete (flush)"),
                             std::io::Error::from_raw_os_error(libc::ECANCELED),
                         )),
@@ -339,15 +339,6 @@ impl UringTx {
         }
         Ok(())
     }
-}
-
-/// Whether the TCP connection on `fd` is established (TCP_INFO's state): not reset or closed.
-fn established(fd: RawFd) -> bool {
-    let mut buf = [0u8; 256];
-    zcnet_sys::sock::tcp_info(fd, &mut buf)
-        .ok()
-        .and_then(|n| zcnet_core::tcp_info::TcpInfo::parse(&buf[..n]))
-        .is_some_and(|i| i.state == 1)
 }
 
 impl TxBackend for UringTx {
