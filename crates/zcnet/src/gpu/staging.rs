@@ -434,28 +434,23 @@ impl StagedSender {
     /// `tx` comes back with the error ([`NotStaged`]), every buffer its own again: the
     /// connection is as it was, for host sends or another try.
     pub fn over(tx: Sender, ordinal: u32) -> std::result::Result<StagedSender, NotStaged> {
-        if tx.outstanding() > 0 {
-            let error = Error::invalid_input(format!(
+        let ctx = if tx.outstanding() > 0 {
+            Err(Error::invalid_input(format!(
                 "staged send: the sender still has {} sends in flight: flush it first",
                 tx.outstanding()
-            ));
-            return Err(NotStaged {
+            )))
+        } else {
+            super::context(ordinal)
+        };
+        match ctx {
+            Ok(ctx) => StagedSender::with_sender(tx, |host| {
+                Ok(Box::new(CudaEngine::on(ctx, host)?) as Box<dyn CopyEngine>)
+            }),
+            Err(error) => Err(NotStaged {
                 sender: Box::new(tx),
                 error,
-            });
+            }),
         }
-        let ctx = match super::context(ordinal) {
-            Ok(ctx) => ctx,
-            Err(error) => {
-                return Err(NotStaged {
-                    sender: Box::new(tx),
-                    error,
-                })
-            }
-        };
-        StagedSender::with_sender(tx, |host| {
-            Ok(Box::new(CudaEngine::on(ctx, host)?) as Box<dyn CopyEngine>)
-        })
     }
 
     /// Sends `len` bytes at `off` of `src` (device memory on the sender's device, e.g. a
