@@ -570,14 +570,24 @@ def test_torch_cuda_receiver_with_gpu_memory(tmp_path):
     print(out)
 
 
+def run_child_failing(fail, code, tmp_path, standin, monkeypatch):
+    """Runs `code` in a child against the stand-in with its driver call `fail` refused; checks
+    the child ended with "ok" and the stand-in injected the failure, and returns the output."""
+    monkeypatch.setenv("ZCNET_STANDIN_FAIL", fail)
+    out, s = run_child(code, tmp_path, standin)
+    assert out.strip().endswith("ok"), out
+    assert int(s["injected_failures"]) >= 1, s
+    return out
+
+
 @pytest.mark.parametrize("fail", ["cuStreamCreate", "cuEventCreate"])
 def test_recv_into_device_when_the_driver_fails(standin, tmp_path, monkeypatch, fail):
     """The driver failing under recv_into's asynchronous copies (the stand-in injects it): no
     copy stream means the synchronous copies instead, said in stats() and the bytes still
     right; a copy whose event cannot be made raises zcnet.Error and leaves nothing pending or
     leaked (the stand-in's summary)."""
-    monkeypatch.setenv("ZCNET_STANDIN_FAIL", fail)
-    out, s = run_child(
+    run_child_failing(
+        fail,
         f"""
         FAIL = {fail!r}
 """
@@ -610,9 +620,8 @@ def test_recv_into_device_when_the_driver_fails(standin, tmp_path, monkeypatch, 
         """,
         tmp_path,
         standin,
+        monkeypatch,
     )
-    assert out.strip().endswith("ok"), out
-    assert int(s["injected_failures"]) >= 1, s
 
 
 def test_a_device_send_the_driver_refuses_leaves_the_connection_to_host_sends(
@@ -621,8 +630,8 @@ def test_a_device_send_the_driver_refuses_leaves_the_connection_to_host_sends(
     """The staging pipeline cannot be made (the stand-in refuses cuStreamCreate): the device
     send raises zcnet.GpuError, and the sender is as it was: host sends before and after it
     arrive, in order, and finish() closes the stream cleanly."""
-    monkeypatch.setenv("ZCNET_STANDIN_FAIL", "cuStreamCreate")
-    out, s = run_child(
+    run_child_failing(
+        "cuStreamCreate",
         """
         ls = listener()
         reader = Reader(ls)
@@ -644,9 +653,8 @@ def test_a_device_send_the_driver_refuses_leaves_the_connection_to_host_sends(
         """,
         tmp_path,
         standin,
+        monkeypatch,
     )
-    assert out.strip().endswith("ok"), out
-    assert int(s["injected_failures"]) >= 1, s
 
 
 def test_no_cuda_driver_is_a_gpu_error(tmp_path, monkeypatch):
