@@ -13,8 +13,10 @@
 # 'echo 1 > /proc/sys/vm/nr_hugepages') against zcnet-uring-zc; and raw-send-zc, zcnet's raw
 # SEND_ZC loop (`bench raw --loop send-zc`: the uring-zc backend's kernel-facing choices, no
 # library), with any of its flags appended by '+' to take the example's choice instead:
-# raw-send-zc+no-report-usage+one-buffer+ring-fd+single-issuer is the example's set. Those split
-# the tax into what zcnet's choices cost the kernel and what its library costs in user space.
+# raw-send-zc+no-report-usage+one-buffer+ring-fd+single-issuer is the example's set; and
+# raw-send, the same loop of IORING_OP_SEND (`bench raw --loop send`: the uring backend's
+# choices; raw-send+one-buffer+ring-fd+single-issuer the example's -z 0). Those split the tax
+# into what zcnet's choices cost the kernel and what its library costs in user space.
 #
 # The path: a private namespace whose route to 10.61.0.0/24 ends in an ifb device with MTU 65535
 # that drops every packet (the device is created inside the namespace: the root namespace and its
@@ -95,16 +97,18 @@ run_case() {
         [[ -n $rate && -n $bytes ]] || return 0
         echo "$(awk -v r="$rate" 'BEGIN {printf "%.2f", r * 1048576 / 1e9}') $((bytes * SIZE)) $(cpu_ms)"
         ;;
-    zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | raw-msg-zerocopy | zcnet-*-host | raw-send-zc*)
+    zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | raw-msg-zerocopy | zcnet-*-host | raw-send-zc* | raw-send | raw-send+*)
         if [[ $1 == raw-msg-zerocopy ]]; then
             out=$(timed "$ZCNET" bench raw --loop msg-zerocopy --size "$SIZE" \
                 --inflight "$INFLIGHT" --duration "$SECS" --json "$DEST:$PORT")
-        elif [[ $1 == raw-send-zc* ]]; then
-            # raw-send-zc+one-buffer+ring-fd: each +word is a `bench raw` flag (--one-buffer ...).
-            local flags=() w
-            IFS=+ read -ra w <<<"${1#raw-send-zc}"
+        elif [[ $1 == raw-send* ]]; then
+            # raw-send-zc+one-buffer+ring-fd: each +word is a `bench raw` flag (--one-buffer ...);
+            # raw-send: the same loop of IORING_OP_SEND (`bench raw --loop send`).
+            local flags=() w loop=send-zc
+            [[ $1 == raw-send-zc* ]] || loop=send
+            IFS=+ read -ra w <<<"${1#raw-"$loop"}"
             for f in "${w[@]}"; do [[ -n $f ]] && flags+=("--$f"); done
-            out=$(timed "$ZCNET" bench raw --loop send-zc --size "$SIZE" --inflight "$INFLIGHT" \
+            out=$(timed "$ZCNET" bench raw --loop "$loop" --size "$SIZE" --inflight "$INFLIGHT" \
                 --duration "$SECS" --json "${flags[@]}" "$DEST:$PORT")
         else
             local tx=${1#zcnet-} mem=auto
@@ -160,12 +164,13 @@ def show(name, runs):
     # The raw SEND_ZC loops against the example (what the choices cost the kernel), and zcnet
     # against the raw loop with its own choices (what the library costs).
     raw = [(c, "liburing-zc") for c in runs if c.startswith("raw-send-zc")]
+    raw += [(c, "liburing-send") for c in runs if c.startswith("raw-send") and not c.startswith("raw-send-zc")]
     for z, p in [("zcnet-uring-zc", "liburing-zc"), ("zcnet-uring", "liburing-send"),
                  ("zcnet-msg-zerocopy", "raw-msg-zerocopy"),
                  ("zcnet-uring-zc-host", "liburing-zc"), ("zcnet-uring-host", "liburing-send"),
                  ("zcnet-msg-zerocopy-host", "raw-msg-zerocopy"),
                  ("zcnet-uring-zc", "liburing-zc-huge"), *raw,
-                 ("zcnet-uring-zc", "raw-send-zc")]:
+                 ("zcnet-uring-zc", "raw-send-zc"), ("zcnet-uring", "raw-send")]:
         if z in runs and p in runs and med[p] > 0:
             per = [a / b for a, b in zip(runs[z], runs[p]) if b > 0]
             print(f"  ratio {z} / {p}: {med[z] / med[p]:.3f}"

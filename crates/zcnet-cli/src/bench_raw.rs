@@ -5,7 +5,8 @@
 //! shape), `send-zc` the raw SEND_ZC loop, with the `uring-zc` backend's kernel-facing choices
 //! unless flags flip them to liburing's example's (`--no-report-usage`, `--one-buffer`,
 //! `--ring-fd`, `--single-issuer`, `--no-fixed-file`): what each choice costs the kernel, apart
-//! from any library.
+//! from any library. `send` is the same loop of IORING_OP_SEND, with the `uring` backend's
+//! choices (all but `--no-report-usage` apply), the peer of the example's `-z 0`.
 
 use crate::units::{count_arg, seconds_arg, size_arg};
 use clap::Args;
@@ -16,8 +17,8 @@ use zcnet::{net, Error};
 pub struct BenchRawArgs {
     /// Where to send UDP datagrams (ADDR:PORT).
     pub addr: String,
-    /// The loop: msg-zerocopy (send(MSG_ZEROCOPY) and the error queue) or send-zc
-    /// (IORING_OP_SEND_ZC from a registered buffer).
+    /// The loop: msg-zerocopy (send(MSG_ZEROCOPY) and the error queue), send-zc
+    /// (IORING_OP_SEND_ZC from a registered buffer) or send (IORING_OP_SEND).
     #[arg(long = "loop", default_value = "msg-zerocopy")]
     pub which: String,
     /// Bytes per datagram (at most 65507).
@@ -37,17 +38,17 @@ pub struct BenchRawArgs {
     /// kernel copied; zcnet does).
     #[arg(long)]
     pub no_report_usage: bool,
-    /// send-zc: every request sends the same bytes (liburing's example) instead of a slice of
+    /// send-zc, send: every request sends the same bytes (liburing's example) instead of a slice of
     /// its own (zcnet).
     #[arg(long)]
     pub one_buffer: bool,
-    /// send-zc: register the ring's fd (IORING_REGISTER_RING_FDS, as liburing's example does).
+    /// send-zc, send: register the ring's fd (IORING_REGISTER_RING_FDS, as liburing's example does).
     #[arg(long)]
     pub ring_fd: bool,
-    /// send-zc: IORING_SETUP_SINGLE_ISSUER (as liburing's example does).
+    /// send-zc, send: IORING_SETUP_SINGLE_ISSUER (as liburing's example does).
     #[arg(long)]
     pub single_issuer: bool,
-    /// send-zc: name the socket by its number, not as a fixed file.
+    /// send-zc, send: name the socket by its number, not as a fixed file.
     #[arg(long)]
     pub no_fixed_file: bool,
     /// Print one JSON object instead of the line.
@@ -71,17 +72,27 @@ impl BenchRawArgs {
         .collect()
     }
 
-    /// The send-zc loop's choices, or the refusal of a send-zc flag with another loop.
+    /// The io_uring loop's choices, or the refusal of a flag its loop does not take.
     fn choices(&self) -> Result<zcnet_sys::baseline::RawZcChoices, Error> {
-        if self.which != "send-zc" {
-            if let Some(f) = self.flags_given().first() {
-                return Err(Error::invalid_input(format!(
-                    "{f} applies to --loop send-zc only: drop it, or use --loop send-zc"
-                )));
-            }
+        let refused = match self.which.as_str() {
+            "send-zc" => None,
+            "send" => self
+                .no_report_usage
+                .then_some(("--no-report-usage", "send-zc")),
+            _ => self.flags_given().first().map(|f| (*f, "send-zc or send")),
+        };
+        if let Some((f, loops)) = refused {
+            return Err(Error::invalid_input(format!(
+                "{f} applies to --loop {loops} only: drop it, or use --loop send-zc"
+            )));
         }
-        let z = zcnet_sys::baseline::RawZcChoices::ZCNET;
+        let z = if self.which == "send" {
+            zcnet_sys::baseline::RawZcChoices::ZCNET_SEND
+        } else {
+            zcnet_sys::baseline::RawZcChoices::ZCNET
+        };
         Ok(zcnet_sys::baseline::RawZcChoices {
+            zero_copy: z.zero_copy,
             report_usage: z.report_usage && !self.no_report_usage,
             one_buffer: z.one_buffer || self.one_buffer,
             fixed_file: z.fixed_file && !self.no_fixed_file,
@@ -95,9 +106,9 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     let size = size_arg("--size", &a.size, zcnet_tools::bench::UDP_MAX_PAYLOAD)?;
     let inflight = count_arg("--inflight", a.inflight, 4096)?;
     let duration = seconds_arg("--duration", a.duration)?;
-    if !matches!(a.which.as_str(), "msg-zerocopy" | "send-zc") {
+    if !matches!(a.which.as_str(), "msg-zerocopy" | "send-zc" | "send") {
         return Err(Error::invalid_input(format!(
-            "--loop {}: use msg-zerocopy or send-zc",
+            "--loop {}: use msg-zerocopy, send-zc or send",
             a.which
         )));
     }
@@ -106,7 +117,8 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     let sock = net::connect_udp(addr, (a.gso > 0).then_some(a.gso))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
     let halt = zcnet_tools::interrupt::flag();
-    let r = if a.which == "send-zc" {
+    let uring = a.which != "msg-zerocopy";
+    let r = if uring {
         zcnet_sys::baseline::raw_send_zc_with(fd, size, inflight, duration, halt, choices)
     } else {
         zcnet_sys::baseline::raw_msg_zerocopy(fd, size, inflight, duration, halt)
@@ -117,17 +129,20 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     } else {
         0.0
     };
-    // send-zc: the kernel-facing choices the run made (which differ from the backend's).
-    let (json_choices, text_choices) = if a.which == "send-zc" {
+    // send-zc, send: the kernel-facing choices the run made (which differ from the backend's).
+    let (json_choices, text_choices) = if uring {
         let c = choices;
         let flipped = a.flags_given();
         (
             format!(
-                ",\"choices\":{{\"report_usage\":{},\"one_buffer\":{},\"fixed_file\":{},\"ring_fd\":{},\"single_issuer\":{}}}",
-                c.report_usage, c.one_buffer, c.fixed_file, c.ring_fd, c.single_issuer
+                ",\"choices\":{{\"zero_copy\":{},\"report_usage\":{},\"one_buffer\":{},\"fixed_file\":{},\"ring_fd\":{},\"single_issuer\":{}}}",
+                c.zero_copy, c.report_usage, c.one_buffer, c.fixed_file, c.ring_fd, c.single_issuer
             ),
             if flipped.is_empty() {
-                " (the uring-zc backend's choices)".to_string()
+                format!(
+                    " (the {} backend's choices)",
+                    if c.zero_copy { "uring-zc" } else { "uring" }
+                )
             } else {
                 format!(" (the example's choice for {})", flipped.join(", "))
             },

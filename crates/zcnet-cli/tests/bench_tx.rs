@@ -176,7 +176,51 @@ fn the_raw_send_zc_loop_takes_the_examples_choices_one_by_one() {
     assert_eq!(o.status.code(), Some(2), "a usage error: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
     assert!(
-        err.contains("--one-buffer applies to --loop send-zc only"),
+        err.contains("--one-buffer applies to --loop send-zc or send only"),
+        "{err}"
+    );
+}
+
+/// `bench raw --loop send`: the same loop of IORING_OP_SEND (the `uring` backend's yardstick),
+/// which the kernel answers with one CQE per send and no notification; the example's choices
+/// apply to it, all but `--no-report-usage` (no usage to report), which is refused by name.
+#[zcnet_testkit::test(timeout = 60)]
+fn the_raw_send_loop_sends_without_notifications() {
+    let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = sink.local_addr().unwrap().to_string();
+    let base = [
+        "bench",
+        "raw",
+        "--loop",
+        "send",
+        "--size",
+        "1000",
+        "--duration",
+        "0.3",
+        "--json",
+    ];
+    for extra in [
+        &[][..],
+        &["--one-buffer", "--ring-fd", "--single-issuer"][..],
+    ] {
+        let args = [&base[..], extra, &[to.as_str()]].concat();
+        let o = zcnet(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{args:?}: {}{err}", stdout(&o));
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let n = |k: &str| doc[k].as_u64().unwrap_or_else(|| panic!("{k}: {doc}"));
+        assert!(n("sends") > 100, "{doc}");
+        assert_eq!(n("bytes"), 1000 * n("sends"), "{doc}");
+        assert_eq!(n("notifications"), 0, "IORING_OP_SEND has none: {doc}");
+        assert_eq!(doc["choices"]["zero_copy"], false, "{doc}");
+        assert_eq!(doc["choices"]["one_buffer"], !extra.is_empty(), "{doc}");
+        assert_eq!(doc["choices"]["single_issuer"], !extra.is_empty(), "{doc}");
+    }
+    let o = zcnet(&[&base[..], &["--no-report-usage", to.as_str()][..]].concat());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "a usage error: {err}");
+    assert!(
+        err.contains("--no-report-usage applies to --loop send-zc only"),
         "{err}"
     );
 }

@@ -33,12 +33,17 @@ pub struct RawResult {
     pub cpu_seconds: f64,
 }
 
-/// The kernel-facing choices of the raw SEND_ZC loop. [`RawZcChoices::ZCNET`] are the
-/// `uring-zc` backend's; each field says where liburing's examples/send-zerocopy (the peer of
-/// scripts/send-tax.sh) differs, so that a run with one choice flipped measures what that choice
-/// costs the kernel, apart from any library.
+/// The kernel-facing choices of the raw io_uring send loop. [`RawZcChoices::ZCNET`] are the
+/// `uring-zc` backend's, [`RawZcChoices::ZCNET_SEND`] the `uring` backend's; each field says
+/// where liburing's examples/send-zerocopy (the peer of scripts/send-tax.sh) differs, so that a
+/// run with one choice flipped measures what that choice costs the kernel, apart from any
+/// library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawZcChoices {
+    /// `IORING_OP_SEND_ZC` from the registered buffer (`uring-zc`, the example's `-z 1`), or
+    /// `IORING_OP_SEND` with no buffer registered (`uring`, the example's `-z 0`), where
+    /// `report_usage` has no meaning.
+    pub zero_copy: bool,
     /// `IORING_SEND_ZC_REPORT_USAGE` on every send: zcnet asks, to count copied bytes; the
     /// example does not.
     pub report_usage: bool,
@@ -59,11 +64,18 @@ pub struct RawZcChoices {
 impl RawZcChoices {
     /// The `uring-zc` backend's choices.
     pub const ZCNET: RawZcChoices = RawZcChoices {
+        zero_copy: true,
         report_usage: true,
         one_buffer: false,
         fixed_file: true,
         ring_fd: false,
         single_issuer: false,
+    };
+
+    /// The `uring` backend's choices: [`RawZcChoices::ZCNET`] with `IORING_OP_SEND`.
+    pub const ZCNET_SEND: RawZcChoices = RawZcChoices {
+        zero_copy: false,
+        ..RawZcChoices::ZCNET
     };
 }
 
@@ -82,7 +94,8 @@ pub fn raw_send_zc(
     raw_send_zc_with(fd, len, inflight, duration, halt, RawZcChoices::ZCNET)
 }
 
-/// [`raw_send_zc`] with the kernel-facing choices `c`. Like the backend (and the example), it
+/// [`raw_send_zc`] with the kernel-facing choices `c` (with `c.zero_copy` false, the same loop
+/// of IORING_OP_SEND: the `uring` backend's yardstick). Like the backend (and the example), it
 /// hands the queued requests over without waiting and waits (one `io_uring_enter` with
 /// `IORING_ENTER_GETEVENTS`) only when no completion is there.
 pub fn raw_send_zc_with(
@@ -109,12 +122,15 @@ pub fn raw_send_zc_with(
         iov_base: map.addr() as *mut libc::c_void,
         iov_len: map.len(),
     };
-    // SAFETY: the iovec covers `map`, which lives until after the ring is dropped (declared
-    // before it, dropped after it at the end of this function).
-    unsafe {
-        ring.submitter()
-            .register_buffers(std::slice::from_ref(&iov))?
-    };
+    // As the backends: only a zero-copy sender registers its region.
+    if c.zero_copy {
+        // SAFETY: the iovec covers `map`, which lives until after the ring is dropped
+        // (declared before it, dropped after it at the end of this function).
+        unsafe {
+            ring.submitter()
+                .register_buffers(std::slice::from_ref(&iov))?
+        };
+    }
     if c.fixed_file {
         ring.submitter().register_files(&[fd])?;
     }
@@ -153,17 +169,30 @@ pub fn raw_send_zc_with(
                     continue;
                 }
                 let ptr = addrs[i] as *const u8;
-                let e = if c.fixed_file {
+                let e = if !c.zero_copy {
+                    if c.fixed_file {
+                        opcode::Send::new(types::Fixed(0), ptr, len as u32)
+                    } else {
+                        opcode::Send::new(types::Fd(fd), ptr, len as u32)
+                    }
+                    .flags(libc::MSG_NOSIGNAL)
+                    .build()
+                } else if c.fixed_file {
                     opcode::SendZc::new(types::Fixed(0), ptr, len as u32)
+                        .buf_index(Some(0))
+                        .flags(libc::MSG_NOSIGNAL)
+                        .zc_flags(zc_flags)
+                        .build()
                 } else {
                     opcode::SendZc::new(types::Fd(fd), ptr, len as u32)
+                        .buf_index(Some(0))
+                        .flags(libc::MSG_NOSIGNAL)
+                        .zc_flags(zc_flags)
+                        .build()
                 }
-                .buf_index(Some(0))
-                .flags(libc::MSG_NOSIGNAL)
-                .zc_flags(zc_flags)
-                .build()
                 .user_data(i as u64);
-                // SAFETY: the SQE points into `map`, registered and alive until the ring is gone;
+                // SAFETY: the SQE points into `map`, alive until the ring is gone (and registered
+                // for a zero-copy send);
                 // slot i is not reused until its final CQE (busy[i]); with `one_buffer` every
                 // request reads slot 0, which is never written after `filled_slots`.
                 if unsafe { sq.push(&e) }.is_err() {
