@@ -330,7 +330,7 @@ pub enum Wake {
     /// The descriptor is ready: its `revents` (may include `POLLERR`/`POLLHUP`).
     Ready(i16),
     /// SIGINT, SIGTERM or SIGHUP arrived (or [`set_interrupted`]`(true)`), or for [`wait_fd_until`] its
-    /// stop flag was set: stop and clean up.
+    /// stop flag was set (for [`wait_fd_until_or_signal`]: or a signal came): stop and clean up.
     Interrupted,
     /// The timeout passed first.
     TimedOut,
@@ -364,23 +364,51 @@ pub fn wait_fd_until(
     timeout: Option<std::time::Duration>,
     stop: &AtomicBool,
 ) -> io::Result<Wake> {
-    poll_until(Some((fd.as_raw_fd(), events)), timeout, stop)
+    poll_until(Some((fd.as_raw_fd(), events)), timeout, stop, false)
+}
+
+/// [`wait_fd_until`], but a signal that cuts the poll short (`EINTR`: a handler installed
+/// without `SA_RESTART`) ends the wait too, as [`Wake::Interrupted`], for callers whose runtime
+/// runs its signal handlers between calls (CPython). `stop` is left as it was.
+pub fn wait_fd_until_or_signal(
+    fd: std::os::fd::BorrowedFd<'_>,
+    events: i16,
+    timeout: Option<std::time::Duration>,
+    stop: &AtomicBool,
+) -> io::Result<Wake> {
+    poll_until(Some((fd.as_raw_fd(), events)), timeout, stop, true)
 }
 
 /// Sleeps for `d`, or less when `stop` is set (looked at every [`STOP_CHECK`] at most);
 /// returns whether it is.
 pub fn sleep_until(d: std::time::Duration, stop: &AtomicBool) -> bool {
-    if poll_until(None, Some(d), stop).is_err() {
+    if poll_until(None, Some(d), stop, false).is_err() {
         // poll without descriptors does not fail; if it ever did, sleep the plain way.
         std::thread::sleep(d);
     }
     stop.load(Ordering::SeqCst)
 }
 
+/// [`sleep_until`], but a signal that cuts the sleep short (`EINTR`) ends it too; returns
+/// whether it ended early for either.
+pub fn sleep_until_or_signal(d: std::time::Duration, stop: &AtomicBool) -> bool {
+    match poll_until(None, Some(d), stop, true) {
+        Ok(Wake::Interrupted) => true,
+        Ok(_) => stop.load(Ordering::SeqCst),
+        Err(_) => {
+            std::thread::sleep(d);
+            stop.load(Ordering::SeqCst)
+        }
+    }
+}
+
+/// `eintr_ends`: a poll cut short by a signal ends the wait ([`Wake::Interrupted`]); else
+/// the wait goes on for the time left.
 fn poll_until(
     target: Option<(RawFd, i16)>,
     timeout: Option<std::time::Duration>,
     stop: &AtomicBool,
+    eintr_ends: bool,
 ) -> io::Result<Wake> {
     let deadline = timeout.map(|t| std::time::Instant::now() + t);
     loop {
@@ -406,6 +434,9 @@ fn poll_until(
         if n < 0 {
             let e = crate::last_err();
             if e.raw_os_error() == Some(libc::EINTR) {
+                if eintr_ends {
+                    return Ok(Wake::Interrupted);
+                }
                 continue;
             }
             return Err(e);

@@ -273,6 +273,15 @@ struct Control([u8; 128]);
 
 /// `poll` on one fd; returns `revents` (0 on timeout). `EINTR` returns 0.
 pub fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
+    match poll_one_or_signal(fd, events, timeout_ms) {
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(0),
+        r => r,
+    }
+}
+
+/// [`poll_one`], but a signal that cuts the poll short is `Err(EINTR)` instead of no events
+/// (for callers that end their wait at signals).
+pub fn poll_one_or_signal(fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
     let mut p = libc::pollfd {
         fd,
         events,
@@ -281,12 +290,7 @@ pub fn poll_one(fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
     // SAFETY: one live pollfd.
     let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
     if n < 0 {
-        let e = crate::last_err();
-        return if e.raw_os_error() == Some(libc::EINTR) {
-            Ok(0)
-        } else {
-            Err(e)
-        };
+        return Err(crate::last_err());
     }
     Ok(p.revents)
 }

@@ -590,8 +590,8 @@ impl Ring {
     }
 
     /// Submits and waits for at least `want` completions or `timeout`, whichever first.
-    /// A timeout is not an error.
-    pub fn submit_and_wait(&mut self, want: usize, timeout: Duration) -> io::Result<()> {
+    /// A timeout is not an error; true when a signal cut the wait short (`EINTR`).
+    pub fn submit_and_wait(&mut self, want: usize, timeout: Duration) -> io::Result<bool> {
         submit_and_wait(&self.ring, want, timeout)
     }
 
@@ -678,21 +678,16 @@ impl Ring {
 /// Submits what `ring` has queued and waits for `want` completions or `timeout`, whichever comes
 /// first (IORING_ENTER_EXT_ARG, Linux 5.11). A timeout, a signal or a full completion queue
 /// (`ETIME`, `EINTR`, `EBUSY`) is not an error: the caller reaps what is there and decides.
-pub(crate) fn submit_and_wait(ring: &IoUring, want: usize, timeout: Duration) -> io::Result<()> {
+/// True when it was a signal (`EINTR`).
+pub(crate) fn submit_and_wait(ring: &IoUring, want: usize, timeout: Duration) -> io::Result<bool> {
     let ts = types::Timespec::new()
         .sec(timeout.as_secs())
         .nsec(timeout.subsec_nanos());
     let args = types::SubmitArgs::new().timespec(&ts);
     match ring.submitter().submit_with_args(want, &args) {
-        Ok(_) => Ok(()),
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
-            ) =>
-        {
-            Ok(())
-        }
+        Ok(_) => Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(true),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(false),
         Err(e) => Err(e),
     }
 }

@@ -28,8 +28,18 @@ use zcnet_sys::os::Wake;
 /// thread makes every call holding a clone return [`Error::Interrupted`] soon (within
 /// [`zcnet_sys::os::STOP_CHECK`] of a wait); it stays cancelled. The default token is a fresh
 /// one that nobody cancels.
+///
+/// A token made with [`Cancel::ending_at_signals`] also ends a call, with
+/// [`Error::Interrupted`], whenever a signal cuts one of its system calls short (`EINTR`: a
+/// handler installed without `SA_RESTART`), without cancelling the token: for runtimes that run
+/// their signal handlers between calls and then call again (CPython, PEP 475). What a send
+/// call had handed to the kernel before the signal is in [`crate::Sender::accepted_bytes`].
 #[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicBool>);
+pub struct Cancel {
+    flag: Arc<AtomicBool>,
+    /// An `EINTR` ends the call ([`Cancel::ending_at_signals`]).
+    at_signal: bool,
+}
 
 impl Cancel {
     /// A token not cancelled.
@@ -37,15 +47,34 @@ impl Cancel {
         Cancel::default()
     }
 
+    /// This token, and from now on every call holding it (or a clone made after this) also ends
+    /// with [`Error::Interrupted`] when a signal cuts one of its system calls short (see the
+    /// type's documentation), instead of retrying the call.
+    pub fn ending_at_signals(mut self) -> Cancel {
+        self.at_signal = true;
+        self
+    }
+
     /// Cancels every call that holds this token (or a clone of it). Lock-free: a store to an
     /// atomic, safe from a signal handler too.
     pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        self.flag.store(true, Ordering::SeqCst);
     }
 
     /// Whether [`Cancel::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.flag.load(Ordering::Relaxed)
+    }
+
+    /// Whether a system call cut short by a signal ends the call rather than being retried:
+    /// the token was cancelled, or it ends at signals.
+    pub(crate) fn ends_at_eintr(&self) -> bool {
+        self.at_signal || self.is_cancelled()
+    }
+
+    /// Whether the token ends calls at signals ([`Cancel::ending_at_signals`]).
+    pub(crate) fn ends_at_signals(&self) -> bool {
+        self.at_signal
     }
 
     /// [`Error::Interrupted`] once cancelled.
@@ -56,18 +85,27 @@ impl Cancel {
         Ok(())
     }
 
-    /// Sleeps for `d`, or less when cancelled; returns whether it is.
+    /// Sleeps for `d`, or less when cancelled (or, ending at signals, when a signal comes);
+    /// returns whether it stopped early for either.
     pub(crate) fn sleep(&self, d: Duration) -> bool {
-        zcnet_sys::os::sleep_until(d, &self.0)
+        if self.at_signal {
+            return zcnet_sys::os::sleep_until_or_signal(d, &self.flag);
+        }
+        zcnet_sys::os::sleep_until(d, &self.flag)
     }
 
     /// The flag itself, for the waits of zcnet-sys.
     pub(crate) fn flag(&self) -> &AtomicBool {
-        &self.0
+        &self.flag
     }
 
     fn wait(&self, fd: impl AsFd, events: i16, what: &str) -> Result<()> {
-        match zcnet_sys::os::wait_fd_until(fd.as_fd(), events, None, &self.0) {
+        let woke = if self.at_signal {
+            zcnet_sys::os::wait_fd_until_or_signal(fd.as_fd(), events, None, &self.flag)
+        } else {
+            zcnet_sys::os::wait_fd_until(fd.as_fd(), events, None, &self.flag)
+        };
+        match woke {
             Ok(Wake::Ready(_)) | Ok(Wake::TimedOut) => Ok(()),
             Ok(Wake::Interrupted) => Err(Error::Interrupted),
             Err(e) => Err(Error::io(format!("poll ({what})"), e)),
@@ -91,6 +129,9 @@ impl Cancel {
 /// `signal-hook`'s `flag::register`, say) cancels the calls holding the token.
 impl From<Arc<AtomicBool>> for Cancel {
     fn from(flag: Arc<AtomicBool>) -> Cancel {
-        Cancel(flag)
+        Cancel {
+            flag,
+            at_signal: false,
+        }
     }
 }

@@ -140,8 +140,9 @@ impl Engine {
         self.ring.submit()
     }
 
-    /// Submits and waits up to `timeout` for `want` completions (a timeout is not an error).
-    pub fn submit_and_wait(&mut self, want: usize, timeout: Duration) -> io::Result<()> {
+    /// Submits and waits up to `timeout` for `want` completions (a timeout is not an error);
+    /// true when a signal cut the wait short.
+    pub fn submit_and_wait(&mut self, want: usize, timeout: Duration) -> io::Result<bool> {
         self.ring.submit_and_wait(want, timeout)
     }
 

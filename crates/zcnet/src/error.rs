@@ -161,7 +161,8 @@ pub enum Error {
 impl Error {
     /// Wraps an `io::Error` with what was being done. An [`io::ErrorKind::Interrupted`] is
     /// [`Error::Interrupted`], whatever it was doing: the library retries a system call cut
-    /// short by a signal (`EINTR`) unless the caller's [`Cancel`](crate::Cancel) is set, and
+    /// short by a signal (`EINTR`) unless the caller's [`Cancel`](crate::Cancel) is set (or
+    /// ends at signals: [`Cancel::ending_at_signals`](crate::Cancel::ending_at_signals)), and
     /// a wait the token ended says `Interrupted`; either way the run was asked to stop, it did
     /// not fail.
     pub fn io(context: impl Into<String>, source: io::Error) -> Error {

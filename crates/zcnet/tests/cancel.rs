@@ -6,6 +6,8 @@
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet::{
     net, Cancel, Error, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig, TxMode,
@@ -119,6 +121,165 @@ fn a_cancelled_token_ends_a_senders_wait_for_a_buffer() {
     assert!(matches!(r, Error::Interrupted), "{r:?}");
     assert!(after < Duration::from_secs(2), "{after:?}");
     drop(peer);
+}
+
+/// Installs a SIGUSR1 handler that does nothing, without `SA_RESTART`: a system call the signal
+/// cuts short fails with `EINTR`, as under CPython, whose handlers are installed that way.
+fn handle_sigusr1_without_restart() {
+    extern "C" fn nothing(_: libc::c_int) {}
+    // SAFETY: a handler that does nothing (async-signal-safe) for one signal of this test
+    // process; the sigaction struct is zeroed, then its handler and (empty) mask set.
+    let r = unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = nothing as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut())
+    };
+    assert_eq!(r, 0, "sigaction");
+}
+
+/// Runs `f` in a thread and, from 300 ms on, sends SIGUSR1 to that thread every 50 ms until
+/// `ended` is set, the thread returns or `give_up` passes; the thread and how long after the
+/// first signal the signals stopped.
+fn signal_thread_while<T: Send + 'static>(
+    ended: &AtomicBool,
+    give_up: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (std::thread::JoinHandle<T>, Duration) {
+    use std::os::unix::thread::JoinHandleExt;
+    let h = std::thread::spawn(f);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!h.is_finished(), "returned before the signal");
+    let t0 = Instant::now();
+    while !ended.load(Ordering::SeqCst) && !h.is_finished() && t0.elapsed() < give_up {
+        // SAFETY: the thread is alive (not joined; a finished thread's id stays valid until
+        // the join), and SIGUSR1 has a handler in this process.
+        let r = unsafe { libc::pthread_kill(h.as_pthread_t(), libc::SIGUSR1) };
+        assert_eq!(r, 0, "pthread_kill");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (h, t0.elapsed())
+}
+
+/// Sends the pattern (seed 5) on `tx` until `total` bytes went or a call fails; the sender and
+/// how the run ended.
+fn send_pattern(mut tx: Sender, total: u64) -> (Sender, zcnet::Result<()>) {
+    let pattern = zcnet::Pattern::new(5);
+    let mut off = 0u64;
+    let r = (|| {
+        while off < total {
+            let mut b = tx.buffer()?;
+            let n = (b.capacity() as u64).min(total - off) as usize;
+            pattern.fill(off, &mut b.bytes_mut().unwrap()[..n]);
+            tx.send(b, n)?;
+            off += n as u64;
+        }
+        tx.flush()
+    })();
+    (tx, r)
+}
+
+/// Reads `peer` to its end, checks that it got a prefix of the pattern, and returns its length.
+fn read_pattern(mut peer: TcpStream) -> u64 {
+    peer.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut peer, &mut got).unwrap();
+    let mut expect = vec![0u8; got.len()];
+    zcnet::Pattern::new(5).fill(0, &mut expect);
+    assert!(got == expect, "the stream is not the pattern's prefix");
+    got.len() as u64
+}
+
+/// A token made with `ending_at_signals` ends a send blocked on a peer that stopped reading
+/// when a signal cuts a system call short (CPython's Ctrl-C: its handlers have no SA_RESTART),
+/// leaving the token as it was; `accepted_bytes` then says what went, so the caller can go on
+/// from there with nothing lost or sent twice. With a plain token the same signals are retried
+/// and the send goes on until the peer reads.
+#[zcnet_testkit::test(timeout = 120)]
+fn a_token_ending_at_signals_ends_a_blocked_send_and_says_what_went() {
+    handle_sigusr1_without_restart();
+    for mode in [TxMode::Copy, TxMode::MsgZerocopy, TxMode::Uring] {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (peer, _) = l.accept().unwrap();
+        let mut cfg = TxConfig::new(mode);
+        let token = Cancel::new().ending_at_signals();
+        cfg.cancel = token.clone();
+        cfg.stall_timeout = Duration::from_secs(60);
+        let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+        let tx = match Sender::new(Socket::from(stream), region, &cfg) {
+            Ok(tx) => tx,
+            Err(e @ Error::Unsupported { .. }) if mode != TxMode::Copy => {
+                zcnet_testkit::skip(zcnet_testkit::Need::Kernel, e)
+            }
+            Err(e) => panic!("{mode:?}: {e}"),
+        };
+        // Far more than the socket buffers hold: the send blocks until the signal.
+        let total = 1u64 << 30;
+        let ended = Arc::new(AtomicBool::new(false));
+        let (go, wait_go) = std::sync::mpsc::channel::<()>();
+        let e = ended.clone();
+        let (h, after) = signal_thread_while(&ended, Duration::from_secs(5), move || {
+            let (mut tx, r) = send_pattern(tx, total);
+            let accepted = tx.accepted_bytes();
+            e.store(true, Ordering::SeqCst);
+            // Go on without signals (a plain token), in this thread: io_uring requests belong
+            // to the thread that submitted them.
+            wait_go.recv().unwrap();
+            tx.set_cancel(Cancel::new());
+            (r, accepted, tx.finish())
+        });
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "{mode:?}: the signals did not end the send"
+        );
+        assert!(
+            after < Duration::from_secs(2),
+            "{mode:?}: ended {after:?} after the signal"
+        );
+        assert!(
+            !token.is_cancelled(),
+            "{mode:?}: the token is left as it was"
+        );
+        // The peer reads everything: the stream is the pattern, in order, once.
+        let reader = std::thread::spawn(move || read_pattern(peer));
+        go.send(()).unwrap();
+        let (r, accepted, st) = h.join().unwrap();
+        assert!(matches!(r, Err(Error::Interrupted)), "{mode:?}: {r:?}");
+        let st = st.unwrap();
+        assert!(
+            st.bytes >= accepted && st.bytes < total && accepted > 0,
+            "{mode:?}: {accepted} then {st:?}"
+        );
+        let got = reader.join().unwrap();
+        assert_eq!(
+            got, st.bytes,
+            "{mode:?}: the peer got what the kernel accepted"
+        );
+    }
+
+    // A plain token: the signals are retried, and only the peer's reading lets the send end.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let stream = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (peer, _) = l.accept().unwrap();
+    let cfg = TxConfig::new(TxMode::Copy);
+    let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+    let tx = Sender::new(Socket::from(stream), region, &cfg).unwrap();
+    let total = 64u64 << 20;
+    let never = AtomicBool::new(false);
+    let (h, _) = signal_thread_while(&never, Duration::from_millis(500), move || {
+        send_pattern(tx, total)
+    });
+    assert!(
+        !h.is_finished(),
+        "the signals ended a send with a plain token"
+    );
+    let reader = std::thread::spawn(move || read_pattern(peer));
+    let (tx, r) = h.join().unwrap();
+    r.unwrap();
+    assert_eq!(tx.finish().unwrap().bytes, total);
+    assert_eq!(reader.join().unwrap(), total);
 }
 
 /// Dropping a sender abandons what is in flight, promptly: a zero-copy sender whose buffers a

@@ -35,7 +35,7 @@ pub(crate) fn send_all(sh: &mut Shared, p: &Payload, len: usize) -> Result<()> {
                 sh.stats.bytes += n as u64;
                 sh.stats.copied_bytes += n as u64;
             }
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancelled() => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancel.ends_at_eintr() => {}
             Err(e) => return Err(sh.send_error(e)),
         }
     }

@@ -204,8 +204,10 @@ pub struct TxConfig {
     /// The caller's cancel token: once cancelled, the sender's waits (for a buffer, a flush,
     /// the end of [`Sender::finish`]) return [`Error::Interrupted`], a send cut short by a
     /// signal (`EINTR`) is not retried, and a TCP sender dropped with buffers still held
-    /// aborts its connection so that they come back at once. Default: a fresh token nobody
-    /// cancels.
+    /// aborts its connection so that they come back at once. A token made with
+    /// [`Cancel::ending_at_signals`] also ends those calls at any signal that cuts one of
+    /// their system calls short ([`Sender::accepted_bytes`] then says what went). Default: a
+    /// fresh token nobody cancels.
     pub cancel: Cancel,
 }
 
@@ -810,9 +812,25 @@ impl Sender {
         })
     }
 
-    /// The token of [`TxConfig::cancel`].
+    /// The token of [`TxConfig::cancel`] (or of the last [`Sender::set_cancel`]).
     pub(crate) fn cancel(&self) -> &Cancel {
         &self.sh.cancel
+    }
+
+    /// Replaces the sender's cancel token ([`TxConfig::cancel`]) for the calls from now on:
+    /// e.g. one that ends at signals ([`Cancel::ending_at_signals`]) for calls whose progress
+    /// the caller can pick up again, and a plain one around calls it cannot.
+    pub fn set_cancel(&mut self, cancel: Cancel) {
+        self.sh.cancel = cancel;
+    }
+
+    /// Bytes the kernel has accepted so far: [`TxStats::bytes`] without the clock reads of
+    /// [`Sender::stats`]. `copy` and `msg-zerocopy` count a send's bytes as each `send()`
+    /// returns, so after a call that ended part-way (a signal, with a token that ends at
+    /// signals) the difference from before the call is what of it went out, in order; the
+    /// io_uring modes count them as their results come back.
+    pub fn accepted_bytes(&self) -> u64 {
+        self.sh.stats.bytes
     }
 
     /// Waits until every buffer is back: every send completed and every notification arrived.

@@ -50,9 +50,10 @@ pub(crate) trait ZcKernel: Send + std::fmt::Debug {
     fn read_errqueue_one(&mut self, fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
         self.read_errqueue(fd, out)
     }
-    /// `poll` for `events` (POLLERR and POLLHUP always come); 0 on timeout.
+    /// `poll` for `events` (POLLERR and POLLHUP always come); 0 on timeout, `EINTR` when a
+    /// signal cut it short.
     fn poll(&mut self, fd: RawFd, events: i16, timeout_ms: i32) -> io::Result<i16> {
-        sock::poll_one(fd, events, timeout_ms)
+        sock::poll_one_or_signal(fd, events, timeout_ms)
     }
     /// The pending socket error (`SO_ERROR`), cleared by reading it.
     fn take_error(&mut self, fd: RawFd) -> io::Result<Option<io::Error>> {
@@ -279,7 +280,7 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                         return Err(e);
                     }
                 }
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancelled() => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancel.ends_at_eintr() => {}
                 Err(e) => {
                     let err = self.kernel.send_error(sh, e);
                     self.park(sh, buf);
@@ -302,10 +303,16 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
             return Ok(());
         }
         // POLLERR is always reported, whatever the requested events: it signals the error queue.
-        let rev = self
-            .kernel
-            .poll(sh.fd, 0, POLL_MS)
-            .map_err(|e| Error::io("poll", e))?;
+        let rev = match self.kernel.poll(sh.fd, 0, POLL_MS) {
+            // A signal ends the wait for a token that ends at signals; else it is a short wait.
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                if sh.cancel.ends_at_signals() {
+                    return Err(Error::Interrupted);
+                }
+                0
+            }
+            r => r.map_err(|e| Error::io("poll", e))?,
+        };
         if rev & libc::POLLERR != 0 {
             let got = self.read_completions(sh)?;
             if got == 0 {

@@ -358,6 +358,7 @@ impl TxBackend for UringTx {
     }
 
     fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
+        let mut signalled = false;
         if wait && self.engine.in_flight() > 0 {
             // Hand over what is queued without waiting first: a datagram send usually
             // completes inside that call, and the task work run on its way out posts the
@@ -372,7 +373,8 @@ impl TxBackend for UringTx {
                     .map_err(|e| Error::io("io_uring_enter", e))?;
             }
             if !self.engine.completions_ready() {
-                self.engine
+                signalled = self
+                    .engine
                     .submit_and_wait(1, WAIT)
                     .map_err(|e| Error::io("io_uring_enter", e))?;
             }
@@ -386,6 +388,11 @@ impl TxBackend for UringTx {
             // After a failure this lets the staged sends go (they never will), so every buffer
             // is back when the error is.
             self.start_chain(sh)?;
+        }
+        if signalled && sh.cancel.ends_at_signals() {
+            // The token ends calls at signals: what came back is taken, then the wait ends.
+            done?;
+            return Err(Error::Interrupted);
         }
         done
     }
