@@ -31,9 +31,12 @@ const DEVICE_PIECE: usize = 4 << 20;
 /// connection and returns the statistics. A sender dropped without `finish()` abandons what has
 /// not gone out yet: a TCP peer then sees the connection reset, never a stream cut short that
 /// ends as if complete. Ctrl-C during `send` or `finish` raises
-/// `KeyboardInterrupt` within 100 ms (from CUDA memory: after the 4 MiB piece under way); a
-/// sender dropped after that with sends still held by the kernel (a peer that stopped reading)
-/// aborts the connection (a reset), which gives the buffers back at once.
+/// `KeyboardInterrupt` within 100 ms, also while a send waits on a peer that stopped reading
+/// (from CUDA memory: after the 4 MiB piece under way, which waits for such a peer up to
+/// `stall_timeout`); the exception's `sent` attribute says how many bytes of that `send` went
+/// out, in order. A signal whose handler returns does not disturb a send: it goes on from there.
+/// A sender dropped after an interrupt with sends still held by the kernel (a peer that stopped
+/// reading) aborts the connection (a reset), which gives the buffers back at once.
 #[pyclass(module = "zcnet")]
 pub(crate) struct Sender {
     inner: Mutex<Option<Leg>>,
@@ -283,13 +286,32 @@ fn send_slice(
         // exporter's view or capsule is held by the caller).
         let src = unsafe { std::slice::from_raw_parts(data.add(done), len - done) };
         let n = buf.write(src)?;
-        tx.send(buf, n)?;
-        done += n;
+        let before = tx.accepted_bytes();
+        match tx.send(buf, n) {
+            Ok(()) => done += n,
+            // A signal cut the send short: what went is the stream's, the rest is sent again
+            // after the handler ran (or not, if it raised).
+            Err(zcnet::Error::Interrupted) => return Ok(done + went(tx, before)),
+            Err(e) => return Err(e),
+        }
         if Instant::now() >= until {
             break;
         }
     }
     Ok(done)
+}
+
+/// The host sender's cancel token: it ends a blocking send or wait at a signal
+/// ([`zcnet::Cancel::ending_at_signals`]), so the binding can run Python's handlers and go on
+/// from [`zcnet::Sender::accepted_bytes`].
+fn host_token() -> zcnet::Cancel {
+    zcnet::Cancel::new().ending_at_signals()
+}
+
+/// Bytes of a send interrupted by a signal that the kernel had accepted (`before`: the
+/// sender's [`zcnet::Sender::accepted_bytes`] when it began).
+fn went(tx: &zcnet::Sender, before: u64) -> usize {
+    (tx.accepted_bytes() - before) as usize
 }
 
 /// `send_slice` for the copy mode: `send(2)` copies the caller's bytes into the socket before it
@@ -319,8 +341,12 @@ fn send_slice_in_place(
                     std::io::Error::from_raw_os_error(libc::EINVAL),
                 )
             })?;
-        tx.send_lent(lent, 0, n)?;
-        done += n;
+        let before = tx.accepted_bytes();
+        match tx.send_lent(lent, 0, n) {
+            Ok(()) => done += n,
+            Err(zcnet::Error::Interrupted) => return Ok(done + went(tx, before)),
+            Err(e) => return Err(e),
+        }
         if Instant::now() >= until {
             break;
         }
@@ -391,6 +417,9 @@ impl Sender {
         cfg.inflight = inflight;
         cfg.window = window;
         cfg.stall_timeout = Duration::from_secs_f64(stall_timeout);
+        // CPython's handlers have no SA_RESTART: a signal (Ctrl-C) cuts a blocking send short
+        // with EINTR, and the send must come back for the handler to run (PEP 475).
+        cfg.cancel = host_token();
         let inner = py
             .detach(move || {
                 let region = Region::for_sender(zcnet::MemoryKind::Auto, &cfg)?;
@@ -577,13 +606,17 @@ impl Sender {
                 return Err(e);
             }
             let ordinal = imp.cuda.unwrap_or(0);
+            // The pipeline cannot pick up a send a signal ended part-way: while it has the
+            // sender, signals are retried (its waits end at the stall timeout).
+            tx.set_cancel(zcnet::Cancel::new());
             match py
                 .detach(move || OnThisThread(StagedSender::over(*tx, ordinal)))
                 .get()
             {
                 Ok(st) => *g = Some(Leg::Staged(Box::new(st))),
-                Err(n) => {
+                Err(mut n) => {
                     // The sender comes back whole: host sends go on on the same connection.
+                    n.sender.set_cancel(host_token());
                     *g = Some(Leg::Host(n.sender));
                     return Err(errors::to_py(n.error));
                 }
@@ -629,7 +662,10 @@ impl Sender {
                 .get()
                 .map_err(errors::to_py)?;
             done += n;
-            self.check_signals(py)?;
+            self.check_signals(py).inspect_err(|e| {
+                // Like `recv_into`'s `filled`: what of this call is the stream's now.
+                let _ = e.value(py).setattr("sent", done);
+            })?;
         }
         Ok(done)
     }
@@ -642,10 +678,11 @@ fn host_leg<'a>(py: Python<'_>, g: &'a mut Option<Leg>) -> PyResult<&'a mut zcne
         let Some(Leg::Staged(st)) = g.take() else {
             return Err(finished());
         };
-        let tx = py
+        let mut tx = py
             .detach(move || OnThisThread(st.into_sender()))
             .get()
             .map_err(errors::to_py)?;
+        tx.set_cancel(host_token());
         *g = Some(Leg::Host(Box::new(tx)));
     }
     match g {
