@@ -346,11 +346,8 @@ fn a_state_file_appears_whole_and_stale_headers_are_swept() {
     use zcnet::nic::state::{read, state_path, Owner, StateFile};
     let dir = tempdir();
     let owner = Owner {
-        pid: std::process::id(),
-        iface: "x0".into(),
-        ifindex: 7,
         netns: 1,
-        queue: 3,
+        ..Owner::this_process("x0", 7, 3)
     };
     let path = state_path(&dir, "x0");
     // A header left by a process killed before linking it (pid 0 is never a process's).
@@ -361,6 +358,8 @@ fn a_state_file_appears_whole_and_stale_headers_are_swept() {
     // The file is readable as soon as it exists: the owner line is in it, no temp file beside.
     let (o, records) = read(&path).unwrap();
     assert_eq!((o.pid, o.ifindex, o.queue), (owner.pid, 7, 3));
+    assert_eq!((o.pidns, o.start), (owner.pidns, owner.start));
+    assert!(o.pidns != 0 && o.start != 0, "{o:?}");
     assert!(records.is_empty());
     assert_eq!(files(&dir), 1, "only the state file");
     // A second setup is refused, naming the owner, and leaves no temp file either.
@@ -458,6 +457,85 @@ fn the_state_file_is_named_by_the_calling_threads_namespace() {
         main,
         "this thread did not move"
     );
+}
+
+/// Whether the process that made a state file's changes still runs is told by its pid *and*
+/// start time (a pid reused since is not it), and across PID namespaces by the processes of its
+/// namespace visible from here (`NSpid`): a `zcnet` that set the NIC up in a container and
+/// still runs is alive to a restore from the host, whatever its pid there.
+#[zcnet_testkit::test(timeout = 60)]
+fn the_owner_is_told_by_pid_start_time_and_pid_namespace() {
+    use zcnet::nic::state::{owner_liveness, Liveness, Owner, Process};
+    let me = Owner::this_process("x0", 7, 3);
+    assert_eq!(owner_liveness(&me), Liveness::Alive);
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let theirs = Owner {
+        pid: child.id(),
+        start: proc_start(child.id()),
+        ..me.clone()
+    };
+    assert_eq!(owner_liveness(&theirs), Liveness::Alive);
+    // The same pid, another start time: a later process given the pid, not the owner.
+    let reused = Owner {
+        start: theirs.start + 1,
+        ..theirs.clone()
+    };
+    assert_eq!(owner_liveness(&reused), Liveness::Gone);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(owner_liveness(&theirs), Liveness::Gone);
+
+    // A process in a PID namespace of its own, where it is pid 1.
+    zcnet_testkit::require_root("to make a PID namespace (unshare --pid)");
+    let mut outer = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let inner = loop {
+        let kids = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", outer.id()))
+            .unwrap_or_default();
+        if let Some(k) = kids.split_whitespace().next() {
+            break k.parse::<u32>().unwrap();
+        }
+        assert!(t0.elapsed().as_secs() < 10, "unshare made no child");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let ns = Process::of_pid(inner).unwrap();
+    assert_ne!(ns.pidns, me.pidns, "a PID namespace of its own");
+    let contained = Owner {
+        pid: 1,
+        pidns: ns.pidns,
+        start: ns.start,
+        ..me.clone()
+    };
+    assert_eq!(owner_liveness(&contained), Liveness::Alive);
+    // Its namespace is visible and holds no process 2: gone.
+    let other = Owner {
+        pid: 2,
+        ..contained.clone()
+    };
+    assert_eq!(owner_liveness(&other), Liveness::Gone);
+    // SIGKILL to unshare: --kill-child takes its child (the namespace's pid 1) with it.
+    outer.kill().unwrap();
+    outer.wait().unwrap();
+    let t0 = std::time::Instant::now();
+    while owner_liveness(&contained) != Liveness::Gone {
+        assert!(
+            t0.elapsed().as_secs() < 10,
+            "{:?}",
+            owner_liveness(&contained)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// `/proc/<pid>/stat`'s start time.
+fn proc_start(pid: u32) -> u64 {
+    zcnet::nic::state::Process::of_pid(pid).unwrap().start
 }
 
 zcnet_testkit::main!();

@@ -427,13 +427,7 @@ impl<C: NicControl> NicGuard<C> {
         g.checked(setup)?;
         g.state = Some(StateFile::create(
             state_dir,
-            &Owner {
-                pid: std::process::id(),
-                iface: iface.clone(),
-                ifindex: g.ctl.ifindex(),
-                netns: state::current_netns(),
-                queue: setup.queue,
-            },
+            &Owner::this_process(&iface, g.ctl.ifindex(), setup.queue),
         )?);
         // Read again now that the interface is ours: a setup that held it until just now may
         // have put back what the first read saw (its header split, say), and the steps must
@@ -692,14 +686,21 @@ pub fn undo_records<C: NicControl + ?Sized>(ctl: &mut C, records: &[Record]) -> 
 /// file. Refuses while the process that made the changes is alive.
 pub fn restore_from_file<C: NicControl + ?Sized>(ctl: &mut C, path: &Path) -> Result<Vec<Record>> {
     let (owner, records) = state::read(path)?;
-    if owner.pid != std::process::id() && Path::new(&format!("/proc/{}", owner.pid)).exists() {
-        return Err(Error::NicState {
+    if !state::is_this_process(&owner) {
+        let refused = |problem: String| Error::NicState {
             path: path.to_path_buf(),
-            problem: format!(
+            problem,
+        };
+        match state::owner_liveness(&owner) {
+            state::Liveness::Gone => {}
+            state::Liveness::Alive => {
+                return Err(refused(format!(
                 "pid {} that made these changes is still running (stop it and it restores them)",
                 owner.pid
-            ),
-        });
+            )))
+            }
+            state::Liveness::Unknown(why) => return Err(refused(why)),
+        }
     }
     undo_records(ctl, &records)?;
     std::fs::remove_file(path).map_err(|e| Error::io(format!("removing {}", path.display()), e))?;

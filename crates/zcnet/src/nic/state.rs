@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! zcnet-nic-state 1
-//! owner pid=4242 iface=eth0 ifindex=2 netns=4026531840 queue=7
+//! owner pid=4242 iface=eth0 ifindex=2 netns=4026531840 queue=7 pidns=4026531836 start=81234
 //! pending 0 header-split prev-split=1 prev-hds=256
 //! done 0
 //! pending 1 rss prev=0,1,2,3,4,5,6,7 default=yes
@@ -47,7 +47,7 @@ pub fn state_path(dir: &Path, iface: &str) -> PathBuf {
 /// Who made the changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Owner {
-    /// Process id.
+    /// Process id, in its own PID namespace (`pidns`).
     pub pid: u32,
     /// Interface name.
     pub iface: String,
@@ -57,6 +57,163 @@ pub struct Owner {
     pub netns: u64,
     /// The queue set aside.
     pub queue: u32,
+    /// PID namespace inode of the process (0: not recorded, files written before it was).
+    pub pidns: u64,
+    /// The process's start time (clock ticks after boot, proc(5) `/proc/<pid>/stat` field 22),
+    /// which tells it from a later process given the same pid (0: not recorded).
+    pub start: u64,
+}
+
+impl Owner {
+    /// The calling process as the owner of `iface`'s changes.
+    pub fn this_process(iface: &str, ifindex: u32, queue: u32) -> Owner {
+        let me = Process::current();
+        Owner {
+            pid: std::process::id(),
+            iface: iface.to_string(),
+            ifindex,
+            netns: current_netns(),
+            queue,
+            pidns: me.pidns,
+            start: me.start,
+        }
+    }
+}
+
+/// The PID namespace and start time of a process, read from /proc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    /// PID namespace inode (`/proc/<pid>/ns/pid`), 0 if unreadable.
+    pub pidns: u64,
+    /// Start time, clock ticks after boot (`/proc/<pid>/stat` field 22), 0 if unreadable.
+    pub start: u64,
+}
+
+/// The initial PID namespace's inode (`PROC_PID_INIT_INO`, include/linux/proc_ns.h): fixed,
+/// whatever the machine. Every other PID namespace descends from it, so every process is
+/// visible from it.
+pub const INITIAL_PIDNS: u64 = 0xEFFF_FFFC;
+
+impl Process {
+    /// The calling process.
+    pub fn current() -> Process {
+        Process::of("self").unwrap_or(Process { pidns: 0, start: 0 })
+    }
+
+    /// The process `pid` (as this PID namespace numbers it), if it exists.
+    pub fn of_pid(pid: u32) -> Option<Process> {
+        Process::of(&pid.to_string())
+    }
+
+    /// The process `/proc/<dir>` (a pid as this namespace numbers it, or "self"), if it exists.
+    fn of(dir: &str) -> Option<Process> {
+        use std::os::unix::fs::MetadataExt;
+        let stat = std::fs::read_to_string(format!("/proc/{dir}/stat")).ok()?;
+        let pidns = std::fs::metadata(format!("/proc/{dir}/ns/pid")).map_or(0, |m| m.ino());
+        Some(Process {
+            pidns,
+            start: stat_start(&stat).unwrap_or(0),
+        })
+    }
+}
+
+/// Field 22 (starttime) of a `/proc/<pid>/stat` line. The command name (field 2) is in
+/// parentheses and may itself hold spaces and parentheses: the fields after it are counted from
+/// the last ')'.
+pub(crate) fn stat_start(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After ')' come field 3 (state) onwards: starttime is the 20th of them.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process that made a state file's changes still runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Liveness {
+    /// It does (or its pid names a process here and the file predates start times).
+    Alive,
+    /// It is gone: the changes are nobody's.
+    Gone,
+    /// It cannot be told from here (why, and what to do instead).
+    Unknown(String),
+}
+
+/// Whether `owner`'s process still runs, as seen from this process: by its pid and start time
+/// where it was in this PID namespace (a pid reused since by another process is not it); else
+/// by the processes of its namespace that are visible here (`NSpid` in `/proc/<pid>/status`
+/// gives a process's pid in each namespace it is in, innermost last). A namespace none of
+/// whose processes is visible is gone if this is the initial namespace, which sees every
+/// process; from inside another, it may be one this namespace cannot see: [`Liveness::Unknown`].
+pub fn owner_liveness(owner: &Owner) -> Liveness {
+    let me = Process::current();
+    if owner.pidns == 0 || owner.pidns == me.pidns {
+        return match Process::of_pid(owner.pid) {
+            None => Liveness::Gone,
+            Some(p) if owner.start != 0 && p.start != owner.start => Liveness::Gone,
+            Some(_) => Liveness::Alive,
+        };
+    }
+    let (found, visible) = scan_pidns(owner);
+    decide_elsewhere(me.pidns, owner.pidns, found, visible)
+}
+
+/// [`owner_liveness`] for an owner in another PID namespace `theirs`, from this namespace
+/// `mine`: whether its process was `found`, and whether any process of `theirs` is `visible`.
+pub(crate) fn decide_elsewhere(mine: u64, theirs: u64, found: bool, visible: bool) -> Liveness {
+    if found {
+        Liveness::Alive
+    } else if visible || mine == INITIAL_PIDNS {
+        Liveness::Gone
+    } else {
+        Liveness::Unknown(format!(
+            "the changes were made in PID namespace {theirs}, which this one ({mine}) cannot see: restore them from the host's (initial) PID namespace, or from that one"
+        ))
+    }
+}
+
+/// Looks through `/proc` for `owner`'s process: (found, any process of its namespace seen).
+fn scan_pidns(owner: &Owner) -> (bool, bool) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return (false, false);
+    };
+    let mut visible = false;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let ns = std::fs::metadata(format!("/proc/{pid}/ns/pid")).map_or(0, |m| m.ino());
+        if ns != owner.pidns {
+            continue;
+        }
+        visible = true;
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let inner = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|p| p.parse::<u32>().ok());
+        if inner == Some(owner.pid) {
+            let start = Process::of(pid).map_or(0, |p| p.start);
+            if owner.start == 0 || start == owner.start {
+                return (true, true);
+            }
+        }
+    }
+    (false, visible)
+}
+
+/// Whether `owner` is the calling process.
+pub fn is_this_process(owner: &Owner) -> bool {
+    let me = Process::current();
+    owner.pid == std::process::id()
+        && (owner.pidns == 0 || owner.pidns == me.pidns)
+        && (owner.start == 0 || owner.start == me.start)
 }
 
 /// One change and how far it got.
@@ -113,8 +270,14 @@ impl StateFile {
         // killed half-way leaves no state file, or one whose owner can be read, never an empty
         // one that `nic restore` could not read and `nic setup` would refuse to replace.
         let header = format!(
-            "{MAGIC}\nowner pid={} iface={} ifindex={} netns={} queue={}\n",
-            owner.pid, owner.iface, owner.ifindex, owner.netns, owner.queue
+            "{MAGIC}\nowner pid={} iface={} ifindex={} netns={} queue={} pidns={} start={}\n",
+            owner.pid,
+            owner.iface,
+            owner.ifindex,
+            owner.netns,
+            owner.queue,
+            owner.pidns,
+            owner.start
         );
         remove_stale_headers(&path);
         let tmp = header_path(&path, std::process::id());
@@ -298,6 +461,9 @@ pub fn read(path: &Path) -> Result<(Owner, Vec<Record>)> {
             ifindex: num(f("ifindex"))?,
             netns: num(f("netns"))?,
             queue: num(f("queue"))?,
+            // Absent from files written before they were recorded.
+            pidns: num(f("pidns")).unwrap_or(0),
+            start: num(f("start")).unwrap_or(0),
         })
     })()
     .ok_or_else(|| bad(format!("bad owner line '{owner_line}'")))?;
@@ -358,4 +524,48 @@ pub fn list(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn the_start_time_is_counted_from_the_last_parenthesis() {
+        // A command name with spaces and parentheses of its own (proc(5): field 2 is in
+        // parentheses, whatever it holds); starttime is field 22.
+        let mut fields: Vec<String> = (3..=52).map(|i| i.to_string()).collect();
+        fields[22 - 3] = "987654".into();
+        let line = format!("4242 (a) b (c)) {}", fields.join(" "));
+        assert_eq!(stat_start(&line), Some(987654));
+        assert_eq!(stat_start("4242 (x) S 1"), None);
+        assert_eq!(stat_start("no parenthesis"), None);
+        let me = Process::current();
+        assert!(me.start > 0 && me.pidns > 0, "{me:?}");
+    }
+
+    #[zcnet_testkit::test]
+    fn an_owner_elsewhere_is_gone_only_where_its_namespace_would_be_seen() {
+        assert_eq!(
+            decide_elsewhere(INITIAL_PIDNS, 5, true, true),
+            Liveness::Alive
+        );
+        assert_eq!(decide_elsewhere(7, 5, false, true), Liveness::Gone);
+        // From the initial namespace every process is visible: none of its means none left.
+        assert_eq!(
+            decide_elsewhere(INITIAL_PIDNS, 5, false, false),
+            Liveness::Gone
+        );
+        // From a container, an unseen namespace may be the host's.
+        match decide_elsewhere(7, 5, false, false) {
+            Liveness::Unknown(why) => {
+                assert!(
+                    why.contains("PID namespace 5") && why.contains("(7)"),
+                    "{why}"
+                );
+                assert!(!why.contains("--"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
