@@ -538,4 +538,48 @@ fn proc_start(pid: u32) -> u64 {
     zcnet::nic::state::Process::of_pid(pid).unwrap().start
 }
 
+/// A restore right after a zcrx receiver exits meets the kernel refusing to turn header split
+/// off while the queue still has a memory provider (the ring's exit work has not run yet): the
+/// undo waits for it, a while, and then says what held it.
+#[zcnet_testkit::test(timeout = 60)]
+fn a_restore_waits_for_the_memory_provider_to_let_go() {
+    let dir = tempdir();
+    let cfg = mlx5_like();
+    let nic = FakeNic::new(cfg.clone(), None);
+    let g = NicGuard::apply(nic.clone(), &tcp_9999(7), &dir).unwrap();
+    assert_eq!(nic.cfg().split, split::ENABLED);
+    // Refused three times (150 ms), then let go of: the restore goes through.
+    nic.bind_provider_for(3);
+    let t0 = std::time::Instant::now();
+    g.restore().unwrap();
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(100));
+    assert_eq!(nic.cfg(), cfg);
+    assert_eq!(files(&dir), 0);
+
+    // Never let go of (within the wait): the restore fails with the kernel's reason, and the
+    // state file stays for a later restore.
+    let g = NicGuard::apply(nic.clone(), &tcp_9999(7), &dir).unwrap();
+    nic.bind_provider_for(u32::MAX);
+    let records: Vec<zcnet::nic::state::Record> = g
+        .changes()
+        .iter()
+        .map(|c| zcnet::nic::state::Record {
+            change: c.clone(),
+            done: true,
+        })
+        .collect();
+    let e = zcnet::nic::undo_records_waiting(
+        &mut nic.clone(),
+        &records,
+        std::time::Duration::from_millis(200),
+    )
+    .unwrap_err();
+    assert!(zcnet::nic::provider_bound(&e), "{e}");
+    assert!(e.to_string().contains("memory provider"), "{e}");
+    nic.bind_provider_for(0);
+    g.restore().unwrap();
+    assert_eq!(nic.cfg(), cfg);
+    assert_eq!(files(&dir), 0);
+}
+
 zcnet_testkit::main!();

@@ -23,6 +23,7 @@ pub(crate) mod live;
 pub mod state;
 
 use std::path::Path;
+use std::time::Duration;
 
 pub use live::{ChannelCounts, LiveNic};
 use state::{Owner, Record, StateFile};
@@ -636,16 +637,53 @@ impl<C: NicControl> Drop for NicGuard<C> {
 /// their change may or may not have happened, and every undo here is safe either way. Stops
 /// at the first failure.
 pub fn undo_records<C: NicControl + ?Sized>(ctl: &mut C, records: &[Record]) -> Result<()> {
+    undo_records_waiting(ctl, records, PROVIDER_WAIT)
+}
+
+/// How long an undo waits for a memory provider to let go of the device (see
+/// [`provider_bound`]).
+pub const PROVIDER_WAIT: Duration = Duration::from_secs(3);
+
+/// Whether `e` is the kernel refusing a ring change because a queue of the device still has a
+/// memory provider (devmem's dma-buf binding, a zcrx area): `ethnl_set_rings` (net/ethtool/
+/// rings.c) "can't disable tcp-data-split while device has memory provider enabled" (and the
+/// same for a non-zero hds_thresh), EINVAL. A zcrx area is let go of by the ring's exit work,
+/// which the kernel runs after the process that made it has exited: a restore right then meets
+/// this for a moment.
+pub fn provider_bound(e: &Error) -> bool {
+    matches!(e, Error::Kernel { errno: Some(libc::EINVAL), message, .. } if message.contains("memory provider"))
+}
+
+/// Runs `step`, again every 50 ms for up to `wait` while it is refused because a memory
+/// provider is still bound ([`provider_bound`]).
+fn while_provider_bound(wait: Duration, mut step: impl FnMut() -> Result<()>) -> Result<()> {
+    let until = std::time::Instant::now() + wait;
+    loop {
+        match step() {
+            Err(e) if provider_bound(&e) && std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// [`undo_records`], waiting up to `wait` for a memory provider to let go of the device.
+pub fn undo_records_waiting<C: NicControl + ?Sized>(
+    ctl: &mut C,
+    records: &[Record],
+    wait: Duration,
+) -> Result<()> {
     for r in records.iter().rev() {
         match &r.change {
             Change::HeaderSplit {
                 prev_split,
                 prev_hds,
-            } => ctl.set_rings(*prev_split, *prev_hds)?,
+            } => while_provider_bound(wait, || ctl.set_rings(*prev_split, *prev_hds))?,
             Change::Ntuple { prev_on } => ctl.set_ntuple(*prev_on)?,
-            Change::Rss { prev, was_default } => {
-                ctl.set_indir(if *was_default { None } else { Some(prev) })?
-            }
+            Change::Rss { prev, was_default } => while_provider_bound(wait, || {
+                ctl.set_indir(if *was_default { None } else { Some(prev) })
+            })?,
             Change::Rule {
                 spec,
                 location: Some(l),

@@ -145,6 +145,9 @@ pub struct Sim {
     /// Whether the driver has get_ringparam (veth, lo and ifb have none: every rings-get and
     /// rings-set is refused with EOPNOTSUPP, so header split can never be turned on).
     ringparam: bool,
+    /// rings-sets still refused as the kernel refuses them while a queue has a memory provider
+    /// (a zcrx area whose ring's exit work has not run yet).
+    provider_refusals: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -191,6 +194,7 @@ impl FakeNic {
             park: None,
             channels,
             ringparam: true,
+            provider_refusals: 0,
         })))
     }
 
@@ -234,6 +238,12 @@ impl FakeNic {
     }
 
     /// Refuses the `k`-th change from now on (`None`: none).
+    /// The next `n` rings-sets are refused with the kernel's EINVAL for a device that still has
+    /// a memory provider bound (net/ethtool/rings.c).
+    pub fn bind_provider_for(&self, n: u32) {
+        self.0.borrow_mut().provider_refusals = n;
+    }
+
     pub fn set_fail_at(&self, k: Option<u32>) {
         let mut s = self.0.borrow_mut();
         s.calls = 0;
@@ -323,6 +333,17 @@ impl NicControl for FakeNic {
         self.call(|n| {
             if !n.0.borrow().ringparam {
                 return Err(refused());
+            }
+            {
+                let mut sim = n.0.borrow_mut();
+                if sim.provider_refusals > 0 {
+                    sim.provider_refusals -= 1;
+                    return Err(Error::Kernel {
+                        what: "rings-set on fake0".into(),
+                        message: "Invalid argument (kernel: can't disable tcp-data-split while device has memory provider enabled)".into(),
+                        errno: Some(22),
+                    });
+                }
             }
             n.mutate(|d| {
                 d.cfg.split = s;
