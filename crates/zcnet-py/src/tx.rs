@@ -267,7 +267,7 @@ fn send_slice(
 ) -> zcnet::Result<usize> {
     let until = Instant::now() + SLICE;
     if tx.mode() == TxMode::Copy {
-        return send_slice_in_place(tx, data, len, chunk, until);
+        return send_slice_in_place(tx, data, len, chunk, until, stall, stall_timeout);
     }
     let mut done = 0;
     let mut waiter = Waiter::new();
@@ -286,12 +286,11 @@ fn send_slice(
         // exporter's view or capsule is held by the caller).
         let src = unsafe { std::slice::from_raw_parts(data.add(done), len - done) };
         let n = buf.write(src)?;
-        let before = tx.accepted_bytes();
         match tx.send(buf, n) {
             Ok(()) => done += n,
-            // A signal cut the send short: what went is the stream's, the rest is sent again
-            // after the handler ran (or not, if it raised).
-            Err(zcnet::Error::Interrupted) => return Ok(done + went(tx, before)),
+            // A signal (or a slice without room) cut the send short: what of it went is the
+            // stream's, the rest is sent again after the signals were looked at.
+            Err(zcnet::Error::Interrupted) => return cut_short(tx, done, stall, stall_timeout),
             Err(e) => return Err(e),
         }
         if Instant::now() >= until {
@@ -303,15 +302,29 @@ fn send_slice(
 
 /// The host sender's cancel token: it ends a blocking send or wait at a signal
 /// ([`zcnet::Cancel::ending_at_signals`]), so the binding can run Python's handlers and go on
-/// from [`zcnet::Sender::accepted_bytes`].
+/// from [`zcnet::Sender::last_call_accepted`].
 fn host_token() -> zcnet::Cancel {
     zcnet::Cancel::new().ending_at_signals()
 }
 
-/// Bytes of a send interrupted by a signal that the kernel had accepted (`before`: the
-/// sender's [`zcnet::Sender::accepted_bytes`] when it began).
-fn went(tx: &zcnet::Sender, before: u64) -> usize {
-    (tx.accepted_bytes() - before) as usize
+/// A slice whose send the library ended early (`Interrupted`: a signal, or a slice without
+/// room in the socket, which the host token ends too): the bytes of the slice that went, `done`
+/// and what of the cut send went ([`zcnet::Sender::last_call_accepted`]); the caller looks at
+/// the signals and goes on from there. Nothing moving for the stall timeout is
+/// [`zcnet::Error::Stalled`] (the library's own stall clock restarts with every call).
+fn cut_short(
+    tx: &zcnet::Sender,
+    done: usize,
+    stall: &mut Stall,
+    stall_timeout: Duration,
+) -> zcnet::Result<usize> {
+    let went = tx.last_call_accepted() as usize;
+    if done + went > 0 {
+        stall.progress();
+    } else {
+        stall.check(tx, stall_timeout)?;
+    }
+    Ok(done + went)
 }
 
 /// `send_slice` for the copy mode: `send(2)` copies the caller's bytes into the socket before it
@@ -324,6 +337,8 @@ fn send_slice_in_place(
     len: usize,
     chunk: usize,
     until: Instant,
+    stall: &mut Stall,
+    stall_timeout: Duration,
 ) -> zcnet::Result<usize> {
     let mut done = 0;
     while done < len {
@@ -341,10 +356,12 @@ fn send_slice_in_place(
                     std::io::Error::from_raw_os_error(libc::EINVAL),
                 )
             })?;
-        let before = tx.accepted_bytes();
         match tx.send_lent(lent, 0, n) {
-            Ok(()) => done += n,
-            Err(zcnet::Error::Interrupted) => return Ok(done + went(tx, before)),
+            Ok(()) => {
+                done += n;
+                stall.progress();
+            }
+            Err(zcnet::Error::Interrupted) => return cut_short(tx, done, stall, stall_timeout),
             Err(e) => return Err(e),
         }
         if Instant::now() >= until {

@@ -101,6 +101,26 @@ pub fn set_nodelay(fd: RawFd) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
 }
 
+/// `setsockopt(SOL_SOCKET, SO_SNDTIMEO, timeout)`: a blocking send that finds no room waits at
+/// most `timeout` (in all, per call) and then returns what it sent, or `EAGAIN` (socket(7)).
+pub fn set_send_timeout(fd: RawFd, timeout: std::time::Duration) -> io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: `tv` is a live timeval and its size is passed; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    crate::cvt(r).map(drop)
+}
+
 /// Whether TCP_NODELAY is set.
 pub fn nodelay(fd: RawFd) -> io::Result<bool> {
     Ok(getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY)? != 0)

@@ -32,8 +32,13 @@ use zcnet_sys::os::Wake;
 /// A token made with [`Cancel::ending_at_signals`] also ends a call, with
 /// [`Error::Interrupted`], whenever a signal cuts one of its system calls short (`EINTR`: a
 /// handler installed without `SA_RESTART`), without cancelling the token: for runtimes that run
-/// their signal handlers between calls and then call again (CPython, PEP 475). What a send
-/// call had handed to the kernel before the signal is in [`crate::Sender::accepted_bytes`].
+/// their signal handlers between calls and then call again (CPython, PEP 475). It applies to a
+/// [`crate::Sender`]'s calls and waits and to the free functions of [`crate::net`] (a
+/// [`crate::Receiver`] polls in slices and needs no such token). A send that has found no room
+/// in its socket for [`crate::tx::SEND_SLICE`] ends the same way (a signal that came between
+/// two system calls, or that a send which had copied some bytes swallowed, leaves no `EINTR`):
+/// the caller looks at its signals and calls again. What of an interrupted send call's
+/// payload went is [`crate::Sender::last_call_accepted`].
 #[derive(Debug, Clone, Default)]
 pub struct Cancel {
     flag: Arc<AtomicBool>,
@@ -122,6 +127,31 @@ impl Cancel {
     /// [`Error::Interrupted`] once cancelled.
     pub(crate) fn wait_writable(&self, fd: impl AsFd) -> Result<()> {
         self.wait(fd, libc::POLLOUT, "waiting to write")
+    }
+
+    /// Waits up to `max` until the socket `fd` can take a write (a timeout is not an error:
+    /// the caller tries again); [`Error::Interrupted`] once cancelled, or at a signal for a
+    /// token that ends at signals.
+    pub(crate) fn wait_writable_for(&self, fd: std::os::fd::RawFd, max: Duration) -> Result<()> {
+        let until = std::time::Instant::now() + max;
+        loop {
+            self.check()?;
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            let ms = left.min(zcnet_sys::os::STOP_CHECK).as_millis().max(1) as libc::c_int;
+            match zcnet_sys::sock::poll_one_or_signal(fd, libc::POLLOUT, ms) {
+                Ok(0) => {}
+                Ok(_) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                    if self.at_signal {
+                        return Err(Error::Interrupted);
+                    }
+                }
+                Err(e) => return Err(Error::io("poll (waiting to write)", e)),
+            }
+        }
     }
 }
 

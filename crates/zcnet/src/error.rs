@@ -339,6 +339,10 @@ impl Error {
                 }
                 Ok(())
             }
+            Error::Stalled { seconds, outstanding: 0 } => write!(
+                f,
+                "no room in the socket for {seconds} s: is the receiver reading?"
+            ),
             Error::Stalled { seconds, outstanding } => write!(
                 f,
                 "no send completion for {seconds} s with {outstanding} buffer(s) held by the kernel: is the receiver reading?"

@@ -58,7 +58,7 @@ pub fn accept(listener: &TcpListener, cancel: &Cancel) -> Result<(TcpStream, Soc
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 cancel.wait_readable(listener)?
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.is_cancelled() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.ends_at_eintr() => {}
             // A connection reset before it was accepted: wait for the next one.
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
             Err(e) => return Err(Error::io("accept", e)),
@@ -86,7 +86,7 @@ pub fn recv_interruptible(
                     Err(e) => return Err(std::io::Error::other(e.to_string())),
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.is_cancelled() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.ends_at_eintr() => {}
             r => return r,
         }
     }
@@ -112,7 +112,7 @@ pub fn send_all_interruptible(
                     Err(e) => return Err(std::io::Error::other(e.to_string())),
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.is_cancelled() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && !cancel.ends_at_eintr() => {}
             Err(e) => return Err(e),
         }
     }

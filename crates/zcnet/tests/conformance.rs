@@ -192,6 +192,47 @@ fn peer_reset_mid_stream_is_reported_with_confirmed_bytes() {
     }
 }
 
+/// A peer that stops reading: every mode gives up with `Stalled` after its stall timeout, the
+/// copying modes too (their blocking send() returns every 100 ms without room, SO_SNDTIMEO),
+/// instead of blocking for good; the message says what is stuck.
+#[zcnet_testkit::test(timeout = 120)]
+fn every_mode_meets_the_stall_timeout_when_the_peer_stops_reading() {
+    for mode in TxMode::ALL {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (idle, _) = listener.accept().unwrap();
+        let mut cfg = TxConfig::new(mode);
+        cfg.stall_timeout = Duration::from_secs(1);
+        let region = Region::anonymous(zcnet::tx::region_len(&cfg)).unwrap();
+        let mut tx = Sender::new(Socket::from(stream), region, &cfg).unwrap();
+        let t0 = Instant::now();
+        let e = loop {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{mode}: still sending to a peer that does not read"
+            );
+            match tx.buffer() {
+                Ok(b) => {
+                    let len = b.capacity();
+                    if let Err(e) = tx.send(b, len) {
+                        break e;
+                    }
+                }
+                Err(e) => break e,
+            }
+        };
+        let took = t0.elapsed();
+        assert!(matches!(e, Error::Stalled { .. }), "{mode}: {e}");
+        assert!(e.to_string().contains("is the receiver reading?"), "{e}");
+        assert!(
+            took < Duration::from_secs(10),
+            "{mode}: stalled after {took:?}"
+        );
+        drop(tx);
+        drop(idle);
+    }
+}
+
 /// io_uring cancels the requests of a thread that exits. A sender whose sends were queued by
 /// a thread that then exited, before the peer could take them, must not lose them quietly:
 /// the flush that follows (on another thread) fails, and every buffer is back.

@@ -206,7 +206,7 @@ pub struct TxConfig {
     /// signal (`EINTR`) is not retried, and a TCP sender dropped with buffers still held
     /// aborts its connection so that they come back at once. A token made with
     /// [`Cancel::ending_at_signals`] also ends those calls at any signal that cuts one of
-    /// their system calls short ([`Sender::accepted_bytes`] then says what went). Default: a
+    /// their system calls short ([`Sender::last_call_accepted`] then says what went). Default: a
     /// fresh token nobody cancels.
     pub cancel: Cancel,
 }
@@ -363,6 +363,12 @@ pub fn min_region_len(cfg: &TxConfig) -> usize {
         .saturating_mul(buffer_stride(cfg.buf_size))
 }
 
+/// The longest a blocking `send()` of the modes that send in the call (`copy`, `msg-zerocopy`,
+/// `auto` when it copies, `devmem`) waits for room before it returns (`SO_SNDTIMEO`, set on the
+/// socket by [`Sender::new`]): the token, the stall timeout and (for a token that ends at
+/// signals) a signal that came between two system calls are looked at at least this often.
+pub const SEND_SLICE: Duration = Duration::from_millis(100);
+
 /// What the backends share: the socket, the free buffers, the statistics, the clock.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -373,12 +379,40 @@ pub(crate) struct Shared {
     pub stall_timeout: Duration,
     /// The sender's token ([`TxConfig::cancel`]).
     pub cancel: Cancel,
+    /// Bytes of the current (or last) `send`/`send_lent` call's payload the kernel accepted
+    /// inside the call (`copy` and `msg-zerocopy`, which send in it; see
+    /// [`Sender::last_call_accepted`]).
+    pub call_accepted: u64,
 }
 
 impl Shared {
     /// Whether the sender's token was cancelled: a wait stops, an `EINTR` is not retried.
     pub fn cancelled(&self) -> bool {
         self.cancel.is_cancelled()
+    }
+
+    /// A blocking `send()` found no room in the socket for [`SEND_SLICE`] (the send timeout
+    /// [`Sender::new`] sets on the sockets of the modes that send in the call), or a
+    /// non-blocking socket none at all (`EAGAIN`): waits for room up to another slice, and says
+    /// whether to try again. `since` is when the send last made progress (`None`: until now);
+    /// [`Error::Stalled`] once it made none for the stall timeout, [`Error::Interrupted`] when
+    /// the token ends the wait. A token that ends at signals ends it after the slice too: a
+    /// signal that came while the thread was between system calls, or that a send which had
+    /// already copied some bytes swallowed (it then returns the count, not `EINTR`), is seen
+    /// by its runtime no later than that.
+    pub fn no_room(&self, since: &mut Option<Instant>) -> Result<()> {
+        let t = *since.get_or_insert_with(Instant::now);
+        if t.elapsed() > self.stall_timeout {
+            return Err(Error::Stalled {
+                seconds: self.stall_timeout.as_secs(),
+                outstanding: 0,
+            });
+        }
+        self.cancel.wait_writable_for(self.fd, SEND_SLICE)?;
+        if self.cancel.ends_at_signals() {
+            return Err(Error::Interrupted);
+        }
+        Ok(())
     }
 
     /// Nanoseconds since the sender's clock started.
@@ -577,6 +611,16 @@ impl Sender {
                 add_note(&mut note, why);
             }
         }
+        if matches!(
+            cfg.mode,
+            TxMode::Copy | TxMode::MsgZerocopy | TxMode::Auto | TxMode::Devmem
+        ) {
+            // Their blocking send() returns after SEND_SLICE without room (partly sent, or
+            // EAGAIN), so that a peer that stopped reading meets the stall timeout and the
+            // token. io_uring's sends poll for room instead and never sleep on it.
+            zcnet_sys::sock::set_send_timeout(fd, SEND_SLICE)
+                .map_err(|e| Error::io("setting SO_SNDTIMEO", e))?;
+        }
         let mut fallbacks = Vec::new();
         let mut stats = TxStats::default();
         let backend: Box<dyn TxBackend> = match cfg.mode {
@@ -633,6 +677,7 @@ impl Sender {
                 start: Instant::now(),
                 stall_timeout: cfg.stall_timeout,
                 cancel: cfg.cancel.clone(),
+                call_accepted: 0,
             },
             sock,
             mode: cfg.mode,
@@ -735,6 +780,7 @@ impl Sender {
             self.sh.free.push(buf);
             return Ok(());
         }
+        self.sh.call_accepted = 0;
         self.backend.send(&mut self.sh, Payload::Buf(buf), len)
     }
 
@@ -765,6 +811,7 @@ impl Sender {
         if len == 0 {
             return Ok(());
         }
+        self.sh.call_accepted = 0;
         self.backend
             .send(&mut self.sh, Payload::Lent { buf, off }, len)
     }
@@ -824,13 +871,15 @@ impl Sender {
         self.sh.cancel = cancel;
     }
 
-    /// Bytes the kernel has accepted so far: [`TxStats::bytes`] without the clock reads of
-    /// [`Sender::stats`]. `copy` and `msg-zerocopy` count a send's bytes as each `send()`
-    /// returns, so after a call that ended part-way (a signal, with a token that ends at
-    /// signals) the difference from before the call is what of it went out, in order; the
-    /// io_uring modes count them as their results come back.
-    pub fn accepted_bytes(&self) -> u64 {
-        self.sh.stats.bytes
+    /// Of the last [`Sender::send`] or [`Sender::send_lent`] call that failed, the bytes of its
+    /// own payload that went into the socket first, in order (the rest did not): a call ended
+    /// part-way by [`Error::Interrupted`] (a token that ends at signals) or a stall goes on
+    /// from there. The modes that send in the call (`copy`, `msg-zerocopy`, `auto` while it
+    /// copies, `devmem`) count every byte the kernel accepted; the io_uring modes queue a
+    /// payload whole or not at all, and a call of theirs that failed queued none of it (0).
+    /// After a call that succeeded, every byte of its payload went or is queued.
+    pub fn last_call_accepted(&self) -> u64 {
+        self.sh.call_accepted
     }
 
     /// Waits until every buffer is back: every send completed and every notification arrived.

@@ -251,6 +251,8 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
         // Since when ENOBUFS has held this send back with nothing accepted; the clock is read
         // only once that happens, so the hot path reads none.
         let mut waited: Option<std::time::Instant> = None;
+        // Since when the socket has had no room (EAGAIN), for the stall timeout.
+        let mut stuck: Option<std::time::Instant> = None;
         while off < len {
             match self.kernel.send(sh.fd, &buf, off, len) {
                 Ok(n) => {
@@ -259,7 +261,9 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                     off += n;
                     sh.stats.sends += 1;
                     sh.stats.bytes += n as u64;
+                    sh.call_accepted += n as u64;
                     waited = None;
+                    stuck = None;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     sh.stats.enobufs_waits += 1;
@@ -281,6 +285,14 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                     }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancel.ends_at_eintr() => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // No room for SEND_SLICE: notifications may be what frees it.
+                    let r = self.reap(sh, false).and_then(|()| sh.no_room(&mut stuck));
+                    if let Err(e) = r {
+                        self.park(sh, buf);
+                        return Err(e);
+                    }
+                }
                 Err(e) => {
                     let err = self.kernel.send_error(sh, e);
                     self.park(sh, buf);
@@ -539,6 +551,7 @@ mod tests {
             start: Instant::now(),
             stall_timeout: Duration::from_secs(5),
             cancel: crate::Cancel::new(),
+            call_accepted: 0,
         }
     }
 

@@ -254,12 +254,24 @@ impl UringTx {
     /// Streams: waits until every send handed over so far has its result (the data is in the
     /// socket, in order). Notifications may still be outstanding.
     pub(crate) fn settle(&mut self, sh: &mut Shared) -> Result<()> {
+        // Since when no send has had its result (the stall clock starts only then).
+        let mut since: Option<std::time::Instant> = None;
         while !self.staged.is_empty() || self.engine.awaiting_result() > 0 {
             if sh.cancelled() {
                 return Err(Error::Interrupted);
             }
+            let before = (self.staged.len(), self.engine.awaiting_result());
             self.start_chain(sh)?;
             self.reap(sh, true)?;
+            if (self.staged.len(), self.engine.awaiting_result()) != before {
+                since = None;
+            } else if since.get_or_insert_with(std::time::Instant::now).elapsed() > sh.stall_timeout
+            {
+                return Err(Error::Stalled {
+                    seconds: sh.stall_timeout.as_secs(),
+                    outstanding: self.outstanding(),
+                });
+            }
         }
         Ok(())
     }
