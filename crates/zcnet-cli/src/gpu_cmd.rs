@@ -156,11 +156,16 @@ struct GpuRecvJson {
 }
 
 /// `zcnet recv --mem cuda[:N]`: the GPU memory is a ring of `--area` bytes.
-pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Error> {
+pub fn recv(
+    a: &RecvArgs,
+    memory: MemoryKind,
+    cfg: &RxConfig,
+    want_bytes: Option<u64>,
+) -> Result<(), Error> {
     let addr = net::parse_addr(&a.listen)?;
     let mut region = Region::new(memory, cfg.area_len)?;
     if a.naive {
-        return naive_recv(a, addr, memory, region);
+        return naive_recv(a, addr, memory, region, want_bytes);
     }
     let (standin_note, label) = label_of(&region);
     let prepared = gpu::PreparedReceive::new(&mut region, cfg)?;
@@ -207,7 +212,7 @@ pub fn recv(a: &RecvArgs, memory: MemoryKind, cfg: &RxConfig) -> Result<(), Erro
             if rep.verified { ", pattern verified" } else { "" }
         );
     }
-    Ok(())
+    crate::sendrecv::stream_length(rep.bytes, want_bytes)
 }
 
 #[derive(Serialize)]
@@ -304,6 +309,7 @@ fn naive_recv(
     addr: SocketAddr,
     memory: MemoryKind,
     mut region: Region,
+    want_bytes: Option<u64>,
 ) -> Result<(), Error> {
     let listener = listen_announced(addr)?;
     let (s, _) = net::accept(&listener, &zcnet_tools::interrupt::token())?;
@@ -323,5 +329,6 @@ fn naive_recv(
         rep.seconds,
         rep.cpu_seconds,
         a.verify,
-    )
+    )?;
+    crate::sendrecv::stream_length(rep.bytes, want_bytes)
 }

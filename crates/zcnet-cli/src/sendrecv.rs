@@ -248,7 +248,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         )?;
     }
     if memory.is_device() {
-        return crate::gpu_cmd::recv(a, memory, &cfg);
+        return crate::gpu_cmd::recv(a, memory, &cfg, want_bytes);
     }
     if memory == MemoryKind::Udmabuf {
         // The receive area as a dma-buf of host memory: zcrx's dma-buf area
@@ -316,7 +316,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             bytes: rep.recv.bytes,
             reads: rep.recv.reads,
             seconds: rep.recv.seconds,
-            verified: a.verify,
+            verified: a.verify && rep.recv.bytes > 0,
             zerocopy_bytes: st.zerocopy_bytes,
             copied_bytes: st.copied_bytes,
             unknown_copy_bytes: st.unknown_copy_bytes,
@@ -353,13 +353,30 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             rep.recv.reads,
             st.starved,
             st.rearms,
-            if a.verify { ", pattern verified" } else { "" }
+            if a.verify && rep.recv.bytes > 0 {
+                ", pattern verified"
+            } else {
+                ""
+            }
         );
     }
     if let Some(reset) = failed {
         return Err(reset);
     }
+    if a.verify && rep.recv.bytes == 0 {
+        return Err(nothing_to_verify());
+    }
     stream_length(rep.recv.bytes, want_bytes)
+}
+
+/// `recv --verify` where no payload arrived: nothing was checked, which is not a pass.
+pub(crate) fn nothing_to_verify() -> Error {
+    Error::io(
+        "recv --verify",
+        std::io::Error::other(
+            "nothing to verify: 0 B of payload arrived, so the pattern was not checked",
+        ),
+    )
 }
 
 /// `recv --bytes N` on a stream: `received` must be exactly N.

@@ -246,12 +246,7 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         return Err(Error::Interrupted);
     }
     if a.verify && rep.bytes == 0 {
-        return Err(Error::io(
-            "recv --verify",
-            std::io::Error::other(
-                "nothing to verify: 0 B of payload arrived, so the pattern was not checked",
-            ),
-        ));
+        return Err(crate::sendrecv::nothing_to_verify());
     }
     if let Some(want) = bytes.filter(|&b| rep.bytes < b) {
         return Err(Error::io(

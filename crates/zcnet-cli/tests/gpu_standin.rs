@@ -180,6 +180,50 @@ fn staged_send_and_recv_verify_every_byte_on_the_stand_in() {
     );
 }
 
+/// `recv --mem cuda --bytes N` (staged, and `--naive`) holds the stream to N bytes as a host
+/// receive does: a sender that stops short is exit 1, "cut short".
+#[zcnet_testkit::test(timeout = 300)]
+fn gpu_recv_bytes_requires_the_stream_length() {
+    let lib = cuda_standin::build(Variant::Full);
+    for naive in [false, true] {
+        let rs = cuda_standin::summary_path("recv");
+        let mut args = vec![
+            "recv",
+            "--listen",
+            "127.0.0.1:0",
+            "--mem",
+            "cuda",
+            "--bytes",
+            "2M",
+        ];
+        if naive {
+            args.push("--naive");
+        }
+        let mut recv = zcnet(&lib, &rs)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(recv.stderr.take().unwrap());
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap() > 0 && !line.contains("listening on") {
+            line.clear();
+        }
+        let port = line.trim().rsplit(':').next().unwrap().to_string();
+        let send = Command::new(env!("CARGO_BIN_EXE_zcnet"))
+            .args(["send", &format!("127.0.0.1:{port}"), "--bytes", "1M"])
+            .output()
+            .unwrap();
+        assert!(send.status.success(), "{}", text(&send));
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        let r = recv.wait_with_output().unwrap();
+        assert_eq!(r.status.code(), Some(1), "naive {naive}: {rest}");
+        assert!(rest.contains("cut short"), "naive {naive}: {rest}");
+    }
+}
+
 /// `send --udp --mem cuda --verify`: each `--size` buffer of GPU memory (the stand-in's) goes
 /// out as one datagram through the staging pipeline, the pattern at its stream offset, the last
 /// one short; devmem is not tried on a datagram socket, and says why.

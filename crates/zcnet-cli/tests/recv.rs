@@ -75,6 +75,27 @@ fn udp_verify_with_nothing_received_is_not_verified() {
     assert!(out.contains("nothing to verify"), "{out}");
 }
 
+/// The same on a TCP stream: a peer that connects and closes at once leaves nothing to
+/// verify, which is exit 1 and `"verified": false`, not a pass.
+#[zcnet_testkit::test(timeout = 60)]
+fn tcp_verify_with_nothing_received_is_not_verified() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let child = recv(&["--verify", "--listen", &addr, "--json"]);
+    drop(connect(port));
+    let o = child.wait_with_output().unwrap();
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(!out.contains("pattern verified"), "{out}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (doc["verified"].clone(), doc["bytes"].clone()),
+        (false.into(), 0.into()),
+        "{doc}"
+    );
+    assert!(out.contains("nothing to verify"), "{out}");
+}
+
 /// `recv --verify --bytes N` fails on a stream cut short (and says how much came), passes on
 /// one of exactly N bytes.
 #[zcnet_testkit::test(timeout = 60)]
