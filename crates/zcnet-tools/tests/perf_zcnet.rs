@@ -62,6 +62,25 @@ fn parallel_timed() {
     assert!(!c["intervals"].as_array().is_none_or(Vec::is_empty));
 }
 
+/// A paced stream's time runs to the end of the test, as iperf3 counts it, not to its last
+/// block: at -b 1M with 128 KiB blocks over 2 s the last block leaves about 1 s in, and a rate
+/// over that second would be twice the real one.
+#[zcnet_testkit::test]
+fn a_paced_streams_time_runs_to_the_end_of_the_test() {
+    let (c, s) = pair(&["-t", "2", "-b", "1M", "-l", "128K"], &[]);
+    for (doc, side) in [(&c, "client"), (&s, "server")] {
+        for sum in ["sum_sent", "sum_received"] {
+            let secs = doc["end"][sum]["seconds"].as_f64().unwrap();
+            assert!(
+                (1.9..2.6).contains(&secs),
+                "{side} {sum}: {secs} s for a 2 s test"
+            );
+        }
+    }
+    let bits = c["end"]["sum_sent"]["bits_per_second"].as_f64().unwrap();
+    assert!(bits < 1.6e6, "{bits} bit/s for -b 1M");
+}
+
 #[zcnet_testkit::test]
 fn reverse_bytes_exactly() {
     let (c, s) = pair(&["-n", "20000001", "-R", "-P", "3"], &[]);

@@ -44,6 +44,9 @@ pub struct TestRun {
     omitting: bool,
     has_omit: bool,
     omit_base: Vec<u64>,
+    /// When the test ended on this side (its senders stopped or its receivers drained first):
+    /// every stream's time ends here.
+    ended_at: Option<Instant>,
     /// UDP datagrams and losses per stream at the end of `-O` (iperf3's `omitted_packet_count`
     /// and `omitted_cnt_error`): left out of the results, sent to the peer beside the totals.
     omit_udp: Vec<UdpCounts>,
@@ -101,6 +104,9 @@ impl TestRun {
         let path = &path;
         let shared = TestShared::new(Budget::new(params.num, params.blockcount));
         let cpu = CpuClock::start();
+        // The test's clock starts before the first stream sends: its bytes count, so must its
+        // time.
+        let now = Instant::now();
         let mut running = Vec::with_capacity(streams.len());
         for (i, (d, &s)) in streams.into_iter().zip(&sends).enumerate() {
             match Running::start(i, s, d, path, &shared, notify) {
@@ -114,7 +120,6 @@ impl TestRun {
                 }
             }
         }
-        let now = Instant::now();
         let omit = Duration::from_secs(u64::from(params.omit));
         let n = running.len();
         let mut run = TestRun {
@@ -136,6 +141,7 @@ impl TestRun {
             first_interval: true,
             intervals: Vec::new(),
             ends: (0..n).map(|_| None).collect(),
+            ended_at: None,
             cpu,
             cpu_used: None,
             tcp: vec![TcpInfoSeries::default(); n],
@@ -298,6 +304,7 @@ impl TestRun {
     /// Stops this side's sending streams (see [`stop_senders`]); a stream whose peer reads
     /// nothing for `grace` is reset.
     pub fn stop_senders(&mut self, grace: Duration) {
+        self.ended_at.get_or_insert_with(Instant::now);
         let ends = stop_senders(&self.shared, &mut self.running, &self.sends, grace);
         self.keep(ends);
     }
@@ -332,6 +339,7 @@ impl TestRun {
 
     /// Receives what is still coming on this side's receiving streams and stops them.
     pub fn drain_receivers(&mut self) {
+        self.ended_at.get_or_insert_with(Instant::now);
         let ends = drain_receivers(&self.shared, &mut self.running, &self.sends);
         self.keep(ends);
     }
@@ -388,10 +396,14 @@ impl TestRun {
         }
     }
 
-    /// Seconds a stream ran, from the start of the measured part to its last byte.
+    /// Seconds a stream ran: from the start of the measured part to the end of the test (as
+    /// iperf3 counts every stream's time: a paced stream's last block may leave long before
+    /// the end, a stalled one's never), or to its last byte when the test has not ended.
     fn secs(&self, i: usize) -> f64 {
         let last = self.ends[i].as_ref().and_then(|e| e.last);
-        last.unwrap_or(self.measure_from)
+        self.ended_at
+            .or(last)
+            .unwrap_or(self.measure_from)
             .saturating_duration_since(self.measure_from)
             .as_secs_f64()
     }
