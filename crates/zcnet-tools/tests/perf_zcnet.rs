@@ -70,14 +70,16 @@ fn a_paced_streams_time_runs_to_the_end_of_the_test() {
     let (c, s) = pair(&["-t", "2", "-b", "1M", "-l", "128K"], &[]);
     for (doc, side) in [(&c, "client"), (&s, "server")] {
         for sum in ["sum_sent", "sum_received"] {
-            let secs = doc["end"][sum]["seconds"].as_f64().unwrap();
+            let secs = doc["end"][sum]["seconds"].as_f64().expect("seconds");
             assert!(
                 (1.9..2.6).contains(&secs),
                 "{side} {sum}: {secs} s for a 2 s test"
             );
         }
     }
-    let bits = c["end"]["sum_sent"]["bits_per_second"].as_f64().unwrap();
+    let bits = c["end"]["sum_sent"]["bits_per_second"]
+        .as_f64()
+        .expect("bits_per_second");
     assert!(bits < 1.6e6, "{bits} bit/s for -b 1M");
 }
 
