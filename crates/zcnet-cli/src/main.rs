@@ -128,6 +128,11 @@ fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
 fn outcome(r: zcnet::Result<i32>, interrupted: bool) -> (Option<String>, i32) {
     match r {
         Err(zcnet::Error::Interrupted) => (Some("interrupted".into()), 130),
+        // NIC changes left applied are the failure to report, however the run ended.
+        Err(e @ zcnet::Error::NicSetup { .. }) => (
+            Some(zcnet_tools::cli_text::error_text(&e)),
+            zcnet_tools::cli_text::exit_code(&e),
+        ),
         Err(e) if interrupted => (
             Some(format!(
                 "interrupted ({})",
@@ -226,6 +231,16 @@ mod tests {
             outcome(Err(Error::invalid_input("--size 0: ...")), false).1,
             2
         );
+        // A restore that failed after Ctrl-C left NIC changes applied: that, not 130.
+        let left = || Error::NicSetup {
+            iface: "eth1".into(),
+            step: "restoring the setup".into(),
+            cause: "rings-set: Invalid argument".into(),
+            undo: "the changes stay applied".into(),
+        };
+        let (line, code) = outcome(Err(left()), true);
+        assert_eq!(code, 1);
+        assert!(line.unwrap().contains("the changes stay applied"));
     }
 
     #[test]

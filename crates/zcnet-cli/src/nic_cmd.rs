@@ -52,14 +52,15 @@ pub struct SetupArgs {
     /// Steer flows to this destination port to the queue (ntuple rule); without it, no rule.
     #[arg(long, allow_negative_numbers = true)]
     pub port: Option<u16>,
-    /// Protocol of the steered flow: tcp or udp.
-    #[arg(long, default_value = "tcp")]
+    /// Protocol of the steered flow: tcp or udp (with --port).
+    #[arg(long, default_value = "tcp", requires = "port")]
     pub proto: String,
-    /// Steer IPv6 flows (flow-type tcp6/udp6) instead of IPv4.
-    #[arg(long)]
+    /// Steer IPv6 flows (flow-type tcp6/udp6) instead of IPv4 (with --port).
+    #[arg(long, requires = "port")]
     pub ipv6: bool,
-    /// Leave the changes applied when zcnet exits; undo them later with `zcnet nic restore`.
-    #[arg(long)]
+    /// Leave the changes applied when zcnet exits; undo them later with `zcnet nic restore`
+    /// (runs no command: it and `-- CMD` exclude each other).
+    #[arg(long, conflicts_with = "command")]
     pub keep: bool,
     /// Print what was applied as JSON.
     #[arg(long)]
@@ -161,7 +162,16 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
         run_child(&a.command)
     };
     // Restored whatever ended the hold: the command's exit, SIGINT/SIGTERM, a failure to start it.
-    let n = guard.restore()?;
+    // A restore that fails leaves changes applied: that is the error, Ctrl-C or not.
+    let n = guard.restore().map_err(|e| Error::NicSetup {
+        iface: a.iface.clone(),
+        step: "restoring the setup".into(),
+        cause: zcnet_tools::cli_text::error_text(&e),
+        undo: format!(
+            "the changes stay applied; undo them with 'zcnet nic restore --iface {}'",
+            a.iface
+        ),
+    })?;
     zcnet_tools::eoutln!("{}: restored ({n} change(s) undone)", a.iface);
     held
 }
@@ -176,12 +186,30 @@ fn hold() -> zcnet::Result<i32> {
 /// foreground group; SIGINT/SIGTERM sent to zcnet alone is passed on to it as SIGTERM
 /// ([`zcnet_tools::interrupt::wait_child`]), and the result is then [`Error::Interrupted`].
 fn run_child(argv: &[String]) -> zcnet::Result<i32> {
-    let mut child = std::process::Command::new(&argv[0])
+    let mut child = match std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .spawn()
-        .map_err(|e| Error::io(format!("starting '{}'", argv[0]), e))?;
+    {
+        Ok(c) => c,
+        // The shell's codes: 127 not found, 126 found but not runnable (the setup is
+        // restored either way).
+        Err(e) => {
+            zcnet_tools::eoutln!("zcnet nic setup: starting '{}': {e}", argv[0]);
+            return Ok(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
     let st = zcnet_tools::interrupt::wait_child(&mut child)?;
-    Ok(st.code().unwrap_or(130))
+    if let Some(code) = st.code() {
+        return Ok(code);
+    }
+    // Killed by a signal: 128 + its number, as a shell reports it, said in one line.
+    let sig = std::os::unix::process::ExitStatusExt::signal(&st).unwrap_or(0);
+    zcnet_tools::eoutln!("zcnet nic setup: '{}' was killed by signal {sig}", argv[0]);
+    Ok(128 + sig)
 }
 
 /// `zcnet nic channels`: the channel counts (current and maximum); with a count, sets it first

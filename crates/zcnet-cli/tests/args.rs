@@ -139,6 +139,24 @@ fn parser_errors_are_one_line_naming_the_flag() {
         (&["bench", "rx", "--threads", "-2"][..], "--threads"),
         (&["send", "127.0.0.1:9", "--sise", "4K"][..], "--size"),
         (&["nic", "setup", "--queue", "1"][..], "--iface"),
+        // Options that would be ignored are refused: a protocol without a port to steer, and
+        // --keep with a command it would never run.
+        (
+            &[
+                "nic", "setup", "--iface", "lo", "--queue", "0", "--proto", "udp",
+            ][..],
+            "--port",
+        ),
+        (
+            &["nic", "setup", "--iface", "lo", "--queue", "0", "--ipv6"][..],
+            "--port",
+        ),
+        (
+            &[
+                "nic", "setup", "--iface", "lo", "--queue", "0", "--keep", "--", "true",
+            ][..],
+            "--keep",
+        ),
     ] {
         let o = zcnet(args);
         let e = stderr(&o);
