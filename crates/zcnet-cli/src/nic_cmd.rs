@@ -320,15 +320,39 @@ fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
         zcnet_tools::outln!("nothing to restore: no zcnet NIC state in this network namespace");
         return Ok(());
     }
+    // Each file on its own: one that cannot be restored (its owner still runs, its interface
+    // is gone, the kernel refuses) is said and left, and the others are still restored.
+    let total = files.len();
+    let mut left = Vec::new();
     for p in files {
-        let (owner, _) = state::read(&p)?;
-        let mut ctl = LiveNic::open(&owner.iface)?;
-        let undone = nic::restore_from_file(&mut ctl, &p)?;
-        for r in undone.iter().rev() {
-            zcnet_tools::outln!("{}: undid {}", owner.iface, r.change.describe());
+        let restored = (|| {
+            let (owner, _) = state::read(&p)?;
+            let mut ctl = LiveNic::open(&owner.iface)?;
+            let undone = nic::restore_from_file(&mut ctl, &p)?;
+            for r in undone.iter().rev() {
+                zcnet_tools::outln!("{}: undid {}", owner.iface, r.change.describe());
+            }
+            Ok::<_, Error>(())
+        })();
+        if let Err(e) = restored {
+            zcnet_tools::eoutln!(
+                "zcnet nic restore: {}: {}",
+                p.display(),
+                zcnet_tools::cli_text::error_text(&e)
+            );
+            left.push(p);
         }
     }
-    Ok(())
+    match left.first() {
+        None => Ok(()),
+        Some(first) => Err(Error::NicState {
+            path: first.clone(),
+            problem: format!(
+                "{} of {total} state file(s) not restored (each said above; an interface that is gone took its changes with it)",
+                left.len()
+            ),
+        }),
+    }
 }
 
 /// A JSON value as a person reads it: strings without quotes, objects as `k v, k v`, lists
@@ -358,7 +382,8 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
     let mut applied = Vec::new();
     for p in &files {
         let (owner, recs) = state::read(p)?;
-        let alive = std::path::Path::new(&format!("/proc/{}", owner.pid)).exists();
+        let liveness = state::owner_liveness(&owner);
+        let alive = liveness == state::Liveness::Alive;
         if !ifaces.contains(&owner.iface) {
             ifaces.push(owner.iface.clone());
         }
@@ -372,10 +397,10 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
                 "{}: set up by pid {} ({}), queue {}, state {}",
                 owner.iface,
                 owner.pid,
-                if alive {
-                    "running"
-                } else {
-                    "gone: run 'zcnet nic restore'"
+                match &liveness {
+                    state::Liveness::Alive => "running".to_string(),
+                    state::Liveness::Gone => "gone: run 'zcnet nic restore'".to_string(),
+                    state::Liveness::Unknown(why) => format!("not known here: {why}"),
                 },
                 owner.queue,
                 p.display()
@@ -391,7 +416,18 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
     }
     let mut live = Vec::new();
     for i in &ifaces {
-        let mut ctl = LiveNic::open(i)?;
+        let mut ctl = match LiveNic::open(i) {
+            Ok(c) => c,
+            // A state file's interface that is gone: said, and the others are still shown.
+            Err(e) => {
+                let why = zcnet_tools::cli_text::error_text(&e);
+                if !a.json {
+                    zcnet_tools::outln!("{i}: {why}");
+                }
+                live.push(json!({"iface": i, "error": why}));
+                continue;
+            }
+        };
         let rings = ctl.rings().map(
             |r| json!({"tcp_data_split": nic::split_name(r.split), "hds_thresh": r.hds_thresh}),
         );

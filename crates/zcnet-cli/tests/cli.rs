@@ -310,6 +310,65 @@ fn a_queue_the_interface_lacks_is_refused_before_anything_is_made() {
     assert!(!stderr(&o).contains("--queue 0:"), "{}", stderr(&o));
 }
 
+/// `nic restore` restores every state file it can and says which it could not: one whose
+/// interface is gone does not stop the others (it did, at the first), and `nic status` shows
+/// the rest too.
+#[zcnet_testkit::test(timeout = 60)]
+fn nic_restore_goes_on_past_a_file_it_cannot_restore() {
+    need_root("nic restore");
+    let dir = std::env::temp_dir().join(format!("zcnet-restore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let netns = std::os::unix::fs::MetadataExt::ino(
+        &std::fs::metadata("/proc/thread-self/ns/net").unwrap(),
+    );
+    // Owners long gone (pid 0 is no process's); "zzgone0" is no interface; lo's file records
+    // no change, so restoring it only removes it.
+    for iface in ["aa-zzgone0", "lo"] {
+        let name = iface.trim_start_matches("aa-");
+        std::fs::write(
+            dir.join(format!("nic-{netns}-{iface}.state")),
+            format!(
+                "zcnet-nic-state 1\nowner pid=0 iface={name} ifindex=999 netns={netns} queue=0\n"
+            ),
+        )
+        .unwrap();
+    }
+    let nic = |args: &[&str]| {
+        zcnet()
+            .args(args)
+            .env("ZCNET_STATE_DIR", &dir)
+            .output()
+            .unwrap()
+    };
+    let st = nic(&["nic", "status"]);
+    assert!(
+        stderr(&st).is_empty() || st.status.success(),
+        "{}",
+        stderr(&st)
+    );
+    let out = String::from_utf8_lossy(&st.stdout).into_owned();
+    assert!(out.contains("zzgone0") && out.contains("lo:"), "{out}");
+    let o = nic(&["nic", "restore"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("zzgone0") && e.contains("1 of 2 state file(s) not restored"),
+        "{e}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "lo's file restored and removed, the other left: {left:?}"
+    );
+    assert!(left[0].to_string_lossy().contains("zzgone0"), "{left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Zero-copy sends with less than one segment in flight crawl at one window per delayed ACK
 /// (~40 ms) against a receiver that does not read at once (`recv` under its default
 /// --rcvlowat): the sender says so and names the fixes; each named fix makes 200 one-byte
