@@ -171,6 +171,8 @@ pub struct XdpSocket {
     umem: Arc<Mapping>,
     config: XdpSocketConfig,
     kicks: u64,
+    /// Frames the device dropped in copy mode (a kick answered `EBUSY`, see [`Self::kick_tx`]).
+    tx_dropped: u64,
 }
 
 /// Room reserved on a socket's TX ring ([`XdpSocket::tx_queue`]). Frames pushed go to the
@@ -513,6 +515,7 @@ impl XdpSocket {
             umem,
             config: *cfg,
             kicks: 0,
+            tx_dropped: 0,
         }
     }
 
@@ -539,6 +542,12 @@ impl XdpSocket {
     /// Kicks made by [`Self::kick_tx`] (syscalls).
     pub fn kicks(&self) -> u64 {
         self.kicks
+    }
+
+    /// Frames the device dropped instead of sending (copy mode: each kick answered `EBUSY`
+    /// is one, whose address still comes back on the completion ring).
+    pub fn tx_dropped(&self) -> u64 {
+        self.tx_dropped
     }
 
     /// Frames on the TX ring or not yet completed.
@@ -664,7 +673,12 @@ impl XdpSocket {
         if r < 0 {
             let e = crate::last_err();
             match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {}
+                // Copy mode (net/xdp/xsk.c __xsk_generic_xmit): the device answered
+                // NET_XMIT_DROP for one frame, "completed but not sent": its address goes on
+                // the completion ring like a sent one's, and the kernel stops the kick there.
+                Some(libc::EBUSY) => self.tx_dropped += 1,
+                // EAGAIN: the device is busy or the completion ring full (try again); EINTR.
+                Some(libc::EAGAIN | libc::ENOBUFS | libc::EINTR) => {}
                 _ => return Err(e),
             }
         }
@@ -727,7 +741,8 @@ impl XdpSocket {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // Rounded up: a wait under a millisecond must not become a poll of 0 (a busy loop).
+        let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
         // SAFETY: one live pollfd, count 1; the kernel writes only its revents.
         let r = unsafe { libc::poll(&mut pfd, 1, ms) };
         if r < 0 {

@@ -435,7 +435,7 @@ impl XskSendReport {
             "AF_XDP copy mode (the kernel copied each frame into an skb: not zero copy)"
         };
         format!(
-            "{} B in {:.2} s ({:.0} MB/s) with af-xdp: {} datagrams {} → {} from {} queue {}, {mode}: {} frames sent, {} completed, {} kicks; kernel: {} invalid TX descriptors, TX ring empty {}x; CPU {:.3} s",
+            "{} B in {:.2} s ({:.0} MB/s) with af-xdp: {} datagrams {} → {} from {} queue {}, {mode}: {} frames sent, {} completed ({} dropped by the device), {} kicks; kernel: {} invalid TX descriptors, TX ring empty {}x; CPU {:.3} s",
             self.bytes,
             self.seconds,
             mb_per_s(self.bytes, self.seconds),
@@ -446,6 +446,7 @@ impl XskSendReport {
             self.queue,
             s.tx_frames,
             s.tx_completed,
+            s.tx_dropped,
             s.kicks,
             s.kernel.tx_invalid_descs,
             s.kernel.tx_ring_empty_descs,
@@ -478,6 +479,7 @@ impl XskSendReport {
                 "dst": self.dst.to_string(),
                 "frames": s.tx_frames,
                 "completions": s.tx_completed,
+                "dropped": s.tx_dropped,
                 "kicks": s.kicks,
                 "xdp_statistics": kernel_json(&s.kernel),
             },

@@ -157,6 +157,12 @@ impl XskConfig {
                 self.headroom, self.frame_size
             )));
         }
+        if self.rx_frames.checked_add(self.tx_frames).is_none() {
+            return Err(Error::invalid_input(format!(
+                "{} rx_frames and {} tx_frames are more frames than a UMEM can count: use fewer",
+                self.rx_frames, self.tx_frames
+            )));
+        }
         if self.rx_frames + self.tx_frames == 0 {
             return Err(Error::invalid_input(
                 "an AF_XDP socket needs frames: set rx_frames or tx_frames",
@@ -393,8 +399,11 @@ impl Drop for RxFrame {
 pub struct XskStats {
     /// Frames handed to the kernel to send.
     pub tx_frames: u64,
-    /// Of those, completed (sent).
+    /// Of those, completed: sent, or dropped by the device (`tx_dropped`).
     pub tx_completed: u64,
+    /// Of the completed, dropped by the device instead of sent (copy mode: the kernel's
+    /// NET_XMIT_DROP, which a kick sees as `EBUSY`; zero-copy drivers do not say).
+    pub tx_dropped: u64,
     /// Frames received.
     pub rx_frames: u64,
     /// `sendto` kicks made (only when the TX ring asked for one).
@@ -501,6 +510,15 @@ impl Xsk {
         }
         if region.backing() == zcnet_sys::mem::Backing::Device {
             return Err(Error::NotCpuAccessible);
+        }
+        if region.backing() == zcnet_sys::mem::Backing::Caller {
+            // The kernel pins the UMEM's pages and a zero-copy driver may still DMA into them
+            // after the socket closes (the pool is released later); memory zcnet maps itself
+            // outlives that (unmapping leaves pinned pages alone), a caller's heap memory would
+            // be reused meanwhile. XDP_UMEM_REG also wants it page-aligned.
+            return Err(Error::invalid_input(
+                "an AF_XDP UMEM must be memory zcnet maps (Region::anonymous or Region::huge), not the caller's",
+            ));
         }
         let ifindex = zcnet_sys::zcrx::if_index(iface).ok_or_else(|| Error::UnknownInterface {
             given: iface.to_string(),
@@ -1024,6 +1042,7 @@ impl Xsk {
         Ok(XskStats {
             tx_frames: c.sent,
             tx_completed: c.completed,
+            tx_dropped: self.sock.tx_dropped(),
             rx_frames: c.received,
             kicks: self.sock.kicks(),
             kernel: self

@@ -180,6 +180,7 @@ fn xsk_to_xsk_every_frame_in_order_across_ring_wraps() {
     );
     assert_eq!(rx_stats.rx_frames, n);
     assert_eq!((tx_stats.tx_frames, tx_stats.tx_completed), (n, n));
+    assert_eq!(tx_stats.tx_dropped, 0, "none dropped on a path that is up");
     assert_eq!(tx_stats.kernel.tx_invalid_descs, 0);
     assert!(tx_stats.kicks > 0, "copy mode transmits from sendto");
     eprintln!("xsk→xsk: {n} frames, {} kicks, RX {k:?}", tx_stats.kicks);
@@ -214,6 +215,41 @@ fn xsk_tx_reaches_a_udp_socket() {
         rx.join().unwrap()
     });
     assert_eq!(got, (0..n).collect::<Vec<_>>(), "every datagram, in order");
+}
+
+/// Frames the device drops instead of sending are counted as such: with the peer down, veth
+/// answers NET_XMIT_DROP for each, which copy mode reports as EBUSY on the kick, and the
+/// frame still completes (net/xdp/xsk.c "SKB completed but not sent").
+#[zcnet_testkit::test]
+fn frames_the_device_drops_are_counted_as_dropped_not_sent() {
+    let _g = serial();
+    let (_lab, p) = veth_lab();
+    let f = flow(&p, PORT);
+    let down = std::process::Command::new("ip")
+        .args(["-n", &p.b, "link", "set", "vB", "down"])
+        .status()
+        .unwrap();
+    assert!(down.success());
+    let n = 20u64;
+    let st = in_ns(&p.a, || {
+        let mut tx = open("vA", &cfg(None)).unwrap();
+        let mut batch = Vec::new();
+        for seq in 0..n {
+            let mut fr = tx.tx_frame().unwrap().unwrap();
+            let len = f.write(fr.bytes_mut(), seq as u16, &payload(seq)).unwrap();
+            fr.set_len(len).unwrap();
+            batch.push(fr);
+        }
+        tx.send(&mut batch).unwrap();
+        assert!(batch.is_empty());
+        assert!(
+            tx.flush(Duration::from_secs(10)).unwrap(),
+            "every frame completed"
+        );
+        tx.stats().unwrap()
+    });
+    assert_eq!((st.tx_frames, st.tx_completed), (n, n));
+    assert_eq!(st.tx_dropped, n, "{st:?}");
 }
 
 #[zcnet_testkit::test]
@@ -430,6 +466,20 @@ fn bad_input_is_one_line_naming_cause_and_fix() {
 
         let e = open("nosuch0", &cfg(None)).unwrap_err();
         assert!(matches!(e, Error::UnknownInterface { .. }), "{e}");
+
+        // The caller's memory as the UMEM: refused (a zero-copy driver may write it after the
+        // socket closes, when the heap has reused it), with what to use instead.
+        let c = cfg(None);
+        let heap = Region::from_boxed(vec![0u8; c.umem_len()].into_boxed_slice()).unwrap();
+        let s = one_line(&Xsk::open("vB", heap, &c).unwrap_err());
+        assert!(s.contains("Region::anonymous"), "{s}");
+
+        // Frame counts past what a UMEM counts: refused, not wrapped.
+        let mut c = cfg(None);
+        (c.rx_frames, c.tx_frames) = (u32::MAX, 1);
+        let small = Region::anonymous(4096).unwrap();
+        let s = one_line(&Xsk::open("vB", small, &c).unwrap_err());
+        assert!(s.contains("more frames than a UMEM can count"), "{s}");
 
         // A packet larger than a frame.
         let mut x = open("vB", &cfg(None)).unwrap();

@@ -162,7 +162,8 @@ impl XskSide {
         Ok(())
     }
 
-    /// Sender: kicks and completes until every frame queued is sent (at most 2 s).
+    /// Sender: kicks and completes until every frame queued is sent (at most 2 s); frames
+    /// still with the kernel then are an error, not frames sent.
     fn flush(&mut self) -> Result<()> {
         self.work.clear();
         let end = Instant::now() + Duration::from_secs(2);
@@ -175,7 +176,13 @@ impl XskSide {
                 .map_err(|e| Error::io("AF_XDP completion ring", e))?;
             std::thread::yield_now();
         }
-        Ok(())
+        match self.sock.frames_in_tx() {
+            0 => Ok(()),
+            n => Err(Error::io(
+                format!("{n} frame(s) still not transmitted 2 s after the last was queued"),
+                std::io::Error::from_raw_os_error(libc::ETIMEDOUT),
+            )),
+        }
     }
 
     /// Receiver: refills, takes what arrived and checks it; waits up to `wait` if nothing had.
