@@ -173,6 +173,8 @@ pub struct XdpSocket {
     kicks: u64,
     /// Frames the device dropped in copy mode (a kick answered `EBUSY`, see [`Self::kick_tx`]).
     tx_dropped: u64,
+    /// Receive-path wakeups the fill ring asked for ([`Self::fill`]).
+    rx_wakeups: u64,
 }
 
 /// Room reserved on a socket's TX ring ([`XdpSocket::tx_queue`]). Frames pushed go to the
@@ -516,6 +518,7 @@ impl XdpSocket {
             config: *cfg,
             kicks: 0,
             tx_dropped: 0,
+            rx_wakeups: 0,
         }
     }
 
@@ -595,7 +598,48 @@ impl XdpSocket {
         }
         let p = self.fill_idx.submit(b.len).map_err(protocol)?;
         self.fill.store_producer(p);
+        // A driver that ran out of fill entries stopped and set XDP_RING_NEED_WAKEUP on the
+        // fill ring (zero-copy drivers do, include/uapi/linux/if_xdp.h): with entries back it
+        // must be woken, or nothing more is received however long the caller polls the RX ring
+        // without a system call.
+        if b.len > 0
+            && self.config.need_wakeup
+            && core_xsk::fill_wakeup_needed(true, self.fill.load_flags())
+        {
+            self.wake_rx()?;
+        }
         Ok(b.len as usize)
+    }
+
+    /// Wakes the driver's receive path (`recvfrom` of nothing, `MSG_DONTWAIT`: xsk_recvmsg
+    /// kicks the driver's NAPI). `EAGAIN`, `EBUSY`, `ENOBUFS` and `EINTR` only mean try later.
+    fn wake_rx(&mut self) -> io::Result<()> {
+        self.rx_wakeups += 1;
+        // SAFETY: a zero-length recvfrom with null buffer and address: the kernel writes no
+        // user memory (xsk_recvmsg only wakes the driver).
+        let r = unsafe {
+            libc::recvfrom(
+                self.fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = crate::last_err();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN | libc::EBUSY | libc::ENOBUFS | libc::EINTR) => {}
+                _ => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Receive-path wakeups made because the fill ring asked for them.
+    pub fn rx_wakeups(&self) -> u64 {
+        self.rx_wakeups
     }
 
     /// Queues frames for transmission, from the front of `frames` (each frame's span is the
