@@ -497,7 +497,7 @@ fn bad_arguments_exit_2_in_one_line_naming_the_flag() {
                 "--bytes",
                 "1",
             ],
-            &["--size 64K (65536 B)", "at most 4054 B", "use --size 4054"],
+            &["--size 64K (65536 B)", "at most 3798 B", "use --size 3798"],
         ),
         (
             &[

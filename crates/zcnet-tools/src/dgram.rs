@@ -27,6 +27,7 @@ use zcnet::xsk::{RxFrame, TxFrame, Xsk, XskConfig, XskMode, XskStats};
 use zcnet::{Error, MemoryKind, Pattern, Region, Result};
 use zcnet_core::dgram::DatagramCheck;
 use zcnet_core::udp_frame::{self, UdpFlow, HEADERS_LEN, IPV4_HLEN, UDP_HLEN};
+use zcnet_core::xsk::XDP_PACKET_HEADROOM;
 use zcnet_sys::os::Wake;
 
 use crate::xskbench::one_line;
@@ -54,8 +55,10 @@ pub struct XskLimits {
     pub frame_size: u32,
     /// The interface's MTU.
     pub mtu: u32,
-    /// The largest UDP payload: the frame less the Ethernet/IPv4/UDP headers, and no more
-    /// than the MTU less the IPv4/UDP headers (a longer frame is dropped by the device).
+    /// The largest UDP payload: the frame less the receive headroom (`XDP_PACKET_HEADROOM`,
+    /// which a receiving frame keeps in front of the packet) and the Ethernet/IPv4/UDP headers,
+    /// and no more than the MTU less the IPv4/UDP headers (a longer frame is dropped by the
+    /// device).
     pub max_payload: usize,
 }
 
@@ -68,7 +71,7 @@ impl XskLimits {
         } else {
             4096
         };
-        let by_frame = frame_size as usize - HEADERS_LEN;
+        let by_frame = frame_payload(frame_size);
         let by_mtu = (mtu as usize).saturating_sub(IPV4_HLEN + UDP_HLEN);
         XskLimits {
             frame_size,
@@ -88,7 +91,7 @@ impl XskLimits {
         if size <= self.max_payload {
             return Ok(());
         }
-        let by_frame = self.frame_size as usize - HEADERS_LEN;
+        let by_frame = frame_payload(self.frame_size);
         let why = if self.max_payload < by_frame {
             format!(
                 "MTU {} less {} B of IPv4 and UDP headers; an AF_XDP frame of {} B would hold {by_frame} B",
@@ -98,7 +101,7 @@ impl XskLimits {
             )
         } else {
             format!(
-                "an AF_XDP frame of {} B less {HEADERS_LEN} B of Ethernet, IPv4 and UDP headers",
+                "an AF_XDP frame of {} B less the {XDP_PACKET_HEADROOM} B a receiving frame keeps in front of the packet and {HEADERS_LEN} B of Ethernet, IPv4 and UDP headers",
                 self.frame_size
             )
         };
@@ -107,6 +110,12 @@ impl XskLimits {
             self.max_payload, self.max_payload
         )))
     }
+}
+
+/// The UDP payload one AF_XDP frame of `frame_size` carries to a receiver: the frame less
+/// `XDP_PACKET_HEADROOM` (the kernel's room in front of a received packet) and the headers.
+fn frame_payload(frame_size: u32) -> usize {
+    frame_size as usize - XDP_PACKET_HEADROOM as usize - HEADERS_LEN
 }
 
 /// Binds `cfg` on `iface` in zero-copy mode, and in copy mode when the driver refuses that.
@@ -1058,19 +1067,21 @@ mod tests {
         assert_eq!((l.frame_size, l.max_payload), (2048, 1672));
         // 1792 + 14 no longer fits behind the 256 B of receive headroom: 4096 B frames.
         let l = XskLimits::for_mtu(9000);
-        assert_eq!((l.frame_size, l.max_payload), (4096, 4096 - 42));
+        // The receiving frame keeps 256 B of headroom: 4096 - 256 - 42.
+        assert_eq!((l.frame_size, l.max_payload), (4096, 3798));
         let l = XskLimits::for_mtu(65536);
-        assert_eq!(l.max_payload, 4054);
-        assert!(l.check("--size", "4054", 4054, "lo").is_ok());
+        assert_eq!(l.max_payload, 3798);
+        assert!(l.check("--size", "3798", 3798, "lo").is_ok());
+        assert!(l.check("--size", "3799", 3799, "lo").is_err());
         let e = l.check("--size", "64K", 65536, "lo").unwrap_err();
         let m = e.to_string();
         assert!(e.is_bad_argument(), "{m}");
         assert!(
-            m.contains("--size 64K (65536 B)") && m.contains("at most 4054 B"),
+            m.contains("--size 64K (65536 B)") && m.contains("at most 3798 B"),
             "{m}"
         );
         assert!(
-            m.contains("use --size 4054 or less") && !m.contains('\n'),
+            m.contains("use --size 3798 or less") && !m.contains('\n'),
             "{m}"
         );
         let m = XskLimits::for_mtu(1500)
