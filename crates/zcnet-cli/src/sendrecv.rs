@@ -13,6 +13,9 @@ use zcnet_tools::sendloop::{SendLoop, Until};
 
 #[derive(Serialize)]
 struct SendJson<'a> {
+    /// Ctrl-C ended the run (present only then): the totals are those so far.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    interrupted: bool,
     tx: &'a str,
     proto: &'a str,
     bytes: u64,
@@ -88,17 +91,28 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     // The deadline is read once per buffers' worth of sends (about once per wait for the
     // kernel), as `bench tx` reads it, not once per send.
     let mut until = Until::new(size, limit, deadline, tx.buffers());
-    SendLoop {
+    let ran = SendLoop {
         amount: |offset| until.next(offset),
         fill: Source::for_args(a)?,
         pace: None,
         cancelled: || false,
         progress: |_| {},
     }
-    .run(&mut tx)?;
-    let st = tx.finish()?;
+    .run(&mut tx);
+    // Ctrl-C: the totals so far are still printed (what the kernel had accepted by then: the
+    // sends still in flight are abandoned with the sender), then the exit is 130.
+    let interrupted = matches!(ran, Err(Error::Interrupted));
+    if !interrupted {
+        ran?;
+    }
+    let st = if interrupted {
+        tx.stats()
+    } else {
+        tx.finish()?
+    };
     if a.json {
         let doc = SendJson {
+            interrupted,
             tx: mode.name(),
             proto: if a.udp { "udp" } else { "tcp" },
             bytes: st.bytes,
@@ -117,7 +131,8 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             .zerocopy_fraction()
             .map_or("n/a".into(), |f| format!("{:.1}%", f * 100.0));
         zcnet_tools::eoutln!(
-            "zcnet send: {} B in {:.2} s ({:.0} MB/s) with {}: zero-copy {zc} ({} B zero-copy, {} B copied, {} notifications), CPU {:.3} s",
+            "zcnet send{}: {} B in {:.2} s ({:.0} MB/s) with {}: zero-copy {zc} ({} B zero-copy, {} B copied, {} notifications), CPU {:.3} s",
+            if interrupted { " (interrupted)" } else { "" },
             st.bytes,
             st.seconds,
             st.mb_per_s(),
@@ -130,6 +145,9 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
         for s in &st.switches {
             zcnet_tools::eoutln!("zcnet send: auto {s}");
         }
+    }
+    if interrupted {
+        return Err(Error::Interrupted);
     }
     Ok(())
 }
@@ -179,6 +197,9 @@ struct FallbackJson {
 
 #[derive(Serialize)]
 struct RecvJson {
+    /// Ctrl-C ended the run (present only then): the totals are those so far.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    interrupted: bool,
     rx: &'static str,
     requested: &'static str,
     fallbacks: Vec<FallbackJson>,
@@ -297,12 +318,14 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     // A peer reset ends the stream where it was: the bytes that came (and were checked) are
     // still reported, then the reset is the exit status (1). Other failures say only themselves.
     match failed {
-        Some(e) if !e.is_connection_reset() => return Err(e),
+        Some(e) if !e.is_connection_reset() && !matches!(e, Error::Interrupted) => return Err(e),
         _ => {}
     }
+    let interrupted = matches!(failed, Some(Error::Interrupted));
     let st = &rep.stats;
     if a.json {
         let doc = RecvJson {
+            interrupted,
             rx: rx.mode().name(),
             requested: mode.name(),
             fallbacks: rx
@@ -344,7 +367,8 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             String::new()
         };
         zcnet_tools::eoutln!(
-            "zcnet recv: {} B from {peer} in {secs:.2} s ({mbps:.0} MB/s) with {}{}: {} B zero-copy, {} B copied{unknown}, {} buffers, starved {}x, re-armed {}x{}",
+            "zcnet recv{}: {} B from {peer} in {secs:.2} s ({mbps:.0} MB/s) with {}{}: {} B zero-copy, {} B copied{unknown}, {} buffers, starved {}x, re-armed {}x{}",
+            if interrupted { " (interrupted)" } else { "" },
             rep.recv.bytes,
             rx.mode(),
             if a.no_device { " without a device" } else { "" },

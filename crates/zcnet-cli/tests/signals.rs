@@ -184,6 +184,49 @@ fn recv_mid_transfer_stops() {
     }
 }
 
+/// Ctrl-C mid-run still prints the totals so far (and `--json` says `"interrupted": true`),
+/// then exits 130: a long send or receive stopped by hand reports what it did, as iperf3 does.
+#[zcnet_testkit::test]
+fn interrupted_send_and_recv_still_print_their_totals() {
+    let mut cmd = zcnet();
+    cmd.args(["recv", "--listen", "127.0.0.1:0", "--discard", "--json"])
+        .stdout(Stdio::piped());
+    let mut r = Running::start(&mut cmd);
+    let port = port_of(&r.wait_for("listening on"));
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(&vec![7u8; 1 << 20]).unwrap();
+    settle();
+    let mut out = r.child.stdout.take().unwrap();
+    r.interrupt("INT", "recv --json mid-transfer");
+    let mut doc = String::new();
+    std::io::Read::read_to_string(&mut out, &mut doc).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["interrupted"], true, "{doc}");
+    assert_eq!(doc["bytes"], 1 << 20, "{doc}");
+    drop(s);
+
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let mut cmd = zcnet();
+    cmd.args(["send", &addr, "--duration", "60", "--json"])
+        .stdout(Stdio::piped());
+    let mut r = Running::start(&mut cmd);
+    let mut peer = accept_within(&l);
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 20];
+        while matches!(std::io::Read::read(&mut peer, &mut buf), Ok(n) if n > 0) {}
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut out = r.child.stdout.take().unwrap();
+    r.interrupt("INT", "send --json mid-run");
+    let mut doc = String::new();
+    std::io::Read::read_to_string(&mut out, &mut doc).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(doc["interrupted"], true, "{doc}");
+    assert!(doc["bytes"].as_u64().unwrap_or(0) > 0, "{doc}");
+    reader.join().unwrap();
+}
+
 #[zcnet_testkit::test]
 fn recv_blocked_writing_to_a_full_stdout_stops() {
     for sig in SIGNALS {
