@@ -11,8 +11,11 @@ use zcnet_tools::sendloop::Fill;
 
 /// Where `zcnet send` takes each send's bytes from.
 pub(crate) enum Source {
-    /// Standard input, netcat-style.
+    /// Standard input, netcat-style, on a stream: each send carries what one read brought
+    /// (a line typed is sent at once, not held until a buffer fills).
     Stdin(File),
+    /// Standard input as datagrams (`--udp`): each fills a whole buffer, the last one short.
+    StdinDatagrams(File),
     /// The seeded pattern, written at each send's stream offset (`--verify`).
     Pattern(Pattern),
     /// Nothing: the buffers go as they are (zero-filled; `--bytes`/`--duration` alone).
@@ -26,7 +29,11 @@ impl Source {
         Ok(if a.verify {
             Source::Pattern(Pattern::new(a.seed))
         } else if a.duration.is_none() && a.bytes.is_none() {
-            Source::Stdin(stdin_file()?)
+            if a.udp {
+                Source::StdinDatagrams(stdin_file()?)
+            } else {
+                Source::Stdin(stdin_file()?)
+            }
         } else {
             Source::Zeros
         })
@@ -41,7 +48,8 @@ impl Source {
                 p.fill(offset, payload);
                 Ok(payload.len())
             }
-            Source::Stdin(f) => read_full(f, payload),
+            Source::Stdin(f) => read_some(f, payload),
+            Source::StdinDatagrams(f) => read_full(f, payload),
         }
     }
 }
@@ -78,17 +86,32 @@ pub(crate) fn stdin_file() -> Result<File, Error> {
     Ok(File::from(fd))
 }
 
-/// Fills `buf` from `f` (stdin) up to its end. Each read first waits in `poll` with the
-/// interrupt pipe, so SIGINT/SIGTERM ends a wait for input that may never come
-/// ([`Error::Interrupted`], exit 130) — a blocking read is restarted by the standard library
-/// or, when the signal lands on this thread, fails with a bare `EINTR`.
+/// Fills `buf` from `f` (stdin) up to its end: [`read_some`] until it is full or the input
+/// ends.
 pub(crate) fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
     let mut n = 0;
     while n < buf.len() {
+        match read_some(f, &mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// One read of `f` (stdin) into `buf`: what is there once there is something (0 at its end).
+/// The read first waits in `poll` with the interrupt pipe, so SIGINT/SIGTERM ends a wait for
+/// input that may never come ([`Error::Interrupted`], exit 130) — a blocking read is restarted
+/// by the standard library or, when the signal lands on this thread, fails with a bare
+/// `EINTR`.
+pub(crate) fn read_some(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    loop {
         zcnet_tools::interrupt::wait_readable(&*f)?;
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
+        match f.read(buf) {
+            Ok(k) => return Ok(k),
             // A signal that is not SIGINT/SIGTERM: wait again.
             Err(e)
                 if e.kind() == std::io::ErrorKind::Interrupted
@@ -96,7 +119,6 @@ pub(crate) fn read_full(f: &mut File, buf: &mut [u8]) -> Result<usize, Error> {
             Err(e) => return Err(Error::io("reading stdin", e)),
         }
     }
-    Ok(n)
 }
 
 /// Standard output for the received stream: a duplicate of fd 1 written without buffering,

@@ -310,6 +310,37 @@ fn a_queue_the_interface_lacks_is_refused_before_anything_is_made() {
     assert!(!stderr(&o).contains("--queue 0:"), "{}", stderr(&o));
 }
 
+/// netcat-style `send` passes on what stdin brings as it comes: a line typed reaches the peer
+/// at once, not when a 64 KiB buffer has filled or stdin has ended.
+#[zcnet_testkit::test(timeout = 60)]
+fn send_from_stdin_passes_a_line_on_at_once() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let mut child = zcnet()
+        .args(["send", &addr])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut peer, _) = l.accept().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"hello\n").unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = [0u8; 6];
+    let r = peer.read_exact(&mut got);
+    // stdin stays open until here: the line went before its end.
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    r.unwrap_or_else(|e| {
+        panic!(
+            "the line did not come while stdin was open: {e}; {}",
+            stderr(&o)
+        )
+    });
+    assert_eq!(&got, b"hello\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// `nic restore` restores every state file it can and says which it could not: one whose
 /// interface is gone does not stop the others (it did, at the first), and `nic status` shows
 /// the rest too.
