@@ -325,8 +325,12 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
     if let (Some(b), Some(n)) = (buf_size, buffers) {
         total_arg(("--buf-size", b), ("--buffers", n))?;
     }
-    let connections = count_arg("--connections", a.connections, usize::MAX)?;
-    let threads = count_arg("--threads", a.threads, usize::MAX)?;
+    let connections = count_arg(
+        "--connections",
+        a.connections,
+        crate::units::MAX_CONNECTIONS,
+    )?;
+    let threads = count_arg("--threads", a.threads, crate::units::MAX_THREADS)?;
     let duration = seconds_arg("--duration", a.duration)?;
     Ok(RxBenchConfig {
         paths,

@@ -248,7 +248,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     cfg.buf_size = size_arg("--buf-size", &a.buf_size, MAX_BUFFER)?;
     cfg.buffers = count_arg("--buffers", a.buffers, usize::MAX)?;
     total_arg(("--buf-size", cfg.buf_size), ("--buffers", cfg.buffers))?;
-    cfg.area_len = size_arg("--area", &a.area, usize::MAX)?;
+    cfg.area_len = size_arg("--area", &a.area, crate::units::MAX_AREA)?;
     if let Some(len) = &a.rx_buf_len {
         if mode != RxMode::Zcrx {
             return Err(Error::invalid_input(format!(

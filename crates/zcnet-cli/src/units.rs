@@ -14,6 +14,11 @@ pub const MAX_BUFFER: usize = 64 << 20;
 pub const MAX_BUFFERS_TOTAL: usize = 1 << 30;
 /// The most sends in flight (`--inflight`).
 pub const MAX_INFLIGHT: usize = 4096;
+/// The largest receive area (`--area`): 64 GiB, past any GPU's or NIC queue's use.
+pub const MAX_AREA: usize = 64 << 30;
+/// The most connections and threads a bench run makes (`--connections`, `--threads`).
+pub const MAX_CONNECTIONS: usize = 4096;
+pub const MAX_THREADS: usize = 1024;
 /// The longest `--duration`, in seconds (about 31 years: beyond it the clock overflows).
 pub const MAX_SECONDS: f64 = 1e9;
 
@@ -70,14 +75,14 @@ pub fn lowat_arg(flag: &str, s: &str) -> Result<Option<u32>, Error> {
     }
 }
 
-/// `flag`'s value `s` as a buffer size: 1 B to `max` (e.g. `--size 64K`, at most
-/// [`MAX_BUFFER`]).
+/// `flag`'s value `s` as a size: 1 B to `max` (e.g. `--size 64K`, at most [`MAX_BUFFER`];
+/// `--area`, at most [`MAX_AREA`]).
 pub fn size_arg(flag: &str, s: &str, max: usize) -> Result<usize, Error> {
     let n = bytes_arg(flag, s)?;
     match usize::try_from(n) {
         Ok(n) if n <= max => Ok(n),
         _ => Err(Error::invalid_input(format!(
-            "{flag} {s} is over the limit of {} per buffer: give a smaller {flag}",
+            "{flag} {s} is over its limit of {}: give a smaller {flag}",
             human(max as u64)
         ))),
     }
@@ -186,7 +191,7 @@ mod tests {
         assert!(size_arg("--size", "10G", MAX_BUFFER)
             .unwrap_err()
             .to_string()
-            .contains("over the limit of 64M"));
+            .contains("over its limit of 64M"));
     }
 
     #[test]

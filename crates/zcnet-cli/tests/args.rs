@@ -139,6 +139,19 @@ fn parser_errors_are_one_line_naming_the_flag() {
         (&["bench", "rx", "--threads", "-2"][..], "--threads"),
         (&["send", "127.0.0.1:9", "--sise", "4K"][..], "--size"),
         (&["nic", "setup", "--queue", "1"][..], "--iface"),
+        // Sizes and counts past what a run can use: said before anything is allocated.
+        (
+            &["recv", "--listen", "127.0.0.1:0", "--area", "1T"][..],
+            "--area 1T is over its limit of 64G",
+        ),
+        (
+            &["bench", "rx", "--connections", "100000"][..],
+            "--connections 100000: give a number from 1 to 4096",
+        ),
+        (
+            &["bench", "rx", "--threads", "5000"][..],
+            "--threads 5000: give a number from 1 to 1024",
+        ),
         // Options that would be ignored are refused: a protocol without a port to steer, and
         // --keep with a command it would never run.
         (

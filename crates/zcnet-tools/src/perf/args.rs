@@ -262,7 +262,8 @@ impl Settings {
             _ => return Err(usage("say what to be: -s (server) or -c HOST (client)")),
         };
         only_where_they_apply(a, &role)?;
-        let port = port_arg("-p", a.port, 0)?;
+        // A server may listen on port 0 (the kernel picks one); a client must name the port.
+        let port = port_arg("-p", a.port, u16::from(matches!(role, Role::Client(_))))?;
         let cport = a.cport.map(|p| port_arg("--cport", p, 1)).transpose()?;
         let params = params_from(a)?;
         if let Some(first) = cport {
@@ -404,10 +405,19 @@ fn params_from(a: &PerfArgs) -> Result<TestParams, PerfError> {
         DEFAULT_TCP_LEN
     };
     let len = match a.length.as_deref() {
-        Some(s) => u32::try_from(size("-l", s)?)
-            .ok()
-            .filter(|&l| l > 0)
-            .ok_or_else(|| usage(format!("-l {s}: give a block size from 1 to 1M")))?,
+        // iperf3's limits (a UDP datagram's payload, a TCP block), said as the protocol's.
+        Some(s) => {
+            use super::proto::{MAX_TCP_LEN, MAX_UDP_LEN, MIN_UDP_LEN};
+            let (lo, hi, what) = if a.udp {
+                (MIN_UDP_LEN, MAX_UDP_LEN, "a datagram size")
+            } else {
+                (1, MAX_TCP_LEN, "a block size")
+            };
+            u32::try_from(size("-l", s)?)
+                .ok()
+                .filter(|l| (lo..=hi).contains(l))
+                .ok_or_else(|| usage(format!("-l {s}: give {what} from {lo} to {hi} B")))?
+        }
         None => default_len,
     };
     let bandwidth = match a.bitrate.as_deref() {
@@ -634,7 +644,7 @@ mod tests {
     #[zcnet_testkit::test]
     fn bad_input_is_refused_with_the_flag_named() {
         for (line, flag) in [
-            (&["-c", "::1", "-l", "2M"][..], "len"),
+            (&["-c", "::1", "-l", "2M"][..], "-l 2M"),
             (&["-c", "::1", "-n", "lots"][..], "-n"),
             (&["-c", "::1", "-b", "fast"][..], "-b"),
             (&["-c", "::1", "-i", "100"][..], "-i"),
@@ -658,6 +668,21 @@ mod tests {
             (&["-c", "::1", "-t", "-1"][..], "-t -1"),
             (&["-c", "::1", "-O", "-1"][..], "-O -1"),
             (&["-c", "::1", "-l", "-1"][..], "-l -1"),
+            // -l by the protocol's limits, said as such.
+            (
+                &["-c", "::1", "-l", "2M"][..],
+                "a block size from 1 to 1048576 B",
+            ),
+            (
+                &["-c", "::1", "-u", "-l", "5G"][..],
+                "a datagram size from 16 to 65507 B",
+            ),
+            (
+                &["-c", "::1", "-u", "-l", "8"][..],
+                "-l 8: give a datagram size",
+            ),
+            // A client must name the server's port; a server may take port 0.
+            (&["-c", "::1", "-p", "0"][..], "-p 0: give a port from 1"),
             (&["-c", "::1", "-b", "-1"][..], "-b -1"),
             (&["-c", "::1", "-i", "-1"][..], "-i -1"),
             (&["-c", "::1", "-p", "-1"][..], "-p -1"),
