@@ -93,7 +93,8 @@ impl BenchRawArgs {
         };
         Ok(zcnet_sys::baseline::RawZcChoices {
             zero_copy: z.zero_copy,
-            report_usage: z.report_usage && !self.no_report_usage,
+            // No usage to report without zero copy.
+            report_usage: z.zero_copy && z.report_usage && !self.no_report_usage,
             one_buffer: z.one_buffer || self.one_buffer,
             fixed_file: z.fixed_file && !self.no_fixed_file,
             ring_fd: z.ring_fd || self.ring_fd,

@@ -213,6 +213,10 @@ fn the_raw_send_loop_sends_without_notifications() {
         assert_eq!(n("bytes"), 1000 * n("sends"), "{doc}");
         assert_eq!(n("notifications"), 0, "IORING_OP_SEND has none: {doc}");
         assert_eq!(doc["choices"]["zero_copy"], false, "{doc}");
+        assert_eq!(
+            doc["choices"]["report_usage"], false,
+            "no usage to report: {doc}"
+        );
         assert_eq!(doc["choices"]["one_buffer"], !extra.is_empty(), "{doc}");
         assert_eq!(doc["choices"]["single_issuer"], !extra.is_empty(), "{doc}");
     }
