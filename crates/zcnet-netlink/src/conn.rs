@@ -217,7 +217,14 @@ pub(crate) fn send_and_collect(
             let e = std::io::Error::from(std::io::ErrorKind::TimedOut);
             return Err(Error::io(ctx(), e));
         }
-        let n = sock.recv(buf).map_err(|e| Error::io(ctx(), e))?;
+        let n = match sock.recv(buf) {
+            Ok(n) => n,
+            // The socket's receive timeout (5 s) passed with no answer: the kernel may still
+            // be working on it (a ring change waits for the rtnl lock), and a request given up
+            // on may be applied anyway. Wait on until the exchange's own deadline.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(Error::io(ctx(), e)),
+        };
         if feed(&buf[..n])? {
             return Ok(());
         }

@@ -234,7 +234,7 @@ impl fmt::Display for Error {
             Error::Io { context, source } => match source.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => write!(
                     f,
-                    "{context}: the kernel did not answer in time (5 s per receive, 30 s per \
+                    "{context}: the kernel did not answer in 30 s (it may still apply the \
                      request): retry, or check the kernel log"
                 ),
                 _ => write!(f, "{context}: {source}"),

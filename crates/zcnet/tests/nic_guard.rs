@@ -582,4 +582,22 @@ fn a_restore_waits_for_the_memory_provider_to_let_go() {
     assert_eq!(files(&dir), 0);
 }
 
+/// A step the kernel did not answer in time may be applied all the same: the failed setup
+/// undoes it with the steps before it, so the device is as it was and no state file is left;
+/// whichever step it is.
+#[zcnet_testkit::test]
+fn a_step_that_timed_out_is_undone_too() {
+    for k in 0..4 {
+        let dir = tempdir();
+        let cfg = mlx5_like();
+        let nic = FakeNic::new(cfg.clone(), None);
+        nic.set_time_out_at(Some(k));
+        let e = NicGuard::apply(nic.clone(), &tcp_9999(7), &dir).unwrap_err();
+        assert!(matches!(e, Error::NicSetup { .. }), "step {k}: {e}");
+        assert!(e.to_string().contains("did not answer"), "step {k}: {e}");
+        assert_eq!(nic.cfg(), cfg, "step {k}: the device as it was");
+        assert_eq!(files(&dir), 0, "step {k}: no state file");
+    }
+}
+
 zcnet_testkit::main!();

@@ -18,6 +18,19 @@ pub struct LiveNic {
 /// A netlink/ioctl error as the facade's error, keeping the kernel's message and errno. The
 /// netlink error already names the operation and the device, so nothing is prefixed.
 pub(crate) fn kernel_err(e: zcnet_netlink::Error) -> Error {
+    // No answer in time is not the kernel's refusal: the request may still be applied (see
+    // `nic::outcome_unknown`), so it stays a timeout.
+    if let zcnet_netlink::Error::Io { source, .. } = &e {
+        if matches!(
+            source.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        ) {
+            return Error::io(
+                e.to_string(),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            );
+        }
+    }
     Error::Kernel {
         what: String::new(),
         errno: e.errno(),

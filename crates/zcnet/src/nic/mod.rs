@@ -554,13 +554,31 @@ impl<C: NicControl> NicGuard<C> {
                 }
                 Ok(())
             }
+            // The kernel did not answer in time: the change may be applied anyway, so its
+            // undo goes with the others' (every undo is safe whether its change happened or
+            // not, see `undo_records`; the pending record stays in the state file until then).
+            Err(e) if outcome_unknown(&e) => {
+                self.changes.push(c);
+                Err(self.fail_uncertain(step, e))
+            }
+            // The kernel said no: nothing of this step was made.
             Err(e) => Err(self.fail(step, e)),
         }
     }
 
     /// Undoes everything made so far and turns `cause` into the setup error.
     fn fail(&mut self, step: &str, cause: Error) -> Error {
-        let undo = match self.undo_all() {
+        self.fail_counting(step, cause, 0)
+    }
+
+    /// [`Self::fail`] after a step whose own change may or may not have been made (it is the
+    /// last of `changes`, undone with them, and not counted as one made before it).
+    fn fail_uncertain(&mut self, step: &str, cause: Error) -> Error {
+        self.fail_counting(step, cause, 1)
+    }
+
+    fn fail_counting(&mut self, step: &str, cause: Error, uncertain: usize) -> Error {
+        let undo = match self.undo_all().map(|n| n.saturating_sub(uncertain)) {
             Ok(0) => "nothing was changed".to_string(),
             Ok(n) => format!("the {n} change(s) made before it were undone"),
             Err(e) => format!(
@@ -631,6 +649,12 @@ impl<C: NicControl> Drop for NicGuard<C> {
             );
         }
     }
+}
+
+/// Whether a failed step's change may have been made all the same: its request timed out (the
+/// kernel may apply it after the answer was given up on), rather than being refused.
+fn outcome_unknown(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::TimedOut)
 }
 
 /// Undoes `records` (in the order they were made) in reverse. Pending records are undone too:

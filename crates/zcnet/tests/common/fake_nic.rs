@@ -148,6 +148,9 @@ pub struct Sim {
     /// rings-sets still refused as the kernel refuses them while a queue has a memory provider
     /// (a zcrx area whose ring's exit work has not run yet).
     provider_refusals: u32,
+    /// The mutating call (0-based, as `fail_at`) that is applied but not answered in time: a
+    /// request the caller gave up on that the kernel made all the same.
+    time_out_at: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -195,6 +198,7 @@ impl FakeNic {
             channels,
             ringparam: true,
             provider_refusals: 0,
+            time_out_at: None,
         })))
     }
 
@@ -242,6 +246,11 @@ impl FakeNic {
     /// a memory provider bound (net/ethtool/rings.c).
     pub fn bind_provider_for(&self, n: u32) {
         self.0.borrow_mut().provider_refusals = n;
+    }
+
+    /// The `k`-th mutating call is made, then answered with a timeout.
+    pub fn set_time_out_at(&self, k: Option<u32>) {
+        self.0.borrow_mut().time_out_at = k;
     }
 
     pub fn set_fail_at(&self, k: Option<u32>) {
@@ -305,6 +314,12 @@ impl FakeNic {
         f(&mut s.dev);
         if let Some(p) = &s.backing {
             store(p, &s.dev);
+        }
+        if s.time_out_at == Some(n) {
+            return Err(Error::io(
+                "rings-set on fake0: the kernel did not answer in 30 s",
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ));
         }
         Ok(())
     }
