@@ -22,7 +22,14 @@ SECS=${GPU_CHECK_SECONDS:-5}
 PORT=${GPU_CHECK_PORT:-25201}
 out=$(mktemp -d)
 ns="zcnet-gpucheck-$$"
+# The veth pair's names (15 characters at most), made inside the namespaces: nothing is ever
+# created in the root namespace.
+va="zgc$$a" vb="zgc$$b"
+rp=""
 cleanup() {
+  # A receiver still running (the script was stopped mid-transfer) goes first: it holds GPU
+  # memory, the port and the namespace.
+  if [ -n "$rp" ]; then kill "$rp" 2>/dev/null; wait "$rp" 2>/dev/null; fi
   ip netns del "${ns}a" 2>/dev/null
   ip netns del "${ns}b" 2>/dev/null
   rm -rf "$out"
@@ -61,13 +68,27 @@ fi
 # $5 listen address, $6 recv options, $7 send options.
 transfer() {
   local label=$1 rpre=$2 spre=$3 to=$4 listen=$5 ropt=$6 sopt=$7
-  $rpre "$ZCNET" recv --listen "$listen" --verify --json $ropt >"$out/r.json" 2>"$out/r.err" &
-  local rp=$!
-  sleep 1
-  $spre "$ZCNET" send "$to" --verify --bytes "$BYTES" --json $sopt >"$out/s.json" 2>"$out/s.err"
-  local src=$?
-  wait $rp
+  timeout 300 $rpre "$ZCNET" recv --listen "$listen" --verify --json $ropt >"$out/r.json" 2>"$out/r.err" &
+  rp=$!
+  # The sender starts once the receiver listens (a GPU's first context can take seconds); a
+  # receiver that fails or never listens ends the transfer.
+  local waited=0
+  while ! grep -q "listening on" "$out/r.err" 2>/dev/null; do
+    if ! kill -0 "$rp" 2>/dev/null || [ $waited -ge 600 ]; then break; fi
+    sleep 0.1; waited=$((waited + 1))
+  done
+  local src=1
+  if grep -q "listening on" "$out/r.err" 2>/dev/null; then
+    timeout 300 $spre "$ZCNET" send "$to" --verify --bytes "$BYTES" --json $sopt >"$out/s.json" 2>"$out/s.err"
+    src=$?
+  else
+    echo "the receiver did not listen" >"$out/s.err"
+  fi
+  # A sender that failed leaves the receiver waiting for a peer: stop it.
+  if [ $src -ne 0 ]; then kill "$rp" 2>/dev/null; fi
+  wait "$rp"
   local rrc=$?
+  rp=""
   if [ $src -eq 0 ] && [ $rrc -eq 0 ]; then
     local mbs path
     mbs=$(json_field mb_per_s <"$out/s.json")
@@ -101,22 +122,32 @@ else
 fi
 
 # 3. A veth pair between two namespaces (root only), and the devmem refusals there.
-if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
-  ip netns add "${ns}a" && ip netns add "${ns}b" &&
-    ip link add "${ns:0:6}a" type veth peer name "${ns:0:6}b" &&
-    ip link set "${ns:0:6}a" netns "${ns}a" && ip link set "${ns:0:6}b" netns "${ns}b" &&
-    ip -n "${ns}a" addr add 10.77.0.1/24 dev "${ns:0:6}a" && ip -n "${ns}b" addr add 10.77.0.2/24 dev "${ns:0:6}b" &&
-    ip -n "${ns}a" link set "${ns:0:6}a" up && ip -n "${ns}b" link set "${ns:0:6}b" up &&
-    ip -n "${ns}a" link set lo up && ip -n "${ns}b" link set lo up
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null 2>&1; then
+  row "veth" SKIP "needs root and iproute2"
+elif ! { ip netns add "${ns}a" && ip netns add "${ns}b" &&
+    ip -n "${ns}a" link add "$va" type veth peer name "$vb" netns "${ns}b" &&
+    ip -n "${ns}a" addr add 10.77.0.1/24 dev "$va" && ip -n "${ns}b" addr add 10.77.0.2/24 dev "$vb" &&
+    ip -n "${ns}a" link set "$va" up && ip -n "${ns}b" link set "$vb" up &&
+    ip -n "${ns}a" link set lo up && ip -n "${ns}b" link set lo up; } 2>"$out/veth.err"; then
+  row "veth" FAIL "setting up the pair: $(tail -1 "$out/veth.err")"
+else
   A="ip netns exec ${ns}a" B="ip netns exec ${ns}b"
   transfer "veth: host -> cuda:0 (staged)" "$B" "$A" 10.77.0.2:$PORT 10.77.0.2:$PORT "--mem cuda:0" "--tx uring-zc"
   transfer "veth: cuda:0 (staged) -> host" "$B" "$A" 10.77.0.2:$PORT 10.77.0.2:$PORT "--rx uring" "--mem cuda:0"
-  e=$($B "$ZCNET" recv --listen 10.77.0.2:$PORT --mem cuda:0 --rx devmem --iface "${ns:0:6}b" 2>&1 >/dev/null)
+  e=$(timeout 120 $B "$ZCNET" recv --listen 10.77.0.2:$PORT --mem cuda:0 --rx devmem --iface "$vb" 2>&1 >/dev/null)
   case "$e" in *"not supported"*|*EOPNOTSUPP*|*"Operation not supported"*) row "veth: devmem rx refused" PASS "$e" ;; *) row "veth: devmem rx refused" FAIL "$e" ;; esac
-  e=$($A "$ZCNET" send 10.77.0.2:9 --mem cuda:0 --tx devmem --bytes 1M 2>&1 >/dev/null)
-  case "$e" in *"not supported"*|*"netmem TX"*|*refused*) row "veth: devmem tx refused" PASS "$e" ;; *) row "veth: devmem tx refused" FAIL "$e" ;; esac
-else
-  row "veth" SKIP "needs root and iproute2"
+  # The devmem send is refused after it connects: a peer listens, so that a refused connection
+  # cannot pass for the devmem refusal.
+  timeout 120 $B "$ZCNET" recv --listen 10.77.0.2:$PORT --discard >/dev/null 2>"$out/r.err" &
+  rp=$!
+  for _ in $(seq 100); do grep -q "listening on" "$out/r.err" 2>/dev/null && break; sleep 0.1; done
+  e=$(timeout 120 $A "$ZCNET" send 10.77.0.2:$PORT --mem cuda:0 --tx devmem --bytes 1M 2>&1 >/dev/null)
+  kill "$rp" 2>/dev/null; wait "$rp" 2>/dev/null; rp=""
+  case "$e" in
+    *"connection refused"*|*"Connection refused"*) row "veth: devmem tx refused" FAIL "the connection was refused, devmem never tried: $e" ;;
+    *"not supported"*|*"netmem TX"*|*devmem*|*dma-buf*) row "veth: devmem tx refused" PASS "$e" ;;
+    *) row "veth: devmem tx refused" FAIL "$e" ;;
+  esac
 fi
 
 # 5. A real NCCL run over the plugin against NCCL's socket transport (PyTorch needed; the plugin
@@ -139,7 +170,9 @@ fi
 #    of the stand-in: GPU_CHECK_TESTS names that test executable (cargo test --release -p zcnet
 #    --test gpu_standin --no-run prints its path). Each child runs alone, as under the stand-in.
 if [ -n "${GPU_CHECK_TESTS:-}" ]; then
-  for c in $("$GPU_CHECK_TESTS" --list --ignored 2>/dev/null | sed -n 's/^\(child_[a-z_]*\): test$/\1/p'); do
+  cases=$("$GPU_CHECK_TESTS" --list --ignored 2>/dev/null | sed -n 's/^\(child_[a-z_]*\): test$/\1/p')
+  [ -n "$cases" ] || row "library tests on the real driver" FAIL "no child_ test listed by $GPU_CHECK_TESTS"
+  for c in $cases; do
     if ZCNET_STANDIN_CHILD=1 timeout 120 "$GPU_CHECK_TESTS" --ignored --exact "$c" >"$out/child.txt" 2>&1 &&
       grep -q "1 passed" "$out/child.txt"; then
       row "library test $c (real driver)" PASS ""

@@ -59,6 +59,9 @@ DEST=10.61.0.2
 PORT=9
 cleanup() { ip netns del "$NS" 2>/dev/null || true; }
 trap cleanup EXIT
+# ifb loaded by its first use would make its default devices (ifb0, ifb1) in the root
+# namespace: load it with none first.
+[ -d /sys/module/ifb ] || modprobe ifb numifbs=0 2>/dev/null || true
 ip netns add "$NS"
 ip -n "$NS" link set lo up
 ip -n "$NS" link add taxsink type ifb

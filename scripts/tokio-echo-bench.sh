@@ -47,8 +47,11 @@ cargo build --release -q -p zcnet-tokio --example echo || { echo "$me: build fai
 echo_bin=target/release/examples/echo
 
 A=zcteA$$ B=zcteB$$
+work=$(mktemp -d)
 cleanup() {
-  pkill -f "$echo_bin server" 2>/dev/null
+  # Only this script's server (its pid is in a file: run() runs in a subshell).
+  if [ -s "$work/server.pid" ]; then kill "$(cat "$work/server.pid")" 2>/dev/null; fi
+  rm -rf "$work"
   if [ "$path" = veth ]; then
     ip netns del "$A" 2>/dev/null
     ip netns del "$B" 2>/dev/null
@@ -79,17 +82,29 @@ fi
 # One run: server `$1` (zcnet|tokio) up, the client against it, the server stopped (its stdin
 # closed). Prints the client's msg_per_s.
 run() {
-  local imp=$1 fifo out rate
+  local imp=$1 fifo out rate log="$work/$1.log"
   fifo=$(mktemp -u) && mkfifo "$fifo" || return 1
   "${pin_a[@]}" "${in_a[@]}" "$echo_bin" server "$addr" --impl "$imp" --rx "$rx" --tx "$tx" --size "$size" --lend "$lend" --buffers "$buffers" \
-    <"$fifo" 2>/dev/null &
+    <"$fifo" 2>"$log" &
   local pid=$!
+  echo "$pid" >"$work/server.pid"
   exec 9>"$fifo"
   rm -f "$fifo"
-  sleep 0.5
+  # Ready once it says what it serves with (the line names the receive and send modes it
+  # really got: a fallback shows there).
+  local waited=0
+  until grep -q "^echo: .* server on" "$log" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null || [ $waited -ge 100 ]; then
+      echo "$me: the $imp server did not start: $(tail -1 "$log")" >&2
+      return 1
+    fi
+    sleep 0.05; waited=$((waited + 1))
+  done
+  [ -e "$work/$imp.said" ] || { grep -m1 "^echo: .* server on" "$log" >&2; : >"$work/$imp.said"; }
   out=$("${pin_b[@]}" "${in_b[@]}" "$echo_bin" client "$addr" --conns "$conns" --size "$size" --seconds "$seconds")
   exec 9>&-
   wait "$pid" 2>/dev/null
+  : >"$work/server.pid"
   rate=$(sed -n 's/.*msg_per_s=\([0-9.]*\).*/\1/p' <<<"$out")
   [ -n "$rate" ] || { echo "$me: no result from the $imp run: $out" >&2; return 1; }
   echo "$rate"

@@ -217,8 +217,17 @@ pub(crate) fn tcp_stream<S: Send, R: Send>(
             .join()
             .unwrap_or_else(|_| Err(panicked("sender thread")));
         if sent.is_err() {
-            // Unblock the receiver if the sender never connected.
-            let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+            // Unblock the receiver if the sender never connected: from the sender's namespace,
+            // where the address is (this thread's is the root namespace, whose routes must
+            // never see the lab's addresses).
+            let _ = sc
+                .spawn(move || {
+                    if tx_ns.is_some_and(|ns| lab::enter(ns).is_err()) {
+                        return;
+                    }
+                    let _ = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+                })
+                .join();
         }
         let received = receiver
             .join()

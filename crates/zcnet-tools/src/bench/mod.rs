@@ -606,8 +606,9 @@ pub type Run = (usize, usize, usize);
 
 /// The order of the runs of one (path, size): `(case, run, runs)` with `case` an index into
 /// `cases`. A mode with a raw loop among `cases` and its loop run `repeats` times each,
-/// alternated (mode, loop, mode, loop…) so that each pair of runs sees the same machine; every
-/// other case runs once.
+/// alternated so that each pair of runs sees the same machine, and in ABBA order (mode, loop,
+/// loop, mode, …) so that neither always runs first: order alone moves results by a few
+/// percent. Every other case runs once.
 pub fn run_order(cases: &[String], repeats: usize) -> Vec<Run> {
     let repeats = repeats.max(1);
     let pos = |name: &str| cases.iter().position(|c| c == name);
@@ -622,8 +623,9 @@ pub fn run_order(cases: &[String], repeats: usize) -> Vec<Run> {
     }
     for &(m, r) in &pairs {
         for k in 0..repeats {
-            order.push((m, k, repeats));
-            order.push((r, k, repeats));
+            let (first, second) = if k % 2 == 0 { (m, r) } else { (r, m) };
+            order.push((first, k, repeats));
+            order.push((second, k, repeats));
         }
     }
     order

@@ -200,12 +200,12 @@ fn a_mode_and_its_raw_loop_alternate_and_the_rest_run_once() {
             (0, 0, 1),
             (2, 0, 2),
             (3, 0, 2),
-            (2, 1, 2),
             (3, 1, 2),
+            (2, 1, 2),
             (1, 0, 2),
             (4, 0, 2),
-            (1, 1, 2),
-            (4, 1, 2)
+            (4, 1, 2),
+            (1, 1, 2)
         ]
     );
     // No raw loop (not the sink, or --no-baseline): every case once, in order.
