@@ -30,6 +30,8 @@ pub mod errno {
     pub const ENOMEM: i32 = 12;
     /// Device or resource busy.
     pub const EBUSY: i32 = 16;
+    /// File exists (a queue that already has a memory provider or socket bound).
+    pub const EEXIST: i32 = 17;
     /// No such device.
     pub const ENODEV: i32 = 19;
     /// Invalid argument.
@@ -648,6 +650,9 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
     match trial {
         None => f,
         Some(Err(r)) if r.errno == errno::EPERM => not_permitted(f, tried, r),
+        Some(Err(r)) if r.errno == errno::EBUSY || r.errno == errno::EEXIST => {
+            queue_busy(f, tried, r)
+        }
         Some(Ok(())) => {
             f.verdict = Verdict::ZeroCopy;
             f.reason = format!("{tried} worked (and was undone)");
@@ -671,6 +676,20 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
 /// verdict stays, unconfirmed. Where that verdict is "unsupported" for the device's own reasons
 /// root would be refused too, so no privilege is offered as a remedy; otherwise the report says
 /// how to confirm it.
+/// A trial that found its queue in use (another socket, a running application, a binding the
+/// kernel is still releasing) says nothing about the device: the inferred verdict stays,
+/// unconfirmed, with what was in the way.
+fn queue_busy(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
+    f.reason = format!(
+        "{}; not confirmed: {tried} found the queue in use ({})",
+        f.reason, r.message
+    );
+    f.remedy
+        .get_or_insert_with(|| "probe again while nothing uses the queue, to confirm".into());
+    f.confirmed = false;
+    f
+}
+
 fn not_permitted(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
     f.reason = format!(
         "{}; not confirmed: {tried} needs root or CAP_NET_ADMIN ({})",

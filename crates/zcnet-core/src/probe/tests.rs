@@ -443,6 +443,29 @@ fn a_refused_permission_offers_no_root_where_root_is_refused_too() {
 }
 
 #[test]
+fn a_trial_that_finds_its_queue_busy_confirms_nothing() {
+    // zcrx registered on a queue whose AF_XDP pool the kernel was still releasing (or that a
+    // running application holds) is EBUSY/EEXIST: the device is not the cause, so the
+    // inferred verdict stands, unconfirmed, never "unsupported, confirmed".
+    let k = kernel_618();
+    let on = nic(HeaderSplit::Enabled, 0, 8, Some(true));
+    let inferred = judge_one(Mechanism::Zcrx, &k, &on, &Trials::default());
+    for e in [errno::EBUSY, errno::EEXIST] {
+        let t = Trials {
+            zcrx: Some(Err(Refusal {
+                errno: e,
+                message: "Device or resource busy".into(),
+            })),
+            ..Trials::default()
+        };
+        let f = judge_one(Mechanism::Zcrx, &k, &on, &t);
+        assert_eq!(f.verdict, inferred.verdict, "errno {e}");
+        assert!(!f.confirmed, "errno {e}");
+        assert!(f.reason.contains("found the queue in use"), "{}", f.reason);
+    }
+}
+
+#[test]
 fn header_split_rules_on_a_nic() {
     let k = kernel_618();
     let t = Trials::default();

@@ -151,11 +151,18 @@ pub(super) fn on_iface(
     let q = f.trial_queue();
     let mut t = Trials::default();
     if k.uring.unusable.is_none() && k.uring.recv_zc {
-        t.zcrx = Some(
-            ZcrxIfq::register(ifindex, q, 2 << 20, 64)
-                .map(drop)
-                .map_err(|e| refusal(&e)),
-        );
+        // EBUSY: the queue is still held by the AF_XDP pool of a socket the per-queue trial
+        // closed just before (the kernel releases it later, in deferred work): retry a while.
+        let register = || ZcrxIfq::register(ifindex, q, 2 << 20, 64).map(drop);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut r = register();
+        while matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EBUSY))
+            && std::time::Instant::now() < until
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            r = register();
+        }
+        t.zcrx = Some(r.map_err(|e| refusal(&e)));
     }
     if let Some(b) = per_queue.and_then(|p| p.get(q)) {
         t.xsk_copy = Some(b.copy.clone());
