@@ -520,17 +520,23 @@ fn send_path(
     // The trial runs over TCP loopback only: it confirms a verdict for `lo` alone. For any other
     // interface it is evidence about the mechanism, never a confirmation of that path.
     let over_this = i.kind == IfaceKind::Loopback;
+    // A failed loopback trial is the verdict for `lo`; for another device it says nothing
+    // about the path through it (lo may be down in this namespace, memlock may be short): the
+    // inferred verdict stands, unconfirmed, with the failure beside it.
+    let mut loopback_failed = None;
     if let Some(Err(r)) = trial.filter(|r| !matches!(r, Err(r) if r.errno == errno::EPERM)) {
-        let mut f = Finding::new(
-            Verdict::Unsupported,
-            format!("TCP: {what} over loopback failed: {}", r.message),
-        );
-        if !over_this {
-            f.reason
-                .push_str(" (the trial runs over TCP loopback, not over this device)");
+        if over_this {
+            let mut f = Finding::new(
+                Verdict::Unsupported,
+                format!("TCP: {what} over loopback failed: {}", r.message),
+            );
+            f.confirmed = true;
+            return f;
         }
-        f.confirmed = over_this;
-        return f;
+        loopback_failed = Some(format!(
+            " (not confirmed: {what} over loopback failed: {}; the trial runs over TCP loopback, not over this device)",
+            r.message
+        ));
     }
     let mut f = match local_delivery(i) {
         Some(why) => Finding::new(Verdict::Copies, why).remedy(LOCAL_DELIVERY_FIX),
@@ -571,6 +577,10 @@ fn send_path(
                 " ({what} works over TCP loopback, where the trial ran; not tried over this device)"
             ));
         }
+    }
+    if let Some(note) = loopback_failed {
+        f.reason.push_str(&note);
+        f.confirmed = false;
     }
     f
 }

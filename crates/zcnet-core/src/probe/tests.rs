@@ -332,6 +332,13 @@ fn a_loopback_trial_confirms_nothing_about_another_interface() {
         for t in [&ok, &failed] {
             for m in [Mechanism::MsgZerocopy, Mechanism::UringZc] {
                 let f = judge_one(m, &k, &i, t);
+                // A failed loopback trial leaves this device's inferred verdict as it was.
+                let inferred = judge_one(m, &k, &i, &Trials::default());
+                assert_eq!(
+                    f.verdict, inferred.verdict,
+                    "{} {m:?}: {}",
+                    i.name, f.reason
+                );
                 assert!(!f.confirmed, "{} {m:?}: {}", i.name, f.reason);
                 assert!(
                     f.reason.contains("loopback") && f.reason.contains("this device"),
