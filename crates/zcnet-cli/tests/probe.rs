@@ -104,14 +104,14 @@ fn veth_lo_and_ifb_get_this_kernels_verdicts() {
     );
     // What the kernel has depends on its version (README promises 6.2+): SEND_ZC came in
     // 6.0, DEFER_TASKRUN (6.1) with CQE32 makes the zcrx ring, RECV_ZC came in 6.15, the
-    // netdev family's bind-rx in 6.12 (devmem TCP) and bind-tx in 6.14.
+    // netdev family's bind-rx in 6.12 (devmem TCP) and bind-tx in 6.16 (devmem TX).
     let at_least = |a, b| zcnet_testkit::kernel_version().is_some_and(|v| v >= (a, b));
     assert_eq!(k["io_uring"]["ops"]["send-zc"], true, "{k}");
     assert_eq!(k["io_uring"]["ops"]["recv-zc"], at_least(6, 15), "{k}");
     assert_eq!(k["io_uring"]["setup_flags"]["zcrx-ring"], true, "{k}");
     let ops = k["netdev_family"]["ops"].as_array().unwrap();
     assert_eq!(ops.iter().any(|o| o == "bind-rx"), at_least(6, 12), "{k}");
-    assert_eq!(ops.iter().any(|o| o == "bind-tx"), at_least(6, 14), "{k}");
+    assert_eq!(ops.iter().any(|o| o == "bind-tx"), at_least(6, 16), "{k}");
     let v = iface(&doc, "vA");
     assert_eq!(
         (v["driver"].as_str(), v["kind"].as_str()),

@@ -766,7 +766,7 @@ fn netdev_op_missing(k: &KernelFacts, op: &str, since: &str) -> Option<Finding> 
         return Some(
             Finding::new(
                 Verdict::Unsupported,
-                "the kernel has no netdev generic netlink family (Linux 6.5 or newer)",
+                "the kernel has no netdev generic netlink family (Linux 6.3 or newer)",
             )
             .remedy(UPGRADE),
         );

@@ -2,7 +2,7 @@
 //!
 //! Talks to the kernel about network devices, as zero-copy networking needs it:
 //!
-//! - [`netdev`]: the `netdev` generic netlink family (Linux 6.5+): XDP/AF_XDP features, queues,
+//! - [`netdev`]: the `netdev` generic netlink family (Linux 6.3+): XDP/AF_XDP features, queues,
 //!   NAPI instances, queue statistics, page pools, and dma-buf bindings for devmem TCP
 //!   ([`netdev::RxBinding`], [`netdev::TxBinding`], which live as long as their socket);
 //! - [`ethtool`]: the `ethtool` generic netlink family: rings (including TCP data split and

@@ -176,8 +176,8 @@ fn napi_follows_gro_on_veth() {
 #[zcnet_testkit::test]
 fn dmabuf_bindings_fail_cleanly_on_veth() {
     need_root();
-    // bind-rx came with devmem TCP in 6.12, bind-tx with devmem TX in 6.14.
-    zcnet_testkit::require_kernel(6, 14, "netdev bind-tx");
+    // bind-rx came with devmem TCP in 6.12, bind-tx with devmem TX in 6.16.
+    zcnet_testkit::require_kernel(6, 16, "netdev bind-tx");
     let ns = Netns::with_veth();
     let va = ns.ifindex("va");
     ns.run(move || {
