@@ -25,6 +25,9 @@ pub struct RawResult {
     pub sends: u64,
     /// Notifications that said COPIED.
     pub copied_notifications: u64,
+    /// Sends those COPIED notifications covered (a MSG_ZEROCOPY notification covers a range
+    /// of sends, a SEND_ZC one its own send).
+    pub copied_sends: u64,
     /// Notifications in all.
     pub notifications: u64,
     /// Wall seconds.
@@ -225,6 +228,7 @@ pub fn raw_send_zc_with(
                 res.notifications += 1;
                 if (cqe.result() as u32) & (1 << 31) != 0 {
                     res.copied_notifications += 1;
+                    res.copied_sends += 1;
                 }
             } else if cqe.result() >= 0 {
                 res.bytes += cqe.result() as u64;
@@ -321,10 +325,12 @@ pub fn raw_msg_zerocopy(
             if let ErrqueueEntry::Zerocopy { lo, hi, copied } = e {
                 // Counted as the msg-zerocopy backend counts them: one per error-queue message
                 // (a range of ids), so the two rows of `bench tx` compare.
-                completed += u64::from(hi.wrapping_sub(lo)) + 1;
+                let ids = u64::from(hi.wrapping_sub(lo)) + 1;
+                completed += ids;
                 res.notifications += 1;
                 if copied {
                     res.copied_notifications += 1;
+                    res.copied_sends += ids;
                 }
             }
         }

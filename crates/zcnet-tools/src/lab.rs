@@ -19,6 +19,7 @@
 //! deletes those whose process is gone.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use zcnet::{Error, Result};
@@ -153,12 +154,18 @@ fn preload_without_devices(module: &str, count_param: &str) {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip").args(args).output().map_err(|e| {
-        Error::io(
-            "running 'ip' (iproute2): install it with 'apt-get install iproute2'",
-            e,
-        )
-    })?;
+    // In a process group of its own: a second Ctrl-C at the terminal (while the lab is torn
+    // down) must not kill the `ip netns del` that cleans up after the first.
+    let out = Command::new("ip")
+        .args(args)
+        .process_group(0)
+        .output()
+        .map_err(|e| {
+            Error::io(
+                "running 'ip' (iproute2): install it with 'apt-get install iproute2'",
+                e,
+            )
+        })?;
     if out.status.success() {
         Ok(())
     } else {
@@ -193,8 +200,12 @@ pub fn cleanup_stale() -> Result<Vec<String>> {
             continue;
         };
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            ip(&["netns", "del", &ns])?;
-            removed.push(ns);
+            // Another run may be deleting the same stale namespace right now: gone is fine.
+            match ip(&["netns", "del", &ns]) {
+                Ok(()) => removed.push(ns),
+                Err(_) if !netns_exists(&ns) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(removed)

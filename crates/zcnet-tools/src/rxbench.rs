@@ -422,14 +422,29 @@ fn kernel_lacks_nodev(e: &Error) -> bool {
     einval && !zcnet_sys::uring_query::ZcrxCaps::get().nodev()
 }
 
+/// `cpus` as the kernel's cpumask text (`bitmap_parse`): 32-bit hex groups, highest first,
+/// joined with commas ("1,00000000" is CPU 32), as many as the highest CPU needs.
+fn cpumask(cpus: &[usize]) -> String {
+    let words = cpus.iter().max().map_or(1, |&c| c / 32 + 1);
+    let mut w = vec![0u32; words];
+    for &c in cpus {
+        w[c / 32] |= 1 << (c % 32);
+    }
+    let mut groups: Vec<String> = w.iter().rev().map(|x| format!("{x:08x}")).collect();
+    // The first group needs no leading zeros.
+    if let Some(first) = groups.first_mut() {
+        *first = format!("{:x}", w[words - 1]);
+    }
+    groups.join(",")
+}
+
 /// Sets `dev`'s receive packet steering (`/sys/class/net/DEV/queues/rx-0/rps_cpus`, seen from
 /// inside namespace `ns`) to `cpus`.
 fn steer_rx(ns: &str, dev: &str, cpus: &[usize]) -> Result<()> {
-    let mask = cpus
-        .iter()
-        .filter(|&&c| c < 64)
-        .fold(0u64, |m, &c| m | (1 << c));
-    let script = format!("echo {mask:x} > /sys/class/net/{dev}/queues/rx-0/rps_cpus");
+    let script = format!(
+        "echo {} > /sys/class/net/{dev}/queues/rx-0/rps_cpus",
+        cpumask(cpus)
+    );
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, "sh", "-c", &script])
         .output()
@@ -584,6 +599,17 @@ fn run_case(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[zcnet_testkit::test]
+    fn cpumasks_are_the_kernels_text_past_32_cpus() {
+        assert_eq!(cpumask(&[0]), "1");
+        assert_eq!(cpumask(&[1, 3]), "a");
+        assert_eq!(cpumask(&[31]), "80000000");
+        assert_eq!(cpumask(&[32]), "1,00000000");
+        assert_eq!(cpumask(&[47, 0]), "8000,00000001");
+        assert_eq!(cpumask(&[64]), "1,00000000,00000000");
+        assert_eq!(cpumask(&[]), "0");
+    }
 
     #[zcnet_testkit::test]
     fn zcrx_nodev_is_a_mode_of_its_own_in_the_default_set() {

@@ -263,9 +263,11 @@ pub(super) fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) ->
                     _ => Error::io(what, e),
                 },
             )?;
-            let copied_bytes = (r.bytes * r.copied_notifications)
-                .checked_div(r.notifications)
-                .unwrap_or(0);
+            // The sends the COPIED notifications covered, weighted by the bytes per send (a
+            // MSG_ZEROCOPY range may cover one send or thousands); u128: no overflow.
+            let copied_bytes = (u128::from(r.bytes) * u128::from(r.copied_sends))
+                .checked_div(u128::from(r.sends))
+                .map_or(0, |b| b.min(u128::from(r.bytes)) as u64);
             let st = TxStats {
                 bytes: r.bytes,
                 sends: r.sends,
