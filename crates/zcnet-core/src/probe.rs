@@ -822,7 +822,11 @@ fn devmem_trial(
                 f.verdict = Verdict::ZeroCopy;
                 f.remedy = None;
             }
-            f.confirmed = true;
+            // bind-rx: what the kernel checks before the fd differs between releases (6.12-6.14
+            // nothing at all, later the queue-management ops, later still the queue ids), and
+            // the header-split check comes only at queue binding: the inferred verdict stands,
+            // not confirmed by this.
+            f.confirmed = device_check_is_complete;
             f
         }
         other => apply_trial(f, other, tried),
