@@ -175,6 +175,8 @@ pub struct XdpSocket {
     tx_dropped: u64,
     /// Receive-path wakeups the fill ring asked for ([`Self::fill`]).
     rx_wakeups: u64,
+    /// Descriptors written into the current TX reservation ([`TxQueue`]), not yet published.
+    tx_pushed: u32,
 }
 
 /// Room reserved on a socket's TX ring ([`XdpSocket::tx_queue`]). Frames pushed go to the
@@ -183,14 +185,13 @@ pub struct XdpSocket {
 pub struct TxQueue<'a> {
     sock: &'a mut XdpSocket,
     batch: Batch,
-    pushed: u32,
     done: bool,
 }
 
 impl TxQueue<'_> {
     /// Frames that can still be pushed.
     pub fn room(&self) -> usize {
-        (self.batch.len - self.pushed) as usize
+        (self.batch.len - self.sock.tx_pushed) as usize
     }
 
     /// Writes the TX descriptor of `f` (its span is the packet) into the next reserved entry;
@@ -224,7 +225,7 @@ impl TxQueue<'_> {
     /// caller then moves its slot into `held`. Returns the frame index.
     #[inline]
     fn describe(&mut self, f: &UmemFrame) -> io::Result<u32> {
-        if self.pushed == self.batch.len {
+        if self.sock.tx_pushed == self.batch.len {
             return Err(invalid("no room reserved on the TX ring".into()));
         }
         if !Arc::ptr_eq(f.slot.mapping(), &self.sock.umem) {
@@ -246,14 +247,14 @@ impl TxQueue<'_> {
             .give_tx(idx, f.off, f.len)
             .map_err(protocol)?;
         self.sock.tx.write(
-            self.batch.slot(self.pushed),
+            self.batch.slot(self.sock.tx_pushed),
             XdpDesc {
                 addr,
                 len: f.len,
                 options: 0,
             },
         );
-        self.pushed += 1;
+        self.sock.tx_pushed += 1;
         Ok(idx)
     }
 
@@ -267,13 +268,7 @@ impl TxQueue<'_> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(0);
         }
-        let sock = &mut *self.sock;
-        sock.tx_idx
-            .cancel(self.batch.len - self.pushed)
-            .map_err(protocol)?;
-        let p = sock.tx_idx.submit(self.pushed).map_err(protocol)?;
-        sock.tx.store_producer(p);
-        Ok(self.pushed as usize)
+        self.sock.finish_tx_reservation()
     }
 }
 
@@ -519,6 +514,7 @@ impl XdpSocket {
             kicks: 0,
             tx_dropped: 0,
             rx_wakeups: 0,
+            tx_pushed: 0,
         }
     }
 
@@ -667,6 +663,12 @@ impl XdpSocket {
     /// none): `TxQueue::push` frames into it, then [`TxQueue::submit`] them. For callers that
     /// keep their frames in their own containers ([`Self::transmit`] takes a `Vec`).
     pub fn tx_queue(&mut self, want: usize) -> io::Result<TxQueue<'_>> {
+        // A queue forgotten rather than dropped (`mem::forget` is safe) left its reservation:
+        // finish it as its drop would have, or this queue's entries would come after entries
+        // never published, and its submit would publish the old ones, stale included.
+        if self.tx_idx.reserved() > 0 {
+            self.finish_tx_reservation()?;
+        }
         let want = u32::try_from(want).unwrap_or(u32::MAX);
         let tx = &self.tx;
         let batch = self
@@ -676,9 +678,19 @@ impl XdpSocket {
         Ok(TxQueue {
             sock: self,
             batch,
-            pushed: 0,
             done: false,
         })
+    }
+
+    /// Publishes the descriptors pushed into the TX reservation (a release store of the
+    /// producer index) and gives back the room not used; how many went.
+    fn finish_tx_reservation(&mut self) -> io::Result<usize> {
+        let pushed = std::mem::take(&mut self.tx_pushed);
+        let unused = self.tx_idx.reserved() - pushed;
+        self.tx_idx.cancel(unused).map_err(protocol)?;
+        let p = self.tx_idx.submit(pushed).map_err(protocol)?;
+        self.tx.store_producer(p);
+        Ok(pushed as usize)
     }
 
     /// TX descriptors published and not yet taken by the kernel (reads its index).

@@ -120,6 +120,41 @@ fn frames_loop_back_through_all_four_rings() {
     assert!(counts.received == 200 && counts.filled >= 200);
 }
 
+/// A TX queue forgotten instead of dropped (`mem::forget` is safe) leaves its reservation;
+/// the next queue finishes it first, so the frames it had pushed go out and the next queue's
+/// own go out after them, none stale: every frame sent completes.
+#[zcnet_testkit::test]
+fn a_forgotten_tx_queue_is_finished_by_the_next() {
+    let r = crate::os::in_private_netns(|| {
+        lo_up();
+        let umem = Mapping::anonymous(cfg().umem_len()).expect("umem");
+        let (mut s, mut free) = XdpSocket::new(umem, 1, 0, &cfg()).expect("bind on lo");
+        let mut frame = |free: &mut Vec<UmemFrame>| {
+            let mut f = free.pop().expect("a free frame");
+            f.set_data(0, 64).expect("span");
+            Some(f)
+        };
+        let mut q = s.tx_queue(4).expect("reserve");
+        for _ in 0..2 {
+            q.push_from(&mut frame(&mut free)).expect("push");
+        }
+        std::mem::forget(q);
+        let mut q = s.tx_queue(4).expect("reserve again");
+        for _ in 0..3 {
+            q.push_from(&mut frame(&mut free)).expect("push");
+        }
+        assert_eq!(q.submit().expect("submit"), 3);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut back = Vec::new();
+        while back.len() < 5 && std::time::Instant::now() < deadline {
+            s.kick_tx().expect("kick");
+            s.complete(&mut back, 16).expect("complete");
+        }
+        (back.len(), s.frames().counts().sent, s.frames_in_tx())
+    });
+    assert_eq!(r, (5, 5, 0), "(completed, sent, in TX)");
+}
+
 #[zcnet_testkit::test]
 fn wrong_input_is_refused_before_the_kernel_sees_it() {
     let r = crate::os::in_private_netns(|| {
