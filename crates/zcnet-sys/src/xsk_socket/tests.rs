@@ -129,7 +129,7 @@ fn a_forgotten_tx_queue_is_finished_by_the_next() {
         lo_up();
         let umem = Mapping::anonymous(cfg().umem_len()).expect("umem");
         let (mut s, mut free) = XdpSocket::new(umem, 1, 0, &cfg()).expect("bind on lo");
-        let mut frame = |free: &mut Vec<UmemFrame>| {
+        let frame = |free: &mut Vec<UmemFrame>| {
             let mut f = free.pop().expect("a free frame");
             f.set_data(0, 64).expect("span");
             Some(f)
