@@ -218,6 +218,42 @@ fn client_vanishing_mid_test() {
     good_client(port);
 }
 
+/// `-s -J`: a test that fails still prints its one JSON document, with `"error"`, as iperf3
+/// does (scripts read one document per test), and the server goes on.
+#[zcnet_testkit::test]
+fn a_failed_test_still_prints_its_json_document() {
+    let (server, port) = common::zcnet_server(&["-J"]);
+    let port_s = port.to_string();
+    let mut client = Proc::spawn(
+        &zcnet_perf(),
+        &["-c", "127.0.0.1", "-p", &port_s, "-t", "20", "-R"],
+    );
+    // The test runs once the server has its streams; then the client vanishes.
+    std::thread::sleep(Duration::from_millis(1500));
+    client.kill();
+    lines(&server, 1);
+    let until = Instant::now() + Duration::from_secs(10);
+    let doc = loop {
+        let out = server.stdout();
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(out.trim()) {
+            break v;
+        }
+        assert!(
+            Instant::now() < until,
+            "no JSON document on stdout: {out:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        doc["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "{doc}"
+    );
+    assert!(
+        doc.get("start").is_some() && doc["intervals"].is_array(),
+        "{doc}"
+    );
+}
+
 #[zcnet_testkit::test]
 fn second_client_while_a_test_runs_is_denied() {
     let (server, port) = common::zcnet_server(&[]);

@@ -621,8 +621,20 @@ impl Server<'_> {
                     t.peer.ip(),
                     t.peer.port()
                 );
+                let intervals = t.run.as_mut().map(TestRun::take_intervals);
                 if let Some(run) = &mut t.run {
                     run.abort();
+                }
+                if self.s.json {
+                    // As iperf3 -s -J: one document per test, a failed one with "error".
+                    let start = std::mem::take(&mut t.start_json);
+                    print_json(&jsonout::document(
+                        start,
+                        intervals.unwrap_or_default(),
+                        serde_json::json!({}),
+                        Some(&e),
+                    ));
+                    let _ = std::io::stdout().flush();
                 }
                 Err(PerfError::Failed(e))
             }
