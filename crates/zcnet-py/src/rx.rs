@@ -106,7 +106,7 @@ struct GpuRx {
 /// Buffers the NIC wrote into GPU memory are kDLCUDA (`torch.from_dlpack(buf)`: a read-only
 /// view, no copy; `bytes(buf)` copies to the host). `stats()["gpu"]` names the path and why the
 /// better ones were refused; `mode="devmem"` or `"zcrx"` raise their refusal instead.
-#[pyclass(unsendable, module = "zcnet")]
+#[pyclass(unsendable, weakref, module = "zcnet")]
 pub(crate) struct Receiver {
     inner: zcnet::Receiver,
     events: VecDeque<RxEvent>,
@@ -181,6 +181,7 @@ impl Receiver {
         starve_timeout: f64,
         mem: Option<&str>,
     ) -> PyResult<Self> {
+        collect_receivers();
         let ordinal = match mem.map(|m| (m, zcnet::MemoryKind::parse(m))) {
             None | Some(("host", _)) => None,
             Some((_, Some(zcnet::MemoryKind::Cuda(n)))) => Some(n),
@@ -252,6 +253,7 @@ impl Receiver {
     /// is closed then, zcnet owns the connection; when adding fails, the socket is left as it
     /// was). Returns the connection's id.
     fn add(&mut self, sock: &Bound<'_, PyAny>) -> PyResult<u64> {
+        collect_receivers();
         let (stream, taken) = crate::take_tcp_socket(sock, "zcnet.Receiver.add")?;
         let id = self.inner.add(stream).map_err(errors::to_py)?;
         taken.keep()?;
@@ -264,6 +266,7 @@ impl Receiver {
     }
 
     fn __next__(slf: &Bound<'_, Self>) -> PyResult<Option<Buffer>> {
+        collect_receivers();
         let py = slf.py();
         let mut this = slf.borrow_mut();
         if let Some(b) = this.partial.take() {
@@ -305,7 +308,7 @@ impl Receiver {
                             device,
                             cuda,
                             buf: Arc::new(b),
-                            rx: slf.clone().unbind().into_any(),
+                            rx: KeepReceiver::new(slf.clone().unbind().into_any()),
                         }));
                     }
                     RxEvent::Eof(c) => {
@@ -421,6 +424,7 @@ impl Receiver {
     /// host memory (Ctrl-C while waiting for the rest, a connection that failed) carries their
     /// count as its `filled` attribute: they are the stream's next bytes.
     fn recv_into(slf: &Bound<'_, Self>, out: &Bound<'_, PyAny>) -> PyResult<usize> {
+        collect_receivers();
         const WHO: &str = "zcnet.Receiver.recv_into";
         let py = slf.py();
         if let Some(view) = crate::pybuf::get(out, true)? {
@@ -734,7 +738,75 @@ pub(crate) struct Buffer {
     buf: Arc<zcnet::RxBuf>,
     /// The receiver, whose memory holds the bytes: alive while the buffer is.
     #[allow(dead_code)]
-    rx: Py<PyAny>,
+    rx: KeepReceiver,
+}
+
+/// A reference to a [`Receiver`] that a [`Buffer`] keeps. A `Receiver` may only be destroyed
+/// on the thread that made it (its io_uring rings belong to that thread; PyO3 leaks an
+/// `unsendable` object dropped elsewhere, with a warning): when the last reference would go
+/// on another thread, it is handed to that thread instead ([`collect_receivers`]), which
+/// drops it at its next call into zcnet.
+pub(crate) struct KeepReceiver {
+    obj: Option<Py<PyAny>>,
+    owner: std::thread::ThreadId,
+}
+
+/// Receivers whose last reference went on another thread, with the thread that made them.
+static ORPHANS: std::sync::Mutex<Vec<(std::thread::ThreadId, Py<PyAny>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+impl KeepReceiver {
+    fn new(obj: Py<PyAny>) -> KeepReceiver {
+        KeepReceiver {
+            obj: Some(obj),
+            owner: std::thread::current().id(),
+        }
+    }
+
+    fn clone_ref(&self, py: Python<'_>) -> KeepReceiver {
+        KeepReceiver {
+            obj: self.obj.as_ref().map(|o| o.clone_ref(py)),
+            owner: self.owner,
+        }
+    }
+}
+
+impl Drop for KeepReceiver {
+    fn drop(&mut self) {
+        let Some(obj) = self.obj.take() else {
+            return;
+        };
+        if std::thread::current().id() == self.owner {
+            return drop(obj);
+        }
+        // Counted and dropped under the GIL: no other reference can go in between.
+        Python::attach(|_py| {
+            // SAFETY: `obj` is a live object this thread holds a reference to, read with the
+            // GIL held (the FFI call PyO3 itself names for this).
+            let others = unsafe { pyo3::ffi::Py_REFCNT(obj.as_ptr()) } > 1;
+            if others {
+                drop(obj);
+            } else if let Ok(mut o) = ORPHANS.lock() {
+                o.push((self.owner, obj));
+            }
+        });
+    }
+}
+
+/// Drops the receivers handed to this thread by [`KeepReceiver`]'s drop on another one.
+pub(crate) fn collect_receivers() {
+    let me = std::thread::current().id();
+    let mine: Vec<Py<PyAny>> = match ORPHANS.lock() {
+        Ok(mut o) => {
+            let (mine, rest) = std::mem::take(&mut *o)
+                .into_iter()
+                .partition(|(t, _)| *t == me);
+            *o = rest;
+            mine.into_iter().map(|(_, p)| p).collect()
+        }
+        Err(_) => return,
+    };
+    drop(mine);
 }
 
 impl std::fmt::Debug for Buffer {

@@ -247,3 +247,38 @@ def test_add_refuses_what_is_not_a_connected_tcp_socket():
         rx.add(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
     with pytest.raises(OSError):
         rx.add(socket.socket())  # not connected
+
+
+def test_a_receiver_whose_last_buffer_dies_on_another_thread_is_freed(listener):
+    """A Buffer keeps its Receiver alive; when the last one dies on another thread, the
+    Receiver (which only its own thread may destroy) is handed back to that thread and
+    freed at its next call into zcnet, not leaked with a warning."""
+    import sys
+    import threading
+    import weakref
+
+    warnings = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: warnings.append(str(u.exc_value))
+    try:
+        rx = zcnet.Receiver(mode="copy")
+        peer = listener.connect()
+        rx.add(listener.accept())
+        peer.sendall(b"x" * 1000)
+        holder = [next(iter(rx))]
+        ref = weakref.ref(rx)
+        del rx
+        peer.close()
+        gc.collect()
+        assert ref() is not None, "the buffer keeps its receiver"
+        t = threading.Thread(target=holder.clear)
+        t.start()
+        t.join()
+        gc.collect()
+        # Any call into zcnet on the receiver's thread frees it.
+        zcnet.Receiver(mode="copy")
+        gc.collect()
+        assert ref() is None, "the receiver was not freed"
+        assert not [w for w in warnings if "unsendable" in w], warnings
+    finally:
+        sys.unraisablehook = old_hook
