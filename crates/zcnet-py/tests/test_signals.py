@@ -89,6 +89,14 @@ def test_keyboard_interrupt_during_a_blocking_send(listener):
     idle.close()
 
 
+def _sender_or_skip(sock, mode, stall_timeout):
+    """A Sender of `mode` on `sock`, or the test skipped, naming why, where the mode is refused."""
+    try:
+        return zcnet.Sender(sock, mode=mode, stall_timeout=stall_timeout)
+    except zcnet.Error as e:
+        pytest.skip(f"{mode} is refused here: {e}")
+
+
 def interrupt_after(seconds):
     """SIGINT to this (the main) thread after `seconds`; returns the timer (join it)."""
     t = threading.Timer(seconds, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
@@ -107,10 +115,7 @@ def test_keyboard_interrupt_while_a_send_waits_for_the_kernel(listener, mode):
     sock = listener.connect()
     idle = listener.accept()  # never reads
     try:
-        try:
-            tx = zcnet.Sender(sock, mode=mode, stall_timeout=30.0)
-        except zcnet.Error as e:
-            pytest.skip(f"{mode} is refused here: {e}")
+        tx = _sender_or_skip(sock, mode, 30.0)
         timer = interrupt_after(0.5)
         t0 = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
@@ -153,10 +158,7 @@ def test_a_stalled_send_still_raises_after_stall_timeout(listener, mode):
     sock = listener.connect()
     idle = listener.accept()  # never reads
     try:
-        try:
-            tx = zcnet.Sender(sock, mode=mode, stall_timeout=0.5)
-        except zcnet.Error as e:
-            pytest.skip(f"{mode} is refused here: {e}")
+        tx = _sender_or_skip(sock, mode, 0.5)
         t0 = time.monotonic()
         with pytest.raises(zcnet.StalledError, match="is the receiver reading"):
             tx.send(np.zeros(256 << 20, dtype=np.uint8))
@@ -196,10 +198,7 @@ def test_keyboard_interrupt_says_what_of_the_send_went(listener, mode):
     sock = listener.connect()
     peer = listener.accept()
     try:
-        try:
-            tx = zcnet.Sender(sock, mode=mode, stall_timeout=30.0)
-        except zcnet.Error as e:
-            pytest.skip(f"{mode} is refused here: {e}")
+        tx = _sender_or_skip(sock, mode, 30.0)
         data = _data(256 << 20)
         timer = interrupt_after(0.5)
         t0 = time.monotonic()
@@ -241,10 +240,7 @@ def test_a_signal_whose_handler_returns_does_not_disturb_a_send(listener, mode):
             signal.pthread_kill(main, signal.SIGUSR1)
 
     try:
-        try:
-            tx = zcnet.Sender(sock, mode=mode, stall_timeout=30.0)
-        except zcnet.Error as e:
-            pytest.skip(f"{mode} is refused here: {e}")
+        tx = _sender_or_skip(sock, mode, 30.0)
         data = _data(32 << 20)
         reader = Thread(_read_all, peer, 0.5)
         pest = Thread(pester)
