@@ -266,7 +266,18 @@ impl GenlConn {
                 }
             };
             let mut col = ReplyCollector::new(op, target, &req, self.seq, family, dump);
-            send_and_collect(&self.sock, &mut self.buf, &req, &ctx, |d| col.feed(d))?;
+            if let Err(e) = send_and_collect(&self.sock, &mut self.buf, &req, &ctx, |d| col.feed(d))
+            {
+                if dump {
+                    // A dump left part-way still runs in the kernel on this socket, and the
+                    // next dump on it would be refused (EBUSY from netlink_dump_start): the
+                    // next request gets a fresh socket.
+                    if let Ok(sock) = NlSocket::open(NETLINK_GENERIC) {
+                        self.sock = sock;
+                    }
+                }
+                return Err(e);
+            }
             if !col.interrupted() {
                 return Ok(col.into_replies());
             }
