@@ -1068,6 +1068,38 @@ mod tests {
         assert_eq!(into, vec![0u8; 64]);
     }
 
+    /// `cancel_all` whose requests end on their own before its cancels went in (here: their
+    /// peers closed) still hands its cancels to the kernel before returning: none stays queued
+    /// to reach a later request that reuses a tag.
+    #[zcnet_testkit::test]
+    fn cancel_all_leaves_no_cancel_queued() {
+        let mut ring = ring(4, 0);
+        let pairs: Vec<(TcpStream, TcpStream)> = (0..4).map(|_| pair()).collect();
+        for (a, _) in &pairs {
+            let own = Arc::new(ForeignBuf::owned(vec![0u8; 64].into_boxed_slice()));
+            let req = Request {
+                fd: a.as_raw_fd(),
+                off: 0,
+                len: 64,
+                op: Op::Recv,
+                flags: 0,
+                link: false,
+            };
+            ring.push(Lease::Borrowed(own), &req)
+                .map_err(|(_, e)| e)
+                .expect("push");
+        }
+        ring.submit().expect("submit");
+        assert_eq!(ring.in_flight(), 4);
+        // The peers go: every receive ends (0 B), its CQE posted on this thread's way out.
+        drop(pairs.into_iter().map(|(a, _)| a).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(50));
+        let mut ended = Vec::new();
+        assert!(ring.cancel_all(Duration::from_secs(2), |c| ended.push(c)));
+        assert_eq!(ended.len(), 4, "{ended:?}");
+        assert_eq!(ring.queued(), 0, "cancels left queued");
+    }
+
     /// Tags are reused after their final CQE, so a long run keeps a small table.
     /// A fixed buffer the kernel would not unregister stays in the table covering nothing: new
     /// memory at its addresses is never sent from its old pages, and its index is not reused.
