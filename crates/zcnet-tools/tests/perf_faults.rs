@@ -315,6 +315,24 @@ fn fake_service(reply: &'static [u8]) -> u16 {
     port
 }
 
+/// `-c -J` against a service that is not iperf3: the document that reports the failure still
+/// has its `start` (whom it connected to), as iperf3's does, not `null`.
+#[zcnet_testkit::test]
+fn a_client_that_fails_early_still_says_whom_it_connected_to() {
+    let port = fake_service(b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n").to_string();
+    let (client, st) = common::run(
+        &zcnet_perf(),
+        &["-c", "127.0.0.1", "-p", &port, "-J"],
+        LIMIT,
+    );
+    assert_eq!(st.code(), Some(1));
+    let doc: serde_json::Value =
+        serde_json::from_str(client.stdout().trim()).expect("one JSON document");
+    assert!(doc["error"].as_str().is_some(), "{doc}");
+    assert_eq!(doc["start"]["connecting_to"]["host"], "127.0.0.1", "{doc}");
+    assert!(doc["start"]["connected"].is_array(), "{doc}");
+}
+
 #[zcnet_testkit::test]
 fn client_to_a_service_that_is_not_iperf3_fails_fast() {
     let ssh = fake_service(b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n");

@@ -116,6 +116,18 @@ impl<'a> Client<'a> {
         if s.verbose && !s.json {
             crate::outln!("      Cookie: {cookie}");
         }
+        // What `-J` prints as `start` if the test fails before its streams exist (iperf3
+        // always fills it: scripts read `start.connecting_to`); replaced once they do.
+        let start_json = jsonout::start(
+            None,
+            &StartInfo {
+                cookie: cookie.to_string(),
+                params: s.params.clone(),
+                connecting_to: Some((host.to_string(), s.port)),
+                accepted: None,
+                timesecs,
+            },
+        );
         let machine = ClientControl::new(ClientConfig::default(), cookie, s.params.clone())?;
         Ok(Client {
             s,
@@ -134,7 +146,7 @@ impl<'a> Client<'a> {
             peer: None,
             done: None,
             stream_failure: None,
-            start_json: Value::Null,
+            start_json,
             timesecs,
         })
     }
@@ -363,7 +375,7 @@ impl<'a> Client<'a> {
                     accepted: None,
                     timesecs: self.timesecs,
                 };
-                self.start_json = jsonout::start(run.layout(), &info);
+                self.start_json = jsonout::start(Some(run.layout()), &info);
                 self.run = Some(run);
             }
             Err(e) => self.abort_with(io_failed(e)),

@@ -26,9 +26,12 @@ pub struct StartInfo {
     pub timesecs: u64,
 }
 
-/// The `start` section.
-pub fn start(layout: &Layout, info: &StartInfo) -> Value {
-    let connected: Vec<Value> = layout.streams.iter().map(connected).collect();
+/// The `start` section (`layout`: the test's streams; `None` before they were made, as when a
+/// test fails early: `connected` is then empty, the rest as always).
+pub fn start(layout: Option<&Layout>, info: &StartInfo) -> Value {
+    let connected: Vec<Value> = layout
+        .map(|l| l.streams.iter().map(connected).collect())
+        .unwrap_or_default();
     let p = &info.params;
     let mut o = Map::new();
     o.insert("connected".into(), connected.into());

@@ -549,7 +549,7 @@ impl Server<'_> {
                     accepted: Some(t.peer),
                     timesecs: t.timesecs,
                 };
-                t.start_json = jsonout::start(run.layout(), &info);
+                t.start_json = jsonout::start(Some(run.layout()), &info);
                 t.run = Some(run);
             }
             Err(e) => self.fail(ProtoError::Aborted {
