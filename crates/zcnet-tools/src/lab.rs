@@ -190,16 +190,27 @@ pub fn list_namespaces() -> Result<Vec<String>> {
 }
 
 /// Deletes lab namespaces whose creating process no longer exists. Returns their names.
+///
+/// A lab's names are `zcnet-PID-NsSTART-…`: the creating process's pid and its start time
+/// (`/proc/PID/stat` field 22), so that a later process given the same pid (pid 1 in every
+/// container) is not taken for it. Names without a start time (older labs) go by the pid.
 pub fn cleanup_stale() -> Result<Vec<String>> {
     let mut removed = Vec::new();
     for ns in list_namespaces()? {
         let Some(rest) = ns.strip_prefix(PREFIX) else {
             continue;
         };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        let mut parts = rest.split('-');
+        let Some(pid) = parts.next().and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        let start = parts
+            .next()
+            .and_then(|n| n.split_once('s'))
+            .and_then(|(_, s)| s.parse::<u64>().ok());
+        let alive = zcnet::nic::state::Process::of_pid(pid)
+            .is_some_and(|p| start.is_none_or(|s| s == p.start));
+        if !alive {
             // Another run may be deleting the same stale namespace right now: gone is fine.
             match ip(&["netns", "del", &ns]) {
                 Ok(()) => removed.push(ns),
@@ -229,7 +240,11 @@ impl Lab {
         cleanup_stale()?;
         let n = NEXT_LAB.fetch_add(1, Ordering::Relaxed);
         Ok(Lab {
-            base: format!("{PREFIX}{}-{n}", std::process::id()),
+            base: format!(
+                "{PREFIX}{}-{n}s{}",
+                std::process::id(),
+                zcnet::nic::state::Process::current().start
+            ),
             namespaces: Vec::new(),
         })
     }

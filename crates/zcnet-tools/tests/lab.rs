@@ -146,6 +146,38 @@ fn lab_deletes_its_namespaces_on_drop_and_on_error() {
         .all(|n| n.starts_with(&format!("zcnet-{}-", std::process::id()))));
 }
 
+/// A lab namespace whose pid is alive but belongs to a later process (another start time:
+/// pid 1 in every container) is stale and cleaned up; this process's own labs are not.
+#[zcnet_testkit::test]
+fn a_reused_pid_does_not_keep_a_stale_lab_alive() {
+    need_root();
+    let me = std::process::id();
+    let stale = format!("zcnet-{me}-999s1-x");
+    let ip = |args: &[&str]| {
+        assert!(std::process::Command::new("ip")
+            .args(args)
+            .status()
+            .unwrap()
+            .success());
+    };
+    ip(&["netns", "add", &stale]);
+    let mut lab = Lab::new().unwrap();
+    lab.veth().unwrap();
+    let mine = lab.namespaces().to_vec();
+    // Lab::new cleans up first (so may any lab another test makes meanwhile); once more here.
+    lab::cleanup_stale().unwrap();
+    let now = lab::list_namespaces().unwrap();
+    let left = now.contains(&stale);
+    if left {
+        ip(&["netns", "del", &stale]);
+    }
+    assert!(!left, "{stale} was taken for a live lab: {now:?}");
+    assert!(
+        mine.iter().all(|n| now.contains(n)),
+        "this process's lab stays: {now:?}"
+    );
+}
+
 #[zcnet_testkit::test]
 fn bench_runs_every_path_and_tears_down() {
     need_root();
