@@ -622,25 +622,37 @@ impl DeviceMem {
             name: "cuMemGetHandleForAddressRange",
         })?;
         // Map through the PCIe BAR where the driver knows the flag (CUDA 12.8+; an older driver
-        // rejects any non-zero flags), as a NIC importing the dma-buf needs.
-        let flags = if driver_version().is_ok_and(|v| v >= DMA_BUF_PCIE_MIN_DRIVER) {
-            DMA_BUF_MAPPING_TYPE_PCIE
-        } else {
-            0
+        // rejects any non-zero flags), as a NIC importing the dma-buf needs. A driver that knows
+        // it but will not map this way here (the flag is for platforms with more than one path
+        // to GPU memory) refuses it: then the default mapping, as NCCL's and aws-ofi-nccl's
+        // exporters retry.
+        let pcie = driver_version().is_ok_and(|v| v >= DMA_BUF_PCIE_MIN_DRIVER);
+        let try_export = |flags: u64, fd: &mut c_int| {
+            self.ctx.call("cuMemGetHandleForAddressRange", |_| {
+                // SAFETY: `fd` is a live int out-parameter (the handle type DMA_BUF_FD writes
+                // an int); [ptr, ptr+len) is page-aligned memory allocated here.
+                unsafe {
+                    export(
+                        (fd as *mut c_int).cast(),
+                        ptr,
+                        len,
+                        HANDLE_DMA_BUF_FD,
+                        flags,
+                    )
+                }
+            })
         };
-        self.ctx.call("cuMemGetHandleForAddressRange", |_| {
-            // SAFETY: `fd` is a live int out-parameter (the handle type DMA_BUF_FD writes an
-            // int); [ptr, ptr+len) is page-aligned memory allocated here.
-            unsafe {
-                export(
-                    (&mut fd as *mut c_int).cast(),
-                    ptr,
-                    len,
-                    HANDLE_DMA_BUF_FD,
-                    flags,
-                )
+        let first = try_export(if pcie { DMA_BUF_MAPPING_TYPE_PCIE } else { 0 }, &mut fd);
+        match first {
+            Err(CudaError::Call { code, .. })
+                if pcie
+                    && (code == E::CUDA_ERROR_NOT_SUPPORTED as i32
+                        || code == E::CUDA_ERROR_INVALID_VALUE as i32) =>
+            {
+                try_export(0, &mut fd)?
             }
-        })?;
+            r => r?,
+        }
         // SAFETY: the driver returned a new fd that nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }

@@ -199,6 +199,28 @@ fn dma_buf_export_falls_back_to_no_flags_before_cuda_12_8() {
 }
 
 #[zcnet_testkit::test]
+fn dma_buf_export_retries_without_the_pcie_flag_where_the_driver_refuses_it() {
+    // A 12.8+ driver that knows the flag but will not map through the PCIe BAR here: the
+    // export goes on with the default mapping instead of failing (and devmem with it).
+    let env = [
+        ("ZCNET_STANDIN_DRIVER_VERSION", "12080"),
+        ("ZCNET_STANDIN_REFUSE_PCIE", "1"),
+    ];
+    let (o, sum) = run_child("child_export", Variant::Full, &env);
+    let s = assert_child_passed("child_export", &o, &sum);
+    // One refused try with the flag, then the export without it.
+    assert_eq!(
+        (
+            s.count("exports"),
+            s.count("export_flags_pcie"),
+            s.count("errors")
+        ),
+        (1, 0, 1),
+        "{s}"
+    );
+}
+
+#[zcnet_testkit::test]
 #[ignore = "run by its parent test in a child process with the CUDA stand-in loaded"]
 fn child_export() {
     in_child();

@@ -732,6 +732,11 @@ EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, si
     unsigned long long known = driver_version() >= 12080 ? CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE : 0;
     if (flags & ~known)
         RETURN(CUDA_ERROR_INVALID_VALUE);
+    /* A driver that knows the PCIe mapping flag but will not map this way on this platform
+     * (ZCNET_STANDIN_REFUSE_PCIE=1): what a caller must then retry without. */
+    const char *refuse = getenv("ZCNET_STANDIN_REFUSE_PCIE");
+    if ((flags & CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE) && refuse && *refuse == '1')
+        RETURN(CUDA_ERROR_NOT_SUPPORTED);
     if (!find_alloc((uintptr_t)dptr, size))
         RETURN(CUDA_ERROR_INVALID_VALUE);
     int fd = memfd_create("zcnet-standin-dmabuf", MFD_CLOEXEC);
