@@ -189,6 +189,7 @@ driver_fns! {
     primary_ctx_retain: "cuDevicePrimaryCtxRetain" => fn(*mut Handle, CuDevice);
     primary_ctx_release: "cuDevicePrimaryCtxRelease_v2" => fn(CuDevice);
     ctx_set_current: "cuCtxSetCurrent" => fn(Handle);
+    ctx_get_current: "cuCtxGetCurrent" => fn(*mut Handle);
     ctx_synchronize: "cuCtxSynchronize" => fn();
     mem_alloc: "cuMemAlloc_v2" => fn(*mut CuPtr, usize);
     mem_free: "cuMemFree_v2" => fn(CuPtr);
@@ -480,7 +481,8 @@ impl Context {
             (d.fns.primary_ctx_retain)(&mut ctx, dev)
         })?;
         let c = Context { dev, ctx, ordinal };
-        c.bind()?;
+        // Bound (and unbound) here only to check it can be.
+        drop(c.bind()?);
         Ok(Arc::new(c))
     }
 
@@ -497,18 +499,57 @@ impl Context {
         self.call("cuCtxSynchronize", |f| unsafe { (f.ctx_synchronize)() })
     }
 
-    fn bind(&self) -> Result<()> {
+    /// Makes the context current on the calling thread for the life of the guard, which puts
+    /// back the one that was current before: the CUDA runtime takes a context made current
+    /// through the driver API for its own, so leaving ours current would move the caller's
+    /// (torch's, CuPy's) work on this thread to our device.
+    fn bind(&self) -> Result<Rebind> {
         let d = driver()?;
+        let mut prev: Handle = std::ptr::null_mut();
+        // SAFETY: `prev` is a live out-parameter.
+        let known = unsafe { (d.fns.ctx_get_current)(&mut prev) } == 0;
+        if known && prev == self.ctx {
+            return Ok(Rebind { prev: None });
+        }
         // SAFETY: the context is retained by `self`.
         d.check("cuCtxSetCurrent", unsafe {
             (d.fns.ctx_set_current)(self.ctx)
+        })?;
+        // Where the previous one could not be read, ours stays current (as before this guard).
+        Ok(Rebind {
+            prev: known.then_some(prev),
         })
     }
 
     fn call(&self, call: &'static str, f: impl FnOnce(&Fns) -> c_int) -> Result<()> {
-        self.bind()?;
+        let _bound = self.bind()?;
         let d = driver()?;
         d.check(call, f(&d.fns))
+    }
+
+    /// Whether this context is the calling thread's current one.
+    pub fn is_current(&self) -> Result<bool> {
+        let d = driver()?;
+        let mut cur: Handle = std::ptr::null_mut();
+        // SAFETY: `cur` is a live out-parameter.
+        d.check("cuCtxGetCurrent", unsafe {
+            (d.fns.ctx_get_current)(&mut cur)
+        })?;
+        Ok(cur == self.ctx)
+    }
+}
+
+/// The context to put back when a [`Context::bind`] ends (`None`: nothing to do).
+struct Rebind {
+    prev: Option<Handle>,
+}
+
+impl Drop for Rebind {
+    fn drop(&mut self) {
+        if let (Some(prev), Ok(d)) = (self.prev, driver()) {
+            // SAFETY: `prev` was the thread's current context (or null) when the bind began.
+            unsafe { (d.fns.ctx_set_current)(prev) };
+        }
     }
 }
 
@@ -1004,7 +1045,7 @@ impl Event {
     /// `Ok(true)` once complete, `Ok(false)` while pending, `Err` if the work before it failed.
     pub(crate) fn query(&self) -> Result<bool> {
         let d = driver()?;
-        let _ = self.ctx.bind();
+        let _bound = self.ctx.bind();
         // SAFETY: the event is live (owned by self).
         let code = unsafe { (d.fns.event_query)(self.raw) };
         match code {

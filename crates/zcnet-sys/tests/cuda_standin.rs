@@ -221,6 +221,30 @@ fn dma_buf_export_retries_without_the_pcie_flag_where_the_driver_refuses_it() {
 }
 
 #[zcnet_testkit::test]
+fn zcnet_puts_back_the_threads_current_context() {
+    let (o, sum) = run_child("child_leaves_no_context_current", Variant::Full, &[]);
+    assert_child_passed("child_leaves_no_context_current", &o, &sum);
+}
+
+/// The CUDA runtime (torch, CuPy) takes a context made current through the driver API for its
+/// own: zcnet's calls must leave the thread's current context as they found it.
+#[zcnet_testkit::test]
+#[ignore = "run by its parent test in a child process with the CUDA stand-in loaded"]
+fn child_leaves_no_context_current() {
+    in_child();
+    let ctx = Context::new(0).unwrap();
+    assert!(!ctx.is_current().unwrap(), "made current by Context::new");
+    let dev = DeviceMem::alloc(&ctx, 2 << 20).unwrap();
+    dev.write(0, &[7u8; 4096]).unwrap();
+    let mut back = [0u8; 4096];
+    dev.read(0, &mut back).unwrap();
+    assert_eq!(back, [7u8; 4096]);
+    assert!(!ctx.is_current().unwrap(), "left current by the calls");
+    drop(dev);
+    assert!(!ctx.is_current().unwrap(), "left current by the free");
+}
+
+#[zcnet_testkit::test]
 #[ignore = "run by its parent test in a child process with the CUDA stand-in loaded"]
 fn child_export() {
     in_child();

@@ -512,6 +512,15 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
     RETURN(CUDA_SUCCESS);
 }
 
+EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    pthread_mutex_lock(&mu);
+    NEED_INIT();
+    if (!ctx)
+        RETURN(CUDA_ERROR_INVALID_VALUE);
+    *ctx = current;
+    RETURN(CUDA_SUCCESS);
+}
+
 EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
     pthread_mutex_lock(&mu);
     NEED_INIT();
