@@ -329,6 +329,10 @@ impl ZcrxRx {
     /// Up to `max` queued refill entries (pass the ring's free space); every one returned must
     /// be pushed. Entries beyond `max` stay queued.
     pub fn take_refills(&mut self, max: usize) -> Vec<RefillEntry> {
+        if max == 0 {
+            // No room asked for is no refill starved of room.
+            return Vec::new();
+        }
         let mut out = Vec::with_capacity(max.min(self.queue.len()));
         self.flush_refills(|e| {
             let room = out.len() < max;

@@ -283,7 +283,10 @@ impl Counts {
             }
             Outcome::Notified { bytes, copied } => {
                 self.notifications += 1;
-                if copied {
+                // A send that moved nothing (failed, or 0 B) is notified as COPIED all the
+                // same (the kernel's "not used"): it says nothing of copying, so it is not
+                // counted as a copied notification (auto's verdict reads those).
+                if copied && bytes > 0 {
                     self.copied_notifications += 1;
                     self.copied_bytes += bytes;
                 } else {
@@ -295,16 +298,19 @@ impl Counts {
         }
     }
 
-    /// What was counted since `earlier` (a snapshot of the same counts).
+    /// What was counted since `earlier` (a snapshot of the same counts; a later one or another
+    /// ring's counts nothing where it is ahead, rather than wrapping).
     pub fn since(&self, earlier: &Counts) -> Counts {
         Counts {
-            sends: self.sends - earlier.sends,
-            bytes_sent: self.bytes_sent - earlier.bytes_sent,
-            zerocopy_bytes: self.zerocopy_bytes - earlier.zerocopy_bytes,
-            copied_bytes: self.copied_bytes - earlier.copied_bytes,
-            notifications: self.notifications - earlier.notifications,
-            copied_notifications: self.copied_notifications - earlier.copied_notifications,
-            bytes_received: self.bytes_received - earlier.bytes_received,
+            sends: self.sends.saturating_sub(earlier.sends),
+            bytes_sent: self.bytes_sent.saturating_sub(earlier.bytes_sent),
+            zerocopy_bytes: self.zerocopy_bytes.saturating_sub(earlier.zerocopy_bytes),
+            copied_bytes: self.copied_bytes.saturating_sub(earlier.copied_bytes),
+            notifications: self.notifications.saturating_sub(earlier.notifications),
+            copied_notifications: self
+                .copied_notifications
+                .saturating_sub(earlier.copied_notifications),
+            bytes_received: self.bytes_received.saturating_sub(earlier.bytes_received),
         }
     }
 }
@@ -393,6 +399,29 @@ mod tests {
                 true
             )
         );
+    }
+
+    /// A failed send's notification says COPIED ("not used": io_uring/notif.c with
+    /// REPORT_USAGE): it moved no byte, so it counts as a notification but not a copied one.
+    #[test]
+    fn a_notification_of_nothing_sent_is_not_a_copied_one() {
+        let mut c = Counts::default();
+        c.add(&Outcome::Notified {
+            bytes: 0,
+            copied: true,
+        });
+        assert_eq!((c.notifications, c.copied_notifications), (1, 0));
+        c.add(&Outcome::Notified {
+            bytes: 10,
+            copied: true,
+        });
+        assert_eq!((c.copied_notifications, c.copied_bytes), (1, 10));
+        // A snapshot from elsewhere does not wrap.
+        let later = Counts {
+            notifications: 9,
+            ..Counts::default()
+        };
+        assert_eq!(c.since(&later).notifications, 0);
     }
 
     /// A `SEND_ZC` refused before it ran (a failed result without `F_MORE`) frees its memory at
