@@ -16,7 +16,10 @@ pub struct TxStats {
     pub notifications: u64,
     /// Of those, notifications that said the kernel copied.
     pub copied_notifications: u64,
-    /// Bytes the kernel confirmed it sent from the application's pages.
+    /// Bytes the kernel confirmed it sent from the application's pages. For `msg-zerocopy`,
+    /// per reported range of send ids: the kernel extends an unread range with ids completed
+    /// later and keeps its code, so ids it copied after zero-copy ones can count here
+    /// (SEND_ZC reports each request on its own).
     pub zerocopy_bytes: u64,
     /// Bytes the kernel copied (a copying backend, or a zero-copy send the kernel reported COPIED).
     pub copied_bytes: u64,

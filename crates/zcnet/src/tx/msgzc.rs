@@ -2,7 +2,10 @@
 //!
 //! Documentation/networking/msg_zerocopy.rst: each successful send call gets the next 32-bit id;
 //! the kernel reports ranges of ids on the error queue, signalled by `POLLERR`; a range with
-//! `SO_EE_CODE_ZEROCOPY_COPIED` was copied. Sends fail with `ENOBUFS` when the socket's option
+//! `SO_EE_CODE_ZEROCOPY_COPIED` was copied. The kernel extends the unread range at the tail of
+//! the queue with ids that complete later and keeps its code (net/core/skbuff.c,
+//! `skb_zerocopy_notify_extend`): a copied id merged into a zero-copy range counts as zero copy
+//! (docs/design.md, "Accounting"). Sends fail with `ENOBUFS` when the socket's option
 //! memory (`net.core.optmem_max`) is full of pending notifications, or when the pages of the
 //! sends in flight would take the user over RLIMIT_MEMLOCK: read the error queue and retry.
 //! An `ENOBUFS` that waiting cannot cure is reported with the limit that caused it
