@@ -951,7 +951,10 @@ impl Stream {
             return Err((src, e));
         }
         match self.event() {
-            Ok(event) => Ok(Pending { value: src, event }),
+            Ok(event) => Ok(Pending {
+                value: Some(src),
+                event,
+            }),
             Err(e) => {
                 // The copy is queued but nothing will say when it read `src`: wait for the
                 // stream before the caller gets its source back (and may hand it to the kernel).
@@ -1006,7 +1009,10 @@ impl Stream {
             return Err((dst, e));
         }
         match self.event() {
-            Ok(event) => Ok(Pending { value: dst, event }),
+            Ok(event) => Ok(Pending {
+                value: Some(dst),
+                event,
+            }),
             Err(e) => {
                 // Without an event, wait for the stream so the slot can be given back safely.
                 let _ = self.synchronize();
@@ -1136,10 +1142,23 @@ unsafe impl<S: CopySource> CopySource for SourceRange<S> {
 /// Host memory an asynchronous copy is reading ([`Stream::copy_to_device`], the source) or
 /// writing ([`Stream::copy_to_host`], the destination slot): the value comes back only once
 /// the copy completed, so nobody can touch those bytes while the GPU does.
+///
+/// Dropped while the copy runs, it waits for the copy before it lets go of the value: the
+/// bytes are never released (a slot reused, a received buffer given back) under the GPU.
 #[derive(Debug)]
 pub struct Pending<T> {
-    value: T,
+    /// `Some` until a consuming method takes it.
+    value: Option<T>,
     event: Event,
+}
+
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        if self.value.is_some() {
+            // A failed copy ends too: either way the GPU no longer touches the bytes.
+            let _ = self.event.wait();
+        }
+    }
 }
 
 /// A host slot the GPU is writing; the slot comes back only once the copy completed.
@@ -1152,13 +1171,20 @@ impl<T> Pending<T> {
     #[allow(clippy::result_large_err)] // the value must come back with the error
     pub fn poll(self) -> std::result::Result<std::result::Result<T, Self>, (T, CudaError)> {
         match self.event.query() {
-            Ok(true) => Ok(Ok(self.value)),
+            Ok(true) => Ok(Ok(self.take())),
             Ok(false) => Ok(Err(self)),
             Err(e) => {
                 let _ = self.event.wait();
-                Err((self.value, e))
+                Err((self.take(), e))
             }
         }
+    }
+
+    /// The value, once the copy is known to be over (the drop then waits for nothing).
+    fn take(mut self) -> T {
+        self.value
+            .take()
+            .expect("a Pending holds its value until a consuming method takes it")
     }
 
     /// Whether the copy finished (or failed: [`Self::poll`] then says how).
@@ -1170,8 +1196,8 @@ impl<T> Pending<T> {
     #[allow(clippy::result_large_err)] // the value must come back with the error
     pub fn wait(self) -> std::result::Result<T, (T, CudaError)> {
         match self.event.wait() {
-            Ok(()) => Ok(self.value),
-            Err(e) => Err((self.value, e)),
+            Ok(()) => Ok(self.take()),
+            Err(e) => Err((self.take(), e)),
         }
     }
 }

@@ -288,6 +288,33 @@ fn child_changes_source_early() {
     let _ = pending.wait();
 }
 
+/// Dropping a pending copy waits for it before the source goes: the bytes may be written
+/// right after (the stand-in aborts if the copy still had to read them).
+#[zcnet_testkit::test]
+fn dropping_a_pending_copy_waits_for_it() {
+    let (o, sum) = run_child("child_drops_a_pending_copy", Variant::Full, &[]);
+    assert_child_passed("child_drops_a_pending_copy", &o, &sum);
+}
+
+#[zcnet_testkit::test]
+#[ignore = "run by its parent test in a child process with the CUDA stand-in loaded"]
+fn child_drops_a_pending_copy() {
+    in_child();
+    let ctx = Context::new(0).unwrap();
+    let dev = DeviceMem::alloc(&ctx, 1 << 20).unwrap();
+    let (reg, mut slots) = host(&ctx);
+    let stream = Stream::new(&ctx).unwrap();
+    let (addr, len) = (slots[0].addr(), slots[0].len());
+    let pending = stream
+        .copy_to_device(&reg, slots.swap_remove(0), &dev, 0)
+        .unwrap();
+    drop(pending);
+    // SAFETY: [addr, addr+len) is the slot's memory, still mapped (the registration holds the
+    // mapping); the slot itself is gone with the pending copy, nothing else refers to it.
+    unsafe { std::ptr::write_bytes(addr as *mut u8, 0xee, len) };
+    drop(stream);
+}
+
 #[zcnet_testkit::test]
 fn the_stand_in_reports_leaks_at_exit() {
     let (o, sum) = run_child("child_leaks", Variant::Full, &[]);
