@@ -181,8 +181,15 @@ pub(crate) fn gpu_error(what: impl Into<String>, e: CudaError) -> Error {
             ]),
             false,
         ),
-        CudaError::Call { code, .. } => {
+        CudaError::Call { code, call, .. } => {
             let fix = match *code {
+                // Pinning host memory (the staging buffers) refused: some VMs and containers
+                // do; nothing of dma-buf is involved.
+                cuda::ERR_NOT_SUPPORTED if call.starts_with("cuMemHostRegister") => {
+                    Remedy::Other("this driver refuses to pin host memory here (cuMemHostRegister: some VMs and containers do), which staging through host memory needs; run where the driver can pin memory")
+                }
+                // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: the caller pinned it already.
+                712 => Remedy::Other("the host memory is registered with CUDA already (cudaHostRegister by the application): give zcnet memory it registers itself"),
                 cuda::ERR_NO_DEVICE => {
                     Remedy::Any(&[Remedy::Other("check that nvidia-smi sees a GPU"), HOST])
                 }
@@ -220,6 +227,30 @@ pub(crate) fn size_words(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[zcnet_testkit::test]
+    fn a_refused_pin_is_not_told_to_install_dma_buf_modules() {
+        let call = |call: &'static str, code: i32| {
+            gpu_error(
+                "staging",
+                CudaError::Call {
+                    call,
+                    code,
+                    text: "refused".into(),
+                },
+            )
+            .to_string()
+        };
+        let pin = call("cuMemHostRegister_v2", cuda::ERR_NOT_SUPPORTED);
+        assert!(
+            pin.contains("pin host memory") && !pin.contains("dma-buf"),
+            "{pin}"
+        );
+        let export = call("cuMemGetHandleForAddressRange", cuda::ERR_NOT_SUPPORTED);
+        assert!(export.contains("dma-buf export needs"), "{export}");
+        let twice = call("cuMemHostRegister_v2", 712);
+        assert!(twice.contains("registered with CUDA already"), "{twice}");
+    }
 
     #[zcnet_testkit::test]
     fn missing_driver_reads_as_cause_and_fix() {
