@@ -166,7 +166,10 @@ impl StagedReceiver {
         self.core.readable()
     }
 
-    /// Gives the next `n` delivered bytes back to the ring.
+    /// Gives the next `n` delivered bytes back to the ring. zcnet's stream copies new data
+    /// over them at once, on a stream of its own: work the caller queued on its own streams
+    /// that reads those bytes (a kernel consuming them) must have completed first (synchronize
+    /// that stream, or wait on an event recorded after the work).
     pub fn release(&mut self, n: u64) -> Result<()> {
         self.core.release(n).map_err(staging_error)
     }
