@@ -15,7 +15,8 @@ use std::sync::Arc;
 use zcnet_sys::cuda::{self, Context, CudaError, DeviceMem, HostRegistration, Stream};
 use zcnet_sys::mem::{Mapping, Slot};
 use zcnet_testkit::cuda_standin::{
-    self, assert_child_passed, in_child, output_text as text, run_child, Summary, Variant,
+    self, assert_child_passed, child_passes, in_child, output_text as text, run_child, Summary,
+    Variant,
 };
 
 zcnet_testkit::main!();
@@ -35,8 +36,7 @@ fn pattern(seed: u8, n: usize) -> Vec<u8> {
 
 #[zcnet_testkit::test]
 fn driver_calls_follow_the_driver_contract() {
-    let (o, sum) = run_child("child_round_trip", Variant::Full, &[]);
-    let s = assert_child_passed("child_round_trip", &o, &sum);
+    let s = child_passes("child_round_trip", Variant::Full, &[]);
     assert_eq!(s.get("device"), cuda_standin::DEVICE_NAME);
     // Both asynchronous copies were queued on pinned memory and answered NOT_READY at least once
     // before they completed (the child checked it saw the pending state).
@@ -156,8 +156,7 @@ fn child_event_create_fails() {
 
 #[zcnet_testkit::test]
 fn a_driver_without_dma_buf_export_still_stages() {
-    let (o, sum) = run_child("child_no_dmabuf", Variant::NoDmabuf, &[]);
-    let s = assert_child_passed("child_no_dmabuf", &o, &sum);
+    let s = child_passes("child_no_dmabuf", Variant::NoDmabuf, &[]);
     assert_eq!(s.get("dmabuf_export"), "absent");
     assert_eq!((s.count("async_htod"), s.count("exports")), (1, 0), "{s}");
 }
@@ -187,8 +186,7 @@ fn child_no_dmabuf() {
 #[zcnet_testkit::test]
 fn dma_buf_export_falls_back_to_no_flags_before_cuda_12_8() {
     let env = [("ZCNET_STANDIN_DRIVER_VERSION", "12060")];
-    let (o, sum) = run_child("child_export", Variant::Full, &env);
-    let s = assert_child_passed("child_export", &o, &sum);
+    let s = child_passes("child_export", Variant::Full, &env);
     // The stand-in refuses flag 1 from a 12.6 driver: the export passed 0.
     assert_eq!(
         (s.count("exports"), s.count("export_flags_pcie")),
@@ -206,8 +204,7 @@ fn dma_buf_export_retries_without_the_pcie_flag_where_the_driver_refuses_it() {
         ("ZCNET_STANDIN_DRIVER_VERSION", "12080"),
         ("ZCNET_STANDIN_REFUSE_PCIE", "1"),
     ];
-    let (o, sum) = run_child("child_export", Variant::Full, &env);
-    let s = assert_child_passed("child_export", &o, &sum);
+    let s = child_passes("child_export", Variant::Full, &env);
     // One refused try with the flag, then the export without it.
     assert_eq!(
         (
@@ -222,8 +219,7 @@ fn dma_buf_export_retries_without_the_pcie_flag_where_the_driver_refuses_it() {
 
 #[zcnet_testkit::test]
 fn zcnet_puts_back_the_threads_current_context() {
-    let (o, sum) = run_child("child_leaves_no_context_current", Variant::Full, &[]);
-    assert_child_passed("child_leaves_no_context_current", &o, &sum);
+    child_passes("child_leaves_no_context_current", Variant::Full, &[]);
 }
 
 /// The CUDA runtime (torch, CuPy) takes a context made current through the driver API for its
@@ -292,8 +288,7 @@ fn child_changes_source_early() {
 /// right after (the stand-in aborts if the copy still had to read them).
 #[zcnet_testkit::test]
 fn dropping_a_pending_copy_waits_for_it() {
-    let (o, sum) = run_child("child_drops_a_pending_copy", Variant::Full, &[]);
-    assert_child_passed("child_drops_a_pending_copy", &o, &sum);
+    child_passes("child_drops_a_pending_copy", Variant::Full, &[]);
 }
 
 #[zcnet_testkit::test]

@@ -164,6 +164,13 @@ pub fn output_text(o: &Output) -> String {
     )
 }
 
+/// Runs the child `name` ([`run_child`]) and asserts it passed ([`assert_child_passed`]);
+/// its summary.
+pub fn child_passes(name: &str, variant: Variant, env: &[(&str, &str)]) -> Summary {
+    let (o, summary) = run_child(name, variant, env);
+    assert_child_passed(name, &o, &summary)
+}
+
 /// The child `name` passed (it ran, not skipped) and the stand-in saw nothing leaked or broken;
 /// its summary.
 pub fn assert_child_passed(name: &str, o: &Output, summary: &Path) -> Summary {

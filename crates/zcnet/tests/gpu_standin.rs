@@ -15,13 +15,12 @@ use std::net::{TcpListener, TcpStream};
 use zcnet::gpu::{borrow_device, BorrowedDevice, StagedSender};
 use zcnet::{Region, Sender, TxConfig, TxMode};
 use zcnet_core::Pattern;
-use zcnet_testkit::cuda_standin::{assert_child_passed, in_child, run_child, Variant};
+use zcnet_testkit::cuda_standin::{child_passes, in_child, Variant};
 
 zcnet_testkit::main!();
 
 fn run_and_check(name: &str) {
-    let (o, summary) = run_child(name, Variant::Full, &[]);
-    let s = assert_child_passed(name, &o, &summary);
+    let s = child_passes(name, Variant::Full, &[]);
     assert!(s.count("async_dtoh") > 0, "no staged copy ran: {s}");
 }
 
@@ -176,8 +175,7 @@ fn child_borrowed_send() {
 #[zcnet_testkit::test]
 fn a_device_fill_copies_uring_buffers_to_the_gpu_asynchronously() {
     let name = "child_device_fill";
-    let (o, summary) = run_child(name, Variant::Full, &[]);
-    let s = assert_child_passed(name, &o, &summary);
+    let s = child_passes(name, Variant::Full, &[]);
     // Every whole buffer went by an asynchronous copy out of registered memory: none was copied
     // synchronously (the read-back below is the one device-to-host copy).
     assert!(
@@ -266,8 +264,7 @@ fn child_device_fill() {
 #[zcnet_testkit::test]
 fn a_received_device_range_maps_to_its_address_in_the_bound_region() {
     let name = "child_device_addr_of";
-    let (o, summary) = run_child(name, Variant::Full, &[]);
-    let s = assert_child_passed(name, &o, &summary);
+    let s = child_passes(name, Variant::Full, &[]);
     assert!(s.count("allocs") >= 1, "{s}");
 }
 
