@@ -330,7 +330,8 @@ pub enum Wake {
     /// The descriptor is ready: its `revents` (may include `POLLERR`/`POLLHUP`).
     Ready(i16),
     /// SIGINT, SIGTERM or SIGHUP arrived (or [`set_interrupted`]`(true)`), or for [`wait_fd_until`] its
-    /// stop flag was set (for [`wait_fd_until_or_signal`]: or a signal came): stop and clean up.
+    /// stop flag was set (for [`poll_until`] ending at signals: or a signal came): stop and clean
+    /// up.
     Interrupted,
     /// The timeout passed first.
     TimedOut,
@@ -367,18 +368,6 @@ pub fn wait_fd_until(
     poll_until(Some((fd.as_raw_fd(), events)), timeout, stop, false)
 }
 
-/// [`wait_fd_until`], but a signal that cuts the poll short (`EINTR`: a handler installed
-/// without `SA_RESTART`) ends the wait too, as [`Wake::Interrupted`], for callers whose runtime
-/// runs its signal handlers between calls (CPython). `stop` is left as it was.
-pub fn wait_fd_until_or_signal(
-    fd: std::os::fd::BorrowedFd<'_>,
-    events: i16,
-    timeout: Option<std::time::Duration>,
-    stop: &AtomicBool,
-) -> io::Result<Wake> {
-    poll_until(Some((fd.as_raw_fd(), events)), timeout, stop, true)
-}
-
 /// Sleeps for `d`, or less when `stop` is set (looked at every [`STOP_CHECK`] at most);
 /// returns whether it is.
 pub fn sleep_until(d: std::time::Duration, stop: &AtomicBool) -> bool {
@@ -389,22 +378,12 @@ pub fn sleep_until(d: std::time::Duration, stop: &AtomicBool) -> bool {
     stop.load(Ordering::SeqCst)
 }
 
-/// [`sleep_until`], but a signal that cuts the sleep short (`EINTR`) ends it too; returns
-/// whether it ended early for either.
-pub fn sleep_until_or_signal(d: std::time::Duration, stop: &AtomicBool) -> bool {
-    match poll_until(None, Some(d), stop, true) {
-        Ok(Wake::Interrupted) => true,
-        Ok(_) => stop.load(Ordering::SeqCst),
-        Err(_) => {
-            std::thread::sleep(d);
-            stop.load(Ordering::SeqCst)
-        }
-    }
-}
-
-/// `eintr_ends`: a poll cut short by a signal ends the wait ([`Wake::Interrupted`]); else
-/// the wait goes on for the time left.
-fn poll_until(
+/// The wait of [`wait_fd_until`] and [`sleep_until`] (no `target`: a sleep), on a raw fd, with
+/// a choice of what a signal does: with `eintr_ends` a poll cut short by one (`EINTR`: a
+/// handler installed without `SA_RESTART`) ends the wait as [`Wake::Interrupted`], for callers
+/// whose runtime runs its signal handlers between calls (CPython), leaving `stop` as it was;
+/// without, the wait goes on for the time left.
+pub fn poll_until(
     target: Option<(RawFd, i16)>,
     timeout: Option<std::time::Duration>,
     stop: &AtomicBool,

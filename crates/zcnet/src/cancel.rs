@@ -93,10 +93,25 @@ impl Cancel {
     /// Sleeps for `d`, or less when cancelled (or, ending at signals, when a signal comes);
     /// returns whether it stopped early for either.
     pub(crate) fn sleep(&self, d: Duration) -> bool {
-        if self.at_signal {
-            return zcnet_sys::os::sleep_until_or_signal(d, &self.flag);
+        match self.poll(None, Some(d)) {
+            Ok(Wake::Interrupted) => true,
+            Ok(_) => self.is_cancelled(),
+            Err(_) => {
+                // poll without descriptors does not fail; if it ever did, sleep the plain way.
+                std::thread::sleep(d);
+                self.is_cancelled()
+            }
         }
-        zcnet_sys::os::sleep_until(d, &self.flag)
+    }
+
+    /// The one wait of the token's waits: `target` (`None`: a sleep) for up to `timeout`,
+    /// ended by a cancel and, for a token that ends at signals, by a signal.
+    fn poll(
+        &self,
+        target: Option<(std::os::fd::RawFd, i16)>,
+        timeout: Option<Duration>,
+    ) -> std::io::Result<Wake> {
+        zcnet_sys::os::poll_until(target, timeout, &self.flag, self.at_signal)
     }
 
     /// The flag itself, for the waits of zcnet-sys.
@@ -105,12 +120,8 @@ impl Cancel {
     }
 
     fn wait(&self, fd: impl AsFd, events: i16, what: &str) -> Result<()> {
-        let woke = if self.at_signal {
-            zcnet_sys::os::wait_fd_until_or_signal(fd.as_fd(), events, None, &self.flag)
-        } else {
-            zcnet_sys::os::wait_fd_until(fd.as_fd(), events, None, &self.flag)
-        };
-        match woke {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&fd.as_fd());
+        match self.poll(Some((fd, events)), None) {
             Ok(Wake::Ready(_)) | Ok(Wake::TimedOut) => Ok(()),
             Ok(Wake::Interrupted) => Err(Error::Interrupted),
             Err(e) => Err(Error::io(format!("poll ({what})"), e)),
@@ -133,24 +144,10 @@ impl Cancel {
     /// the caller tries again); [`Error::Interrupted`] once cancelled, or at a signal for a
     /// token that ends at signals.
     pub(crate) fn wait_writable_for(&self, fd: std::os::fd::RawFd, max: Duration) -> Result<()> {
-        let until = std::time::Instant::now() + max;
-        loop {
-            self.check()?;
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(());
-            }
-            let ms = left.min(zcnet_sys::os::STOP_CHECK).as_millis().max(1) as libc::c_int;
-            match zcnet_sys::sock::poll_one_or_signal(fd, libc::POLLOUT, ms) {
-                Ok(0) => {}
-                Ok(_) => return Ok(()),
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    if self.at_signal {
-                        return Err(Error::Interrupted);
-                    }
-                }
-                Err(e) => return Err(Error::io("poll (waiting to write)", e)),
-            }
+        match self.poll(Some((fd, libc::POLLOUT)), Some(max)) {
+            Ok(Wake::Ready(_)) | Ok(Wake::TimedOut) => Ok(()),
+            Ok(Wake::Interrupted) => Err(Error::Interrupted),
+            Err(e) => Err(Error::io("poll (waiting to write)", e)),
         }
     }
 }
