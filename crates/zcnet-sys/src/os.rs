@@ -8,6 +8,15 @@ use std::sync::Arc;
 /// `RUSAGE_THREAD` (Linux 2.6.26).
 const RUSAGE_THREAD: libc::c_int = 1;
 
+/// Field `n` (1-based, as proc(5) numbers them, 3 or later) of a `/proc/<pid>/stat` line,
+/// as a number. The command name (field 2) is in parentheses and may itself hold spaces and
+/// parentheses, so the fields are counted after the last ')'.
+pub fn stat_field(stat: &str, n: usize) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After ')' comes field 3 (state).
+    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+}
+
 /// CPU seconds (user + system) the calling thread has used.
 pub fn thread_cpu_seconds() -> f64 {
     cpu_seconds(RUSAGE_THREAD)

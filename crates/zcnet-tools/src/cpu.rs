@@ -26,10 +26,8 @@ fn ticks() -> Option<(u64, u64)> {
     // user nice system idle iowait irq softirq: the first three.
     let busy = cpu.get(..3)?.iter().sum::<u64>();
     let me = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the ")" that ends the command name: state is field 3, utime 14, stime 15.
-    let rest = &me[me.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let own = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // utime and stime.
+    let own = zcnet_sys::os::stat_field(&me, 14)? + zcnet_sys::os::stat_field(&me, 15)?;
     Some((busy, own))
 }
 

@@ -65,14 +65,10 @@ fn process_times() -> (f64, f64) {
         .unwrap_or((0.0, 0.0))
 }
 
-/// `utime` and `stime` from a `/proc/<pid>/stat` line. The command name (field 2) is in
-/// parentheses and may hold spaces, so fields are counted after the last `)`.
+/// `utime` and `stime` (fields 14 and 15) from a `/proc/<pid>/stat` line.
 fn parse_stat_times(stat: &str) -> Option<(f64, f64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    // After ')' comes field 3 (state); utime is field 14, stime field 15.
-    let utime: f64 = fields.nth(11)?.parse().ok()?;
-    let stime: f64 = fields.next()?.parse().ok()?;
+    let utime = zcnet_sys::os::stat_field(stat, 14)? as f64;
+    let stime = zcnet_sys::os::stat_field(stat, 15)? as f64;
     Some((utime / USER_HZ, stime / USER_HZ))
 }
 

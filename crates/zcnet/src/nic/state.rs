@@ -117,13 +117,9 @@ impl Process {
     }
 }
 
-/// Field 22 (starttime) of a `/proc/<pid>/stat` line. The command name (field 2) is in
-/// parentheses and may itself hold spaces and parentheses: the fields after it are counted from
-/// the last ')'.
+/// Field 22 (starttime) of a `/proc/<pid>/stat` line.
 pub(crate) fn stat_start(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    // After ')' come field 3 (state) onwards: starttime is the 20th of them.
-    rest.split_whitespace().nth(19)?.parse().ok()
+    zcnet_sys::os::stat_field(stat, 22)
 }
 
 /// Whether the process that made a state file's changes still runs.
