@@ -401,16 +401,31 @@ impl Shared {
     /// already copied some bytes swallowed (it then returns the count, not `EINTR`), is seen
     /// by its runtime no later than that.
     pub fn no_room(&self, since: &mut Option<Instant>) -> Result<()> {
-        let t = *since.get_or_insert_with(Instant::now);
-        if t.elapsed() > self.stall_timeout {
-            return Err(Error::Stalled {
-                seconds: self.stall_timeout.as_secs(),
-                outstanding: 0,
-            });
-        }
+        self.stall_clock(since, false, 0)?;
         self.cancel.wait_writable_for(self.fd, SEND_SLICE)?;
         if self.cancel.ends_at_signals() {
             return Err(Error::Interrupted);
+        }
+        Ok(())
+    }
+
+    /// The stall timeout's clock over a sender's waits: a wait that `moved` something (a
+    /// completion, a buffer back, bytes sent) stops it; one that did not starts it (`since`),
+    /// and [`Error::Stalled`] (naming the `outstanding` buffers) once it has run for the stall
+    /// timeout. It reads the clock only once nothing moved, so a hot path reads none.
+    pub fn stall_clock(
+        &self,
+        since: &mut Option<Instant>,
+        moved: bool,
+        outstanding: usize,
+    ) -> Result<()> {
+        if moved {
+            *since = None;
+        } else if since.get_or_insert_with(Instant::now).elapsed() > self.stall_timeout {
+            return Err(Error::Stalled {
+                seconds: self.stall_timeout.as_secs(),
+                outstanding,
+            });
         }
         Ok(())
     }
@@ -897,16 +912,9 @@ impl Sender {
             }
             let before = (self.sh.free.len(), self.backend.outstanding());
             self.backend.reap(&mut self.sh, true)?;
-            if (self.sh.free.len(), self.backend.outstanding()) != before {
-                stalled_since = None;
-            } else if stalled_since.get_or_insert_with(Instant::now).elapsed()
-                > self.sh.stall_timeout
-            {
-                return Err(Error::Stalled {
-                    seconds: self.sh.stall_timeout.as_secs(),
-                    outstanding: self.backend.outstanding(),
-                });
-            }
+            let now = (self.sh.free.len(), self.backend.outstanding());
+            self.sh
+                .stall_clock(&mut stalled_since, now != before, now.1)?;
         }
         Ok(())
     }

@@ -263,15 +263,8 @@ impl UringTx {
             let before = (self.staged.len(), self.engine.awaiting_result());
             self.start_chain(sh)?;
             self.reap(sh, true)?;
-            if (self.staged.len(), self.engine.awaiting_result()) != before {
-                since = None;
-            } else if since.get_or_insert_with(std::time::Instant::now).elapsed() > sh.stall_timeout
-            {
-                return Err(Error::Stalled {
-                    seconds: sh.stall_timeout.as_secs(),
-                    outstanding: self.outstanding(),
-                });
-            }
+            let moved = (self.staged.len(), self.engine.awaiting_result()) != before;
+            sh.stall_clock(&mut since, moved, self.outstanding())?;
         }
         Ok(())
     }
