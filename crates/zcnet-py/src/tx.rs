@@ -42,8 +42,6 @@ pub(crate) struct Sender {
     inner: Mutex<Option<Leg>>,
     /// The library's stall timeout, applied by the binding's own bounded waits too.
     stall_timeout: Duration,
-    /// A send or finish ended with an exception from a signal handler (`KeyboardInterrupt`).
-    interrupted: std::sync::atomic::AtomicBool,
     /// A UDP sender: each `send` is one datagram of at most `chunk` bytes.
     datagrams: bool,
     /// Bytes sent from CUDA device memory.
@@ -66,37 +64,6 @@ impl Leg {
         match self {
             Leg::Host(tx) => tx,
             Leg::Staged(st) => st.sender(),
-        }
-    }
-}
-
-impl Drop for Sender {
-    /// Runs before the library's sender drops (which waits a bounded time, up to seconds, for the
-    /// kernel to give its buffers back): after an interrupt, a connection whose peer stopped
-    /// reading would hold them that long, so it is aborted first, as the library does when its
-    /// cancel token is cancelled.
-    fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        if !*self.interrupted.get_mut() {
-            return;
-        }
-        let Ok(Some(tx)) = self.inner.get_mut().map(|g| g.as_ref().map(Leg::sender)) else {
-            return;
-        };
-        if tx.outstanding() == 0 || !tx.socket().is_stream() {
-            return;
-        }
-        // SAFETY: `connect(AF_UNSPEC)` on the sender's own live fd: TCP disconnects (a reset
-        // where data is queued), which frees what the socket holds; the fd stays open for the
-        // library's drop.
-        unsafe {
-            let mut sa: libc::sockaddr = std::mem::zeroed();
-            sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
-            libc::connect(
-                tx.socket().as_raw_fd(),
-                &sa,
-                std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
-            );
         }
     }
 }
@@ -447,7 +414,6 @@ impl Sender {
         Ok(Sender {
             inner: Mutex::new(Some(Leg::Host(Box::new(inner)))),
             stall_timeout: Duration::from_secs_f64(stall_timeout),
-            interrupted: std::sync::atomic::AtomicBool::new(false),
             datagrams,
             device_bytes: std::sync::atomic::AtomicU64::new(0),
             chunk: buf_size,
@@ -545,14 +511,6 @@ impl Sender {
 }
 
 impl Sender {
-    /// `py.check_signals()`, remembering an interrupt for the drop.
-    fn check_signals(&self, py: Python<'_>) -> PyResult<()> {
-        py.check_signals().inspect_err(|_| {
-            self.interrupted
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        })
-    }
-
     /// The sender, if no other thread is using it: waiting for the lock while holding the GIL
     /// would deadlock with a thread that released the GIL inside a send.
     fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Option<Leg>>> {
@@ -585,7 +543,7 @@ impl Sender {
             if done {
                 return Ok(());
             }
-            self.check_signals(py)?;
+            py.check_signals()?;
         }
     }
 
@@ -653,7 +611,7 @@ impl Sender {
             done += n;
             self.device_bytes
                 .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-            self.check_signals(py)?;
+            py.check_signals()?;
         }
         Ok(done)
     }
@@ -679,7 +637,7 @@ impl Sender {
                 .get()
                 .map_err(errors::to_py)?;
             done += n;
-            self.check_signals(py).inspect_err(|e| {
+            py.check_signals().inspect_err(|e| {
                 // Like `recv_into`'s `filled`: what of this call is the stream's now.
                 let _ = e.value(py).setattr("sent", done);
             })?;
