@@ -155,13 +155,13 @@ impl Waiter {
             return;
         }
         self.steps += 1;
-        let ms = left.as_millis().clamp(1, 10) as libc::c_int;
+        let wait = Duration::from_millis(left.as_millis().clamp(1, 10) as u64);
         let fd = tx.socket().as_raw_fd();
         match tx.mode() {
             // Notifications arrive on the socket's error queue, which POLLERR reports (asked
             // for or not): wait on it.
             TxMode::MsgZerocopy | TxMode::Devmem => {
-                poll(fd, 0, ms);
+                poll(fd, 0, wait);
             }
             // io_uring completions come through the ring, which the library does not let the
             // binding wait on for a bounded time: retry at once a few times, then wait for the
@@ -170,7 +170,7 @@ impl Waiter {
             _ => {
                 if self.steps <= SPINS {
                     std::thread::yield_now();
-                } else if poll(fd, libc::POLLOUT, ms) & libc::POLLOUT != 0 {
+                } else if poll(fd, libc::POLLOUT, wait) & libc::POLLOUT != 0 {
                     std::thread::sleep(self.backoff.min(left));
                     self.backoff = (self.backoff * 2).min(Duration::from_millis(1));
                 }
@@ -179,21 +179,15 @@ impl Waiter {
     }
 }
 
-/// `poll(2)` of one fd for `events` (errors and hang-ups are always reported) for at most `ms`
-/// milliseconds; returns the events seen (0 on a timeout, an error or a signal, which all just
-/// end the wait).
-fn poll(fd: std::os::fd::RawFd, events: libc::c_short, ms: libc::c_int) -> libc::c_short {
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd for the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if n > 0 {
-        pfd.revents
-    } else {
-        0
+/// `poll(2)` of one fd for `events` (errors and hang-ups are always reported) for at most
+/// `wait`, through the sys crate's poll; returns the events seen (0 on a timeout, an error or a
+/// signal, which all just end the wait).
+fn poll(fd: std::os::fd::RawFd, events: i16, wait: Duration) -> i16 {
+    // Nothing else stops this wait: it is at most 10 ms, and the caller checks for signals.
+    static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    match zcnet_sys::os::poll_until(Some((fd, events)), Some(wait), &NEVER, true) {
+        Ok(zcnet_sys::os::Wake::Ready(revents)) => revents,
+        _ => 0,
     }
 }
 
