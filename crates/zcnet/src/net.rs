@@ -19,23 +19,87 @@ pub fn tcp_info(fd: std::os::fd::RawFd) -> Option<zcnet_core::tcp_info::TcpInfo>
     zcnet_core::tcp_info::TcpInfo::parse(&buf[..n])
 }
 
-/// Parses `HOST:PORT` (a name is resolved; the first address wins).
+/// Parses `HOST:PORT`: an IP address (`127.0.0.1:5201`, `[::1]:5201`, a link-local one with
+/// its scope as `[fe80::1%eth0]:5201` or `[fe80::1%2]:5201`), or a name the system resolves
+/// (the first address wins). What is not `HOST:PORT` is [`Error::BadAddress`]; a name that
+/// does not resolve is [`Error::Unresolved`]; a scope that names no interface is
+/// [`Error::UnknownInterface`].
 pub fn parse_addr(s: &str) -> Result<SocketAddr> {
-    s.to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| Error::BadAddress {
-            given: s.to_string(),
-        })
+    parse_addr_with(s, &|host, port| {
+        (host, port).to_socket_addrs().map(|a| a.collect())
+    })
+}
+
+/// [`parse_addr`] with the name lookup given (the tests' stand-in never asks a resolver).
+fn parse_addr_with(
+    s: &str,
+    resolve: &dyn Fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>,
+) -> Result<SocketAddr> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let bad = || Error::BadAddress {
+        given: s.to_string(),
+    };
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if let Some(inner) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        // The standard library's parser takes no scope: `[fe80::1%lo]`.
+        let (ip, scope) = inner.split_once('%').ok_or_else(bad)?;
+        let ip: std::net::Ipv6Addr = ip.parse().map_err(|_| bad())?;
+        let scope_id = match scope.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => {
+                zcnet_sys::zcrx::if_index(scope).ok_or_else(|| Error::UnknownInterface {
+                    given: scope.to_string(),
+                })?
+            }
+        };
+        return Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
+            ip, port, 0, scope_id,
+        )));
+    }
+    // An IPv6 address without brackets, or nothing before the port: not HOST:PORT.
+    if host.is_empty() || host.contains([':', '[', ']', '%']) || host.contains(char::is_whitespace) {
+        return Err(bad());
+    }
+    let unresolved = || Error::Unresolved {
+        host: host.to_string(),
+        given: s.to_string(),
+    };
+    resolve(host, port)
+        .map_err(|_| unresolved())?
+        .into_iter()
+        .next()
+        .ok_or_else(unresolved)
 }
 
 /// Connects a TCP stream, with a clear error if nobody listens. The wait for the handshake ends
 /// with [`Error::Interrupted`] once `cancel` is cancelled (a blocking `connect` would wait out
 /// the kernel's SYN retries, minutes for an address that does not answer).
 pub fn connect_tcp(addr: SocketAddr, cancel: &Cancel) -> Result<TcpStream> {
-    zcnet_sys::sock::connect_tcp(&addr, None, cancel.flag()).map_err(|e| match e.kind() {
+    connect_tcp_within(addr, None, cancel)
+}
+
+/// [`connect_tcp`] that gives up after `limit` (`None`: the kernel's SYN retries, about two
+/// minutes at the default `net.ipv4.tcp_syn_retries` of 6). A handshake whose SYN or SYN-ACK
+/// was lost (the path went down mid-handshake, a firewall drops it) otherwise waits that long:
+/// the kernel retransmits a SYN that cannot leave until its retries run out.
+pub fn connect_tcp_within(
+    addr: SocketAddr,
+    limit: Option<std::time::Duration>,
+    cancel: &Cancel,
+) -> Result<TcpStream> {
+    zcnet_sys::sock::connect_tcp(&addr, limit, cancel.flag()).map_err(|e| match e.kind() {
         std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused { addr },
         std::io::ErrorKind::Interrupted => Error::Interrupted,
+        std::io::ErrorKind::TimedOut => Error::io(
+            format!(
+                "connect {addr}: no answer within {:.1} s (is the path to it up, and does nothing drop the handshake?)",
+                limit.map_or(0.0, |l| l.as_secs_f64())
+            ),
+            e,
+        ),
         _ => Error::io(format!("connect {addr}"), e),
     })
 }
@@ -193,9 +257,11 @@ pub fn listen_tcp(addr: SocketAddr) -> Result<TcpListener> {
             format!("listen {addr}: address in use (pick another port)"),
             e,
         ),
-        std::io::ErrorKind::AddrNotAvailable => Error::BadAddress {
-            given: addr.to_string(),
-        },
+        std::io::ErrorKind::AddrNotAvailable => Error::NotLocalAddress { addr },
+        std::io::ErrorKind::PermissionDenied if addr.port() < 1024 => Error::io(
+            format!("listen {addr}: a port below 1024 needs root (CAP_NET_BIND_SERVICE; net.ipv4.ip_unprivileged_port_start): listen on a port of 1024 or above, or run it as root"),
+            e,
+        ),
         _ => Error::io(format!("listen {addr}"), e),
     })
 }
@@ -352,4 +418,54 @@ pub fn receive_stream_until_failure(
         },
         failed,
     ))
+}
+
+#[cfg(test)]
+mod addr_tests {
+    use super::*;
+
+    /// A resolver that knows one name and asks nobody about the others.
+    fn fake(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        match host {
+            "known.test" => Ok(vec![SocketAddr::from(([192, 0, 2, 7], port))]),
+            "empty.test" => Ok(vec![]),
+            _ => Err(std::io::Error::other("Name or service not known")),
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn an_address_is_parsed_a_name_resolved_and_each_failure_said_for_what_it_is() {
+        let p = |s: &str| parse_addr_with(s, &fake);
+        assert_eq!(p("127.0.0.1:5201").unwrap().port(), 5201);
+        assert_eq!(p("[::1]:9").unwrap().to_string(), "[::1]:9");
+        assert_eq!(p("known.test:80").unwrap().to_string(), "192.0.2.7:80");
+        // A name that does not resolve is not a malformed address.
+        for name in ["nosuch.invalid:5000", "empty.test:1"] {
+            let e = p(name).unwrap_err();
+            assert!(matches!(e, Error::Unresolved { .. }), "{name}: {e:?}");
+            let t = e.to_string();
+            assert!(t.contains("does not resolve") && !t.contains("bad address"), "{t}");
+            assert!(e.is_caller_mistake(), "{name}");
+        }
+        // Not HOST:PORT at all.
+        for bad in ["nosuch", "127.0.0.1", "127.0.0.1:", "127.0.0.1:70000", ":5", "::1:5", "a b:5"] {
+            let e = p(bad).unwrap_err();
+            assert!(matches!(e, Error::BadAddress { .. }), "{bad}: {e:?}");
+        }
+        // A link-local address with its scope, by index or by name.
+        let a = p("[fe80::1%1]:5000").unwrap();
+        let std::net::SocketAddr::V6(v6) = a else {
+            panic!("{a}")
+        };
+        assert_eq!((v6.scope_id(), v6.port()), (1, 5000));
+        let lo = zcnet_sys::zcrx::if_index("lo").unwrap();
+        let std::net::SocketAddr::V6(v6) = p("[fe80::1%lo]:7").unwrap() else {
+            panic!()
+        };
+        assert_eq!(v6.scope_id(), lo);
+        assert!(matches!(
+            p("[fe80::1%nosuch0]:7"),
+            Err(Error::UnknownInterface { .. })
+        ));
+    }
 }

@@ -38,7 +38,7 @@ pub struct ClientConfig {
     /// CPUs the client threads may run on (`None`: any).
     pub cpus: Option<Vec<usize>>,
     /// A round trip that takes longer fails its connection (and the drain at the end waits at
-    /// most this long).
+    /// most this long); connecting fails after it too.
     pub timeout: Duration,
 }
 
@@ -209,7 +209,13 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
         let pattern = Pattern::new(cfg.seed);
         idx.iter()
             .map(|&i| {
-                let stream = net::connect_tcp(cfg.addr, &crate::interrupt::token())?;
+                // Bounded like a round trip: a handshake lost on a path that went down would
+                // otherwise wait out the kernel's SYN retries (about two minutes).
+                let stream = net::connect_tcp_within(
+                    cfg.addr,
+                    Some(cfg.timeout),
+                    &crate::interrupt::token(),
+                )?;
                 let _ = stream.set_nodelay(true);
                 let mut req = vec![0u8; cfg.size];
                 pattern.fill(i * cfg.size as u64, &mut req);
