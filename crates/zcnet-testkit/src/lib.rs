@@ -345,13 +345,66 @@ pub fn run_bounded(
             Err(p) => Outcome::Failed(text.unwrap_or_else(|| panic_text(&*p))),
         },
         Err(mpsc::RecvTimeoutError::Timeout) => Outcome::Failed(format!(
-            "{name}: timed out after {:.0} s (its limit; ZCNET_TEST_TIMEOUT_SCALE scales it)",
-            start.elapsed().as_secs_f64()
+            "{name}: timed out after {:.0} s (its limit; ZCNET_TEST_TIMEOUT_SCALE scales it); where the process's threads wait:\n{}",
+            start.elapsed().as_secs_f64(),
+            thread_waits()
         )),
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             Outcome::Failed("its thread ended without a result".to_string())
         }
     }
+}
+
+/// One line per thread of this process: its name, state and the kernel function it sleeps in
+/// (`/proc/self/task/*/{comm,stat,wchan}`), and any child processes still running: what a
+/// test that ran past its limit is stuck on (a connect in `inet_wait_for_connect`, an `ip`
+/// command, a futex of a join).
+pub fn thread_waits() -> String {
+    let read = |p: std::path::PathBuf| {
+        std::fs::read_to_string(p)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let mut lines = Vec::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return "  (no /proc/self/task)".to_string();
+    };
+    for t in tasks.flatten() {
+        let d = t.path();
+        let stat = read(d.join("stat"));
+        // Field 3, after the parenthesised comm (which may hold spaces).
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split(' ').next())
+            .unwrap_or("?")
+            .to_string();
+        lines.push(format!(
+            "  thread {} '{}' {state} in {}",
+            t.file_name().to_string_lossy(),
+            read(d.join("comm")),
+            read(d.join("wchan"))
+        ));
+    }
+    lines.sort();
+    let me = std::process::id().to_string();
+    if let Ok(procs) = std::fs::read_dir("/proc") {
+        for p in procs.flatten() {
+            let stat = read(p.path().join("stat"));
+            let ppid = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1));
+            if ppid == Some(me.as_str()) {
+                let cmd = read(p.path().join("cmdline")).replace('\0', " ");
+                lines.push(format!(
+                    "  child {} '{}' in {}",
+                    p.file_name().to_string_lossy(),
+                    cmd.trim(),
+                    read(p.path().join("wchan"))
+                ));
+            }
+        }
+    }
+    lines.join("\n")
 }
 
 /// The name libtest would give: the module path without the crate, then the function.

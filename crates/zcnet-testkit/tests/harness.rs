@@ -80,7 +80,15 @@ fn panics_and_errors_fail_with_their_message() {
 fn a_hang_fails_by_its_limit_naming_the_test() {
     let t = std::time::Instant::now();
     match run_bounded("lab::hung_test", Duration::from_millis(300), &[], hangs) {
-        Outcome::Failed(m) => assert!(m.starts_with("lab::hung_test: timed out"), "{m}"),
+        Outcome::Failed(m) => {
+            assert!(m.starts_with("lab::hung_test: timed out"), "{m}");
+            // ...and says where the hung thread sleeps (its name is the test's).
+            assert!(
+                m.lines()
+                    .any(|l| l.contains("'lab::hung_test' S in ") && l.contains("sleep")),
+                "{m}"
+            );
+        }
         o => panic!("{o:?}"),
     }
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
