@@ -93,6 +93,8 @@ pub fn status_of(e: &zcnet::Error) -> zcnet_status {
         E::UnknownMode { .. }
         | E::UnknownRxMode { .. }
         | E::BadAddress { .. }
+        | E::Unresolved { .. }
+        | E::NotLocalAddress { .. }
         | E::UnknownInterface { .. }
         | E::RegionTooSmall { .. }
         | E::NotCpuAccessible => ZCNET_E_INVALID,

@@ -659,9 +659,7 @@ fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
             format!("bind UDP {addr}: address in use (pick another --listen port)"),
             e,
         ),
-        std::io::ErrorKind::AddrNotAvailable => Error::BadAddress {
-            given: addr.to_string(),
-        },
+        std::io::ErrorKind::AddrNotAvailable => Error::NotLocalAddress { addr },
         _ => Error::io(format!("bind UDP {addr}"), e),
     })
 }

@@ -28,6 +28,18 @@ pub enum Error {
         /// What was given.
         given: String,
     },
+    /// A host name that does not resolve (no address for it here).
+    Unresolved {
+        /// The name.
+        host: String,
+        /// The whole address given.
+        given: String,
+    },
+    /// An address to listen on that belongs to no interface of this host (EADDRNOTAVAIL).
+    NotLocalAddress {
+        /// The address.
+        addr: SocketAddr,
+    },
     /// Nobody listens at the address.
     ConnectionRefused {
         /// Where.
@@ -213,6 +225,8 @@ impl Error {
                 Error::UnknownMode { .. }
                     | Error::UnknownRxMode { .. }
                     | Error::BadAddress { .. }
+                    | Error::Unresolved { .. }
+                    | Error::NotLocalAddress { .. }
                     | Error::UnknownInterface { .. }
                     | Error::Gpu {
                         bad_argument: true,
@@ -279,6 +293,14 @@ impl Error {
             Error::BadAddress { given } => {
                 write!(f, "bad address '{given}': give HOST:PORT, e.g. 127.0.0.1:5201 or [::1]:5201")
             }
+            Error::Unresolved { host, given } => write!(
+                f,
+                "'{given}': {host} does not resolve (no address for that name here): check the name, or give an IP address"
+            ),
+            Error::NotLocalAddress { addr } => write!(
+                f,
+                "{addr} is not an address of this host: listen on one of its addresses ('ip -brief address' lists them), or on 0.0.0.0 or [::] for all of them"
+            ),
             Error::ConnectionRefused { addr } => {
                 write!(f, "connection refused by {addr}: {}", Remedy::StartReceiver(*addr).render(leaf))
             }

@@ -49,18 +49,17 @@ fn parse_addr_with(
         let ip: std::net::Ipv6Addr = ip.parse().map_err(|_| bad())?;
         let scope_id = match scope.parse::<u32>() {
             Ok(n) => n,
-            Err(_) => {
-                zcnet_sys::zcrx::if_index(scope).ok_or_else(|| Error::UnknownInterface {
-                    given: scope.to_string(),
-                })?
-            }
+            Err(_) => zcnet_sys::zcrx::if_index(scope).ok_or_else(|| Error::UnknownInterface {
+                given: scope.to_string(),
+            })?,
         };
         return Ok(SocketAddr::V6(std::net::SocketAddrV6::new(
             ip, port, 0, scope_id,
         )));
     }
     // An IPv6 address without brackets, or nothing before the port: not HOST:PORT.
-    if host.is_empty() || host.contains([':', '[', ']', '%']) || host.contains(char::is_whitespace) {
+    if host.is_empty() || host.contains([':', '[', ']', '%']) || host.contains(char::is_whitespace)
+    {
         return Err(bad());
     }
     let unresolved = || Error::Unresolved {
@@ -444,11 +443,22 @@ mod addr_tests {
             let e = p(name).unwrap_err();
             assert!(matches!(e, Error::Unresolved { .. }), "{name}: {e:?}");
             let t = e.to_string();
-            assert!(t.contains("does not resolve") && !t.contains("bad address"), "{t}");
+            assert!(
+                t.contains("does not resolve") && !t.contains("bad address"),
+                "{t}"
+            );
             assert!(e.is_caller_mistake(), "{name}");
         }
         // Not HOST:PORT at all.
-        for bad in ["nosuch", "127.0.0.1", "127.0.0.1:", "127.0.0.1:70000", ":5", "::1:5", "a b:5"] {
+        for bad in [
+            "nosuch",
+            "127.0.0.1",
+            "127.0.0.1:",
+            "127.0.0.1:70000",
+            ":5",
+            "::1:5",
+            "a b:5",
+        ] {
             let e = p(bad).unwrap_err();
             assert!(matches!(e, Error::BadAddress { .. }), "{bad}: {e:?}");
         }

@@ -25,6 +25,14 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
         (E::UnknownMode { given: s("x") }, ZCNET_E_INVALID),
         (E::UnknownRxMode { given: s("x") }, ZCNET_E_INVALID),
         (E::BadAddress { given: s("x") }, ZCNET_E_INVALID),
+        (
+            E::Unresolved {
+                host: s("x"),
+                given: s("x:1"),
+            },
+            ZCNET_E_INVALID,
+        ),
+        (E::NotLocalAddress { addr }, ZCNET_E_INVALID),
         (E::ConnectionRefused { addr }, ZCNET_E_CONNECTION),
         (E::NotRoot { what: "nic setup" }, ZCNET_E_PERMISSION),
         (
