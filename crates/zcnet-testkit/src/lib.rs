@@ -421,20 +421,32 @@ pub fn run_main() -> ! {
     let strict = strict_needs();
     let mut tests: Vec<&'static Test> = inventory::iter::<Test>.into_iter().collect();
     tests.sort_by_key(|t| full_name(t));
+    // libtest-mimic prints a test ignored by its flag as a bare "ignored". Unless the run asks
+    // for ignored tests (then the flag selects them), an `#[ignore = "why"]` test is instead
+    // reported at run time, so its line says why ("ignored, run by its parent test ...").
+    let wants_ignored = args.ignored || args.include_ignored;
     let trials = tests
         .into_iter()
         .map(|t| {
             let name = full_name(t);
             let strict = strict.clone();
             let n = name.clone();
+            let static_skip = t.ignored.filter(|_| !wants_ignored);
             libtest_mimic::Trial::ignorable_test(name, move || {
+                if let Some(why) = static_skip {
+                    return Ok(libtest_mimic::Completion::ignored_with(if why.is_empty() {
+                        "#[ignore] (run it with --ignored)"
+                    } else {
+                        why
+                    }));
+                }
                 match run_bounded(&n, limit(t.timeout_s), &strict, t.run) {
                     Outcome::Passed => Ok(libtest_mimic::Completion::Completed),
                     Outcome::Skipped(why) => Ok(libtest_mimic::Completion::ignored_with(why)),
                     Outcome::Failed(msg) => Err(msg.into()),
                 }
             })
-            .with_ignored_flag(t.ignored.is_some())
+            .with_ignored_flag(t.ignored.is_some() && wants_ignored)
         })
         .collect();
     libtest_mimic::run(&args, trials).exit()

@@ -124,6 +124,31 @@ fn limited_and_returning_a_result() -> Result<(), &'static str> {
 #[ignore = "run by hand"]
 fn kept_out() {}
 
+/// An `#[ignore = "why"]` test's line in the output says why (CI counts skips: a bare
+/// "ignored" gave no reason), and `--ignored` still runs it.
+#[zcnet_testkit::test]
+fn an_ignored_test_says_why_and_still_runs_when_asked() {
+    let exe = std::env::current_exe().unwrap();
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(&exe)
+            .args(["kept_out", "--exact"])
+            .args(extra)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let plain = run(&[]);
+    assert!(
+        plain.contains("kept_out ... ignored (run by hand)") && plain.contains("1 ignored"),
+        "{plain}"
+    );
+    let asked = run(&["--ignored"]);
+    assert!(
+        asked.contains("kept_out ... ok") && asked.contains("1 passed"),
+        "{asked}"
+    );
+}
+
 /// The workspace root (two levels above this crate).
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
