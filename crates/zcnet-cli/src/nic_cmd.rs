@@ -418,6 +418,9 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
     for i in &ifaces {
         let mut ctl = match LiveNic::open(i) {
             Ok(c) => c,
+            // `--iface` naming no interface, and no state file naming it either: a bad
+            // argument (exit code 2), on stderr like every other.
+            Err(e @ Error::UnknownInterface { .. }) if files.is_empty() => return Err(e),
             // A state file's interface that is gone: said, and the others are still shown.
             Err(e) => {
                 let why = zcnet_tools::cli_text::error_text(&e);
