@@ -29,9 +29,10 @@ pub struct SendArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub queue: Option<u32>,
     /// Bytes per send (at most 64M; with --inflight, at most 1G in all); with --udp at most
-    /// 65507, and 64K is sent as 64000 B (as `bench tx` does).
-    #[arg(long, default_value = "64K", allow_hyphen_values = true)]
-    pub size: String,
+    /// 65507, and 64K is sent as 64000 B (as `bench tx` does). Default: 64K; with --tx af-xdp
+    /// the largest datagram one frame carries on --iface (1472 at an MTU of 1500).
+    #[arg(long, allow_hyphen_values = true)]
+    pub size: Option<String>,
     /// Sends in flight: at least this many (1 to 4096).
     #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     pub inflight: usize,
@@ -67,6 +68,16 @@ pub struct SendArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+impl SendArgs {
+    /// `--size` as given, or the default of the socket modes (64K).
+    pub fn size_or_default(&self) -> &str {
+        self.size.as_deref().unwrap_or(DEFAULT_SEND_SIZE)
+    }
+}
+
+/// `send`'s `--size` but with `--tx af-xdp`.
+pub const DEFAULT_SEND_SIZE: &str = "64K";
 
 /// Options of `zcnet recv`.
 #[derive(Args, Debug)]
@@ -261,6 +272,30 @@ pub fn parse_mem(s: &str) -> Result<MemoryKind, Error> {
             MemoryKind::NAMES
         ))
     })
+}
+
+/// `--naive` is the loop people write first for GPU memory: without `--mem cuda` it would be
+/// ignored, so it is refused (exit code 2).
+pub(crate) fn check_naive(naive: bool, memory: MemoryKind) -> Result<(), Error> {
+    if naive && !memory.is_device() {
+        return Err(Error::invalid_input(format!(
+            "--naive is the naive loop for GPU memory (a synchronous copy beside each send or receive), with --mem cuda[:N]; with --mem {} it would do nothing: add --mem cuda or drop --naive",
+            memory.name()
+        )));
+    }
+    Ok(())
+}
+
+/// `send`'s destination: `HOST:PORT` with a port a receiver can listen on (port 0 names no
+/// listener: the kernel gives a listener a port of its own for it).
+pub(crate) fn dest_addr(s: &str) -> Result<std::net::SocketAddr, Error> {
+    let addr = zcnet::net::parse_addr(s)?;
+    if addr.port() == 0 {
+        return Err(Error::invalid_input(format!(
+            "{s}: port 0 is no destination (a receiver told to listen on port 0 gets another one, which it prints): give the port the receiver listens on"
+        )));
+    }
+    Ok(addr)
 }
 
 /// `--bytes` and `--duration`, checked (exit code 2 naming the flag).

@@ -36,8 +36,8 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     // Every argument is checked before anything is connected or allocated (exit code 2).
     let mode = crate::udp_cmd::tx_mode(&a.tx)?;
     crate::udp_cmd::check_send_flags(a)?;
-    let addr = net::parse_addr(&a.addr)?;
-    let mut size = size_arg("--size", &a.size, MAX_BUFFER)?;
+    let addr = crate::args::dest_addr(&a.addr)?;
+    let mut size = size_arg("--size", a.size_or_default(), MAX_BUFFER)?;
     if a.udp {
         // 64K (the default) does not fit a datagram: sent as 64,000 B, bench tx's rule on its
         // UDP path.
@@ -48,13 +48,14 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     let window = window_arg(&a.window)?;
     let (bytes, duration) = send_amount(a)?;
     let memory = parse_mem(&a.mem)?;
+    crate::args::check_naive(a.naive, memory)?;
     if memory.is_device() {
         crate::gpu_cmd::check_send(a)?;
     }
     if a.udp && size > zcnet_tools::bench::UDP_MAX_PAYLOAD {
         return Err(Error::invalid_input(format!(
             "--size {} ({size} B) is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
-            a.size,
+            a.size_or_default(),
             zcnet_tools::bench::UDP_MAX_PAYLOAD
         )));
     }
@@ -164,6 +165,34 @@ pub fn check_rx_iface(mode: RxMode, iface: Option<&str>, naive: bool) -> Result<
     Ok(())
 }
 
+/// `--iface` and `--queue` name the NIC queue a zero-copy receiver binds (zcrx, devmem, and
+/// auto, which tries zcrx with them): with `--rx copy` or `uring`, or a `--queue` without an
+/// interface, they would be ignored, so they are refused (exit code 2). The naive GPU loop
+/// receives with `recv()` and binds none either.
+fn check_rx_queue_flags(a: &RecvArgs, mode: RxMode) -> Result<(), Error> {
+    let flag = match (a.iface.is_some(), a.queue.is_some()) {
+        (true, _) => "--iface",
+        (false, true) => "--queue",
+        (false, false) => return Ok(()),
+    };
+    if matches!(mode, RxMode::Copy | RxMode::Uring) {
+        return Err(Error::invalid_input(format!(
+            "{flag} names the NIC queue a zero-copy receiver binds (--rx zcrx, devmem or auto); --rx {mode} receives from a socket on any interface: drop {flag}"
+        )));
+    }
+    if a.naive {
+        return Err(Error::invalid_input(format!(
+            "{flag} names the NIC queue a zero-copy receiver binds; --naive receives with recv() from a socket on any interface: drop {flag}"
+        )));
+    }
+    if a.iface.is_none() {
+        return Err(Error::invalid_input(format!(
+            "--queue is a queue of the --iface interface: add --iface IFACE or drop --queue (--rx {mode})"
+        )));
+    }
+    Ok(())
+}
+
 /// `recv --no-device`: only with `--rx zcrx` (auto never takes it: it copies), without an
 /// interface, a queue, device memory or the naive loop (exit code 2).
 fn check_no_device(a: &RecvArgs, mode: RxMode) -> Result<(), Error> {
@@ -259,6 +288,8 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     }
     let lowat = crate::units::lowat_arg("--rcvlowat", &a.rcvlowat)?;
     let memory = parse_mem(&a.mem)?;
+    crate::args::check_naive(a.naive, memory)?;
+    check_rx_queue_flags(a, mode)?;
     // A queue the interface does not have: refused before anything is made (exit code 2).
     if let (Some(iface), Some(queue)) = (a.iface.as_deref(), a.queue) {
         zcnet_tools::cli_text::check_queue(

@@ -87,7 +87,7 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
             a.addr
         ))
     })?;
-    let dst = match net::parse_addr(&a.addr)? {
+    let dst = match crate::args::dest_addr(&a.addr)? {
         SocketAddr::V4(v4) => v4,
         SocketAddr::V6(_) => {
             return Err(Error::invalid_input(format!(
@@ -96,7 +96,6 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
             )))
         }
     };
-    let size = size_arg("--size", &a.size, MAX_BUFFER)?;
     let (bytes, duration) = send_amount(a)?;
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() || a.naive {
@@ -105,8 +104,17 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
             if a.naive { " and drop --naive" } else { "" }
         )));
     }
-    // The MTU is read, nothing is bound: a datagram that does not fit one frame is refused here.
-    XskLimits::of(iface)?.check("--size", &a.size, size, iface)?;
+    // The MTU is read, nothing is bound: a datagram that does not fit one frame is refused
+    // here; without --size each datagram is the largest one frame carries.
+    let limits = XskLimits::of(iface)?;
+    let size = match a.size.as_deref() {
+        Some(given) => {
+            let size = size_arg("--size", given, MAX_BUFFER)?;
+            limits.check("--size", given, size, iface)?;
+            size
+        }
+        None => limits.max_payload,
+    };
     if let Some(queue) = a.queue {
         zcnet_tools::cli_text::check_queue(
             iface,
@@ -197,10 +205,12 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         .transpose()?;
     let idle = seconds_arg("--idle", a.idle.unwrap_or(DEFAULT_IDLE))?;
     let memory = parse_mem(&a.mem)?;
-    if memory.is_device() || a.naive {
-        return Err(Error::invalid_input(
-            "--udp receives into host memory: use --mem host and drop --naive",
-        ));
+    crate::args::check_naive(a.naive, memory)?;
+    if memory.is_device() {
+        return Err(Error::invalid_input(format!(
+            "--udp receives into host memory: use --mem host{}",
+            if a.naive { " and drop --naive" } else { "" }
+        )));
     }
     if let (UdpRxMode::AfXdp { iface, .. }, Some(queue)) = (&mode, a.queue) {
         zcnet_tools::cli_text::check_queue(
