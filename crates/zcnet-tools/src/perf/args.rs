@@ -136,7 +136,7 @@ pub struct PerfArgs {
         allow_hyphen_values = true
     )]
     pub bitrate: Option<String>,
-    /// Send mechanism: copy, msg-zerocopy, uring, uring-zc, auto (devmem needs a dma-buf).
+    /// Send mechanism: copy, msg-zerocopy, uring, uring-zc, auto.
     #[arg(long = "tx", default_value = "auto", value_name = "MODE")]
     pub tx: String,
     /// Receive mechanism: copy, uring, zcrx, devmem, auto (zcrx and devmem need --iface).
@@ -287,9 +287,13 @@ impl Settings {
         let step_timeout = (a.step_timeout.is_finite() && a.step_timeout > 0.0)
             .then(|| Duration::from_secs_f64(a.step_timeout))
             .ok_or_else(|| usage("--step-timeout: give a positive number of seconds"))?;
+        let data = data_path(a)?;
+        if let Role::Client(_) = role {
+            memlock_check(&params, &data)?;
+        }
         Ok(Settings {
             params,
-            data: data_path(a)?,
+            data,
             verify: a.verify.then_some(a.seed),
             gso: a.gso,
             tuning: tuning(a)?,
@@ -304,6 +308,35 @@ impl Settings {
             family,
             step_timeout,
         })
+    }
+}
+
+/// A client that sends TCP with `--tx uring` or `uring-zc`: whether RLIMIT_MEMLOCK holds what
+/// one stream locks (its io_uring ring, and for uring-zc its registered buffers), said before
+/// connecting, as `zcnet send` says it (exit code 2). Each stream locks as much, so `-P N`
+/// needs N times this; other locked memory is found when the kernel refuses.
+fn memlock_check(p: &TestParams, data: &DataPath) -> Result<(), PerfError> {
+    let sends = !p.reverse || p.bidirectional;
+    if !sends || p.protocol != Protocol::Tcp || !matches!(data.tx, TxMode::Uring | TxMode::UringZc)
+    {
+        return Ok(());
+    }
+    let mut cfg = zcnet::TxConfig::new(data.tx);
+    cfg.buf_size = p.len as usize;
+    cfg.inflight = super::tcp::TX_INFLIGHT;
+    let Ok(region) = zcnet::Region::for_sender(data.memory, &cfg) else {
+        // Memory that cannot be had is the sender's own error to give, with its fix.
+        return Ok(());
+    };
+    match zcnet::tx::memlock_refusal(&region, &cfg) {
+        None => Ok(()),
+        Some(e) => Err(usage(crate::cli_text::words(
+            &e.display_with(&|r| match r {
+                zcnet::Remedy::FewerSends => "use a smaller -l".to_string(),
+                other => crate::cli_text::remedy_text(other),
+            })
+            .to_string(),
+        ))),
     }
 }
 
@@ -523,6 +556,13 @@ fn size(flag: &str, s: &str) -> Result<u64, PerfError> {
 
 fn data_path(a: &PerfArgs) -> Result<DataPath, PerfError> {
     let tx = TxMode::parse(&a.tx).map_err(|e| usage(e.to_string()))?;
+    // devmem transmit sends from a dma-buf (GPU memory, a udmabuf); perf's buffers are host
+    // memory, so the library would refuse it once connected: said here, before.
+    if tx == TxMode::Devmem {
+        return Err(usage(
+            "--tx devmem sends from a dma-buf (GPU memory), and zcnet perf sends from host memory: use --tx msg-zerocopy or uring-zc here, or 'zcnet send --tx devmem --mem cuda' for devmem",
+        ));
+    }
     let mode = RxMode::parse(&a.rx).map_err(|e| usage(e.to_string()))?;
     if mode.is_device() && a.verify {
         return Err(usage(

@@ -22,16 +22,51 @@ pub fn resolve(host: &str, port: u16, family: Family) -> Result<SocketAddr, Perf
         Family::V6 => a.is_ipv6(),
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let found: Vec<SocketAddr> = (host, port)
-        .to_socket_addrs()
-        .map_err(|e| PerfError::failed(format!("cannot resolve {host}: {e}: give an IP address")))?
-        .collect();
-    found.iter().copied().find(wanted).ok_or_else(|| {
-        PerfError::failed(format!(
-            "{host} has no {} address: give one with -c, or drop -4/-6",
-            if family == Family::V6 { "IPv6" } else { "IPv4" }
-        ))
+    resolve_with(host, port, &|h, p| {
+        (h, p).to_socket_addrs().map(|a| a.collect())
     })
+    .and_then(|found| {
+        found.iter().copied().find(wanted).ok_or_else(|| {
+            PerfError::Usage(format!(
+                "-c {host} has no {} address: give one with -c, or drop -4/-6",
+                if family == Family::V6 { "IPv6" } else { "IPv4" }
+            ))
+        })
+    })
+}
+
+/// The addresses of `host` by `lookup` (the tests' stand-in never asks a resolver); a name
+/// that does not resolve is a usage error, as `zcnet send` has it.
+fn resolve_with(
+    host: &str,
+    port: u16,
+    lookup: &dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>>,
+) -> Result<Vec<SocketAddr>, PerfError> {
+    match lookup(host, port) {
+        Ok(found) if !found.is_empty() => Ok(found),
+        _ => Err(PerfError::Usage(format!(
+            "-c {host}: {host} does not resolve (no address for that name here): check the name, or give an IP address"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod resolve_tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn a_name_that_does_not_resolve_and_a_family_it_lacks_are_usage_errors() {
+        let none = |_: &str, _: u16| Err(io::Error::other("Name or service not known"));
+        let e = resolve_with("nosuch.invalid", 5201, &none).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("does not resolve"), "{e}");
+        assert!(!e.to_string().contains("give an IP address:"), "{e}");
+        // An IPv6 literal asked for with -4: the arguments disagree.
+        let e = resolve("::1", 5201, Family::V4).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("-4/-6"), "{e}");
+        assert!(resolve("127.0.0.1", 5201, Family::V4).is_ok());
+    }
 }
 
 /// A TCP connection to `addr`, from `bind` and `port` when given (`-B`, `--cport`), within

@@ -17,7 +17,7 @@ use super::streams::{
 use crate::sendloop::{End, Payload, SendLoop};
 
 /// Buffers (sends) in flight per sending stream.
-const TX_INFLIGHT: usize = 8;
+pub(super) const TX_INFLIGHT: usize = 8;
 /// How long a receiver waits in one poll.
 const RX_POLL: Duration = Duration::from_millis(20);
 /// A draining receiver without a byte target stops after this long without data.
