@@ -345,11 +345,10 @@ fn an_interface_that_disappears_fails_its_connections_only() {
         let server = EchoServer::start(cfg).unwrap();
         let port = server.addr().port();
         // Over the veth: clients in namespace a. Healthy: clients in namespace b over its lo.
-        let mut over_veth = healthy_cfg(
-            SocketAddr::new(v.b_addr, port),
-            4,
-            Duration::from_millis(1500),
-        );
+        // Long enough to outlast the wait for every connection below on a loaded machine; the
+        // clients end when the fault has failed all their connections.
+        let mut over_veth =
+            healthy_cfg(SocketAddr::new(v.b_addr, port), 4, Duration::from_secs(30));
         over_veth.netns = Some(v.a.clone());
         over_veth.timeout = Duration::from_millis(800);
         let mut local = healthy_cfg(
@@ -481,7 +480,7 @@ fn a_handshake_lost_on_a_dead_path_fails_within_the_client_timeout() {
     let mut cfg = healthy_cfg(SocketAddr::new(v.b_addr, 9), 1, Duration::from_millis(100));
     cfg.threads = 1;
     cfg.netns = Some(v.a.clone());
-    cfg.timeout = Duration::from_secs(1);
+    cfg.connect_timeout = Duration::from_secs(1);
     let t0 = Instant::now();
     let err = run_clients(&cfg).unwrap_err().to_string();
     let took = t0.elapsed();

@@ -38,12 +38,17 @@ pub struct ClientConfig {
     /// CPUs the client threads may run on (`None`: any).
     pub cpus: Option<Vec<usize>>,
     /// A round trip that takes longer fails its connection (and the drain at the end waits at
-    /// most this long); connecting fails after it too.
+    /// most this long).
     pub timeout: Duration,
+    /// Connecting fails after this long (a handshake whose SYN was lost on a path that went down
+    /// would otherwise wait out the kernel's SYN retries, about two minutes). Keep it above 1 s:
+    /// a SYN dropped on a busy machine (a full backlog) is sent again after 1 s.
+    pub connect_timeout: Duration,
 }
 
 impl ClientConfig {
-    /// Defaults: 24 connections over 4 threads, 64 KiB requests, 3 s, cheap check, 5 s timeout.
+    /// Defaults: 24 connections over 4 threads, 64 KiB requests, 3 s, cheap check, 5 s timeout
+    /// for a round trip and for connecting.
     pub fn new(addr: SocketAddr) -> ClientConfig {
         ClientConfig {
             addr,
@@ -56,6 +61,7 @@ impl ClientConfig {
             seed: 0x2c6e_6574_6563_686f,
             cpus: None,
             timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -209,11 +215,9 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
         let pattern = Pattern::new(cfg.seed);
         idx.iter()
             .map(|&i| {
-                // Bounded like a round trip: a handshake lost on a path that went down would
-                // otherwise wait out the kernel's SYN retries (about two minutes).
                 let stream = net::connect_tcp_within(
                     cfg.addr,
-                    Some(cfg.timeout),
+                    Some(cfg.connect_timeout),
                     &crate::interrupt::token(),
                 )?;
                 let _ = stream.set_nodelay(true);
@@ -266,6 +270,10 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
             stopping = true;
         }
         if stopping && !conns.iter().any(|c| c.alive && c.active) {
+            break;
+        }
+        // Every connection failed: nothing is left to measure or to wait for.
+        if !conns.iter().any(|c| c.alive) {
             break;
         }
         if now.duration_since(last_timeout_check) >= Duration::from_millis(50) {

@@ -366,7 +366,10 @@ impl<'a> Client<'a> {
             Ok(run) => {
                 if p.time > 0 {
                     let secs = u64::from(p.time) + u64::from(p.omit);
-                    self.end_at = Some(Instant::now() + Duration::from_secs(secs));
+                    // From the test's own start, not from now: starting many streams takes
+                    // time, and `-t` is the length of the test.
+                    // (the senders stop there by themselves: TestRun::start)
+                    self.end_at = Some(run.started() + Duration::from_secs(secs));
                 }
                 let info = StartInfo {
                     cookie: self.machine.cookie().to_string(),

@@ -103,10 +103,6 @@ impl TestRun {
         }
         let path = &path;
         let shared = TestShared::new(Budget::new(params.num, params.blockcount));
-        let cpu = CpuClock::start();
-        // The test's clock starts before the first stream sends: its bytes count, so must its
-        // time.
-        let now = Instant::now();
         let mut running = Vec::with_capacity(streams.len());
         for (i, (d, &s)) in streams.into_iter().zip(&sends).enumerate() {
             match Running::start(i, s, d, path, &shared, notify) {
@@ -120,6 +116,17 @@ impl TestRun {
                 }
             }
         }
+        // Every stream's thread exists and waits at the gate: the test's clock starts now,
+        // before the first stream moves a byte (its bytes count, so must its time).
+        let cpu = CpuClock::start();
+        let now = Instant::now();
+        // A client's senders end a `-t` test by themselves, set before they are let go: with
+        // many streams this thread may not run again for a while once they are.
+        if !server && params.time > 0 {
+            let secs = u64::from(params.time) + u64::from(params.omit);
+            shared.set_deadline(now + Duration::from_secs(secs));
+        }
+        shared.open_gate();
         let omit = Duration::from_secs(u64::from(params.omit));
         let n = running.len();
         let mut run = TestRun {
@@ -184,10 +191,14 @@ impl TestRun {
 
     /// Reports intervals that are due, and ends the `-O` period when it is over.
     pub fn on_timer(&mut self, now: Instant) {
-        while let Some(t) = self.next_tick.filter(|&t| t <= now) {
+        if let (Some(t), Some(i)) = (self.next_tick.filter(|&t| t <= now), self.style.interval) {
+            // The counters are read now, so the interval ends now when the timer fired late
+            // (a loaded machine starves this thread): one longer interval with its true end,
+            // as iperf3 labels them, not a run of intervals whose first holds every byte.
+            let end = interval_end(t, now, i);
             let bytes = self.counters();
-            self.interval(t, &bytes);
-            self.next_tick = self.style.interval.map(|i| t + i);
+            self.interval(end, &bytes);
+            self.next_tick = Some(end + i);
         }
         if self.omitting && now >= self.measure_from {
             // iperf3's iperf_reset_stats: the omitted bytes are left out from here, and the
@@ -248,6 +259,11 @@ impl TestRun {
     /// Whether this side sends on any stream.
     pub fn has_senders(&self) -> bool {
         self.sends.iter().any(|&s| s)
+    }
+
+    /// When the test's clock started (the streams were let go then).
+    pub fn started(&self) -> Instant {
+        self.started
     }
 
     /// Whether this side receives on any stream.
@@ -574,5 +590,33 @@ impl Drop for TestRun {
         if self.ends.iter().any(Option::is_none) {
             self.abort();
         }
+    }
+}
+
+/// Where an interval due at `due` ends when its timer runs at `now` (the counters are read
+/// then): on the schedule when the timer is on time (within 5 % of `every`), else at `now`.
+fn interval_end(due: Instant, now: Instant, every: Duration) -> Instant {
+    if now.saturating_duration_since(due) > every / 20 {
+        now
+    } else {
+        due
+    }
+}
+
+#[cfg(test)]
+mod interval_tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn a_late_timer_ends_its_interval_when_it_reads_the_counters() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        // On time, or nearly: the schedule's label.
+        assert_eq!(interval_end(t0 + s, t0 + s, s), t0 + s);
+        assert_eq!(interval_end(t0 + s, t0 + s + s / 50, s), t0 + s);
+        // Late (a starved control thread, 1.9 s after the interval was due): its true end,
+        // not "0.00-1.00" holding 2.9 s of bytes.
+        let late = t0 + s + Duration::from_millis(1900);
+        assert_eq!(interval_end(t0 + s, late, s), late);
     }
 }

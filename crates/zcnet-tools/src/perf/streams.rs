@@ -22,7 +22,7 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,15 @@ pub struct TestShared {
     pub(crate) drain: AtomicBool,
     pub(crate) abort: AtomicBool,
     pub(crate) budget: Budget,
+    /// Opened once every stream's thread exists: no stream moves a byte before the test's
+    /// clock starts. (Spawning stream k while streams 0..k already send is slow on a loaded
+    /// machine: with 128 streams the last started seconds after the first, and the first
+    /// interval, labelled one second, held all of those seconds' bytes.)
+    gate: Mutex<bool>,
+    gate_open: Condvar,
+    /// The end of a timed test (`-t`): senders stop there by themselves, also when the thread
+    /// that controls the test is late to say so (a loaded machine with many streams).
+    deadline: OnceLock<Instant>,
 }
 
 impl TestShared {
@@ -53,7 +62,35 @@ impl TestShared {
             drain: AtomicBool::new(false),
             abort: AtomicBool::new(false),
             budget,
+            gate: Mutex::new(false),
+            gate_open: Condvar::new(),
+            deadline: OnceLock::new(),
         })
+    }
+
+    /// Senders stop sending at `t` (once set, it stays).
+    pub fn set_deadline(&self, t: Instant) {
+        let _ = self.deadline.set(t);
+    }
+
+    /// Lets the stream threads start moving bytes.
+    pub fn open_gate(&self) {
+        *self.gate.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.gate_open.notify_all();
+    }
+
+    /// Waits (on a stream's thread) until [`Self::open_gate`] or [`Self::abort`]; whether the
+    /// stream may run.
+    pub(crate) fn wait_gate(&self) -> bool {
+        let mut open = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*open && !self.abort.load(Ordering::Relaxed) {
+            open = self
+                .gate_open
+                .wait_timeout(open, Duration::from_millis(50))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        !self.abort.load(Ordering::Relaxed)
     }
 
     /// Senders finish what they handed over and stop.
@@ -71,10 +108,12 @@ impl TestShared {
         self.abort.store(true, Ordering::Relaxed);
         self.stop_sending();
         self.drain();
+        self.gate_open.notify_all();
     }
 
     pub(crate) fn sending(&self) -> bool {
         !self.stop_sending.load(Ordering::Relaxed)
+            && self.deadline.get().is_none_or(|&d| Instant::now() < d)
     }
 }
 
@@ -402,6 +441,15 @@ impl Running {
         };
         let name = format!("perf-stream-{}", data.spec.id);
         let handle = std::thread::Builder::new().name(name).spawn(move || {
+            if !job.shared.wait_gate() {
+                return StreamEnd {
+                    bytes: 0,
+                    last: None,
+                    path: None,
+                    udp: None,
+                    error: Some("the test was aborted before it started".to_string()),
+                };
+            }
             match (sends, job.stream.take()) {
                 (true, Some(Conn::Tcp(s))) => super::tcp::run_sender(job, s),
                 (false, Some(Conn::Tcp(s))) => super::tcp::run_receiver(job, s),
@@ -619,5 +667,37 @@ mod tests {
             .collect();
         let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         assert_eq!(total, 1_000_003);
+    }
+
+    #[zcnet_testkit::test]
+    fn streams_wait_at_the_gate_until_it_opens_or_the_test_aborts() {
+        for abort in [false, true] {
+            let shared = TestShared::new(Budget::new(0, 0));
+            let waiting = {
+                let s = Arc::clone(&shared);
+                std::thread::spawn(move || (s.wait_gate(), Instant::now()))
+            };
+            std::thread::sleep(Duration::from_millis(150));
+            assert!(!waiting.is_finished(), "passed the gate before it opened");
+            let at = Instant::now();
+            if abort {
+                shared.abort();
+            } else {
+                shared.open_gate();
+            }
+            let (may_run, when) = waiting.join().unwrap();
+            assert_eq!(may_run, !abort);
+            assert!(when >= at);
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn senders_stop_at_the_deadline_by_themselves() {
+        let shared = TestShared::new(Budget::new(0, 0));
+        assert!(shared.sending());
+        shared.set_deadline(Instant::now() + Duration::from_millis(100));
+        assert!(shared.sending());
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(!shared.sending(), "still sending past the deadline");
     }
 }
