@@ -38,7 +38,12 @@ Environment (ZCNET_HW_* are read only from the environment):
   ZCNET_HW_REMOTE_SSH  ssh destination of the peer (user@host); it needs zcnet on its PATH.
                        ssh runs with BatchMode: set up keys (and ControlMaster) beforehand
   ZCNET_HW_REMOTE_ZCNET  the command that runs zcnet on the peer (default: zcnet)
+  ZCNET_HW_REMOTE_NETNS  instead of ssh: the peer is this network namespace on this host, e.g.
+                       the other end of a software NIC pair (scripts/zcnic-lab.sh); it runs
+                       the same zcnet (ZCNET) with 'ip netns exec'
   ZCNET_HW_GPU         CUDA device index for the devmem tests (unset: they skip)
+  ZCNET_HW_MEM         the devmem tests' memory instead of a GPU: udmabuf (host memory made a
+                       dma-buf: needs /dev/udmabuf; devmem-rx-verify then reads it back)
   ZCNET_HW_PORT        first TCP port used (default 25301; the tests use it and the next 3)
   ZCNET_HW_BYTES       bytes per transfer, N or N with K/M/G (binary) (default 1G)
   ZCNET_HW_TIMEOUT     seconds one transfer may take (default 120)
@@ -51,9 +56,11 @@ Tests (--only takes a comma-separated list of these):
                          nic restore: the NIC state (zcnet and ethtool views) equals the one before
   zcrx-verify            peer sends (zcnet send --verify over ssh) to LOCAL_V4; here
                          nic setup -- zcnet recv --rx zcrx --verify: exact bytes, verified, zero copy
-  devmem-rx              the same into GPU memory with --rx devmem --mem cuda:N (not verified)
-  devmem-rx-verify       devmem-rx with --verify: every device buffer read back from the GPU and checked
-  devmem-tx              zcnet send --tx devmem --mem cuda:N to a zcnet recv --verify on the peer
+  devmem-rx              the same into GPU memory with --rx devmem --mem cuda:N (or ZCNET_HW_MEM)
+                         (not verified)
+  devmem-rx-verify       devmem-rx with --verify: every device buffer read back and checked
+  devmem-tx              zcnet send --tx devmem --mem cuda:N (or ZCNET_HW_MEM) to a zcnet recv
+                         --verify on the peer
   restore-after-kill     SIGKILL a holding zcnet nic setup; nic restore brings the NIC back
   nsim-probe, nsim-nic-setup-restore
                          probe and nic-setup-restore on a netdevsim device in a private network
@@ -101,7 +108,9 @@ LOCAL_V4=${ZCNET_HW_LOCAL_V4:-}
 REMOTE_V4=${ZCNET_HW_REMOTE_V4:-}
 REMOTE_SSH=${ZCNET_HW_REMOTE_SSH:-}
 REMOTE_ZCNET=${ZCNET_HW_REMOTE_ZCNET:-zcnet}
+REMOTE_NETNS=${ZCNET_HW_REMOTE_NETNS:-}
 GPU=${ZCNET_HW_GPU:-}
+MEM=${ZCNET_HW_MEM:-}
 PORT=${ZCNET_HW_PORT:-25301}
 BYTES_ARG=${ZCNET_HW_BYTES:-1G}
 TMO=${ZCNET_HW_TIMEOUT:-120}
@@ -110,6 +119,14 @@ bad_env() { echo "hw-suite: $1" >&2; exit 2; }
 is_uint() { case $1 in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
 [ -z "$QUEUE" ] || is_uint "$QUEUE" || bad_env "ZCNET_HW_QUEUE='$QUEUE': give a queue number"
 [ -z "$GPU" ] || is_uint "$GPU" || bad_env "ZCNET_HW_GPU='$GPU': give a CUDA device index (0, 1, ...)"
+case $MEM in '' | udmabuf) ;; *) bad_env "ZCNET_HW_MEM='$MEM': the only memory besides a GPU is udmabuf" ;; esac
+[ -z "$MEM" ] || [ -z "$GPU" ] || bad_env "ZCNET_HW_MEM and ZCNET_HW_GPU both set: give one memory for the devmem tests"
+[ -z "$REMOTE_NETNS" ] || [ -z "$REMOTE_SSH" ] || bad_env "ZCNET_HW_REMOTE_NETNS and ZCNET_HW_REMOTE_SSH both set: the peer is one or the other"
+if [ -n "$REMOTE_NETNS" ] && [ ! -e "/run/netns/$REMOTE_NETNS" ]; then
+  bad_env "ZCNET_HW_REMOTE_NETNS=$REMOTE_NETNS: no such network namespace (ip netns list)"
+fi
+# The devmem tests' memory: a GPU's, or a udmabuf.
+DMEM=${MEM:-${GPU:+cuda:$GPU}}
 { is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65532 ]; } || bad_env "ZCNET_HW_PORT='$PORT': give a port from 1 to 65532"
 { is_uint "$TMO" && [ "$TMO" -ge 1 ]; } || bad_env "ZCNET_HW_TIMEOUT='$TMO': give whole seconds"
 case $BYTES_ARG in
@@ -386,15 +403,25 @@ need_remote_v4() {
   [ "$dev" = "$T_IF" ] || fail "ZCNET_HW_REMOTE_V4=$REMOTE_V4 is routed via '${dev:-nothing}', not $T_IF"
 }
 need_remote() {
-  [ -n "$REMOTE_SSH" ] || skip "ZCNET_HW_REMOTE_SSH not set (the peer that runs zcnet over ssh)"
+  [ -n "$REMOTE_SSH" ] || [ -n "$REMOTE_NETNS" ] ||
+    skip "neither ZCNET_HW_REMOTE_SSH nor ZCNET_HW_REMOTE_NETNS set (the peer that runs zcnet)"
   [ -z "$REMOTE_WHY" ] || fail "$REMOTE_WHY"
 }
-need_gpu() { [ -n "$GPU" ] || skip "ZCNET_HW_GPU not set (devmem needs a dma-buf of GPU memory: give a CUDA device index)"; }
+need_gpu() { [ -n "$DMEM" ] || skip "neither ZCNET_HW_GPU nor ZCNET_HW_MEM set (devmem needs a dma-buf: give a CUDA device index, or udmabuf)"; }
 
 # What the peer runs: 'timeout T REMOTE_ZCNET args...' (the timeout also ends a receiver whose
 # ssh went away: without a terminal, the peer's processes do not get SIGHUP).
 SSH_OPTS=(-n -o BatchMode=yes -o ConnectTimeout=10)
 remote_cmd() { printf 'timeout %s %s %s' "$TMO" "$REMOTE_ZCNET" "$(printf '%q ' "$@")"; }
+# peer ARGS...: zcnet ARGS on the peer (ssh, or the namespace), as this process (exec): run it
+# as `peer ... &` or `(peer ...)`, so that $! or the subshell is the peer's command itself.
+peer() {
+  if [ -n "$REMOTE_NETNS" ]; then
+    exec ip netns exec "$REMOTE_NETNS" timeout "$TMO" "${ZCNET:-zcnet}" "$@" </dev/null
+  fi
+  # shellcheck disable=SC2029 # the command is built (and quoted) here on purpose
+  exec ssh "${SSH_OPTS[@]}" "$REMOTE_SSH" "$(remote_cmd "$@")"
+}
 
 # The probe of the device under test, once per context.
 probe_file() {
@@ -610,9 +637,7 @@ rx_case() {
     [ "$rc" -ne 2 ] || fail "exited 2 (bad arguments): $line"
     refused "recv $*" "$line"
   fi
-  # shellcheck disable=SC2029 # the command is built (and quoted) here on purpose
-  ssh "${SSH_OPTS[@]}" "$REMOTE_SSH" "$(remote_cmd send "$LOCAL_V4:$port" --verify --bytes "$BYTES" --json)" \
-    >"$TW/send.out" 2>"$TW/send.err"
+  (peer send "$LOCAL_V4:$port" --verify --bytes "$BYTES" --json) >"$TW/send.out" 2>"$TW/send.err"
   src=$?
   # The receiver ends with the stream; after a failed send it may still wait for one.
   if [ "$src" -eq 0 ]; then wait_bounded "$pid" 30; else wait_bounded "$pid" 2; fi
@@ -652,27 +677,27 @@ t_devmem_rx() {
   need_iface
   need_gpu
   local q
-  rx_case "$((PORT + 1))" --rx devmem --mem "cuda:$GPU"
+  rx_case "$((PORT + 1))" --rx devmem --mem "$DMEM"
   q=$RX_Q
   local path secs
   path=$(py get "$TW/recv.out" last 'd["path"]')
   secs=$(py get "$TW/recv.out" last '"%.2f" % d["seconds"]')
-  [ "$path" = devmem ] || fail "received into cuda:$GPU by $path, not devmem"
-  pass "$BYTES B into cuda:$GPU by devmem on queue $q in $secs s (count checked; payload not verified, see devmem-rx-verify); NIC restored"
+  [ "$path" = devmem ] || fail "received into $DMEM by $path, not devmem"
+  pass "$BYTES B into $DMEM by devmem on queue $q in $secs s (count checked; payload not verified, see devmem-rx-verify); NIC restored"
 }
 
 t_devmem_rx_verify() {
   need_iface
   need_gpu
   local q
-  rx_case "$((PORT + 2))" --rx devmem --mem "cuda:$GPU" --verify
+  rx_case "$((PORT + 2))" --rx devmem --mem "$DMEM" --verify
   q=$RX_Q
   local path ver
   path=$(py get "$TW/recv.out" last 'd["path"]')
   ver=$(py get "$TW/recv.out" last 'd["verified"]')
-  [ "$path" = devmem ] || fail "received into cuda:$GPU by $path, not devmem"
+  [ "$path" = devmem ] || fail "received into $DMEM by $path, not devmem"
   [ "$ver" = true ] || fail "recv did not verify the pattern"
-  pass "$BYTES B verified in cuda:$GPU by devmem on queue $q; NIC restored"
+  pass "$BYTES B verified in $DMEM by devmem on queue $q; NIC restored"
 }
 
 t_devmem_tx() {
@@ -683,10 +708,8 @@ t_devmem_tx() {
   need_remote_v4
   need_remote
   local port=$((PORT + 3)) pid w src rrc line
-  # ssh itself in the background (not a function's subshell), so that $! is the ssh.
-  # shellcheck disable=SC2029 # the command is built (and quoted) here on purpose
-  ssh "${SSH_OPTS[@]}" "$REMOTE_SSH" "$(remote_cmd recv --listen "$REMOTE_V4:$port" --verify --json)" \
-    >"$TW/recv.out" 2>"$TW/recv.err" &
+  # The peer's command itself in the background (peer execs it), so that $! is it.
+  peer recv --listen "$REMOTE_V4:$port" --verify --json >"$TW/recv.out" 2>"$TW/recv.err" &
   pid=$!
   echo "$pid" >>"$WORK/pids"
   wait_for "$TW/recv.err" "listening on" "$pid" 30
@@ -695,7 +718,7 @@ t_devmem_tx() {
     wait_bounded "$pid" 1
     fail "the peer's zcnet recv did not listen on $REMOTE_V4:$port: $(zline "$TW/recv.err")"
   fi
-  timeout --foreground -s TERM "$TMO" "$ZCNET" send "$REMOTE_V4:$port" --tx devmem --mem "cuda:$GPU" --verify \
+  timeout --foreground -s TERM "$TMO" "$ZCNET" send "$REMOTE_V4:$port" --tx devmem --mem "$DMEM" --verify \
     --bytes "$BYTES" --json >"$TW/send.out" 2>"$TW/send.err"
   src=$?
   # After a failed send the peer's receiver waits for a stream that will not come: stop the
@@ -720,11 +743,11 @@ t_devmem_tx() {
   mbs=$(py get "$TW/send.out" last '"%.0f" % d["mb_per_s"]')
   got=$(py get "$TW/recv.out" last 'd["bytes"]' 2>&1) || fail "the peer's recv JSON: $(one_line "$got")"
   ver=$(py get "$TW/recv.out" last 'd["verified"]')
-  [ "$path" = devmem ] || fail "sent from cuda:$GPU by $path, not devmem"
+  [ "$path" = devmem ] || fail "sent from $DMEM by $path, not devmem"
   [ "$sent" = "$BYTES" ] || fail "sent $sent B, not $BYTES"
   [ "$got" = "$BYTES" ] || fail "the peer received $got B of $BYTES"
   [ "$ver" = true ] || fail "the peer did not verify the pattern"
-  pass "$BYTES B from cuda:$GPU by devmem ($mbs MB/s), verified by the peer"
+  pass "$BYTES B from $DMEM by devmem ($mbs MB/s), verified by the peer"
 }
 
 t_restore_after_kill() {
@@ -937,7 +960,9 @@ fi
 
 REMOTE_WHY=""
 REMOTE_INFO="n/a (ZCNET_HW_REMOTE_SSH not set)"
-if [ -n "$REMOTE_SSH" ]; then
+if [ -n "$REMOTE_NETNS" ]; then
+  REMOTE_INFO="network namespace $REMOTE_NETNS on this host (the same zcnet)"
+elif [ -n "$REMOTE_SSH" ]; then
   if selected zcrx-verify || selected devmem-rx || selected devmem-rx-verify || selected devmem-tx; then
     if ! has ssh; then
       REMOTE_WHY="ssh not installed"
@@ -970,7 +995,7 @@ for r in "${R_RES[@]}"; do
   case $r in pass) npass=$((npass + 1)) ;; fail) nfail=$((nfail + 1)) ;; *) nskip=$((nskip + 1)) ;; esac
 done
 
-ENV_VARS="ZCNET_HW_IFACE ZCNET_HW_QUEUE ZCNET_HW_LOCAL_V4 ZCNET_HW_REMOTE_V4 ZCNET_HW_REMOTE_SSH ZCNET_HW_REMOTE_ZCNET ZCNET_HW_GPU ZCNET_HW_PORT ZCNET_HW_BYTES ZCNET_HW_TIMEOUT ZCNET ZCNET_STATE_DIR"
+ENV_VARS="ZCNET_HW_IFACE ZCNET_HW_QUEUE ZCNET_HW_LOCAL_V4 ZCNET_HW_REMOTE_V4 ZCNET_HW_REMOTE_SSH ZCNET_HW_REMOTE_ZCNET ZCNET_HW_REMOTE_NETNS ZCNET_HW_GPU ZCNET_HW_MEM ZCNET_HW_PORT ZCNET_HW_BYTES ZCNET_HW_TIMEOUT ZCNET ZCNET_STATE_DIR"
 if [ "$JSON" = 1 ]; then
   {
     printf '{"suite": "zcnet-hw", "date": %s, "kernel": %s, "iface": %s, "driver": %s,\n' \

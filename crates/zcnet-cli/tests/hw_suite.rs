@@ -218,4 +218,45 @@ fn on_loopback_the_probe_passes_and_nic_setup_is_refused_cleanly() {
     no_namespace_left(pid);
 }
 
+/// The peer as a network namespace (a software NIC pair's other end) and udmabuf memory for the
+/// devmem tests are checked before anything runs: one line, exit 2.
+#[zcnet_testkit::test]
+fn a_namespace_peer_and_udmabuf_memory_are_checked_first() {
+    for (env, words) in [
+        (
+            vec![("ZCNET_HW_REMOTE_NETNS", "zcnet-no-such-namespace")],
+            "no such network namespace",
+        ),
+        (
+            vec![
+                ("ZCNET_HW_REMOTE_NETNS", "zcnet-no-such-namespace"),
+                ("ZCNET_HW_REMOTE_SSH", "root@192.0.2.1"),
+            ],
+            "both set",
+        ),
+        (
+            vec![("ZCNET_HW_MEM", "host")],
+            "the only memory besides a GPU is udmabuf",
+        ),
+        (
+            vec![("ZCNET_HW_MEM", "udmabuf"), ("ZCNET_HW_GPU", "0")],
+            "both set",
+        ),
+    ] {
+        let mut cmd = Command::new("bash");
+        cmd.arg(script());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("ZCNET_HW_") {
+                cmd.env_remove(k);
+            }
+        }
+        let out = cmd.envs(env.iter().copied()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{env:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{env:?}: {err}");
+        assert!(err.contains(words), "{env:?}: {err}");
+        assert!(out.stdout.is_empty(), "{env:?}");
+    }
+}
+
 zcnet_testkit::main!();
