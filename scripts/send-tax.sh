@@ -24,14 +24,17 @@
 # $SIZE-byte datagrams and $INFLIGHT requests in flight.
 #
 # Usage (root): scripts/send-tax.sh
-# Environment: LIBURING (a liburing source tree with examples built; default /tmp/liburing),
-#   ZCNET (default target/release/zcnet), ROUNDS (3), SECS (3), CPU (1), SIZE (64000),
-#   INFLIGHT (8), CASES (space-separated subset of the case names below).
+# Environment: LIBURING (a liburing source tree with examples/send-zerocopy built; unset: the
+#   script fetches Debian's liburing source package (sid) once into target/send-tax/liburing and
+#   builds the example there: it needs apt-get, dpkg-source, make and cc, i.e. `apt-get install
+#   dpkg-dev build-essential`, and SEND_TAX_MIRROR names another Debian mirror than
+#   deb.debian.org), ZCNET (default target/release/zcnet), ROUNDS (3), SECS (3), CPU (1),
+#   SIZE (64000), INFLIGHT (8), CASES (space-separated subset of the case names below).
 # Prints each round's GB/s (10^9 B/s) per case (each round runs the cases in the order of
 # CASES rotated by one more place), then the medians and the ratios zcnet/peer.
 set -euo pipefail
 
-LIBURING=${LIBURING:-/tmp/liburing}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ZCNET=${ZCNET:-target/release/zcnet}
 ROUNDS=${ROUNDS:-3}
 SECS=${SECS:-3}
@@ -39,11 +42,13 @@ CPU=${CPU:-1}
 SIZE=${SIZE:-64000}
 INFLIGHT=${INFLIGHT:-8}
 CASES=${CASES:-"liburing-zc zcnet-uring-zc liburing-send zcnet-uring raw-msg-zerocopy zcnet-msg-zerocopy"}
-PEER="$LIBURING/examples/send-zerocopy"
 
-if [[ ! -x $PEER ]]; then
-    echo "send-tax: no $PEER: build liburing's examples (git clone https://github.com/axboe/liburing $LIBURING && cd $LIBURING && ./configure && make -C src && make -C examples), or set LIBURING" >&2
-    exit 2
+if [[ -n ${LIBURING:-} ]]; then
+    PEER="$LIBURING/examples/send-zerocopy"
+    if [[ ! -x $PEER ]]; then
+        echo "send-tax: no $PEER: build liburing's examples there (./configure && make -C src && make -C examples), or leave LIBURING unset to have Debian's liburing fetched and built into target/send-tax" >&2
+        exit 2
+    fi
 fi
 if [[ ! -x $ZCNET ]]; then
     echo "send-tax: no $ZCNET: cargo build --release -p zcnet-cli, or set ZCNET" >&2
@@ -52,6 +57,67 @@ fi
 if [[ $(id -u) != 0 ]]; then
     echo "send-tax: needs root (a network namespace with an ifb device)" >&2
     exit 2
+fi
+
+# liburing's send-zerocopy example, when LIBURING names none: Debian's liburing source package
+# from sid (the newest liburing Debian has), unpacked with Debian's patches and only that example
+# built, once, into target/send-tax/liburing. A private apt (its own sources, lists and cache, as
+# scripts/kernel-lab.sh uses for the kernels): the system's /etc/apt is not read or touched.
+fetch_liburing() {
+    local dir=$1 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+    local mirror=${SEND_TAX_MIRROR:-http://deb.debian.org/debian}
+    local work apt dsc t
+    die() { echo "send-tax: $*" >&2; exit 2; }
+    for t in apt-get dpkg-source make cc; do
+        command -v "$t" >/dev/null 2>&1 ||
+            die "$t not found: it builds liburing's send-zerocopy example from Debian's source package (apt-get install dpkg-dev build-essential), or set LIBURING to a liburing tree with its examples built"
+    done
+    [[ -r $keyring ]] || die "$keyring not found: apt-get install debian-archive-keyring, or set LIBURING"
+    work="$(dirname "$dir")/work.$$"
+    apt=$work/apt
+    rm -rf "$work"
+    mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$apt/prefs.d" "$work/src" ||
+        die "cannot write $work"
+    echo "deb-src [signed-by=$keyring] $mirror sid main" >"$apt/sources.list"
+    : >"$apt/preferences"
+    cat >"$apt/apt.conf" <<EOF
+Dir::Etc::SourceList "$apt/sources.list";
+Dir::Etc::SourceParts "$apt/parts";
+Dir::Etc::Preferences "$apt/preferences";
+Dir::Etc::PreferencesParts "$apt/prefs.d";
+Dir::State::Lists "$apt/lists";
+Dir::State::status "/dev/null";
+Dir::Cache "$apt/cache";
+Dir::Cache::Archives "$apt/archives";
+Acquire::Languages "none";
+APT::Sandbox::User "root";
+Acquire::Retries "1";
+Acquire::http::Timeout "30";
+EOF
+    echo "send-tax: no LIBURING: fetching Debian's liburing source (sid, $mirror) into $dir" >&2
+    # apt-get update exits 0 when the archive cannot be reached (it only warns): the index it
+    # leaves behind is what tells.
+    APT_CONFIG=$apt/apt.conf apt-get -q update >"$work/fetch.log" 2>&1 || true
+    compgen -G "$apt/lists/*_Sources*" >/dev/null ||
+        die "cannot fetch Debian's sid source index from $mirror (log: $work/fetch.log): check the network, set SEND_TAX_MIRROR to a reachable Debian mirror, or set LIBURING"
+    (cd "$work/src" && APT_CONFIG=$apt/apt.conf apt-get -q source --download-only liburing) \
+        >>"$work/fetch.log" 2>&1 || die "downloading liburing's source package failed (log: $work/fetch.log)"
+    dsc=$(compgen -G "$work/src/liburing_*.dsc" | head -n1)
+    [[ -n $dsc ]] || die "no liburing .dsc in $work/src (log: $work/fetch.log)"
+    dpkg-source -x "$dsc" "$work/liburing" >>"$work/fetch.log" 2>&1 ||
+        die "unpacking $dsc failed (log: $work/fetch.log)"
+    (cd "$work/liburing" && ./configure && make -C src && make -C examples send-zerocopy) \
+        >"$work/build.log" 2>&1 || die "building liburing's send-zerocopy failed (log: $work/build.log)"
+    basename "$dsc" .dsc | sed 's/^liburing_/Debian liburing /' >"$work/liburing/.send-tax-source"
+    rm -rf "$dir"
+    mv "$work/liburing" "$dir"
+    rm -rf "$work"
+}
+if [[ -z ${LIBURING:-} ]]; then
+    LIBURING=$ROOT/target/send-tax/liburing
+    PEER="$LIBURING/examples/send-zerocopy"
+    [[ -x $PEER ]] || fetch_liburing "$LIBURING"
+    [[ -x $PEER ]] || { echo "send-tax: no $PEER after building it" >&2; exit 2; }
 fi
 
 NS="zcnet-tax-$$"
@@ -133,7 +199,7 @@ run_case() {
 
 echo "send-tax: $(nproc) CPUs, Linux $(uname -r); ifb MTU 65535 in $NS; $SIZE B UDP datagrams," \
     "$INFLIGHT in flight, CPU $CPU, $SECS s per run, $ROUNDS rounds"
-echo "  liburing: $PEER; zcnet: $ZCNET ($(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "  liburing: $PEER$(sed 's/^/ (/; s/$/)/' "$LIBURING/.send-tax-source" 2>/dev/null); zcnet: $ZCNET ($(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo '?'))"
 RESULTS=$(mktemp)
 trap 'cleanup; rm -f "$RESULTS" "$CPUFILE"' EXIT
 read -ra ALL <<<"$CASES"
