@@ -85,6 +85,9 @@ pub enum ReqState {
     /// A `SEND_ZC` refused before it ran (a failed result *without* `F_MORE`, seen as `ENOMEM`
     /// when RLIMIT_MEMLOCK cannot cover the pages, Linux 6.18): the kernel never pinned the
     /// memory, which is free again, but it still posts a notification later, so the tag is not.
+    /// One refused before its notification exists gets none and stays here for good: the
+    /// ring's owner hands out other tags and waits for none in this state (zcnet-sys's ring
+    /// tests that).
     Stray,
 }
 

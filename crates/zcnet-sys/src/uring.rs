@@ -17,7 +17,10 @@
 //! measured by the NCCL plugin's memlock test). The lease comes back with the failed result (the
 //! kernel never pinned the bytes), but the tag is not handed out again until that stray
 //! notification came, which the ring then swallows: a late notification can never be taken for
-//! the next request's.
+//! the next request's. One refused before its notification exists (`EINVAL` for
+//! `IOSQE_CQE_SKIP_SUCCESS`, `ENOMEM` when the notification cannot be allocated) looks the same
+//! and gets none: its tag is kept for good, which costs one idle table entry and nothing else
+//! (nothing waits for it; tested).
 //!
 //! One drop rule: dropping the ring cancels every request in flight (IORING_OP_ASYNC_CANCEL by
 //! tag, Linux 5.5) and waits up to [`DROP_WAIT`] for their final CQEs. A lease the kernel still
@@ -515,14 +518,39 @@ impl Ring {
                 .flags(req.flags)
                 .build(),
         };
+        let kind = match req.op {
+            Op::Send => Kind::Send,
+            Op::SendZc { .. } => Kind::SendZc,
+            Op::Recv => Kind::Recv,
+        };
+        let entry = if req.link {
+            entry.flags(squeue::Flags::IO_LINK)
+        } else {
+            entry
+        };
+        // SAFETY: the SQE points into the lease (bounds checked above).
+        unsafe { self.queue(lease, entry, kind, req.len) }
+    }
+
+    /// Queues `entry`, a `kind` request of `len` bytes, on `lease` under a fresh tag (its user
+    /// data): the ring's part of [`Ring::push`].
+    ///
+    /// # Safety
+    ///
+    /// `entry` references no memory but `lease`'s.
+    #[inline(always)]
+    unsafe fn queue(
+        &mut self,
+        lease: Lease,
+        entry: squeue::Entry,
+        kind: Kind,
+        len: u32,
+    ) -> Result<u32, (Lease, io::Error)> {
         let tag = self.take_tag();
-        let mut entry = entry.user_data(u64::from(tag));
-        if req.link {
-            entry = entry.flags(squeue::Flags::IO_LINK);
-        }
+        let entry = entry.user_data(u64::from(tag));
         // One view of the submission queue (each view reads the kernel's head when made and
         // publishes the tail when dropped): a second only where the queue was full.
-        // SAFETY: the SQE points into the lease (bounds checked above); the lease is moved into
+        // SAFETY: the SQE points into the lease (the caller's promise); the lease is moved into
         // `self.held` below and given back only with this request's final CQE (or leaked with
         // the ring if the ring is dropped while the kernel still holds it), so the memory
         // outlives the kernel's use.
@@ -539,14 +567,9 @@ impl Ring {
                 return Err((lease, e));
             }
         }
-        let kind = match req.op {
-            Op::Send => Kind::Send,
-            Op::SendZc { .. } => Kind::SendZc,
-            Op::Recv => Kind::Recv,
-        };
         let t = &mut self.held[tag as usize];
         // A tag comes from the free list only once its request ended: the state is idle.
-        let _ = t.state.submit(tag as usize, kind, req.len);
+        let _ = t.state.submit(tag as usize, kind, len);
         t.lease = Some(lease);
         self.in_flight += 1;
         if kind != Kind::Recv {
@@ -1098,6 +1121,98 @@ mod tests {
         assert!(ring.cancel_all(Duration::from_secs(2), |c| ended.push(c)));
         assert_eq!(ended.len(), 4, "{ended:?}");
         assert_eq!(ring.queued(), 0, "cancels left queued");
+    }
+
+    /// A `SEND_ZC` refused before its notification exists never gets one: the kernel fails
+    /// `IOSQE_CQE_SKIP_SUCCESS` (and an allocation failure of the notification) in the request's
+    /// preparation, before io_uring/net.c `io_send_zc_prep` makes it, with a result without
+    /// `F_MORE` and nothing after. The ring reads that as the refusal that a stray
+    /// notification follows (`ReqState::Stray`), so the tag is kept for good. Pinned here as
+    /// harmless: the lease comes back with the result, nothing counts as in flight or awaiting
+    /// a result, later requests get other tags and complete, and cancel and drop return at
+    /// once. The cost is one idle entry in the tag table per such refusal.
+    #[zcnet_testkit::test]
+    fn a_zero_copy_send_refused_before_its_notification_exists_keeps_its_tag_harmlessly() {
+        let mut ring = ring(8, 0);
+        if !ring.supports_send_zc().unwrap_or(false) {
+            skip(Need::Kernel, "no IORING_OP_SEND_ZC (Linux 6.0)");
+        }
+        let (a, mut b) = pair();
+        let buf = Arc::new(ForeignBuf::owned(vec![7u8; 100].into_boxed_slice()));
+        let entry = opcode::SendZc::new(types::Fd(a.as_raw_fd()), buf.addr() as *const u8, 100)
+            .build()
+            .flags(squeue::Flags::SKIP_SUCCESS);
+        // SAFETY: the SQE points into `buf`, the lease.
+        let refused =
+            unsafe { ring.queue(Lease::Borrowed(Arc::clone(&buf)), entry, Kind::SendZc, 100) }
+                .map_err(|(_, e)| e)
+                .expect("queue");
+        ring.submit().expect("submit");
+        let mut seen = Vec::new();
+        drain_until(&mut ring, &mut seen, |s| finals(s) == 1);
+        assert_eq!(
+            seen[0].outcome,
+            Outcome::Sent {
+                res: Err(libc::EINVAL),
+                asked: 100,
+                zero_copy: true
+            },
+            "{seen:?}"
+        );
+        assert!(
+            seen[0].lease.is_some(),
+            "the lease came back with the result"
+        );
+        drop(seen);
+        assert_eq!(ring.held[refused as usize].state, ReqState::Stray);
+        assert_eq!((ring.in_flight(), ring.awaiting_result()), (0, 0));
+        // No notification comes, and nothing waits for one.
+        std::thread::sleep(Duration::from_millis(50));
+        let mut late = Vec::new();
+        ring.submit_and_wait(1, Duration::from_millis(50))
+            .expect("io_uring_enter");
+        ring.drain(|c| late.push(c));
+        assert!(late.is_empty(), "{late:?}");
+        assert_eq!(
+            ring.held[refused as usize].state,
+            ReqState::Stray,
+            "kept for good"
+        );
+        let req = Request {
+            fd: a.as_raw_fd(),
+            off: 0,
+            len: 100,
+            op: Op::SendZc { fixed: None },
+            flags: 0,
+            link: false,
+        };
+        for _ in 0..3 {
+            let t = ring
+                .push(Lease::Borrowed(Arc::clone(&buf)), &req)
+                .map_err(|(_, e)| e)
+                .expect("push");
+            assert_ne!(t, refused, "the kept tag is not handed out");
+            ring.submit().expect("submit");
+            let mut seen = Vec::new();
+            drain_until(&mut ring, &mut seen, |s| finals(s) == 1);
+            assert!(
+                seen.iter()
+                    .any(|c| c.tag == t && matches!(c.outcome, Outcome::Sent { res: Ok(100), .. })),
+                "{seen:?}"
+            );
+        }
+        let mut got = vec![0u8; 300];
+        b.read_exact(&mut got).expect("read");
+        assert_eq!(ring.held.len(), 2, "one tag kept, one reused");
+        let t = Instant::now();
+        assert!(ring.cancel_all(Duration::from_secs(2), drop));
+        drop(ring);
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
+        assert_eq!(Arc::strong_count(&buf), 1, "every lease came back");
     }
 
     /// Tags are reused after their final CQE, so a long run keeps a small table.
