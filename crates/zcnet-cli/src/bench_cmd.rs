@@ -86,6 +86,10 @@ fn config(a: &BenchTxArgs) -> Result<TxBenchConfig, Error> {
         // Fail before any lab is made when there is no GPU (one line, with the fix).
         zcnet::gpu::devices()?;
     }
+    if memory == zcnet::MemoryKind::Udmabuf {
+        // Without /dev/udmabuf every case would fail alike: one line, before any lab (exit 1).
+        zcnet::Region::udmabuf(4096)?;
+    }
     Ok(TxBenchConfig {
         paths,
         modes,

@@ -32,7 +32,7 @@ pub struct BenchRawArgs {
     pub duration: f64,
     /// UDP_SEGMENT (GSO segment size, bytes); 0, the default: none, one datagram per send
     /// (the selftest's shape).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub gso: u16,
     /// send-zc: no IORING_SEND_ZC_REPORT_USAGE (liburing's example does not ask whether the
     /// kernel copied; zcnet does).
@@ -114,7 +114,7 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
         )));
     }
     let choices = a.choices()?;
-    let addr = net::parse_addr(&a.addr)?;
+    let addr = crate::args::dest_addr(&a.addr)?;
     let sock = net::connect_udp(addr, (a.gso > 0).then_some(a.gso))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&sock);
     let halt = zcnet_tools::interrupt::flag();
@@ -124,7 +124,14 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     } else {
         zcnet_sys::baseline::raw_msg_zerocopy(fd, size, inflight, duration, halt)
     }
-    .map_err(|e| Error::io(format!("raw {} loop", a.which), e))?;
+    .map_err(|e| match e.kind() {
+        // The kernel's ICMP port unreachable, reported on the connected socket's next send.
+        std::io::ErrorKind::ConnectionRefused => Error::io(
+            format!("raw {} loop to {addr}: nothing receives UDP there (ICMP port unreachable): start a receiver first (zcnet recv --udp --listen {addr}), or send where something listens", a.which),
+            e,
+        ),
+        _ => Error::io(format!("raw {} loop", a.which), e),
+    })?;
     let mb_per_s = if r.seconds > 0.0 {
         r.bytes as f64 / r.seconds / 1e6
     } else {

@@ -111,6 +111,11 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
     let proto = Proto::parse(&a.proto).ok_or_else(|| {
         Error::invalid_input(format!("unknown --proto '{}': use tcp or udp", a.proto))
     })?;
+    if a.port == Some(0) {
+        return Err(Error::invalid_input(
+            "--port 0: no flow has destination port 0: give the port the receiver listens on (1 to 65535)",
+        ));
+    }
     // A queue the device does not have: a bad argument, said before anything else is read or
     // changed (exit code 2).
     zcnet_tools::cli_text::check_queue(&a.iface, a.queue, false, None)?;

@@ -285,6 +285,11 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             )));
         }
         cfg.rx_buf_len = size_arg("--rx-buf-len", len, 2 << 20)?;
+        if !cfg.rx_buf_len.is_power_of_two() || cfg.rx_buf_len < 4096 {
+            return Err(Error::invalid_input(format!(
+                "--rx-buf-len {len}: give a power of two from a page (4K) to 2M"
+            )));
+        }
     }
     let lowat = crate::units::lowat_arg("--rcvlowat", &a.rcvlowat)?;
     let memory = parse_mem(&a.mem)?;
