@@ -16,10 +16,16 @@
 # Nothing is left behind: namespaces are deleted on every exit path; GPU memory is freed when
 # each zcnet process exits.
 set -u
+me=gpu-check
+. "$(dirname "$0")/lib/args.sh"
+[ $# -le 1 ] || { echo "$me: one argument at most, the zcnet binary: scripts/gpu-check.sh [path/to/zcnet]" >&2; exit 2; }
 ZCNET=${1:-target/release/zcnet}
 BYTES=${GPU_CHECK_BYTES:-4G}
 SECS=${GPU_CHECK_SECONDS:-5}
 PORT=${GPU_CHECK_PORT:-25201}
+need_size GPU_CHECK_BYTES "$BYTES"
+need_seconds GPU_CHECK_SECONDS "$SECS"
+need_int GPU_CHECK_PORT "$PORT" 1 65535
 out=$(mktemp -d)
 ns="zcnet-gpucheck-$$"
 # The veth pair's names (15 characters at most), made inside the namespaces: nothing is ever

@@ -117,6 +117,7 @@ TMO=${ZCNET_HW_TIMEOUT:-120}
 
 bad_env() { echo "hw-suite: $1" >&2; exit 2; }
 is_uint() { case $1 in '' | *[!0-9]*) return 1 ;; *) return 0 ;; esac; }
+[ -z "$IFACE" ] || { [[ $IFACE != */* && $IFACE != . && $IFACE != .. ]] && [ -e "/sys/class/net/$IFACE" ]; } || bad_env "ZCNET_HW_IFACE=$IFACE: no interface by that name in this network namespace: give one 'ip link' lists"
 [ -z "$QUEUE" ] || is_uint "$QUEUE" || bad_env "ZCNET_HW_QUEUE='$QUEUE': give a queue number"
 [ -z "$GPU" ] || is_uint "$GPU" || bad_env "ZCNET_HW_GPU='$GPU': give a CUDA device index (0, 1, ...)"
 case $MEM in '' | udmabuf) ;; *) bad_env "ZCNET_HW_MEM='$MEM': the only memory besides a GPU is udmabuf" ;; esac

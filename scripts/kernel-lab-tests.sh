@@ -64,6 +64,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -gt 0 ] && SET=("$@")
+. scripts/lib/args.sh
+need_int --timeout "$timeout_s" 1
 
 # ---- find the executables: cargo's JSON names each test executable with its package and target
 t0=$SECONDS

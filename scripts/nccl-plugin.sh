@@ -8,6 +8,10 @@
 # NCCL loads libnccl-net-<NCCL_NET_PLUGIN>.so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ $# -gt 1 ] || [[ ${1:-} == -* ]]; then
+  echo "nccl-plugin: usage: scripts/nccl-plugin.sh [DIR] (one directory, default target/release)" >&2
+  exit 2
+fi
 dir=${1:-target/release}
 cargo build --release -p zcnet-nccl
 mkdir -p "$dir"

@@ -24,6 +24,30 @@ NS_A, NS_B = f"{TAG}a", f"{TAG}b"
 PORT = "5299"
 
 
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments are one line naming the flag and what to give, exit 2, as the zcnet
+    command refuses them (argparse prints its usage block first)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: {message} (see --help)\n")
+        sys.exit(2)
+
+
+def at_least(n):
+    """An argparse type: a whole number of at least n."""
+
+    def check(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{s}' is not a whole number") from None
+        if v < n:
+            raise argparse.ArgumentTypeError(f"{v}: give a whole number of at least {n}")
+        return v
+
+    return check
+
 def sh(cmd, check=True):
     subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -78,11 +102,11 @@ def run(case, a):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--net", choices=["veth", "loopback"], default="veth")
-    p.add_argument("-P", type=int, default=4)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--secs", type=int, default=3)
+    p.add_argument("-P", type=at_least(1), default=4)
+    p.add_argument("--rounds", type=at_least(1), default=2)
+    p.add_argument("--secs", type=at_least(1), default=3)
     p.add_argument("cases", nargs="+")
     a = p.parse_args()
     if os.geteuid() != 0:

@@ -79,6 +79,30 @@ HOST = "127.0.0.1"
 NS_EXEC = []
 
 
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad arguments are one line naming the flag and what to give, exit 2, as the zcnet
+    command refuses them (argparse prints its usage block first)."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: {message} (see --help)\n")
+        sys.exit(2)
+
+
+def at_least(n):
+    """An argparse type: a whole number of at least n."""
+
+    def check(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{s}' is not a whole number") from None
+        if v < n:
+            raise argparse.ArgumentTypeError(f"{v}: give a whole number of at least {n}")
+        return v
+
+    return check
+
 def ip(*args):
     subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
@@ -371,11 +395,11 @@ def run_rounds(a, zcnet):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("zcnet", nargs="?")
     p.add_argument("--bytes", default="4G")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--buf-size", type=int, default=0, help="Receiver buf_size and recv --buf-size (default: theirs)")
+    p.add_argument("--rounds", type=at_least(1), default=3)
+    p.add_argument("--buf-size", type=at_least(0), default=0, help="Receiver buf_size and recv --buf-size (default: theirs)")
     p.add_argument("--cases", default="cli-recv,py-recv,py-lowat,py-16k,recv_into,cli-send,py-send")
     p.add_argument("--py-kw", default="{}", help="py-recv and cuda-recv only: extra Receiver keywords, as JSON (e.g. '{\"buffers\": 32}')")
     p.add_argument("--path", choices=["loopback", "veth"], default="loopback")
@@ -384,7 +408,20 @@ def main():
     p.add_argument("--role")
     p.add_argument("--port", type=int)
     a = p.parse_args()
-    a.nbytes = parse_size(a.bytes)
+    try:
+        a.nbytes = parse_size(a.bytes)
+    except (ValueError, IndexError):
+        a.nbytes = 0
+    if a.nbytes < 1:
+        p.error(f"--bytes '{a.bytes}': give a size above 0, e.g. 4G, 512M or 1048576")
+    try:
+        json.loads(a.py_kw)
+    except ValueError as e:
+        p.error(f"--py-kw '{a.py_kw}' is not JSON ({e}): give an object, e.g. '{{\"buffers\": 32}}'")
+    known = ("cli-recv", "cli-send", "cli-recv-cuda", "cli-send-cuda") + PY_RECV + PY_SEND
+    for c in a.cases.split(","):
+        if c not in known:
+            p.error(f"--cases: no case named '{c}': use {', '.join(known)}")
     global HOST
     HOST = a.host
     if a.role in PY_RECV:

@@ -42,6 +42,23 @@ CPU=${CPU:-1}
 SIZE=${SIZE:-64000}
 INFLIGHT=${INFLIGHT:-8}
 CASES=${CASES:-"liburing-zc zcnet-uring-zc liburing-send zcnet-uring raw-msg-zerocopy zcnet-msg-zerocopy"}
+# Every setting checked before anything is fetched, built or made (exit 2, one line).
+me=send-tax
+. "$ROOT/scripts/lib/args.sh"
+[[ $# -eq 0 ]] || { echo "$me: takes no arguments (its settings are environment variables: see the top of $0)" >&2; exit 2; }
+need_int ROUNDS "$ROUNDS" 1 1000
+need_seconds SECS "$SECS"
+need_int CPU "$CPU" 0 $(($(nproc) - 1))
+need_int SIZE "$SIZE" 1 65507
+need_int INFLIGHT "$INFLIGHT" 1 4096
+[[ -n ${CASES// /} ]] || { echo "$me: CASES is empty: name at least one case" >&2; exit 2; }
+for c in $CASES; do
+    case $c in
+        liburing-zc | liburing-send | liburing-zc-huge | zcnet-uring-zc | zcnet-uring | zcnet-msg-zerocopy | \
+            raw-msg-zerocopy | zcnet-*-host | raw-send-zc* | raw-send | raw-send+*) ;;
+        *) echo "$me: CASES: no case named '$c' (the cases are listed at the top of $0)" >&2; exit 2 ;;
+    esac
+done
 
 if [[ -n ${LIBURING:-} ]]; then
     PEER="$LIBURING/examples/send-zerocopy"

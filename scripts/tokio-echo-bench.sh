@@ -22,7 +22,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 me=tokio-echo-bench
 rounds=5 seconds=3 conns=24 size=64K rx=auto tx=auto path=veth lend=on buffers=16
+. scripts/lib/args.sh
 while [ $# -gt 0 ]; do
+  case $1 in
+    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --rounds | --seconds | --conns | --size | --rx | --tx | --path | --lend | --buffers) need_value "$1" $# ;;
+  esac
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
@@ -33,10 +38,18 @@ while [ $# -gt 0 ]; do
     --path) path=$2; shift 2 ;;
     --lend) lend=$2; shift 2 ;;
     --buffers) buffers=$2; shift 2 ;;
-    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "$me: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+# Every value checked before anything is built or made (a median needs a round).
+need_int --rounds "$rounds" 1 1000
+need_seconds --seconds "$seconds"
+need_int --conns "$conns" 1 4096
+need_size --size "$size"
+need_int --buffers "$buffers" 1 65536
+need_one_of --lend "$lend" on off
+need_one_of --rx "$rx" auto copy uring zcrx devmem
+need_one_of --tx "$tx" auto uring uring-zc
 case $path in veth | loopback) ;; *) echo "$me: --path veth or loopback, not '$path'" >&2; exit 2 ;; esac
 if [ "$path" = veth ] && [ "$(id -u)" != 0 ]; then
   echo "$me: --path veth makes network namespaces: run it as root (or use --path loopback)" >&2
