@@ -51,6 +51,9 @@ pub struct ZcRanges<T> {
     /// `pending[i]` is id `base + i`; `None` once completed.
     pending: VecDeque<Option<Entry<T>>>,
     outstanding: usize,
+    /// A send call failed since the last [`ZcRanges::push`], and may have taken `next_id`
+    /// ([`ZcRanges::failed_send`]).
+    maybe_taken: bool,
 }
 
 impl<T> Default for ZcRanges<T> {
@@ -72,6 +75,7 @@ impl<T> ZcRanges<T> {
             base: first,
             pending: VecDeque::new(),
             outstanding: 0,
+            maybe_taken: false,
         }
     }
 
@@ -81,7 +85,22 @@ impl<T> ZcRanges<T> {
         self.next_id = self.next_id.wrapping_add(1);
         self.pending.push_back(Some(Entry { bytes, token }));
         self.outstanding += 1;
+        self.maybe_taken = false;
         id
+    }
+
+    /// Records a send call that failed and may still have taken an id: a UDP datagram the IP
+    /// layer refuses once it is built (`EPERM` from a netfilter or cgroup drop, `EINVAL` from
+    /// a GSO check, `ENOBUFS` from a full queue where `IP_RECVERR` is on) has taken the
+    /// socket's next id and is freed in the call, which queues that id's notification
+    /// before the call returns; a refusal before the datagram is built gives the id back
+    /// (net/core/skbuff.c `msg_zerocopy_put_abort`). So read the error queue to its end
+    /// before the next [`ZcRanges::push`]: a report naming [`ZcRanges::next_id`] till then
+    /// says the failed send took it, and the next send gets the id after it. Without this,
+    /// the next send would be given the failed one's id, its buffer handed back by that
+    /// notification while the kernel still sends from it, and every later id one off.
+    pub fn failed_send(&mut self) {
+        self.maybe_taken = true;
     }
 
     /// Sends whose completion has not been reported yet.
@@ -102,7 +121,8 @@ impl<T> ZcRanges<T> {
     /// outside the tracked window are only counted, by arithmetic. Each id of the range is
     /// counted once: fresh, duplicate (tracked and already completed, or behind the window:
     /// completed and retired) or unknown (at or past [`ZcRanges::next_id`], within 2^31 of it:
-    /// never sent).
+    /// never sent), except the id a failed send took ([`ZcRanges::failed_send`]), which is
+    /// none of them: it is skipped.
     pub fn complete(
         &mut self,
         lo: u32,
@@ -145,6 +165,13 @@ impl<T> ZcRanges<T> {
         }
         // The rest is behind base: completed and retired long ago.
         outcome.duplicate += count - in_window - outcome.unknown;
+        if self.maybe_taken && self.next_id.wrapping_sub(lo) <= hi.wrapping_sub(lo) {
+            // The failed send took next_id (counted unknown above): it is done, and skipped.
+            self.maybe_taken = false;
+            outcome.unknown -= 1;
+            self.next_id = self.next_id.wrapping_add(1);
+            self.pending.push_back(None);
+        }
         while let Some(None) = self.pending.front() {
             self.pending.pop_front();
             self.base = self.base.wrapping_add(1);
@@ -184,6 +211,32 @@ mod tests {
         assert!(out[2].copied && out[3].copied && !out[0].copied);
         // id 5 never sent
         assert_eq!(r.complete(5, 5, false, &mut out).unknown, 1);
+    }
+
+    /// A send that failed after taking an id (a UDP datagram the IP layer refused once
+    /// built) is reported at once; the next send gets the id after it, and nothing is
+    /// unknown. A failed send that took none leaves the ids as they were.
+    #[test]
+    fn an_id_taken_by_a_failed_send_is_skipped() {
+        let mut r = ZcRanges::starting_at(u32::MAX - 1);
+        assert_eq!(r.push(10, 'a'), u32::MAX - 1);
+        r.failed_send();
+        let mut out = Vec::new();
+        // The failed send's notification, merged with the one before it.
+        let o = r.complete(u32::MAX - 1, u32::MAX, false, &mut out);
+        assert_eq!((o.fresh, o.duplicate, o.unknown), (1, 0, 0));
+        assert_eq!(r.next_id(), 0, "u32::MAX was the failed send's");
+        assert_eq!(r.push(20, 'b'), 0);
+        r.failed_send();
+        // Nothing reported before the next send: the failed one took no id.
+        assert_eq!(r.push(30, 'c'), 1);
+        let o = r.complete(0, 1, true, &mut out);
+        assert_eq!((o.fresh, o.unknown), (2, 0));
+        assert_eq!(r.outstanding(), 0);
+        let tokens: Vec<char> = out.iter().map(|c| c.token).collect();
+        assert_eq!(tokens, ['a', 'b', 'c']);
+        // Only while it may have: after a push, an id past the window is unknown again.
+        assert_eq!(r.complete(2, 2, false, &mut out).unknown, 1);
     }
 
     #[test]

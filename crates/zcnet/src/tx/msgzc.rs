@@ -195,6 +195,19 @@ impl<K: ZcKernel> ErrqueueTx<K> {
         }
     }
 
+    /// After a send call that failed: the failed send may have taken an id whose notification
+    /// is already queued ([`ZcRanges::failed_send`]), so the error queue is read to its end
+    /// (the tracker skips that id) before anything is sent again. A read that fails leaves
+    /// the rest for later: the send's own error is what the caller gets.
+    fn after_failed_send(&mut self, sh: &mut Shared) {
+        self.ranges.failed_send();
+        while let Ok(n) = self.read_batch(sh) {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
     /// One read of the error queue ([`ZcKernel::read_errqueue_one`]) and what it reported;
     /// returns how many entries it held.
     fn read_batch(&mut self, sh: &mut Shared) -> Result<usize> {
@@ -271,6 +284,9 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     sh.stats.enobufs_waits += 1;
                     let in_flight = self.ranges.outstanding() > 0;
+                    // Optmem or RLIMIT_MEMLOCK, before an id was taken; or, where the caller's
+                    // socket has IP_RECVERR, a datagram dropped after it took one.
+                    self.after_failed_send(sh);
                     let since = *waited.get_or_insert_with(std::time::Instant::now);
                     if !in_flight || since.elapsed() > sh.stall_timeout {
                         let err = self.kernel.enobufs_error(
@@ -297,6 +313,7 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                     }
                 }
                 Err(e) => {
+                    self.after_failed_send(sh);
                     let err = self.kernel.send_error(sh, e);
                     self.park(sh, buf);
                     return Err(err);
@@ -411,6 +428,11 @@ mod tests {
         must_deliver: bool,
         /// Call number at which to fail once with ENOBUFS (with ids in flight).
         enobufs_at: u64,
+        /// Calls at which a datagram takes an id and is then refused (`EPERM`, as from a
+        /// netfilter drop): freed in the call, its notification queued before it returns.
+        taken_and_refused_at: Vec<u64>,
+        /// Notifications queued in a send call, read before anything else.
+        queued: Vec<ErrqueueEntry>,
         calls: u64,
         truth: Truth,
     }
@@ -426,6 +448,8 @@ mod tests {
                 reported: Vec::new(),
                 must_deliver: false,
                 enobufs_at,
+                taken_and_refused_at: Vec::new(),
+                queued: Vec::new(),
                 calls: 0,
                 truth: Truth::default(),
             }
@@ -472,6 +496,18 @@ mod tests {
                 self.truth.enobufs += 1;
                 return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
             }
+            if self.taken_and_refused_at.contains(&self.calls) {
+                let id = self.next_id;
+                self.next_id += 1;
+                self.reported.push((id, id));
+                self.truth.ranges += 1;
+                self.queued.push(ErrqueueEntry::Zerocopy {
+                    lo: id,
+                    hi: id,
+                    copied: false,
+                });
+                return Err(io::Error::from_raw_os_error(libc::EPERM));
+            }
             if self.rng.chance(3) {
                 return Err(io::Error::from_raw_os_error(libc::EINTR));
             }
@@ -490,6 +526,10 @@ mod tests {
 
         fn read_errqueue(&mut self, _fd: RawFd, out: &mut Vec<ErrqueueEntry>) -> io::Result<usize> {
             let before = out.len();
+            if !self.queued.is_empty() {
+                out.append(&mut self.queued);
+                return Ok(out.len() - before);
+            }
             let must = std::mem::take(&mut self.must_deliver);
             if !self.unreported.is_empty() && (must || self.rng.chance(50)) {
                 // Cut the unreported ids into runs of consecutive ids, cut the runs into
@@ -616,6 +656,53 @@ mod tests {
                 "seed {seed}: duplicates were exercised"
             );
             assert_eq!(st.unknown_completions, 0, "seed {seed}");
+        }
+    }
+
+    /// A UDP datagram refused after it took an id (`EPERM` from a netfilter drop: the
+    /// datagram is freed in the call and its id notified at once), and the caller sends on.
+    /// The id is skipped: no later send is given it, so no buffer comes back while the kernel
+    /// still holds it (the simulated kernel asserts that), none is left waiting for an id
+    /// that was never its, and nothing is unknown.
+    #[zcnet_testkit::test]
+    fn a_send_refused_after_taking_an_id_puts_no_later_id_out_of_step() {
+        const BUFFERS: usize = 4;
+        const SIZE: usize = 4096;
+        for seed in 1..=16u64 {
+            let mut sh = shared(BUFFERS, SIZE);
+            let mut kernel = SimKernel::new(seed);
+            kernel.enobufs_at = u64::MAX;
+            kernel.taken_and_refused_at = vec![5 + seed, 40 + 3 * seed, 41 + 3 * seed];
+            let mut tx = ErrqueueTx::with_kernel(kernel, BUFFERS);
+            let (mut sent, mut refused) = (0, 0);
+            while sent < 300 {
+                let Some(buf) = sh.free.pop() else {
+                    tx.reap(&mut sh, true).unwrap();
+                    continue;
+                };
+                match tx.send(&mut sh, Payload::Buf(buf), SIZE) {
+                    Ok(()) => sent += 1,
+                    Err(e) => {
+                        assert!(format!("{e}").contains("not permitted"), "{e}");
+                        refused += 1;
+                    }
+                }
+                assert_eq!(sh.free.len() + tx.outstanding(), BUFFERS, "seed {seed}");
+            }
+            while tx.outstanding() > 0 {
+                tx.reap(&mut sh, true).unwrap();
+            }
+            assert_eq!(refused, 3, "seed {seed}");
+            assert_eq!(free_ids(&sh), (0..BUFFERS as u32).collect::<Vec<_>>());
+            assert!(tx.kernel().unreported.is_empty(), "seed {seed}");
+            assert_eq!(tx.ranges.next_id(), tx.kernel().next_id, "seed {seed}");
+            assert_eq!(sh.stats.unknown_completions, 0, "seed {seed}");
+            assert_eq!(sh.stats.bytes, tx.kernel().truth.accepted, "seed {seed}");
+            assert_eq!(
+                sh.stats.zerocopy_bytes + sh.stats.copied_bytes,
+                sh.stats.bytes,
+                "seed {seed}: every byte attributed by its own send's notification"
+            );
         }
     }
 
