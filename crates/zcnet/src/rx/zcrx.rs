@@ -311,6 +311,15 @@ fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -
             "the kernel refused the area or the refill ring".into(),
             Remedy::Any(&[Remedy::PageSizedArea, Remedy::UseRxMode(RxMode::Uring)]),
         ),
+        // The kernel checks the privilege before the flag: where its zcrx query does not list
+        // the flag, root would be refused too (EINVAL), so the kernel is the reason, not root.
+        Some(libc::EPERM) | Some(libc::EACCES) if !listed => (
+            format!("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list (Linux 7.1 added it), and CAP_NET_ADMIN; {this}; root is refused too"),
+            Remedy::Any(&[
+                Remedy::Other("run Linux 7.1 or later"),
+                Remedy::UseRxMode(RxMode::Uring),
+            ]),
+        ),
         Some(libc::EPERM) | Some(libc::EACCES) => (
             "needs CAP_NET_ADMIN (or io_uring is disabled by kernel.io_uring_disabled)".into(),
             AS_ROOT,
@@ -959,10 +968,25 @@ mod tests {
         let new = nodev_refusal(einval(), true, Some((6, 18, 44))).to_string();
         assert!(!new.contains("ZCRX_REG_NODEV"), "{new}");
         assert!(new.contains("refused the area"), "{new}");
-        let perm =
-            nodev_refusal(io::Error::from_raw_os_error(libc::EPERM), false, None).to_string();
+        let perm = nodev_refusal(io::Error::from_raw_os_error(libc::EPERM), true, None).to_string();
         assert!(perm.contains("CAP_NET_ADMIN"), "{perm}");
-        for m in [&old, &new, &perm] {
+        assert!(perm.contains("as root"), "{perm}");
+        // EPERM where the kernel lacks the flag: root is refused too, so the kernel is the
+        // fix, not root (the privilege is checked first).
+        let unprivileged_old = nodev_refusal(
+            io::Error::from_raw_os_error(libc::EPERM),
+            false,
+            Some((6, 18, 44)),
+        )
+        .to_string();
+        assert!(
+            unprivileged_old.contains("ZCRX_REG_NODEV")
+                && unprivileged_old.contains("root is refused too")
+                && unprivileged_old.contains("Linux 7.1 or later"),
+            "{unprivileged_old}"
+        );
+        assert!(!unprivileged_old.contains("as root"), "{unprivileged_old}");
+        for m in [&old, &new, &perm, &unprivileged_old] {
             assert!(!m.contains('\n'), "one line: {m}");
         }
         match nodev_refusal(einval(), false, None) {
