@@ -282,3 +282,54 @@ impl RxBackend for UringRx {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use zcnet_testkit::{skip, Need};
+
+    /// A re-arm that fails for one connection leaves it and the connections behind it on the
+    /// re-arm list (9894f23): before, the list was taken whole and the rest were dropped, never
+    /// to receive again. The failure is made here by a connection the list names but the
+    /// receiver no longer has (`arm` says `ENOENT`); the kernel's own refusals of an arm
+    /// (a submission queue that stays full) cannot be made to happen here.
+    #[zcnet_testkit::test]
+    fn a_rearm_that_fails_keeps_the_rest_waiting() {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let pairs: Vec<(TcpStream, TcpStream)> = (0..3)
+            .map(|_| {
+                let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+                (a, l.accept().expect("accept").0)
+            })
+            .collect();
+        let cfg = RxConfig {
+            buffers: 4,
+            buf_size: 4096,
+            ..RxConfig::new(RxMode::Uring)
+        };
+        let mut rx = UringRx::new(&cfg).unwrap_or_else(|e| skip(Need::Kernel, format!("{e}")));
+        let (one, two, three) = (ConnId(1), ConnId(2), ConnId(3));
+        rx.fds.insert(one, pairs[0].1.as_raw_fd());
+        rx.fds.insert(three, pairs[2].1.as_raw_fd());
+        rx.rearm = vec![one, two, three];
+        let e = rx
+            .rearm_waiting()
+            .expect_err("connection 2 cannot be armed");
+        assert!(format!("{e}").contains("#2"), "{e}");
+        assert!(rx.ring.is_armed(1));
+        assert_eq!(
+            rx.rearm,
+            [two, three],
+            "the failed one and the rest still wait"
+        );
+        // Once the failed one is gone, the next poll's re-arm takes the rest.
+        assert!(rx.remove(two));
+        rx.rearm_waiting().expect("re-arm");
+        assert!(rx.rearm.is_empty());
+        assert!(rx.ring.is_armed(3), "connection 3 receives again");
+        drop(rx);
+        drop(pairs);
+    }
+}
