@@ -307,6 +307,8 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     if memory.is_device() {
         return crate::gpu_cmd::recv(a, memory, &cfg, want_bytes);
     }
+    // The udmabuf the kernel writes into, kept to read what landed there back (--verify).
+    let mut udmabuf: Option<Region> = None;
     if memory == MemoryKind::Udmabuf {
         // The receive area as a dma-buf of host memory: zcrx's dma-buf area
         // (IORING_ZCRX_AREA_DMABUF) or devmem's binding, which then meet the kernel for real.
@@ -316,11 +318,13 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
                 mode.name()
             )));
         }
-        cfg.dmabuf = Some(Region::udmabuf(cfg.area_len)?.dmabuf()?);
+        let mut region = Region::udmabuf(cfg.area_len)?;
+        cfg.dmabuf = Some(region.dmabuf()?);
+        udmabuf = Some(region);
     }
-    if mode.is_device() && a.verify {
+    if mode.is_device() && a.verify && udmabuf.is_none() {
         return Err(Error::invalid_input(
-            "--verify with --rx devmem reads each buffer back from the memory the NIC wrote, which zcnet does only for GPU memory: add --mem cuda, drop --verify, or use --rx auto",
+            "--verify with --rx devmem reads each buffer back from the memory the NIC wrote: add --mem udmabuf (host memory) or --mem cuda, drop --verify, or use --rx auto",
         ));
     }
     let discard = a.discard || a.verify || a.json || std::io::stdout().is_terminal();
@@ -349,7 +353,17 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     let mut out = if discard { None } else { Some(Stdout::open()?) };
     let sink = out.as_mut().map(|o| o as &mut dyn Write);
     let verify = a.verify.then(|| Pattern::new(a.seed));
-    let (rep, failed) = net::receive_stream_until_failure(&mut rx, s, verify, sink, None)?;
+    // Buffers in the udmabuf are read back through its host mapping, at their offset in the
+    // dma-buf, before they go back to the kernel.
+    let udmabuf = std::cell::RefCell::new(udmabuf);
+    let read_back =
+        |slice: &zcnet::rx::DeviceSlice, out: &mut [u8]| match &mut *udmabuf.borrow_mut() {
+            Some(r) => r.read_back(slice.offset as usize, out),
+            None => Err(Error::invalid_input("no host mapping of the device memory")),
+        };
+    let reader: Option<net::DeviceReader<'_>> =
+        udmabuf.borrow().is_some().then_some(&read_back as _);
+    let (rep, failed) = net::receive_stream_until_failure(&mut rx, s, verify, sink, reader)?;
     drop(out);
     // A peer reset ends the stream where it was: the bytes that came (and were checked) are
     // still reported, then the reset is the exit status (1). Other failures say only themselves.

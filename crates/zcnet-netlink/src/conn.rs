@@ -20,7 +20,7 @@ const RECV_BUF: usize = 64 * 1024;
 const DUMP_RETRIES: usize = 3;
 /// No exchange lasts longer than this, however the datagrams trickle in (each receive also
 /// times out after 5 s on its own).
-const EXCHANGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+pub const EXCHANGE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A generic netlink operation, for building requests and naming errors.
 #[derive(Debug, Clone, Copy)]
@@ -208,16 +208,31 @@ pub(crate) fn send_and_collect(
     buf: &mut [u8],
     req: &[u8],
     ctx: &dyn Fn() -> String,
-    mut feed: impl FnMut(&[u8]) -> Result<bool>,
+    feed: impl FnMut(&[u8]) -> Result<bool>,
 ) -> Result<()> {
     sock.send(req).map_err(|e| Error::io(ctx(), e))?;
-    let start = std::time::Instant::now();
+    let until = std::time::Instant::now() + EXCHANGE_DEADLINE;
+    collect_until(until, |b| sock.recv(b), buf, ctx, feed)
+}
+
+/// The receiving half of [`send_and_collect`], for an exchange whose request was sent
+/// otherwise (a dump of rtnetlink made outside this crate): feeds each datagram `recv` gets
+/// to `feed` until it says the answer is complete, and fails with `TimedOut` once `until`
+/// has passed, however the datagrams trickle in (`recv` is a socket's, with its own receive
+/// timeout, [`NlSocket::recv`]).
+pub fn collect_until(
+    until: std::time::Instant,
+    mut recv: impl FnMut(&mut [u8]) -> std::io::Result<usize>,
+    buf: &mut [u8],
+    ctx: &dyn Fn() -> String,
+    mut feed: impl FnMut(&[u8]) -> Result<bool>,
+) -> Result<()> {
     loop {
-        if start.elapsed() > EXCHANGE_DEADLINE {
+        if std::time::Instant::now() > until {
             let e = std::io::Error::from(std::io::ErrorKind::TimedOut);
             return Err(Error::io(ctx(), e));
         }
-        let n = match sock.recv(buf) {
+        let n = match recv(buf) {
             Ok(n) => n,
             // The socket's receive timeout (5 s) passed with no answer: the kernel may still
             // be working on it (a ring change waits for the rtnl lock), and a request given up
