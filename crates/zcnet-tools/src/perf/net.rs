@@ -50,25 +50,6 @@ fn resolve_with(
     }
 }
 
-#[cfg(test)]
-mod resolve_tests {
-    use super::*;
-
-    #[zcnet_testkit::test]
-    fn a_name_that_does_not_resolve_and_a_family_it_lacks_are_usage_errors() {
-        let none = |_: &str, _: u16| Err(io::Error::other("Name or service not known"));
-        let e = resolve_with("nosuch.invalid", 5201, &none).unwrap_err();
-        assert_eq!(e.exit_code(), 2, "{e}");
-        assert!(e.to_string().contains("does not resolve"), "{e}");
-        assert!(!e.to_string().contains("give an IP address:"), "{e}");
-        // An IPv6 literal asked for with -4: the arguments disagree.
-        let e = resolve("::1", 5201, Family::V4).unwrap_err();
-        assert_eq!(e.exit_code(), 2, "{e}");
-        assert!(e.to_string().contains("-4/-6"), "{e}");
-        assert!(resolve("127.0.0.1", 5201, Family::V4).is_ok());
-    }
-}
-
 /// A TCP connection to `addr`, from `bind` and `port` when given (`-B`, `--cport`), within
 /// `timeout`. Errors are the socket's: the caller names the step.
 pub fn connect(
@@ -150,4 +131,23 @@ pub fn canonical(addr: SocketAddr) -> SocketAddr {
 /// The local and remote address of a connected stream, canonical.
 pub fn endpoints(s: &TcpStream) -> io::Result<(SocketAddr, SocketAddr)> {
     Ok((canonical(s.local_addr()?), canonical(s.peer_addr()?)))
+}
+
+#[cfg(test)]
+mod resolve_tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn a_name_that_does_not_resolve_and_a_family_it_lacks_are_usage_errors() {
+        let none = |_: &str, _: u16| Err(io::Error::other("Name or service not known"));
+        let e = resolve_with("nosuch.invalid", 5201, &none).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("does not resolve"), "{e}");
+        assert!(!e.to_string().contains("give an IP address:"), "{e}");
+        // An IPv6 literal asked for with -4: the arguments disagree.
+        let e = resolve("::1", 5201, Family::V4).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
+        assert!(e.to_string().contains("-4/-6"), "{e}");
+        assert!(resolve("127.0.0.1", 5201, Family::V4).is_ok());
+    }
 }
