@@ -39,6 +39,9 @@ struct JsonRow<'a> {
 
 #[derive(Serialize)]
 struct JsonDoc<'a> {
+    /// Ctrl-C ended the run (present only then): `results` are the cases measured before it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    interrupted: bool,
     results: Vec<JsonRow<'a>>,
     notes: &'a [String],
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -143,6 +146,10 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
     } else {
         print_table(&report, standin);
     }
+    if report.interrupted {
+        // The cases measured before Ctrl-C are printed above; the exit is still 130.
+        return Err(Error::Interrupted);
+    }
     let failed = report.rows.iter().filter(|r| r.error.is_some()).count();
     all_ran("bench tx", failed, report.rows.len())
 }
@@ -175,6 +182,7 @@ fn print_json(r: &TxReport, standin_note: Option<&'static str>) {
         })
         .collect();
     let doc = JsonDoc {
+        interrupted: r.interrupted,
         results,
         notes: &r.notes,
         standin_note,

@@ -353,6 +353,50 @@ fn bench_tx_loopback_mid_case_stops() {
     }
 }
 
+/// Ctrl-C in `bench tx` keeps the cases measured before it: they are printed (table or
+/// JSON), then the exit is 130.
+#[zcnet_testkit::test]
+fn bench_tx_interrupted_prints_the_cases_already_measured() {
+    for json in [false, true] {
+        // Two cases of 16K measured, then the signal during the first 64K one.
+        let mut args = vec![
+            "bench",
+            "tx",
+            "--path",
+            "loopback",
+            "--tx",
+            "copy,uring",
+            "--size",
+            "16K,64K",
+            "--duration",
+            "0.5",
+        ];
+        if json {
+            args.push("--json");
+        }
+        let mut r = Running::start(zcnet().args(&args).stdout(Stdio::piped()));
+        r.wait_for("[3/4] loopback copy 65536");
+        let out = r.child.stdout.take().unwrap();
+        r.interrupt("INT", "bench tx with rows measured");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut { out }, &mut text).unwrap();
+        if json {
+            let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(doc["interrupted"], true, "{doc}");
+            let rows = doc["results"].as_array().unwrap();
+            assert_eq!(rows.len(), 2, "{doc}");
+            assert!(rows.iter().all(|r| r["size"] == 16384), "{doc}");
+        } else {
+            assert!(
+                text.contains("loopback  copy               16384")
+                    && text.contains("loopback  uring              16384")
+                    && !text.contains("65536"),
+                "{text}"
+            );
+        }
+    }
+}
+
 #[zcnet_testkit::test]
 fn bench_rx_loopback_mid_case_stops() {
     for sig in SIGNALS {

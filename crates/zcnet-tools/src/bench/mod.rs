@@ -218,6 +218,8 @@ pub struct TxReport {
     pub rows: Vec<TxRow>,
     /// Things the user should know (paths skipped and why, memory fallbacks).
     pub notes: Vec<String>,
+    /// SIGINT/SIGTERM stopped the run: `rows` are the cases measured to their end before it.
+    pub interrupted: bool,
 }
 
 impl TxReport {
@@ -534,7 +536,9 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
         .collect();
     let total: usize = plans.iter().map(|(_, o)| o.len()).sum::<usize>() * cfg.sizes.len();
     let mut index = 0;
-    for ((path, env), (cases, order)) in envs.iter().zip(&plans) {
+    // Ctrl-C ends the run with the rows measured so far (every run of their case done), as
+    // `zcnet send` prints its totals so far: the caller prints them, then exits 130.
+    'all: for ((path, env), (cases, order)) in envs.iter().zip(&plans) {
         for &size in &cfg.sizes {
             let size = effective_size(*path, size);
             let mut rows: Vec<TxRow> = cases
@@ -548,9 +552,12 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                     ..TxRow::default()
                 })
                 .collect();
+            let mut finished = vec![false; rows.len()];
             for &(case, run, runs) in order {
                 if crate::interrupt::interrupted() {
-                    return Err(Error::Interrupted);
+                    report.interrupted = true;
+                    report.rows.extend(keep_finished(rows, &finished));
+                    break 'all;
                 }
                 index += 1;
                 let row = &mut rows[case];
@@ -578,6 +585,13 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),
                 };
+                // A case the signal cut short (ended, or failed because the other side
+                // stopped on it) was not measured to its end: not a row.
+                if crate::interrupt::interrupted() {
+                    report.interrupted = true;
+                    report.rows.extend(keep_finished(rows, &finished));
+                    break 'all;
+                }
                 match outcome {
                     Ok((st, received, note)) => {
                         add_run(row, &st, received, runs > 1);
@@ -587,10 +601,15 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                             }
                         }
                     }
-                    Err(Error::Interrupted) => return Err(Error::Interrupted),
+                    Err(Error::Interrupted) => {
+                        report.interrupted = true;
+                        report.rows.extend(keep_finished(rows, &finished));
+                        break 'all;
+                    }
                     Err(e) => row.error = Some(crate::cli_text::error_text(&e)),
                 }
                 if run + 1 == runs || row.error.is_some() {
+                    finished[case] = true;
                     progress(Progress::Done(row));
                 }
             }
@@ -599,6 +618,14 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
     }
     drop(lab.take());
     Ok(report)
+}
+
+/// The rows whose every run ended (`finished`), for a report cut short.
+fn keep_finished(rows: Vec<TxRow>, finished: &[bool]) -> impl Iterator<Item = TxRow> + '_ {
+    rows.into_iter()
+        .zip(finished)
+        .filter(|(_, &f)| f)
+        .map(|(r, _)| r)
 }
 
 /// One run of a case: (index into the cases, run from 0, runs of that case).
@@ -651,8 +678,11 @@ fn add_run(row: &mut TxRow, st: &TxStats, received: Option<u64>, sample: bool) {
     if let Some(r) = received {
         row.received_bytes = Some(row.received_bytes.unwrap_or(0) + r);
     }
-    row.switches
-        .extend(st.switches.iter().map(|s| s.to_string()));
+    row.switches.extend(
+        st.switches
+            .iter()
+            .map(|s| crate::cli_text::words(&s.to_string())),
+    );
     if let Some(r) = received {
         if r != st.bytes {
             row.error = Some(format!(
