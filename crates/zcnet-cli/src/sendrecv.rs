@@ -124,7 +124,11 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             zerocopy_bytes: st.zerocopy_bytes,
             copied_bytes: st.copied_bytes,
             cpu_seconds: st.cpu_seconds,
-            switches: st.switches.iter().map(|s| s.to_string()).collect(),
+            switches: st
+                .switches
+                .iter()
+                .map(|s| zcnet_tools::cli_text::words(&s.to_string()))
+                .collect(),
         };
         print_json(&doc)?;
     } else {
@@ -144,7 +148,10 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             st.cpu_seconds
         );
         for s in &st.switches {
-            zcnet_tools::eoutln!("zcnet send: auto {s}");
+            zcnet_tools::eoutln!(
+                "zcnet send: auto {}",
+                zcnet_tools::cli_text::words(&s.to_string())
+            );
         }
     }
     if interrupted {

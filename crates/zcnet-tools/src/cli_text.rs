@@ -44,12 +44,27 @@ pub fn remedy_text(r: &Remedy) -> String {
 
 /// The library's names for what a flag sets, as the CLI's flags, for messages that name them
 /// (the modes and memory kinds are added by [`words`]).
-const FIELDS: [(&str, &str); 17] = [
+const FIELDS: [(&str, &str); 29] = [
     ("RxConfig::area_len", "--area"),
     ("RxConfig::iface", "--iface"),
     ("RxConfig::queue", "--queue"),
     ("RxConfig::no_device", "--no-device"),
     ("RxConfig::buffers", "--buffers"),
+    ("RxConfig::buf_size", "--buf-size"),
+    ("RxConfig::dmabuf", "--mem cuda or udmabuf"),
+    ("TxConfig::dmabuf", "--mem cuda or udmabuf"),
+    (
+        "TxConfig::iface",
+        "the interface the route to the peer leaves by",
+    ),
+    ("TxConfig::buffers", "--inflight"),
+    ("Region::anonymous", "--mem host"),
+    ("Region::huge", "--mem hugepage"),
+    ("Region::cuda", "--mem cuda"),
+    ("Region::for_sender", "--mem auto"),
+    ("Region::write_at", "a write into device memory"),
+    ("Region::read_at", "a read of device memory"),
+    ("Sender::send_lent", "lent buffers"),
     ("RxConfig::low_water", "--rcvlowat"),
     ("RxConfig::mode", "--rx"),
     ("TxConfig::mode", "--tx"),
@@ -175,6 +190,70 @@ pub fn error_text(e: &Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every library name a message of the library or the tools can carry (a config field, a
+    /// mode, a memory kind, a region or sender call inside a string literal) has CLI words:
+    /// no line the command prints names a Rust type. A name added to a message without its
+    /// words in [`FIELDS`] fails here.
+    #[zcnet_testkit::test]
+    fn no_library_name_in_a_message_lacks_cli_words() {
+        const TYPES: [&str; 8] = [
+            "RxConfig",
+            "TxConfig",
+            "ProbeOptions",
+            "NicSetup",
+            "MemoryKind",
+            "TxMode",
+            "RxMode",
+            "Region",
+        ];
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = Vec::new();
+        let mut dirs = vec![root.join("zcnet/src"), root.join("zcnet-tools/src")];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    files.push(p);
+                }
+            }
+        }
+        let mut missing = std::collections::BTreeSet::new();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            for line in text.lines() {
+                let code = line.trim_start();
+                if code.starts_with("//") || code.contains("assert") || !code.contains('"') {
+                    continue;
+                }
+                // Only what stands between quotes on the line.
+                for (i, lit) in code.split('"').enumerate() {
+                    if i % 2 == 0 {
+                        continue;
+                    }
+                    for t in TYPES {
+                        let pat = format!("{t}::");
+                        let mut from = 0;
+                        while let Some(at) = lit[from..].find(&pat).map(|n| from + n) {
+                            let rest = &lit[at + pat.len()..];
+                            let end = rest
+                                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                                .unwrap_or(rest.len());
+                            let name = format!("{pat}{}", &rest[..end]);
+                            // `RxMode::{m:?}`: a mode by its Debug name, which words() maps.
+                            if end > 0 && words(&name).contains("::") {
+                                missing.insert(format!("{name} ({})", f.display()));
+                            }
+                            from = at + pat.len();
+                        }
+                    }
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no CLI words for: {missing:?}");
+    }
 
     #[zcnet_testkit::test]
     fn every_remedy_has_cli_words() {

@@ -276,7 +276,7 @@ pub(crate) fn run_cases(
                     row.report = rep;
                 }
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
-                Err(e) => row.error = Some(e.to_string()),
+                Err(e) => row.error = Some(crate::cli_text::error_text(&e)),
             }
             progress(GpuRxProgress::Done(&row));
             report.rows.push(row);

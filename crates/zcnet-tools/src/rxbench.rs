@@ -559,7 +559,11 @@ fn run_case(
     row.copied_bytes = srv.rx.copied_bytes;
     row.zerocopy_bytes = srv.rx.zerocopy_bytes;
     row.unknown_copy_bytes = srv.rx.unknown_copy_bytes;
-    row.server_failures = srv.failures.iter().map(|f| f.to_string()).collect();
+    row.server_failures = srv
+        .failures
+        .iter()
+        .map(|f| crate::cli_text::words(&f.to_string()))
+        .collect();
     if srv.mode != mode.mode {
         row.chosen = Some(chosen(srv.mode));
     }

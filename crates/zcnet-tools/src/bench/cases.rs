@@ -32,7 +32,7 @@ pub fn send_for(
         return send_gpu_for(sock, region, tcfg, memory, duration);
     }
     let mut tx = Sender::new(sock, region, tcfg)?;
-    let note = tx.note().map(str::to_string);
+    let note = tx.note().map(crate::cli_text::words);
     // Read the clock once per buffers' worth of sends (about once per wait), as the raw
     // baseline does.
     let mut until = Until::new(size, None, Some(Instant::now() + duration), tx.buffers());

@@ -696,7 +696,7 @@ pub fn run(cfg: &XskBenchConfig, progress: &mut dyn FnMut(Progress)) -> Result<X
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
                 Err(e) => {
                     row.refused = matches!(e, Error::Unsupported { .. });
-                    row.error = Some(one_line(&e.to_string()));
+                    row.error = Some(one_line(&crate::cli_text::error_text(&e)));
                 }
             }
             if crate::interrupt::interrupted() {
