@@ -358,6 +358,63 @@ fn sigint_ends_the_af_xdp_receiver_with_130_and_detaches_it() {
     );
 }
 
+/// Datagrams larger than one AF_XDP frame are dropped by the kernel: the receiver says so as
+/// it happens (the drop count, the largest payload a frame holds, the fix), not only in the
+/// totals after Ctrl-C.
+#[zcnet_testkit::test]
+fn datagrams_larger_than_a_frame_are_said_dropped_as_it_happens() {
+    let (_lab, v) = lab();
+    // The namespace's own lo (MTU 65536: an 8000 B datagram is one packet, a frame holds less).
+    let up = Command::new("ip")
+        .args(["-n", &v.b, "link", "set", "lo", "up"])
+        .status()
+        .unwrap();
+    assert!(up.success());
+    let mut r = Receiver::start(
+        &v.b,
+        &[
+            "--udp",
+            "--rx",
+            "af-xdp",
+            "--iface",
+            "lo",
+            "--listen",
+            "127.0.0.1:47610",
+            "--discard",
+        ],
+    );
+    let s = in_ns(
+        &v.b,
+        &[
+            "send",
+            "127.0.0.1:47610",
+            "--udp",
+            "--tx",
+            "copy",
+            "--size",
+            "8000",
+            "--bytes",
+            "80000",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(s.status.success(), "{}", stderr(&s));
+    r.wait_for("the kernel dropped 10 datagram(s) for lo queue 0");
+    assert!(
+        r.err.seen.contains("at most 3798 B (zcnet send --size 3798)"),
+        "{}",
+        r.err.seen
+    );
+    assert!(Command::new("kill")
+        .args(["-INT", &r.child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let (code, _, err) = r.finish();
+    assert_eq!(code, Some(130), "{err}");
+}
+
 #[zcnet_testkit::test]
 fn a_wrong_seed_and_an_unanswered_address_are_refused_in_one_line() {
     let (_lab, v) = lab();

@@ -554,6 +554,11 @@ enum Inner {
         ip: Option<Ipv4Addr>,
         port: u16,
         zerocopy_refused: Option<String>,
+        /// The frame and the UDP payload it holds, for the drops said as they happen.
+        limits: XskLimits,
+        /// The kernel's `rx_dropped` last said, and when it was last read.
+        dropped_said: u64,
+        dropped_read: Instant,
     },
 }
 
@@ -664,6 +669,17 @@ fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
     })
 }
 
+/// How often `recv --rx af-xdp` reads the kernel's drop count while it waits.
+const DROPS_READ_EVERY: Duration = Duration::from_millis(500);
+
+/// The line that says the kernel dropped `new` datagrams (`total` so far) on an AF_XDP socket.
+fn drops_line(new: u64, total: u64, iface: &str, queue: u32, limits: &XskLimits) -> String {
+    format!(
+        "the kernel dropped {new} datagram(s) for {iface} queue {queue} ({total} so far, XDP_STATISTICS rx_dropped): a packet larger than one AF_XDP frame ({} B, a UDP payload of at most {} B) is dropped, not received: send datagrams of at most {} B (zcnet send --size {})",
+        limits.frame_size, limits.max_payload, limits.max_payload, limits.max_payload
+    )
+}
+
 impl UdpReceiver {
     /// Binds the UDP socket (copy), or the AF_XDP socket and its XDP program for the port
     /// (af-xdp, zero-copy where the driver allows, else copy; the UDP port is also held in the
@@ -709,6 +725,9 @@ impl UdpReceiver {
                     ip: (!v4.ip().is_unspecified()).then_some(*v4.ip()),
                     port: v4.port(),
                     zerocopy_refused,
+                    limits,
+                    dropped_said: 0,
+                    dropped_read: Instant::now(),
                 }
             }
         };
@@ -803,8 +822,30 @@ impl UdpReceiver {
                     stack,
                     ip,
                     port,
+                    limits,
+                    dropped_said,
+                    dropped_read,
                     ..
                 } => {
+                    // Datagrams the kernel drops (a frame larger than the UMEM frame, most
+                    // often) never arrive: said as they happen, not only in the totals.
+                    if dropped_read.elapsed() >= DROPS_READ_EVERY {
+                        *dropped_read = Instant::now();
+                        let dropped = xsk.stats()?.kernel.rx_dropped;
+                        if dropped > *dropped_said {
+                            crate::eoutln!(
+                                "zcnet recv: {}",
+                                drops_line(
+                                    dropped - *dropped_said,
+                                    dropped,
+                                    xsk.iface(),
+                                    xsk.config().queue,
+                                    limits
+                                )
+                            );
+                            *dropped_said = dropped;
+                        }
+                    }
                     // Datagrams the XDP program did not take: read and counted, not lost.
                     let before = t.bytes;
                     let r = recv_socket(stack, &mut self.buf, &mut t, Some(Duration::ZERO), None);
