@@ -287,6 +287,14 @@ fn protocol(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("AF_XDP: {e}"))
 }
 
+/// Ends a batch of `len` entries peeked from a consumer ring of which the first `taken` were
+/// read: those are released (the consumer index to store is returned), the rest are put back
+/// for the next peek, so that a reader stopped part-way leaves no entry peeked for good.
+fn end_batch(idx: &mut Consumer, len: u32, taken: u32) -> io::Result<u32> {
+    idx.unpeek(len - taken).map_err(protocol)?;
+    idx.release(taken).map_err(protocol)
+}
+
 /// A fresh AF_XDP socket.
 fn xsk_fd() -> io::Result<OwnedFd> {
     // SAFETY: socket() takes only integers; a non-negative result is a new fd owned below.
@@ -571,7 +579,9 @@ impl XdpSocket {
 
     /// Gives frames to the kernel for receiving, from the end of `frames`, as many as the fill
     /// ring has room for. Returns how many went. When one of those is of another socket, the
-    /// call is `InvalidInput` and nothing goes.
+    /// call is `InvalidInput` and nothing goes. A frame the frame table refuses (only a table
+    /// out of step with the rings) is an error with the reservation finished: the frames
+    /// before it go, it and the rest stay in `frames`.
     pub fn fill(&mut self, frames: &mut Vec<UmemFrame>) -> io::Result<usize> {
         let fill = &self.fill;
         let b = self
@@ -585,26 +595,42 @@ impl XdpSocket {
             self.fill_idx.cancel(b.len).map_err(protocol)?;
             return Err(e);
         }
+        let (mut written, mut failed) = (0, None);
         for slot in b.slots() {
             let Some(f) = frames.pop() else { break };
             let idx = f.index();
-            let addr = self.frames.give_fill(idx).map_err(protocol)?;
-            self.fill.write(slot, addr);
-            self.held[idx as usize] = Some(f.slot);
+            match self.frames.give_fill(idx) {
+                Ok(addr) => {
+                    self.fill.write(slot, addr);
+                    self.held[idx as usize] = Some(f.slot);
+                    written += 1;
+                }
+                Err(e) => {
+                    frames.push(f);
+                    failed = Some(protocol(e));
+                    break;
+                }
+            }
         }
-        let p = self.fill_idx.submit(b.len).map_err(protocol)?;
+        // The reservation ends here whatever happened: the entries written go, the rest is
+        // given back (left reserved, the next fill would publish them, stale, before its own).
+        self.fill_idx.cancel(b.len - written).map_err(protocol)?;
+        let p = self.fill_idx.submit(written).map_err(protocol)?;
         self.fill.store_producer(p);
+        if let Some(e) = failed {
+            return Err(e);
+        }
         // A driver that ran out of fill entries stopped and set XDP_RING_NEED_WAKEUP on the
         // fill ring (zero-copy drivers do, include/uapi/linux/if_xdp.h): with entries back it
         // must be woken, or nothing more is received however long the caller polls the RX ring
         // without a system call.
-        if b.len > 0
+        if written > 0
             && self.config.need_wakeup
             && core_xsk::fill_wakeup_needed(true, self.fill.load_flags())
         {
             self.wake_rx()?;
         }
-        Ok(b.len as usize)
+        Ok(written as usize)
     }
 
     /// Wakes the driver's receive path (`recvfrom` of nothing, `MSG_DONTWAIT`: xsk_recvmsg
@@ -741,14 +767,17 @@ impl XdpSocket {
         Ok(true)
     }
 
-    /// Takes back up to `max` transmitted frames from the completion ring into `out`.
+    /// Takes back up to `max` transmitted frames from the completion ring into `out`. An entry
+    /// the frame table refuses (only a table out of step with the rings) is an error; the
+    /// frames before it are taken and their entries released, it and the rest stay unread.
     pub fn complete(&mut self, out: &mut Vec<UmemFrame>, max: u32) -> io::Result<usize> {
         let comp = &self.comp;
         let b = self
             .comp_idx
             .peek(max, || comp.load_producer())
             .map_err(protocol)?;
-        for slot in b.slots() {
+        let mut taken = 0;
+        let r = b.slots().try_for_each(|slot| {
             let addr = self.comp.read(slot);
             let idx = self.frames.on_complete(addr).map_err(protocol)?;
             let slot = self.held[idx as usize]
@@ -759,20 +788,26 @@ impl XdpSocket {
                 off: 0,
                 len: 0,
             });
-        }
-        let c = self.comp_idx.release(b.len).map_err(protocol)?;
+            taken += 1;
+            Ok(())
+        });
+        let c = end_batch(&mut self.comp_idx, b.len, taken)?;
         self.comp.store_consumer(c);
-        Ok(b.len as usize)
+        r.map(|()| taken as usize)
     }
 
-    /// Takes up to `max` received frames from the RX ring into `out`, each with its packet span.
+    /// Takes up to `max` received frames from the RX ring into `out`, each with its packet
+    /// span. A descriptor the frame table refuses (only a table out of step with the rings) is
+    /// an error; the frames before it are taken and their entries released, it and the rest
+    /// stay unread.
     pub fn receive(&mut self, out: &mut Vec<UmemFrame>, max: u32) -> io::Result<usize> {
         let rx = &self.rx;
         let b = self
             .rx_idx
             .peek(max, || rx.load_producer())
             .map_err(protocol)?;
-        for slot in b.slots() {
+        let mut taken = 0;
+        let r = b.slots().try_for_each(|slot| {
             let d = self.rx.read(slot);
             let span = self.frames.on_rx(d.addr, d.len).map_err(protocol)?;
             let slot = self.held[span.frame as usize]
@@ -783,10 +818,12 @@ impl XdpSocket {
                 off: span.offset,
                 len: span.len,
             });
-        }
-        let c = self.rx_idx.release(b.len).map_err(protocol)?;
+            taken += 1;
+            Ok(())
+        });
+        let c = end_batch(&mut self.rx_idx, b.len, taken)?;
         self.rx.store_consumer(c);
-        Ok(b.len as usize)
+        r.map(|()| taken as usize)
     }
 
     /// Waits up to `timeout` for a received frame (`poll(POLLIN)`, which also wakes the driver

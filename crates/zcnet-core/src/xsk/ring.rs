@@ -332,6 +332,20 @@ impl Consumer {
         Ok(Batch::take(&mut self.tail, len, self.mask))
     }
 
+    /// Puts back the last `n` peeked entries unread: the next [`Consumer::peek`] reads them
+    /// again (a reader that stopped part-way through a batch).
+    pub fn unpeek(&mut self, n: u32) -> Result<(), RingError> {
+        let available = self.peeked();
+        if n > available {
+            return Err(RingError::Overrun {
+                asked: n,
+                available,
+            });
+        }
+        self.tail = self.tail.wrapping_sub(n);
+        Ok(())
+    }
+
     /// Hands the first `n` peeked entries back to the kernel: returns the consumer index to
     /// store with `Release` (D), after the entries are read.
     pub fn release(&mut self, n: u32) -> Result<u32, RingError> {

@@ -34,18 +34,51 @@ fn lo_up() {
     assert!(st.success());
 }
 
+/// What keeps a socket on `lo` receiving the UDP frames to [`PORT`] it sends: its XSKMAP and
+/// the generic-mode XDP program that redirects them, attached.
+struct LoopedBack {
+    _link: XdpLink,
+    _prog: BpfProg,
+    _map: XskMap,
+}
+
+/// A socket on `lo` (in the caller's private namespace) that gets back on its RX ring the UDP
+/// frames to [`PORT`] it sends, with its free frames.
+fn looped_back() -> (XdpSocket, Vec<UmemFrame>, LoopedBack) {
+    lo_up();
+    let umem = Mapping::anonymous(cfg().umem_len()).expect("umem");
+    let (s, free) = XdpSocket::new(umem, 1, 0, &cfg()).expect("bind on lo");
+    let map = XskMap::create(1, "zcnet_test").expect("XSKMAP");
+    map.set(0, s.fd()).expect("XSKMAP entry");
+    let insns = zcnet_core::xdp_prog::udp_port_redirect(map.fd().as_raw_fd(), PORT);
+    let prog = BpfProg::load_xdp(&insns, "zcnet_test").expect("load");
+    let link = XdpLink::attach(&prog, 1, XdpAttachMode::Generic).expect("attach");
+    let guard = LoopedBack {
+        _link: link,
+        _prog: prog,
+        _map: map,
+    };
+    (s, free, guard)
+}
+
+/// The UDP flow the looped-back tests send on `lo`.
+fn flow() -> UdpFlow {
+    UdpFlow {
+        src_mac: [0; 6],
+        dst_mac: [0; 6],
+        src: Ipv4Addr::LOCALHOST,
+        dst: Ipv4Addr::LOCALHOST,
+        src_port: 999,
+        dst_port: PORT,
+        udp_checksum: true,
+    }
+}
+
 #[zcnet_testkit::test]
 fn frames_loop_back_through_all_four_rings() {
     let r = crate::os::in_private_netns(|| {
-        lo_up();
-        let umem = Mapping::anonymous(cfg().umem_len()).expect("umem");
-        let (mut s, mut free) = XdpSocket::new(umem, 1, 0, &cfg()).expect("bind on lo");
+        let (mut s, mut free, _looped) = looped_back();
         assert!(!s.is_zerocopy().expect("XDP_OPTIONS"));
-        let map = XskMap::create(1, "zcnet_test").expect("XSKMAP");
-        map.set(0, s.fd()).expect("XSKMAP entry");
-        let insns = zcnet_core::xdp_prog::udp_port_redirect(map.fd().as_raw_fd(), PORT);
-        let prog = BpfProg::load_xdp(&insns, "zcnet_test").expect("load");
-        let _link = XdpLink::attach(&prog, 1, XdpAttachMode::Generic).expect("attach");
         // Half the frames receive, half send.
         let mut rx_frames = free.split_off(32);
         assert_eq!(
@@ -53,15 +86,7 @@ fn frames_loop_back_through_all_four_rings() {
             16,
             "the fill ring holds 16"
         );
-        let flow = UdpFlow {
-            src_mac: [0; 6],
-            dst_mac: [0; 6],
-            src: Ipv4Addr::LOCALHOST,
-            dst: Ipv4Addr::LOCALHOST,
-            src_port: 999,
-            dst_port: PORT,
-            udp_checksum: true,
-        };
+        let flow = flow();
         let total = 200u64;
         let (mut sent, mut got) = (0u64, Vec::new());
         let mut rx = Vec::new();
@@ -118,6 +143,107 @@ fn frames_loop_back_through_all_four_rings() {
         "every frame sent completed"
     );
     assert!(counts.received == 200 && counts.filled >= 200);
+}
+
+/// A fill stopped part-way by a frame the frame table refuses (a table out of step with the
+/// rings: no caller can make it, so the test puts it out of step) finishes its reservation:
+/// the frames before it go, it and the rest stay the caller's, and the next fill publishes
+/// its own frames, none of the stopped fill's entries stale before them. Before, the
+/// reservation was left open and the refused frame dropped: the next fill published the
+/// stopped one's entries, unwritten ones included.
+#[zcnet_testkit::test]
+fn a_fill_stopped_part_way_finishes_its_reservation() {
+    let r = crate::os::in_private_netns(|| {
+        lo_up();
+        let umem = Mapping::anonymous(cfg().umem_len()).expect("umem");
+        let (mut s, mut free) = XdpSocket::new(umem, 1, 0, &cfg()).expect("bind on lo");
+        // Four frames; fill takes them from the end, so v[1] is the third to go.
+        let mut v = free.split_off(free.len() - 4);
+        let addrs: Vec<u64> = v
+            .iter()
+            .map(|f| u64::from(f.index()) * u64::from(cfg().frame_size))
+            .collect();
+        let bad = s.frames.give_tx(v[1].index(), 0, 64).expect("out of step");
+        let e = s.fill(&mut v).expect_err("the third frame is refused");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        let stopped = (v.len(), s.fill_idx.reserved(), s.fill_idx.producer());
+        s.frames.on_complete(bad).expect("back in step");
+        let went = s.fill(&mut v).expect("fill the rest");
+        let mut published: Vec<u64> = (0..4).map(|i| s.fill.read(i)).collect();
+        published.sort_unstable();
+        let mut want = addrs.clone();
+        want.sort_unstable();
+        (
+            stopped,
+            went,
+            v.len(),
+            s.fill_idx.producer(),
+            published == want,
+        )
+    });
+    assert_eq!(
+        r.0,
+        (2, 0, 2),
+        "(frames left to the caller, entries still reserved, published)"
+    );
+    assert_eq!(
+        (r.1, r.2, r.3, r.4),
+        (2, 0, 4, true),
+        "(went, left, published, each frame's address once)"
+    );
+}
+
+/// A receive stopped part-way by a descriptor the frame table refuses (out of step on
+/// purpose, as above) releases the entries it took and leaves the refused one and the rest
+/// to be read again: once the table is back in step, the next receive gets them. Before,
+/// the whole batch stayed peeked and unreleased: the frames behind the refused one were never
+/// received, and the ring's consumer index lagged what was read for good.
+#[zcnet_testkit::test]
+fn a_receive_stopped_part_way_leaves_the_rest_to_the_next() {
+    let r = crate::os::in_private_netns(|| {
+        let (mut s, mut free, _looped) = looped_back();
+        let mut rx_frames = free.split_off(32);
+        s.fill(&mut rx_frames).expect("fill");
+        let flow = flow();
+        let mut batch = Vec::new();
+        for seq in 0..3u16 {
+            let mut f = free.pop().expect("a free frame");
+            let n = flow
+                .write(f.bytes_mut(), seq, &seq.to_le_bytes())
+                .expect("frame");
+            f.set_data(0, n as u32).expect("span");
+            batch.push(f);
+        }
+        s.transmit(&mut batch).expect("transmit");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while s.rx_idx.ready_cached() < 3 && std::time::Instant::now() < deadline {
+            s.kick_tx().expect("kick");
+            s.wait_rx(Duration::from_millis(1)).expect("poll");
+            let rx = &s.rx;
+            s.rx_idx.refresh(|| rx.load_producer()).expect("refresh");
+        }
+        assert_eq!(s.rx_idx.ready_cached(), 3, "three frames looped back");
+        // The second descriptor's frame, taken out of the fill state: the table refuses it.
+        let second = s.rx.read((s.rx_idx.consumer() as usize + 1) & 15);
+        s.frames.on_rx(second.addr, 0).expect("out of step");
+        let mut got = Vec::new();
+        let e = s.receive(&mut got, 64).expect_err("the second is refused");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        let stopped = (got.len(), s.rx_idx.peeked(), s.rx_idx.consumer());
+        let frame = (second.addr / u64::from(cfg().frame_size)) as u32;
+        s.frames.give_fill(frame).expect("back in step");
+        let n = s.receive(&mut got, 64).expect("receive the rest");
+        let seqs: Vec<u16> = got
+            .iter()
+            .map(|f| {
+                let p = parse_udp(f.data()).expect("a valid frame");
+                u16::from_le_bytes(p.payload.try_into().expect("2 B"))
+            })
+            .collect();
+        (stopped, n, seqs, s.rx_idx.consumer(), s.rx_idx.peeked())
+    });
+    assert_eq!(r.0, (1, 0, 1), "(taken, left peeked, released)");
+    assert_eq!((r.1, r.2, r.3, r.4), (2, vec![0, 1, 2], 3, 0));
 }
 
 /// A TX queue forgotten instead of dropped (`mem::forget` is safe) leaves its reservation;
