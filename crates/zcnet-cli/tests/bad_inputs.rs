@@ -225,6 +225,15 @@ fn every_command_flag_and_script_has_bad_inputs() {
     );
 }
 
+/// Whether `line` has a Rust path in it (`TxConfig::inflight`, `nic::NicGuard::apply`): a letter,
+/// `::`, a letter (an IPv6 address has a digit or a bracket beside its `::`).
+fn names_a_rust_path(line: &str) -> bool {
+    let b = line.as_bytes();
+    (1..b.len().saturating_sub(2)).any(|i| {
+        &b[i..i + 2] == b"::" && b[i - 1].is_ascii_alphabetic() && b[i + 2].is_ascii_alphabetic()
+    })
+}
+
 /// Runs one case to its end or its limit (then kills its process group).
 fn run(c: &Case, listener: &str, closed: &str) -> (Option<i32>, String, String, Duration) {
     let argv: Vec<String> = c
@@ -365,6 +374,9 @@ fn every_bad_input_is_one_line_naming_the_cause_with_its_exit_code() {
         if !out.is_empty() {
             wrong.push(format!("printed on stdout: {}", out.trim_end()));
         }
+        if let Some(l) = lines.iter().find(|l| names_a_rust_path(l)) {
+            wrong.push(format!("names a Rust type or function, not a flag: {l}"));
+        }
         if let Ok(x) = l.accept() {
             wrong.push(format!("connected to the listener first: {:?}", x.1));
         }
@@ -386,6 +398,16 @@ fn every_bad_input_is_one_line_naming_the_cause_with_its_exit_code() {
         corpus.cases.len(),
         failures.join("\n")
     );
+}
+
+#[zcnet_testkit::test]
+fn a_rust_path_is_told_from_an_ipv6_address() {
+    assert!(names_a_rust_path("use fewer (TxConfig::inflight)"));
+    assert!(names_a_rust_path("with nic::NicGuard::apply"));
+    assert!(!names_a_rust_path(
+        "listen on [::1]:5201 or [fe80::1%lo]:5201"
+    ));
+    assert!(!names_a_rust_path("[::ffff:127.0.0.1]:9 and fe80::abcd"));
 }
 
 zcnet_testkit::main!();
