@@ -64,10 +64,88 @@ pyo3::create_exception!(
     "The receiver has no buffer left to receive into because Python holds them (zcnet.Buffer objects, or arrays and tensors made from them, still referenced); `held` says how many."
 );
 
+/// One remedy in Python's words: the keyword arguments that carry it out.
+fn remedy_text(r: &zcnet::Remedy) -> String {
+    use zcnet::{MemoryKind, Remedy};
+    match r {
+        Remedy::UseRxMode(m) => format!("use mode=\"{}\"", m.name()),
+        Remedy::UseTxMode(m) => format!("use mode=\"{}\"", m.name()),
+        Remedy::UseMemory(MemoryKind::Anonymous) => "use host memory (mem=\"host\")".into(),
+        Remedy::UseMemory(MemoryKind::Cuda(_)) => {
+            "use GPU memory (mem=\"cuda\", exported as a dma-buf)".into()
+        }
+        Remedy::Staging => "receive by staging (mode=\"auto\")".into(),
+        Remedy::FewerRxBuffers => "use fewer or smaller buffers (buffers=, buf_size=)".into(),
+        Remedy::FewerSends => "use fewer or smaller sends in flight (inflight=, buf_size=)".into(),
+        Remedy::SmallerArea => "use a smaller area=".into(),
+        other => words(&other.library_text()),
+    }
+}
+
+/// The library's names for what a keyword sets, as the keyword: `RxConfig::area_len` is
+/// `area=`, `TxMode::UringZc` is `mode="uring-zc"`, `MemoryKind::Anonymous` host memory.
+pub(crate) fn words(text: &str) -> String {
+    let mut pairs: Vec<(String, String)> = vec![
+        ("RxConfig::area_len".into(), "area=".into()),
+        ("RxConfig::low_water".into(), "low_water=".into()),
+        ("RxConfig::dmabuf".into(), "mem=\"cuda\"".into()),
+        ("TxConfig::dmabuf".into(), "a dma-buf (GPU memory)".into()),
+        (
+            "MemoryKind::Anonymous".into(),
+            "host memory (mem=\"host\")".into(),
+        ),
+        (
+            "MemoryKind::Cuda".into(),
+            "GPU memory (mem=\"cuda\")".into(),
+        ),
+        ("MemoryKind::Huge".into(), "huge pages".into()),
+        ("MemoryKind::Udmabuf".into(), "a udmabuf".into()),
+        ("MemoryKind::Auto".into(), "host memory".into()),
+    ];
+    pairs.extend(
+        zcnet::tx::TxMode::NAMED
+            .iter()
+            .map(|m| (format!("TxMode::{m:?}"), format!("mode=\"{}\"", m.name()))),
+    );
+    pairs.extend(
+        zcnet::rx::RxMode::ALL
+            .iter()
+            .map(|m| (format!("RxMode::{m:?}"), format!("mode=\"{}\"", m.name()))),
+    );
+    // Longest first: `TxMode::UringZc` before `TxMode::Uring`.
+    pairs.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
+    let mut s = text.to_string();
+    for (from, to) in &pairs {
+        s = s.replace(from.as_str(), to);
+    }
+    // The NIC calls the binding does not have: the commands that make them.
+    s = s.replace(zcnet::nic::NIC_SETUP, "'zcnet nic setup' (");
+    s = s.replace(zcnet::nic::SET_CHANNELS, "'zcnet nic channels' (");
+    s = s.replace("nic::NicGuard::apply", "'zcnet nic setup'");
+    s = s.replace("nic::restore_from_file", "'zcnet nic restore'");
+    // Any other field: its keyword (`RxConfig::buffers` is `buffers=`).
+    for prefix in ["RxConfig::", "TxConfig::", "ProbeOptions::"] {
+        while let Some(at) = s.find(prefix) {
+            let rest = &s[at + prefix.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let field = rest[..end].to_string();
+            s = format!("{}{field}={}", &s[..at], &rest[end..]);
+        }
+    }
+    s
+}
+
+/// A library error's message in Python's words ([`words`], [`remedy_text`]).
+pub(crate) fn text(e: &zcnet::Error) -> String {
+    words(&e.display_with(&remedy_text).to_string())
+}
+
 /// The Python exception for a library error.
 pub(crate) fn to_py(e: zcnet::Error) -> PyErr {
     use zcnet::Error as E;
-    let msg = e.to_string();
+    let msg = text(&e);
     let errno = match &e {
         E::Unsupported { source, .. } | E::Io { source, .. } => source.raw_os_error(),
         E::Kernel { errno, .. } => *errno,

@@ -363,7 +363,7 @@ impl Receiver {
         for f in self.inner.fallbacks() {
             let e = PyDict::new(py);
             e.set_item("tried", f.tried.name())?;
-            e.set_item("reason", &f.reason)?;
+            e.set_item("reason", crate::errors::words(&f.reason))?;
             fb.append(e)?;
         }
         d.set_item("fallbacks", fb)?;
@@ -386,7 +386,7 @@ impl Receiver {
             for r in &g.refused {
                 let e = PyDict::new(py);
                 e.set_item("path", r.path.name())?;
-                e.set_item("reason", &r.reason)?;
+                e.set_item("reason", crate::errors::words(&r.reason))?;
                 rl.append(e)?;
             }
             gd.set_item("refused", rl)?;
@@ -560,7 +560,7 @@ impl Receiver {
                         OnThisThread(zcnet::gpu::DeviceFill::new(rx.get(), ordinal, max))
                     })
                     .get();
-                this.device_fill = Some((ordinal, made.map_err(|e| e.to_string())));
+                this.device_fill = Some((ordinal, made.map_err(|e| crate::errors::text(&e))));
             }
             if let Some((_, Ok(f))) = &mut this.device_fill {
                 f.set_target(Some(region)).map_err(errors::to_py)?;

@@ -106,7 +106,7 @@ fn stats_dict<'py>(
         e.set_item("to", w.to.name())?;
         e.set_item("copied", w.copied)?;
         e.set_item("of", w.of)?;
-        e.set_item("reason", w.reason.as_deref())?;
+        e.set_item("reason", w.reason.as_deref().map(crate::errors::words))?;
         sw.append(e)?;
     }
     d.set_item("switches", sw)?;
@@ -468,7 +468,7 @@ impl Sender {
         };
         drop(g);
         let mode = tx.mode();
-        let note = tx.note().map(str::to_string);
+        let note = tx.note().map(crate::errors::words);
         // Nothing is outstanding: the library's flush returns at once.
         let stats = py
             .detach(move || OnThisThread(tx.finish()))
