@@ -80,6 +80,32 @@ fn a_rule_installed_already_is_not_inserted_again() {
     assert_eq!((nic.cfg(), nic2.cfg()), (before.clone(), before));
 }
 
+/// The device is read again once the state file is claimed (35b1455; that fix had no test of
+/// its own): a setup that held the interface until just then may have put header split back
+/// off after the first read saw it on, and the new setup must turn it on, not skip it. Here
+/// the earlier holder's restore lands right after the first read (the reads `preflight`
+/// makes, the same as the setup's check); the claim itself is a file, not a device call.
+#[zcnet_testkit::test]
+fn the_device_is_read_again_once_the_state_file_is_claimed() {
+    let dir = tempdir();
+    let before = mlx5_like();
+    let mut held = before.clone();
+    (held.split, held.hds) = (split::ENABLED, Some(0));
+    let mut reads = FakeNic::new(held.clone(), None);
+    nic::preflight(&mut reads, &tcp_9999(7)).unwrap();
+    let after_first_read = reads.boundaries();
+    let nic = FakeNic::new(held, None).changing_at(after_first_read, before.clone());
+    let g = NicGuard::apply(nic.clone(), &tcp_9999(7), &dir).unwrap();
+    let now = nic.cfg();
+    assert_eq!(
+        (now.split, now.hds),
+        (split::ENABLED, Some(0)),
+        "header split turned on from what the device has"
+    );
+    assert_eq!(g.restore().unwrap(), 4);
+    assert_eq!(nic.cfg(), before);
+}
+
 #[zcnet_testkit::test]
 fn drop_restores() {
     let dir = tempdir();

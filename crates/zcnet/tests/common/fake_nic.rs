@@ -151,6 +151,9 @@ pub struct Sim {
     /// The mutating call (0-based, as `fail_at`) that is applied but not answered in time: a
     /// request the caller gave up on that the kernel made all the same.
     time_out_at: Option<u32>,
+    /// At this boundary the device becomes this configuration, as another process's change
+    /// made between two calls would make it.
+    change_at: Option<(u32, Config)>,
 }
 
 #[derive(Debug, Clone)]
@@ -199,6 +202,7 @@ impl FakeNic {
             ringparam: true,
             provider_refusals: 0,
             time_out_at: None,
+            change_at: None,
         })))
     }
 
@@ -232,6 +236,13 @@ impl FakeNic {
 
     pub fn with_channels(self, channels: Option<RxChannels>) -> FakeNic {
         self.0.borrow_mut().channels = channels;
+        self
+    }
+
+    /// Makes the device `cfg` at call boundary `at` (see [`Sim`]): another process's change
+    /// between two of the caller's calls.
+    pub fn changing_at(self, at: u32, cfg: Config) -> FakeNic {
+        self.0.borrow_mut().change_at = Some((at, cfg));
         self
     }
 
@@ -280,6 +291,10 @@ impl FakeNic {
         let mut s = self.0.borrow_mut();
         let b = s.boundaries;
         s.boundaries += 1;
+        if s.change_at.as_ref().is_some_and(|(at, _)| *at == b) {
+            let (_, cfg) = s.change_at.take().unwrap_or_else(|| unreachable!());
+            s.dev.cfg = cfg;
+        }
         if let Some((at, marker)) = &s.park {
             if *at == b {
                 let marker = marker.clone();
