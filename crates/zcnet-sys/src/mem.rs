@@ -254,6 +254,25 @@ impl Mapping {
         self.backing
     }
 
+    /// Copies the bytes at `off..off + out.len()` of a host mapping into `out`: what a device
+    /// wrote there through a dma-buf of it (a udmabuf of the memfd this maps), read back to check
+    /// it. `&mut self`: no slot can have been cut from a mapping its owner still holds
+    /// exclusively, so no `&mut [u8]` into it exists in this process. EINVAL for device memory
+    /// (read through [`crate::cuda::DeviceMem`]) and a range past the end.
+    pub fn read_exclusive(&mut self, off: usize, out: &mut [u8]) -> io::Result<()> {
+        if !self.cpu_accessible() || off.checked_add(out.len()).is_none_or(|e| e > self.len) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `off..off + out.len()` lies inside the live mapping (checked above, CPU memory),
+        // `out` is a distinct Rust buffer, and `&mut self` rules out any other reference into the
+        // mapping in this process. A device may be writing other parts of it (DMA, outside the
+        // Rust memory model); the caller reads ranges the kernel has handed to it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(off), out.as_mut_ptr(), out.len());
+        }
+        Ok(())
+    }
+
     /// Whether the CPU can read and write the bytes (false for device memory).
     pub(crate) fn cpu_accessible(&self) -> bool {
         self.device.is_none()
@@ -400,6 +419,25 @@ impl Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[zcnet_testkit::test]
+    fn an_exclusive_host_mapping_reads_back_any_range_in_it() {
+        let bytes: Box<[u8]> = (0..=255u8).cycle().take(10_000).collect();
+        let mut m = Mapping::from_boxed(bytes).unwrap();
+        let mut out = [0u8; 300];
+        m.read_exclusive(4_000, &mut out).unwrap();
+        assert!(out
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == ((4_000 + i) % 256) as u8));
+        // The last byte, and past the end.
+        m.read_exclusive(9_999, &mut out[..1]).unwrap();
+        assert_eq!(out[0], (9_999 % 256) as u8);
+        for (off, len) in [(9_999, 2), (10_000, 1), (usize::MAX, 1)] {
+            let e = m.read_exclusive(off, &mut out[..len]).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{off}+{len}");
+        }
+    }
 
     #[zcnet_testkit::test]
     fn slots_are_disjoint_and_writable() {

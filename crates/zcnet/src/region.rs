@@ -320,6 +320,19 @@ impl Region {
         read_mapping(&self.map, off, out)
     }
 
+    /// [`Self::read_at`] that also reads host memory: what a device wrote into this region
+    /// through its dma-buf ([`Self::udmabuf`], bound for devmem TCP or as a zcrx area), read back
+    /// to check it. Needs the region itself (no buffers cut from it).
+    pub fn read_back(&mut self, off: usize, out: &mut [u8]) -> Result<()> {
+        if self.map.device_mem().is_some() {
+            return self.read_at(off, out);
+        }
+        let len = self.map.len();
+        self.map
+            .read_exclusive(off, out)
+            .map_err(|_| out_of_range(off, out.len(), len))
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.map.len()
