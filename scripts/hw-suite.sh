@@ -408,6 +408,11 @@ need_remote() {
     skip "neither ZCNET_HW_REMOTE_SSH nor ZCNET_HW_REMOTE_NETNS set (the peer that runs zcnet)"
   [ -z "$REMOTE_WHY" ] || fail "$REMOTE_WHY"
 }
+# How a devmem run went: the GPU path's name (devmem, zcrx-dmabuf, staging) from "path", or with
+# udmabuf memory the mechanism ("rx"/"tx": the host-memory commands report no GPU path).
+devmem_path() { # FILE rx|tx
+  if [ "$MEM" = udmabuf ]; then py get "$1" last "d[\"$2\"]"; else py get "$1" last 'd["path"]'; fi
+}
 need_gpu() { [ -n "$DMEM" ] || skip "neither ZCNET_HW_GPU nor ZCNET_HW_MEM set (devmem needs a dma-buf: give a CUDA device index, or udmabuf)"; }
 
 # What the peer runs: 'timeout T REMOTE_ZCNET args...' (the timeout also ends a receiver whose
@@ -507,6 +512,26 @@ snapshot() {
   } >"$out"
   i=$(wc -l <"$out")
   echo "$i"
+}
+
+# snapshot OUT, taken again (up to 20 s) while it differs from BEFORE only in a memory provider
+# still bound: the kernel lets go of a zcrx area or a devmem binding asynchronously after the
+# process that held it exits (io_uring's ring teardown runs in a workqueue).
+settled_snapshot() {
+  local out=$1 before=$2 t=0
+  snapshot "$out" >/dev/null
+  while [ "$t" -lt 20 ] && only_bindings_differ "$before" "$out"; do
+    sleep 1
+    t=$((t + 1))
+    snapshot "$out" >/dev/null
+  done
+}
+
+# Whether snapshots A and B differ, and only in the lines of memory-provider bindings.
+only_bindings_differ() {
+  local d
+  d=$(diff -U0 "$1" "$2" | grep -E '^[-+][^-+]') || return 1
+  ! grep -v -q -E '^[-+][[:space:]]*("bindings"|"page pool [0-9]+: |\],?$)' <<<"$d"
 }
 
 # "" when equal, else the first differences in one line.
@@ -643,7 +668,7 @@ rx_case() {
   # The receiver ends with the stream; after a failed send it may still wait for one.
   if [ "$src" -eq 0 ]; then wait_bounded "$pid" 30; else wait_bounded "$pid" 2; fi
   rrc=$?
-  snapshot "$TW/after.txt" >/dev/null
+  settled_snapshot "$TW/after.txt" "$TW/before.txt"
   d=$(differs "$TW/before.txt" "$TW/after.txt")
   [ -z "$d" ] && unmark_dirty
   [ "$rrc" -eq 0 ] || fail "recv exited $rrc: $(zline "$TW/recv.err"); peer's send exited $src: $(zline "$TW/send.err")"
@@ -681,9 +706,12 @@ t_devmem_rx() {
   rx_case "$((PORT + 1))" --rx devmem --mem "$DMEM"
   q=$RX_Q
   local path secs
-  path=$(py get "$TW/recv.out" last 'd["path"]')
+  path=$(devmem_path "$TW/recv.out" rx)
   secs=$(py get "$TW/recv.out" last '"%.2f" % d["seconds"]')
   [ "$path" = devmem ] || fail "received into $DMEM by $path, not devmem"
+  local dev
+  dev=$(py get "$TW/recv.out" last 'd.get("device_bytes", -1)')
+  [ "$dev" != 0 ] || fail "devmem received $BYTES B, none of them into $DMEM"
   pass "$BYTES B into $DMEM by devmem on queue $q in $secs s (count checked; payload not verified, see devmem-rx-verify); NIC restored"
 }
 
@@ -694,7 +722,7 @@ t_devmem_rx_verify() {
   rx_case "$((PORT + 2))" --rx devmem --mem "$DMEM" --verify
   q=$RX_Q
   local path ver
-  path=$(py get "$TW/recv.out" last 'd["path"]')
+  path=$(devmem_path "$TW/recv.out" rx)
   ver=$(py get "$TW/recv.out" last 'd["verified"]')
   [ "$path" = devmem ] || fail "received into $DMEM by $path, not devmem"
   [ "$ver" = true ] || fail "recv did not verify the pattern"
@@ -739,7 +767,7 @@ t_devmem_tx() {
   fi
   [ "$rrc" -eq 0 ] || fail "the peer's zcnet recv exited $rrc: $(zline "$TW/recv.err")"
   local path sent got ver mbs
-  path=$(py get "$TW/send.out" last 'd["path"]')
+  path=$(devmem_path "$TW/send.out" tx)
   sent=$(py get "$TW/send.out" last 'd["bytes"]')
   mbs=$(py get "$TW/send.out" last '"%.0f" % d["mb_per_s"]')
   got=$(py get "$TW/recv.out" last 'd["bytes"]' 2>&1) || fail "the peer's recv JSON: $(one_line "$got")"
