@@ -255,6 +255,12 @@ impl Lab {
     }
 
     fn add_ns(&mut self, role: &str) -> Result<String> {
+        self.add_ns_with(role, ip)
+    }
+
+    /// [`Lab::add_ns`] with the lab's `ip` commands run by `ip` (the tests' stand-in for an
+    /// `ip` killed half-way).
+    fn add_ns_with(&mut self, role: &str, ip: impl Fn(&[&str]) -> Result<()>) -> Result<String> {
         let name = format!("{}-{role}", self.base);
         if netns_exists(&name) {
             // This lab's already (a second path of the same kind): not ours to delete twice.
@@ -352,5 +358,39 @@ impl Drop for Lab {
                 crate::eoutln!("zcnet: could not delete namespace {ns}: {e} (delete it with 'ip netns del {ns}')");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `ip netns add` killed after it made the namespace (a Ctrl-C reaches the lab's `ip`
+    /// children too) leaves a namespace the lab must still delete: its name is recorded
+    /// before the command runs (8220f17; that fix had no test of its own). The kill is a
+    /// stand-in runner that makes the namespace with the real `ip` and then reports the
+    /// command killed.
+    #[zcnet_testkit::test]
+    fn a_namespace_whose_ip_was_killed_half_way_is_deleted_with_the_lab() {
+        zcnet_testkit::require_root("network namespaces for the lab");
+        zcnet_testkit::require_tool("ip", "the lab runs iproute2's ip");
+        let mut lab = Lab::new().expect("lab");
+        let killed = |args: &[&str]| {
+            ip(args)?;
+            Err(command_failed(
+                format!("ip {}", args.join(" ")),
+                "killed by SIGINT".into(),
+            ))
+        };
+        let e = lab.add_ns_with("k", killed).expect_err("killed");
+        assert!(e.to_string().contains("killed by SIGINT"), "{e}");
+        let name = format!("{}-k", lab.base);
+        assert!(netns_exists(&name), "the killed ip made it");
+        drop(lab);
+        let left = netns_exists(&name);
+        if left {
+            let _ = ip(&["netns", "del", &name]);
+        }
+        assert!(!left, "namespace {name} was left behind");
     }
 }
