@@ -670,6 +670,20 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
             f.confirmed = true;
             f
         }
+        // Refused as the inferred finding said it would be, for a reason a change to the
+        // device's configuration removes (header split off, hds-thresh, one queue): the trial
+        // confirms "not as configured now", and the reason and the remedy stay. (Seen on the
+        // software NIC with header split off: zcrx registration EINVAL had replaced "header
+        // split is off" and read as "unsupported, confirmed" on a device that can.)
+        Some(Err(r))
+            if f.verdict == Verdict::Unsupported
+                && f.remedy.is_some()
+                && r.errno != errno::ENOMEM =>
+        {
+            f.reason = format!("{}; {tried} refused as expected: {}", f.reason, r.message);
+            f.confirmed = true;
+            f
+        }
         Some(Err(r)) => {
             f.verdict = Verdict::Unsupported;
             f.reason = format!("{tried} refused: {}", r.message);

@@ -473,6 +473,49 @@ fn a_trial_that_finds_its_queue_busy_confirms_nothing() {
 }
 
 #[test]
+fn a_trial_refused_for_the_configuration_keeps_its_reason_and_remedy() {
+    // Header split off: the zcrx registration is refused (EINVAL) because of it. The report says
+    // so and how to change it, not "unsupported" as if the device could not.
+    let k = kernel_618();
+    let off = nic(HeaderSplit::Disabled, 0, 8, Some(true));
+    let t = Trials {
+        zcrx: Some(Err(Refusal {
+            errno: errno::EINVAL,
+            message: "Invalid argument (os error 22)".into(),
+        })),
+        ..Trials::default()
+    };
+    let f = judge_one(Mechanism::Zcrx, &k, &off, &t);
+    assert_eq!(f.verdict, Verdict::Unsupported);
+    assert!(
+        f.reason.starts_with("header split is off on eth9"),
+        "{}",
+        f.reason
+    );
+    assert!(
+        f.reason.contains("refused as expected: Invalid argument"),
+        "{}",
+        f.reason
+    );
+    assert_eq!(
+        f.remedy.as_deref(),
+        Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
+    );
+    assert!(f.confirmed);
+    // Where the device itself says no (header split on, the registration still refused), the
+    // refusal is the reason, confirmed.
+    let on = nic(HeaderSplit::Enabled, 0, 8, Some(true));
+    let f = judge_one(Mechanism::Zcrx, &k, &on, &t);
+    assert_eq!(f.verdict, Verdict::Unsupported);
+    assert!(
+        f.reason.starts_with("zcrx registration on eth9"),
+        "{}",
+        f.reason
+    );
+    assert!(f.confirmed);
+}
+
+#[test]
 fn header_split_rules_on_a_nic() {
     let k = kernel_618();
     let t = Trials::default();
