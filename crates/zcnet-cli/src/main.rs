@@ -111,7 +111,11 @@ fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
         Ok(()) if zcnet_tools::interrupt::interrupted() => std::process::exit(130),
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            zcnet_tools::eoutln!("zcnet perf: error - {e}");
+            // perf's failures carry the library's text: its names as the flags (--rx, --iface).
+            zcnet_tools::eoutln!(
+                "zcnet perf: error - {}",
+                zcnet_tools::cli_text::words(&e.to_string())
+            );
             std::process::exit(if zcnet_tools::interrupt::interrupted() {
                 130
             } else {
