@@ -43,6 +43,8 @@ pub struct DatagramCheck {
     datagrams: u64,
     late: u64,
     located: u64,
+    /// The length of the last datagram that carried bytes.
+    last_len: u64,
 }
 
 impl DatagramCheck {
@@ -56,6 +58,7 @@ impl DatagramCheck {
             datagrams: 0,
             late: 0,
             located: 0,
+            last_len: 0,
         }
     }
 
@@ -90,6 +93,9 @@ impl DatagramCheck {
         }
         // Saturating: a datagram located at the very end of the u64 range (only a peer's
         // garbage can be) must not wrap the counters (found by fuzzing).
+        if len > 0 {
+            self.last_len = len;
+        }
         self.next = offset.saturating_add(len);
         self.end = self.end.max(self.next);
         self.bytes += len;
@@ -98,25 +104,32 @@ impl DatagramCheck {
     }
 
     /// Where a datagram too short to locate by its content ([`Pattern::locate`]: under
-    /// `Pattern::LOCATE_MIN` bytes) lies after a loss or a reordering: at a whole number of its
-    /// own lengths ahead of or behind where it was expected, as a sender of datagrams of one
-    /// size puts them (`zcnet send --udp --size N`). The nearest such offset within
-    /// [`STEP_SEARCH`] datagrams either way where it verifies; `None` if there is none (it is
-    /// corrupted, or the loss was longer). The fewer its bytes, the likelier a corrupted one
-    /// verifies somewhere (a 1-byte datagram matches 1 offset in 256): below 4 bytes a
-    /// datagram after a loss is checked only weakly.
+    /// `Pattern::LOCATE_MIN` bytes) lies after a loss or a reordering: at a whole number of
+    /// datagrams ahead of or behind where it was expected, as a sender of datagrams of one size
+    /// puts them (`zcnet send --udp --size N`, its last one shorter): steps of its own length,
+    /// else of the previous datagram's. The nearest such offset within [`STEP_SEARCH`]
+    /// datagrams either way where it verifies; `None` if there is none (it is corrupted, or the
+    /// loss was longer). The fewer its bytes, the likelier a corrupted one verifies somewhere
+    /// (a 1-byte datagram matches 1 offset in 256): below 4 bytes a datagram after a loss is
+    /// checked only weakly.
     fn step_to(&self, payload: &[u8]) -> Option<u64> {
         let len = payload.len() as u64;
         if len == 0 || payload.len() >= Pattern::LOCATE_MIN {
             return None;
         }
-        (1..=STEP_SEARCH).find_map(|k| {
-            let ahead = self.next.checked_add(k * len);
-            let behind = self.next.checked_sub(k * len);
-            [ahead, behind]
-                .into_iter()
-                .flatten()
-                .find(|&o| self.pattern.verify(o, payload).is_ok())
+        let steps = [
+            Some(len),
+            Some(self.last_len).filter(|&l| l != 0 && l != len),
+        ];
+        steps.into_iter().flatten().find_map(|step| {
+            (1..=STEP_SEARCH).find_map(|k| {
+                let ahead = self.next.checked_add(k * step);
+                let behind = self.next.checked_sub(k * step);
+                [ahead, behind]
+                    .into_iter()
+                    .flatten()
+                    .find(|&o| self.pattern.verify(o, payload).is_ok())
+            })
         })
     }
 
@@ -274,6 +287,16 @@ mod tests {
                 let mut bad = d[count - 1].clone();
                 bad[size / 2] ^= 0x40;
                 prop_assert!(DatagramCheck::new(p).datagram(&bad).is_err());
+            }
+            // A last datagram of another length after a loss, as `--bytes` leaves one: placed
+            // too, a whole number of the others' lengths on.
+            let mut tail = vec![0u8; size / 2 + 4];
+            let tail_at = ((count + 3) * size) as u64;
+            p.fill(tail_at, &mut tail);
+            let got = c.datagram(&tail);
+            prop_assert!(got.is_ok(), "a {} B tail: {:?}", tail.len(), got);
+            if size >= 4 {
+                prop_assert_eq!(got, Ok(tail_at));
             }
         }
 
