@@ -402,7 +402,9 @@ fn datagrams_larger_than_a_frame_are_said_dropped_as_it_happens() {
     assert!(s.status.success(), "{}", stderr(&s));
     r.wait_for("the kernel dropped 10 datagram(s) for lo queue 0");
     assert!(
-        r.err.seen.contains("at most 3798 B (zcnet send --size 3798)"),
+        r.err
+            .seen
+            .contains("at most 3798 B (zcnet send --size 3798)"),
         "{}",
         r.err.seen
     );
@@ -551,6 +553,8 @@ fn bad_arguments_exit_2_in_one_line_naming_the_flag() {
                 "--iface",
                 "lo",
                 "127.0.0.1:9",
+                "--size",
+                "64K",
                 "--bytes",
                 "1",
             ],
