@@ -39,13 +39,21 @@ if [ "${1:-}" = --in-guest ]; then
     ip -n "$ns" link set zcnic1 up &&
     ip -n "$ns" link set lo up || { echo "$me: wiring the pair failed" >&2; status=1; }
   if [ "$status" = 0 ]; then
-    args=()
+    args=(--logs /tmp/zcnic-lab-logs)
     [ "$json" = 1 ] && args+=(--json)
     [ -n "$only" ] && args+=(--only "$only")
     ZCNET_HW_IFACE=zcnic0 ZCNET_HW_LOCAL_V4=192.168.77.1 ZCNET_HW_REMOTE_V4=192.168.77.2 \
       ZCNET_HW_REMOTE_NETNS=$ns ZCNET_HW_MEM=udmabuf ZCNET_HW_BYTES=$bytes \
       bash "$ROOT/scripts/hw-suite.sh" "${args[@]}"
     status=$?
+    # The guest's /tmp goes with it: what the failed tests' commands printed, on stderr.
+    if [ "$status" != 0 ]; then
+      for f in /tmp/zcnic-lab-logs/*/*.out /tmp/zcnic-lab-logs/*/*.err; do
+        [ -s "$f" ] || continue
+        echo "$me: ---- ${f#/tmp/zcnic-lab-logs/} (last lines)" >&2
+        tail -n 4 "$f" | cut -c1-400 >&2
+      done
+    fi
   fi
   ip netns del "$ns" 2>/dev/null
   # The module goes with every binding the suite may have left: the kernel unbinds providers

@@ -19,10 +19,12 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 /// The tests that need a NIC (the others run on netdevsim).
-const HW_TESTS: [&str; 7] = [
+const HW_TESTS: [&str; 9] = [
     "probe",
     "nic-setup-restore",
     "zcrx-verify",
+    "zcrx-udmabuf",
+    "auto-iface",
     "devmem-rx",
     "devmem-rx-verify",
     "devmem-tx",
@@ -208,7 +210,14 @@ fn on_loopback_the_probe_passes_and_nic_setup_is_refused_cleanly() {
             assert!(detail.contains("needs root"), "{t}: {detail}");
         }
     }
-    for t in ["zcrx-verify", "devmem-rx", "devmem-rx-verify", "devmem-tx"] {
+    for t in [
+        "zcrx-verify",
+        "zcrx-udmabuf",
+        "auto-iface",
+        "devmem-rx",
+        "devmem-rx-verify",
+        "devmem-tx",
+    ] {
         let (res, detail) = result(&doc, t);
         assert_eq!(res, "skip", "{t}: {detail}");
         assert!(detail.contains("ZCNET_HW_"), "{t}: {detail}");
