@@ -51,7 +51,7 @@ result PASS load "zcnic0 here, zcnic1 in netns $NS, $(ls /sys/class/net/zcnic0/q
 
 if want smoke; then
   # Plain TCP both ways through the copy path (no provider, header split off).
-  $py "$tools/zcnic-send.py" --listen 5000 1000000 >$out/smoke.rx 2>&1 &
+  timeout 120 $py "$tools/zcnic-send.py" --listen 5000 1000000 >$out/smoke.rx 2>&1 &
   rx=$!
   ip netns exec $NS timeout 120 $py "$tools/zcnic-send.py" $A 5000 1000000 >$out/smoke.tx 2>&1
   wait $rx
@@ -123,7 +123,7 @@ if want ncdevmem-tx; then
     # MSG_ZEROCOPY completions); the device reads it by DMA address.
     $py -c 'import sys
 for i in range(200): sys.stdout.write("line %04d " % i + "abcdefghijklmnopqrstuvwxyz" * 3 + "\n")' >$out/tx.in
-    $py "$tools/zcnic-send.py" --listen 5202 --save $out/tx.got >$out/tx.rx 2>&1 &
+    timeout 300 $py "$tools/zcnic-send.py" --listen 5202 --save $out/tx.got >$out/tx.rx 2>&1 &
     rx=$!
     sleep 1
     ip netns exec $NS timeout 300 "$NCDEVMEM" -f zcnic1 -s $A -p 5202 <$out/tx.in >$out/tx.out 2>$out/tx.err
@@ -151,7 +151,7 @@ if want zcrx; then
     "$py" "$tools/zcnic-rings.py" zcnic0 --split on --hds-thresh 0 >$out/zcrx.rings 2>&1
     ethtool -N zcnic0 flow-type tcp4 dst-ip $A dst-port 5301 action $q >$out/zcrx.rule 2>&1
     rule=$(grep -o 'ID [0-9]*' $out/zcrx.rule | cut -d' ' -f2)
-    timeout 600 "$ZCRX" -p 5301 -i zcnic0 -q $q -v -s $n >$out/zcrx.out 2>&1 &
+    timeout 600 stdbuf -oL -eL "$ZCRX" -p 5301 -i zcnic0 -q $q -v -s $n >$out/zcrx.out 2>&1 &
     srv=$!
     ip netns exec $NS timeout 300 $py "$tools/zcnic-send.py" --pattern zcrx $A 5301 $n >$out/zcrx.tx 2>&1
     for _ in $(seq 1 60); do
