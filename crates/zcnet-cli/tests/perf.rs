@@ -412,3 +412,55 @@ fn verify_against_iperf3_says_nothing_was_verified() {
 }
 
 zcnet_testkit::main!();
+
+/// Ctrl-C in a client's test prints the summary of what moved until then (this side's counts;
+/// the server's never come), as iperf3 does, then exits 130; with -J the document's `end` holds
+/// those totals beside the error.
+#[zcnet_testkit::test]
+fn an_interrupted_client_prints_the_summary_so_far() {
+    let (_server, port) = zcnet_server();
+    let p = port.to_string();
+    for json in [false, true] {
+        let mut args = vec!["perf", "-c", "127.0.0.1", "-p", &p, "-t", "30"];
+        if json {
+            args.push("-J");
+        }
+        let child = zcnet()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn client");
+        std::thread::sleep(Duration::from_millis(2500));
+        let ok = Command::new("kill")
+            .args(["-s", "INT", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let t0 = Instant::now();
+        let out = child.wait_with_output().expect("client");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+        assert_eq!(out.status.code(), Some(130), "json {json}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        if json {
+            let doc: serde_json::Value = serde_json::from_str(&text).expect("one JSON document");
+            assert!(
+                doc["error"].as_str().unwrap_or("").contains("interrupted"),
+                "{doc}"
+            );
+            let sent = &doc["end"]["sum_sent"];
+            assert!(sent["bytes"].as_u64().unwrap_or(0) > 0, "{doc}");
+            let secs = sent["seconds"].as_f64().unwrap_or(0.0);
+            assert!((1.0..10.0).contains(&secs), "{secs}: {doc}");
+        } else {
+            let sender = text
+                .lines()
+                .find(|l| l.ends_with("sender"))
+                .unwrap_or_else(|| panic!("no sender line: {text}"));
+            assert!(text.contains("- - - - -"), "{text}");
+            assert!(!sender.contains(" 0.00 Bytes"), "{sender}");
+            assert!(text.lines().any(|l| l.ends_with("receiver")), "{text}");
+        }
+    }
+}

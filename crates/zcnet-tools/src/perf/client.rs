@@ -89,6 +89,8 @@ struct Client<'a> {
     done: Option<Result<(), PerfError>>,
     /// A stream failure, reported at the deadline unless the control connection explains it.
     stream_failure: Option<(Instant, String)>,
+    /// With `-J`, the totals of a test ended by Ctrl-C (the document's `end`).
+    interrupted_end: Option<Value>,
     start_json: Value,
     timesecs: u64,
 }
@@ -146,6 +148,7 @@ impl<'a> Client<'a> {
             peer: None,
             done: None,
             stream_failure: None,
+            interrupted_end: None,
             start_json,
             timesecs,
         })
@@ -161,6 +164,7 @@ impl<'a> Client<'a> {
         self.apply(acts);
         while self.done.is_none() {
             if crate::interrupt::interrupted() {
+                self.interrupted_summary();
                 self.abort_with(PerfError::Interrupted);
                 break;
             }
@@ -456,6 +460,27 @@ impl<'a> Client<'a> {
         self.done = Some(Ok(()));
     }
 
+    /// Ctrl-C during the test: stops the streams and prints the summary of what moved until
+    /// now, this side's counts only (the server's never come), as iperf3 does before "interrupt
+    /// - the client has terminated". With `-J` the totals go into the document's `end`.
+    fn interrupted_summary(&mut self) {
+        let Some(run) = &mut self.run else { return };
+        run.interrupt();
+        let totals = run.totals(&TestResults::default());
+        if self.s.json {
+            self.interrupted_end = Some(jsonout::end(
+                run.layout(),
+                &totals,
+                run.path_summary().to_json_with_peer(None),
+            ));
+        } else {
+            crate::out!(
+                "{}",
+                report::summary_text(run.layout(), &totals, self.s.verbose)
+            );
+        }
+    }
+
     /// Ends the test with `err`: tells the server (`CLIENT_TERMINATE`), stops the streams.
     fn abort_with(&mut self, err: PerfError) {
         if self.done.is_some() {
@@ -479,10 +504,14 @@ impl<'a> Client<'a> {
         if let (Err(e), true) = (&result, self.s.json) {
             let intervals = self.run.as_mut().map(TestRun::take_intervals);
             let start = std::mem::take(&mut self.start_json);
+            let end = self
+                .interrupted_end
+                .take()
+                .unwrap_or_else(|| serde_json::json!({}));
             let doc = jsonout::document(
                 start,
                 intervals.unwrap_or_default(),
-                serde_json::json!({}),
+                end,
                 Some(&e.to_string()),
             );
             print_json(&doc);

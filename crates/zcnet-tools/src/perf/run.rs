@@ -398,6 +398,13 @@ impl TestRun {
         self.next_tick = None;
     }
 
+    /// Ends the test now (Ctrl-C): every stream stops and is joined, and the test's time ends
+    /// here, so [`Self::totals`] gives what moved until now, as iperf3 prints on SIGINT.
+    pub fn interrupt(&mut self) {
+        self.ended_at.get_or_insert_with(Instant::now);
+        self.abort();
+    }
+
     /// Stops everything at once (the test failed): resets the connections and joins the
     /// threads.
     pub fn abort(&mut self) {
