@@ -435,7 +435,7 @@ fn an_interrupted_client_prints_the_summary_so_far() {
         let ok = Command::new("kill")
             .args(["-s", "INT", &child.id().to_string()])
             .status()
-            .unwrap()
+            .expect("kill")
             .success();
         assert!(ok);
         let t0 = Instant::now();
