@@ -1,0 +1,900 @@
+//! The transport under the ZCNET backend: TCP connections the plugin owns, one per (initiating
+//! engine, target engine) pair, with a small framed protocol.
+//!
+//! **Phase 1: plain `std::net` sockets, NOT zcnet's engine.** Payload goes straight from the
+//! initiator's registered memory into `write()` and from `read()` into the target's registered
+//! memory (no staging copy in the plugin), but through the kernel's copying socket calls, with
+//! no zero-copy sends and no accounting. The next phase replaces [`Conn`]'s writer and the
+//! readers with zcnet's C ABI (`zcnet_sender_*` / `zcnet_receiver_*`, include/zcnet.h), so
+//! that the backend shares zcnet's engine, its `auto` fallback and its byte accounting.
+//!
+//! Threads, all blocked in a system call when idle (none polls or spins): per engine one
+//! acceptor (`accept()`); per incoming connection one server (`read()`: it applies WRITEs,
+//! answers READs, queues notifications, acknowledges each request); per outgoing connection
+//! one writer (waits on a channel for posted requests) and one reader (`read()`: READ data and
+//! acknowledgements).
+//!
+//! Every frame starts with a 48-byte header (`Hdr`). The initiator opens a connection with
+//! HELLO (its agent name and the target engine's instance id from the connection info it
+//! loaded: a target that restarted since refuses with [`ERR_NOT_FOUND`]), then sends, per
+//! posted request: one WRITE (header + payload) or READ_REQ per descriptor, then END (with
+//! the notification, if any). The target answers each READ_REQ with READ_DATA and each END
+//! with ACK carrying the request's status; the notification is queued only once all of the
+//! request's data was applied (WRITE) or sent (READ), so it arrives in order with its
+//! transfer. A descriptor the target cannot apply (unknown region, out of range) fails the
+//! request with its status and leaves the connection usable.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+// NIXL's status values (nixl_types.h:53-68; cxx/nixl_abi.hpp).
+pub const SUCCESS: i32 = 0;
+pub const IN_PROG: i32 = 1;
+pub const ERR_INVALID_PARAM: i32 = -2;
+pub const ERR_BACKEND: i32 = -3;
+pub const ERR_NOT_FOUND: i32 = -4;
+pub const ERR_MISMATCH: i32 = -5;
+pub const ERR_REMOTE_DISCONNECT: i32 = -10;
+pub const ERR_CANCELED: i32 = -11;
+
+/// NIXL's `NIXL_READ` and `NIXL_WRITE` (nixl_types.h:47).
+pub const OP_READ: u32 = 0;
+pub const OP_WRITE: u32 = 1;
+
+const MAGIC: u32 = 0x5a43_4e58; // "ZCNX"
+const VERSION: u64 = 1;
+const HDR_LEN: usize = 48;
+const K_HELLO: u32 = 1;
+const K_HELLO_OK: u32 = 2;
+const K_WRITE: u32 = 3;
+const K_READ_REQ: u32 = 4;
+const K_READ_DATA: u32 = 5;
+const K_END: u32 = 6;
+const K_ACK: u32 = 7;
+const K_NOTIF: u32 = 8;
+const END_NOTIF: u64 = 1;
+const END_ABORTED: u64 = 2;
+/// Longest agent name or notification accepted from a peer.
+const MAX_MSG: u64 = 16 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const IO_BUF: usize = 256 << 10;
+
+/// One frame header: kind, request id and four operands whose meaning depends on the kind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hdr {
+    kind: u32,
+    post: u64,
+    a: u64,
+    b: u64,
+    c: u64,
+    d: u64,
+}
+
+impl Hdr {
+    fn new(kind: u32, post: u64) -> Hdr {
+        Hdr {
+            kind,
+            post,
+            ..Hdr::default()
+        }
+    }
+
+    fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        let mut b = [0u8; HDR_LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..8].copy_from_slice(&self.kind.to_le_bytes());
+        for (i, v) in [self.post, self.a, self.b, self.c, self.d]
+            .iter()
+            .enumerate()
+        {
+            b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+        }
+        w.write_all(&b)
+    }
+
+    fn read_from(r: &mut impl Read) -> io::Result<Hdr> {
+        let mut b = [0u8; HDR_LEN];
+        r.read_exact(&mut b)?;
+        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u64_at = |o: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(x)
+        };
+        if u32_at(0) != MAGIC {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bad frame magic",
+            ));
+        }
+        Ok(Hdr {
+            kind: u32_at(4),
+            post: u64_at(8),
+            a: u64_at(16),
+            b: u64_at(24),
+            c: u64_at(32),
+            d: u64_at(40),
+        })
+    }
+}
+
+fn status_to_wire(s: i32) -> u64 {
+    s as i64 as u64
+}
+
+fn status_from_wire(v: u64) -> i32 {
+    v as i64 as i32
+}
+
+fn read_msg(r: &mut impl Read, len: u64) -> io::Result<Vec<u8>> {
+    if len > MAX_MSG {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "message too long",
+        ));
+    }
+    let mut v = vec![0u8; len as usize];
+    r.read_exact(&mut v)?;
+    Ok(v)
+}
+
+fn discard(r: &mut impl Read, mut len: u64) -> io::Result<()> {
+    let mut scratch = [0u8; 16 << 10];
+    while len > 0 {
+        let n = len.min(scratch.len() as u64) as usize;
+        r.read_exact(&mut scratch[..n])?;
+        len -= n as u64;
+    }
+    Ok(())
+}
+
+pub(crate) fn log(msg: &str) {
+    eprintln!("zcnet-nixl: {msg}");
+}
+
+/// One descriptor pair of a request, as the C++ half validated it against the local and the
+/// remote registration (`zcnet_nixl_desc` in cxx/engine.cpp).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Desc {
+    pub local_addr: u64,
+    pub len: u64,
+    pub remote_addr: u64,
+    pub remote_key: u64,
+}
+
+/// Registered memory, by key: what a peer may write into or read from.
+type Regions = RwLock<HashMap<u64, (u64, u64)>>;
+
+/// The connections peers opened to this engine, with their server threads.
+type Incoming = Mutex<Vec<(TcpStream, JoinHandle<()>)>>;
+
+/// What the engine's threads share.
+#[derive(Debug)]
+struct Shared {
+    agent: String,
+    instance: u64,
+    regions: Regions,
+    notifs: Mutex<Vec<(String, Vec<u8>)>>,
+    closing: AtomicBool,
+}
+
+/// A request: its descriptors, its state and the lock that keeps its local memory from being
+/// touched once NIXL released it.
+#[derive(Debug)]
+pub struct Xfer {
+    op: u32,
+    agent: String,
+    descs: Vec<Desc>,
+    /// IN_PROG while posted; then SUCCESS or the first error.
+    status: Mutex<i32>,
+    /// An error seen before the acknowledgement (READ data refused or mismatched).
+    err: Mutex<i32>,
+    /// True once released: the writer and the reader take this lock around every access to
+    /// the request's local memory and touch it only while it is false.
+    released: Mutex<bool>,
+    posted: Mutex<Option<(Arc<Conn>, u64)>>,
+}
+
+impl Xfer {
+    fn finish(&self, ack: i32) {
+        let err = *self.err.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        if *st == IN_PROG {
+            *st = if err != SUCCESS { err } else { ack };
+        }
+    }
+
+    fn fail(&self, status: i32) {
+        let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        if *st == IN_PROG {
+            *st = status;
+        }
+    }
+}
+
+enum Job {
+    Post(u64, Arc<Xfer>, Option<Vec<u8>>),
+    Notif(Vec<u8>),
+}
+
+/// An outgoing connection to one target engine, with its writer and reader threads.
+#[derive(Debug)]
+pub struct Conn {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    stream: TcpStream,
+    pending: Mutex<HashMap<u64, Arc<Xfer>>>,
+    dead: AtomicBool,
+    next_post: AtomicU64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Job::Post(p, _, _) => write!(f, "Post({p})"),
+            Job::Notif(m) => write!(f, "Notif({} bytes)", m.len()),
+        }
+    }
+}
+
+impl Conn {
+    fn fail_all(&self, status: i32) {
+        self.dead.store(true, Ordering::SeqCst);
+        let drained: Vec<_> = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for (_, x) in drained {
+            x.fail(status);
+        }
+    }
+
+    fn close(&self) {
+        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let _ = self.stream.shutdown(Shutdown::Both);
+        let threads: Vec<_> = self
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        for t in threads {
+            let _ = t.join();
+        }
+        self.fail_all(ERR_REMOTE_DISCONNECT);
+    }
+}
+
+/// One ZCNET backend engine.
+#[derive(Debug)]
+pub struct Engine {
+    shared: Arc<Shared>,
+    listen_addr: SocketAddr,
+    listen_fd: i32,
+    acceptor: Mutex<Option<JoinHandle<()>>>,
+    incoming: Arc<Incoming>,
+    remotes: Mutex<HashMap<String, (SocketAddr, u64)>>,
+    conns: Mutex<HashMap<String, Arc<Conn>>>,
+    next_key: AtomicU64,
+    /// Keeps the listener (and its fd) open as long as the engine.
+    _listener: TcpListener,
+}
+
+impl Engine {
+    /// Listens on `ip:port` (port 0: any free one) and starts the acceptor.
+    pub fn new(agent: &str, ip: &str, port: u16) -> Result<Engine, String> {
+        let addr: SocketAddr = format!("{ip}:{port}")
+            .parse()
+            .or_else(|_| format!("[{ip}]:{port}").parse())
+            .map_err(|_| format!("ip_addr {ip:?} is not a numeric IP address"))?;
+        let listener = TcpListener::bind(addr).map_err(|e| format!("listen on {addr}: {e}"))?;
+        let listen_addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let shared = Arc::new(Shared {
+            agent: agent.to_string(),
+            instance: nanos ^ ((std::process::id() as u64) << 32) ^ u64::from(listen_addr.port()),
+            regions: RwLock::new(HashMap::new()),
+            notifs: Mutex::new(Vec::new()),
+            closing: AtomicBool::new(false),
+        });
+        let incoming: Arc<Incoming> = Arc::default();
+        let acc_listener = listener.try_clone().map_err(|e| e.to_string())?;
+        let (sh, inc) = (shared.clone(), incoming.clone());
+        let acceptor = std::thread::Builder::new()
+            .name("zcnet-nixl-acc".into())
+            .spawn(move || accept_loop(acc_listener, sh, inc))
+            .map_err(|e| e.to_string())?;
+        Ok(Engine {
+            shared,
+            listen_addr,
+            listen_fd: listener.as_raw_fd(),
+            acceptor: Mutex::new(Some(acceptor)),
+            incoming,
+            remotes: Mutex::new(HashMap::new()),
+            conns: Mutex::new(HashMap::new()),
+            next_key: AtomicU64::new(1),
+            _listener: listener,
+        })
+    }
+
+    /// What the peer needs to reach this engine: "zcnet1 IP:PORT INSTANCE".
+    pub fn conn_info(&self) -> String {
+        format!("zcnet1 {} {:x}", self.listen_addr, self.shared.instance)
+    }
+
+    pub fn load_remote(&self, agent: &str, info: &str) -> i32 {
+        let mut it = info.split_whitespace();
+        let parsed = match (it.next(), it.next(), it.next()) {
+            (Some("zcnet1"), Some(a), Some(i)) => a
+                .parse::<SocketAddr>()
+                .ok()
+                .zip(u64::from_str_radix(i, 16).ok()),
+            _ => None,
+        };
+        match parsed {
+            Some(v) => {
+                self.remotes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(agent.to_string(), v);
+                SUCCESS
+            }
+            None => {
+                log(&format!(
+                    "connection info of agent {agent:?} is not ZCNET's: {info:?}"
+                ));
+                ERR_INVALID_PARAM
+            }
+        }
+    }
+
+    pub fn register(&self, addr: u64, len: u64) -> u64 {
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (addr, len));
+        key
+    }
+
+    pub fn deregister(&self, key: u64) -> i32 {
+        // The write lock waits for a server thread applying a WRITE to (or sending READ data
+        // from) this memory.
+        match self
+            .shared
+            .regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+        {
+            Some(_) => SUCCESS,
+            None => ERR_NOT_FOUND,
+        }
+    }
+
+    /// The connection to `agent`, made now if there is none (or the last one failed).
+    pub fn conn(&self, agent: &str) -> Result<Arc<Conn>, i32> {
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = conns.get(agent) {
+            if !c.dead.load(Ordering::SeqCst) {
+                return Ok(c.clone());
+            }
+            if let Some(old) = conns.remove(agent) {
+                old.close();
+            }
+        }
+        let Some(&(addr, instance)) = self
+            .remotes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+        else {
+            log(&format!("no connection info for agent {agent:?}"));
+            return Err(ERR_NOT_FOUND);
+        };
+        let c = connect(&self.shared.agent, addr, instance).map_err(|(st, msg)| {
+            log(&format!("connect to agent {agent:?} at {addr}: {msg}"));
+            st
+        })?;
+        conns.insert(agent.to_string(), c.clone());
+        Ok(c)
+    }
+
+    pub fn disconnect(&self, agent: &str) -> i32 {
+        let c = self
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(agent);
+        if let Some(c) = c {
+            c.close();
+        }
+        SUCCESS
+    }
+
+    pub fn new_xfer(&self, op: u32, agent: &str, descs: Vec<Desc>) -> Xfer {
+        Xfer {
+            op,
+            agent: agent.to_string(),
+            descs,
+            status: Mutex::new(ERR_CANCELED),
+            err: Mutex::new(SUCCESS),
+            released: Mutex::new(false),
+            posted: Mutex::new(None),
+        }
+    }
+
+    pub fn post(&self, x: &Arc<Xfer>, notif: Option<Vec<u8>>) -> i32 {
+        let conn = match self.conn(&x.agent) {
+            Ok(c) => c,
+            Err(st) => return st,
+        };
+        let post = conn.next_post.fetch_add(1, Ordering::Relaxed);
+        *x.status.lock().unwrap_or_else(|e| e.into_inner()) = IN_PROG;
+        *x.err.lock().unwrap_or_else(|e| e.into_inner()) = SUCCESS;
+        *x.posted.lock().unwrap_or_else(|e| e.into_inner()) = Some((conn.clone(), post));
+        conn.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(post, x.clone());
+        let sent = match &*conn.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(tx) => tx.send(Job::Post(post, x.clone(), notif)).is_ok(),
+            None => false,
+        };
+        if !sent || conn.dead.load(Ordering::SeqCst) {
+            conn.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&post);
+            x.fail(ERR_REMOTE_DISCONNECT);
+            return ERR_REMOTE_DISCONNECT;
+        }
+        IN_PROG
+    }
+
+    pub fn gen_notif(&self, agent: &str, msg: Vec<u8>) -> i32 {
+        let conn = match self.conn(agent) {
+            Ok(c) => c,
+            Err(st) => return st,
+        };
+        let jobs = conn.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let sent = jobs
+            .as_ref()
+            .is_some_and(|tx| tx.send(Job::Notif(msg)).is_ok());
+        if sent {
+            SUCCESS
+        } else {
+            ERR_REMOTE_DISCONNECT
+        }
+    }
+
+    pub fn take_notifs(&self) -> Vec<(String, Vec<u8>)> {
+        std::mem::take(&mut *self.shared.notifs.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// NIXL released the request: from now on its local memory is not touched (the writer skips
+/// the descriptors it has not sent, the reader discards READ data that still arrives).
+pub fn release(x: &Xfer) {
+    *x.released.lock().unwrap_or_else(|e| e.into_inner()) = true;
+    if let Some((conn, post)) = x.posted.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        conn.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&post);
+    }
+}
+
+pub fn status(x: &Xfer) -> i32 {
+    *x.status.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        // SAFETY: listen_fd is the listener's, open until `_listener` drops after this; shutting
+        // a listening socket down wakes the acceptor's accept() with an error.
+        unsafe { libc::shutdown(self.listen_fd, libc::SHUT_RDWR) };
+        if let Some(t) = self
+            .acceptor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let _ = t.join();
+        }
+        let conns: Vec<_> = self
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for (_, c) in conns {
+            c.close();
+        }
+        let incoming: Vec<_> = self
+            .incoming
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        for (s, t) in incoming {
+            let _ = s.shutdown(Shutdown::Both);
+            let _ = t.join();
+        }
+    }
+}
+
+fn connect(me: &str, addr: SocketAddr, instance: u64) -> Result<Arc<Conn>, (i32, String)> {
+    let disc = |e: io::Error| (ERR_REMOTE_DISCONNECT, e.to_string());
+    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(disc)?;
+    let _ = stream.set_nodelay(true);
+    let mut s = &stream;
+    let mut h = Hdr::new(K_HELLO, 0);
+    h.a = VERSION;
+    h.b = me.len() as u64;
+    h.c = instance;
+    h.write_to(&mut s).map_err(disc)?;
+    s.write_all(me.as_bytes()).map_err(disc)?;
+    stream
+        .set_read_timeout(Some(CONNECT_TIMEOUT))
+        .map_err(disc)?;
+    let ok = Hdr::read_from(&mut s).map_err(disc)?;
+    stream.set_read_timeout(None).map_err(disc)?;
+    if ok.kind != K_HELLO_OK {
+        return Err((
+            ERR_BACKEND,
+            "the peer does not speak ZCNET's protocol".into(),
+        ));
+    }
+    let st = status_from_wire(ok.c);
+    if st != SUCCESS {
+        return Err((
+            st,
+            "the target refused: its engine is not the one the loaded connection info names \
+             (stale metadata: the peer restarted; load its metadata again)"
+                .into(),
+        ));
+    }
+    let (tx, rx) = mpsc::channel();
+    let conn = Arc::new(Conn {
+        jobs: Mutex::new(Some(tx)),
+        stream: stream.try_clone().map_err(disc)?,
+        pending: Mutex::new(HashMap::new()),
+        dead: AtomicBool::new(false),
+        next_post: AtomicU64::new(1),
+        threads: Mutex::new(Vec::new()),
+    });
+    let w = stream.try_clone().map_err(disc)?;
+    let c1 = Arc::downgrade(&conn);
+    let writer = std::thread::Builder::new()
+        .name("zcnet-nixl-tx".into())
+        .spawn(move || writer_loop(w, rx, c1))
+        .map_err(|e| (ERR_BACKEND, e.to_string()))?;
+    let c2 = Arc::downgrade(&conn);
+    let reader = std::thread::Builder::new()
+        .name("zcnet-nixl-rx".into())
+        .spawn(move || reader_loop(stream, c2))
+        .map_err(|e| (ERR_BACKEND, e.to_string()))?;
+    conn.threads
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend([writer, reader]);
+    Ok(conn)
+}
+
+/// A slice over registered memory the C++ half checked lies inside a live registration.
+///
+/// # Safety
+/// `addr..addr+len` is memory NIXL registered with this engine and keeps mapped while the
+/// caller holds the lock that guards it (the request's `released` flag, or the region map).
+unsafe fn mem<'a>(addr: u64, len: u64) -> &'a [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len as usize) }
+}
+
+/// As [`mem`], writable.
+///
+/// # Safety
+/// As [`mem`]; nothing else writes the range meanwhile (NIXL's contract for a transfer's
+/// buffers).
+unsafe fn mem_mut<'a>(addr: u64, len: u64) -> &'a mut [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len as usize) }
+}
+
+fn writer_loop(stream: TcpStream, rx: mpsc::Receiver<Job>, conn: std::sync::Weak<Conn>) {
+    let mut w = BufWriter::with_capacity(IO_BUF, &stream);
+    for job in rx {
+        let r = match job {
+            Job::Post(post, x, notif) => send_post(&mut w, post, &x, notif),
+            Job::Notif(msg) => (|| {
+                let mut h = Hdr::new(K_NOTIF, 0);
+                h.b = msg.len() as u64;
+                h.write_to(&mut w)?;
+                w.write_all(&msg)?;
+                w.flush()
+            })(),
+        };
+        if let Err(e) = r {
+            log(&format!("send failed: {e}"));
+            if let Some(c) = conn.upgrade() {
+                c.fail_all(ERR_REMOTE_DISCONNECT);
+            }
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+}
+
+fn send_post(w: &mut impl Write, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> io::Result<()> {
+    let mut aborted = false;
+    for (i, d) in x.descs.iter().enumerate() {
+        if x.op == OP_WRITE {
+            let released = x.released.lock().unwrap_or_else(|e| e.into_inner());
+            if *released {
+                aborted = true;
+                break;
+            }
+            let mut h = Hdr::new(K_WRITE, post);
+            (h.a, h.b, h.c) = (d.remote_addr, d.len, d.remote_key);
+            h.write_to(w)?;
+            // SAFETY: the C++ half checked the range lies in this engine's registration of the
+            // descriptor; `released` is false and held, so NIXL has not released the request.
+            w.write_all(unsafe { mem(d.local_addr, d.len) })?;
+        } else {
+            let mut h = Hdr::new(K_READ_REQ, post);
+            (h.a, h.b, h.c, h.d) = (d.remote_addr, d.len, d.remote_key, i as u64);
+            h.write_to(w)?;
+        }
+    }
+    let mut h = Hdr::new(K_END, post);
+    h.a = if aborted { END_ABORTED } else { 0 } | if notif.is_some() { END_NOTIF } else { 0 };
+    let msg = notif.unwrap_or_default();
+    h.b = msg.len() as u64;
+    h.write_to(w)?;
+    w.write_all(&msg)?;
+    w.flush()
+}
+
+fn reader_loop(stream: TcpStream, conn: std::sync::Weak<Conn>) {
+    let mut r = BufReader::with_capacity(IO_BUF, &stream);
+    let end = |why: String| {
+        if let Some(c) = conn.upgrade() {
+            // A peer that goes away with nothing outstanding is a close, not an error.
+            let busy = !c
+                .pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty();
+            if busy && !c.dead.load(Ordering::SeqCst) {
+                log(&format!("connection lost with requests outstanding: {why}"));
+            }
+            c.fail_all(ERR_REMOTE_DISCONNECT);
+        }
+    };
+    loop {
+        let h = match Hdr::read_from(&mut r) {
+            Ok(h) => h,
+            Err(e) => return end(e.to_string()),
+        };
+        let Some(c) = conn.upgrade() else { return };
+        let x = c
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&h.post)
+            .cloned();
+        let res = match h.kind {
+            K_READ_DATA => recv_read_data(&mut r, &h, x.as_deref()),
+            K_ACK => {
+                c.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&h.post);
+                if let Some(x) = x {
+                    x.finish(status_from_wire(h.c));
+                }
+                Ok(())
+            }
+            k => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unexpected frame kind {k} from the target"),
+            )),
+        };
+        if let Err(e) = res {
+            let _ = stream.shutdown(Shutdown::Both);
+            return end(e.to_string());
+        }
+    }
+}
+
+fn recv_read_data(r: &mut impl Read, h: &Hdr, x: Option<&Xfer>) -> io::Result<()> {
+    let Some(x) = x else {
+        return discard(r, h.b);
+    };
+    let st = status_from_wire(h.c);
+    let released = x.released.lock().unwrap_or_else(|e| e.into_inner());
+    let desc = x.descs.get(h.d as usize).filter(|d| d.len == h.b);
+    match desc {
+        Some(d) if !*released && st == SUCCESS => {
+            // SAFETY: the C++ half checked the range lies in this engine's registration;
+            // `released` is false and held, so NIXL has not released the request.
+            r.read_exact(unsafe { mem_mut(d.local_addr, d.len) })
+        }
+        _ => {
+            if !*released {
+                let mut err = x.err.lock().unwrap_or_else(|e| e.into_inner());
+                if *err == SUCCESS {
+                    *err = if st != SUCCESS { st } else { ERR_MISMATCH };
+                }
+            }
+            discard(r, h.b)
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>, incoming: Arc<Incoming>) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) => {
+                if shared.closing.load(Ordering::SeqCst) {
+                    return;
+                }
+                log(&format!("accept: {e}"));
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        if shared.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let Ok(keep) = stream.try_clone() else {
+            continue;
+        };
+        let sh = shared.clone();
+        let t = std::thread::Builder::new()
+            .name("zcnet-nixl-srv".into())
+            .spawn(move || {
+                if let Err(e) = serve(stream, &sh) {
+                    if !sh.closing.load(Ordering::SeqCst)
+                        && e.kind() != io::ErrorKind::UnexpectedEof
+                    {
+                        log(&format!("serving a peer: {e}"));
+                    }
+                }
+            });
+        if let Ok(t) = t {
+            let mut inc = incoming.lock().unwrap_or_else(|e| e.into_inner());
+            // Forget the connections that ended.
+            let (done, live): (Vec<_>, Vec<_>) = inc.drain(..).partition(|(_, t)| t.is_finished());
+            *inc = live;
+            inc.push((keep, t));
+            drop(inc);
+            for (_, t) in done {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The target's side of one connection.
+fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
+    let mut r = BufReader::with_capacity(IO_BUF, &stream);
+    let mut w = BufWriter::with_capacity(IO_BUF, &stream);
+    let hello = Hdr::read_from(&mut r)?;
+    if hello.kind != K_HELLO || hello.a != VERSION {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a ZCNET hello",
+        ));
+    }
+    let peer = String::from_utf8_lossy(&read_msg(&mut r, hello.b)?).into_owned();
+    let mut ok = Hdr::new(K_HELLO_OK, 0);
+    ok.a = sh.instance;
+    let stale = hello.c != sh.instance;
+    ok.c = status_to_wire(if stale { ERR_NOT_FOUND } else { SUCCESS });
+    ok.write_to(&mut w)?;
+    w.flush()?;
+    if stale {
+        log(&format!(
+            "refused agent {peer:?}: it loaded the connection info of an earlier engine"
+        ));
+        return Ok(());
+    }
+    // The first error of each request, reported in its acknowledgement.
+    let mut errs: HashMap<u64, i32> = HashMap::new();
+    loop {
+        let h = Hdr::read_from(&mut r)?;
+        match h.kind {
+            K_WRITE => {
+                let map = sh.regions.read().unwrap_or_else(|e| e.into_inner());
+                if region_ok_locked(&map, h.c, h.a, h.b) {
+                    // SAFETY: the range lies in a live registration of this engine, which
+                    // cannot be deregistered while the map's read lock is held.
+                    r.read_exact(unsafe { mem_mut(h.a, h.b) })?;
+                } else {
+                    drop(map);
+                    errs.entry(h.post).or_insert(ERR_INVALID_PARAM);
+                    log(&format!(
+                        "agent {peer:?} wrote {} bytes at {:#x} outside registration {}",
+                        h.b, h.a, h.c
+                    ));
+                    discard(&mut r, h.b)?;
+                }
+            }
+            K_READ_REQ => {
+                let mut d = Hdr::new(K_READ_DATA, h.post);
+                d.d = h.d;
+                let map = sh.regions.read().unwrap_or_else(|e| e.into_inner());
+                if region_ok_locked(&map, h.c, h.a, h.b) {
+                    d.b = h.b;
+                    d.write_to(&mut w)?;
+                    // SAFETY: as for WRITE: a live registration, held by the read lock.
+                    w.write_all(unsafe { mem(h.a, h.b) })?;
+                } else {
+                    drop(map);
+                    errs.entry(h.post).or_insert(ERR_INVALID_PARAM);
+                    log(&format!(
+                        "agent {peer:?} read {} bytes at {:#x} outside registration {}",
+                        h.b, h.a, h.c
+                    ));
+                    d.c = status_to_wire(ERR_INVALID_PARAM);
+                    d.write_to(&mut w)?;
+                }
+            }
+            K_END => {
+                let msg = read_msg(&mut r, h.b)?;
+                let st = errs.remove(&h.post).unwrap_or(SUCCESS);
+                let aborted = h.a & END_ABORTED != 0;
+                if st == SUCCESS && !aborted && h.a & END_NOTIF != 0 {
+                    sh.notifs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((peer.clone(), msg));
+                }
+                let mut ack = Hdr::new(K_ACK, h.post);
+                ack.c = status_to_wire(if aborted { ERR_CANCELED } else { st });
+                ack.write_to(&mut w)?;
+                w.flush()?;
+            }
+            K_NOTIF => {
+                let msg = read_msg(&mut r, h.b)?;
+                sh.notifs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((peer.clone(), msg));
+            }
+            k => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unexpected frame kind {k} from agent {peer:?}"),
+                ))
+            }
+        }
+    }
+}
+
+fn region_ok_locked(map: &HashMap<u64, (u64, u64)>, key: u64, addr: u64, len: u64) -> bool {
+    match map.get(&key) {
+        Some(&(base, size)) => {
+            addr >= base && addr.checked_add(len).is_some_and(|end| end <= base + size)
+        }
+        None => false,
+    }
+}

@@ -1,0 +1,106 @@
+"""One NIXL agent in its own process, driven by the tests over stdin/stdout (one JSON object per
+line each way). It uses the stock wheel's Python API only: what a NIXL user writes."""
+
+import base64
+import gc
+import hashlib
+import json
+import sys
+import time
+
+import numpy as np
+from nixl_cu12 import nixl_agent, nixl_agent_config
+
+
+# NIXL logs to stdout too: replies are the lines that start with this.
+TAG = "zcnet-nixl-reply "
+
+
+def reply(**kw):
+    sys.stdout.write(TAG + json.dumps(kw) + "\n")
+    sys.stdout.flush()
+
+
+def pattern(seed, n):
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def main():
+    agent = None
+    buf = None
+    reg = None
+    for line in sys.stdin:
+        c = json.loads(line)
+        cmd = c["cmd"]
+        try:
+            if cmd == "init":
+                agent = nixl_agent(c["name"], nixl_agent_config(backends=[]))
+                agent.create_backend("ZCNET", c.get("params", {}))
+                buf = np.zeros(c["size"], dtype=np.uint8)
+                reg = agent.register_memory(
+                    [(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM", backends=["ZCNET"]
+                )
+                reply(
+                    md=base64.b64encode(agent.get_agent_metadata()).decode(),
+                    addr=buf.ctypes.data,
+                    plugins=agent.get_plugin_list(),
+                )
+            elif cmd == "add_remote":
+                name = agent.add_remote_agent(base64.b64decode(c["md"]))
+                reply(name=name.decode() if isinstance(name, bytes) else name)
+            elif cmd == "fill":
+                buf[c["off"] : c["off"] + c["len"]] = pattern(c["seed"], c["len"])
+                reply(ok=True)
+            elif cmd == "digest":
+                reply(sha=hashlib.sha256(buf[c["off"] : c["off"] + c["len"]].tobytes()).hexdigest())
+            elif cmd == "xfer":
+                local = agent.get_xfer_descs(
+                    [(buf.ctypes.data + o, n, 0) for o, n in c["local"]], "DRAM"
+                )
+                remote = agent.get_xfer_descs(
+                    [(c["remote_addr"] + o, n, 0) for o, n in c["remote"]], "DRAM"
+                )
+                notif = c.get("notif", "").encode()
+                t0 = time.monotonic()
+                h = agent.initialize_xfer(
+                    c["op"], local, remote, c["peer"], notif, backends=["ZCNET"]
+                )
+                state = agent.transfer(h)
+                deadline = t0 + c.get("timeout", 60)
+                while state == "PROC" and time.monotonic() < deadline:
+                    time.sleep(0.0005)
+                    state = agent.check_xfer_state(h)
+                secs = time.monotonic() - t0
+                agent.release_xfer_handle(h)
+                reply(state=state, seconds=secs)
+            elif cmd == "send_notif":
+                # (1.5.1's send_notif(..., backend=) passes the handle where the binding wants a
+                # list: without it, the agent picks the one backend with notifications, ZCNET.)
+                agent.send_notif(c["peer"], c["msg"].encode())
+                reply(ok=True)
+            elif cmd == "notifs":
+                got = []
+                deadline = time.monotonic() + c.get("timeout", 30)
+                while len(got) < c["want"] and time.monotonic() < deadline:
+                    for peer, msgs in agent.get_new_notifs().items():
+                        got += [[peer, m.decode()] for m in msgs]
+                    if len(got) < c["want"]:
+                        time.sleep(0.001)
+                reply(notifs=got)
+            elif cmd == "quit":
+                if reg is not None:
+                    agent.deregister_memory(reg, backends=["ZCNET"])
+                # The engine's destructor runs now (its threads joined, sockets closed): a hang
+                # here fails the test by its timeout.
+                del agent
+                gc.collect()
+                reply(ok=True)
+                return
+            else:
+                reply(error=f"unknown command {cmd}")
+        except Exception as e:  # reported to the test, which fails with it
+            reply(error=f"{type(e).__name__}: {e}")
+
+
+if __name__ == "__main__":
+    main()
