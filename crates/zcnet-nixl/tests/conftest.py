@@ -61,21 +61,39 @@ def nixl():
     return nixl_module()
 
 
+def make_plugin_dir(mod, plugin, root):
+    """NIXL_PLUGIN_DIR for the wheel's plugins and ours, under `root`; returns the folder.
+
+    The wheel's plugins find their libraries through RPATH `$ORIGIN/..` and
+    `$ORIGIN/../../nixl_cu12.libs`, and `$ORIGIN` is the folder they are opened from (links are
+    not followed), so the folder sits in a copy of the wheel's layout made of links."""
+    site = pathlib.Path(mod.__file__).resolve().parent.parent
+    libs = site / ".nixl_cu12.mesonpy.libs"
+    wheel_plugins(mod)
+    (root / "nixl_cu12.libs").symlink_to(site / "nixl_cu12.libs")
+    (root / libs.name).mkdir()
+    for p in libs.iterdir():
+        if p.name != "plugins":
+            (root / libs.name / p.name).symlink_to(p)
+    d = root / libs.name / "plugins"
+    d.mkdir()
+    for p in (libs / "plugins").iterdir():
+        (d / p.name).symlink_to(p)
+    (d / "libplugin_ZCNET.so").symlink_to(pathlib.Path(plugin).resolve())
+    return d
+
+
 @pytest.fixture(scope="session")
 def plugin_dir(nixl, tmp_path_factory):
     """A folder with the wheel's plugins and ours, for NIXL_PLUGIN_DIR."""
-    d = tmp_path_factory.mktemp("nixl-plugins")
-    for p in wheel_plugins(nixl).iterdir():
-        (d / p.name).symlink_to(p)
-    (d / "libplugin_ZCNET.so").symlink_to(plugin_path().resolve())
-    return d
+    return make_plugin_dir(nixl, plugin_path(), tmp_path_factory.mktemp("nixl"))
 
 
 class Worker:
     """An agent in a process of its own (tests/nixl_worker.py)."""
 
-    def __init__(self, plugin_dir, name, size, params=None):
-        env = dict(os.environ, NIXL_PLUGIN_DIR=str(plugin_dir))
+    def __init__(self, plugin_dir, name, size, params=None, backend="ZCNET", env=None):
+        env = dict(os.environ, NIXL_PLUGIN_DIR=str(plugin_dir), **(env or {}))
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "nixl_worker.py")],
             stdin=subprocess.PIPE,
@@ -84,7 +102,7 @@ class Worker:
             text=True,
         )
         self.name = name
-        r = self.call(cmd="init", name=name, size=size, params=params or {})
+        r = self.call(cmd="init", name=name, size=size, params=params or {}, backend=backend)
         self.md, self.addr, self.plugins = r["md"], r["addr"], r["plugins"]
 
     def call(self, timeout=120, **cmd):
