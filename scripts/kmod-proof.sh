@@ -10,7 +10,8 @@
 # target/kmod-tools/ — then boots the lab's guest (scripts/kernel-lab.sh) and runs
 # kmod/tools/zcnic-proof-guest.sh there: TCP through the pair, ncdevmem's own bind checks, devmem RX
 # into a udmabuf and devmem TX from one, io_uring zcrx on a queue, each tool checking the bytes, and
-# a clean unload. STEPs pick some of: smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx.
+# a clean unload, also with bindings held. STEPs pick some of: smoke ncdevmem-checks ncdevmem-rx
+# ncdevmem-tx zcrx unload-held.
 # Everything comes from Debian's archive (deb.debian.org), so it runs where only package
 # registries are reachable. See docs/design.md, "Software NIC (kmod/zcnic)".
 #
@@ -47,8 +48,8 @@ while [ $# -gt 0 ]; do
 done
 for s in "$@"; do
   case $s in
-    smoke | ncdevmem-checks | ncdevmem-rx | ncdevmem-tx | zcrx) ;;
-    *) die 2 "unknown step '$s': steps are smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx" ;;
+    smoke | ncdevmem-checks | ncdevmem-rx | ncdevmem-tx | zcrx | unload-held) ;;
+    *) die 2 "unknown step '$s': steps are smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx unload-held" ;;
   esac
 done
 

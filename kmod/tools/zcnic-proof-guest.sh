@@ -8,13 +8,14 @@
 # nobody here wrote: the kernel's ncdevmem (its own bind checks, devmem RX with
 # a udmabuf, devmem TX) and liburing's examples/zcrx (io_uring zcrx in device
 # mode), every byte checked by the tool itself. Then it unloads the module.
-# Steps (default all): smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx.
+# Steps (default all): smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx unload-held
+# (the last unloads the module while a devmem binding and a zcrx area are held).
 # Prints `zcnic-proof: PASS|FAIL|SKIP step (detail)` per step and exits 1 if any
 # failed. Guest only: the addresses below exist nowhere else.
 set -u
 KO=$1 NCDEVMEM=$2 ZCRX=$3
 shift 3
-steps=${*:-smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx}
+steps=${*:-smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx unload-held}
 tools=$(cd "$(dirname "$0")" && pwd)
 py=$(command -v python3)
 A=192.168.77.1 B=192.168.77.2 NS=zcpeer
@@ -123,17 +124,21 @@ if want ncdevmem-tx; then
     # MSG_ZEROCOPY completions); the device reads it by DMA address.
     $py -c 'import sys
 for i in range(200): sys.stdout.write("line %04d " % i + "abcdefghijklmnopqrstuvwxyz" * 3 + "\n")' >$out/tx.in
-    timeout 300 $py "$tools/zcnic-send.py" --listen 5202 --save $out/tx.got >$out/tx.rx 2>&1 &
+    timeout 150 $py "$tools/zcnic-send.py" --listen 5202 --save $out/tx.got >$out/tx.rx 2>&1 &
     rx=$!
-    sleep 1
-    ip netns exec $NS timeout 300 "$NCDEVMEM" -f zcnic1 -s $A -p 5202 <$out/tx.in >$out/tx.out 2>$out/tx.err
+    for _ in $(seq 1 120); do # the listener may take a while to start in a TCG guest
+      ss -Hltn 'sport = :5202' | grep -q . && break
+      sleep 0.5
+    done
+    ip netns exec $NS timeout 120 "$NCDEVMEM" -f zcnic1 -s $A -p 5202 <$out/tx.in >$out/tx.out 2>$out/tx.err
     rc=$?
     wait $rx
     if [ $rc = 0 ] && cmp -s $out/tx.in $out/tx.got; then
       result PASS ncdevmem-tx "ncdevmem TX exit 0 ($(tail -n1 $out/tx.err)), $(wc -c <$out/tx.got) bytes received and equal"
     else
       result FAIL ncdevmem-tx "ncdevmem TX exit $rc"
-      show $out/tx.err 25
+      show $out/tx.err 40
+      dmesg | tail -n 20 | sed "s/^/    dmesg: /"
       show $out/tx.rx 5
     fi
   fi
@@ -184,13 +189,44 @@ fi
 echo "zcnic-proof: zcnic0's counters:"
 ip -s link show zcnic0 | sed 's/^/    /'
 
-# Unload with nothing held: every binding above has been given back.
 ip netns del $NS
 sleep 1
-if busybox rmmod zcnic; then
-  result PASS unload "rmmod zcnic"
+if want unload-held && [ "$NCDEVMEM" != - ] && [ "$ZCRX" != - ]; then
+  # Unload while a devmem binding (ncdevmem waiting for a connection on
+  # queue 3) and a zcrx area (examples/zcrx on queue 1) are held: the core
+  # unbinds both when the devices unregister.
+  "$py" "$tools/zcnic-rings.py" zcnic0 --split on --hds-thresh 0 >/dev/null 2>&1
+  timeout 300 "$NCDEVMEM" -l -f zcnic0 -s $A -p 5401 -t 3 -q 1 -n >$out/held.ncdevmem 2>&1 &
+  held1=$!
+  timeout 300 stdbuf -oL "$ZCRX" -p 5402 -i zcnic0 -q 1 >$out/held.zcrx 2>&1 &
+  held2=$!
+  for _ in $(seq 1 120); do
+    [ "$(ss -Hltn '( sport = :5401 or sport = :5402 )' | grep -c .)" = 2 ] && break
+    sleep 0.5
+  done
+  bound=$(ss -Hltn '( sport = :5401 or sport = :5402 )' | grep -c .)
+  timeout 120 busybox rmmod zcnic
+  rc=$?
+  gone=yes
+  kill -0 $held1 2>/dev/null && gone=no
+  kill $held1 $held2 2>/dev/null
+  wait $held1 $held2 2>/dev/null
+  if [ $rc = 0 ] && [ "$bound" = 2 ]; then
+    result PASS unload-held "rmmod zcnic with a devmem binding and a zcrx area held: exit 0 (ncdevmem ended by then: $gone)"
+  else
+    result FAIL unload-held "rmmod exit $rc with $bound of 2 listeners bound"
+    show $out/held.ncdevmem 10
+    show $out/held.zcrx 10
+  fi
+  sleep 1
+  [ -d /sys/module/zcnic ] && busybox rmmod zcnic
 else
-  result FAIL unload "rmmod zcnic failed"
+  # Unload with nothing held: every binding above has been given back.
+  if busybox rmmod zcnic; then
+    result PASS unload "rmmod zcnic"
+  else
+    result FAIL unload "rmmod zcnic failed"
+  fi
 fi
 if dmesg | grep -E -q 'WARNING|BUG|leak|Oops'; then
   result FAIL dmesg "the kernel complained"
