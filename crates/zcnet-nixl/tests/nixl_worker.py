@@ -52,6 +52,9 @@ def main():
             elif cmd == "add_remote":
                 name = agent.add_remote_agent(base64.b64decode(c["md"]))
                 reply(name=name.decode() if isinstance(name, bytes) else name)
+            elif cmd == "remove_remote":
+                agent.remove_remote_agent(c["name"])
+                reply(ok=True)
             elif cmd == "fill":
                 buf[c["off"] : c["off"] + c["len"]] = pattern(c["seed"], c["len"])
                 reply(ok=True)

@@ -2,7 +2,11 @@
 TCP on 127.0.0.1: WRITE and READ of 1 B to 16 MiB, several descriptors per request, with their
 notifications, every byte checked (SHA-256 of both sides' buffers)."""
 
+import socket
+
 import pytest
+
+from conftest import Worker
 
 SIZES = [1, 4096, 1 << 20, 16 << 20]
 # Each agent's registered buffer: room for the largest transfer at an odd offset.
@@ -80,3 +84,68 @@ def test_out_of_range_remote_is_refused_and_the_agent_keeps_working(agents):
                remote_addr=b.addr, peer="B")
     assert r["state"] == "DONE", r
     check_same(a, 0, b, 0, 4096)
+
+
+def test_peer_killed_is_an_error_and_the_agent_keeps_working(plugin_dir, agents):
+    """The target's process is killed: the next transfer to it ends in an error (no hang), and
+    the initiator goes on with another agent."""
+    a, b = agents(1 << 20)
+    a.call(cmd="fill", seed=3, off=0, len=1 << 20)
+    assert a.call(cmd="xfer", op="WRITE", local=[[0, 1 << 20]], remote=[[0, 1 << 20]],
+                  remote_addr=b.addr, peer="B")["state"] == "DONE"
+    b.proc.kill()
+    b.proc.wait()
+    try:
+        r = a.call(cmd="xfer", op="WRITE", local=[[0, 1 << 20]], remote=[[0, 1 << 20]],
+                   remote_addr=b.addr, peer="B", timeout=30)
+        assert r["state"] == "ERR", r
+    except AssertionError as e:
+        assert "NIXL_ERR" in str(e), e  # refused at post (the connection is known dead)
+    c = Worker(plugin_dir, "C", 1 << 20)
+    try:
+        assert a.call(cmd="add_remote", md=c.md)["name"] == "C"
+        r = a.call(cmd="xfer", op="WRITE", local=[[0, 1 << 20]], remote=[[0, 1 << 20]],
+                   remote_addr=c.addr, peer="C", notif="after")
+        assert r["state"] == "DONE", r
+        check_same(a, 0, c, 0, 1 << 20)
+        assert c.call(cmd="notifs", want=1)["notifs"] == [["A", "after"]]
+    finally:
+        c.close()
+
+
+def test_stale_connection_info_is_refused(plugin_dir):
+    """B restarts on the same port: A, still holding the old B's metadata, is refused (the
+    engine instance in the connection info differs) instead of writing into the new process's
+    memory at the old addresses; with the new metadata loaded, the transfer works."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = str(s.getsockname()[1])
+    s.close()
+    params = {"ip_addr": "127.0.0.1", "port": port}
+    a = Worker(plugin_dir, "A", 1 << 20)
+    b = Worker(plugin_dir, "B", 1 << 20, params)
+    b2 = None
+    try:
+        a.call(cmd="add_remote", md=b.md)
+        a.call(cmd="fill", seed=5, off=0, len=4096)
+        assert a.call(cmd="xfer", op="WRITE", local=[[0, 4096]], remote=[[0, 4096]],
+                      remote_addr=b.addr, peer="B")["state"] == "DONE"
+        old_addr = b.addr
+        b.close()
+        b2 = Worker(plugin_dir, "B", 1 << 20, params)
+        try:
+            r = a.call(cmd="xfer", op="WRITE", local=[[0, 4096]], remote=[[0, 4096]],
+                       remote_addr=old_addr, peer="B", timeout=30)
+            assert r["state"] == "ERR", r
+        except AssertionError as e:
+            assert "NIXL_ERR" in str(e), e
+        a.call(cmd="remove_remote", name="B")
+        a.call(cmd="add_remote", md=b2.md)
+        r = a.call(cmd="xfer", op="WRITE", local=[[0, 4096]], remote=[[0, 4096]],
+                   remote_addr=b2.addr, peer="B")
+        assert r["state"] == "DONE", r
+        check_same(a, 0, b2, 0, 4096)
+    finally:
+        for w in (a, b, b2):
+            if w is not None:
+                w.close()
