@@ -16,11 +16,13 @@
 //!
 //! Phase 1 (see docs/design.md, "NIXL backend (ZCNET)"): DRAM_SEG memory, WRITE and READ
 //! between agents in different processes, notifications with a transfer and alone, stale
-//! connection info refused. The transport is plain sockets, not yet zcnet's engine: see
-//! [`transport`].
+//! connection info refused. Sends go through zcnet's `Sender` (`auto`), receives are plain
+//! `read()`s into registered memory: see [`transport`].
 //!
 //! Backend parameters (`create_backend("ZCNET", {...})`): `ip_addr` (the address to listen on
 //! and to publish to peers, default `127.0.0.1`), `port` (default `0`: any free port).
+//! `ZCNET_NIXL_STATS=FILE` (`{pid}` in it is replaced by the process id): when an engine is
+//! destroyed, its senders' counters as one JSON object.
 
 #![allow(non_snake_case)]
 

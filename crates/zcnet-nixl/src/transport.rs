@@ -1,12 +1,17 @@
 //! The transport under the ZCNET backend: TCP connections the plugin owns, one per (initiating
 //! engine, target engine) pair, with a small framed protocol.
 //!
-//! **Phase 1: plain `std::net` sockets, NOT zcnet's engine.** Payload goes straight from the
-//! initiator's registered memory into `write()` and from `read()` into the target's registered
-//! memory (no staging copy in the plugin), but through the kernel's copying socket calls, with
-//! no zero-copy sends and no accounting. The next phase replaces [`Conn`]'s writer and the
-//! readers with zcnet's C ABI (`zcnet_sender_*` / `zcnet_receiver_*`, include/zcnet.h), so
-//! that the backend shares zcnet's engine, its `auto` fallback and its byte accounting.
+//! **Sending is zcnet's** (`Out`): each connection's sending side (the initiator's writer, the
+//! target's server) is a `zcnet::Sender` in `auto` mode, the engine the `zcnet` command and the
+//! NCCL plugin use: payloads above 16 KiB go from NIXL's registered memory itself
+//! (`Sender::send_lent`, `SEND_ZC` while the kernel's notifications say zero copy happens, then
+//! copying sends), smaller ones with their header in one of the sender's buffers, and the
+//! kernel's verdict on every byte is counted (`Stats`, written to `ZCNET_NIXL_STATS`). Where
+//! zcnet cannot make a sender (no io_uring), plain `write()`s, said on stderr. **Receiving
+//! is still plain `read()`** straight into the target's (WRITE) or initiator's (READ) registered
+//! memory, with no staging copy in the plugin; zcnet's receivers lend their own buffers, which
+//! would add a copy on TCP paths (where the kernel copies anyway), so the receive side waits
+//! for zcrx/devmem paths that place payload in registered memory.
 //!
 //! Threads, all blocked in a system call when idle (none polls or spins): per engine one
 //! acceptor (`accept()`); per incoming connection one server (`read()`: it applies WRITEs,
@@ -85,7 +90,7 @@ impl Hdr {
         }
     }
 
-    fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+    fn encode(&self) -> [u8; HDR_LEN] {
         let mut b = [0u8; HDR_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4..8].copy_from_slice(&self.kind.to_le_bytes());
@@ -95,7 +100,11 @@ impl Hdr {
         {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }
-        w.write_all(&b)
+        b
+    }
+
+    fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        w.write_all(&self.encode())
     }
 
     fn read_from(r: &mut impl Read) -> io::Result<Hdr> {
@@ -175,6 +184,47 @@ type Regions = RwLock<HashMap<u64, (u64, u64)>>;
 /// The connections peers opened to this engine, with their server threads.
 type Incoming = Mutex<Vec<(TcpStream, JoinHandle<()>)>>;
 
+/// What the engine's senders did, summed over its connections as they close: the kernel's
+/// verdict on every byte zcnet sent (headers included), for `ZCNET_NIXL_STATS`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    bytes: AtomicU64,
+    sends: AtomicU64,
+    zerocopy_bytes: AtomicU64,
+    copied_bytes: AtomicU64,
+    notifications: AtomicU64,
+    switches: AtomicU64,
+    connections: AtomicU64,
+}
+
+impl Stats {
+    fn add(&self, t: &zcnet::TxStats) {
+        let r = Ordering::Relaxed;
+        self.bytes.fetch_add(t.bytes, r);
+        self.sends.fetch_add(t.sends, r);
+        self.zerocopy_bytes.fetch_add(t.zerocopy_bytes, r);
+        self.copied_bytes.fetch_add(t.copied_bytes, r);
+        self.notifications.fetch_add(t.notifications, r);
+        self.switches.fetch_add(t.switches.len() as u64, r);
+        self.connections.fetch_add(1, r);
+    }
+
+    /// One JSON object.
+    pub fn json(&self) -> String {
+        let r = Ordering::Relaxed;
+        format!(
+            "{{\"bytes_sent\": {}, \"sends\": {}, \"zerocopy_bytes\": {}, \"copied_bytes\": {}, \"notifications\": {}, \"auto_switches\": {}, \"connections\": {}}}\n",
+            self.bytes.load(r),
+            self.sends.load(r),
+            self.zerocopy_bytes.load(r),
+            self.copied_bytes.load(r),
+            self.notifications.load(r),
+            self.switches.load(r),
+            self.connections.load(r)
+        )
+    }
+}
+
 /// What the engine's threads share.
 #[derive(Debug)]
 struct Shared {
@@ -183,6 +233,7 @@ struct Shared {
     regions: Regions,
     notifs: Mutex<Vec<(String, Vec<u8>)>>,
     closing: AtomicBool,
+    stats: Arc<Stats>,
 }
 
 /// A request: its descriptors, its state and the lock that keeps its local memory from being
@@ -233,6 +284,7 @@ pub struct Conn {
     dead: AtomicBool,
     next_post: AtomicU64,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    stats: Arc<Stats>,
 }
 
 impl std::fmt::Debug for Job {
@@ -308,6 +360,7 @@ impl Engine {
             regions: RwLock::new(HashMap::new()),
             notifs: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
+            stats: Arc::default(),
         });
         let incoming: Arc<Incoming> = Arc::default();
         let acc_listener = listener.try_clone().map_err(|e| e.to_string())?;
@@ -405,7 +458,13 @@ impl Engine {
             log(&format!("no connection info for agent {agent:?}"));
             return Err(ERR_NOT_FOUND);
         };
-        let c = connect(&self.shared.agent, addr, instance).map_err(|(st, msg)| {
+        let c = connect(
+            &self.shared.agent,
+            addr,
+            instance,
+            self.shared.stats.clone(),
+        )
+        .map_err(|(st, msg)| {
             log(&format!("connect to agent {agent:?} at {addr}: {msg}"));
             st
         })?;
@@ -535,10 +594,29 @@ impl Drop for Engine {
             let _ = s.shutdown(Shutdown::Both);
             let _ = t.join();
         }
+        if let Ok(path) = std::env::var("ZCNET_NIXL_STATS") {
+            // "{pid}" in the name: one file per process (agents in several processes).
+            let path =
+                std::path::PathBuf::from(path.replace("{pid}", &std::process::id().to_string()));
+            let tmp = path.with_extension("tmp");
+            let r = std::fs::write(&tmp, self.shared.stats.json())
+                .and_then(|_| std::fs::rename(&tmp, &path));
+            if let Err(e) = r {
+                log(&format!(
+                    "ZCNET_NIXL_STATS: cannot write {}: {e}",
+                    path.display()
+                ));
+            }
+        }
     }
 }
 
-fn connect(me: &str, addr: SocketAddr, instance: u64) -> Result<Arc<Conn>, (i32, String)> {
+fn connect(
+    me: &str,
+    addr: SocketAddr,
+    instance: u64,
+    stats: Arc<Stats>,
+) -> Result<Arc<Conn>, (i32, String)> {
     let disc = |e: io::Error| (ERR_REMOTE_DISCONNECT, e.to_string());
     let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(disc)?;
     let _ = stream.set_nodelay(true);
@@ -577,6 +655,7 @@ fn connect(me: &str, addr: SocketAddr, instance: u64) -> Result<Arc<Conn>, (i32,
         dead: AtomicBool::new(false),
         next_post: AtomicU64::new(1),
         threads: Mutex::new(Vec::new()),
+        stats,
     });
     let w = stream.try_clone().map_err(disc)?;
     let c1 = Arc::downgrade(&conn);
@@ -616,58 +695,161 @@ unsafe fn mem_mut<'a>(addr: u64, len: u64) -> &'a mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len as usize) }
 }
 
-fn writer_loop(stream: TcpStream, rx: mpsc::Receiver<Job>, conn: std::sync::Weak<Conn>) {
-    let mut w = BufWriter::with_capacity(IO_BUF, &stream);
-    for job in rx {
-        let r = match job {
-            Job::Post(post, x, notif) => send_post(&mut w, post, &x, notif),
-            Job::Notif(msg) => (|| {
-                let mut h = Hdr::new(K_NOTIF, 0);
-                h.b = msg.len() as u64;
-                h.write_to(&mut w)?;
-                w.write_all(&msg)?;
-                w.flush()
-            })(),
-        };
-        if let Err(e) = r {
-            log(&format!("send failed: {e}"));
-            if let Some(c) = conn.upgrade() {
-                c.fail_all(ERR_REMOTE_DISCONNECT);
+/// Where the writer's frames go: a zcnet sender (`auto`: zero copy from NIXL's memory until
+/// the kernel says it copies, then copying sends) owning the connection's sending side, or, if
+/// zcnet cannot make one here, plain buffered writes.
+enum Out<'a> {
+    Zc(Box<zcnet::Sender>),
+    Plain(BufWriter<&'a TcpStream>),
+}
+
+/// Payloads up to this size travel in the sender's buffer with their header (one send, one
+/// copy); larger ones are sent from NIXL's memory as they are (zcnet's `auto` threshold).
+const INLINE_MAX: u64 = zcnet::tx::AUTO_MIN_ZERO_COPY as u64;
+
+fn zc_err(e: zcnet::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl<'a> Out<'a> {
+    fn new(stream: &'a TcpStream) -> Out<'a> {
+        let cfg = zcnet::TxConfig::new(zcnet::TxMode::Auto);
+        let made = stream.try_clone().map_err(|e| e.to_string()).and_then(|s| {
+            let region =
+                zcnet::Region::new(zcnet::MemoryKind::Anonymous, zcnet::tx::region_len(&cfg))
+                    .map_err(|e| e.to_string())?;
+            zcnet::Sender::new(zcnet::Socket::from(s), region, &cfg).map_err(|e| e.to_string())
+        });
+        match made {
+            Ok(s) => Out::Zc(Box::new(s)),
+            Err(e) => {
+                log(&format!("no zcnet sender here ({e}): plain socket writes"));
+                Out::Plain(BufWriter::with_capacity(IO_BUF, stream))
             }
-            let _ = stream.shutdown(Shutdown::Both);
-            return;
+        }
+    }
+
+    /// A header and a payload small enough to go with it.
+    fn frame(&mut self, h: &Hdr, payload: &[u8]) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => {
+                h.write_to(w)?;
+                w.write_all(payload)
+            }
+            Out::Zc(s) => {
+                let mut b = s.buffer().map_err(zc_err)?;
+                let n = HDR_LEN + payload.len();
+                let Some(m) = b.bytes_mut().filter(|m| m.len() >= n) else {
+                    return Err(io::Error::other("a frame does not fit the sender's buffer"));
+                };
+                m[..HDR_LEN].copy_from_slice(&h.encode());
+                m[HDR_LEN..n].copy_from_slice(payload);
+                s.send(b, n).map_err(zc_err)
+            }
+        }
+    }
+
+    /// Bytes sent from where they lie: NIXL's memory or an owned message.
+    fn lent(&mut self, buf: zcnet::engine::ForeignBuf) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.write_all(buf.slice(0, buf.len()).unwrap_or(&[])),
+            Out::Zc(s) => {
+                let len = buf.len();
+                s.send_lent(Arc::new(buf), 0, len).map_err(zc_err)
+            }
+        }
+    }
+
+    /// Everything queued is on the wire and, for zcnet, the kernel is done with every byte
+    /// (each zero-copy notification arrived): lent memory is NIXL's again.
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.flush(),
+            Out::Zc(s) => s.flush().map_err(zc_err),
         }
     }
 }
 
-fn send_post(w: &mut impl Write, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> io::Result<()> {
-    let mut aborted = false;
-    for (i, d) in x.descs.iter().enumerate() {
-        if x.op == OP_WRITE {
-            let released = x.released.lock().unwrap_or_else(|e| e.into_inner());
-            if *released {
-                aborted = true;
-                break;
+fn writer_loop(stream: TcpStream, rx: mpsc::Receiver<Job>, conn: std::sync::Weak<Conn>) {
+    let mut out = Out::new(&stream);
+    let mut failed = None;
+    for job in rx {
+        let r = match job {
+            Job::Post(post, x, notif) => send_post(&mut out, post, &x, notif),
+            Job::Notif(msg) => {
+                send_msg(&mut out, Hdr::new(K_NOTIF, 0), msg).and_then(|_| out.flush())
             }
-            let mut h = Hdr::new(K_WRITE, post);
-            (h.a, h.b, h.c) = (d.remote_addr, d.len, d.remote_key);
-            h.write_to(w)?;
-            // SAFETY: the C++ half checked the range lies in this engine's registration of the
-            // descriptor; `released` is false and held, so NIXL has not released the request.
-            w.write_all(unsafe { mem(d.local_addr, d.len) })?;
-        } else {
+        };
+        if let Err(e) = r {
+            failed = Some(e);
+            break;
+        }
+    }
+    if let Some(c) = conn.upgrade() {
+        if let Out::Zc(s) = &out {
+            c.stats.add(&s.stats());
+        }
+        if let Some(e) = failed {
+            log(&format!("send failed: {e}"));
+            c.fail_all(ERR_REMOTE_DISCONNECT);
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+/// A header whose `b` is the length of `msg`, followed by `msg`.
+fn send_msg(out: &mut Out<'_>, mut h: Hdr, msg: Vec<u8>) -> io::Result<()> {
+    h.b = msg.len() as u64;
+    if msg.len() as u64 <= INLINE_MAX {
+        return out.frame(&h, &msg);
+    }
+    out.frame(&h, &[])?;
+    out.lent(zcnet::engine::ForeignBuf::owned(msg.into_boxed_slice()))
+}
+
+fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> io::Result<()> {
+    let mut aborted = false;
+    if x.op == OP_WRITE {
+        // Held until the kernel is done with every byte of the request (the flush below), so
+        // that once NIXL released it nothing reads its memory any more.
+        let released = x.released.lock().unwrap_or_else(|e| e.into_inner());
+        aborted = *released;
+        if !aborted {
+            for d in &x.descs {
+                let mut h = Hdr::new(K_WRITE, post);
+                (h.a, h.b, h.c) = (d.remote_addr, d.len, d.remote_key);
+                if d.len <= INLINE_MAX {
+                    // SAFETY: the C++ half checked the range lies in this engine's registration
+                    // of the descriptor; `released` is false and held: NIXL has not released
+                    // the request, so the memory is registered and not written meanwhile.
+                    out.frame(&h, unsafe { mem(d.local_addr, d.len) })?;
+                } else {
+                    out.frame(&h, &[])?;
+                    // SAFETY: as above; the buffer is dropped by the sender once the kernel is
+                    // done with it, at the latest in the flush below, still under `released`.
+                    let buf = unsafe {
+                        zcnet::engine::ForeignBuf::new(
+                            d.local_addr as usize as *mut u8,
+                            d.len as usize,
+                        )
+                    }
+                    .ok_or_else(|| io::Error::other("a NULL descriptor"))?;
+                    out.lent(buf)?;
+                }
+            }
+            out.flush()?;
+        }
+    } else {
+        for (i, d) in x.descs.iter().enumerate() {
             let mut h = Hdr::new(K_READ_REQ, post);
             (h.a, h.b, h.c, h.d) = (d.remote_addr, d.len, d.remote_key, i as u64);
-            h.write_to(w)?;
+            out.frame(&h, &[])?;
         }
     }
     let mut h = Hdr::new(K_END, post);
     h.a = if aborted { END_ABORTED } else { 0 } | if notif.is_some() { END_NOTIF } else { 0 };
-    let msg = notif.unwrap_or_default();
-    h.b = msg.len() as u64;
-    h.write_to(w)?;
-    w.write_all(&msg)?;
-    w.flush()
+    send_msg(out, h, notif.unwrap_or_default())?;
+    out.flush()
 }
 
 fn reader_loop(stream: TcpStream, conn: std::sync::Weak<Conn>) {
@@ -796,20 +978,28 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, incoming: Arc<Incomin
 /// The target's side of one connection.
 fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
     let mut r = BufReader::with_capacity(IO_BUF, &stream);
-    let mut w = BufWriter::with_capacity(IO_BUF, &stream);
-    let hello = Hdr::read_from(&mut r)?;
+    let mut w = Out::new(&stream);
+    let r = serve_on(&mut r, &mut w, sh);
+    if let Out::Zc(s) = &w {
+        sh.stats.add(&s.stats());
+    }
+    r
+}
+
+fn serve_on(r: &mut impl Read, w: &mut Out<'_>, sh: &Shared) -> io::Result<()> {
+    let hello = Hdr::read_from(r)?;
     if hello.kind != K_HELLO || hello.a != VERSION {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             "not a ZCNET hello",
         ));
     }
-    let peer = String::from_utf8_lossy(&read_msg(&mut r, hello.b)?).into_owned();
+    let peer = String::from_utf8_lossy(&read_msg(r, hello.b)?).into_owned();
     let mut ok = Hdr::new(K_HELLO_OK, 0);
     ok.a = sh.instance;
     let stale = hello.c != sh.instance;
     ok.c = status_to_wire(if stale { ERR_NOT_FOUND } else { SUCCESS });
-    ok.write_to(&mut w)?;
+    w.frame(&ok, &[])?;
     w.flush()?;
     if stale {
         log(&format!(
@@ -820,7 +1010,7 @@ fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
     // The first error of each request, reported in its acknowledgement.
     let mut errs: HashMap<u64, i32> = HashMap::new();
     loop {
-        let h = Hdr::read_from(&mut r)?;
+        let h = Hdr::read_from(r)?;
         match h.kind {
             K_WRITE => {
                 let map = sh.regions.read().unwrap_or_else(|e| e.into_inner());
@@ -835,7 +1025,7 @@ fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
                         "agent {peer:?} wrote {} bytes at {:#x} outside registration {}",
                         h.b, h.a, h.c
                     ));
-                    discard(&mut r, h.b)?;
+                    discard(r, h.b)?;
                 }
             }
             K_READ_REQ => {
@@ -844,9 +1034,20 @@ fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
                 let map = sh.regions.read().unwrap_or_else(|e| e.into_inner());
                 if region_ok_locked(&map, h.c, h.a, h.b) {
                     d.b = h.b;
-                    d.write_to(&mut w)?;
-                    // SAFETY: as for WRITE: a live registration, held by the read lock.
-                    w.write_all(unsafe { mem(h.a, h.b) })?;
+                    if h.b <= INLINE_MAX {
+                        // SAFETY: as for WRITE: a live registration, held by the read lock.
+                        w.frame(&d, unsafe { mem(h.a, h.b) })?;
+                    } else {
+                        w.frame(&d, &[])?;
+                        // SAFETY: as above; the sender drops the buffer once the kernel is done
+                        // with it, at the latest in the flush below, under the read lock.
+                        let buf = unsafe {
+                            zcnet::engine::ForeignBuf::new(h.a as usize as *mut u8, h.b as usize)
+                        }
+                        .ok_or_else(|| io::Error::other("a NULL range"))?;
+                        w.lent(buf)?;
+                        w.flush()?;
+                    }
                 } else {
                     drop(map);
                     errs.entry(h.post).or_insert(ERR_INVALID_PARAM);
@@ -855,11 +1056,11 @@ fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
                         h.b, h.a, h.c
                     ));
                     d.c = status_to_wire(ERR_INVALID_PARAM);
-                    d.write_to(&mut w)?;
+                    w.frame(&d, &[])?;
                 }
             }
             K_END => {
-                let msg = read_msg(&mut r, h.b)?;
+                let msg = read_msg(r, h.b)?;
                 let st = errs.remove(&h.post).unwrap_or(SUCCESS);
                 let aborted = h.a & END_ABORTED != 0;
                 if st == SUCCESS && !aborted && h.a & END_NOTIF != 0 {
@@ -870,11 +1071,11 @@ fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
                 }
                 let mut ack = Hdr::new(K_ACK, h.post);
                 ack.c = status_to_wire(if aborted { ERR_CANCELED } else { st });
-                ack.write_to(&mut w)?;
+                w.frame(&ack, &[])?;
                 w.flush()?;
             }
             K_NOTIF => {
-                let msg = read_msg(&mut r, h.b)?;
+                let msg = read_msg(r, h.b)?;
                 sh.notifs
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
