@@ -20,7 +20,8 @@
 //! `read()`s into registered memory: see [`transport`].
 //!
 //! Backend parameters (`create_backend("ZCNET", {...})`): `ip_addr` (the address to listen on
-//! and to publish to peers, default `127.0.0.1`), `port` (default `0`: any free port).
+//! and to publish to peers, default `127.0.0.1`), `port` (default `0`: any free port), `tx`
+//! (zcnet's send mode: `auto`, the default, `copy`, `uring` or `uring-zc`).
 //! `ZCNET_NIXL_STATS=FILE` (`{pid}` in it is replaced by the process id): when an engine is
 //! destroyed, its senders' counters as one JSON object.
 
@@ -80,7 +81,8 @@ unsafe fn text(p: *const u8, len: usize) -> String {
     String::from_utf8_lossy(unsafe { bytes(p, len) }).into_owned()
 }
 
-/// Makes an engine listening on `ip:port`; on failure writes the reason (NUL-terminated, cut to
+/// Makes an engine listening on `ip:port` whose connections send with zcnet mode `tx`; on
+/// failure writes the reason (NUL-terminated, cut to
 /// `errcap`) to `err`.
 ///
 /// # Safety
@@ -93,14 +95,17 @@ pub unsafe extern "C" fn zcnet_nixl_rs_engine_new(
     ip: *const u8,
     ip_len: usize,
     port: u16,
+    tx: *const u8,
+    tx_len: usize,
     out: *mut *mut Engine,
     err: *mut u8,
     errcap: usize,
 ) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (agent, ip) = unsafe { (text(agent, agent_len), text(ip, ip_len)) };
-        match Engine::new(&agent, &ip, port) {
+        let (agent, ip, tx) =
+            unsafe { (text(agent, agent_len), text(ip, ip_len), text(tx, tx_len)) };
+        match Engine::new(&agent, &ip, port, &tx) {
             Ok(e) => {
                 // SAFETY: `out` is writable (the caller's contract).
                 unsafe { *out = Box::into_raw(Box::new(e)) };

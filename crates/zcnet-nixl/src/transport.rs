@@ -234,6 +234,8 @@ struct Shared {
     notifs: Mutex<Vec<(String, Vec<u8>)>>,
     closing: AtomicBool,
     stats: Arc<Stats>,
+    /// How this engine's connections send (the backend parameter `tx`).
+    tx: zcnet::TxMode,
 }
 
 /// A request: its descriptors, its state and the lock that keeps its local memory from being
@@ -343,7 +345,20 @@ pub struct Engine {
 
 impl Engine {
     /// Listens on `ip:port` (port 0: any free one) and starts the acceptor.
-    pub fn new(agent: &str, ip: &str, port: u16) -> Result<Engine, String> {
+    pub fn new(agent: &str, ip: &str, port: u16, tx: &str) -> Result<Engine, String> {
+        let tx = match zcnet::TxMode::parse(tx) {
+            Ok(
+                m @ (zcnet::TxMode::Auto
+                | zcnet::TxMode::Copy
+                | zcnet::TxMode::Uring
+                | zcnet::TxMode::UringZc),
+            ) => m,
+            _ => {
+                return Err(format!(
+                    "backend parameter tx={tx} is not one of auto, copy, uring, uring-zc"
+                ))
+            }
+        };
         let addr: SocketAddr = format!("{ip}:{port}")
             .parse()
             .or_else(|_| format!("[{ip}]:{port}").parse())
@@ -361,6 +376,7 @@ impl Engine {
             notifs: Mutex::new(Vec::new()),
             closing: AtomicBool::new(false),
             stats: Arc::default(),
+            tx,
         });
         let incoming: Arc<Incoming> = Arc::default();
         let acc_listener = listener.try_clone().map_err(|e| e.to_string())?;
@@ -463,6 +479,7 @@ impl Engine {
             addr,
             instance,
             self.shared.stats.clone(),
+            self.shared.tx,
         )
         .map_err(|(st, msg)| {
             log(&format!("connect to agent {agent:?} at {addr}: {msg}"));
@@ -616,6 +633,7 @@ fn connect(
     addr: SocketAddr,
     instance: u64,
     stats: Arc<Stats>,
+    tx: zcnet::TxMode,
 ) -> Result<Arc<Conn>, (i32, String)> {
     let disc = |e: io::Error| (ERR_REMOTE_DISCONNECT, e.to_string());
     let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(disc)?;
@@ -647,9 +665,9 @@ fn connect(
                 .into(),
         ));
     }
-    let (tx, rx) = mpsc::channel();
+    let (jobs, rx) = mpsc::channel();
     let conn = Arc::new(Conn {
-        jobs: Mutex::new(Some(tx)),
+        jobs: Mutex::new(Some(jobs)),
         stream: stream.try_clone().map_err(disc)?,
         pending: Mutex::new(HashMap::new()),
         dead: AtomicBool::new(false),
@@ -661,7 +679,7 @@ fn connect(
     let c1 = Arc::downgrade(&conn);
     let writer = std::thread::Builder::new()
         .name("zcnet-nixl-tx".into())
-        .spawn(move || writer_loop(w, rx, c1))
+        .spawn(move || writer_loop(w, tx, rx, c1))
         .map_err(|e| (ERR_BACKEND, e.to_string()))?;
     let c2 = Arc::downgrade(&conn);
     let reader = std::thread::Builder::new()
@@ -712,8 +730,10 @@ fn zc_err(e: zcnet::Error) -> io::Error {
 }
 
 impl<'a> Out<'a> {
-    fn new(stream: &'a TcpStream) -> Out<'a> {
-        let cfg = zcnet::TxConfig::new(zcnet::TxMode::Auto);
+    /// A zcnet sender in `mode` on `stream`. `auto` falls back to plain writes where zcnet
+    /// cannot make a sender; an explicit mode the kernel refuses is an error with the reason.
+    fn new(stream: &'a TcpStream, mode: zcnet::TxMode) -> io::Result<Out<'a>> {
+        let cfg = zcnet::TxConfig::new(mode);
         let made = stream.try_clone().map_err(|e| e.to_string()).and_then(|s| {
             let region =
                 zcnet::Region::new(zcnet::MemoryKind::Anonymous, zcnet::tx::region_len(&cfg))
@@ -721,11 +741,12 @@ impl<'a> Out<'a> {
             zcnet::Sender::new(zcnet::Socket::from(s), region, &cfg).map_err(|e| e.to_string())
         });
         match made {
-            Ok(s) => Out::Zc(Box::new(s)),
-            Err(e) => {
+            Ok(s) => Ok(Out::Zc(Box::new(s))),
+            Err(e) if mode == zcnet::TxMode::Auto => {
                 log(&format!("no zcnet sender here ({e}): plain socket writes"));
-                Out::Plain(BufWriter::with_capacity(IO_BUF, stream))
+                Ok(Out::Plain(BufWriter::with_capacity(IO_BUF, stream)))
             }
+            Err(e) => Err(io::Error::other(format!("tx={mode}: {e}"))),
         }
     }
 
@@ -770,8 +791,23 @@ impl<'a> Out<'a> {
     }
 }
 
-fn writer_loop(stream: TcpStream, rx: mpsc::Receiver<Job>, conn: std::sync::Weak<Conn>) {
-    let mut out = Out::new(&stream);
+fn writer_loop(
+    stream: TcpStream,
+    mode: zcnet::TxMode,
+    rx: mpsc::Receiver<Job>,
+    conn: std::sync::Weak<Conn>,
+) {
+    let mut out = match Out::new(&stream, mode) {
+        Ok(o) => o,
+        Err(e) => {
+            log(&format!("cannot send: {e}"));
+            if let Some(c) = conn.upgrade() {
+                c.fail_all(ERR_BACKEND);
+            }
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+    };
     let mut failed = None;
     for job in rx {
         let r = match job {
@@ -978,7 +1014,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, incoming: Arc<Incomin
 /// The target's side of one connection.
 fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
     let mut r = BufReader::with_capacity(IO_BUF, &stream);
-    let mut w = Out::new(&stream);
+    let mut w = Out::new(&stream, sh.tx)?;
     let r = serve_on(&mut r, &mut w, sh);
     if let Out::Zc(s) = &w {
         sh.stats.add(&s.stats());

@@ -128,17 +128,26 @@ os._exit(0)
     assert "ZCNET" in out["plugins"], out
     # The wheel's own plugins still load beside ours.
     assert "UCX" in out["plugins"] and "POSIX" in out["plugins"], out
-    assert out["params"] == {"ip_addr": "127.0.0.1", "port": "0"}, out
+    assert out["params"] == {"ip_addr": "127.0.0.1", "port": "0", "tx": "auto"}, out
     assert out["mems"] == ["DRAM_SEG"], out
+    # The parameters the backend was created with (NIXL keeps them as given).
     assert out["backend_params"] == {"ip_addr": "127.0.0.1", "port": "0"}, out
 
 
-def test_a_bad_parameter_fails_creation_cleanly(plugin_dir):
-    code = """
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"port": "not-a-port"}, "port=not-a-port is not a port number"),
+        ({"tx": "msg-zerocopy"}, "tx=msg-zerocopy is not one of auto, copy, uring, uring-zc"),
+        ({"ip_addr": "not-an-ip"}, "ip_addr \"not-an-ip\" is not a numeric IP address"),
+    ],
+)
+def test_a_bad_parameter_fails_creation_cleanly(plugin_dir, params, message):
+    code = f"""
 from nixl_cu12 import nixl_agent, nixl_agent_config
 a = nixl_agent("abi", nixl_agent_config(backends=[]))
 try:
-    a.create_backend("ZCNET", {"port": "not-a-port"})
+    a.create_backend("ZCNET", {params!r})
 except Exception as e:
     print("REFUSED", type(e).__name__)
 """
@@ -147,4 +156,4 @@ except Exception as e:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, NIXL_PLUGIN_DIR=str(plugin_dir)), timeout=60)
     assert r.returncode == 0 and "REFUSED" in r.stdout, r.stdout + r.stderr
-    assert "port=not-a-port is not a port number" in r.stderr, r.stderr
+    assert message in r.stderr, r.stderr

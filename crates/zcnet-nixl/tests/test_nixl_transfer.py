@@ -177,3 +177,23 @@ def test_stats_file_counts_what_zcnet_sent(plugin_dir, tmp_path):
     assert sa["zerocopy_bytes"] + sa["copied_bytes"] == sa["bytes_sent"], sa
     # B only acknowledged: a few headers.
     assert 0 < stats["B"]["bytes_sent"] < 4096, stats["B"]
+
+
+@pytest.mark.parametrize("tx", ["copy", "uring", "uring-zc"])
+def test_send_modes(agents, tx):
+    """Each of zcnet's send modes (backend parameter `tx`) carries WRITE and READ, both sides
+    sending with it; bytes checked."""
+    a, b = agents(4 << 20, {"tx": tx})
+    a.call(cmd="fill", seed=21, off=0, len=3 << 20)
+    b.call(cmd="fill", seed=22, off=3 << 20, len=1 << 20)
+    descs = [[0, 1 << 20], [1 << 20, 5], [(1 << 20) + 64, (2 << 20) - 64]]
+    r = a.call(cmd="xfer", op="WRITE", local=descs, remote=descs, remote_addr=b.addr, peer="B",
+               notif=tx)
+    assert r["state"] == "DONE", r
+    for o, n in descs:
+        check_same(a, o, b, o, n)
+    r = a.call(cmd="xfer", op="READ", local=[[3 << 20, 1 << 20]], remote=[[3 << 20, 1 << 20]],
+               remote_addr=b.addr, peer="B")
+    assert r["state"] == "DONE", r
+    check_same(a, 3 << 20, b, 3 << 20, 1 << 20)
+    assert b.call(cmd="notifs", want=1)["notifs"] == [["A", tx]]
