@@ -128,13 +128,13 @@ fn kept_out() {}
 /// "ignored" gave no reason), and `--ignored` still runs it.
 #[zcnet_testkit::test]
 fn an_ignored_test_says_why_and_still_runs_when_asked() {
-    let exe = std::env::current_exe().unwrap();
+    let exe = std::env::current_exe().expect("this test's executable");
     let run = |extra: &[&str]| {
         let out = std::process::Command::new(&exe)
             .args(["kept_out", "--exact"])
             .args(extra)
             .output()
-            .unwrap();
+            .expect("running this test's executable");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let plain = run(&[]);
