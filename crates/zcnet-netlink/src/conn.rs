@@ -215,8 +215,8 @@ pub(crate) fn send_and_collect(
     collect_until(until, |b| sock.recv(b), buf, ctx, feed)
 }
 
-/// The receiving half of [`send_and_collect`], for an exchange whose request was sent
-/// otherwise (a dump of rtnetlink made outside this crate): feeds each datagram `recv` gets
+/// The receiving half of this module's request-and-answer exchanges, for one whose request
+/// was sent otherwise (a dump of rtnetlink made outside this crate): feeds each datagram `recv` gets
 /// to `feed` until it says the answer is complete, and fails with `TimedOut` once `until`
 /// has passed, however the datagrams trickle in (`recv` is a socket's, with its own receive
 /// timeout, [`NlSocket::recv`]).
