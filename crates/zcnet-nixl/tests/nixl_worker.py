@@ -80,6 +80,21 @@ def main():
                 secs = time.monotonic() - t0
                 agent.release_xfer_handle(h)
                 reply(state=state, seconds=secs)
+            elif cmd == "post_release":
+                # Posts a request and releases it at once, before it can complete.
+                local = agent.get_xfer_descs(
+                    [(buf.ctypes.data + o, n, 0) for o, n in c["local"]], "DRAM"
+                )
+                remote = agent.get_xfer_descs(
+                    [(c["remote_addr"] + o, n, 0) for o, n in c["remote"]], "DRAM"
+                )
+                h = agent.initialize_xfer(
+                    c["op"], local, remote, c["peer"], c.get("notif", "").encode(),
+                    backends=[backend],
+                )
+                state = agent.transfer(h)
+                agent.release_xfer_handle(h)
+                reply(state=state)
             elif cmd == "send_notif":
                 # (1.5.1's send_notif(..., backend=) passes the handle where the binding wants a
                 # list: without it, the agent picks the one backend with notifications, ZCNET.)

@@ -197,3 +197,86 @@ def test_send_modes(agents, tx):
     assert r["state"] == "DONE", r
     check_same(a, 3 << 20, b, 3 << 20, 1 << 20)
     assert b.call(cmd="notifs", want=1)["notifs"] == [["A", tx]]
+
+
+@pytest.mark.parametrize("op", ["WRITE", "READ"])
+def test_released_before_completion(agents, op):
+    """A 16 MiB request released right after it was posted: the release returns (the plugin
+    stops touching the memory), and the next transfer between the same agents works, bytes and
+    notification included."""
+    a, b = agents(BUF)
+    n = 16 << 20
+    for _ in range(3):
+        r = a.call(cmd="post_release", op=op, local=[[0, n]], remote=[[0, n]],
+                   remote_addr=b.addr, peer="B", notif="released")
+        assert r["state"] in ("PROC", "DONE"), r
+    a.call(cmd="fill", seed=31, off=n, len=4096)
+    r = a.call(cmd="xfer", op="WRITE", local=[[n, 4096]], remote=[[n, 4096]],
+               remote_addr=b.addr, peer="B", notif="after")
+    assert r["state"] == "DONE", r
+    check_same(a, n, b, n, 4096)
+    # A released request's notification may or may not have been delivered; "after" comes last.
+    got = []
+    for _ in range(5):
+        got += b.call(cmd="notifs", want=1, timeout=5)["notifs"]
+        if ["A", "after"] in got:
+            break
+    assert got and got[-1] == ["A", "after"], got
+    assert all(m == ["A", "released"] for m in got[:-1]), got
+
+
+LEAK_CHECK = """
+import ctypes, gc, os, sys, time
+from nixl_cu12 import nixl_agent, nixl_agent_config
+
+def count():
+    return len(os.listdir("/proc/self/fd")), len(os.listdir("/proc/self/task"))
+
+def one_round(i, size=1 << 20):
+    agents, bufs = [], []
+    for name in (f"a{i}", f"b{i}"):
+        ag = nixl_agent(name, nixl_agent_config(backends=[]))
+        ag.create_backend("ZCNET", {})
+        buf = ctypes.create_string_buffer(size)
+        reg = ag.register_memory([(ctypes.addressof(buf), size, 0, "")], "DRAM")
+        agents.append((ag, reg))
+        bufs.append(buf)
+    (a, ra), (b, rb) = agents
+    a.add_remote_agent(b.get_agent_metadata())
+    for op in ("WRITE", "READ"):
+        local = a.get_xfer_descs([(ctypes.addressof(bufs[0]), size, 0)], "DRAM")
+        remote = a.get_xfer_descs([(ctypes.addressof(bufs[1]), size, 0)], "DRAM")
+        h = a.initialize_xfer(op, local, remote, f"b{i}", b"n")
+        state = a.transfer(h)
+        while state == "PROC":
+            time.sleep(0.001)
+            state = a.check_xfer_state(h)
+        assert state == "DONE", state
+        a.release_xfer_handle(h)
+    a.deregister_memory(ra)
+    b.deregister_memory(rb)
+    del a, b, agents
+    gc.collect()
+
+one_round(0)
+before = count()
+for i in range(1, 4):
+    one_round(i)
+print("COUNTS", before, count())
+"""
+
+
+def test_engines_leave_no_fds_or_threads(plugin_dir):
+    """Agents with ZCNET made, used (WRITE and READ) and destroyed three times in one process:
+    the process ends with the fds and threads it had after the first round."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", LEAK_CHECK], capture_output=True, text=True,
+                       env=dict(os.environ, NIXL_PLUGIN_DIR=str(plugin_dir)), timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = [l for l in r.stdout.splitlines() if l.startswith("COUNTS")]
+    assert line, r.stdout + r.stderr
+    before, after = line[0][len("COUNTS "):].split(") (")
+    assert before + ")" == "(" + after, f"fds, threads: {line[0]}"
