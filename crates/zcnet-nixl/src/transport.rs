@@ -41,6 +41,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 // NIXL's status values (nixl_types.h:53-68; cxx/nixl_abi.hpp).
 pub const SUCCESS: i32 = 0;
 pub const IN_PROG: i32 = 1;
+pub const ERR_NOT_POSTED: i32 = -1;
 pub const ERR_INVALID_PARAM: i32 = -2;
 pub const ERR_BACKEND: i32 = -3;
 pub const ERR_NOT_FOUND: i32 = -4;
@@ -506,7 +507,7 @@ impl Engine {
             op,
             agent: agent.to_string(),
             descs,
-            status: Mutex::new(ERR_CANCELED),
+            status: Mutex::new(ERR_NOT_POSTED),
             err: Mutex::new(SUCCESS),
             released: Mutex::new(false),
             posted: Mutex::new(None),

@@ -72,11 +72,19 @@ def main():
                 h = agent.initialize_xfer(
                     c["op"], local, remote, c["peer"], notif, backends=[backend]
                 )
-                state = agent.transfer(h)
-                deadline = t0 + c.get("timeout", 60)
-                while state == "PROC" and time.monotonic() < deadline:
-                    time.sleep(0.0005)
-                    state = agent.check_xfer_state(h)
+                # `repeat`: the same handle posted again once done (NIXL's repost), the buffer
+                # refilled with the next seed before each repost when `refill` is given.
+                for i in range(c.get("repeat", 1)):
+                    if i and "refill" in c:
+                        o, n = c["refill"]
+                        buf[o : o + n] = pattern(c["seed"] + i, n)
+                    state = agent.transfer(h)
+                    deadline = time.monotonic() + c.get("timeout", 60)
+                    while state == "PROC" and time.monotonic() < deadline:
+                        time.sleep(0.0005)
+                        state = agent.check_xfer_state(h)
+                    if state != "DONE":
+                        break
                 secs = time.monotonic() - t0
                 agent.release_xfer_handle(h)
                 reply(state=state, seconds=secs)

@@ -280,3 +280,16 @@ def test_engines_leave_no_fds_or_threads(plugin_dir):
     assert line, r.stdout + r.stderr
     before, after = line[0][len("COUNTS "):].split(") (")
     assert before + ")" == "(" + after, f"fds, threads: {line[0]}"
+
+
+def test_repost_the_same_request(agents):
+    """One request handle posted three times (NIXL's repost), the source refilled in between:
+    the target ends with the last contents and gets one notification per post."""
+    a, b = agents(1 << 20)
+    n = 300000
+    a.call(cmd="fill", seed=40, off=0, len=n)
+    r = a.call(cmd="xfer", op="WRITE", local=[[0, n]], remote=[[0, n]], remote_addr=b.addr,
+               peer="B", notif="again", repeat=3, refill=[0, n], seed=40)
+    assert r["state"] == "DONE", r
+    check_same(a, 0, b, 0, n)
+    assert b.call(cmd="notifs", want=3)["notifs"] == [["A", "again"]] * 3
