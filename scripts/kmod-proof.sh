@@ -120,7 +120,7 @@ if [ ! -x "$ncdevmem" ]; then
     # Only what ncdevmem needs: the ynl library, its generator and specs, the raw uapi
     # headers the generated code is built against (Makefile.deps), the test.
     tar -x -C "$ksrc" --strip-components=1 -f "$ksrc"/deb/usr/src/linux-source-*.tar.xz \
-      --wildcards '*/tools/net/ynl/*' '*/tools/scripts/*' '*/Documentation/netlink/specs/*' \
+      --wildcards '*/tools/net/ynl/*' '*/tools/scripts/*' '*/Documentation/netlink/*' \
       '*/include/uapi/*' '*/tools/testing/selftests/drivers/net/hw/ncdevmem.c' ||
       die 3 "extracting the kernel tree failed"
     # ynl_gen_c.py climbs from the spec to the directory holding MAINTAINERS (the tree's
@@ -133,7 +133,7 @@ if [ ! -x "$ncdevmem" ]; then
   inc=$ksrc/uapi/usr/include
   if ! make -C "$ksrc/tools/net/ynl" -j2 GENS="ethtool netdev" RSTS="" libynl.a >"$tools/ynl.log" 2>&1; then
     tail -n 15 "$tools/ynl.log" >&2
-    die 4 "building tools/net/ynl's libynl.a failed (log: $tools/ynl.log): python3-yaml is needed (apt-get install python3-yaml)"
+    die 4 "building tools/net/ynl's libynl.a failed (log: $tools/ynl.log; its generator needs python3 with yaml: apt-get install python3-yaml)"
   fi
   y=$ksrc/tools/net/ynl
   if ! gcc -O2 -I"$inc" -I"$inc/x86_64-linux-gnu" -I"$y/lib" -I"$y/generated" \
