@@ -187,8 +187,9 @@ struct nixlTelemetryEvent {
 // ---- src/api/cpp/backend/backend_engine.h ----
 
 // backend_engine.h:33-251. The agent (libnixl.so) reads the data members through functions it
-// inlines (getInitErr, getType, getCustomParams, getTelemetryEvents: :91-99), so they are laid
-// out exactly as NIXL's: vptr 0x0, backendType 0x8, customParams 0x28, telemetryEvents_ 0x60,
+// inlines (getInitErr, getType, getCustomParams: :97-99; getType also when it destroys the
+// engine, src/core/nixl_agent.cpp:53; getTelemetryEvents, :91, is not called by the 1.4.0
+// agent), so they are laid out exactly as NIXL's: vptr 0x0, backendType 0x8, customParams 0x28, telemetryEvents_ 0x60,
 // telemetryEventsMutex_ 0x78, initErr 0xa0, localAgent 0xa8, enableTelemetry_ 0xc8. The
 // virtual functions are in NIXL's order (:89, :105-250): the vtable is what the agent calls.
 class nixlBackendEngine {
