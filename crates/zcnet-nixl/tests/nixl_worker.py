@@ -29,6 +29,7 @@ def pattern(seed, n):
 def main():
     agent = None
     backend = "ZCNET"
+    posted = {}
     buf = None
     reg = None
     for line in sys.stdin:
@@ -88,6 +89,29 @@ def main():
                 secs = time.monotonic() - t0
                 agent.release_xfer_handle(h)
                 reply(state=state, seconds=secs)
+            elif cmd == "post":
+                # Posts a request and returns at once; "wait" finishes it.
+                local = agent.get_xfer_descs(
+                    [(buf.ctypes.data + o, n, 0) for o, n in c["local"]], "DRAM"
+                )
+                remote = agent.get_xfer_descs(
+                    [(c["remote_addr"] + o, n, 0) for o, n in c["remote"]], "DRAM"
+                )
+                h = agent.initialize_xfer(
+                    c["op"], local, remote, c["peer"], c.get("notif", "").encode(),
+                    backends=[backend],
+                )
+                posted[id(h)] = h
+                reply(id=id(h), state=agent.transfer(h))
+            elif cmd == "wait":
+                h = posted.pop(c["id"])
+                state = agent.check_xfer_state(h)
+                deadline = time.monotonic() + c.get("timeout", 60)
+                while state == "PROC" and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                    state = agent.check_xfer_state(h)
+                agent.release_xfer_handle(h)
+                reply(state=state)
             elif cmd == "post_release":
                 # Posts a request and releases it at once, before it can complete.
                 local = agent.get_xfer_descs(

@@ -293,3 +293,39 @@ def test_repost_the_same_request(agents):
     assert r["state"] == "DONE", r
     check_same(a, 0, b, 0, n)
     assert b.call(cmd="notifs", want=3)["notifs"] == [["A", "again"]] * 3
+
+
+def test_peer_killed_mid_transfer(plugin_dir, agents):
+    """The target stops (SIGSTOP) with a 16 MiB WRITE in flight, then is killed: the request
+    ends in an error, not a hang, and the initiator works with another agent."""
+    import signal
+    import time
+
+    a, b = agents(BUF)
+    # Connected first (connections are made at the first request), then B stops reading.
+    assert a.call(cmd="xfer", op="WRITE", local=[[0, 1]], remote=[[0, 1]], remote_addr=b.addr,
+                  peer="B")["state"] == "DONE"
+    b.proc.send_signal(signal.SIGSTOP)
+    try:
+        r = a.call(cmd="post", op="WRITE", local=[[0, 16 << 20]], remote=[[0, 16 << 20]],
+                   remote_addr=b.addr, peer="B", notif="never")
+        assert r["state"] == "PROC", r
+        time.sleep(0.3)
+        assert a.call(cmd="digest", off=0, len=1)  # A still answers while its WRITE waits
+    finally:
+        b.proc.kill()
+        b.proc.wait()
+    try:
+        assert a.call(cmd="wait", id=r["id"], timeout=30)["state"] == "ERR"
+    except AssertionError as e:
+        assert "NIXL_ERR" in str(e), e
+    c = Worker(plugin_dir, "C", 1 << 20)
+    try:
+        a.call(cmd="add_remote", md=c.md)
+        a.call(cmd="fill", seed=50, off=0, len=1 << 20)
+        r = a.call(cmd="xfer", op="WRITE", local=[[0, 1 << 20]], remote=[[0, 1 << 20]],
+                   remote_addr=c.addr, peer="C")
+        assert r["state"] == "DONE", r
+        check_same(a, 0, c, 0, 1 << 20)
+    finally:
+        c.close()
