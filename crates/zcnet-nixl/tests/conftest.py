@@ -149,10 +149,12 @@ def agents(plugin_dir):
     """Two agents, A and B, in two processes, each knowing the other's metadata."""
     made = []
 
-    def make(size, params=None):
-        a = Worker(plugin_dir, "A", size, params)
+    def make(size, params=None, backend="ZCNET"):
+        # NIXL's UCX backend is the reference, over TCP as ZCNET (UCX_TLS=tcp).
+        env = {"UCX_TLS": "tcp"} if backend == "UCX" else None
+        a = Worker(plugin_dir, "A", size, params, backend=backend, env=env)
         made.append(a)
-        b = Worker(plugin_dir, "B", size, params)
+        b = Worker(plugin_dir, "B", size, params, backend=backend, env=env)
         made.append(b)
         assert a.call(cmd="add_remote", md=b.md)["name"] == "B"
         assert b.call(cmd="add_remote", md=a.md)["name"] == "A"
