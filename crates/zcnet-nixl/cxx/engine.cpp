@@ -64,6 +64,19 @@ void log_error(const std::string &msg) { std::fprintf(stderr, "zcnet-nixl: %s\n"
 
 nixl_status_t st(int v) { return static_cast<nixl_status_t>(v); }
 
+// Runs `f`, turning a C++ exception (std::bad_alloc from a string or a vector) into
+// NIXL_ERR_BACKEND with its message: nothing thrown here reaches the agent.
+template <class F> nixl_status_t guarded(const char *what, F &&f) noexcept {
+    try {
+        return f();
+    } catch (const std::exception &e) {
+        log_error(std::string(what) + ": " + e.what());
+    } catch (...) {
+        log_error(std::string(what) + ": an unknown exception");
+    }
+    return NIXL_ERR_BACKEND;
+}
+
 // A registration of this engine.
 struct LocalMD final : nixlBackendMD {
     uint64_t tag = kLocalTag;
@@ -125,12 +138,14 @@ public:
 
     nixl_status_t registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem,
                               nixlBackendMD *&out) override {
-        if (nixl_mem != DRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
-        uint64_t key = 0;
-        nixl_status_t r = st(zcnet_nixl_rs_register(rs_, mem.addr, mem.len, &key));
-        if (r != NIXL_SUCCESS) return r;
-        out = new LocalMD(key, mem.addr, mem.len);
-        return NIXL_SUCCESS;
+        return guarded("registerMem", [&]() -> nixl_status_t {
+            if (nixl_mem != DRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
+            uint64_t key = 0;
+            nixl_status_t r = st(zcnet_nixl_rs_register(rs_, mem.addr, mem.len, &key));
+            if (r != NIXL_SUCCESS) return r;
+            out = new LocalMD(key, mem.addr, mem.len);
+            return NIXL_SUCCESS;
+        });
     }
 
     nixl_status_t deregisterMem(nixlBackendMD *meta) override {
@@ -156,21 +171,25 @@ public:
     }
 
     nixl_status_t getPublicData(const nixlBackendMD *meta, std::string &str) const override {
-        auto *md = static_cast<const LocalMD *>(meta);
-        if (!md || md->tag != kLocalTag) return NIXL_ERR_INVALID_PARAM;
-        char buf[96];
-        std::snprintf(buf, sizeof buf, "zcnet1 %" PRIx64 " %" PRIx64 " %" PRIx64, md->key,
-                      md->addr, md->len);
-        str = buf;
-        return NIXL_SUCCESS;
+        return guarded("getPublicData", [&]() -> nixl_status_t {
+            auto *md = static_cast<const LocalMD *>(meta);
+            if (!md || md->tag != kLocalTag) return NIXL_ERR_INVALID_PARAM;
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "zcnet1 %" PRIx64 " %" PRIx64 " %" PRIx64, md->key,
+                          md->addr, md->len);
+            str = buf;
+            return NIXL_SUCCESS;
+        });
     }
 
     nixl_status_t getConnInfo(std::string &str) const override {
-        char buf[256];
-        size_t len = 0;
-        nixl_status_t r = st(zcnet_nixl_rs_conn_info(rs_, buf, sizeof buf, &len));
-        if (r == NIXL_SUCCESS) str.assign(buf, len);
-        return r;
+        return guarded("getConnInfo", [&]() -> nixl_status_t {
+            char buf[256];
+            size_t len = 0;
+            nixl_status_t r = st(zcnet_nixl_rs_conn_info(rs_, buf, sizeof buf, &len));
+            if (r == NIXL_SUCCESS) str.assign(buf, len);
+            return r;
+        });
     }
 
     nixl_status_t loadRemoteConnInfo(const std::string &agent, const std::string &info) override {
@@ -180,58 +199,62 @@ public:
 
     nixl_status_t loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &nixl_mem,
                                const std::string &agent, nixlBackendMD *&output) override {
-        if (nixl_mem != DRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
-        uint64_t key, addr, len;
-        char tail;
-        if (std::sscanf(input.metaInfo.c_str(), "zcnet1 %" SCNx64 " %" SCNx64 " %" SCNx64 "%c",
-                        &key, &addr, &len, &tail) != 3) {
-            log_error("metadata of agent " + agent + " is not ZCNET's");
-            return NIXL_ERR_INVALID_PARAM;
-        }
-        output = new RemoteMD(agent, key, addr, len);
-        return NIXL_SUCCESS;
+        return guarded("loadRemoteMD", [&]() -> nixl_status_t {
+            if (nixl_mem != DRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
+            uint64_t key, addr, len;
+            char tail;
+            if (std::sscanf(input.metaInfo.c_str(), "zcnet1 %" SCNx64 " %" SCNx64 " %" SCNx64 "%c",
+                            &key, &addr, &len, &tail) != 3) {
+                log_error("metadata of agent " + agent + " is not ZCNET's");
+                return NIXL_ERR_INVALID_PARAM;
+            }
+            output = new RemoteMD(agent, key, addr, len);
+            return NIXL_SUCCESS;
+        });
     }
 
     nixl_status_t prepXfer(const nixl_xfer_op_t &op, const nixl_meta_dlist_t &local,
                            const nixl_meta_dlist_t &remote, const std::string &agent,
                            nixlBackendReqH *&handle,
                            const nixl_opt_b_args_t *opt_args) const override {
-        if (op != NIXL_READ && op != NIXL_WRITE) return NIXL_ERR_INVALID_PARAM;
-        if (local.getType() != DRAM_SEG || remote.getType() != DRAM_SEG)
-            return NIXL_ERR_NOT_SUPPORTED;
-        const int n = local.descCount();
-        if (n != remote.descCount()) {
-            log_error("a request's local and remote lists differ in length");
-            return NIXL_ERR_MISMATCH;
-        }
-        std::vector<zcnet_nixl_desc> descs;
-        descs.reserve(static_cast<size_t>(n));
-        for (int i = 0; i < n; i++) {
-            const nixlMetaDesc &l = local[static_cast<size_t>(i)];
-            const nixlMetaDesc &r = remote[static_cast<size_t>(i)];
-            auto *lmd = static_cast<const LocalMD *>(l.metadataP);
-            auto *rmd = static_cast<const RemoteMD *>(r.metadataP);
-            if (l.len != r.len) {
-                log_error("descriptor " + std::to_string(i) + ": local and remote lengths differ");
+        return guarded("prepXfer", [&]() -> nixl_status_t {
+            if (op != NIXL_READ && op != NIXL_WRITE) return NIXL_ERR_INVALID_PARAM;
+            if (local.getType() != DRAM_SEG || remote.getType() != DRAM_SEG)
+                return NIXL_ERR_NOT_SUPPORTED;
+            const int n = local.descCount();
+            if (n != remote.descCount()) {
+                log_error("a request's local and remote lists differ in length");
                 return NIXL_ERR_MISMATCH;
             }
-            if (!lmd || lmd->tag != kLocalTag || !inside(lmd->addr, lmd->len, l.addr, l.len)) {
-                log_error("descriptor " + std::to_string(i) + ": local range not registered");
-                return NIXL_ERR_INVALID_PARAM;
+            std::vector<zcnet_nixl_desc> descs;
+            descs.reserve(static_cast<size_t>(n));
+            for (int i = 0; i < n; i++) {
+                const nixlMetaDesc &l = local[static_cast<size_t>(i)];
+                const nixlMetaDesc &r = remote[static_cast<size_t>(i)];
+                auto *lmd = static_cast<const LocalMD *>(l.metadataP);
+                auto *rmd = static_cast<const RemoteMD *>(r.metadataP);
+                if (l.len != r.len) {
+                    log_error("descriptor " + std::to_string(i) + ": local and remote lengths differ");
+                    return NIXL_ERR_MISMATCH;
+                }
+                if (!lmd || lmd->tag != kLocalTag || !inside(lmd->addr, lmd->len, l.addr, l.len)) {
+                    log_error("descriptor " + std::to_string(i) + ": local range not registered");
+                    return NIXL_ERR_INVALID_PARAM;
+                }
+                if (!rmd || rmd->tag != kRemoteTag || rmd->agent != agent ||
+                    !inside(rmd->addr, rmd->len, r.addr, r.len)) {
+                    log_error("descriptor " + std::to_string(i) + ": remote range not registered by " +
+                              agent);
+                    return NIXL_ERR_INVALID_PARAM;
+                }
+                descs.push_back({l.addr, l.len, r.addr, rmd->key});
             }
-            if (!rmd || rmd->tag != kRemoteTag || rmd->agent != agent ||
-                !inside(rmd->addr, rmd->len, r.addr, r.len)) {
-                log_error("descriptor " + std::to_string(i) + ": remote range not registered by " +
-                          agent);
-                return NIXL_ERR_INVALID_PARAM;
-            }
-            descs.push_back({l.addr, l.len, r.addr, rmd->key});
-        }
-        const zcnet_nixl_xfer *x = zcnet_nixl_rs_xfer_new(
-            rs_, op == NIXL_WRITE ? 1u : 0u, agent.data(), agent.size(), descs.data(), descs.size());
-        if (!x) return NIXL_ERR_BACKEND;
-        handle = new ReqH(x, op);
-        return NIXL_SUCCESS;
+            const zcnet_nixl_xfer *x = zcnet_nixl_rs_xfer_new(
+                rs_, op == NIXL_WRITE ? 1u : 0u, agent.data(), agent.size(), descs.data(), descs.size());
+            if (!x) return NIXL_ERR_BACKEND;
+            handle = new ReqH(x, op);
+            return NIXL_SUCCESS;
+        });
     }
 
     nixl_status_t postXfer(const nixl_xfer_op_t &op, const nixl_meta_dlist_t &,
