@@ -34,6 +34,9 @@ show() { # FILE: the tail of a tool's output, indented
   sed 's/^/    | /' "$1" | tail -n "${2:-15}"
 }
 want() { [[ " $steps " == *" $1 "* ]]; }
+rxbytes() { # RX bytes of zcnic0's queue $1, from the netdev family's per-queue stats
+  "$py" "$tools/zcnic-nl.py" qstats zcnic0 | awk -v q="$1" '$1 == "rx" && $2 == q { print $6 }'
+}
 
 echo "zcnic-proof: kernel $(uname -r), module $KO"
 if ! busybox insmod "$KO" queues=4; then
@@ -98,6 +101,7 @@ if want ncdevmem-rx; then
     # byte (-v 7: bytes 1..6 and a newline); the flow is steered by the
     # ntuple rule ncdevmem itself adds with ethtool -N.
     n=1000000
+    before=$(rxbytes 3)
     timeout 600 "$NCDEVMEM" -l -f zcnic0 -s $A -p 5201 -v 7 >$out/rx.out 2>$out/rx.err &
     srv=$!
     ip netns exec $NS timeout 300 $py "$tools/zcnic-send.py" --pattern ncdevmem --chunk 16384 $A 5201 $n >$out/rx.tx 2>&1
@@ -106,8 +110,9 @@ if want ncdevmem-rx; then
     frags=$(grep -c '^received frag_page' $out/rx.err)
     total=$(grep -o 'total_received=[0-9]*' $out/rx.err | tail -n1)
     vals=$(grep -c 'Validated buffer' $out/rx.out)
-    if [ $rc = 0 ] && [ "${total#*=}" = $n ]; then
-      result PASS ncdevmem-rx "ncdevmem -l exit 0, $total in $frags dma-buf frags, $vals buffers validated"
+    onq=$(($(rxbytes 3) - before))
+    if [ $rc = 0 ] && [ "${total#*=}" = $n ] && [ "$onq" -gt $n ]; then
+      result PASS ncdevmem-rx "ncdevmem -l exit 0, $total in $frags dma-buf frags, $vals buffers validated; queue 3 received $onq bytes (qstats)"
     else
       result FAIL ncdevmem-rx "ncdevmem -l exit $rc, ${total:-no data}"
       grep -v '^received frag_page\|^recvmsg ret\|^total_received' $out/rx.err | tail -n 25 | sed 's/^/    | /'
@@ -153,9 +158,10 @@ if want zcrx; then
     # byte (-v) and the total (-s).
     n=2000000
     q=2
-    "$py" "$tools/zcnic-rings.py" zcnic0 --split on --hds-thresh 0 >$out/zcrx.rings 2>&1
+    "$py" "$tools/zcnic-nl.py" rings zcnic0 --split on --hds-thresh 0 >$out/zcrx.rings 2>&1
     ethtool -N zcnic0 flow-type tcp4 dst-ip $A dst-port 5301 action $q >$out/zcrx.rule 2>&1
     rule=$(grep -o 'ID [0-9]*' $out/zcrx.rule | cut -d' ' -f2)
+    before=$(rxbytes $q)
     timeout 600 stdbuf -oL -eL "$ZCRX" -p 5301 -i zcnic0 -q $q -v -s $n >$out/zcrx.out 2>&1 &
     srv=$!
     ip netns exec $NS timeout 300 $py "$tools/zcnic-send.py" --pattern zcrx $A 5301 $n >$out/zcrx.tx 2>&1
@@ -173,10 +179,11 @@ if want zcrx; then
       rc=$?
     fi
     [ -n "$rule" ] && ethtool -N zcnic0 delete "$rule"
-    "$py" "$tools/zcnic-rings.py" zcnic0 --split off >/dev/null 2>&1
+    onq=$(($(rxbytes $q) - before))
+    "$py" "$tools/zcnic-nl.py" rings zcnic0 --split off >/dev/null 2>&1
     line=$(grep 'Connection terminated' $out/zcrx.out)
-    if [ "$rc" = killed ] && [[ $line == *"received $n,"* ]]; then
-      result PASS zcrx "examples/zcrx -v -s $n on queue $q: $line; rings: $(cat $out/zcrx.rings)"
+    if [ "$rc" = killed ] && [[ $line == *"received $n,"* ]] && [ "$onq" -gt $n ]; then
+      result PASS zcrx "examples/zcrx -v -s $n on queue $q: $line; queue $q received $onq bytes (qstats); rings: $(cat $out/zcrx.rings)"
     else
       result FAIL zcrx "examples/zcrx exit $rc: ${line:-no connection summary}"
       show $out/zcrx.out 25
@@ -186,8 +193,8 @@ if want zcrx; then
   fi
 fi
 
-echo "zcnic-proof: zcnic0's counters:"
-ip -s link show zcnic0 | sed 's/^/    /'
+echo "zcnic-proof: zcnic0's per-queue counters (netdev qstats):"
+"$py" "$tools/zcnic-nl.py" qstats zcnic0 | sed 's/^/    /'
 
 ip netns del $NS
 sleep 1
@@ -195,7 +202,7 @@ if want unload-held && [ "$NCDEVMEM" != - ] && [ "$ZCRX" != - ]; then
   # Unload while a devmem binding (ncdevmem waiting for a connection on
   # queue 3) and a zcrx area (examples/zcrx on queue 1) are held: the core
   # unbinds both when the devices unregister.
-  "$py" "$tools/zcnic-rings.py" zcnic0 --split on --hds-thresh 0 >/dev/null 2>&1
+  "$py" "$tools/zcnic-nl.py" rings zcnic0 --split on --hds-thresh 0 >/dev/null 2>&1
   timeout 300 "$NCDEVMEM" -l -f zcnic0 -s $A -p 5401 -t 3 -q 1 -n >$out/held.ncdevmem 2>&1 &
   held1=$!
   timeout 300 stdbuf -oL "$ZCRX" -p 5402 -i zcnic0 -q 1 >$out/held.zcrx 2>&1 &
