@@ -11,7 +11,7 @@
 # kmod/tools/zcnic-proof-guest.sh there: TCP through the pair, ncdevmem's own bind checks, devmem RX
 # into a udmabuf and devmem TX from one, io_uring zcrx on a queue, each tool checking the bytes, and
 # a clean unload, also with bindings held. STEPs pick some of: smoke ncdevmem-checks ncdevmem-rx
-# ncdevmem-tx zcrx unload-held.
+# ncdevmem-hds ncdevmem-tx zcrx unload-held.
 # Everything comes from Debian's archive (deb.debian.org), so it runs where only package
 # registries are reachable. See docs/design.md, "Software NIC (kmod/zcnic)".
 #
@@ -48,8 +48,8 @@ while [ $# -gt 0 ]; do
 done
 for s in "$@"; do
   case $s in
-    smoke | ncdevmem-checks | ncdevmem-rx | ncdevmem-tx | zcrx | unload-held) ;;
-    *) die 2 "unknown step '$s': steps are smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx unload-held" ;;
+    smoke | ncdevmem-checks | ncdevmem-rx | ncdevmem-hds | ncdevmem-tx | zcrx | unload-held) ;;
+    *) die 2 "unknown step '$s': steps are smoke ncdevmem-checks ncdevmem-rx ncdevmem-hds ncdevmem-tx zcrx unload-held" ;;
   esac
 done
 

@@ -8,14 +8,14 @@
 # nobody here wrote: the kernel's ncdevmem (its own bind checks, devmem RX with
 # a udmabuf, devmem TX) and liburing's examples/zcrx (io_uring zcrx in device
 # mode), every byte checked by the tool itself. Then it unloads the module.
-# Steps (default all): smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx unload-held
+# Steps (default all): smoke ncdevmem-checks ncdevmem-rx ncdevmem-hds ncdevmem-tx zcrx unload-held
 # (the last unloads the module while a devmem binding and a zcrx area are held).
 # Prints `zcnic-proof: PASS|FAIL|SKIP step (detail)` per step and exits 1 if any
 # failed. Guest only: the addresses below exist nowhere else.
 set -u
 KO=$1 NCDEVMEM=$2 ZCRX=$3
 shift 3
-steps=${*:-smoke ncdevmem-checks ncdevmem-rx ncdevmem-tx zcrx unload-held}
+steps=${*:-smoke ncdevmem-checks ncdevmem-rx ncdevmem-hds ncdevmem-tx zcrx unload-held}
 tools=$(cd "$(dirname "$0")" && pwd)
 py=$(command -v python3)
 A=192.168.77.1 B=192.168.77.2 NS=zcpeer
@@ -98,11 +98,12 @@ if want ncdevmem-rx; then
     result SKIP ncdevmem-rx "no ncdevmem built"
   else
     # devmem RX into a udmabuf on the last queue, ncdevmem checking every
-    # byte (-v 7: bytes 1..6 and a newline); the flow is steered by the
-    # ntuple rule ncdevmem itself adds with ethtool -N.
+    # byte (-v 7: bytes 1..6 and a newline) and failing on any payload left
+    # in the linear part (-L); the flow is steered by the ntuple rule
+    # ncdevmem itself adds with ethtool -N.
     n=1000000
     before=$(rxbytes 3)
-    timeout 600 "$NCDEVMEM" -l -f zcnic0 -s $A -p 5201 -v 7 >$out/rx.out 2>$out/rx.err &
+    timeout 600 "$NCDEVMEM" -l -L -f zcnic0 -s $A -p 5201 -v 7 >$out/rx.out 2>$out/rx.err &
     srv=$!
     ip netns exec $NS timeout 300 $py "$tools/zcnic-send.py" --pattern ncdevmem --chunk 16384 $A 5201 $n >$out/rx.tx 2>&1
     wait $srv
@@ -112,11 +113,34 @@ if want ncdevmem-rx; then
     vals=$(grep -c 'Validated buffer' $out/rx.out)
     onq=$(($(rxbytes 3) - before))
     if [ $rc = 0 ] && [ "${total#*=}" = $n ] && [ "$onq" -gt $n ]; then
-      result PASS ncdevmem-rx "ncdevmem -l exit 0, $total in $frags dma-buf frags, $vals buffers validated; queue 3 received $onq bytes (qstats)"
+      result PASS ncdevmem-rx "ncdevmem -l -L -v 7 exit 0, $total in $frags dma-buf frags, $vals buffers validated; queue 3 received $onq bytes (qstats)"
     else
       result FAIL ncdevmem-rx "ncdevmem -l exit $rc, ${total:-no data}"
       grep -v '^received frag_page\|^recvmsg ret\|^total_received' $out/rx.err | tail -n 25 | sed 's/^/    | /'
       show $out/rx.tx 5
+    fi
+  fi
+fi
+
+if want ncdevmem-hds; then
+  if [ "$NCDEVMEM" = - ]; then
+    result SKIP ncdevmem-hds "no ncdevmem built"
+  else
+    # Header split at every payload size (the kernel's devmem.py run_rx_hds):
+    # one send of SIZE bytes must arrive in dma-buf frags, none in the
+    # linear part (-L).
+    bad=
+    for size in 1 64 1448 4096 9000; do
+      timeout 300 "$NCDEVMEM" -l -L -f zcnic0 -s $A -p 5203 >$out/hds.$size.out 2>$out/hds.$size.err &
+      srv=$!
+      ip netns exec $NS timeout 120 $py "$tools/zcnic-send.py" --chunk $size $A 5203 $size >$out/hds.$size.tx 2>&1
+      wait $srv || bad="$bad $size"
+    done
+    if [ -z "$bad" ]; then
+      result PASS ncdevmem-hds "ncdevmem -l -L exit 0 for single sends of 1, 64, 1448, 4096 and 9000 bytes"
+    else
+      result FAIL ncdevmem-hds "ncdevmem -l -L failed for sizes:$bad"
+      for size in $bad; do grep -v '^received frag\|^recvmsg ret\|^total_rec' $out/hds.$size.err | tail -n 8 | sed 's/^/    | /'; done
     fi
   fi
 fi
