@@ -51,7 +51,24 @@ impl From<zcnet::Error> for PerfError {
     fn from(e: zcnet::Error) -> PerfError {
         match e {
             zcnet::Error::Interrupted => PerfError::Interrupted,
-            e => PerfError::Failed(e.to_string()),
+            // The library's text may name its own settings (`TxConfig::inflight`): every
+            // way perf shows an error (its line, -J's "error") gets the command's words.
+            e => PerfError::Failed(crate::cli_text::words(&e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[zcnet_testkit::test]
+    fn a_library_error_reaches_perf_in_the_commands_words() {
+        let e = PerfError::from(zcnet::Error::invalid_input(
+            "TxConfig::inflight is 0: give at least one",
+        ));
+        let text = e.to_string();
+        assert!(!text.contains("::"), "{text}");
+        assert!(text.contains("is 0: give at least one"), "{text}");
     }
 }
