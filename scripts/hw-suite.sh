@@ -47,6 +47,8 @@ Environment (ZCNET_HW_* are read only from the environment):
   ZCNET_HW_PORT        first TCP port used (default 25301; the tests use it and the next 5)
   ZCNET_HW_BYTES       bytes per transfer, N or N with K/M/G (binary) (default 1G)
   ZCNET_HW_TIMEOUT     seconds one transfer may take (default 120)
+  ZCNET_HW_SETTLE      seconds to wait after a run for the kernel to let go of a zcrx area or a
+                       devmem binding before the NIC state is compared (default 180)
   ZCNET                the zcnet binary (default: zcnet on PATH, else target/release/zcnet)
   ZCNET_STATE_DIR      passed to zcnet: where `nic setup` keeps its state files (/run/zcnet)
 
@@ -133,6 +135,7 @@ fi
 DMEM=${MEM:-${GPU:+cuda:$GPU}}
 { is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65530 ]; } || bad_env "ZCNET_HW_PORT='$PORT': give a port from 1 to 65530"
 { is_uint "$TMO" && [ "$TMO" -ge 1 ]; } || bad_env "ZCNET_HW_TIMEOUT='$TMO': give whole seconds"
+is_uint "${ZCNET_HW_SETTLE:-180}" || bad_env "ZCNET_HW_SETTLE='${ZCNET_HW_SETTLE:-}': give whole seconds"
 case $BYTES_ARG in
   *[kK]) n=${BYTES_ARG%?} m=1024 ;;
   *[mM]) n=${BYTES_ARG%?} m=1048576 ;;
@@ -517,18 +520,21 @@ snapshot() {
   echo "$i"
 }
 
-# snapshot OUT, taken again (up to 60 s) while it differs from BEFORE only in a memory provider
-# still bound: the kernel lets go of a zcrx area or a devmem binding asynchronously after the
-# process that held it exits (io_uring's ring teardown runs in a workqueue, and a page pool is
-# destroyed once the pages in flight come back; the kernel warns after 60 s).
+# snapshot OUT, taken again (up to ZCNET_HW_SETTLE seconds, default 180) while it differs from
+# BEFORE only in a memory provider still bound: the kernel lets go of a zcrx area or a devmem
+# binding asynchronously after the process that held it exits (io_uring's ring teardown runs in
+# a workqueue and retries cancelling what is in flight; a page pool is destroyed once its pages
+# in flight come back). In a loaded TCG guest this was seen to take over 60 s. SETTLED_WAIT
+# says how long it took.
 settled_snapshot() {
-  local out=$1 before=$2 t=0
+  local out=$1 before=$2 t=0 limit=${ZCNET_HW_SETTLE:-180}
   snapshot "$out" >/dev/null
-  while [ "$t" -lt 60 ] && only_bindings_differ "$before" "$out"; do
+  while [ "$t" -lt "$limit" ] && only_bindings_differ "$before" "$out"; do
     sleep 1
     t=$((t + 1))
     snapshot "$out" >/dev/null
   done
+  SETTLED_WAIT=$t
 }
 
 # Whether snapshots A and B differ, and only in the lines of memory-provider bindings.
@@ -675,6 +681,7 @@ rx_case() {
   settled_snapshot "$TW/after.txt" "$TW/before.txt"
   d=$(differs "$TW/before.txt" "$TW/after.txt")
   [ -z "$d" ] && unmark_dirty
+  [ -z "$d" ] || d="$d (after waiting ${SETTLED_WAIT} s for the kernel to let go)"
   [ "$rrc" -eq 0 ] || fail "recv exited $rrc: $(zline "$TW/recv.err"); peer's send exited $src: $(zline "$TW/send.err")"
   [ "$src" -eq 0 ] || fail "peer's zcnet send exited $src: $(zline "$TW/send.err")"
   [ -z "$d" ] || fail "the NIC was not restored after the run: $d"
@@ -1045,7 +1052,7 @@ for r in "${R_RES[@]}"; do
   case $r in pass) npass=$((npass + 1)) ;; fail) nfail=$((nfail + 1)) ;; *) nskip=$((nskip + 1)) ;; esac
 done
 
-ENV_VARS="ZCNET_HW_IFACE ZCNET_HW_QUEUE ZCNET_HW_LOCAL_V4 ZCNET_HW_REMOTE_V4 ZCNET_HW_REMOTE_SSH ZCNET_HW_REMOTE_ZCNET ZCNET_HW_REMOTE_NETNS ZCNET_HW_GPU ZCNET_HW_MEM ZCNET_HW_PORT ZCNET_HW_BYTES ZCNET_HW_TIMEOUT ZCNET ZCNET_STATE_DIR"
+ENV_VARS="ZCNET_HW_IFACE ZCNET_HW_QUEUE ZCNET_HW_LOCAL_V4 ZCNET_HW_REMOTE_V4 ZCNET_HW_REMOTE_SSH ZCNET_HW_REMOTE_ZCNET ZCNET_HW_REMOTE_NETNS ZCNET_HW_GPU ZCNET_HW_MEM ZCNET_HW_SETTLE ZCNET_HW_PORT ZCNET_HW_BYTES ZCNET_HW_TIMEOUT ZCNET ZCNET_STATE_DIR"
 if [ "$JSON" = 1 ]; then
   {
     printf '{"suite": "zcnet-hw", "date": %s, "kernel": %s, "iface": %s, "driver": %s,\n' \
