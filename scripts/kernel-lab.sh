@@ -26,6 +26,7 @@ PINS=(
 )
 MIRROR=${ZCNET_KERNEL_LAB_MIRROR:-http://deb.debian.org/debian}
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+. "$(dirname "$0")/lib/apt.sh"
 # Modules the initramfs loads, in order: 9p to mount the host's /, then the virtual devices
 # zcnet's tests create (the guest cannot autoload: this user space has no modprobe for it).
 MODULES=(fs/netfs/netfs net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p
@@ -109,26 +110,9 @@ exec 9>"$cache/lock" || die "cannot write $cache/lock: set ZCNET_KERNEL_LAB_CACH
 flock 9
 if [ ! -e "$kdir/.complete" ]; then
   apt=$cache/apt
-  rm -rf "$apt" "$kdir"
-  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$apt/prefs.d" "$kdir" || die "cannot write $cache"
-  echo "deb [signed-by=$KEYRING] $MIRROR $suite main" >"$apt/sources.list"
-  : >"$apt/preferences"
-  # A private apt: its own sources, lists and cache; the system's /etc/apt is not touched.
-  cat >"$apt/apt.conf" <<EOF
-Dir::Etc::SourceList "$apt/sources.list";
-Dir::Etc::SourceParts "$apt/parts";
-Dir::Etc::Preferences "$apt/preferences";
-Dir::Etc::PreferencesParts "$apt/prefs.d";
-Dir::State::Lists "$apt/lists";
-Dir::State::status "/dev/null";
-Dir::Cache "$apt/cache";
-Dir::Cache::Archives "$apt/archives";
-Acquire::Languages "none";
-APT::Architecture "amd64";
-APT::Sandbox::User "root";
-Acquire::Retries "1";
-Acquire::http::Timeout "30";
-EOF
+  rm -rf "$kdir"
+  mkdir -p "$kdir" || die "cannot write $cache"
+  apt_private "$apt" "deb [signed-by=$KEYRING] $MIRROR $suite main" || die "cannot write $cache"
   say "downloading Linux $release from $MIRROR $suite ($pkgs) into $cache"
   t0=$SECONDS
   log=$apt/apt.log

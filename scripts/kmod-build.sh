@@ -25,6 +25,7 @@ PINS=(
 MIRROR=${ZCNET_KERNEL_LAB_MIRROR:-http://deb.debian.org/debian}
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/scripts/lib/apt.sh"
 SRC=$ROOT/kmod/zcnic
 
 me='kmod-build'
@@ -90,25 +91,7 @@ flock 9
 # APT_CONFIG; the system's /etc/apt is not touched, Debian's keyring checks the index.
 apt_setup() { # SUITE
   apt=$cache/kmod/apt-$1
-  rm -rf "$apt"
-  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$apt/prefs.d" || die 2 "cannot write $cache"
-  echo "deb [signed-by=$KEYRING] $MIRROR $1 main" >"$apt/sources.list"
-  : >"$apt/preferences"
-  cat >"$apt/apt.conf" <<EOF
-Dir::Etc::SourceList "$apt/sources.list";
-Dir::Etc::SourceParts "$apt/parts";
-Dir::Etc::Preferences "$apt/preferences";
-Dir::Etc::PreferencesParts "$apt/prefs.d";
-Dir::State::Lists "$apt/lists";
-Dir::State::status "/dev/null";
-Dir::Cache "$apt/cache";
-Dir::Cache::Archives "$apt/archives";
-Acquire::Languages "none";
-APT::Architecture "amd64";
-APT::Sandbox::User "root";
-Acquire::Retries "1";
-Acquire::http::Timeout "30";
-EOF
+  apt_private "$apt" "deb [signed-by=$KEYRING] $MIRROR $1 main" || die 2 "cannot write $cache"
   log=$apt/apt.log
   # apt-get update exits 0 when the archive cannot be reached: the index it leaves tells.
   APT_CONFIG=$apt/apt.conf apt-get -q update >"$log" 2>&1

@@ -21,6 +21,7 @@
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/scripts/lib/apt.sh"
 MIRROR=${ZCNET_KERNEL_LAB_MIRROR:-http://deb.debian.org/debian}
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 # The kernel tree ncdevmem and its ynl library come from: 7.2's, as the lab's 7.2 guest runs.
@@ -75,26 +76,8 @@ exec 9>"$cache/lock" || die 2 "cannot write $cache/lock: set ZCNET_KERNEL_LAB_CA
 
 apt_sid() { # a private apt for sid with sources (like scripts/kernel-lab.sh)
   apt=$src/apt
-  rm -rf "$apt"
-  mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$apt/prefs.d" || die 2 "cannot write $src"
-  printf 'deb [signed-by=%s] %s sid main\ndeb-src [signed-by=%s] %s sid main\n' \
-    "$KEYRING" "$MIRROR" "$KEYRING" "$MIRROR" >"$apt/sources.list"
-  : >"$apt/preferences"
-  cat >"$apt/apt.conf" <<EOF
-Dir::Etc::SourceList "$apt/sources.list";
-Dir::Etc::SourceParts "$apt/parts";
-Dir::Etc::Preferences "$apt/preferences";
-Dir::Etc::PreferencesParts "$apt/prefs.d";
-Dir::State::Lists "$apt/lists";
-Dir::State::status "/dev/null";
-Dir::Cache "$apt/cache";
-Dir::Cache::Archives "$apt/archives";
-Acquire::Languages "none";
-APT::Architecture "amd64";
-APT::Sandbox::User "root";
-Acquire::Retries "1";
-Acquire::http::Timeout "30";
-EOF
+  apt_private "$apt" "deb [signed-by=$KEYRING] $MIRROR sid main" "deb-src [signed-by=$KEYRING] $MIRROR sid main" ||
+    die 2 "cannot write $src"
   log=$apt/apt.log
   APT_CONFIG=$apt/apt.conf apt-get -q update >"$log" 2>&1
   compgen -G "$apt/lists/*_Packages*" >/dev/null ||

@@ -45,6 +45,7 @@ CASES=${CASES:-"liburing-zc zcnet-uring-zc liburing-send zcnet-uring raw-msg-zer
 # Every setting checked before anything is fetched, built or made (exit 2, one line).
 me=send-tax
 . "$ROOT/scripts/lib/args.sh"
+. "$ROOT/scripts/lib/apt.sh"
 [[ $# -eq 0 ]] || { echo "$me: takes no arguments (its settings are environment variables: see the top of $0)" >&2; exit 2; }
 need_int ROUNDS "$ROUNDS" 1 1000
 need_seconds SECS "$SECS"
@@ -93,24 +94,8 @@ fetch_liburing() {
     work="$(dirname "$dir")/work.$$"
     apt=$work/apt
     rm -rf "$work"
-    mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/parts" "$apt/prefs.d" "$work/src" ||
-        die "cannot write $work"
-    echo "deb-src [signed-by=$keyring] $mirror sid main" >"$apt/sources.list"
-    : >"$apt/preferences"
-    cat >"$apt/apt.conf" <<EOF
-Dir::Etc::SourceList "$apt/sources.list";
-Dir::Etc::SourceParts "$apt/parts";
-Dir::Etc::Preferences "$apt/preferences";
-Dir::Etc::PreferencesParts "$apt/prefs.d";
-Dir::State::Lists "$apt/lists";
-Dir::State::status "/dev/null";
-Dir::Cache "$apt/cache";
-Dir::Cache::Archives "$apt/archives";
-Acquire::Languages "none";
-APT::Sandbox::User "root";
-Acquire::Retries "1";
-Acquire::http::Timeout "30";
-EOF
+    mkdir -p "$work/src" || die "cannot write $work"
+    apt_private "$apt" "deb-src [signed-by=$keyring] $mirror sid main" || die "cannot write $work"
     echo "send-tax: no LIBURING: fetching Debian's liburing source (sid, $mirror) into $dir" >&2
     # apt-get update exits 0 when the archive cannot be reached (it only warns): the index it
     # leaves behind is what tells.
