@@ -10,7 +10,6 @@ one of them; the namespaces are deleted on every exit path. Prints each run, the
 case and its ratio to the first case. ZCNET names the zcnet binary (default
 target/release/zcnet). docs/perf.md gives the runs made with it.
 """
-import argparse
 import json
 import os
 import statistics
@@ -23,30 +22,9 @@ TAG = f"zpp{os.getpid()}"
 NS_A, NS_B = f"{TAG}a", f"{TAG}b"
 PORT = "5299"
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from oneline_args import OneLineParser, at_least  # noqa: E402  (scripts/lib, beside this script)
 
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad arguments are one line naming the flag and what to give, exit 2, as the zcnet
-    command refuses them (argparse prints its usage block first)."""
-
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: {message} (see --help)\n")
-        sys.exit(2)
-
-
-def at_least(n):
-    """An argparse type: a whole number of at least n."""
-
-    def check(s):
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{s}' is not a whole number") from None
-        if v < n:
-            raise argparse.ArgumentTypeError(f"{v}: give a whole number of at least {n}")
-        return v
-
-    return check
 
 def sh(cmd, check=True):
     subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

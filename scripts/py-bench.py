@@ -78,30 +78,9 @@ TOUCH_STEP = 4096
 HOST = "127.0.0.1"
 NS_EXEC = []
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+from oneline_args import OneLineParser, at_least  # noqa: E402  (scripts/lib, beside this script)
 
-
-class OneLineParser(argparse.ArgumentParser):
-    """Bad arguments are one line naming the flag and what to give, exit 2, as the zcnet
-    command refuses them (argparse prints its usage block first)."""
-
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: {message} (see --help)\n")
-        sys.exit(2)
-
-
-def at_least(n):
-    """An argparse type: a whole number of at least n."""
-
-    def check(s):
-        try:
-            v = int(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{s}' is not a whole number") from None
-        if v < n:
-            raise argparse.ArgumentTypeError(f"{v}: give a whole number of at least {n}")
-        return v
-
-    return check
 
 def ip(*args):
     subprocess.run(["ip", *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
