@@ -224,14 +224,7 @@ impl Producer {
     /// Gives back the last `n` reserved entries without publishing them.
     pub fn cancel(&mut self, n: u32) -> Result<(), RingError> {
         let available = self.reserved();
-        if n > available {
-            return Err(RingError::Overrun {
-                asked: n,
-                available,
-            });
-        }
-        self.tail = self.tail.wrapping_sub(n);
-        Ok(())
+        step_back(&mut self.tail, available, n)
     }
 
     /// Publishes the first `n` reserved entries: returns the producer index to store with
@@ -336,14 +329,7 @@ impl Consumer {
     /// again (a reader that stopped part-way through a batch).
     pub fn unpeek(&mut self, n: u32) -> Result<(), RingError> {
         let available = self.peeked();
-        if n > available {
-            return Err(RingError::Overrun {
-                asked: n,
-                available,
-            });
-        }
-        self.tail = self.tail.wrapping_sub(n);
-        Ok(())
+        step_back(&mut self.tail, available, n)
     }
 
     /// Hands the first `n` peeked entries back to the kernel: returns the consumer index to
@@ -377,4 +363,17 @@ pub fn tx_kick_needed(need_wakeup_bound: bool, tx_flags: u32, pending: u32) -> b
 /// space waits.
 pub fn fill_wakeup_needed(need_wakeup_bound: bool, fill_flags: u32) -> bool {
     !need_wakeup_bound || fill_flags & XDP_RING_NEED_WAKEUP != 0
+}
+
+/// Moves a ring side's private `tail` back by `n` of the `available` entries it holds (reserved
+/// or peeked, not yet published): the last `n` go back as if never taken.
+fn step_back(tail: &mut u32, available: u32, n: u32) -> Result<(), RingError> {
+    if n > available {
+        return Err(RingError::Overrun {
+            asked: n,
+            available,
+        });
+    }
+    *tail = tail.wrapping_sub(n);
+    Ok(())
 }
