@@ -332,6 +332,15 @@ pub fn run_bounded(
             limit.as_secs_f64()
         );
     }
+    // A test (or a tool it runs) that deletes /dev/null leaves the machine broken for every
+    // later process: the next `>/dev/null` makes it a regular file that collects what is
+    // written to it, and what reads it (cargo's probe of rustc reads its stdin from it) gets
+    // that text. Name the test that did it.
+    if let Some(what) = dev_null_broken() {
+        return Outcome::Failed(format!(
+            "/dev/null is {what} after this test: a test or a tool it ran replaced it (repair: rm -f /dev/null; mknod -m 666 /dev/null c 1 3)"
+        ));
+    }
     match r {
         Ok(Ok(Ok(()))) => Outcome::Passed,
         Ok(Ok(Err(e))) => Outcome::Failed(e),
@@ -352,6 +361,29 @@ pub fn run_bounded(
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             Outcome::Failed("its thread ended without a result".to_string())
         }
+    }
+}
+
+/// What /dev/null is when it is not the null character device (1:3): "missing", "a regular
+/// file", …; `None` when it is fine.
+pub fn dev_null_broken() -> Option<String> {
+    not_null_device(std::path::Path::new("/dev/null"))
+}
+
+/// What `path` is when it is not the null character device (1:3); `None` when it is.
+pub fn not_null_device(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    match std::fs::symlink_metadata(path) {
+        Err(e) => Some(format!("unreadable ({e})")),
+        Ok(m) if !m.file_type().is_char_device() => Some(if m.is_file() {
+            format!("a regular file of {} B", m.len())
+        } else {
+            "not a character device".to_string()
+        }),
+        Ok(m) if m.rdev() != libc::makedev(1, 3) => {
+            Some(format!("device {:#x}, not 1:3", m.rdev()))
+        }
+        Ok(_) => None,
     }
 }
 

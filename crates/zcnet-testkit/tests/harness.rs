@@ -283,3 +283,20 @@ fn cargo_manifest_reading_finds_harnessless_targets() {
     let m = "[package]\nname = \"x\"\n[lib]\nharness = false\n[[test]]\nname = \"lab\"\nharness = false\n[[test]]\nname = \"other\"\n[dependencies]\n";
     assert_eq!(harnessless(m), vec!["lib".to_string(), "lab".to_string()]);
 }
+
+#[zcnet_testkit::test]
+fn a_regular_file_in_place_of_dev_null_is_named() {
+    assert_eq!(zcnet_testkit::dev_null_broken(), None, "this machine's /dev/null");
+    let dir = std::env::temp_dir().join(format!("zcnet-devnull-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("null");
+    std::fs::write(&fake, b"error[E0554]\n").unwrap();
+    let what = zcnet_testkit::not_null_device(&fake);
+    let missing = zcnet_testkit::not_null_device(&dir.join("absent"));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(what.as_deref(), Some("a regular file of 13 B"));
+    assert!(missing.is_some_and(|m| m.starts_with("unreadable")));
+    // /dev/zero is a character device, but not the null one.
+    let zero = zcnet_testkit::not_null_device(std::path::Path::new("/dev/zero"));
+    assert!(zero.is_some_and(|z| z.contains("not 1:3")), "/dev/zero");
+}
