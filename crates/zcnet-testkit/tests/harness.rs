@@ -288,12 +288,12 @@ fn cargo_manifest_reading_finds_harnessless_targets() {
 fn a_regular_file_in_place_of_dev_null_is_named() {
     assert_eq!(zcnet_testkit::dev_null_broken(), None, "this machine's /dev/null");
     let dir = std::env::temp_dir().join(format!("zcnet-devnull-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).expect("a temporary folder");
     let fake = dir.join("null");
-    std::fs::write(&fake, b"error[E0554]\n").unwrap();
+    std::fs::write(&fake, b"error[E0554]\n").expect("a file in it");
     let what = zcnet_testkit::not_null_device(&fake);
     let missing = zcnet_testkit::not_null_device(&dir.join("absent"));
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).expect("removing it");
     assert_eq!(what.as_deref(), Some("a regular file of 13 B"));
     assert!(missing.is_some_and(|m| m.starts_with("unreadable")));
     // /dev/zero is a character device, but not the null one.
