@@ -18,36 +18,15 @@ import sys
 import time
 
 ZCNET = os.environ.get("ZCNET", "target/release/zcnet")
-TAG = f"zpp{os.getpid()}"
-NS_A, NS_B = f"{TAG}a", f"{TAG}b"
+PAIR_TAG = f"zpp{os.getpid()}"
 PORT = "5299"
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from oneline_args import OneLineParser, at_least  # noqa: E402  (scripts/lib, beside this script)
+from netns_pair import ADDR_B, NetnsPair  # noqa: E402  (scripts/lib, beside this script)
+from oneline_args import OneLineParser, at_least  # noqa: E402
 
-
-def sh(cmd, check=True):
-    subprocess.run(cmd, shell=True, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def setup():
-    for c in [
-        f"ip netns add {NS_A}",
-        f"ip netns add {NS_B}",
-        f"ip link add {TAG}x netns {NS_A} type veth peer name {TAG}y netns {NS_B}",
-        f"ip -n {NS_A} addr add 10.77.0.1/24 dev {TAG}x",
-        f"ip -n {NS_B} addr add 10.77.0.2/24 dev {TAG}y",
-        f"ip -n {NS_A} link set {TAG}x up",
-        f"ip -n {NS_B} link set {TAG}y up",
-        f"ip -n {NS_A} link set lo up",
-        f"ip -n {NS_B} link set lo up",
-    ]:
-        sh(c)
-
-
-def teardown():
-    sh(f"ip netns del {NS_A}", check=False)
-    sh(f"ip netns del {NS_B}", check=False)
+PAIR = NetnsPair(PAIR_TAG)
+NS_A, NS_B = PAIR.ns_a, PAIR.ns_b
 
 
 def prog(kind):
@@ -57,7 +36,7 @@ def prog(kind):
 def run(case, a):
     parts = case.split(":") + ["", ""]
     c, s, cflags, sflags = parts[:4]
-    server_ns, host = (NS_B, "10.77.0.2") if a.net == "veth" else (NS_A, "127.0.0.1")
+    server_ns, host = (NS_B, ADDR_B) if a.net == "veth" else (NS_A, "127.0.0.1")
     srv = subprocess.Popen(
         ["ip", "netns", "exec", server_ns] + prog(s) + ["-s", "-1", "-p", PORT, "-J"] + sflags.split(),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -91,7 +70,7 @@ def main():
         sys.exit("perf-pairs.py: needs root (it makes two network namespaces): run it with sudo")
     res = {c: [] for c in a.cases}
     try:
-        setup()
+        PAIR.setup()
         for r in range(a.rounds):
             for c in a.cases:
                 x = run(c, a)
@@ -99,7 +78,7 @@ def main():
                     res[c].append(x)
                     print(f"round {r + 1}: {c:44s} {x[0]:6.2f} Gbit/s  CPU % client {x[1]:5.1f} server {x[2]:5.1f}", flush=True)
     finally:
-        teardown()
+        PAIR.teardown()
     first = [x[0] for x in res[a.cases[0]]]
     base = statistics.median(first) if first else None
     print(f"{a.net} -P {a.P}, -t {a.secs}, median of {a.rounds}:")

@@ -81,8 +81,12 @@ def main():
                         buf[o : o + n] = pattern(c["seed"] + i, n)
                     state = agent.transfer(h)
                     deadline = time.monotonic() + c.get("timeout", 60)
+                    # `spin`: poll without sleeping, as a user after the lowest latency does
+                    # (scripts/nixl-bench.py); else a short sleep between polls.
+                    nap = 0 if c.get("spin") else 0.0005
                     while state == "PROC" and time.monotonic() < deadline:
-                        time.sleep(0.0005)
+                        if nap:
+                            time.sleep(nap)
                         state = agent.check_xfer_state(h)
                     if state != "DONE":
                         break
@@ -127,6 +131,10 @@ def main():
                 state = agent.transfer(h)
                 agent.release_xfer_handle(h)
                 reply(state=state)
+            elif cmd == "cpu":
+                # This process's CPU time so far, all its threads (NIXL's and the backend's).
+                t = os.times()
+                reply(user=t.user, sys=t.system)
             elif cmd == "send_notif":
                 # (1.5.1's send_notif(..., backend=) passes the handle where the binding wants a
                 # list: without it, the agent picks the one backend with notifications, ZCNET.)
