@@ -286,7 +286,11 @@ fn cargo_manifest_reading_finds_harnessless_targets() {
 
 #[zcnet_testkit::test]
 fn a_regular_file_in_place_of_dev_null_is_named() {
-    assert_eq!(zcnet_testkit::dev_null_broken(), None, "this machine's /dev/null");
+    assert_eq!(
+        zcnet_testkit::dev_null_broken(),
+        None,
+        "this machine's /dev/null"
+    );
     let dir = std::env::temp_dir().join(format!("zcnet-devnull-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary folder");
     let fake = dir.join("null");
