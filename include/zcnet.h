@@ -118,8 +118,9 @@ typedef enum zcnet_status {
 typedef struct zcnet_receiver zcnet_receiver;
 
 // Memory for zero-copy sends: host pages, 2 MiB huge pages or CUDA device memory. Give it to
-// `zcnet_sender_connect`, which cuts it into buffers; free the handle with
-// `zcnet_region_free` either way.
+// `zcnet_sender_connect`, which cuts it into buffers, or (a udmabuf, CUDA memory) to
+// `zcnet_receiver_new_in`, which binds it as a NIC queue's receive memory; free the handle
+// with `zcnet_region_free` either way.
 typedef struct zcnet_region zcnet_region;
 
 // A connection to send on, with its buffers. One thread at a time may use it.
@@ -210,11 +211,13 @@ typedef struct zcnet_rx_event {
     // `ZCNET_RX_DATA`: the lent buffer, to give back with `zcnet_receiver_release`; else 0.
     uint64_t buf;
     // `ZCNET_RX_DATA`: the bytes, valid until the buffer is released; NULL when they are in
-    // device memory (see `dmabuf_id`, `dmabuf_offset`).
+    // device memory (see `dmabuf_id`, `dmabuf_offset`; `zcnet_receiver_read` copies them out of
+    // a region the receiver bound).
     const uint8_t *data;
     // `ZCNET_RX_DATA`: bytes received into the buffer.
     uint64_t len;
-    // Device memory: the offset in the dma-buf.
+    // Device memory: the offset in the dma-buf (for a receiver made with
+    // `zcnet_receiver_new_in`, in the region).
     uint64_t dmabuf_offset;
     // Device memory: the kernel's dma-buf binding id; 0 for host memory.
     uint32_t dmabuf_id;
@@ -301,9 +304,11 @@ void zcnet_string_free(char *s);
 enum zcnet_status zcnet_pattern_fill(uint64_t seed, uint64_t offset, uint8_t *data, size_t len);
 
 // Allocates `len` bytes of `kind` memory: "host" (alias "anon"), "hugepage" (alias "huge":
-// reserved 2 MiB pages, else transparent huge pages with a note saying so), "cuda" or
-// "cuda:N" (device memory of GPU N, which the CPU cannot read; the CUDA driver is opened
-// now). `*out` is the new region, or NULL on failure.
+// reserved 2 MiB pages, else transparent huge pages with a note saying so), "udmabuf" (host
+// pages that are also a dma-buf, made through `/dev/udmabuf`: what `zcnet_receiver_new_in`
+// binds on a machine without a GPU), "cuda" or "cuda:N" (device memory of GPU N, which the
+// CPU cannot read; the CUDA driver is opened now). `*out` is the new region, or NULL on
+// failure.
 //
 // # Safety
 // `kind` is NULL or a NUL-terminated string; `out` is NULL or points to writable memory for
@@ -469,6 +474,26 @@ void zcnet_sender_free(struct zcnet_sender *tx);
 enum zcnet_status zcnet_receiver_new(const struct zcnet_rx_config *cfg,
                                      struct zcnet_receiver **out);
 
+// Makes a receiver whose NIC queue writes into `region`'s memory, on the calling thread: the
+// region's dma-buf is bound to queue `cfg->queue` of `cfg->iface` by devmem TCP
+// (`ZCNET_RX_DEVMEM`) or registered as the zcrx area (`ZCNET_RX_ZCRX`,
+// `IORING_ZCRX_AREA_DMABUF`); `cfg->area_len` is ignored (the region's length is the area).
+// `region` is "udmabuf" memory (host pages the NIC writes through a dma-buf) or "cuda:N";
+// the receiver takes it when it was made (as a sender does; free the handle either way) and
+// keeps it until it is freed. Data events in it have `data` NULL and a `dmabuf_offset`:
+// `zcnet_receiver_read` copies their bytes out, and `zcnet_receiver_recv_stream` verifies them
+// that way. The flows must be steered to the queue, with header split on (`zcnet nic setup`).
+// A host region, another mode, an empty `iface` are `ZCNET_E_INVALID`; a NIC or kernel that
+// refuses is the library's error (its errno and fix), with the region left to the caller.
+// `*out` is the new receiver, or NULL on failure.
+//
+// # Safety
+// `cfg` is NULL or points to a `zcnet_rx_config`; `region` is NULL or a live region; `out` is
+// NULL or points to writable memory for one pointer.
+enum zcnet_status zcnet_receiver_new_in(const struct zcnet_rx_config *cfg,
+                                        struct zcnet_region *region,
+                                        struct zcnet_receiver **out);
+
 // Listens for TCP connections on `addr`, a numeric "IP:PORT" ("127.0.0.1:0" picks a free
 // port: `zcnet_receiver_local_port` says which).
 //
@@ -508,6 +533,19 @@ enum zcnet_status zcnet_receiver_poll(struct zcnet_receiver *rx,
 // # Safety
 // `rx` is NULL or a live receiver.
 enum zcnet_status zcnet_receiver_release(struct zcnet_receiver *rx, uint64_t buf);
+
+// Copies the first `len` bytes of lent buffer `buf` into `out` (`len` at most the buffer's):
+// host bytes as they are, bytes in device memory (`data` NULL) read back from the region the
+// receiver bound (`zcnet_receiver_new_in`: a udmabuf's pages, or a copy from the GPU). The
+// buffer stays lent. Device bytes of a receiver made without a region (devmem binds a
+// udmabuf of its own) cannot be read: `ZCNET_E_INVALID`.
+//
+// # Safety
+// `rx` is NULL or a live receiver; `out` is NULL or points to `len` writable bytes.
+enum zcnet_status zcnet_receiver_read(struct zcnet_receiver *rx,
+                                      uint64_t buf,
+                                      uint8_t *out,
+                                      size_t len);
 
 // Copies lent buffer `buf` (all of its bytes) into `region` at byte `offset` with the GPU's
 // copy engine, asynchronously, and gives the buffer back once the copy completed: as after
@@ -565,7 +603,9 @@ enum zcnet_status zcnet_receiver_fallbacks(struct zcnet_receiver *rx, const char
 // Convenience: waits for one connection on the listening address and reads it to its end,
 // giving every buffer back at once. With `verify` non-zero, checks every byte against
 // zcnet's pattern for `seed` (`zcnet_pattern_fill`) and fails with `ZCNET_E_DATA` at the
-// first wrong one. The receiver must have no other connection.
+// first wrong one; bytes in device memory are read back from the region the receiver bound
+// (`zcnet_receiver_new_in`) before their buffer goes back, and without one cannot be
+// verified (an error). The receiver must have no other connection.
 //
 // # Safety
 // `rx` is NULL or a live receiver; `report` is NULL or points to a writable

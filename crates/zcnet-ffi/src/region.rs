@@ -1,4 +1,5 @@
-//! `zcnet_region`: memory to send from (host pages, huge pages, or CUDA device memory).
+//! `zcnet_region`: memory to send from (host pages, huge pages, or CUDA device memory), or
+//! for a receiver to bind (a udmabuf, CUDA device memory).
 
 use crate::error::{call, call_void, invalid, need, need_str, zcnet_status, Result};
 use std::ffi::{c_char, CStr, CString};
@@ -6,38 +7,56 @@ use std::mem::MaybeUninit;
 use zcnet::{MemoryKind, Region};
 
 /// Memory for zero-copy sends: host pages, 2 MiB huge pages or CUDA device memory. Give it to
-/// `zcnet_sender_connect`, which cuts it into buffers; free the handle with
-/// `zcnet_region_free` either way.
+/// `zcnet_sender_connect`, which cuts it into buffers, or (a udmabuf, CUDA memory) to
+/// `zcnet_receiver_new_in`, which binds it as a NIC queue's receive memory; free the handle
+/// with `zcnet_region_free` either way.
 #[allow(non_camel_case_types)]
 #[derive(Debug)]
 pub struct zcnet_region {
-    /// `None` once given to a sender.
+    /// `None` once given to a sender or a receiver.
     region: Option<Region>,
     len: usize,
     device: i32,
     note: Option<CString>,
+    /// The kind it was made as.
+    kind: MemoryKind,
 }
 
 impl zcnet_region {
-    /// The memory, while no sender has taken it.
+    /// The memory, while no sender or receiver has taken it.
     pub(crate) fn memory(&self) -> Result<&Region> {
         self.region
             .as_ref()
-            .ok_or_else(|| invalid("region was given to a sender"))
+            .ok_or_else(|| invalid("region was given to a sender or a receiver"))
     }
 
-    /// Takes the memory out (for a sender); the handle keeps answering questions about it.
+    /// The memory, while no sender or receiver has taken it, to change (export its dma-buf).
+    pub(crate) fn memory_mut(&mut self) -> Result<&mut Region> {
+        self.region
+            .as_mut()
+            .ok_or_else(|| invalid("region was given to a sender or a receiver"))
+    }
+
+    /// The kind of memory it was made as.
+    pub(crate) fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// Takes the memory out (for a sender or a receiver); the handle keeps answering questions
+    /// about it.
     pub(crate) fn take(&mut self) -> Result<Region> {
         self.region
             .take()
-            .ok_or_else(|| invalid("region was already given to a sender"))
+            .ok_or_else(|| invalid("region was already given to a sender or a receiver"))
     }
 }
 
 /// Allocates `len` bytes of `kind` memory: "host" (alias "anon"), "hugepage" (alias "huge":
-/// reserved 2 MiB pages, else transparent huge pages with a note saying so), "cuda" or
-/// "cuda:N" (device memory of GPU N, which the CPU cannot read; the CUDA driver is opened
-/// now). `*out` is the new region, or NULL on failure.
+/// reserved 2 MiB pages, else transparent huge pages with a note saying so), "udmabuf" (host
+/// pages that are also a dma-buf, made through `/dev/udmabuf`: what `zcnet_receiver_new_in`
+/// binds on a machine without a GPU), "cuda" or "cuda:N" (device memory of GPU N, which the
+/// CPU cannot read; the CUDA driver is opened now). `*out` is the new region, or NULL on
+/// failure.
 ///
 /// # Safety
 /// `kind` is NULL or a NUL-terminated string; `out` is NULL or points to writable memory for
@@ -85,6 +104,7 @@ fn region_new(
         note: region
             .note()
             .map(|n| CString::new(n.replace('\0', "?")).unwrap_or_default()),
+        kind: mem,
         region: Some(region),
     };
     out.write(Box::into_raw(Box::new(handle)));

@@ -71,6 +71,8 @@ fn header_declares_the_whole_api() {
         "zcnet_sender_finish",
         "zcnet_sender_free",
         "zcnet_receiver_new",
+        "zcnet_receiver_new_in",
+        "zcnet_receiver_read",
         "zcnet_receiver_listen",
         "zcnet_receiver_local_port",
         "zcnet_receiver_poll",

@@ -5,6 +5,7 @@ use super::{
     mode_name, zcnet_receiver, zcnet_rx_config, zcnet_rx_event, zcnet_rx_stats, zcnet_stream_report,
 };
 use crate::error::{call, call_void, invalid, need, need_str, zcnet_status};
+use crate::region::zcnet_region;
 use std::ffi::{c_char, c_int, CStr};
 use std::mem::MaybeUninit;
 
@@ -30,6 +31,45 @@ pub unsafe extern "C" fn zcnet_receiver_new(
         let out = need(out, "out")?;
         out.write(std::ptr::null_mut());
         out.write(Box::into_raw(Box::new(zcnet_receiver::new(cfg)?)));
+        Ok(())
+    })
+}
+
+/// Makes a receiver whose NIC queue writes into `region`'s memory, on the calling thread: the
+/// region's dma-buf is bound to queue `cfg->queue` of `cfg->iface` by devmem TCP
+/// (`ZCNET_RX_DEVMEM`) or registered as the zcrx area (`ZCNET_RX_ZCRX`,
+/// `IORING_ZCRX_AREA_DMABUF`); `cfg->area_len` is ignored (the region's length is the area).
+/// `region` is "udmabuf" memory (host pages the NIC writes through a dma-buf) or "cuda:N";
+/// the receiver takes it when it was made (as a sender does; free the handle either way) and
+/// keeps it until it is freed. Data events in it have `data` NULL and a `dmabuf_offset`:
+/// `zcnet_receiver_read` copies their bytes out, and `zcnet_receiver_recv_stream` verifies them
+/// that way. The flows must be steered to the queue, with header split on (`zcnet nic setup`).
+/// A host region, another mode, an empty `iface` are `ZCNET_E_INVALID`; a NIC or kernel that
+/// refuses is the library's error (its errno and fix), with the region left to the caller.
+/// `*out` is the new receiver, or NULL on failure.
+///
+/// # Safety
+/// `cfg` is NULL or points to a `zcnet_rx_config`; `region` is NULL or a live region; `out` is
+/// NULL or points to writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn zcnet_receiver_new_in(
+    cfg: *const zcnet_rx_config,
+    region: *mut zcnet_region,
+    out: *mut *mut zcnet_receiver,
+) -> zcnet_status {
+    call("zcnet_receiver_new_in", || {
+        // SAFETY: by the contract, non-NULL `cfg` points to a readable zcnet_rx_config (any
+        // bit pattern of its integer fields is valid).
+        let cfg = unsafe { cfg.as_ref() };
+        // SAFETY: by the contract, non-NULL `region` is a live handle nothing else uses during
+        // the call.
+        let region = unsafe { region.as_mut() };
+        // SAFETY: by the contract, non-NULL `out` is aligned and writable.
+        let out = unsafe { out.cast::<MaybeUninit<*mut zcnet_receiver>>().as_mut() };
+        let out = need(out, "out")?;
+        out.write(std::ptr::null_mut());
+        let rx = zcnet_receiver::new_in(cfg, need(region, "region")?)?;
+        out.write(Box::into_raw(Box::new(rx)));
         Ok(())
     })
 }
@@ -144,6 +184,34 @@ pub unsafe extern "C" fn zcnet_receiver_release(rx: *mut zcnet_receiver, buf: u6
         // SAFETY: by the contract, non-NULL `rx` is a live handle.
         let rx = unsafe { rx.as_mut() };
         need(rx, "rx")?.on_thread()?.release(buf)
+    })
+}
+
+/// Copies the first `len` bytes of lent buffer `buf` into `out` (`len` at most the buffer's):
+/// host bytes as they are, bytes in device memory (`data` NULL) read back from the region the
+/// receiver bound (`zcnet_receiver_new_in`: a udmabuf's pages, or a copy from the GPU). The
+/// buffer stays lent. Device bytes of a receiver made without a region (devmem binds a
+/// udmabuf of its own) cannot be read: `ZCNET_E_INVALID`.
+///
+/// # Safety
+/// `rx` is NULL or a live receiver; `out` is NULL or points to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn zcnet_receiver_read(
+    rx: *mut zcnet_receiver,
+    buf: u64,
+    out: *mut u8,
+    len: usize,
+) -> zcnet_status {
+    call("zcnet_receiver_read", || {
+        // SAFETY: by the contract, non-NULL `rx` is a live handle.
+        let rx = unsafe { rx.as_mut() };
+        let rx = need(rx, "rx")?.on_thread()?;
+        let out = (!out.is_null() && len <= isize::MAX as usize).then(|| {
+            // SAFETY: non-NULL, len within isize::MAX, and by the contract `len` writable
+            // bytes that nothing else uses during the call.
+            unsafe { std::slice::from_raw_parts_mut(out, len) }
+        });
+        rx.read(buf, need(out, "out (or len is above PTRDIFF_MAX)")?)
     })
 }
 
@@ -274,7 +342,9 @@ pub unsafe extern "C" fn zcnet_receiver_fallbacks(
 /// Convenience: waits for one connection on the listening address and reads it to its end,
 /// giving every buffer back at once. With `verify` non-zero, checks every byte against
 /// zcnet's pattern for `seed` (`zcnet_pattern_fill`) and fails with `ZCNET_E_DATA` at the
-/// first wrong one. The receiver must have no other connection.
+/// first wrong one; bytes in device memory are read back from the region the receiver bound
+/// (`zcnet_receiver_new_in`) before their buffer goes back, and without one cannot be
+/// verified (an error). The receiver must have no other connection.
 ///
 /// # Safety
 /// `rx` is NULL or a live receiver; `report` is NULL or points to a writable

@@ -70,11 +70,13 @@ pub struct zcnet_rx_event {
     /// `ZCNET_RX_DATA`: the lent buffer, to give back with `zcnet_receiver_release`; else 0.
     pub buf: u64,
     /// `ZCNET_RX_DATA`: the bytes, valid until the buffer is released; NULL when they are in
-    /// device memory (see `dmabuf_id`, `dmabuf_offset`).
+    /// device memory (see `dmabuf_id`, `dmabuf_offset`; `zcnet_receiver_read` copies them out of
+    /// a region the receiver bound).
     pub data: *const u8,
     /// `ZCNET_RX_DATA`: bytes received into the buffer.
     pub len: u64,
-    /// Device memory: the offset in the dma-buf.
+    /// Device memory: the offset in the dma-buf (for a receiver made with
+    /// `zcnet_receiver_new_in`, in the region).
     pub dmabuf_offset: u64,
     /// Device memory: the kernel's dma-buf binding id; 0 for host memory.
     pub dmabuf_id: u32,

@@ -6,13 +6,27 @@ use super::{
     ZCNET_RX_DATA, ZCNET_RX_EOF, ZCNET_RX_FAILED,
 };
 use crate::error::{invalid, status_of, Failure, Result};
+use crate::region::zcnet_region;
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
 use std::mem::MaybeUninit;
 use std::net::TcpListener;
 use std::thread::ThreadId;
 use std::time::Duration;
-use zcnet::{ConnId, Receiver, RxBuf, RxEvent};
+use zcnet::rx::DeviceSlice;
+use zcnet::{ConnId, MemoryKind, Receiver, Region, RxBuf, RxEvent, RxMode};
+
+/// Copies the bytes of device range `d` out of `area`, the memory the receiver bound (whose
+/// dma-buf offset 0 is its start): a udmabuf's host pages, or CUDA memory.
+fn read_area(area: Option<&mut Region>, d: &DeviceSlice, out: &mut [u8]) -> zcnet::Result<()> {
+    match area {
+        Some(r) => r.read_back(d.offset as usize, out),
+        None => Err(zcnet::Error::invalid_input(
+            "the bytes are in device memory the caller did not give: make the receiver with zcnet_receiver_new_in and a \"udmabuf\" or \"cuda:N\" region to read them back",
+        )),
+    }
+}
 
 /// The refusal of a buffer id the caller does not hold.
 fn not_lent(buf: u64) -> crate::error::Failure {
@@ -32,6 +46,9 @@ pub struct zcnet_receiver {
     /// call). First: dropping it waits for its copies before the receiver goes.
     fill: Option<zcnet::gpu::DeviceFill>,
     rx: Receiver,
+    /// `zcnet_receiver_new_in`: the memory whose dma-buf the receiver bound (a udmabuf, CUDA
+    /// memory). After `rx`: the binding goes before the memory.
+    area: Option<Region>,
     thread: ThreadId,
     listener: Option<TcpListener>,
     /// Events polled and not yet handed to the caller (whose array was full).
@@ -47,7 +64,41 @@ pub struct zcnet_receiver {
 
 impl zcnet_receiver {
     pub(crate) fn new(cfg: Option<&zcnet_rx_config>) -> Result<zcnet_receiver> {
-        let rx = Receiver::new(&rx_config(cfg)?)?;
+        Self::with(Receiver::new(&rx_config(cfg)?)?, None)
+    }
+
+    /// A receiver whose NIC queue writes into `region`'s memory: its dma-buf bound by devmem
+    /// or registered as the zcrx area. The region is taken only when the receiver was made.
+    pub(crate) fn new_in(
+        cfg: Option<&zcnet_rx_config>,
+        region: &mut zcnet_region,
+    ) -> Result<zcnet_receiver> {
+        let mut c = rx_config(cfg)?;
+        if !matches!(c.mode, RxMode::Zcrx | RxMode::Devmem) {
+            return Err(invalid(format!(
+                "cfg->mode is {}: a receiver into a region binds its dma-buf to a NIC queue, which ZCNET_RX_ZCRX and ZCNET_RX_DEVMEM do; use zcnet_receiver_new for the others",
+                c.mode
+            )));
+        }
+        if c.iface.is_none() {
+            return Err(invalid(
+                "cfg->iface is empty: name the NIC whose queue the flows are steered to (zcnet nic setup)",
+            ));
+        }
+        if !matches!(region.kind(), MemoryKind::Udmabuf | MemoryKind::Cuda(_)) {
+            return Err(invalid(format!(
+                "region is {} memory, which has no dma-buf to bind: make it with zcnet_region_new(\"udmabuf\", ...) (host memory through /dev/udmabuf) or \"cuda:N\"",
+                region.kind().name()
+            )));
+        }
+        let mem = region.memory_mut()?;
+        c.dmabuf = Some(mem.dmabuf()?);
+        c.area_len = mem.len();
+        let rx = Receiver::new(&c)?;
+        Self::with(rx, Some(region.take()?))
+    }
+
+    fn with(rx: Receiver, area: Option<Region>) -> Result<zcnet_receiver> {
         let fallbacks = rx
             .fallbacks()
             .iter()
@@ -56,6 +107,7 @@ impl zcnet_receiver {
         Ok(zcnet_receiver {
             fallbacks: one_line(fallbacks.join("; ")),
             rx,
+            area,
             thread: std::thread::current().id(),
             listener: None,
             pending: VecDeque::new(),
@@ -267,6 +319,27 @@ impl zcnet_receiver {
         self.failures.remove(&conn);
     }
 
+    /// Copies the first `out.len()` bytes of lent buffer `buf` into `out`: host bytes as they
+    /// are, device bytes read back from the memory the receiver bound.
+    pub(super) fn read(&mut self, buf: u64, out: &mut [u8]) -> Result<()> {
+        let b = self.held.get(&buf).ok_or_else(|| not_lent(buf))?;
+        if out.len() > b.len() {
+            return Err(invalid(format!(
+                "len {} is more than buffer {buf}'s {} B",
+                out.len(),
+                b.len()
+            )));
+        }
+        if let Some(bytes) = self.rx.bytes(b) {
+            out.copy_from_slice(&bytes[..out.len()]);
+            return Ok(());
+        }
+        let d = b
+            .device()
+            .ok_or_else(|| invalid(format!("buffer {buf} has no bytes to read")))?;
+        Ok(read_area(self.area.as_mut(), &d, out)?)
+    }
+
     pub(super) fn stats(&self) -> zcnet_rx_stats {
         stats(&self.rx.stats(), self.held.len())
     }
@@ -279,7 +352,14 @@ impl zcnet_receiver {
         }
         let s = self.accept_stream()?;
         let pattern = verify.then(|| zcnet::Pattern::new(seed));
-        let rep = zcnet::net::receive_stream(&mut self.rx, s, pattern, None)?;
+        // Device buffers are checked by reading them back from the memory the receiver bound.
+        let bound = self.area.is_some();
+        let area = RefCell::new(self.area.as_mut());
+        let read =
+            |d: &DeviceSlice, out: &mut [u8]| read_area(area.borrow_mut().as_deref_mut(), d, out);
+        let reader: Option<zcnet::net::DeviceReader<'_>> = bound.then_some(&read as _);
+        let rep =
+            zcnet::net::receive_stream_reading_device(&mut self.rx, s, pattern, None, reader)?;
         Ok(zcnet_stream_report {
             bytes: rep.recv.bytes,
             reads: rep.recv.reads,

@@ -8,12 +8,17 @@ use crate::tx::*;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
-fn ok(st: zcnet_status) {
+pub(super) fn ok(st: zcnet_status) {
     assert_eq!(st, ZCNET_OK, "{}", last_error());
 }
 
 /// Connects to 127.0.0.1:`port` and sends `total` bytes of the pattern for `seed`.
-fn send_pattern(port: u16, cfg: zcnet_tx_config, total: u64, seed: u64) -> zcnet_tx_stats {
+pub(super) fn send_pattern(
+    port: u16,
+    cfg: zcnet_tx_config,
+    total: u64,
+    seed: u64,
+) -> zcnet_tx_stats {
     let addr = CString::new(format!("127.0.0.1:{port}")).unwrap();
     let (st, tx) = connect(addr.as_ptr(), Some(&cfg), ptr::null_mut());
     ok(st);

@@ -3,6 +3,7 @@
 mod boundary;
 mod loopback;
 mod mapping;
+mod nic_queue;
 
 use crate::error::zcnet_status;
 use crate::region::{zcnet_region, zcnet_region_free, zcnet_region_new};
