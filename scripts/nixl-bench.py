@@ -2,7 +2,7 @@
 """NIXL's ZCNET backend against its UCX backend over TCP, side by side in one run (as root).
 
     scripts/nixl-bench.py [--net loopback|veth|both] [--sizes LIST] [--op WRITE|READ]
-                          [--rounds R] [--min-bytes N] [--json]
+                          [--rounds R] [--min-bytes N] [--tx MODE] [--json]
 
 Two agents of the stock nixl-cu12 1.5.1 wheel, each in a process of its own, move one
 descriptor of each size per request (A's registered host memory to B's for WRITE, B's to A's
@@ -76,7 +76,7 @@ def cpu_of(workers):
 class Pair:
     """The initiator A and the target B of one backend on one path."""
 
-    def __init__(self, plugin_dir, backend, net, netns, bufsize):
+    def __init__(self, plugin_dir, backend, net, netns, bufsize, zparams):
         from nixl_procs import Worker
 
         if net == "loopback":
@@ -89,7 +89,7 @@ class Pair:
                 if backend == "UCX":
                     env, params = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": dev}, {}
                 else:
-                    env, params = None, {"ip_addr": addr}
+                    env, params = None, {"ip_addr": addr, **zparams}
                 self.workers.append(
                     Worker(plugin_dir, name, bufsize, params, backend=backend, env=env, prefix=prefix)
                 )
@@ -136,6 +136,8 @@ def main():
     p.add_argument("--op", choices=["WRITE", "READ"], default="WRITE")
     p.add_argument("--rounds", type=at_least(1), default=3)
     p.add_argument("--min-bytes", default="512M")
+    p.add_argument("--tx", choices=["auto", "copy", "uring", "uring-zc"], default="auto",
+                   help="the ZCNET backend's send mode (its `tx` parameter; default auto)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     try:
@@ -169,7 +171,7 @@ def main():
             netns.setup()
             for net in nets:
                 for be in BACKENDS:
-                    pairs[(net, be)] = Pair(plugin_dir, be, net, netns, bufsize)
+                    pairs[(net, be)] = Pair(plugin_dir, be, net, netns, bufsize, {"tx": a.tx})
             for rnd in range(a.rounds):
                 for net in nets:
                     for size in sizes:
@@ -204,10 +206,10 @@ def main():
             row["met"] = row["ratio"] >= want and row["cpu_ratio"] < 1.0
             rows.append(row)
     if a.json:
-        json.dump({"rounds": a.rounds, "min_bytes": min_bytes, "rows": rows}, sys.stdout, indent=1)
+        json.dump({"rounds": a.rounds, "min_bytes": min_bytes, "tx": a.tx, "rows": rows}, sys.stdout, indent=1)
         print()
         return
-    print(f"{a.op}, median of {a.rounds} rounds (GB/s = 10^9 B/s; CPU = both agents' processes):")
+    print(f"{a.op}, ZCNET tx={a.tx}, median of {a.rounds} rounds (GB/s = 10^9 B/s; CPU = both agents' processes):")
     print(f"  {'path':8s} {'size':>5s} {'ZCNET GB/s':>10s} {'UCX GB/s':>9s} {'ratio':>6s} "
           f"{'ZCNET CPU s/GB':>14s} {'UCX CPU s/GB':>12s} {'CPU ratio':>9s}  target")
     for r in rows:

@@ -845,12 +845,14 @@ fn send_msg(out: &mut Out<'_>, mut h: Hdr, msg: Vec<u8>) -> io::Result<()> {
 }
 
 fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> io::Result<()> {
-    let mut aborted = false;
+    // A WRITE holds `released` until the kernel is done with every byte of the request (the
+    // one flush at the end, after END), so that once NIXL released it nothing reads its memory
+    // any more. One flush per request: a zero-copy send's notification comes when the peer
+    // acknowledged the data, and waiting for it twice (after the payload, after END) doubled
+    // the round trips of a small request.
+    let released = (x.op == OP_WRITE).then(|| x.released.lock().unwrap_or_else(|e| e.into_inner()));
+    let aborted = released.as_deref().copied().unwrap_or(false);
     if x.op == OP_WRITE {
-        // Held until the kernel is done with every byte of the request (the flush below), so
-        // that once NIXL released it nothing reads its memory any more.
-        let released = x.released.lock().unwrap_or_else(|e| e.into_inner());
-        aborted = *released;
         if !aborted {
             for d in &x.descs {
                 let mut h = Hdr::new(K_WRITE, post);
@@ -874,7 +876,6 @@ fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> 
                     out.lent(buf)?;
                 }
             }
-            out.flush()?;
         }
     } else {
         for (i, d) in x.descs.iter().enumerate() {
@@ -886,7 +887,9 @@ fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> 
     let mut h = Hdr::new(K_END, post);
     h.a = if aborted { END_ABORTED } else { 0 } | if notif.is_some() { END_NOTIF } else { 0 };
     send_msg(out, h, notif.unwrap_or_default())?;
-    out.flush()
+    let r = out.flush();
+    drop(released);
+    r
 }
 
 fn reader_loop(stream: TcpStream, conn: std::sync::Weak<Conn>) {
