@@ -1,6 +1,8 @@
 //! Compiles `examples/c/send_recv.c` with the system C compiler against the library cargo
 //! just built (`libzcnet_ffi.so`, with the committed `include/zcnet.h`), runs it, and checks
-//! that it exits 0 having verified every byte. Without a C compiler it says SKIP and passes.
+//! that it exits 0 having verified every byte; compiles `examples/c/nic_recv.c` (a receiver on
+//! a NIC queue, which runs for real in scripts/hw-suite.sh against the software NIC) and checks
+//! its refusals here, where no NIC queue can be bound. Without a C compiler they are skipped.
 //!
 //! Cargo builds every crate type of the library (cdylib, staticlib, rlib) in the one rustc run
 //! that integration tests depend on, into `target/<profile>/deps/` (a cdylib's name has no
@@ -80,36 +82,7 @@ fn run_bounded(cmd: &mut Command, limit: Duration) -> (bool, String, String) {
 
 #[zcnet_testkit::test]
 fn c_example_sends_and_verifies_8_mib() {
-    let Some(cc) = c_compiler() else {
-        zcnet_testkit::skip(
-            zcnet_testkit::Need::Tool,
-            "no C compiler ($CC or cc) to build examples/c/send_recv.c",
-        );
-    };
-    let lib = built_library();
-    let lib_dir = lib.parent().expect("a directory").to_path_buf();
-    let root = workspace_root();
-    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("send_recv");
-    let mut compile = Command::new(&cc);
-    compile
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-O2",
-        ])
-        .arg(format!("-I{}", root.join("include").display()))
-        .arg(root.join("examples/c/send_recv.c"))
-        .arg(&lib)
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .arg("-lpthread")
-        .arg("-o")
-        .arg(&exe);
-    let (ok, out, err) = run_bounded(&mut compile, Duration::from_secs(120));
-    assert!(ok, "compiling the example failed:\n{out}{err}");
-
+    let exe = compile("send_recv");
     let (ok, out, err) = run_bounded(&mut Command::new(&exe), Duration::from_secs(120));
     assert!(ok, "the example failed\nstdout:\n{out}\nstderr:\n{err}");
     let version = format!("zcnet {}", env!("CARGO_PKG_VERSION"));
@@ -143,6 +116,103 @@ fn c_example_sends_and_verifies_8_mib() {
         field("bytes="),
         "{line}"
     );
+}
+
+/// Compiles `examples/c/<name>.c` with `-Werror` against the library; the executable.
+fn compile(name: &str) -> PathBuf {
+    let Some(cc) = c_compiler() else {
+        zcnet_testkit::skip(
+            zcnet_testkit::Need::Tool,
+            format!("no C compiler ($CC or cc) to build examples/c/{name}.c"),
+        );
+    };
+    let lib = built_library();
+    let lib_dir = lib.parent().expect("a directory").to_path_buf();
+    let root = workspace_root();
+    let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let mut c = Command::new(&cc);
+    c.args([
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-pedantic",
+        "-O2",
+    ])
+    .arg(format!("-I{}", root.join("include").display()))
+    .arg(root.join(format!("examples/c/{name}.c")))
+    .arg(&lib)
+    .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+    .arg("-o")
+    .arg(&exe);
+    let (ok, out, err) = run_bounded(&mut c, Duration::from_secs(120));
+    assert!(ok, "compiling examples/c/{name}.c failed:\n{out}{err}");
+    exe
+}
+
+/// nic_recv.c's refusals: bad arguments are one line and exit 2 before anything is made; a
+/// queue lo cannot give is zcnet's line (the call, its status, the kernel's errno and the
+/// fix) and exit 1, with nothing printed on stdout.
+#[zcnet_testkit::test]
+fn c_nic_recv_refuses_in_one_line() {
+    let exe = compile("nic_recv");
+    let cases: [(&[&str], i32, &[&str]); 6] = [
+        (&[], 2, &["--listen IP:PORT is needed"]),
+        (&["--listen", "127.0.0.1:0"], 2, &["--iface IF is needed"]),
+        (
+            &["--listen", "127.0.0.1:0", "--iface", "lo", "--rx", "uring"],
+            2,
+            &["--rx: give zcrx or devmem", "uring"],
+        ),
+        (
+            &["--listen", "127.0.0.1:0", "--iface", "lo", "--rx", "devmem"],
+            2,
+            &["add --mem udmabuf"],
+        ),
+        (
+            &["--listen", "127.0.0.1:0", "--iface", "lo", "--area", "lots"],
+            2,
+            &["--area", "wants a number"],
+        ),
+        (
+            &["--listen", "127.0.0.1:0", "--iface", "lo", "--timeout", "5"],
+            1,
+            &[
+                "zcnet_receiver_new",
+                "ZCNET_E_UNSUPPORTED",
+                "zcrx",
+                "lo queue",
+            ],
+        ),
+    ];
+    for (args, code, words) in cases {
+        let mut c = Command::new(&exe);
+        c.args(args);
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting nic_recv");
+        let start = Instant::now();
+        while child.try_wait().expect("waiting").is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "nic_recv {args:?} ran past 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().expect("its output");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "nic_recv {args:?}: {err}");
+        assert!(out.stdout.is_empty(), "nic_recv {args:?} printed on stdout");
+        assert_eq!(err.lines().count(), 1, "nic_recv {args:?}: {err}");
+        for w in words {
+            assert!(
+                err.contains(w),
+                "{w:?} is not in nic_recv {args:?}'s line: {err}"
+            );
+        }
+    }
 }
 
 zcnet_testkit::main!();
