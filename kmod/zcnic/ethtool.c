@@ -69,6 +69,63 @@ static void zcnic_get_drvinfo(struct net_device *dev,
 	strscpy(info->bus_info, "faux", sizeof(info->bus_info));
 }
 
+/* ethtool -S: per RX queue, where received L4 payload went, in bytes, and
+ * the buffer allocations that failed. A memory provider's queue shows its
+ * payload under netmem, and in netmem_bufs how many of its buffers (net_iovs)
+ * that took; payload in pages or in the linear part of an skb is
+ * what io_uring zcrx must copy into its area (io_zcrx_copy_chunk()).
+ */
+static const char * const zcnic_rxq_stat_names[] = {
+	"payload_netmem", "payload_page", "payload_linear", "netmem_bufs",
+	"alloc_fail",
+};
+
+#define ZCNIC_RXQ_NSTATS ARRAY_SIZE(zcnic_rxq_stat_names)
+
+static int zcnic_get_sset_count(struct net_device *dev, int sset)
+{
+	struct zcnic_priv *priv = netdev_priv(dev);
+
+	if (sset != ETH_SS_STATS)
+		return -EOPNOTSUPP;
+	return priv->max_queues * ZCNIC_RXQ_NSTATS;
+}
+
+static void zcnic_get_strings(struct net_device *dev, u32 sset, u8 *data)
+{
+	struct zcnic_priv *priv = netdev_priv(dev);
+	u32 q, i;
+
+	if (sset != ETH_SS_STATS)
+		return;
+	for (q = 0; q < priv->max_queues; q++)
+		for (i = 0; i < ZCNIC_RXQ_NSTATS; i++)
+			ethtool_sprintf(&data, "rx%u_%s", q,
+					zcnic_rxq_stat_names[i]);
+}
+
+static void zcnic_get_ethtool_stats(struct net_device *dev,
+				    struct ethtool_stats *stats, u64 *data)
+{
+	struct zcnic_priv *priv = netdev_priv(dev);
+	u32 q;
+
+	for (q = 0; q < priv->max_queues; q++) {
+		struct zcnic_rxq_stats *st = &priv->rxq[q].stats;
+		unsigned int start;
+
+		do {
+			start = u64_stats_fetch_begin(&st->syncp);
+			data[0] = u64_stats_read(&st->payload_netmem);
+			data[1] = u64_stats_read(&st->payload_page);
+			data[2] = u64_stats_read(&st->payload_linear);
+			data[3] = u64_stats_read(&st->netmem_bufs);
+			data[4] = u64_stats_read(&st->alloc_fail);
+		} while (u64_stats_fetch_retry(&st->syncp, start));
+		data += ZCNIC_RXQ_NSTATS;
+	}
+}
+
 static void zcnic_get_channels(struct net_device *dev,
 			       struct ethtool_channels *ch)
 {
@@ -322,6 +379,9 @@ const struct ethtool_ops zcnic_ethtool_ops = {
 	.supported_ring_params	= ETHTOOL_RING_USE_TCP_DATA_SPLIT |
 				  ETHTOOL_RING_USE_HDS_THRS,
 	.get_drvinfo		= zcnic_get_drvinfo,
+	.get_sset_count		= zcnic_get_sset_count,
+	.get_strings		= zcnic_get_strings,
+	.get_ethtool_stats	= zcnic_get_ethtool_stats,
 	.get_link		= ethtool_op_get_link,
 	.get_channels		= zcnic_get_channels,
 	.set_channels		= zcnic_set_channels,

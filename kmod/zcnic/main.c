@@ -245,17 +245,20 @@ static void zcnic_dma_copy(struct sk_buff *skb, struct zcnic_txmap *m,
 /* Write @len bytes of the frame at @off into new buffers of the queue's page
  * pool and attach them as frags: whatever memory the pool hands out (pages,
  * a dma-buf's or a zcrx area's net_iovs), it is written through its DMA
- * address (page_pool_get_dma_addr_netmem()).
+ * address (page_pool_get_dma_addr_netmem()). A buffer holds up to the
+ * queue's buffer size (a page, or what a memory provider asked for: 7.2's
+ * rx_page_size), physically contiguous. Returns the buffers used.
  */
 static int zcnic_rx_frags(struct zcnic_rxq *rxq, struct sk_buff *rx,
 			  struct sk_buff *skb, struct zcnic_txmap *m,
 			  unsigned int off, unsigned int len)
 {
 	struct page_pool *pp = rxq->pp;
+	unsigned int buf_len = rxq->buf_len;
 	int i = 0;
 
 	while (len) {
-		unsigned int n = min_t(unsigned int, len, PAGE_SIZE);
+		unsigned int n = min(len, buf_len);
 		netmem_ref netmem;
 		dma_addr_t addr;
 
@@ -268,12 +271,12 @@ static int zcnic_rx_frags(struct zcnic_rxq *rxq, struct sk_buff *rx,
 		zcnic_dma_copy(skb, m, off, phys_to_virt(addr), n);
 		page_pool_dma_sync_netmem_for_cpu(pp, netmem, 0, n);
 		/* Sets skb->unreadable for a net_iov (__skb_fill_netmem_desc) */
-		skb_add_rx_frag_netmem(rx, i, netmem, 0, n, PAGE_SIZE);
+		skb_add_rx_frag_netmem(rx, i, netmem, 0, n, buf_len);
 		off += n;
 		len -= n;
 		i++;
 	}
-	return 0;
+	return i;
 }
 
 static void zcnic_rx_one(struct zcnic_rxq *rxq, struct sk_buff *skb, int budget)
@@ -286,7 +289,7 @@ static void zcnic_rx_one(struct zcnic_rxq *rxq, struct sk_buff *skb, int budget)
 	struct sk_buff *rx = NULL;
 	struct zcnic_txmap m;
 	bool split = false;
-	int err;
+	int err, bufs = 0;
 
 	if (zcnic_tx_map(skb, &m))
 		goto drop_unmap;
@@ -316,8 +319,9 @@ static void zcnic_rx_one(struct zcnic_rxq *rxq, struct sk_buff *skb, int budget)
 	zcnic_dma_copy(skb, &m, 0, skb_put(rx, hlen), hlen);
 	if (split) {
 		skb_mark_for_recycle(rx);
-		err = zcnic_rx_frags(rxq, rx, skb, &m, hlen, len - hlen);
-		if (err) {
+		bufs = zcnic_rx_frags(rxq, rx, skb, &m, hlen, len - hlen);
+		if (bufs < 0) {
+			err = bufs;
 			if (err == -ENOMEM) {
 				u64_stats_update_begin(&st->syncp);
 				u64_stats_inc(&st->alloc_fail);
@@ -355,6 +359,13 @@ static void zcnic_rx_one(struct zcnic_rxq *rxq, struct sk_buff *skb, int budget)
 	u64_stats_update_begin(&st->syncp);
 	u64_stats_inc(&st->packets);
 	u64_stats_add(&st->bytes, len);
+	if (!split)
+		u64_stats_add(&st->payload_linear, payload);
+	else if (unreadable) {
+		u64_stats_add(&st->payload_netmem, payload);
+		u64_stats_add(&st->netmem_bufs, bufs);
+	} else
+		u64_stats_add(&st->payload_page, payload);
 	u64_stats_update_end(&st->syncp);
 	napi_gro_receive(&rxq->napi, rx);
 	return;
@@ -387,7 +398,8 @@ static int zcnic_poll(struct napi_struct *napi, int budget)
 
 /* ---- page pools and the queue management ops ---- */
 
-static struct page_pool *zcnic_pp_create(struct zcnic_priv *priv, u32 idx)
+static struct page_pool *zcnic_pp_create(struct zcnic_priv *priv, u32 idx,
+					 u32 buf_len)
 {
 	struct page_pool_params pp = {
 		/* ALLOW_UNREADABLE_NETMEM and queue_idx let a memory provider
@@ -396,7 +408,11 @@ static struct page_pool *zcnic_pp_create(struct zcnic_priv *priv, u32 idx)
 		 */
 		.flags = PP_FLAG_DMA_MAP | PP_FLAG_DMA_SYNC_DEV |
 			 PP_FLAG_ALLOW_UNREADABLE_NETMEM,
-		.order = 0,
+		/* A provider's net_iovs are the pool's buffers: io_uring
+		 * checks that the order matches its rx_buf_len
+		 * (io_pp_zc_init() in io_uring/zcrx.c).
+		 */
+		.order = get_order(buf_len),
 		.pool_size = priv->rx_pending,
 		.nid = NUMA_NO_NODE,
 		.dev = zcnic_dma_dev,
@@ -404,12 +420,39 @@ static struct page_pool *zcnic_pp_create(struct zcnic_priv *priv, u32 idx)
 		.netdev = priv->dev,
 		.queue_idx = idx,
 		.dma_dir = DMA_FROM_DEVICE,
-		.max_len = PAGE_SIZE,
+		.max_len = buf_len,
 		.offset = 0,
 	};
 
 	return page_pool_create(&pp);
 }
+
+#if ZCNIC_QCFG
+/* The buffer size 7.2's queue config gives a queue: a memory provider's
+ * rx_page_size (io_uring zcrx's rx_buf_len) or the default, a page.
+ * See netdev_queue_config() in net/core/netdev_config.c.
+ */
+static u32 zcnic_qcfg_buf_len(const struct netdev_queue_config *qcfg)
+{
+	return qcfg->rx_page_size ? qcfg->rx_page_size : PAGE_SIZE;
+}
+
+static u32 zcnic_queue_buf_len(struct net_device *dev, u32 idx)
+{
+	struct netdev_queue_config qcfg;
+
+	if (idx >= dev->real_num_rx_queues)
+		return PAGE_SIZE;
+	netdev_queue_config(dev, idx, &qcfg);
+	return zcnic_qcfg_buf_len(&qcfg);
+}
+#else
+/* 6.18 has no per-queue config: buffers are pages. */
+static u32 zcnic_queue_buf_len(struct net_device *dev, u32 idx)
+{
+	return PAGE_SIZE;
+}
+#endif
 
 static int zcnic_open(struct net_device *dev)
 {
@@ -418,7 +461,8 @@ static int zcnic_open(struct net_device *dev)
 
 	netdev_assert_locked(dev);
 	for (i = 0; i < priv->max_queues; i++) {
-		struct page_pool *pp = zcnic_pp_create(priv, i);
+		u32 buf_len = zcnic_queue_buf_len(dev, i);
+		struct page_pool *pp = zcnic_pp_create(priv, i, buf_len);
 
 		if (IS_ERR(pp)) {
 			while (i--) {
@@ -428,6 +472,7 @@ static int zcnic_open(struct net_device *dev)
 			return PTR_ERR(pp);
 		}
 		priv->rxq[i].pp = pp;
+		priv->rxq[i].buf_len = buf_len;
 	}
 	for (i = 0; i < priv->max_queues; i++) {
 		napi_enable_locked(&priv->rxq[i].napi);
@@ -462,6 +507,35 @@ static int zcnic_stop(struct net_device *dev)
 	return 0;
 }
 
+#if ZCNIC_QCFG
+/* 7.2's queue config (net/core/netdev_config.c): the default buffer is a
+ * page; a memory provider may ask for a larger power of two up to
+ * ZCNIC_RX_BUF_MAX (QCFG_RX_PAGE_SIZE in supported_params), which the core
+ * validates here before it restarts the queue, and passes to mem_alloc.
+ */
+static void zcnic_default_qcfg(struct net_device *dev,
+			       struct netdev_queue_config *qcfg)
+{
+	qcfg->rx_page_size = PAGE_SIZE;
+}
+
+static int zcnic_validate_qcfg(struct net_device *dev,
+			       struct netdev_queue_config *qcfg,
+			       struct netlink_ext_ack *extack)
+{
+	u32 len = zcnic_qcfg_buf_len(qcfg);
+
+	if (!is_power_of_2(len) || len < PAGE_SIZE ||
+	    len > ZCNIC_RX_BUF_MAX) {
+		NL_SET_ERR_MSG_FMT_MOD(extack,
+				       "rx page size %u: zcnic takes a power of two from %lu to %u",
+				       len, PAGE_SIZE, ZCNIC_RX_BUF_MAX);
+		return -ERANGE;
+	}
+	return 0;
+}
+#endif
+
 /* Contract (net/core/netdev_rx_queue.c, netdev_rx_queue_reconfig()):
  * mem_alloc builds the new queue memory beside the running queue; stop hands
  * the running memory over in its @per_queue_mem; start installs the new one;
@@ -476,14 +550,21 @@ static int zcnic_queue_mem_alloc(struct net_device *dev,
 {
 	struct zcnic_priv *priv = netdev_priv(dev);
 	struct zcnic_qmem *qmem = per_queue_mem;
+	u32 buf_len = PAGE_SIZE;
 	struct page_pool *pp;
 
 	if (idx < 0 || idx >= priv->max_queues)
 		return -EINVAL;
-	pp = zcnic_pp_create(priv, idx);
+#if ZCNIC_QCFG
+	if (zcnic_validate_qcfg(dev, qcfg, NULL))
+		return -ERANGE;
+	buf_len = zcnic_qcfg_buf_len(qcfg);
+#endif
+	pp = zcnic_pp_create(priv, idx, buf_len);
 	if (IS_ERR(pp))
 		return PTR_ERR(pp);
 	qmem->pp = pp;
+	qmem->buf_len = buf_len;
 	return 0;
 }
 
@@ -508,6 +589,7 @@ static int zcnic_queue_start(struct net_device *dev,
 
 	netdev_assert_locked(dev);
 	rxq->pp = qmem->pp;
+	rxq->buf_len = qmem->buf_len;
 	napi_enable_locked(&rxq->napi);
 	netif_queue_set_napi(dev, idx, NETDEV_QUEUE_TYPE_RX, &rxq->napi);
 	/* Frames that arrived while the queue was stopped */
@@ -531,6 +613,7 @@ static int zcnic_queue_stop(struct net_device *dev, void *per_queue_mem,
 	 */
 	page_pool_disable_direct_recycling(rxq->pp);
 	qmem->pp = rxq->pp;
+	qmem->buf_len = rxq->buf_len;
 	rxq->pp = NULL;
 	return 0;
 }
@@ -547,6 +630,11 @@ static const struct netdev_queue_mgmt_ops zcnic_queue_mgmt_ops = {
 	.ndo_queue_start	= zcnic_queue_start,
 	.ndo_queue_stop		= zcnic_queue_stop,
 	.ndo_queue_get_dma_dev	= zcnic_queue_get_dma_dev,
+#if ZCNIC_QCFG
+	.ndo_default_qcfg	= zcnic_default_qcfg,
+	.ndo_validate_qcfg	= zcnic_validate_qcfg,
+	.supported_params	= QCFG_RX_PAGE_SIZE,
+#endif
 };
 
 /* ---- statistics ---- */

@@ -8,6 +8,7 @@
 
 #include <linux/ethtool.h>
 #include <linux/netdevice.h>
+#include <linux/sizes.h>
 #include <linux/skbuff.h>
 #include <linux/spinlock.h>
 #include <linux/u64_stats_sync.h>
@@ -23,6 +24,10 @@
 #define ZCNIC_HDS_THRESH_MAX	1024
 /* Frames up to this size that are not split are copied into the linear part. */
 #define ZCNIC_COPY_MAX		2048
+/* The largest receive buffer a memory provider may ask for (7.2's
+ * rx_page_size, io_uring zcrx's rx_buf_len): 2 MiB, page pool order 9.
+ */
+#define ZCNIC_RX_BUF_MAX	SZ_2M
 
 /* 7.2 passes a queue config to the queue management ops and made netmem_tx
  * an enum (include/net/netdev_queues.h, include/linux/netdevice.h).
@@ -41,6 +46,13 @@ struct zcnic_rxq_stats {
 	u64_stats_t bytes;
 	u64_stats_t alloc_fail;
 	u64_stats_t drops;
+	/* Where received L4 payload went (ethtool -S): into a memory
+	 * provider's net_iovs, into page pool pages, or into the linear part.
+	 */
+	u64_stats_t payload_netmem;
+	u64_stats_t payload_page;
+	u64_stats_t payload_linear;
+	u64_stats_t netmem_bufs;	/* net_iovs written: the provider's buffers */
 };
 
 struct zcnic_txq_stats {
@@ -58,13 +70,17 @@ struct zcnic_rxq {
 	struct napi_struct napi;
 	struct sk_buff_head wire;
 	struct page_pool *pp;
+	u32 buf_len;	/* bytes per pool buffer: PAGE_SIZE << pp order */
 	u32 idx;
 	struct zcnic_rxq_stats stats;
 };
 
-/* The memory a queue restart swaps: a page pool (netdev_rx_queue.c). */
+/* The memory a queue restart swaps: a page pool (netdev_rx_queue.c) and the
+ * size of its buffers.
+ */
 struct zcnic_qmem {
 	struct page_pool *pp;
+	u32 buf_len;
 };
 
 struct zcnic_rule {
