@@ -254,6 +254,22 @@ pub struct BenchRxArgs {
     /// hosts' NICs would (default: veth runs it on the sending CPU).
     #[arg(long)]
     pub steer_rx: bool,
+    /// Run on a NIC instead of --path (the path is named iface): the server listens on
+    /// --listen, an address of IF here; its zcrx and devmem rows use IF's --queue (steer the
+    /// port there first: zcnet nic setup --iface IF --queue Q --port PORT -- zcnet bench rx
+    /// ...); devmem receives into a udmabuf of host memory. The clients run in --client-netns.
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// With --iface: the receive queue for zcrx and devmem (default: IF's last RX queue).
+    #[arg(long, allow_negative_numbers = true)]
+    pub queue: Option<u32>,
+    /// With --iface: the server's ADDR:PORT on IF (IP literal; the port is the one steered).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// With --iface: the network namespace the clients run in (one whose route to --listen
+    /// goes through IF's peer; default: this one).
+    #[arg(long)]
+    pub client_netns: Option<String>,
     /// Where requests land: host (the echo benchmark), or cuda[:N]: one stream per case received
     /// into host memory, into GPU memory by the best path, and by the naive loop, side by side
     /// (--rx, --connections, --threads, --cpu, --buf-size, --buffers do not apply then).

@@ -9,7 +9,7 @@ use serde::Serialize;
 use std::io::IsTerminal;
 use zcnet::{Error, MemoryKind, TxMode};
 use zcnet_tools::bench::{self, PathKind, Progress, TxBenchConfig, TxReport};
-use zcnet_tools::rxbench::{self, BenchRxMode, RxBenchConfig, RxProgress, RxReport};
+use zcnet_tools::rxbench::{self, BenchRxMode, IfaceTarget, RxBenchConfig, RxProgress, RxReport};
 
 /// One result in `--json` (schema in docs/cli.md).
 #[derive(Serialize)]
@@ -344,6 +344,7 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
     )?;
     let threads = count_arg("--threads", a.threads, crate::units::MAX_THREADS)?;
     let duration = seconds_arg("--duration", a.duration)?;
+    let iface = rx_iface(a)?;
     Ok(RxBenchConfig {
         paths,
         modes,
@@ -357,7 +358,37 @@ fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
         buffers,
         bundle: !a.no_bundle,
         steer_rx: a.steer_rx,
+        iface,
     })
+}
+
+/// `--iface` and the options that go with it (`--queue`, `--listen`, `--client-netns`).
+fn rx_iface(a: &BenchRxArgs) -> Result<Option<IfaceTarget>, Error> {
+    let Some(iface) = a.iface.clone() else {
+        if a.queue.is_some() || a.listen.is_some() || a.client_netns.is_some() {
+            return Err(Error::invalid_input(
+                "--queue, --listen and --client-netns go with --iface (a NIC to run on): add --iface IF or drop them",
+            ));
+        }
+        return Ok(None);
+    };
+    let Some(listen) = a.listen.as_deref() else {
+        return Err(Error::invalid_input(format!(
+            "--iface {iface} needs --listen ADDR:PORT, the server's address on {iface} and the port steered to its queue"
+        )));
+    };
+    let listen = zcnet::net::parse_addr(listen)?;
+    if listen.port() == 0 {
+        return Err(Error::invalid_input(format!(
+            "--listen {listen}: give the port the flows are steered by (zcnet nic setup --port), not 0"
+        )));
+    }
+    Ok(Some(IfaceTarget {
+        iface,
+        queue: a.queue,
+        listen,
+        client_netns: a.client_netns.clone(),
+    }))
 }
 
 pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {

@@ -344,7 +344,7 @@ impl Lab {
 }
 
 /// Whether the named namespace exists (`ip netns add` makes `/run/netns/NAME`).
-fn netns_exists(name: &str) -> bool {
+pub(crate) fn netns_exists(name: &str) -> bool {
     std::path::Path::new("/run/netns").join(name).exists()
 }
 

@@ -9,6 +9,14 @@
 //! A mode the kernel refuses is a row that says so, with the kernel's reason; `auto` rows say
 //! what was chosen and why the others were not.
 //!
+//! `iface` (`RxBenchConfig::iface`, `zcnet bench rx --iface IF --listen ADDR:PORT`): the server on
+//! a NIC's address in this namespace, its zcrx and devmem rows on the NIC's queue (steered there
+//! by `zcnet nic setup --port PORT`, which the caller holds), the clients in another namespace
+//! that reaches ADDR through the NIC's peer (`--client-netns`; the kernel lab's software NIC
+//! pair, scripts/zcnic-lab.sh). The devmem row binds a udmabuf of host memory and echoes what
+//! landed there by reading it back (the CPU cannot send from a device's buffers): a copy for
+//! the echo, not for the receive, whose bytes the row counts as zero-copy.
+//!
 //! `zcrx-nodev` is zcrx without a network device (`ZCRX_REG_NODEV`, Linux 7.1+): the zcrx API
 //! end to end on any TCP path, with the kernel copying every byte into the area, so its
 //! zero-copy share is 0 %. A kernel without it (`EINVAL` where its zcrx query lacks the flag, found by one registration
@@ -117,6 +125,21 @@ pub struct RxBenchConfig {
     /// 2-vCPU VM steering costs an inter-processor interrupt per batch and cuts qps by ~2.7×
     /// (docs/perf.md).
     pub steer_rx: bool,
+    /// Run on a NIC instead of `paths` (the path is then named `iface`).
+    pub iface: Option<IfaceTarget>,
+}
+
+/// The `iface` path: a NIC, the server's address on it and where the clients run.
+#[derive(Debug, Clone)]
+pub struct IfaceTarget {
+    /// The NIC (in this network namespace) whose queue zcrx and devmem use.
+    pub iface: String,
+    /// Its receive queue (`None`: the receiver's default, the last one).
+    pub queue: Option<u32>,
+    /// The server's address and port on the NIC (the port the flows are steered by).
+    pub listen: SocketAddr,
+    /// The network namespace the clients run in (`None`: this one).
+    pub client_netns: Option<String>,
 }
 
 impl Default for RxBenchConfig {
@@ -134,6 +157,7 @@ impl Default for RxBenchConfig {
             buffers: None,
             bundle: true,
             steer_rx: false,
+            iface: None,
         }
     }
 }
@@ -269,6 +293,7 @@ pub enum RxProgress<'a> {
 enum Place {
     Veth(VethPath),
     Loopback,
+    Iface(IfaceTarget),
 }
 
 /// What [`runnable_paths`] says could not run when a receive bench has nothing to run without
@@ -289,13 +314,28 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             p.name()
         )));
     }
+    if let Some(t) = &cfg.iface {
+        if let Some(ns) = &t.client_netns {
+            if !crate::lab::netns_exists(ns) {
+                return Err(Error::invalid_input(format!(
+                    "bench rx: no network namespace '{ns}' for the clients (ip netns list): give one whose route to {} goes through {}'s peer",
+                    t.listen.ip(),
+                    t.iface
+                )));
+            }
+        }
+    }
     let mut report = RxReport::default();
-    let paths = runnable_paths(
-        &cfg.paths,
-        zcnet_sys::os::is_root(),
-        RX_WITHOUT_ROOT,
-        &mut report.notes,
-    )?;
+    let paths = if cfg.iface.is_some() {
+        Vec::new()
+    } else {
+        runnable_paths(
+            &cfg.paths,
+            zcnet_sys::os::is_root(),
+            RX_WITHOUT_ROOT,
+            &mut report.notes,
+        )?
+    };
     let allowed =
         zcnet_sys::os::thread_affinity().map_err(|e| Error::io("sched_getaffinity", e))?;
     let server_cpu = match cfg.cpu {
@@ -353,11 +393,14 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             }
             _ => Place::Loopback,
         };
-        places.push((p, place));
+        places.push((p.name(), place));
+    }
+    if let Some(t) = &cfg.iface {
+        places.push(("iface", Place::Iface(t.clone())));
     }
     let total = places.len() * cfg.modes.len();
     let mut index = 0;
-    for (path, place) in &places {
+    for &(path, ref place) in &places {
         for &mode in &cfg.modes {
             if crate::interrupt::interrupted() {
                 return Err(Error::Interrupted);
@@ -366,11 +409,11 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             progress(RxProgress::Start {
                 index,
                 total,
-                path: path.name(),
+                path,
                 rx: mode.name(),
             });
             let mut row = RxRow {
-                path: path.name(),
+                path,
                 rx: mode.name(),
                 size: cfg.size,
                 connections: cfg.connections,
@@ -398,6 +441,34 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     }
     drop(lab.take());
     Ok(report)
+}
+
+/// devmem on a NIC: binds a udmabuf of host memory of the receive area's size and echoes
+/// what lands there by reading it back ([`crate::echo::EchoConfig::device_reader`]).
+fn device_memory(ecfg: &mut EchoConfig) -> Result<()> {
+    let mut region = zcnet::Region::udmabuf(ecfg.rx.area_len)?;
+    ecfg.rx.dmabuf = Some(region.dmabuf()?);
+    let region = std::sync::Mutex::new(region);
+    ecfg.device_reader = Some(crate::echo::DeviceReader(std::sync::Arc::new(
+        move |off: u64, out: &mut [u8]| {
+            let off = usize::try_from(off).map_err(|_| {
+                Error::io(
+                    "reading the udmabuf back",
+                    std::io::Error::from_raw_os_error(libc::EOVERFLOW),
+                )
+            })?;
+            region
+                .lock()
+                .map_err(|_| {
+                    Error::io(
+                        "reading the udmabuf back",
+                        std::io::Error::other("its lock was poisoned"),
+                    )
+                })?
+                .read_back(off, out)
+        },
+    )));
+    Ok(())
 }
 
 /// Whether this kernel lacks zcrx without a device: a registration of a four-page area is
@@ -480,8 +551,15 @@ fn run_case(
             None,
             "lo",
         ),
+        Place::Iface(t) => (t.listen, None, t.client_netns.clone(), t.iface.as_str()),
     };
     let mut ecfg = EchoConfig::new(mode.mode, bind);
+    if let Place::Iface(t) = place {
+        ecfg.rx.queue = t.queue;
+        if mode.mode == RxMode::Devmem {
+            device_memory(&mut ecfg)?;
+        }
+    }
     ecfg.netns = server_ns;
     ecfg.cpu = Some(server_cpu);
     if mode.no_device {

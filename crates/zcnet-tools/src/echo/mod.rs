@@ -74,6 +74,24 @@ pub struct EchoConfig {
     /// `SO_SNDBUF` of accepted connections (`None`: autotuned; over loopback the kernel starts
     /// at about 2.6 MiB).
     pub send_buffer: Option<usize>,
+    /// Reads back data that landed in device memory (devmem into a udmabuf the caller bound as
+    /// `rx.dmabuf`), so that it can be echoed: the CPU cannot send from the device's buffers,
+    /// so such data goes through the connection's outbox (a copy for the echo; the receive was
+    /// still the device's). `None`: such data fails the connection ([`FailKind::DeviceMemory`]).
+    pub device_reader: Option<DeviceReader>,
+}
+
+/// Copies `out.len()` bytes at a dma-buf offset into `out`.
+pub type ReadDevice = dyn Fn(u64, &mut [u8]) -> Result<()> + Send + Sync;
+
+/// A [`ReadDevice`] for the echo server (see [`EchoConfig::device_reader`]).
+#[derive(Clone)]
+pub struct DeviceReader(pub Arc<ReadDevice>);
+
+impl std::fmt::Debug for DeviceReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeviceReader")
+    }
 }
 
 impl EchoConfig {
@@ -95,6 +113,7 @@ impl EchoConfig {
             keepalive: None,
             user_timeout: None,
             send_buffer: None,
+            device_reader: None,
         }
     }
 }
@@ -699,7 +718,8 @@ impl Server<'_> {
                     let doomed = self.doomed.iter().any(|(d, _)| *d == c);
                     if let (Some(conn), false) = (self.conns.get_mut(&c), doomed) {
                         let was_pending = conn.pending() > 0;
-                        match echo(&self.rx, conn, &events[i..j], &mut self.report) {
+                        let reader = self.cfg.device_reader.as_ref();
+                        match echo(&self.rx, reader, conn, &events[i..j], &mut self.report) {
                             Ok(()) => {
                                 let p = conn.pending();
                                 conn.outbox_peak = conn.outbox_peak.max(p);
@@ -859,10 +879,17 @@ fn summary(c: ConnId, conn: &Conn, end: ConnEnd) -> ConnSummary {
 /// outbox is empty; whatever the socket does not take is copied to the outbox.
 fn echo(
     rx: &Receiver,
+    reader: Option<&DeviceReader>,
     conn: &mut Conn,
     group: &[RxEvent],
     st: &mut EchoReport,
 ) -> Result<(), Fail> {
+    if let Some(reader) = reader {
+        let device = |ev: &RxEvent| matches!(ev, RxEvent::Data(b) if b.device().is_some());
+        if group.iter().any(device) {
+            return echo_staged(rx, reader, conn, group, st);
+        }
+    }
     if conn.pending() > 0 {
         flush(conn, st)?;
     }
@@ -909,6 +936,43 @@ fn echo(
         }
     }
     Ok(())
+}
+
+/// Echoes a group that has data in device memory: every buffer, in order, goes to the outbox
+/// (device data read back through `reader`), then the outbox is flushed.
+fn echo_staged(
+    rx: &Receiver,
+    reader: &DeviceReader,
+    conn: &mut Conn,
+    group: &[RxEvent],
+    st: &mut EchoReport,
+) -> Result<(), Fail> {
+    let mut total = 0usize;
+    for ev in group {
+        let RxEvent::Data(b) = ev else { continue };
+        if let Some(bytes) = rx.bytes(b) {
+            conn.out.extend_from_slice(bytes);
+            total += bytes.len();
+        } else if let Some(d) = b.device() {
+            let start = conn.out.len();
+            conn.out.resize(start + d.len, 0);
+            (reader.0)(d.offset, &mut conn.out[start..]).map_err(|e| {
+                conn.out.truncate(start);
+                (
+                    FailKind::DeviceMemory,
+                    format!(
+                        "reading {} B of device memory back at offset {} to echo them: {e}",
+                        d.len, d.offset
+                    ),
+                )
+            })?;
+            total += d.len;
+        }
+    }
+    conn.bytes_in += total as u64;
+    st.bytes_received += total as u64;
+    st.outbox_bytes += total as u64;
+    flush(conn, st)
 }
 
 /// Appends to `out` what a vectored send of `slices` left unsent when the socket took `sent`
