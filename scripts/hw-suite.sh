@@ -17,7 +17,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 
 MECHS="zcrx devmem-rx devmem-tx uring-zc msg-zerocopy copy af-xdp-copy af-xdp-zerocopy"
-ALL_TESTS="probe nic-setup-restore zcrx-verify zcrx-udmabuf auto-iface devmem-rx devmem-rx-verify devmem-tx restore-after-kill nsim-probe nsim-nic-setup-restore"
+ALL_TESTS="probe nic-setup-restore zcrx-verify zcrx-udmabuf auto-iface devmem-rx devmem-rx-verify devmem-tx restore-after-kill zcrx-bufsize zcrx-copies bench-rx nsim-probe nsim-nic-setup-restore"
 
 usage() {
   cat <<'EOF'
@@ -44,7 +44,7 @@ Environment (ZCNET_HW_* are read only from the environment):
   ZCNET_HW_GPU         CUDA device index for the devmem tests (unset: they skip)
   ZCNET_HW_MEM         the devmem tests' memory instead of a GPU: udmabuf (host memory made a
                        dma-buf: needs /dev/udmabuf; devmem-rx-verify then reads it back)
-  ZCNET_HW_PORT        first TCP port used (default 25301; the tests use it and the next 5)
+  ZCNET_HW_PORT        first TCP port used (default 25301; the tests use it and the next 9)
   ZCNET_HW_BYTES       bytes per transfer, N or N with K/M/G (binary) (default 1G)
   ZCNET_HW_TIMEOUT     seconds one transfer may take (default 120)
   ZCNET_HW_SETTLE      seconds to wait after a run for the kernel to let go of a zcrx area or a
@@ -67,6 +67,16 @@ Tests (--only takes a comma-separated list of these):
   devmem-tx              zcnet send --tx devmem --mem cuda:N (or ZCNET_HW_MEM) to a zcnet recv
                          --verify on the peer
   restore-after-kill     SIGKILL a holding zcnet nic setup; nic restore brings the NIC back
+  zcrx-bufsize           zcrx-verify with --rx-buf-len 64K into a 16 MiB area of reserved 2 MiB
+                         huge pages (scripts/hw-suite-zcrx.sh has these three); the driver's
+                         per-queue counters (ethtool -S, where it has them) must show buffers
+                         larger than a page; skips where the kernel's zcrx query lacks rx-buf-len
+  zcrx-copies            zcnet's zero-copy/copied split against the kernel's and the driver's
+                         counts: a 64 KiB area that runs dry (drops, no copies), and a flow
+                         steered to another queue than zcrx's (every byte copied)
+  bench-rx               zcnet bench rx --iface with the peer's namespace as the clients
+                         (ZCNET_HW_REMOTE_NETNS): its zcrx and devmem rows must each move their
+                         bytes by that mechanism
   nsim-probe, nsim-nic-setup-restore
                          probe and nic-setup-restore on a netdevsim device in a private network
                          namespace (root, and a kernel with netdevsim; otherwise they skip)
@@ -133,7 +143,7 @@ if [ -n "$REMOTE_NETNS" ] && [ ! -e "/run/netns/$REMOTE_NETNS" ]; then
 fi
 # The devmem tests' memory: a GPU's, or a udmabuf.
 DMEM=${MEM:-${GPU:+cuda:$GPU}}
-{ is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65530 ]; } || bad_env "ZCNET_HW_PORT='$PORT': give a port from 1 to 65530"
+{ is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65526 ]; } || bad_env "ZCNET_HW_PORT='$PORT': give a port from 1 to 65526"
 { is_uint "$TMO" && [ "$TMO" -ge 1 ]; } || bad_env "ZCNET_HW_TIMEOUT='$TMO': give whole seconds"
 is_uint "${ZCNET_HW_SETTLE:-180}" || bad_env "ZCNET_HW_SETTLE='${ZCNET_HW_SETTLE:-}': give whole seconds"
 case $BYTES_ARG in
@@ -636,7 +646,8 @@ t_nic_setup_restore() {
 
 # A stream from the peer to LOCAL_V4 received here under `nic setup -- zcnet recv ...`; returns
 # (RX_Q: the queue) only when both ends succeeded with exactly ZCNET_HW_BYTES, the NIC restored.
-# $1 test port, then zcnet recv's mechanism arguments.
+# $1 test port, then zcnet recv's mechanism arguments. RX_RECV_QUEUE set: recv binds that queue
+# instead of the one the flow is steered to.
 rx_case() {
   local port=$1
   shift
@@ -651,7 +662,7 @@ rx_case() {
   nb=$(snapshot "$TW/before.txt")
   mark_dirty
   timeout --foreground -s TERM "$((TMO + 30))" "$ZCNET" nic setup --iface "$T_IF" --queue "$q" --port "$port" --json -- \
-    "$ZCNET" recv --listen "$LOCAL_V4:$port" --iface "$T_IF" --queue "$q" --json "$@" \
+    "$ZCNET" recv --listen "$LOCAL_V4:$port" --iface "$T_IF" --queue "${RX_RECV_QUEUE:-$q}" --json "$@" \
     >"$TW/recv.out" 2>"$TW/recv.err" &
   pid=$!
   echo "$pid" >>"$WORK/pids"
@@ -854,6 +865,10 @@ t_restore_after_kill() {
   pass "SIGKILLed nic setup (queue $q) while holding; nic restore undid $undone change(s); state equal to before ($nb lines compared)"
 }
 
+# zcrx's buffer size and copy accounting, and bench rx on the device: a file of their own.
+# shellcheck source=hw-suite-zcrx.sh
+. "$HERE/hw-suite-zcrx.sh"
+
 t_nsim() {
   [ -n "$NSIM_IF" ] || skip "${NSIM_SKIP:-$NSIM_LINE}"
   T_IF=$NSIM_IF
@@ -1018,7 +1033,7 @@ REMOTE_INFO="n/a (ZCNET_HW_REMOTE_SSH not set)"
 if [ -n "$REMOTE_NETNS" ]; then
   REMOTE_INFO="network namespace $REMOTE_NETNS on this host (the same zcnet)"
 elif [ -n "$REMOTE_SSH" ]; then
-  if selected zcrx-verify || selected zcrx-udmabuf || selected auto-iface || selected devmem-rx || selected devmem-rx-verify || selected devmem-tx; then
+  if selected zcrx-verify || selected zcrx-udmabuf || selected auto-iface || selected devmem-rx || selected devmem-rx-verify || selected devmem-tx || selected zcrx-bufsize || selected zcrx-copies; then
     if ! has ssh; then
       REMOTE_WHY="ssh not installed"
     elif out=$(timeout 30 ssh "${SSH_OPTS[@]}" "$REMOTE_SSH" "$REMOTE_ZCNET --version" 2>&1); then
@@ -1044,6 +1059,9 @@ run_test devmem-rx t_devmem_rx
 run_test devmem-rx-verify t_devmem_rx_verify
 run_test devmem-tx t_devmem_tx
 run_test restore-after-kill t_restore_after_kill
+run_test zcrx-bufsize t_zcrx_bufsize
+run_test zcrx-copies t_zcrx_copies
+run_test bench-rx t_bench_rx
 run_test nsim-probe t_nsim t_probe
 run_test nsim-nic-setup-restore t_nsim t_nic_setup_restore
 

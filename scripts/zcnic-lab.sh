@@ -8,7 +8,7 @@
 # (scripts/kernel-lab.sh), and there: loads zcnic (one pair, 4 queues), moves zcnic1 into a
 # network namespace, gives the pair 192.168.77.1/24 (zcnic0) and 192.168.77.2/24 (zcnic1, in the
 # namespace), runs hw-suite.sh with ZCNET_HW_IFACE=zcnic0, the namespace as the peer and udmabuf
-# memory for the devmem tests, prints its table (or JSON), then unloads the module: a module that
+# memory for the devmem tests, 32 reserved 2 MiB huge pages for zcrx areas, prints its table (or JSON), then unloads the module: a module that
 # cannot be unloaded, or a namespace or NIC state left behind, fails the run. The guest has no
 # other network: nothing leaves it. zcnet is the debug build (cargo build -p zcnet-cli) unless
 # ZCNET names another. See docs/design.md, "Software NIC (kmod/zcnic)".
@@ -31,6 +31,9 @@ if [ "${1:-}" = --in-guest ]; then
     exit 1
   fi
   status=0
+  # Reserved 2 MiB huge pages for zcrx areas with buffers larger than a page (hw-suite's
+  # zcrx-bufsize: a 16 MiB area); 64 MiB of the guest's memory.
+  echo 32 >/proc/sys/vm/nr_hugepages 2>/dev/null
   ip netns add "$ns" &&
     ip link set zcnic1 netns "$ns" &&
     ip addr add 192.168.77.1/24 dev zcnic0 &&
