@@ -28,8 +28,8 @@ typedef void (*zcnet_nixl_notif_fn)(void *ctx, const char *agent, size_t agent_l
                                     const char *msg, size_t msg_len);
 
 int zcnet_nixl_rs_engine_new(const char *agent, size_t agent_len, const char *ip, size_t ip_len,
-                             uint16_t port, const char *tx, size_t tx_len, zcnet_nixl_engine **out,
-                             char *err, size_t errcap);
+                             uint16_t port, const char *tx, size_t tx_len, const char *streams,
+                             size_t streams_len, zcnet_nixl_engine **out, char *err, size_t errcap);
 void zcnet_nixl_rs_engine_free(zcnet_nixl_engine *e);
 int zcnet_nixl_rs_conn_info(const zcnet_nixl_engine *e, char *out, size_t cap, size_t *len);
 int zcnet_nixl_rs_load_remote(const zcnet_nixl_engine *e, const char *agent, size_t agent_len,
@@ -109,10 +109,11 @@ class ZcnetEngine final : public nixlBackendEngine {
 
 public:
     explicit ZcnetEngine(const nixlBackendInitParams *p) : nixlBackendEngine(p) {
-        std::string ip = "127.0.0.1", port = "0", tx = "auto";
+        std::string ip = "127.0.0.1", port = "0", tx = "auto", streams = "1";
         getInitParam("ip_addr", ip);
         getInitParam("port", port);
         getInitParam("tx", tx);
+        getInitParam("streams", streams);
         char *end = nullptr;
         unsigned long pv = std::strtoul(port.c_str(), &end, 10);
         if (port.empty() || *end != '\0' || pv > 65535) {
@@ -122,8 +123,8 @@ public:
         }
         char err[512] = {0};
         if (zcnet_nixl_rs_engine_new(localAgent.data(), localAgent.size(), ip.data(), ip.size(),
-                                     static_cast<uint16_t>(pv), tx.data(), tx.size(), &rs_, err,
-                                     sizeof err) != 0) {
+                                     static_cast<uint16_t>(pv), tx.data(), tx.size(),
+                                     streams.data(), streams.size(), &rs_, err, sizeof err) != 0) {
             log_error(std::string("cannot start the engine: ") + err);
             initErr = true;
         }
@@ -318,7 +319,7 @@ void destroy_engine(nixlBackendEngine *e) { delete e; }
 const char *plugin_name() { return kName; }
 const char *plugin_version() { return kVersion; }
 nixl_b_params_t backend_options() {
-    return {{"ip_addr", "127.0.0.1"}, {"port", "0"}, {"tx", "auto"}};
+    return {{"ip_addr", "127.0.0.1"}, {"port", "0"}, {"tx", "auto"}, {"streams", "1"}};
 }
 nixl_mem_list_t backend_mems() { return {DRAM_SEG}; }
 

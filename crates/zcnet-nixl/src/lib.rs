@@ -21,7 +21,9 @@
 //!
 //! Backend parameters (`create_backend("ZCNET", {...})`): `ip_addr` (the address to listen on
 //! and to publish to peers, default `127.0.0.1`), `port` (default `0`: any free port), `tx`
-//! (zcnet's send mode: `auto`, the default, `copy`, `uring` or `uring-zc`).
+//! (zcnet's send mode: `auto`, the default, `copy`, `uring` or `uring-zc`), `streams` (TCP
+//! connections to each peer, 1 to 16, default 1: a request of 4 MiB or more is cut across
+//! them, its notification queued at the target once every part arrived).
 //! `ZCNET_NIXL_STATS=FILE` (`{pid}` in it is replaced by the process id): when an engine is
 //! destroyed, its senders' counters as one JSON object.
 
@@ -97,15 +99,23 @@ pub unsafe extern "C" fn zcnet_nixl_rs_engine_new(
     port: u16,
     tx: *const u8,
     tx_len: usize,
+    streams: *const u8,
+    streams_len: usize,
     out: *mut *mut Engine,
     err: *mut u8,
     errcap: usize,
 ) -> i32 {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (agent, ip, tx) =
-            unsafe { (text(agent, agent_len), text(ip, ip_len), text(tx, tx_len)) };
-        match Engine::new(&agent, &ip, port, &tx) {
+        let (agent, ip, tx, streams) = unsafe {
+            (
+                text(agent, agent_len),
+                text(ip, ip_len),
+                text(tx, tx_len),
+                text(streams, streams_len),
+            )
+        };
+        match Engine::new(&agent, &ip, port, &tx, &streams) {
             Ok(e) => {
                 // SAFETY: `out` is writable (the caller's contract).
                 unsafe { *out = Box::into_raw(Box::new(e)) };

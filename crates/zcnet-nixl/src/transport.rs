@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -70,6 +70,13 @@ const END_ABORTED: u64 = 2;
 const MAX_MSG: u64 = 16 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const IO_BUF: usize = 256 << 10;
+/// A request of at least this many bytes is cut across the engine's streams (the backend
+/// parameter `streams`); a smaller one goes whole on the first.
+const STRIPE_MIN: u64 = 4 << 20;
+/// Parts are cut at multiples of this within a descriptor.
+const STRIPE_ALIGN: u64 = 64 << 10;
+/// Most streams per peer.
+pub const MAX_STREAMS: usize = 16;
 
 /// One frame header: kind, request id and four operands whose meaning depends on the kind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -237,6 +244,56 @@ struct Shared {
     stats: Arc<Stats>,
     /// How this engine's connections send (the backend parameter `tx`).
     tx: zcnet::TxMode,
+    /// Requests cut across streams whose parts have not all ended, by (initiator agent, its
+    /// engine's instance, request group): the target queues the notification once all did.
+    groups: Mutex<HashMap<(String, u64, u64), Group>>,
+}
+
+/// The parts of one striped request seen so far at the target.
+#[derive(Debug)]
+struct Group {
+    remaining: u64,
+    ok: bool,
+    notif: Option<Vec<u8>>,
+}
+
+impl Shared {
+    /// One part of a striped request ended (`ok`: applied without error and not aborted; the
+    /// part that carries the notification gives it). Once the last part ended, the
+    /// notification is queued if every part was ok.
+    fn part_ended(&self, key: (String, u64, u64), parts: u64, ok: bool, notif: Option<Vec<u8>>) {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let peer = key.0.clone();
+        let g = groups.entry(key.clone()).or_insert(Group {
+            remaining: parts,
+            ok: true,
+            notif: None,
+        });
+        g.remaining = g.remaining.saturating_sub(1);
+        g.ok &= ok;
+        if notif.is_some() {
+            g.notif = notif;
+        }
+        if g.remaining == 0 {
+            if let Some(g) = groups.remove(&key) {
+                drop(groups);
+                if let (true, Some(msg)) = (g.ok, g.notif) {
+                    self.notifs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((peer, msg));
+                }
+            }
+        }
+    }
+
+    /// A connection of `peer`'s engine `session` ended: its unfinished groups never will.
+    fn forget_groups(&self, peer: &str, session: u64) {
+        self.groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(p, s, _), _| !(p == peer && *s == session));
+    }
 }
 
 /// A request: its descriptors, its state and the lock that keeps its local memory from being
@@ -245,20 +302,36 @@ struct Shared {
 pub struct Xfer {
     op: u32,
     agent: String,
-    descs: Vec<Desc>,
+    descs: Arc<[Desc]>,
     /// IN_PROG while posted; then SUCCESS or the first error.
     status: Mutex<i32>,
     /// An error seen before the acknowledgement (READ data refused or mismatched).
     err: Mutex<i32>,
+    /// The first acknowledgement of a part that was not SUCCESS.
+    ack: Mutex<i32>,
+    /// Parts posted and not yet acknowledged.
+    remaining: AtomicUsize,
     /// True once released: the writer and the reader take this lock around every access to
     /// the request's local memory and touch it only while it is false.
     released: Mutex<bool>,
-    posted: Mutex<Option<(Arc<Conn>, u64)>>,
+    /// The parts as posted: the stream and the post id of each.
+    posted: Mutex<Vec<(Arc<Conn>, u64)>>,
 }
 
 impl Xfer {
+    /// One part's acknowledgement; the request ends with the last one.
     fn finish(&self, ack: i32) {
+        if ack != SUCCESS {
+            let mut a = self.ack.lock().unwrap_or_else(|e| e.into_inner());
+            if *a == SUCCESS {
+                *a = ack;
+            }
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
         let err = *self.err.lock().unwrap_or_else(|e| e.into_inner());
+        let ack = *self.ack.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
         if *st == IN_PROG {
             *st = if err != SUCCESS { err } else { ack };
@@ -273,8 +346,23 @@ impl Xfer {
     }
 }
 
+/// A part waiting for its acknowledgement: the request and the part's descriptors.
+type Posted = (Arc<Xfer>, Arc<[Desc]>);
+
+/// One part of a posted request, for one stream's writer: its post id on that stream, its
+/// descriptors, its group (the request) and how many parts the group has, and the
+/// notification (carried by the first part only).
+struct Part {
+    post: u64,
+    x: Arc<Xfer>,
+    descs: Arc<[Desc]>,
+    group: u64,
+    parts: u64,
+    notif: Option<Vec<u8>>,
+}
+
 enum Job {
-    Post(u64, Arc<Xfer>, Option<Vec<u8>>),
+    Post(Part),
     Notif(Vec<u8>),
 }
 
@@ -283,7 +371,9 @@ enum Job {
 pub struct Conn {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     stream: TcpStream,
-    pending: Mutex<HashMap<u64, Arc<Xfer>>>,
+    /// Parts posted on this stream and not yet acknowledged, by post id, with their
+    /// descriptors (READ data names one by its index).
+    pending: Mutex<HashMap<u64, Posted>>,
     dead: AtomicBool,
     next_post: AtomicU64,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -293,7 +383,7 @@ pub struct Conn {
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Job::Post(p, _, _) => write!(f, "Post({p})"),
+            Job::Post(p) => write!(f, "Post({}/{} of group {})", p.post, p.parts, p.group),
             Job::Notif(m) => write!(f, "Notif({} bytes)", m.len()),
         }
     }
@@ -308,7 +398,7 @@ impl Conn {
             .unwrap_or_else(|e| e.into_inner())
             .drain()
             .collect();
-        for (_, x) in drained {
+        for (_, (x, _)) in drained {
             x.fail(status);
         }
     }
@@ -338,15 +428,33 @@ pub struct Engine {
     acceptor: Mutex<Option<JoinHandle<()>>>,
     incoming: Arc<Incoming>,
     remotes: Mutex<HashMap<String, (SocketAddr, u64)>>,
-    conns: Mutex<HashMap<String, Arc<Conn>>>,
+    /// The streams to each target agent (`streams` connections, made at its first request).
+    conns: Mutex<HashMap<String, Vec<Arc<Conn>>>>,
+    streams: usize,
     next_key: AtomicU64,
+    next_group: AtomicU64,
     /// Keeps the listener (and its fd) open as long as the engine.
     _listener: TcpListener,
 }
 
 impl Engine {
-    /// Listens on `ip:port` (port 0: any free one) and starts the acceptor.
-    pub fn new(agent: &str, ip: &str, port: u16, tx: &str) -> Result<Engine, String> {
+    /// Listens on `ip:port` (port 0: any free one) and starts the acceptor; `streams` is the
+    /// number of connections to each peer (1 to [`MAX_STREAMS`]).
+    pub fn new(
+        agent: &str,
+        ip: &str,
+        port: u16,
+        tx: &str,
+        streams: &str,
+    ) -> Result<Engine, String> {
+        let streams = match streams.parse::<usize>() {
+            Ok(n @ 1..=MAX_STREAMS) => n,
+            _ => {
+                return Err(format!(
+                "backend parameter streams={streams} is not a whole number from 1 to {MAX_STREAMS}"
+            ))
+            }
+        };
         let tx = match zcnet::TxMode::parse(tx) {
             Ok(
                 m @ (zcnet::TxMode::Auto
@@ -378,6 +486,7 @@ impl Engine {
             closing: AtomicBool::new(false),
             stats: Arc::default(),
             tx,
+            groups: Mutex::new(HashMap::new()),
         });
         let incoming: Arc<Incoming> = Arc::default();
         let acc_listener = listener.try_clone().map_err(|e| e.to_string())?;
@@ -394,7 +503,9 @@ impl Engine {
             incoming,
             remotes: Mutex::new(HashMap::new()),
             conns: Mutex::new(HashMap::new()),
+            streams,
             next_key: AtomicU64::new(1),
+            next_group: AtomicU64::new(1),
             _listener: listener,
         })
     }
@@ -455,14 +566,15 @@ impl Engine {
         }
     }
 
-    /// The connection to `agent`, made now if there is none (or the last one failed).
-    pub fn conn(&self, agent: &str) -> Result<Arc<Conn>, i32> {
+    /// The streams to `agent`, made now if there are none (or one of them failed: all are
+    /// made again).
+    pub fn conn(&self, agent: &str) -> Result<Vec<Arc<Conn>>, i32> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = conns.get(agent) {
-            if !c.dead.load(Ordering::SeqCst) {
-                return Ok(c.clone());
+        if let Some(lanes) = conns.get(agent) {
+            if !lanes.iter().any(|c| c.dead.load(Ordering::SeqCst)) {
+                return Ok(lanes.clone());
             }
-            if let Some(old) = conns.remove(agent) {
+            for old in conns.remove(agent).unwrap_or_default() {
                 old.close();
             }
         }
@@ -475,19 +587,19 @@ impl Engine {
             log(&format!("no connection info for agent {agent:?}"));
             return Err(ERR_NOT_FOUND);
         };
-        let c = connect(
-            &self.shared.agent,
-            addr,
-            instance,
-            self.shared.stats.clone(),
-            self.shared.tx,
-        )
-        .map_err(|(st, msg)| {
-            log(&format!("connect to agent {agent:?} at {addr}: {msg}"));
-            st
-        })?;
-        conns.insert(agent.to_string(), c.clone());
-        Ok(c)
+        let mut lanes: Vec<Arc<Conn>> = Vec::with_capacity(self.streams);
+        for _ in 0..self.streams {
+            let c = connect(&self.shared, addr, instance).map_err(|(st, msg)| {
+                log(&format!("connect to agent {agent:?} at {addr}: {msg}"));
+                for c in &lanes {
+                    c.close();
+                }
+                st
+            })?;
+            lanes.push(c);
+        }
+        conns.insert(agent.to_string(), lanes.clone());
+        Ok(lanes)
     }
 
     pub fn disconnect(&self, agent: &str) -> i32 {
@@ -496,7 +608,7 @@ impl Engine {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(agent);
-        if let Some(c) = c {
+        for c in c.unwrap_or_default() {
             c.close();
         }
         SUCCESS
@@ -506,36 +618,74 @@ impl Engine {
         Xfer {
             op,
             agent: agent.to_string(),
-            descs,
+            descs: descs.into(),
             status: Mutex::new(ERR_NOT_POSTED),
             err: Mutex::new(SUCCESS),
+            ack: Mutex::new(SUCCESS),
+            remaining: AtomicUsize::new(0),
             released: Mutex::new(false),
-            posted: Mutex::new(None),
+            posted: Mutex::new(Vec::new()),
         }
     }
 
+    /// Posts `x`: whole on the first stream, or cut across the streams when it is large
+    /// ([`STRIPE_MIN`]); the notification travels with the first part and the target queues it
+    /// once every part arrived.
     pub fn post(&self, x: &Arc<Xfer>, notif: Option<Vec<u8>>) -> i32 {
-        let conn = match self.conn(&x.agent) {
+        let lanes = match self.conn(&x.agent) {
             Ok(c) => c,
             Err(st) => return st,
         };
-        let post = conn.next_post.fetch_add(1, Ordering::Relaxed);
+        let total: u64 = x.descs.iter().map(|d| d.len).sum();
+        let parts: Vec<Arc<[Desc]>> = if lanes.len() > 1 && total >= STRIPE_MIN {
+            stripe(&x.descs, lanes.len())
+                .into_iter()
+                .map(Arc::from)
+                .collect()
+        } else {
+            vec![x.descs.clone()]
+        };
+        let group = self.next_group.fetch_add(1, Ordering::Relaxed);
+        let n = parts.len();
         *x.status.lock().unwrap_or_else(|e| e.into_inner()) = IN_PROG;
         *x.err.lock().unwrap_or_else(|e| e.into_inner()) = SUCCESS;
-        *x.posted.lock().unwrap_or_else(|e| e.into_inner()) = Some((conn.clone(), post));
-        conn.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(post, x.clone());
-        let sent = match &*conn.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(tx) => tx.send(Job::Post(post, x.clone(), notif)).is_ok(),
-            None => false,
-        };
-        if !sent || conn.dead.load(Ordering::SeqCst) {
+        *x.ack.lock().unwrap_or_else(|e| e.into_inner()) = SUCCESS;
+        x.remaining.store(n, Ordering::Release);
+        let mut posted = x.posted.lock().unwrap_or_else(|e| e.into_inner());
+        posted.clear();
+        let mut notif = notif;
+        let mut ok = true;
+        for (conn, descs) in lanes.iter().zip(parts) {
+            let post = conn.next_post.fetch_add(1, Ordering::Relaxed);
             conn.pending
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&post);
+                .insert(post, (x.clone(), descs.clone()));
+            posted.push((conn.clone(), post));
+            let part = Part {
+                post,
+                x: x.clone(),
+                descs,
+                group,
+                parts: n as u64,
+                notif: notif.take(),
+            };
+            let sent = match &*conn.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(tx) => tx.send(Job::Post(part)).is_ok(),
+                None => false,
+            };
+            if !sent || conn.dead.load(Ordering::SeqCst) {
+                ok = false;
+                break;
+            }
+        }
+        if !ok {
+            for (conn, post) in posted.drain(..) {
+                conn.pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&post);
+            }
             x.fail(ERR_REMOTE_DISCONNECT);
             return ERR_REMOTE_DISCONNECT;
         }
@@ -543,8 +693,10 @@ impl Engine {
     }
 
     pub fn gen_notif(&self, agent: &str, msg: Vec<u8>) -> i32 {
+        // A notification alone goes on the first stream, the one that carries requests'
+        // notifications too.
         let conn = match self.conn(agent) {
-            Ok(c) => c,
+            Ok(c) => c[0].clone(),
             Err(st) => return st,
         };
         let jobs = conn.jobs.lock().unwrap_or_else(|e| e.into_inner());
@@ -567,7 +719,7 @@ impl Engine {
 /// the descriptors it has not sent, the reader discards READ data that still arrives).
 pub fn release(x: &Xfer) {
     *x.released.lock().unwrap_or_else(|e| e.into_inner()) = true;
-    if let Some((conn, post)) = x.posted.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    for (conn, post) in x.posted.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
         conn.pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -599,7 +751,7 @@ impl Drop for Engine {
             .unwrap_or_else(|e| e.into_inner())
             .drain()
             .collect();
-        for (_, c) in conns {
+        for c in conns.into_iter().flat_map(|(_, c)| c) {
             c.close();
         }
         let incoming: Vec<_> = self
@@ -629,13 +781,10 @@ impl Drop for Engine {
     }
 }
 
-fn connect(
-    me: &str,
-    addr: SocketAddr,
-    instance: u64,
-    stats: Arc<Stats>,
-    tx: zcnet::TxMode,
-) -> Result<Arc<Conn>, (i32, String)> {
+/// One stream to the target engine `instance` at `addr`. Its HELLO names this agent and this
+/// engine's instance (the session the target groups a striped request's parts by).
+fn connect(sh: &Shared, addr: SocketAddr, instance: u64) -> Result<Arc<Conn>, (i32, String)> {
+    let (me, stats, tx) = (&sh.agent, sh.stats.clone(), sh.tx);
     let disc = |e: io::Error| (ERR_REMOTE_DISCONNECT, e.to_string());
     let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(disc)?;
     let _ = stream.set_nodelay(true);
@@ -644,6 +793,7 @@ fn connect(
     h.a = VERSION;
     h.b = me.len() as u64;
     h.c = instance;
+    h.d = sh.instance;
     h.write_to(&mut s).map_err(disc)?;
     s.write_all(me.as_bytes()).map_err(disc)?;
     stream
@@ -812,7 +962,7 @@ fn writer_loop(
     let mut failed = None;
     for job in rx {
         let r = match job {
-            Job::Post(post, x, notif) => send_post(&mut out, post, &x, notif),
+            Job::Post(part) => send_post(&mut out, part),
             Job::Notif(msg) => {
                 send_msg(&mut out, Hdr::new(K_NOTIF, 0), msg).and_then(|_| out.flush())
             }
@@ -844,7 +994,15 @@ fn send_msg(out: &mut Out<'_>, mut h: Hdr, msg: Vec<u8>) -> io::Result<()> {
     out.lent(zcnet::engine::ForeignBuf::owned(msg.into_boxed_slice()))
 }
 
-fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> io::Result<()> {
+fn send_post(out: &mut Out<'_>, part: Part) -> io::Result<()> {
+    let Part {
+        post,
+        x,
+        descs,
+        group,
+        parts,
+        notif,
+    } = part;
     // A WRITE holds `released` until the kernel is done with every byte of the request (the
     // one flush at the end, after END), so that once NIXL released it nothing reads its memory
     // any more. One flush per request: a zero-copy send's notification comes when the peer
@@ -854,7 +1012,7 @@ fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> 
     let aborted = released.as_deref().copied().unwrap_or(false);
     if x.op == OP_WRITE {
         if !aborted {
-            for d in &x.descs {
+            for d in descs.iter() {
                 let mut h = Hdr::new(K_WRITE, post);
                 (h.a, h.b, h.c) = (d.remote_addr, d.len, d.remote_key);
                 if d.len <= INLINE_MAX {
@@ -878,7 +1036,7 @@ fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> 
             }
         }
     } else {
-        for (i, d) in x.descs.iter().enumerate() {
+        for (i, d) in descs.iter().enumerate() {
             let mut h = Hdr::new(K_READ_REQ, post);
             (h.a, h.b, h.c, h.d) = (d.remote_addr, d.len, d.remote_key, i as u64);
             out.frame(&h, &[])?;
@@ -886,6 +1044,8 @@ fn send_post(out: &mut Out<'_>, post: u64, x: &Xfer, notif: Option<Vec<u8>>) -> 
     }
     let mut h = Hdr::new(K_END, post);
     h.a = if aborted { END_ABORTED } else { 0 } | if notif.is_some() { END_NOTIF } else { 0 };
+    // c, d: the request's group and its number of parts (1: not striped).
+    (h.c, h.d) = (group, parts);
     send_msg(out, h, notif.unwrap_or_default())?;
     let r = out.flush();
     drop(released);
@@ -921,13 +1081,13 @@ fn reader_loop(stream: TcpStream, conn: std::sync::Weak<Conn>) {
             .get(&h.post)
             .cloned();
         let res = match h.kind {
-            K_READ_DATA => recv_read_data(&mut r, &h, x.as_deref()),
+            K_READ_DATA => recv_read_data(&mut r, &h, x.as_ref().map(|(x, d)| (&**x, &**d))),
             K_ACK => {
                 c.pending
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&h.post);
-                if let Some(x) = x {
+                if let Some((x, _)) = x {
                     x.finish(status_from_wire(h.c));
                 }
                 Ok(())
@@ -944,13 +1104,15 @@ fn reader_loop(stream: TcpStream, conn: std::sync::Weak<Conn>) {
     }
 }
 
-fn recv_read_data(r: &mut impl Read, h: &Hdr, x: Option<&Xfer>) -> io::Result<()> {
-    let Some(x) = x else {
+/// READ data for descriptor `h.d` of a part (`x` and the part's descriptors; `None`: a part
+/// no longer pending, whose data is read and dropped).
+fn recv_read_data(r: &mut impl Read, h: &Hdr, x: Option<(&Xfer, &[Desc])>) -> io::Result<()> {
+    let Some((x, descs)) = x else {
         return discard(r, h.b);
     };
     let st = status_from_wire(h.c);
     let released = x.released.lock().unwrap_or_else(|e| e.into_inner());
-    let desc = x.descs.get(h.d as usize).filter(|d| d.len == h.b);
+    let desc = descs.get(h.d as usize).filter(|d| d.len == h.b);
     match desc {
         Some(d) if !*released && st == SUCCESS => {
             // SAFETY: the C++ half checked the range lies in this engine's registration;
@@ -1019,14 +1181,25 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>, incoming: Arc<Incomin
 fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
     let mut r = BufReader::with_capacity(IO_BUF, &stream);
     let mut w = Out::new(&stream, sh.tx)?;
-    let r = serve_on(&mut r, &mut w, sh);
+    let mut peer = None;
+    let r = serve_on(&mut r, &mut w, sh, &mut peer);
     if let Out::Zc(s) = &w {
         sh.stats.add(&s.stats());
+    }
+    if let Some((name, session)) = peer {
+        sh.forget_groups(&name, session);
     }
     r
 }
 
-fn serve_on(r: &mut impl Read, w: &mut Out<'_>, sh: &Shared) -> io::Result<()> {
+/// Serves one connection; `who` is set to the peer's agent name and engine instance once its
+/// HELLO was read.
+fn serve_on(
+    r: &mut impl Read,
+    w: &mut Out<'_>,
+    sh: &Shared,
+    who: &mut Option<(String, u64)>,
+) -> io::Result<()> {
     let hello = Hdr::read_from(r)?;
     if hello.kind != K_HELLO || hello.a != VERSION {
         return Err(io::Error::new(
@@ -1035,6 +1208,8 @@ fn serve_on(r: &mut impl Read, w: &mut Out<'_>, sh: &Shared) -> io::Result<()> {
         ));
     }
     let peer = String::from_utf8_lossy(&read_msg(r, hello.b)?).into_owned();
+    let session = hello.d;
+    *who = Some((peer.clone(), session));
     let mut ok = Hdr::new(K_HELLO_OK, 0);
     ok.a = sh.instance;
     let stale = hello.c != sh.instance;
@@ -1103,7 +1278,13 @@ fn serve_on(r: &mut impl Read, w: &mut Out<'_>, sh: &Shared) -> io::Result<()> {
                 let msg = read_msg(r, h.b)?;
                 let st = errs.remove(&h.post).unwrap_or(SUCCESS);
                 let aborted = h.a & END_ABORTED != 0;
-                if st == SUCCESS && !aborted && h.a & END_NOTIF != 0 {
+                let ok = st == SUCCESS && !aborted;
+                let notif = (h.a & END_NOTIF != 0).then_some(msg);
+                if h.d > 1 {
+                    // One part of a request cut across streams: the notification waits for
+                    // the others.
+                    sh.part_ended((peer.clone(), session, h.c), h.d, ok, notif);
+                } else if let (true, Some(msg)) = (ok, notif) {
                     sh.notifs
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
@@ -1129,6 +1310,38 @@ fn serve_on(r: &mut impl Read, w: &mut Out<'_>, sh: &Shared) -> io::Result<()> {
             }
         }
     }
+}
+
+/// Cuts `descs` into at most `n` parts of about equal bytes, in order, each a list of
+/// descriptors (a descriptor cut in two at a multiple of [`STRIPE_ALIGN`] from its start).
+fn stripe(descs: &[Desc], n: usize) -> Vec<Vec<Desc>> {
+    let total: u64 = descs.iter().map(|d| d.len).sum();
+    let n = n.max(1) as u64;
+    let share = total.div_ceil(n).div_ceil(STRIPE_ALIGN) * STRIPE_ALIGN;
+    let mut parts = vec![Vec::new()];
+    let mut room = share;
+    for d in descs {
+        let mut d = *d;
+        while d.len > 0 {
+            if room == 0 {
+                parts.push(Vec::new());
+                room = share;
+            }
+            let take = d.len.min(room);
+            if let Some(p) = parts.last_mut() {
+                p.push(Desc { len: take, ..d });
+            }
+            d.local_addr += take;
+            d.remote_addr += take;
+            d.len -= take;
+            room -= take;
+        }
+    }
+    parts.retain(|p| !p.is_empty());
+    if parts.is_empty() {
+        parts.push(Vec::new());
+    }
+    parts
 }
 
 fn region_ok_locked(map: &HashMap<u64, (u64, u64)>, key: u64, addr: u64, len: u64) -> bool {

@@ -128,7 +128,7 @@ os._exit(0)
     assert "ZCNET" in out["plugins"], out
     # The wheel's own plugins still load beside ours.
     assert "UCX" in out["plugins"] and "POSIX" in out["plugins"], out
-    assert out["params"] == {"ip_addr": "127.0.0.1", "port": "0", "tx": "auto"}, out
+    assert out["params"] == {"ip_addr": "127.0.0.1", "port": "0", "tx": "auto", "streams": "1"}, out
     assert out["mems"] == ["DRAM_SEG"], out
     # The parameters the backend was created with (NIXL keeps them as given).
     assert out["backend_params"] == {"ip_addr": "127.0.0.1", "port": "0"}, out
@@ -140,6 +140,9 @@ os._exit(0)
         ({"port": "not-a-port"}, "port=not-a-port is not a port number"),
         ({"tx": "msg-zerocopy"}, "tx=msg-zerocopy is not one of auto, copy, uring, uring-zc"),
         ({"ip_addr": "not-an-ip"}, "ip_addr \"not-an-ip\" is not a numeric IP address"),
+        ({"streams": "0"}, "streams=0 is not a whole number from 1 to 16"),
+        ({"streams": "17"}, "streams=17 is not a whole number from 1 to 16"),
+        ({"streams": "two"}, "streams=two is not a whole number from 1 to 16"),
     ],
 )
 def test_a_bad_parameter_fails_creation_cleanly(plugin_dir, params, message):
