@@ -50,22 +50,38 @@ def plugin_dir(nixl, tmp_path_factory):
     return make_plugin_dir(nixl, plugin_path(), tmp_path_factory.mktemp("nixl"))
 
 
+def backend_env(backend, dev="lo"):
+    """The environment of an agent of `backend`. NIXL's UCX backend is the reference, over TCP
+    as ZCNET (UCX_TLS=tcp) and on the device the test means: without UCX_NET_DEVICES, UCX's
+    TCP transport also listens on and connects to every other interface's address (eth0's,
+    seen here), and the tests send only to loopback or to addresses of namespaces they made."""
+    return {"UCX_TLS": "tcp", "UCX_NET_DEVICES": dev} if backend == "UCX" else None
+
+
+def worker(plugin_dir, name, size, params=None, backend="ZCNET", **kw):
+    """An agent of `backend` on loopback (tests/nixl_worker.py in a process of its own)."""
+    return Worker(plugin_dir, name, size, params, backend=backend, env=backend_env(backend), **kw)
+
+
 @pytest.fixture
 def agents(plugin_dir):
-    """Two agents, A and B, in two processes, each knowing the other's metadata."""
+    """Two agents, A and B, in two processes, each knowing the other's metadata; `make.one`
+    makes a further agent, closed with them."""
     made = []
 
+    def one(name, size, params=None, backend="ZCNET", **kw):
+        w = worker(plugin_dir, name, size, params, backend, **kw)
+        made.append(w)
+        return w
+
     def make(size, params=None, backend="ZCNET"):
-        # NIXL's UCX backend is the reference, over TCP as ZCNET (UCX_TLS=tcp).
-        env = {"UCX_TLS": "tcp"} if backend == "UCX" else None
-        a = Worker(plugin_dir, "A", size, params, backend=backend, env=env)
-        made.append(a)
-        b = Worker(plugin_dir, "B", size, params, backend=backend, env=env)
-        made.append(b)
+        a = one("A", size, params, backend)
+        b = one("B", size, params, backend)
         assert a.call(cmd="add_remote", md=b.md)["name"] == "B"
         assert b.call(cmd="add_remote", md=a.md)["name"] == "A"
         return a, b
 
+    make.one = one
     yield make
     for w in made:
         w.close()

@@ -50,8 +50,10 @@ def make_plugin_dir(mod, plugin, root):
 class Worker:
     """An agent in a process of its own (tests/nixl_worker.py)."""
 
-    def __init__(self, plugin_dir, name, size, params=None, backend="ZCNET", env=None, prefix=()):
-        # `prefix`: what the process runs under (["ip", "netns", "exec", NS] for a namespace).
+    def __init__(self, plugin_dir, name, size, params=None, backend="ZCNET", env=None, prefix=(),
+                 vram=0):
+        # `prefix`: what the process runs under (["ip", "netns", "exec", NS] for a namespace);
+        # `vram`: bytes of device memory registered as VRAM too (needs ZCNET_LIBCUDA in `env`).
         env = dict(os.environ, NIXL_PLUGIN_DIR=str(plugin_dir), **(env or {}))
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, str(HERE / "nixl_worker.py")],
@@ -61,13 +63,16 @@ class Worker:
             text=True,
         )
         self.name = name
-        r = self.call(cmd="init", name=name, size=size, params=params or {}, backend=backend)
-        self.md, self.addr, self.plugins = r["md"], r["addr"], r["plugins"]
+        r = self.call(cmd="init", name=name, size=size, params=params or {}, backend=backend,
+                      vram=vram)
+        self.md, self.addr, self.vaddr, self.plugins = r["md"], r["addr"], r["vaddr"], r["plugins"]
 
     def call(self, timeout=120, **cmd):
-        # A command that hangs (a transfer that never completes, a destructor that never
-        # returns) is killed, and fails the test, after `timeout` seconds.
-        watchdog = threading.Timer(timeout, self.proc.kill)
+        # `timeout` is the command's own deadline in the worker (a transfer's wait, a wait for
+        # notifications), which then answers with what it has; a command that hangs anyway (a
+        # destructor that never returns) is killed, and fails the test, 15 s after it.
+        cmd["timeout"] = timeout
+        watchdog = threading.Timer(timeout + 15, self.proc.kill)
         watchdog.start()
         try:
             return self._call(cmd)
@@ -91,12 +96,15 @@ class Worker:
         return r
 
     def close(self):
-        """Deregisters, destroys the agent (and so the engine) and exits; fails if that hangs."""
+        """Deregisters, destroys the agent (and so the engine) and exits; fails if that hangs or
+        the process then exits with an error (the CUDA stand-in's 86: something leaked)."""
         if self.proc.poll() is None:
             try:
                 self.call(cmd="quit", timeout=60)
                 self.proc.stdin.close()
-                self.proc.wait(timeout=30)
+                rc = self.proc.wait(timeout=30)
+                if rc != 0:
+                    raise AssertionError(f"agent {self.name} exited with status {rc} after quit")
             finally:
                 if self.proc.poll() is None:
                     self.proc.kill()
