@@ -2,7 +2,7 @@
 """NIXL's ZCNET backend against its UCX backend over TCP, side by side in one run (as root).
 
     scripts/nixl-bench.py [--net loopback|veth|both] [--sizes LIST] [--op WRITE|READ]
-                          [--rounds R] [--min-bytes N] [--tx MODE] [--json]
+                          [--rounds R] [--min-bytes N] [--tx MODE] [--streams N] [--json]
 
 Two agents of the stock nixl-cu12 1.5.1 wheel, each in a process of its own, move one
 descriptor of each size per request (A's registered host memory to B's for WRITE, B's to A's
@@ -138,6 +138,8 @@ def main():
     p.add_argument("--min-bytes", default="512M")
     p.add_argument("--tx", choices=["auto", "copy", "uring", "uring-zc"], default="auto",
                    help="the ZCNET backend's send mode (its `tx` parameter; default auto)")
+    p.add_argument("--streams", type=at_least(1), default=1,
+                   help="the ZCNET backend's connections per peer (its `streams` parameter)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     try:
@@ -171,7 +173,8 @@ def main():
             netns.setup()
             for net in nets:
                 for be in BACKENDS:
-                    pairs[(net, be)] = Pair(plugin_dir, be, net, netns, bufsize, {"tx": a.tx})
+                    pairs[(net, be)] = Pair(plugin_dir, be, net, netns, bufsize,
+                                                {"tx": a.tx, "streams": str(a.streams)})
             for rnd in range(a.rounds):
                 for net in nets:
                     for size in sizes:
@@ -206,10 +209,10 @@ def main():
             row["met"] = row["ratio"] >= want and row["cpu_ratio"] < 1.0
             rows.append(row)
     if a.json:
-        json.dump({"rounds": a.rounds, "min_bytes": min_bytes, "tx": a.tx, "rows": rows}, sys.stdout, indent=1)
+        json.dump({"rounds": a.rounds, "min_bytes": min_bytes, "tx": a.tx, "streams": a.streams, "rows": rows}, sys.stdout, indent=1)
         print()
         return
-    print(f"{a.op}, ZCNET tx={a.tx}, median of {a.rounds} rounds (GB/s = 10^9 B/s; CPU = both agents' processes):")
+    print(f"{a.op}, ZCNET tx={a.tx} streams={a.streams}, median of {a.rounds} rounds (GB/s = 10^9 B/s; CPU = both agents' processes):")
     print(f"  {'path':8s} {'size':>5s} {'ZCNET GB/s':>10s} {'UCX GB/s':>9s} {'ratio':>6s} "
           f"{'ZCNET CPU s/GB':>14s} {'UCX CPU s/GB':>12s} {'CPU ratio':>9s}  target")
     for r in rows:
