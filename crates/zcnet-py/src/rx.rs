@@ -27,15 +27,40 @@ const BULK_LOW_WATER: u32 = 128 << 10;
 /// reply) is delivered after at most this delay.
 const IDLE: Duration = Duration::from_millis(1);
 
-/// The receiver `cfg` asks for; with `ordinal` (`mem="cuda:N"`) into GPU memory N by the best
-/// path (`zcnet::gpu::prepare_receive`: devmem, then zcrx with a dma-buf area, else staging,
-/// where the receiver is `cfg`'s own with host buffers and `recv_into` copies to the device).
+/// The memory a receiver receives into (`mem=`).
+#[derive(Clone, Copy)]
+enum Mem {
+    /// Host buffers (and zcrx's host area).
+    Host,
+    /// A udmabuf the receiver allocates and binds (devmem) or registers as the zcrx area.
+    Udmabuf,
+    /// GPU memory N, by the best path.
+    Cuda(u32),
+}
+
+/// A udmabuf a receiver bound: host pages the NIC writes through a dma-buf, read back (under
+/// the lock) at a buffer's dma-buf offset. Shared with the `Buffer`s in it.
+type Udmabuf = Arc<std::sync::Mutex<zcnet::Region>>;
+
+/// The receiver `cfg` asks for; with `mem="udmabuf"` into a udmabuf of `cfg.area_len` bytes
+/// (its dma-buf bound by devmem or registered as the zcrx area); with `mem="cuda:N"` into GPU
+/// memory N by the best path (`zcnet::gpu::prepare_receive`: devmem, then zcrx with a dma-buf
+/// area, else staging, where the receiver is `cfg`'s own with host buffers and `recv_into`
+/// copies to the device).
 fn make_receiver(
     cfg: &RxConfig,
-    ordinal: Option<u32>,
-) -> zcnet::Result<(zcnet::Receiver, Option<GpuRx>)> {
-    let Some(ordinal) = ordinal else {
-        return Ok((zcnet::Receiver::new(cfg)?, None));
+    mem: Mem,
+) -> zcnet::Result<(zcnet::Receiver, Option<GpuRx>, Option<Udmabuf>)> {
+    let ordinal = match mem {
+        Mem::Host => return Ok((zcnet::Receiver::new(cfg)?, None, None)),
+        Mem::Udmabuf => {
+            let mut region = zcnet::Region::udmabuf(cfg.area_len)?;
+            let mut c = cfg.clone();
+            c.dmabuf = Some(region.dmabuf()?);
+            let rx = zcnet::Receiver::new(&c)?;
+            return Ok((rx, None, Some(Arc::new(std::sync::Mutex::new(region)))));
+        }
+        Mem::Cuda(n) => n,
     };
     let mut region = zcnet::Region::cuda(ordinal, cfg.area_len)?;
     let (direct, refused) = zcnet::gpu::prepare_receive(&mut region, cfg)?;
@@ -53,7 +78,7 @@ fn make_receiver(
         refused,
         area,
     };
-    Ok((rx, Some(gpu)))
+    Ok((rx, Some(gpu), None))
 }
 
 /// Copies the device bytes at device address `addr` (inside `area`, the GPU memory a receiver
@@ -106,6 +131,11 @@ struct GpuRx {
 /// Buffers the NIC wrote into GPU memory are kDLCUDA (`torch.from_dlpack(buf)`: a read-only
 /// view, no copy; `bytes(buf)` copies to the host). `stats()["gpu"]` names the path and why the
 /// better ones were refused; `mode="devmem"` or `"zcrx"` raise their refusal instead.
+///
+/// `mem="udmabuf"` (with `mode="zcrx"` or `"devmem"` and `iface`) receives into `area` bytes of
+/// host memory made a dma-buf (`/dev/udmabuf`): devmem TCP binds it, zcrx registers it as its
+/// area. Buffers the NIC wrote there are read with `bytes(buf)` (a copy out of the udmabuf,
+/// while the buffer is lent); DLPack, `memoryview()` and `recv_into` refuse them.
 #[pyclass(unsendable, weakref, module = "zcnet")]
 pub(crate) struct Receiver {
     inner: zcnet::Receiver,
@@ -142,6 +172,8 @@ pub(crate) struct Receiver {
     /// `mem="cuda:N"`: the path into GPU memory, what was refused, and the memory bound.
     /// After `inner` (fields drop in order): the receiver unbinds the memory before it is freed.
     gpu: Option<GpuRx>,
+    /// `mem="udmabuf"`: the udmabuf the receiver bound. After `inner`, like `gpu`.
+    udmabuf: Option<Udmabuf>,
 }
 
 impl std::fmt::Debug for Receiver {
@@ -182,16 +214,30 @@ impl Receiver {
         mem: Option<&str>,
     ) -> PyResult<Self> {
         collect_receivers();
-        let ordinal = match mem.map(|m| (m, zcnet::MemoryKind::parse(m))) {
-            None | Some(("host", _)) => None,
-            Some((_, Some(zcnet::MemoryKind::Cuda(n)))) => Some(n),
+        let memory = match mem.map(|m| (m, zcnet::MemoryKind::parse(m))) {
+            None | Some(("host", _)) => Mem::Host,
+            Some((_, Some(zcnet::MemoryKind::Udmabuf))) => Mem::Udmabuf,
+            Some((_, Some(zcnet::MemoryKind::Cuda(n)))) => Mem::Cuda(n),
             Some((m, _)) => {
                 return Err(PyValueError::new_err(format!(
-                    "zcnet.Receiver: mem={m:?}: say \"host\" (default) or \"cuda\" / \"cuda:N\" (GPU memory N)"
+                    "zcnet.Receiver: mem={m:?}: say \"host\" (default), \"udmabuf\" (a dma-buf of host memory a NIC queue writes into) or \"cuda\" / \"cuda:N\" (GPU memory N)"
                 )))
             }
         };
         let mode = RxMode::parse(mode).map_err(errors::to_py)?;
+        if let Mem::Udmabuf = memory {
+            if !matches!(mode, RxMode::Zcrx | RxMode::Devmem) {
+                return Err(PyValueError::new_err(format!(
+                    "zcnet.Receiver: mem=\"udmabuf\" is bound to a NIC queue by mode=\"zcrx\" or \"devmem\", not mode={:?}",
+                    mode.name()
+                )));
+            }
+            if iface.is_none() {
+                return Err(PyValueError::new_err(
+                    "zcnet.Receiver: mem=\"udmabuf\" is bound to a NIC queue: give iface= (and queue=, else the interface's last), the NIC the flows are steered to",
+                ));
+            }
+        }
         let mut cfg = RxConfig::new(mode);
         cfg.iface = iface;
         cfg.queue = queue;
@@ -216,8 +262,8 @@ impl Receiver {
         // Making a receiver may register memory with the kernel: the GIL is released. The
         // receiver is made on this thread, the one that polls it (io_uring wants that).
         let c = OnThisThread(&cfg);
-        let (inner, gpu) = py
-            .detach(move || OnThisThread(make_receiver(c.get(), ordinal)))
+        let (inner, gpu, udmabuf) = py
+            .detach(move || OnThisThread(make_receiver(c.get(), memory)))
             .get()
             .map_err(errors::to_py)?;
         let capacity = match inner.mode() {
@@ -246,6 +292,7 @@ impl Receiver {
             device_async_bytes: 0,
             device_sync_bytes: 0,
             gpu,
+            udmabuf,
         })
     }
 
@@ -284,7 +331,12 @@ impl Receiver {
                             .bytes(&b)
                             .map_or(std::ptr::null(), <[u8]>::as_ptr);
                         let device = matches!(b.location(), Location::Device(_));
-                        // A device range in the bound GPU memory: its device address.
+                        // A device range in the bound GPU memory: its device address; in the
+                        // bound udmabuf: its offset there.
+                        let udmabuf = match (b.device(), &this.udmabuf) {
+                            (Some(_), Some(u)) => Some(Arc::clone(u)),
+                            _ => None,
+                        };
                         let (ptr, cuda) = match (b.device(), &this.gpu) {
                             (
                                 Some(d),
@@ -297,6 +349,7 @@ impl Receiver {
                                 Some(addr) => (addr as usize, Some((*ordinal, Arc::clone(a)))),
                                 None => (0, None),
                             },
+                            (Some(d), None) if udmabuf.is_some() => (d.offset as usize, None),
                             _ => (ptr as usize, None),
                         };
                         return Ok(Some(Buffer {
@@ -307,6 +360,7 @@ impl Receiver {
                             copied: b.copied(),
                             device,
                             cuda,
+                            udmabuf,
                             buf: Arc::new(b),
                             rx: KeepReceiver::new(slf.clone().unbind().into_any()),
                         }));
@@ -339,6 +393,12 @@ impl Receiver {
         let s = self.inner.stats();
         let d = PyDict::new(py);
         d.set_item("mode", self.inner.mode().name())?;
+        let mem = match (&self.udmabuf, &self.gpu) {
+            (Some(_), _) => "udmabuf".to_string(),
+            (None, Some(g)) => format!("cuda:{}", g.ordinal),
+            (None, None) => "host".to_string(),
+        };
+        d.set_item("mem", mem)?;
         d.set_item("bytes", s.bytes)?;
         d.set_item("buffers", s.buffers)?;
         d.set_item("copied_bytes", s.copied_bytes)?;
@@ -525,10 +585,13 @@ impl Receiver {
         };
         if buf.device || buf.ptr == 0 {
             // Not lost: the iteration hands it out next.
+            let udmabuf = buf.udmabuf.is_some();
             slf.borrow_mut().partial = Some(buf);
-            return Err(PyValueError::new_err(
-                "zcnet: recv_into does not take bytes the NIC wrote into GPU memory (devmem, zcrx-dmabuf): iterate the Receiver and take each buffer with torch.from_dlpack(buf) (no copy)",
-            ));
+            let why = match udmabuf {
+                true => "zcnet: recv_into does not take bytes the NIC wrote into the receiver's udmabuf: iterate the Receiver and copy each buffer out with bytes(buf)",
+                false => "zcnet: recv_into does not take bytes the NIC wrote into GPU memory (devmem, zcrx-dmabuf): iterate the Receiver and take each buffer with torch.from_dlpack(buf) (no copy)",
+            };
+            return Err(PyValueError::new_err(why));
         }
         let n = buf.len.min(room);
         Ok(Some((buf, n)))
@@ -733,6 +796,9 @@ pub(crate) struct Buffer {
     /// Device memory of this CUDA device (`ptr` is then a device address): a range of the
     /// GPU memory a `mem="cuda:N"` receiver bound (shared here), written by the NIC.
     cuda: Option<(u32, Arc<zcnet::Region>)>,
+    /// A range of the udmabuf a `mem="udmabuf"` receiver bound (`ptr` is then its offset
+    /// there), written by the NIC: read back by `bytes(buf)`.
+    udmabuf: Option<Udmabuf>,
     /// Gives the buffer back when dropped.
     #[allow(dead_code)]
     buf: Arc<zcnet::RxBuf>,
@@ -830,6 +896,7 @@ impl Buffer {
             copied: self.copied,
             device: self.device,
             cuda: self.cuda.clone(),
+            udmabuf: self.udmabuf.clone(),
             buf: Arc::clone(&self.buf),
             rx: self.rx.clone_ref(py),
         }
@@ -851,9 +918,14 @@ impl Buffer {
                 "zcnet: this buffer is GPU memory (cuda:{n}), not host memory: take it with torch.from_dlpack(buf) (kDLCUDA, no copy), or bytes(buf) for a copy"
             )));
         }
+        if self.udmabuf.is_some() {
+            return Err(PyBufferError::new_err(
+                "zcnet: this buffer is in the receiver's udmabuf (the dma-buf the NIC wrote into), not in a host buffer zcnet can lend: bytes(buf) copies it out",
+            ));
+        }
         if self.device || self.ptr == 0 {
             return Err(PyBufferError::new_err(
-                "zcnet: this buffer is device memory outside the receiver's own (a dma-buf zcnet did not allocate): make the Receiver with mem=\"cuda:N\" to get kDLCUDA buffers",
+                "zcnet: this buffer is device memory outside the receiver's own (a dma-buf zcnet did not allocate): make the Receiver with mem=\"cuda:N\" to get kDLCUDA buffers, or mem=\"udmabuf\" to read it with bytes(buf)",
             ));
         }
         Ok(self.ptr as *const u8)
@@ -955,6 +1027,17 @@ impl Buffer {
             // A copy from the GPU memory the receiver bound, at this buffer's place in it.
             let mut out = vec![0u8; self.len];
             read_device(py, area, self.ptr as u64, &mut out)?;
+            return Ok(PyBytes::new(py, &out));
+        }
+        if let Some(u) = &self.udmabuf {
+            // A copy out of the udmabuf the receiver bound, at this buffer's offset in it.
+            let mut out = vec![0u8; self.len];
+            let mut region = u.lock().map_err(|_| {
+                PyBufferError::new_err("zcnet: the receiver's udmabuf lock is poisoned")
+            })?;
+            region
+                .read_back(self.ptr, &mut out)
+                .map_err(errors::to_py)?;
             return Ok(PyBytes::new(py, &out));
         }
         let ptr = self.host()?;
