@@ -281,7 +281,7 @@ fn naive_send(
     let stream = net::connect_tcp(addr, &zcnet_tools::interrupt::token())?;
     let pattern = Pattern::new(a.seed);
     let mut host = vec![0u8; size];
-    let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
+    let (t0, cpu0) = (Instant::now(), zcnet::os::thread_cpu_seconds());
     let mut offset = 0u64;
     while let Some(n) = next_chunk(offset, size, limit, deadline)? {
         if a.verify {
@@ -297,7 +297,7 @@ fn naive_send(
     drop(stream);
     let (secs, cpu) = (
         t0.elapsed().as_secs_f64(),
-        zcnet_sys::os::thread_cpu_seconds() - cpu0,
+        zcnet::os::thread_cpu_seconds() - cpu0,
     );
     report_naive(a.json, "send", memory, &region, offset, secs, cpu, a.verify)
 }

@@ -48,7 +48,7 @@ fn nodev_row(doc: &Value) -> &Value {
 /// CAP_NET_ADMIN before it looks at the flag).
 fn need_a_kernel_without_nodev() {
     zcnet_testkit::require_root("zcrx checks CAP_NET_ADMIN before the flag");
-    if zcnet_sys::uring_query::ZcrxCaps::get().nodev() {
+    if zcnet::probe::ZcrxCaps::get().nodev() {
         zcnet_testkit::skip(
             zcnet_testkit::Need::KernelVersion,
             "this kernel's zcrx query lists ZCRX_REG_NODEV",

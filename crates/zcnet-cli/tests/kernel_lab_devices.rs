@@ -89,12 +89,12 @@ fn udmabuf_region_here() {
     }
     zcnet_testkit::require_root("opening /dev/udmabuf (crw------- root)");
     let mut r = Region::new(MemoryKind::Udmabuf, len).unwrap();
-    let page = zcnet_sys::mem::page_size();
+    let page = zcnet::os::page_size();
     assert_eq!(r.len(), len.div_ceil(page) * page);
-    assert_eq!(r.backing(), zcnet_sys::mem::Backing::Memfd);
+    assert_eq!(r.backing(), zcnet::region::Backing::Memfd);
     assert_eq!(r.device_ordinal(), None, "host memory");
     let d = r.dmabuf().unwrap();
-    let size = zcnet_sys::devmem::dmabuf_size(std::os::fd::AsFd::as_fd(&*d)).unwrap();
+    let size = zcnet::os::dmabuf_size(std::os::fd::AsFd::as_fd(&*d)).unwrap();
     assert_eq!(size, r.len() as u64, "the dma-buf has the region's size");
     eprintln!("udmabuf region: {} B, dma-buf of {size} B", r.len());
 }

@@ -36,7 +36,7 @@ fn as_fresh_user() -> String {
 /// not charge rings, as the library measures it (each remedy is then checked against the
 /// kernel: it works, a page less fails).
 fn ring_kib() -> u64 {
-    match zcnet_sys::os::uring_rings_charged() {
+    match zcnet::os::uring_rings_charged() {
         Some(false) => 0,
         Some(true) => 8,
         None => panic!("the kernel did not say whether it charges io_uring rings"),

@@ -668,7 +668,7 @@ fn nic_setup_on_lo_ifb_and_veth_says_no_header_split_before_any_queue_advice() {
 /// exists and has no zcrx query: no features, and zcrx without a device is "no" with why.
 #[zcnet_testkit::test]
 fn zcrx_features_and_verdicts_are_the_kernels_answer() {
-    use zcnet_sys::uring_query::ZcrxCaps;
+    use zcnet::probe::ZcrxCaps;
     let caps = ZcrxCaps::query().unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_zcnet"))
         .args(["probe", "--json"])

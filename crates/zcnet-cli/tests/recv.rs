@@ -138,7 +138,7 @@ fn a_peer_reset_still_gets_the_totals_then_exit_1() {
         s.write_all(&data).unwrap();
         // Let the receiver read it all before the reset (a reset drops what is unread).
         std::thread::sleep(Duration::from_millis(300));
-        zcnet_sys::os::set_linger_zero(s.as_raw_fd()).unwrap();
+        zcnet::os::set_linger_zero(s.as_raw_fd()).unwrap();
         drop(s);
         let o = child.wait_with_output().unwrap();
         let out = text(&o);

@@ -24,7 +24,7 @@ fn text(b: &[u8]) -> String {
 #[zcnet_testkit::test]
 fn refused_where_the_kernel_does_not_list_it_with_the_kernels_errno() {
     zcnet_testkit::require_root("zcrx checks CAP_NET_ADMIN before the flag");
-    if zcnet_sys::uring_query::ZcrxCaps::get().nodev() {
+    if zcnet::probe::ZcrxCaps::get().nodev() {
         zcnet_testkit::skip(
             zcnet_testkit::Need::KernelVersion,
             "this kernel's zcrx query lists ZCRX_REG_NODEV",

@@ -10,7 +10,7 @@ use crate::error::{PluginError, Result};
 use crate::handle::{self, Handle};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use zcnet_sys::foreign::ForeignBuf;
+use zcnet::engine::ForeignBuf;
 
 /// What `init` found.
 #[derive(Debug)]

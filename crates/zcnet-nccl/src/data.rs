@@ -14,8 +14,8 @@ use crate::error::{PluginError, Result};
 use crate::stats::Counters;
 use std::collections::HashMap;
 use std::net::TcpStream;
+use zcnet::engine::ForeignBuf;
 use zcnet_core::nccl::{RecvMatch, SendSched};
-use zcnet_sys::foreign::ForeignBuf;
 
 /// Largest message (what `maxP2pBytes` announces).
 pub const MAX_MESSAGE: u64 = crate::abi::MAX_NET_SIZE as u64;

@@ -203,8 +203,7 @@ pub fn choose(addrs: &[(String, IpAddr)], filter: Option<&str>) -> Vec<(String, 
 
 /// The devices of this machine (or network namespace).
 pub fn discover(get: impl Fn(&str) -> Option<String>) -> Result<Vec<Device>> {
-    let addrs =
-        zcnet_sys::os::interface_addresses().map_err(|e| PluginError::io("getifaddrs", &e))?;
+    let addrs = zcnet::os::interface_addresses().map_err(|e| PluginError::io("getifaddrs", &e))?;
     let filter = get("ZCNET_NCCL_IFACE").or_else(|| get("NCCL_SOCKET_IFNAME"));
     let chosen = choose(&addrs, filter.as_deref());
     if chosen.is_empty() {

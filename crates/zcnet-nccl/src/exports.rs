@@ -8,7 +8,7 @@ use crate::api;
 use crate::error::{PluginError, Result};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use zcnet_sys::foreign::ForeignBuf;
+use zcnet::engine::ForeignBuf;
 
 /// Runs `f`, catching panics; errors are logged once with the call's name.
 fn guard(what: &str, f: impl FnOnce() -> Result<()>) -> ncclResult_t {

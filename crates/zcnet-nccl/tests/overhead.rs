@@ -71,7 +71,7 @@ fn rate(bytes: u64, secs: f64, cpu: f64) -> Rate {
 fn baseline(tx: &str, size: usize) -> Rate {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
     let addr = l.local_addr().expect("addr");
-    let cpu0 = zcnet_sys::os::process_cpu_seconds();
+    let cpu0 = zcnet::os::process_cpu_seconds();
     let drain = std::thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
         zcnet_tools::bench::drain_stream(&mut s, None, None, &zcnet::Cancel::new())
@@ -96,7 +96,7 @@ fn baseline(tx: &str, size: usize) -> Rate {
     let got = drain.join().expect("drain thread");
     let wall = t.elapsed().as_secs_f64();
     assert_eq!(got, st.bytes, "the receiver got what was sent");
-    rate(st.bytes, wall, zcnet_sys::os::process_cpu_seconds() - cpu0)
+    rate(st.bytes, wall, zcnet::os::process_cpu_seconds() - cpu0)
 }
 
 /// In this process: a sender and a receiver thread through the plugin; prints `RATE mbps cpu`.
@@ -118,7 +118,7 @@ fn plugin(size: usize) {
     }
     let k = outstanding(size);
     let sent = Arc::new(AtomicU64::new(u64::MAX));
-    let cpu0 = zcnet_sys::os::process_cpu_seconds();
+    let cpu0 = zcnet::os::process_cpu_seconds();
     let start = Instant::now();
     let (rs, rsent) = (r as usize, Arc::clone(&sent));
     let receiver = std::thread::spawn(move || {
@@ -208,7 +208,7 @@ fn plugin(size: usize) {
     let (mbps, cpu) = rate(
         n * size as u64,
         wall,
-        zcnet_sys::os::process_cpu_seconds() - cpu0,
+        zcnet::os::process_cpu_seconds() - cpu0,
     );
     assert_eq!(t.dereg_mr(s, mr), 0);
     assert_eq!(t.close_send(s), 0);

@@ -185,8 +185,8 @@ impl Waiter {
 fn poll(fd: std::os::fd::RawFd, events: i16, wait: Duration) -> i16 {
     // Nothing else stops this wait: it is at most 10 ms, and the caller checks for signals.
     static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    match zcnet_sys::os::poll_until(Some((fd, events)), Some(wait), &NEVER, true) {
-        Ok(zcnet_sys::os::Wake::Ready(revents)) => revents,
+    match zcnet::os::poll_until(Some((fd, events)), Some(wait), &NEVER, true) {
+        Ok(zcnet::os::Wake::Ready(revents)) => revents,
         _ => 0,
     }
 }

@@ -27,7 +27,7 @@ fn ticks() -> Option<(u64, u64)> {
     let busy = cpu.get(..3)?.iter().sum::<u64>();
     let me = std::fs::read_to_string("/proc/self/stat").ok()?;
     // utime and stime.
-    let own = zcnet_sys::os::stat_field(&me, 14)? + zcnet_sys::os::stat_field(&me, 15)?;
+    let own = zcnet::os::stat_field(&me, 14)? + zcnet::os::stat_field(&me, 15)?;
     Some((busy, own))
 }
 

@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use zcnet::nexthop::{self, NextHop, Resolution};
+use zcnet::os::Wake;
 use zcnet::xsk::{RxFrame, TxFrame, Xsk, XskConfig, XskMode, XskStats};
 use zcnet::{Error, MemoryKind, Pattern, Region, Result};
 use zcnet_core::dgram::DatagramCheck;
 use zcnet_core::udp_frame::{self, UdpFlow, HEADERS_LEN, IPV4_HLEN, UDP_HLEN};
 use zcnet_core::xsk::XDP_PACKET_HEADROOM;
-use zcnet_sys::os::Wake;
 
 use crate::xskbench::one_line;
 
@@ -224,7 +224,7 @@ impl XskUdpSender {
             datagrams: 0,
             zerocopy_refused,
             start: now,
-            cpu0: zcnet_sys::os::thread_cpu_seconds(),
+            cpu0: zcnet::os::thread_cpu_seconds(),
             progress: now,
         })
     }
@@ -255,11 +255,11 @@ impl XskUdpSender {
             f.src,
             f.src_port,
             self.hop.iface,
-            zcnet_sys::ifaddr::format_mac(&f.src_mac),
+            zcnet::os::format_mac(&f.src_mac),
             self.xsk.config().queue,
             f.dst,
             f.dst_port,
-            zcnet_sys::ifaddr::format_mac(&f.dst_mac),
+            zcnet::os::format_mac(&f.dst_mac),
             self.mode_name(),
             self.limits.frame_size
         )
@@ -358,7 +358,7 @@ impl XskUdpSender {
             bytes: self.bytes,
             datagrams: self.datagrams,
             seconds,
-            cpu_seconds: zcnet_sys::os::thread_cpu_seconds() - self.cpu0,
+            cpu_seconds: zcnet::os::thread_cpu_seconds() - self.cpu0,
             zerocopy,
             zerocopy_refused: self.zerocopy_refused.clone(),
             stats,
@@ -371,7 +371,7 @@ impl XskUdpSender {
     }
 }
 
-fn kernel_json(k: &zcnet_sys::xsk::XdpStatistics) -> Value {
+fn kernel_json(k: &zcnet::xsk::XdpStatistics) -> Value {
     json!({
         "rx_dropped": k.rx_dropped,
         "rx_invalid_descs": k.rx_invalid_descs,
@@ -688,7 +688,7 @@ impl UdpReceiver {
         let inner = match &cfg.mode {
             UdpRxMode::Copy => {
                 let sock = bind_udp(cfg.listen)?;
-                let rcvbuf = zcnet_sys::sock::set_recv_buffer(sock.as_raw_fd(), SOCKET_RCVBUF)
+                let rcvbuf = zcnet::os::sock::set_recv_buffer(sock.as_raw_fd(), SOCKET_RCVBUF)
                     .map_err(|e| Error::io("SO_RCVBUF", e))?;
                 sock.set_nonblocking(true)
                     .map_err(|e| Error::io("O_NONBLOCK", e))?;
@@ -880,7 +880,7 @@ impl UdpReceiver {
             Inner::Socket { sock, rcvbuf } => Some((
                 *rcvbuf,
                 u64::from(
-                    zcnet_sys::sock::socket_drops(sock.as_raw_fd())
+                    zcnet::os::sock::socket_drops(sock.as_raw_fd())
                         .map_err(|e| Error::io("SO_MEMINFO", e))?,
                 ),
             )),
@@ -952,7 +952,7 @@ fn recv_socket(
     if got || wait.is_some_and(|w| w.is_zero()) {
         return Ok(());
     }
-    match zcnet_sys::os::wait_fd(sock.as_fd(), libc::POLLIN, wait) {
+    match zcnet::os::wait_fd(sock.as_fd(), libc::POLLIN, wait) {
         Ok(Wake::Interrupted) => Err(Error::Interrupted),
         Ok(_) => Ok(()),
         Err(e) => Err(Error::io("poll (UDP socket)", e)),

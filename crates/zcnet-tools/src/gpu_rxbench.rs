@@ -191,7 +191,7 @@ pub fn run(
 
 /// The host baseline: io_uring multishot receive into host buffers.
 fn receive_host(s: TcpStream, verify: Option<Pattern>) -> Result<GpuRecvReport> {
-    let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
+    let (t0, cpu0) = (Instant::now(), zcnet::os::thread_cpu_seconds());
     let mut rx = Receiver::new(&RxConfig {
         cancel: crate::interrupt::token(),
         ..RxConfig::new(RxMode::Uring)
@@ -201,7 +201,7 @@ fn receive_host(s: TcpStream, verify: Option<Pattern>) -> Result<GpuRecvReport> 
         path: RxMode::Uring.name(),
         bytes: r.recv.bytes,
         seconds: t0.elapsed().as_secs_f64(),
-        cpu_seconds: zcnet_sys::os::thread_cpu_seconds() - cpu0,
+        cpu_seconds: zcnet::os::thread_cpu_seconds() - cpu0,
         verified: verify.is_some(),
         ..GpuRecvReport::default()
     })
@@ -227,7 +227,7 @@ pub(crate) fn run_cases(
     let mut report = GpuRxReport::default();
     let paths = runnable_paths(
         &cfg.paths,
-        zcnet_sys::os::is_root(),
+        zcnet::os::is_root(),
         crate::rxbench::RX_WITHOUT_ROOT,
         &mut report.notes,
     )?;
@@ -345,7 +345,7 @@ pub fn receive_naive(
     }
     let mut host = vec![0u8; 256 << 10];
     let mut back = Vec::new();
-    let (t0, cpu0) = (Instant::now(), zcnet_sys::os::thread_cpu_seconds());
+    let (t0, cpu0) = (Instant::now(), zcnet::os::thread_cpu_seconds());
     let mut rep = GpuRecvReport {
         path: "naive",
         verified: verify.is_some(),
@@ -377,7 +377,7 @@ pub fn receive_naive(
         rep.bytes += n as u64;
     }
     rep.seconds = t0.elapsed().as_secs_f64();
-    rep.cpu_seconds = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    rep.cpu_seconds = zcnet::os::thread_cpu_seconds() - cpu0;
     Ok(rep)
 }
 

@@ -3,7 +3,7 @@
 //! The library has no signal handling of its own: every long call takes a caller-owned
 //! [`zcnet::Cancel`]. The commands share one process-wide token, [`token`], and
 //! [`install_handler`] makes SIGINT and SIGTERM cancel it from the signal handler itself
-//! ([`zcnet_sys::os::set_on_interrupt`]), so that the token is already set when a system call
+//! ([`zcnet::os::set_on_interrupt`]), so that the token is already set when a system call
 //! cut short by the signal returns `EINTR`, whichever thread took it. The commands hand that
 //! token to every sender, receiver and wait they make, and check [`interrupted`] between the
 //! steps of their own loops; their blocking waits (a read of stdin, a write to a full pipe, a
@@ -17,17 +17,17 @@ use std::process::{Child, ExitStatus};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use zcnet::os::Wake;
 use zcnet::{Cancel, Error, Result};
-use zcnet_sys::os::Wake;
 
 static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
 /// The flag under [`token`], made and handed to the signal handler's
-/// [`zcnet_sys::os::set_on_interrupt`] on first use.
+/// [`zcnet::os::set_on_interrupt`] on first use.
 fn shared() -> &'static Arc<AtomicBool> {
     FLAG.get_or_init(|| {
         let flag = Arc::new(AtomicBool::new(false));
-        zcnet_sys::os::set_on_interrupt(Arc::clone(&flag));
+        zcnet::os::set_on_interrupt(Arc::clone(&flag));
         flag
     })
 }
@@ -39,7 +39,7 @@ pub fn flag() -> &'static AtomicBool {
 }
 
 /// The commands' cancel token: cancelled by SIGINT/SIGTERM once [`install_handler`] ran (and by
-/// `zcnet_sys::os::set_interrupted(true)`, which tests use to play a signal).
+/// `zcnet::os::set_interrupted(true)`, which tests use to play a signal).
 pub fn token() -> Cancel {
     Cancel::from(Arc::clone(shared()))
 }
@@ -48,7 +48,7 @@ pub fn token() -> Cancel {
 /// check and clean up, and the waits of this module return at once.
 pub fn install_handler() -> Result<()> {
     shared();
-    zcnet_sys::os::install_interrupt_handler().map_err(|e| Error::io("sigaction", e))
+    zcnet::os::install_interrupt_handler().map_err(|e| Error::io("sigaction", e))
 }
 
 /// Whether SIGINT/SIGTERM arrived: [`token`] is cancelled. One relaxed load: send loops call
@@ -61,11 +61,11 @@ pub fn interrupted() -> bool {
 
 /// Sleeps for `d`, or less when SIGINT/SIGTERM arrives; returns whether it did.
 pub fn sleep(d: Duration) -> bool {
-    zcnet_sys::os::sleep(d) || interrupted()
+    zcnet::os::sleep(d) || interrupted()
 }
 
 fn wait(fd: impl AsFd, events: i16, what: &str) -> Result<()> {
-    match zcnet_sys::os::wait_fd(fd.as_fd(), events, None) {
+    match zcnet::os::wait_fd(fd.as_fd(), events, None) {
         Ok(Wake::Ready(_)) | Ok(Wake::TimedOut) => Ok(()),
         Ok(Wake::Interrupted) => Err(Error::Interrupted),
         Err(e) => Err(Error::io(format!("poll ({what})"), e)),
@@ -101,7 +101,7 @@ pub fn wait_child(child: &mut Child) -> Result<ExitStatus> {
             break;
         }
     }
-    let _ = zcnet_sys::os::terminate(child.id());
+    let _ = zcnet::os::terminate(child.id());
     let until = Instant::now() + CHILD_GRACE;
     while child.try_wait().map_err(waiting)?.is_none() {
         if Instant::now() >= until {

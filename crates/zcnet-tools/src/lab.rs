@@ -226,13 +226,13 @@ pub fn cleanup_stale() -> Result<Vec<String>> {
 pub fn enter(ns: &str) -> Result<()> {
     let f = std::fs::File::open(format!("/run/netns/{ns}"))
         .map_err(|e| Error::io(format!("open namespace {ns}"), e))?;
-    zcnet_sys::os::enter_netns(&f).map_err(|e| Error::io(format!("setns into {ns}"), e))
+    zcnet::os::enter_netns(&f).map_err(|e| Error::io(format!("setns into {ns}"), e))
 }
 
 impl Lab {
     /// An empty lab. Needs root; cleans up namespaces left by dead zcnet processes first.
     pub fn new() -> Result<Lab> {
-        if !zcnet_sys::os::is_root() {
+        if !zcnet::os::is_root() {
             return Err(Error::NotRoot {
                 what: "the namespace lab",
             });

@@ -331,13 +331,12 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
     } else {
         runnable_paths(
             &cfg.paths,
-            zcnet_sys::os::is_root(),
+            zcnet::os::is_root(),
             RX_WITHOUT_ROOT,
             &mut report.notes,
         )?
     };
-    let allowed =
-        zcnet_sys::os::thread_affinity().map_err(|e| Error::io("sched_getaffinity", e))?;
+    let allowed = zcnet::os::thread_affinity().map_err(|e| Error::io("sched_getaffinity", e))?;
     let server_cpu = match cfg.cpu {
         Some(c) if allowed.contains(&c) => c,
         Some(c) => {
@@ -490,7 +489,7 @@ fn nodev_unsupported() -> Option<Error> {
 /// inferred from its release) does not list the flag: its `EINVAL`.
 fn kernel_lacks_nodev(e: &Error) -> bool {
     let einval = matches!(e, Error::Unsupported { source, .. } if source.raw_os_error() == Some(libc::EINVAL));
-    einval && !zcnet_sys::uring_query::ZcrxCaps::get().nodev()
+    einval && !zcnet::probe::ZcrxCaps::get().nodev()
 }
 
 /// `cpus` as the kernel's cpumask text (`bitmap_parse`): 32-bit hex groups, highest first,

@@ -15,7 +15,7 @@ use zcnet::{Error, Pattern, Result, Sender, TxBuf};
 /// neither): [`next_chunk`], with the clock read once every `every` chunks instead of once per
 /// chunk (a send to the sink takes about a microsecond; the clock read, the interrupt check and
 /// the limit are what remain per send), and that clock the coarse one
-/// ([`zcnet_sys::os::monotonic_coarse`]: no TSC read; `Instant::now()` once per 8 sends was
+/// ([`zcnet::os::monotonic_coarse`]: no TSC read; `Instant::now()` once per 8 sends was
 /// 0.4 % of a sender's CPU on a VM). The run overshoots the deadline by at most a timer tick
 /// (1-10 ms) and `every - 1` sends.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ impl Until {
             size,
             limit,
             deadline: deadline.map(|d| {
-                zcnet_sys::os::monotonic_coarse() + d.saturating_duration_since(Instant::now())
+                zcnet::os::monotonic_coarse() + d.saturating_duration_since(Instant::now())
             }),
             every: every.max(1) as u64,
             left: 0,
@@ -53,7 +53,7 @@ impl Until {
             self.left = self.every;
             if self
                 .deadline
-                .is_some_and(|d| zcnet_sys::os::monotonic_coarse() >= d)
+                .is_some_and(|d| zcnet::os::monotonic_coarse() >= d)
             {
                 // Over: a limit already reached says so in next_chunk, after the interrupt
                 // check, which comes first.

@@ -127,7 +127,7 @@ fn garbage_is_echoed_back_exactly() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ mode as u64;
         let data: Vec<u8> = (0..2 << 20).map(|_| next(&mut x) as u8).collect();
         let s = TcpStream::connect(addr).unwrap();
-        zcnet_sys::os::set_recv_buffer(s.as_raw_fd(), 16 << 10).unwrap();
+        zcnet::os::set_recv_buffer(s.as_raw_fd(), 16 << 10).unwrap();
         let mut w = s.try_clone().unwrap();
         let sent = data.clone();
         let writer = thread::spawn(move || {
@@ -207,7 +207,7 @@ fn a_reset_mid_message_is_reported_and_others_go_on() {
         let peer = s.local_addr().unwrap();
         // Half of a 64 KiB request, then an abortive close (RST).
         s.write_all(&vec![0xa5; 32 << 10]).unwrap();
-        zcnet_sys::os::set_linger_zero(s.as_raw_fd()).unwrap();
+        zcnet::os::set_linger_zero(s.as_raw_fd()).unwrap();
         drop(s);
         assert_healthy(mode.name(), &healthy.join().unwrap());
         let rep = server.stop().unwrap();
@@ -234,7 +234,7 @@ fn a_peer_that_stops_reading_is_closed_and_does_not_block_others() {
         let server = start(mode, |c| c.outbox_cap = cap);
         let addr = server.addr();
         let stuck = TcpStream::connect(addr).unwrap();
-        zcnet_sys::os::set_recv_buffer(stuck.as_raw_fd(), 16 << 10).unwrap();
+        zcnet::os::set_recv_buffer(stuck.as_raw_fd(), 16 << 10).unwrap();
         let peer = stuck.local_addr().unwrap();
         // Writes until the server gives up on it (reset), never reading.
         let mut w = stuck.try_clone().unwrap();

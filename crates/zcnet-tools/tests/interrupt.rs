@@ -19,7 +19,7 @@ fn signal_while<T: Send + 'static>(
     sig: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (T, Duration) {
-    zcnet_sys::os::set_interrupted(false);
+    zcnet::os::set_interrupted(false);
     assert!(!interrupt::interrupted());
     zcnet_testkit::signals::signal_while(sig, Duration::from_secs(10), f)
 }

@@ -40,6 +40,7 @@ pub mod gpu;
 pub mod net;
 pub mod nexthop;
 pub mod nic;
+pub mod os;
 pub mod probe;
 pub mod region;
 pub mod remedy;

@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::remedy::Remedy;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use zcnet_sys::mem::{Backing, Mapping, Slot, HUGE_2M};
+/// What backs a region's memory (anonymous pages, a memfd, huge pages), as [`Region::backing`] says.
+pub use zcnet_sys::mem::Backing;
+use zcnet_sys::mem::{Mapping, Slot, HUGE_2M};
 
 /// Which memory to allocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -52,7 +52,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use zcnet_sys::bpf::{BpfProg, XdpAttachMode, XdpLink, XskMap};
-use zcnet_sys::xsk::{XdpStatistics, XskBindMode};
+/// The kernel's XDP socket counters (`XDP_STATISTICS`), as [`XskStats::kernel`] carries them.
+pub use zcnet_sys::xsk::XdpStatistics;
+use zcnet_sys::xsk::XskBindMode;
 use zcnet_sys::xsk_socket::{UmemFrame, XdpSocket, XdpSocketConfig};
 
 /// How the socket binds to the queue.

@@ -7,8 +7,8 @@ use crate::stats::Counters;
 use std::io::Read;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use zcnet::engine::ForeignBuf;
 use zcnet_core::nccl::{ChunkHeader, Placement, RecvMatch, SendChunk, SendSched, HEADER_LEN};
-use zcnet_sys::foreign::ForeignBuf;
 
 /// A socket's send in progress: a chunk and how much of header + payload is written.
 #[derive(Debug)]
@@ -73,7 +73,7 @@ impl SockSend {
                     } else {
                         [&payload[w.done - HEADER_LEN..], &[]]
                     };
-                    match zcnet_sys::os::send_vectored(
+                    match zcnet::os::send_vectored(
                         self.socks[i].as_raw_fd(),
                         &parts,
                         libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,

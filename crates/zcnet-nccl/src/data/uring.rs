@@ -496,7 +496,7 @@ impl UringSend {
             return;
         }
         for s in &self.socks {
-            let _ = zcnet_sys::sock::disconnect(s.as_raw_fd());
+            let _ = zcnet::os::sock::disconnect(s.as_raw_fd());
         }
         // Payloads only, as `complete` counts them (a header's bytes are not the message's).
         let (ops, stats) = (&self.ops, &mut self.stats);

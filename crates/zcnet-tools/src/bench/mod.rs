@@ -498,7 +498,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
     let mut report = TxReport::default();
     let paths = runnable_paths(
         &cfg.paths,
-        zcnet_sys::os::is_root(),
+        zcnet::os::is_root(),
         "bench tx: nothing can run: the namespace lab (paths sink, veth and dummy)",
         &mut report.notes,
     )?;

@@ -45,7 +45,7 @@ fn dummy_path_without_the_driver_is_refused_in_one_line() {
     }
     assert!(!m.contains('\n'), "one line: {m}");
     // The kernel's own answer, where root can ask it: the same refusal, with what ip said.
-    if zcnet_sys::os::is_root() {
+    if zcnet::os::is_root() {
         let mut l = Lab::new().unwrap();
         let e = l.dummy().unwrap_err();
         let m = e.to_string();

@@ -209,7 +209,7 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
             lab::enter(ns)?;
         }
         if let Some(cpus) = &cfg.cpus {
-            zcnet_sys::os::set_thread_affinity(cpus)
+            zcnet::os::set_thread_affinity(cpus)
                 .map_err(|e| Error::io(format!("pinning a client thread to CPUs {cpus:?}"), e))?;
         }
         let pattern = Pattern::new(cfg.seed);
@@ -241,17 +241,17 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
     })();
     barrier.wait();
     let mut conns = setup?;
-    let cpu0 = zcnet_sys::os::thread_cpu_seconds();
+    let cpu0 = zcnet::os::thread_cpu_seconds();
     let mut res = ThreadResult {
         connections: conns.len(),
         ..ThreadResult::default()
     };
-    let mut ep = zcnet_sys::epoll::Epoll::new(64).map_err(|e| Error::io("epoll_create1", e))?;
+    let mut ep = zcnet::os::epoll::Epoll::new(64).map_err(|e| Error::io("epoll_create1", e))?;
     for (k, c) in conns.iter().enumerate() {
         ep.add(
             c.fd,
             k as u64,
-            zcnet_sys::epoll::IN | zcnet_sys::epoll::RDHUP,
+            zcnet::os::epoll::IN | zcnet::os::epoll::RDHUP,
         )
         .map_err(|e| Error::io("epoll_ctl(ADD)", e))?;
     }
@@ -312,15 +312,15 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
             if !c.alive || !c.active {
                 if c.alive
                     && ev
-                        & (zcnet_sys::epoll::IN
-                            | zcnet_sys::epoll::RDHUP
-                            | zcnet_sys::epoll::HUP
-                            | zcnet_sys::epoll::ERR)
+                        & (zcnet::os::epoll::IN
+                            | zcnet::os::epoll::RDHUP
+                            | zcnet::os::epoll::HUP
+                            | zcnet::os::epoll::ERR)
                         != 0
                 {
                     // Data or a close while no request is in flight: the server broke the loop.
                     let why =
-                        match zcnet_sys::sock::recv(c.fd, &mut scratch[..1], libc::MSG_DONTWAIT) {
+                        match zcnet::os::sock::recv(c.fd, &mut scratch[..1], libc::MSG_DONTWAIT) {
                             Ok(0) => {
                                 "the server closed the connection between requests".to_string()
                             }
@@ -332,7 +332,7 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
                 }
                 continue;
             }
-            if ev & zcnet_sys::epoll::OUT != 0 && c.sent < cfg.size {
+            if ev & zcnet::os::epoll::OUT != 0 && c.sent < cfg.size {
                 if let Err(why) = send_more(c) {
                     fail(c, &ep, &mut res, why);
                     continue;
@@ -361,7 +361,7 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
         }
     }
     res.seconds = cfg.duration.as_secs_f64();
-    res.cpu = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    res.cpu = zcnet::os::thread_cpu_seconds() - cpu0;
     // Half-close and wait for the server's end of stream: the server then closes cleanly.
     for c in conns.iter_mut().filter(|c| c.alive) {
         let _ = ep.delete(c.fd);
@@ -386,7 +386,7 @@ fn client_thread(cfg: &ClientConfig, idx: Vec<u64>, barrier: &Barrier) -> Result
     Ok(res)
 }
 
-fn fail(c: &mut ClientConn, ep: &zcnet_sys::epoll::Epoll, res: &mut ThreadResult, why: String) {
+fn fail(c: &mut ClientConn, ep: &zcnet::os::epoll::Epoll, res: &mut ThreadResult, why: String) {
     c.alive = false;
     c.active = false;
     let _ = ep.delete(c.fd);
@@ -396,7 +396,7 @@ fn fail(c: &mut ClientConn, ep: &zcnet_sys::epoll::Epoll, res: &mut ThreadResult
 
 fn start_request(
     c: &mut ClientConn,
-    ep: &zcnet_sys::epoll::Epoll,
+    ep: &zcnet::os::epoll::Epoll,
     k: usize,
     now: Instant,
     res: &mut ThreadResult,
@@ -420,7 +420,7 @@ fn start_request(
 
 fn send_more(c: &mut ClientConn) -> Result<(), String> {
     while c.sent < c.req.len() {
-        match zcnet_sys::sock::send(c.fd, &c.req[c.sent..], libc::MSG_DONTWAIT) {
+        match zcnet::os::sock::send(c.fd, &c.req[c.sent..], libc::MSG_DONTWAIT) {
             Ok(k) => c.sent += k,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -430,12 +430,12 @@ fn send_more(c: &mut ClientConn) -> Result<(), String> {
     Ok(())
 }
 
-fn update_out(c: &mut ClientConn, ep: &zcnet_sys::epoll::Epoll, k: usize) {
+fn update_out(c: &mut ClientConn, ep: &zcnet::os::epoll::Epoll, k: usize) {
     let want = c.sent < c.req.len();
     if want != c.want_out {
-        let mut ev = zcnet_sys::epoll::IN | zcnet_sys::epoll::RDHUP;
+        let mut ev = zcnet::os::epoll::IN | zcnet::os::epoll::RDHUP;
         if want {
-            ev |= zcnet_sys::epoll::OUT;
+            ev |= zcnet::os::epoll::OUT;
         }
         if ep.modify(c.fd, k as u64, ev).is_ok() {
             c.want_out = want;
@@ -453,7 +453,7 @@ fn read_more(
     while c.got < size {
         // Never read past this response: the next one is not asked for yet anyway.
         let want = (size - c.got).min(scratch.len());
-        match zcnet_sys::sock::recv(c.fd, &mut scratch[..want], libc::MSG_DONTWAIT) {
+        match zcnet::os::sock::recv(c.fd, &mut scratch[..want], libc::MSG_DONTWAIT) {
             Ok(0) => {
                 return Err(format!(
                     "the server closed the connection after {} of {size} B of response {}",

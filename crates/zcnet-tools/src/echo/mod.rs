@@ -33,10 +33,10 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use zcnet::net;
+use zcnet::os::{send_vectored, SEND_IOVECS};
 use zcnet::rx::{ConnId, Fallback, Receiver, RxConfig, RxEvent, RxMode, RxStats};
 use zcnet::{Error, Result};
 use zcnet_core::Pattern;
-use zcnet_sys::os::{send_vectored, SEND_IOVECS};
 
 mod client;
 pub use client::*;
@@ -431,7 +431,7 @@ fn accept_loop(
 ) {
     let fd = listener.as_raw_fd();
     while !stop.load(Ordering::Relaxed) {
-        match zcnet_sys::sock::poll_one(fd, libc::POLLIN, 20) {
+        match zcnet::os::sock::poll_one(fd, libc::POLLIN, 20) {
             Ok(0) => continue,
             Ok(_) => {}
             Err(_) => {
@@ -488,7 +488,7 @@ fn setup(cfg: &EchoConfig, stop: &Arc<AtomicBool>, live: &Arc<Live>) -> Result<S
         .spawn(move || accept_loop(listener, s2, l2, tx))
         .map_err(|e| other("spawning the acceptor thread", e))?;
     if let Some(cpu) = cfg.cpu {
-        if let Err(e) = zcnet_sys::os::set_thread_affinity(&[cpu]) {
+        if let Err(e) = zcnet::os::set_thread_affinity(&[cpu]) {
             stop.store(true, Ordering::SeqCst);
             let _ = acceptor.join();
             return Err(StartError::Other(Error::io(
@@ -554,10 +554,10 @@ fn serve(
         cfg: &cfg,
         report,
     };
-    let cpu0 = zcnet_sys::os::thread_cpu_seconds();
+    let cpu0 = zcnet::os::thread_cpu_seconds();
     let t0 = Instant::now();
     server.run(&stop, &live, &accepted);
-    server.report.cpu_seconds = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    server.report.cpu_seconds = zcnet::os::thread_cpu_seconds() - cpu0;
     server.report.seconds = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::SeqCst);
     let _ = acceptor.join();
@@ -667,13 +667,13 @@ impl Server<'_> {
         let _ = s.set_nodelay(true);
         let fd = s.as_raw_fd();
         if let Some(idle) = self.cfg.keepalive {
-            let _ = zcnet_sys::os::set_tcp_keepalive(fd, idle, Duration::from_secs(1), 2);
+            let _ = zcnet::os::set_tcp_keepalive(fd, idle, Duration::from_secs(1), 2);
         }
         if let Some(t) = self.cfg.user_timeout {
-            let _ = zcnet_sys::os::set_tcp_user_timeout(fd, t);
+            let _ = zcnet::os::set_tcp_user_timeout(fd, t);
         }
         if let Some(b) = self.cfg.send_buffer {
-            let _ = zcnet_sys::sock::set_send_buffer(fd, b);
+            let _ = zcnet::os::sock::set_send_buffer(fd, b);
         }
         match self.rx.add(s) {
             Ok(id) => {
@@ -999,7 +999,7 @@ pub fn queue_unsent(slices: &[&[u8]], sent: usize, out: &mut Vec<u8>) -> usize {
 /// Writes as much of the outbox as the socket takes now.
 fn flush(conn: &mut Conn, st: &mut EchoReport) -> Result<(), Fail> {
     while conn.pending() > 0 {
-        match zcnet_sys::sock::send(conn.fd, &conn.out[conn.out_off..], libc::MSG_DONTWAIT) {
+        match zcnet::os::sock::send(conn.fd, &conn.out[conn.out_off..], libc::MSG_DONTWAIT) {
             Ok(k) => {
                 st.send_calls += 1;
                 conn.out_off += k;

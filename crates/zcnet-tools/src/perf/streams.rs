@@ -483,7 +483,7 @@ impl Running {
     /// in flight fail, and the buffers they hold come back.
     pub fn abort_connection(&self) {
         if let Conn::Tcp(s) = &self.socket {
-            let _ = zcnet_sys::sock::disconnect(s.as_raw_fd());
+            let _ = zcnet::os::sock::disconnect(s.as_raw_fd());
         }
     }
 

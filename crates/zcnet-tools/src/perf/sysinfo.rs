@@ -67,8 +67,8 @@ fn process_times() -> (f64, f64) {
 
 /// `utime` and `stime` (fields 14 and 15) from a `/proc/<pid>/stat` line.
 fn parse_stat_times(stat: &str) -> Option<(f64, f64)> {
-    let utime = zcnet_sys::os::stat_field(stat, 14)? as f64;
-    let stime = zcnet_sys::os::stat_field(stat, 15)? as f64;
+    let utime = zcnet::os::stat_field(stat, 14)? as f64;
+    let stime = zcnet::os::stat_field(stat, 15)? as f64;
     Some((utime / USER_HZ, stime / USER_HZ))
 }
 

@@ -33,8 +33,8 @@ pub(super) fn run_sender<E>(job: Job<E>, stream: TcpStream) -> StreamEnd {
     // The report gives what the kernel holds, read back.
     let fd = stream.as_raw_fd();
     let notsent_lowat = job.path.tcp.notsent_lowat.and_then(|n| {
-        zcnet_sys::sock::set_notsent_lowat(fd, n)
-            .and_then(|()| zcnet_sys::sock::notsent_lowat(fd))
+        zcnet::os::sock::set_notsent_lowat(fd, n)
+            .and_then(|()| zcnet::os::sock::notsent_lowat(fd))
             .ok()
     });
     let made = Region::for_sender(job.path.memory, &cfg)

@@ -155,7 +155,7 @@ pub(crate) fn run_sender<E>(job: Job<E>, sock: UdpSocket) -> StreamEnd {
     let mut note = None;
     if udp.gso {
         let want = (65_000 / len).clamp(1, GSO_MAX_SEGMENTS);
-        match zcnet_sys::sock::set_udp_segment(sock.as_raw_fd(), len as u16) {
+        match zcnet::os::sock::set_udp_segment(sock.as_raw_fd(), len as u16) {
             Ok(()) => segs = want,
             Err(e) => note = Some(format!("UDP GSO refused ({e}): one datagram per send")),
         }

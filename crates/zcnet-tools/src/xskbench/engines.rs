@@ -204,7 +204,7 @@ impl XskSide {
 }
 
 fn ifindex(dev: &str) -> Result<u32> {
-    zcnet_sys::zcrx::if_index(dev).ok_or_else(|| Error::UnknownInterface {
+    zcnet::os::if_index(dev).ok_or_else(|| Error::UnknownInterface {
         given: dev.to_string(),
     })
 }
@@ -238,7 +238,7 @@ impl Sender {
                 Sender::Mmsg(s, vec![0u8; BATCH * 2048])
             }
             TxVariant::TxRing | TxVariant::TxRingBypass => {
-                let req = RingRequest::tx_v3(1 << 16, 2048, 2048, zcnet_sys::mem::page_size())
+                let req = RingRequest::tx_v3(1 << 16, 2048, 2048, zcnet::os::page_size())
                     .map_err(|e| Error::invalid_input(e.to_string()))?;
                 let r = TxRing::open(ifindex(dev)?, &req, case.tx == TxVariant::TxRingBypass)
                     .map_err(|e| packet_error(&format!("AF_PACKET TX ring on {dev}"), e))?;
@@ -328,7 +328,7 @@ impl Receiver {
             RxVariant::TpacketV3 => {
                 // 128 blocks of 256 KiB (32 MiB, like the AF_XDP receiver's UMEM), each handed
                 // over when full or after 2 ms.
-                let req = RingRequest::rx_v3(1 << 18, 128, 2, zcnet_sys::mem::page_size())
+                let req = RingRequest::rx_v3(1 << 18, 128, 2, zcnet::os::page_size())
                     .map_err(|e| Error::invalid_input(e.to_string()))?;
                 let r = RxRingV3::open(ifindex(dev)?, Protocol::All, &req)
                     .map_err(|e| packet_error(&format!("AF_PACKET RX ring on {dev}"), e))?;
@@ -476,7 +476,7 @@ struct RxOut {
 }
 
 fn pin(cpu: usize) -> Result<()> {
-    zcnet_sys::os::set_thread_affinity(&[cpu]).map_err(|e| {
+    zcnet::os::set_thread_affinity(&[cpu]).map_err(|e| {
         Error::io(
             format!("pinning a thread to CPU {cpu} (sched_setaffinity)"),
             e,
@@ -520,7 +520,7 @@ fn sender_thread(
     }
     let mut s = opened?;
     let dropped0 = tx_dropped(dev);
-    let cpu0 = zcnet_sys::os::thread_cpu_seconds();
+    let cpu0 = zcnet::os::thread_cpu_seconds();
     let start = *sh.start.get_or_init(Instant::now);
     let mut seq = 0u64;
     let r = (|| {
@@ -536,7 +536,7 @@ fn sender_thread(
         s.finish()
     })();
     let seconds = start.elapsed().as_secs_f64();
-    let cpu = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    let cpu = zcnet::os::thread_cpu_seconds() - cpu0;
     sh.sent.store(seq, Ordering::Release);
     r?;
     let device_drops = match (count_device_drops, dropped0, tx_dropped(dev)) {
@@ -575,7 +575,7 @@ fn receiver_thread(
         return opened.map(|_| empty(&check));
     }
     let mut r = opened?;
-    let cpu0 = zcnet_sys::os::thread_cpu_seconds();
+    let cpu0 = zcnet::os::thread_cpu_seconds();
     let mut last = None;
     let mut done_at: Option<Instant> = None;
     loop {
@@ -610,7 +610,7 @@ fn receiver_thread(
             }
         }
     }
-    let cpu = zcnet_sys::os::thread_cpu_seconds() - cpu0;
+    let cpu = zcnet::os::thread_cpu_seconds() - cpu0;
     if let (n, Some(why)) = check.failures() {
         return Err(Error::io(
             format!("verifying received frames ({n} failed)"),

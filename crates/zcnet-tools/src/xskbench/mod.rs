@@ -581,7 +581,7 @@ pub fn ratios(rows: &[Row], sizes: &[usize]) -> Vec<Ratio> {
 
 /// The sender and receiver CPUs: `wanted`, or the first two CPUs this thread may run on.
 pub fn pick_cpus(wanted: Option<(usize, usize)>) -> Result<(usize, usize)> {
-    let allowed = zcnet_sys::os::thread_affinity()
+    let allowed = zcnet::os::thread_affinity()
         .map_err(|e| Error::io("sched_getaffinity (which CPUs this process may use)", e))?;
     if let Some((t, r)) = wanted {
         for c in [t, r] {

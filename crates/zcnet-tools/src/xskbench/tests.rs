@@ -245,6 +245,6 @@ fn bad_configurations_are_refused_in_one_line() {
     }
     assert!(pick_cpus(Some((100_000, 0))).is_err());
     let (a, b) = pick_cpus(None).unwrap();
-    assert!(zcnet_sys::os::thread_affinity().unwrap().contains(&a));
-    assert!(zcnet_sys::os::thread_affinity().unwrap().contains(&b));
+    assert!(zcnet::os::thread_affinity().unwrap().contains(&a));
+    assert!(zcnet::os::thread_affinity().unwrap().contains(&b));
 }

@@ -42,6 +42,9 @@ pub use zcnet_core::probe::{
     UringFacts, Verdict,
 };
 use zcnet_sys::uring_probe as up;
+/// What the kernel's io_uring says of zcrx (`IORING_REGISTER_QUERY`): the features and limits
+/// the probe reports.
+pub use zcnet_sys::uring_query::ZcrxCaps;
 
 use crate::{Error, Result};
 
