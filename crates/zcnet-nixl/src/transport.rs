@@ -629,7 +629,7 @@ impl Engine {
     }
 
     /// Posts `x`: whole on the first stream, or cut across the streams when it is large
-    /// ([`STRIPE_MIN`]); the notification travels with the first part and the target queues it
+    /// (`STRIPE_MIN`, 4 MiB); the notification travels with the first part and the target queues it
     /// once every part arrived.
     pub fn post(&self, x: &Arc<Xfer>, notif: Option<Vec<u8>>) -> i32 {
         let lanes = match self.conn(&x.agent) {
