@@ -18,6 +18,11 @@ REPO=$(cd "$HERE/.." && pwd)
 
 MECHS="zcrx devmem-rx devmem-tx uring-zc msg-zerocopy copy af-xdp-copy af-xdp-zerocopy"
 ALL_TESTS="probe nic-setup-restore zcrx-verify zcrx-udmabuf auto-iface devmem-rx devmem-rx-verify devmem-tx restore-after-kill zcrx-bufsize zcrx-copies bench-rx nsim-probe nsim-nic-setup-restore"
+# The bindings' tests (the library, the C ABI and Python on a NIC queue) are in a file of
+# their own, sourced here: they join the list before the arguments are read.
+# shellcheck source=lib/hw-suite-bindings.sh
+. "$HERE/lib/hw-suite-bindings.sh"
+ALL_TESTS="$ALL_TESTS $BINDING_TESTS"
 
 usage() {
   cat <<'EOF'
@@ -51,6 +56,9 @@ Environment (ZCNET_HW_* are read only from the environment):
                        devmem binding before the NIC state is compared (default 180)
   ZCNET                the zcnet binary (default: zcnet on PATH, else target/release/zcnet)
   ZCNET_STATE_DIR      passed to zcnet: where `nic setup` keeps its state files (/run/zcnet)
+  ZCNET_HW_BINDINGS    the cargo build directory with the bindings' programs (examples/nic_recv,
+                       libzcnet_ffi.so, lib_zcnet.so) for the lib-*, c-* and py-* tests
+                       (default: target/debug; scripts/zcnic-lab.sh builds and stages them)
 
 Tests (--only takes a comma-separated list of these):
   probe                  zcnet probe --iface IF --json parses and gives every mechanism a verdict
@@ -77,6 +85,15 @@ Tests (--only takes a comma-separated list of these):
   bench-rx               zcnet bench rx --iface with the peer's namespace as the clients
                          (ZCNET_HW_REMOTE_NETNS): its zcrx and devmem rows must each move their
                          bytes by that mechanism
+  lib-zcrx, lib-devmem   zcrx-verify and devmem-rx-verify (into a udmabuf: needs /dev/udmabuf)
+                         through the library: crates/zcnet/examples/nic_recv, a Receiver with an
+                         interface and queue, every byte checked by it; zero copy required
+  c-zcrx, c-zcrx-udmabuf, c-devmem
+                         the same through the C ABI (examples/c/nic_recv.c, compiled here;
+                         zcnet_receiver_new_in binds a udmabuf region, zcnet_receiver_read copies
+                         its bytes out) (scripts/lib/hw-suite-bindings.sh has these)
+  py-zcrx, py-devmem     the same through Python (crates/zcnet-py/examples/nic_recv.py:
+                         zcnet.Receiver(iface=, queue=, mem="udmabuf"))
   nsim-probe, nsim-nic-setup-restore
                          probe and nic-setup-restore on a netdevsim device in a private network
                          namespace (root, and a kernel with netdevsim; otherwise they skip)
@@ -143,6 +160,7 @@ if [ -n "$REMOTE_NETNS" ] && [ ! -e "/run/netns/$REMOTE_NETNS" ]; then
 fi
 # The devmem tests' memory: a GPU's, or a udmabuf.
 DMEM=${MEM:-${GPU:+cuda:$GPU}}
+bindings_check_env || exit 2
 { is_uint "$PORT" && [ "$PORT" -ge 1 ] && [ "$PORT" -le 65526 ]; } || bad_env "ZCNET_HW_PORT='$PORT': give a port from 1 to 65526"
 { is_uint "$TMO" && [ "$TMO" -ge 1 ]; } || bad_env "ZCNET_HW_TIMEOUT='$TMO': give whole seconds"
 is_uint "${ZCNET_HW_SETTLE:-180}" || bad_env "ZCNET_HW_SETTLE='${ZCNET_HW_SETTLE:-}': give whole seconds"
@@ -651,6 +669,8 @@ t_nic_setup_restore() {
 rx_case() {
   local port=$1
   shift
+  # The receiving command after `nic setup --`: zcnet recv, or a binding's program.
+  [ -n "${RX_PROG+x}" ] || RX_PROG=("$ZCNET" recv --json)
   need_iface
   need_zcnet
   need_python
@@ -662,7 +682,7 @@ rx_case() {
   nb=$(snapshot "$TW/before.txt")
   mark_dirty
   timeout --foreground -s TERM "$((TMO + 30))" "$ZCNET" nic setup --iface "$T_IF" --queue "$q" --port "$port" --json -- \
-    "$ZCNET" recv --listen "$LOCAL_V4:$port" --iface "$T_IF" --queue "${RX_RECV_QUEUE:-$q}" --json "$@" \
+    "${RX_PROG[@]}" --listen "$LOCAL_V4:$port" --iface "$T_IF" --queue "${RX_RECV_QUEUE:-$q}" "$@" \
     >"$TW/recv.out" 2>"$TW/recv.err" &
   pid=$!
   echo "$pid" >>"$WORK/pids"
@@ -1062,6 +1082,13 @@ run_test restore-after-kill t_restore_after_kill
 run_test zcrx-bufsize t_zcrx_bufsize
 run_test zcrx-copies t_zcrx_copies
 run_test bench-rx t_bench_rx
+run_test lib-zcrx t_lib_zcrx
+run_test lib-devmem t_lib_devmem
+run_test c-zcrx t_c_zcrx
+run_test c-zcrx-udmabuf t_c_zcrx_udmabuf
+run_test c-devmem t_c_devmem
+run_test py-zcrx t_py_zcrx
+run_test py-devmem t_py_devmem
 run_test nsim-probe t_nsim t_probe
 run_test nsim-nic-setup-restore t_nsim t_nic_setup_restore
 
@@ -1070,7 +1097,7 @@ for r in "${R_RES[@]}"; do
   case $r in pass) npass=$((npass + 1)) ;; fail) nfail=$((nfail + 1)) ;; *) nskip=$((nskip + 1)) ;; esac
 done
 
-ENV_VARS="ZCNET_HW_IFACE ZCNET_HW_QUEUE ZCNET_HW_LOCAL_V4 ZCNET_HW_REMOTE_V4 ZCNET_HW_REMOTE_SSH ZCNET_HW_REMOTE_ZCNET ZCNET_HW_REMOTE_NETNS ZCNET_HW_GPU ZCNET_HW_MEM ZCNET_HW_SETTLE ZCNET_HW_PORT ZCNET_HW_BYTES ZCNET_HW_TIMEOUT ZCNET ZCNET_STATE_DIR"
+ENV_VARS="ZCNET_HW_IFACE ZCNET_HW_QUEUE ZCNET_HW_LOCAL_V4 ZCNET_HW_REMOTE_V4 ZCNET_HW_REMOTE_SSH ZCNET_HW_REMOTE_ZCNET ZCNET_HW_REMOTE_NETNS ZCNET_HW_GPU ZCNET_HW_MEM ZCNET_HW_SETTLE ZCNET_HW_PORT ZCNET_HW_BYTES ZCNET_HW_TIMEOUT ZCNET ZCNET_STATE_DIR ZCNET_HW_BINDINGS"
 if [ "$JSON" = 1 ]; then
   {
     printf '{"suite": "zcnet-hw", "date": %s, "kernel": %s, "iface": %s, "driver": %s,\n' \

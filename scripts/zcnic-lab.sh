@@ -11,7 +11,10 @@
 # memory for the devmem tests, 32 reserved 2 MiB huge pages for zcrx areas, prints its table (or JSON), then unloads the module: a module that
 # cannot be unloaded, or a namespace or NIC state left behind, fails the run. The guest has no
 # other network: nothing leaves it. zcnet is the debug build (cargo build -p zcnet-cli) unless
-# ZCNET names another. See docs/design.md, "Software NIC (kmod/zcnic)".
+# ZCNET names another. The bindings' tests (lib-*, c-*, py-*: scripts/lib/hw-suite-bindings.sh)
+# run the library's example, the C ABI and the Python extension, which this script builds here
+# (debug: cargo build -p zcnet --example nic_recv -p zcnet-ffi -p zcnet-py) when they are
+# selected, and copies for the guest. See docs/design.md, "Software NIC (kmod/zcnic)".
 #
 # Exit status: 0 every suite test passed or skipped with a reason; 1 one failed, or the module
 # could not be loaded or unloaded cleanly; 2 bad arguments or a missing tool (one line says
@@ -102,11 +105,25 @@ zcnet=${ZCNET:-$ROOT/target/debug/zcnet}
 # A copy that no concurrent cargo build replaces while the guest reads it over 9p.
 copy=$ROOT/target/zcnic-lab/zcnet-$$
 mkdir -p "$(dirname "$copy")" && cp "$zcnet" "$copy" || die "cannot copy $zcnet to $copy"
-trap 'rm -f "$copy"' EXIT
+# The bindings' programs, built and copied the same way (ZCNET_HW_BINDINGS in the guest).
+bindings=$ROOT/target/zcnic-lab/bindings-$$
+trap 'rm -f "$copy"; rm -rf "$bindings"' EXIT
+if [ -z "$only" ] || [[ ,$only, =~ ,(lib|c|py)- ]]; then
+  (cd "$ROOT" && cargo build -q -p zcnet --example nic_recv -p zcnet-ffi -p zcnet-py) || {
+    echo "$me: building the bindings' programs failed (cargo build -p zcnet --example nic_recv -p zcnet-ffi -p zcnet-py)" >&2
+    exit 1
+  }
+  mkdir -p "$bindings/examples" &&
+    cp "$ROOT/target/debug/examples/nic_recv" "$bindings/examples/" &&
+    cp "$ROOT/target/debug/libzcnet_ffi.so" "$ROOT/target/debug/lib_zcnet.so" "$bindings/" ||
+    die "cannot copy the bindings' programs to $bindings"
+else
+  bindings=
+fi
 # A guest whose kernel died part-way (exit 125: seen under TCG, an oops at a NOP in code the
 # tests do not reach) is booted once more; the suite then runs from the start.
 for attempt in 1 2; do
-  ZCNET=$copy bash "$ROOT/scripts/kernel-lab.sh" --kernel "$kernel" --timeout "$timeout_s" -q -- \
+  ZCNET=$copy ZCNET_HW_BINDINGS=$bindings bash "$ROOT/scripts/kernel-lab.sh" --kernel "$kernel" --timeout "$timeout_s" -q -- \
     bash "$ROOT/scripts/zcnic-lab.sh" --in-guest "$ko" "$bytes" "$json" "$only"
   rc=$?
   [ "$rc" = 125 ] && [ "$attempt" = 1 ] || exit "$rc"

@@ -19,7 +19,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 /// The tests that need a NIC (the others run on netdevsim).
-const HW_TESTS: [&str; 9] = [
+const HW_TESTS: &[&str] = &[
     "probe",
     "nic-setup-restore",
     "zcrx-verify",
@@ -29,6 +29,13 @@ const HW_TESTS: [&str; 9] = [
     "devmem-rx-verify",
     "devmem-tx",
     "restore-after-kill",
+    "lib-zcrx",
+    "lib-devmem",
+    "c-zcrx",
+    "c-zcrx-udmabuf",
+    "c-devmem",
+    "py-zcrx",
+    "py-devmem",
 ];
 const NSIM_TESTS: [&str; 2] = ["nsim-probe", "nsim-nic-setup-restore"];
 
@@ -217,6 +224,13 @@ fn on_loopback_the_probe_passes_and_nic_setup_is_refused_cleanly() {
         "devmem-rx",
         "devmem-rx-verify",
         "devmem-tx",
+        "lib-zcrx",
+        "lib-devmem",
+        "c-zcrx",
+        "c-zcrx-udmabuf",
+        "c-devmem",
+        "py-zcrx",
+        "py-devmem",
     ] {
         let (res, detail) = result(&doc, t);
         assert_eq!(res, "skip", "{t}: {detail}");
