@@ -85,7 +85,7 @@ impl AsyncReceiver {
     /// Registers `rx`'s readiness fd with the current runtime's reactor (a runtime with I/O
     /// enabled must be running).
     pub fn new(mut rx: Receiver) -> Result<AsyncReceiver> {
-        let fd = zcnet_sys::tokio_fd::register(rx.readiness_fd()?).map_err(reactor)?;
+        let fd = zcnet::os::tokio_fd::register(rx.readiness_fd()?).map_err(reactor)?;
         Ok(AsyncReceiver {
             fd,
             rx,
@@ -207,7 +207,7 @@ impl AsyncSender {
     /// their calls. The sender's socket must be blocking (zcnet's io_uring sends never block
     /// on it; a tokio stream's `into_std` is non-blocking: call `set_nonblocking(false)`).
     pub fn new(mut tx: Sender) -> Result<AsyncSender> {
-        let fd = zcnet_sys::tokio_fd::register(tx.readiness_fd()?).map_err(reactor)?;
+        let fd = zcnet::os::tokio_fd::register(tx.readiness_fd()?).map_err(reactor)?;
         Ok(AsyncSender { fd, tx })
     }
 

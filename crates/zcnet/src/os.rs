@@ -16,6 +16,12 @@ pub use zcnet_sys::os::{
 };
 pub use zcnet_sys::zcrx::if_index;
 
+/// A readiness fd registered with tokio's reactor (feature `tokio`), for the tokio adapter.
+#[cfg(feature = "tokio")]
+pub mod tokio_fd {
+    pub use zcnet_sys::tokio_fd::register;
+}
+
 /// Readiness on several file descriptors (epoll), for front ends that multiplex sockets.
 pub mod epoll {
     pub use zcnet_sys::epoll::{Epoll, ERR, HUP, IN, OUT, RDHUP};
