@@ -199,7 +199,7 @@ def main():
                 reply(ok=True)
             elif cmd == "digest":
                 data = mems[c.get("mem", "DRAM")].read(c["off"], c["len"])
-                reply(sha=hashlib.sha256(data.tobytes()).hexdigest())
+                reply(sha=hashlib.sha256(memoryview(np.ascontiguousarray(data))).hexdigest())
             elif cmd == "xfer":
                 t0 = time.monotonic()
                 h = request(c)
