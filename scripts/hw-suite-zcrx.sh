@@ -194,9 +194,20 @@ t_bench_rx() {
   [ "$rc" -eq 0 ] || fail "bench rx exited $rc: $(zline "$TW/bench.err")"
   [ -z "$d" ] || fail "the NIC was not restored after bench rx (after waiting ${SETTLED_WAIT} s): $d"
   local check
-  check=$("$PYTHON" - "$TW/bench.out" "$rows" "$stats" <<'PYEOF'
+  check=$("$PYTHON" - "$TW/bench.out" "$rows" "$stats" 2>&1 <<'PYEOF'
 import json, sys
-doc = json.load(open(sys.argv[1]))
+# nic setup --json prints its own document first: take the one with the results.
+txt, docs, i, dec = open(sys.argv[1]).read(), [], 0, json.JSONDecoder()
+while True:
+    i = txt.find("{", i)
+    if i < 0:
+        break
+    try:
+        d, i = dec.raw_decode(txt, i)
+        docs.append(d)
+    except ValueError:
+        i += 1
+doc = ([d for d in docs if "results" in d] or [{"results": []}])[-1]
 want, stats = sys.argv[2].split(","), sys.argv[3] == "1"
 rows = {r["rx"]: r for r in doc["results"] if r["path"] == "iface"}
 bad, ok, zc = [], [], 0
