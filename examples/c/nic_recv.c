@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "zcnet.h"
@@ -57,6 +58,13 @@ static uint64_t number(const char *flag, const char *v) {
     if (*end != '\0' || n > UINT64_MAX / mul)
         bad(flag, "wants a number (K, M, G allowed)");
     return (uint64_t)n * mul;
+}
+
+/* Seconds on the monotonic clock. */
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* Prints the failed call with its status name and zcnet's message; exits 1. */
@@ -157,6 +165,7 @@ int main(int argc, char **argv) {
     uint8_t *want = NULL, *got = NULL;
     size_t room = 0;
     uint64_t at = 0, device_bytes = 0;
+    double start = 0, end = 0; /* from the first byte to the end of the stream */
     for (int eof = 0; !eof;) {
         zcnet_rx_event ev[16];
         size_t n = 0;
@@ -164,6 +173,7 @@ int main(int argc, char **argv) {
         for (size_t k = 0; k < n; k++) {
             if (ev[k].kind == ZCNET_RX_EOF) {
                 eof = 1;
+                end = now();
                 continue;
             }
             if (ev[k].kind != ZCNET_RX_DATA) {
@@ -172,6 +182,8 @@ int main(int argc, char **argv) {
                 return 1;
             }
             size_t len = (size_t)ev[k].len;
+            if (at == 0)
+                start = now();
             if (len > room) {
                 free(want);
                 free(got);
@@ -212,11 +224,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("{\"api\": \"c\", \"rx\": \"%s\", \"mem\": \"%s\", \"bytes\": %" PRIu64
-           ", \"verified\": true, \"zerocopy_bytes\": %" PRIu64 ", \"copied_bytes\": %" PRIu64
+           ", \"seconds\": %.3f, \"verified\": true, \"zerocopy_bytes\": %" PRIu64 ", \"copied_bytes\": %" PRIu64
            ", \"unknown_copy_bytes\": %" PRIu64 ", \"device_bytes\": %" PRIu64
            ", \"unsteered\": %" PRIu64 ", \"linear_fallbacks\": %" PRIu64 ", \"buffers\": %" PRIu64
            ", \"held\": %" PRIu64 "}\n",
-           mode, mem, at, s.zerocopy_bytes, s.copied_bytes, s.unknown_copy_bytes, device_bytes,
+           mode, mem, at, end - start, s.zerocopy_bytes, s.copied_bytes, s.unknown_copy_bytes, device_bytes,
            s.unsteered, s.linear_fallbacks, s.buffers, s.held);
     free(want);
     free(got);

@@ -24,12 +24,12 @@ bindings_check_env() {
   }
 }
 
-# bindings_prog lib|c|py: the receiving program of that API in RX_PROG (rx_case runs it after
+# bindings_prog rust|c|python: the receiving program of that API in RX_PROG (rx_case runs it after
 # `nic setup --`); a skip when it is not built or cannot be built here.
 bindings_prog() {
   local hint="$BINDINGS_BUILD, or set ZCNET_HW_BINDINGS"
   case $1 in
-    lib)
+    rust)
       local exe=$BINDINGS/examples/nic_recv
       [ -x "$exe" ] || skip "the library's example is not built: no $exe ($hint)"
       RX_PROG=("$exe" --timeout "$TMO")
@@ -43,7 +43,7 @@ bindings_prog() {
         fail "compiling examples/c/nic_recv.c against $lib failed: $(zline "$TW/cc.out")"
       RX_PROG=("$TW/nic_recv" --timeout "$TMO")
       ;;
-    py)
+    python)
       need_python
       local so=$BINDINGS/lib_zcnet.so pkg=$TW/py
       # The package as maturin lays it out: python/zcnet with the extension inside it.
@@ -57,6 +57,7 @@ bindings_prog() {
         skip "zcnet's Python module cannot be imported ($(zline "$TW/import.out")): no $so ($hint), nor an installed zcnet (pip install ./crates/zcnet-py)"
       RX_PROG=("$PYTHON" "$REPO/crates/zcnet-py/examples/nic_recv.py" --timeout "$TMO")
       ;;
+    *) fail "no binding named '$1' (rust, c, python)" ;;
   esac
 }
 
