@@ -1,4 +1,4 @@
-//! `zcnet bench raw`: one of the raw loops of `zcnet_sys::baseline` alone, on a UDP socket
+//! `zcnet bench raw`: one of the raw loops of `zcnet_rawbench::baseline` alone, on a UDP socket
 //! connected to ADDR, so that a script can run it beside `zcnet send` and an external peer
 //! (liburing's examples/send-zerocopy) on the same path and CPU: the yardstick without zcnet's
 //! library around it. `msg-zerocopy` is the minimal MSG_ZEROCOPY loop (the kernel selftest's
@@ -73,7 +73,7 @@ impl BenchRawArgs {
     }
 
     /// The io_uring loop's choices, or the refusal of a flag its loop does not take.
-    fn choices(&self) -> Result<zcnet_sys::baseline::RawZcChoices, Error> {
+    fn choices(&self) -> Result<zcnet_rawbench::baseline::RawZcChoices, Error> {
         let refused = match self.which.as_str() {
             "send-zc" => None,
             "send" => self
@@ -87,11 +87,11 @@ impl BenchRawArgs {
             )));
         }
         let z = if self.which == "send" {
-            zcnet_sys::baseline::RawZcChoices::ZCNET_SEND
+            zcnet_rawbench::baseline::RawZcChoices::ZCNET_SEND
         } else {
-            zcnet_sys::baseline::RawZcChoices::ZCNET
+            zcnet_rawbench::baseline::RawZcChoices::ZCNET
         };
-        Ok(zcnet_sys::baseline::RawZcChoices {
+        Ok(zcnet_rawbench::baseline::RawZcChoices {
             zero_copy: z.zero_copy,
             // No usage to report without zero copy.
             report_usage: z.zero_copy && z.report_usage && !self.no_report_usage,
@@ -120,9 +120,9 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     let halt = zcnet_tools::interrupt::flag();
     let uring = a.which != "msg-zerocopy";
     let r = if uring {
-        zcnet_sys::baseline::raw_send_zc_with(fd, size, inflight, duration, halt, choices)
+        zcnet_rawbench::baseline::raw_send_zc_with(fd, size, inflight, duration, halt, choices)
     } else {
-        zcnet_sys::baseline::raw_msg_zerocopy(fd, size, inflight, duration, halt)
+        zcnet_rawbench::baseline::raw_msg_zerocopy(fd, size, inflight, duration, halt)
     }
     .map_err(|e| match e.kind() {
         // The kernel's ICMP port unreachable, reported on the connected socket's next send.

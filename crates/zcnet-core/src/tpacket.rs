@@ -18,8 +18,9 @@
 //!   last one's `tp_next_offset` set to 0 when the block is closed.
 //!
 //! The memory ordering (an acquire load of `block_status` before reading the block, a release
-//! store of `TP_STATUS_KERNEL` after) is zcnet-sys's; here a block is only bytes, and anything
-//! the kernel could have written wrong is an error, never a panic or a read out of range.
+//! store of `TP_STATUS_KERNEL` after) is zcnet-rawbench's `af_packet`; here a block is only
+//! bytes, and anything the kernel could have written wrong is an error, never a panic or a read
+//! out of range.
 
 use std::fmt;
 

@@ -11,10 +11,9 @@
 //! - io_uring: [`uring`] (the one ring owner: it holds a request's memory, an owned slot or a
 //!   foreign lease, for exactly as long as the kernel may touch it), [`bufring`] (multishot
 //!   receive into provided buffers), [`zcrx`] (zero-copy receive), [`uring_probe`] and
-//!   [`uring_query`] (what the kernel's io_uring offers), [`baseline`] (the minimal raw SEND_ZC
-//!   loop zcnet's own overhead is measured against).
+//!   [`uring_query`] (what the kernel's io_uring offers).
 //! - sockets: [`sock`] (options, plain and `MSG_ZEROCOPY` sends, the error queue), [`epoll`],
-//!   [`af_packet`], [`xsk`] and [`xsk_socket`] (AF_XDP), [`bpf`] (the XSKMAP and XDP program),
+//!   [`xsk`] and [`xsk_socket`] (AF_XDP), [`bpf`] (the XSKMAP and XDP program),
 //!   [`devmem`] and [`devmem_tx`] (devmem TCP), `tokio_fd` (with the feature `tokio`).
 //! - memory: [`mem`] (mappings and their disjoint slots), [`foreign`] (memory lent by foreign
 //!   code), [`cuda`] (the CUDA driver API, opened at run time).
@@ -24,10 +23,11 @@
 //!   interrupt flag).
 //!
 //! Each `unsafe` block carries a `// SAFETY:` comment; the API exported is safe.
+//!
+//! No benchmark code lives here: the raw loops and AF_PACKET engines zcnet's benchmarks compare
+//! the library against are zcnet-rawbench's, with their own `unsafe`.
 #![warn(missing_docs)]
 
-pub mod af_packet;
-pub mod baseline;
 pub mod bpf;
 pub mod bufring;
 pub mod cuda;

@@ -36,8 +36,9 @@
 //!
 //! The other rings in this crate are separate for what they are: the provided-buffer receive
 //! ring ([`crate::bufring`]: the kernel picks the buffer, multishot), the zcrx ring
-//! ([`crate::zcrx`]: 32-byte CQEs and an interface queue registration), and [`crate::baseline`]
-//! (a deliberately minimal loop zcnet's overhead is measured against).
+//! ([`crate::zcrx`]: 32-byte CQEs and an interface queue registration). The deliberately minimal
+//! loop zcnet's overhead is measured against is not the library's: it is zcnet-rawbench's
+//! `baseline`.
 
 use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};

@@ -32,7 +32,7 @@ fn shared() -> &'static Arc<AtomicBool> {
     })
 }
 
-/// The flag under [`token`], for the raw baseline loops of `zcnet_sys::baseline`, which take
+/// The flag under [`token`], for the raw baseline loops of `zcnet_rawbench::baseline`, which take
 /// a plain flag.
 pub fn flag() -> &'static AtomicBool {
     shared()

@@ -245,11 +245,11 @@ pub(super) fn run_raw(env: &Env, raw: &str, size: usize, cfg: &TxBenchConfig) ->
     };
     let (run, what): (fn(_, _, _, _, &_) -> _, _) = if raw == RAW_MSG_ZEROCOPY {
         (
-            zcnet_sys::baseline::raw_msg_zerocopy,
+            zcnet_rawbench::baseline::raw_msg_zerocopy,
             "raw MSG_ZEROCOPY loop",
         )
     } else {
-        (zcnet_sys::baseline::raw_send_zc, "raw SEND_ZC loop")
+        (zcnet_rawbench::baseline::raw_send_zc, "raw SEND_ZC loop")
     };
     std::thread::scope(|sc| {
         sc.spawn(|| {

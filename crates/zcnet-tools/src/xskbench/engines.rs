@@ -38,7 +38,7 @@ struct Shared {
 }
 
 /// An AF_XDP socket through zcnet-sys's [`XdpSocket`] — the layer under `zcnet::xsk::Xsk`,
-/// as the AF_PACKET side goes through zcnet-sys's `af_packet` — and, for a receiver, the XDP
+/// as the AF_PACKET side goes through zcnet-rawbench's `af_packet` — and, for a receiver, the XDP
 /// program that feeds it. Field order is drop order: the program is detached before the
 /// socket closes.
 struct XskSide {

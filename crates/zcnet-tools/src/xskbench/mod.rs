@@ -9,8 +9,8 @@
 //!   sink: ns …-s, the same senders into an ifb device that drops every frame (TX alone)
 //! ```
 //!
-//! Both mechanisms are driven through zcnet-sys — [`XdpSocket`] (the layer under
-//! `zcnet::xsk::Xsk`) and [`zcnet_sys::af_packet`] — so that the rows compare the kernel's
+//! Both mechanisms are driven at the same depth — zcnet-sys's [`XdpSocket`] (the layer under
+//! `zcnet::xsk::Xsk`) and [`zcnet_rawbench::af_packet`] — so that the rows compare the kernel's
 //! paths, not two facades. Every frame is an Ethernet/IPv4/UDP frame built from one template
 //! with zcnet-core's [`UdpFlow`] builder (UDP checksum 0, so only the sequence number changes),
 //! written whole into the send buffer for every packet, with a 64-bit sequence number at the
@@ -39,7 +39,7 @@ use zcnet::xsk::interface_mac;
 use zcnet::{Error, Result};
 use zcnet_core::tpacket::RingRequest;
 use zcnet_core::udp_frame::{UdpFlow, HEADERS_LEN};
-use zcnet_sys::af_packet::{PacketSocket, Protocol, RxRingV3, TxRing, MAX_BATCH};
+use zcnet_rawbench::af_packet::{PacketSocket, Protocol, RxRingV3, TxRing, MAX_BATCH};
 use zcnet_sys::bpf::{BpfProg, XdpAttachMode, XdpLink, XskMap};
 use zcnet_sys::mem::Mapping;
 use zcnet_sys::xsk::XskBindMode;

@@ -6,14 +6,41 @@
 //! Without root each test prints why it is skipped.
 
 use super::*;
-use crate::test_util::ip;
-use crate::zcrx::if_index;
 use std::net::Ipv4Addr;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 use zcnet_core::udp_frame::{parse_udp, UdpFlow};
+use zcnet_sys::zcrx::if_index;
 
 const PORT: u16 = 47_100;
+
+/// Runs `f` in a thread of its own that first moves into a fresh network namespace
+/// ([`zcnet_sys::os::unshare_netns`]); the namespace dies with the thread (nothing is named,
+/// nothing is left behind). Without root the calling test is skipped. A panic or skip in `f`
+/// propagates.
+fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    zcnet_testkit::require_root("a private network namespace");
+    let h = std::thread::spawn(move || {
+        zcnet_sys::os::unshare_netns().expect("unshare(CLONE_NEWNET)");
+        f()
+    });
+    zcnet_testkit::propagate(h.join())
+}
+
+/// Runs `ip ARGS` (iproute2; a child starts in the spawning thread's namespace) and asserts
+/// that it succeeded, with its stderr in the message.
+fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 /// In the calling thread's (private) namespace: veth `pa` ↔ `pb`, both up.
 fn veth_pair() -> (u32, u32) {
@@ -25,8 +52,8 @@ fn veth_pair() -> (u32, u32) {
 
 fn flow() -> UdpFlow {
     UdpFlow {
-        src_mac: crate::ifaddr::if_hwaddr("pa").unwrap(),
-        dst_mac: crate::ifaddr::if_hwaddr("pb").unwrap(),
+        src_mac: zcnet_sys::ifaddr::if_hwaddr("pa").unwrap(),
+        dst_mac: zcnet_sys::ifaddr::if_hwaddr("pb").unwrap(),
         src: Ipv4Addr::new(10, 99, 0, 1),
         dst: Ipv4Addr::new(10, 99, 0, 2),
         src_port: 40_000,
@@ -86,7 +113,7 @@ fn ring_receive(rx: &mut RxRingV3, n: u64, acked: &AtomicU64) -> Vec<u64> {
 }
 
 fn rx_ring(ifindex: u32, block: u32, blocks: u32) -> RxRingV3 {
-    let req = RingRequest::rx_v3(block, blocks, 2, crate::mem::page_size()).unwrap();
+    let req = RingRequest::rx_v3(block, blocks, 2, zcnet_sys::mem::page_size()).unwrap();
     RxRingV3::open(ifindex, Protocol::All, &req).unwrap()
 }
 
@@ -164,10 +191,10 @@ fn run_ring_pair(
 
 #[zcnet_testkit::test]
 fn tx_ring_to_rx_ring_every_frame_in_order_across_wraps() {
-    crate::os::in_private_netns(|| {
+    in_private_netns(|| {
         let (a, _) = veth_pair();
         // 16 KiB blocks × 4 and a 64-frame TX ring: both wrap many times over 3000 frames.
-        let req = RingRequest::tx_v3(1 << 16, 2048, 64, crate::mem::page_size()).unwrap();
+        let req = RingRequest::tx_v3(1 << 16, 2048, 64, zcnet_sys::mem::page_size()).unwrap();
         let mut tx = TxRing::open(a, &req, false).unwrap();
         let n = 3000;
         let (got, st) = run_ring_pair(
@@ -189,7 +216,7 @@ fn tx_ring_to_rx_ring_every_frame_in_order_across_wraps() {
 
 #[zcnet_testkit::test]
 fn sendmmsg_with_and_without_qdisc_bypass_to_rx_ring() {
-    crate::os::in_private_netns(|| {
+    in_private_netns(|| {
         let (a, _) = veth_pair();
         for bypass in [false, true] {
             let s = PacketSocket::open(a, Protocol::SendOnly).unwrap();
@@ -211,7 +238,7 @@ fn sendmmsg_with_and_without_qdisc_bypass_to_rx_ring() {
 
 #[zcnet_testkit::test]
 fn sendmmsg_to_recvmmsg() {
-    crate::os::in_private_netns(|| {
+    in_private_netns(|| {
         let (a, b) = veth_pair();
         let tx = PacketSocket::open(a, Protocol::SendOnly).unwrap();
         let rx = PacketSocket::open(b, Protocol::Ipv4).unwrap();
@@ -253,10 +280,10 @@ fn sendmmsg_to_recvmmsg() {
 
 #[zcnet_testkit::test]
 fn a_full_rx_ring_drops_and_says_so() {
-    crate::os::in_private_netns(|| {
+    in_private_netns(|| {
         let (a, b) = veth_pair();
         // One 4 KiB block × 2: ~50 frames of 64 B fit; send 400 without reading.
-        let req = RingRequest::rx_v3(4096, 2, 1000, crate::mem::page_size()).unwrap();
+        let req = RingRequest::rx_v3(4096, 2, 1000, zcnet_sys::mem::page_size()).unwrap();
         let mut rx = RxRingV3::open(b, Protocol::All, &req).unwrap();
         let tx = PacketSocket::open(a, Protocol::SendOnly).unwrap();
         let f = flow();
@@ -299,7 +326,7 @@ fn bad_requests_and_interfaces_are_refused() {
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     let e = TxRing::open(1, &bad, false).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
-    crate::os::in_private_netns(|| {
+    in_private_netns(|| {
         let e = PacketSocket::open(999_999, Protocol::All).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENODEV), "{e}");
         let s = PacketSocket::open(1, Protocol::SendOnly).unwrap();

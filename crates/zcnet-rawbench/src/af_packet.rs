@@ -290,7 +290,7 @@ impl PacketSocket {
     /// Waits up to `timeout` for `events` (`POLLIN`, `POLLOUT`); returns the events that came.
     pub fn wait(&self, events: i16, timeout: Duration) -> io::Result<i16> {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        crate::sock::poll_one(self.fd.as_raw_fd(), events, ms)
+        zcnet_sys::sock::poll_one(self.fd.as_raw_fd(), events, ms)
     }
 }
 
@@ -374,7 +374,7 @@ impl RxRingV3 {
     /// A socket for `protocol` on `ifindex` with a receive ring as `req` asks
     /// ([`RingRequest::rx_v3`]), ignoring this host's outgoing packets.
     pub fn open(ifindex: u32, protocol: Protocol, req: &RingRequest) -> io::Result<RxRingV3> {
-        req.check(crate::mem::page_size(), false)
+        req.check(zcnet_sys::mem::page_size(), false)
             .map_err(request_error)?;
         let len = req
             .ring_len()
@@ -491,7 +491,7 @@ impl TxRing {
     /// A send-only socket on `ifindex` with a transmit ring as `req` asks
     /// ([`RingRequest::tx_v3`]), optionally with `PACKET_QDISC_BYPASS`.
     pub fn open(ifindex: u32, req: &RingRequest, qdisc_bypass: bool) -> io::Result<TxRing> {
-        req.check(crate::mem::page_size(), true)
+        req.check(zcnet_sys::mem::page_size(), true)
             .map_err(request_error)?;
         let len = req
             .ring_len()

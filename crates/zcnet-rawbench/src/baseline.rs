@@ -9,12 +9,18 @@
 //! `zcnet bench tx` runs it on the UDP sink only, next to the backend, and prints the ratio.
 //! Shaped after the kernel's io_uring_zerocopy_tx selftest (tools/testing/selftests/net).
 
-use crate::uring::IORING_SEND_ZC_REPORT_USAGE;
 use io_uring::{cqueue, opcode, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use zcnet_sys::mem::{Mapping, Slot};
+use zcnet_sys::os::thread_cpu_seconds;
+
+/// `IORING_SEND_ZC_REPORT_USAGE` (include/uapi/linux/io_uring.h, Linux 6.2): ask the
+/// notification to say whether the kernel copied (bit 31 of its result,
+/// `IORING_NOTIF_USAGE_ZC_COPIED`). Not exported by the io-uring crate.
+const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
 
 /// What the raw loop did.
 #[derive(Debug, Clone, Copy, Default)]
@@ -158,7 +164,7 @@ pub fn raw_send_zc_with(
     }
     let mut busy = vec![false; inflight];
     let mut res = RawResult::default();
-    let cpu0 = crate::os::thread_cpu_seconds();
+    let cpu0 = thread_cpu_seconds();
     let start = Instant::now();
     let deadline = start + duration;
     let mut outstanding = 0usize;
@@ -268,12 +274,12 @@ pub fn raw_msg_zerocopy(
     duration: Duration,
     halt: &AtomicBool,
 ) -> io::Result<RawResult> {
-    use crate::sock::{self, ErrqueueEntry};
+    use zcnet_sys::sock::{self, ErrqueueEntry};
     let (_map, slots) = filled_slots(len, inflight)?;
     sock::enable_zerocopy(fd)?;
     let mut res = RawResult::default();
     let mut entries = Vec::with_capacity(64);
-    let cpu0 = crate::os::thread_cpu_seconds();
+    let cpu0 = thread_cpu_seconds();
     let start = Instant::now();
     let deadline = start + duration;
     let (mut sent, mut completed) = (0u64, 0u64);
@@ -342,11 +348,8 @@ pub fn raw_msg_zerocopy(
 }
 
 /// `inflight` slots of `len` bytes, written once (the payload is never written again).
-fn filled_slots(
-    len: usize,
-    inflight: usize,
-) -> io::Result<(std::sync::Arc<crate::mem::Mapping>, Vec<crate::mem::Slot>)> {
-    let map = crate::mem::Mapping::anonymous(len * inflight)?;
+fn filled_slots(len: usize, inflight: usize) -> io::Result<(std::sync::Arc<Mapping>, Vec<Slot>)> {
+    let map = Mapping::anonymous(len * inflight)?;
     let (map, mut slots) = map.into_slots(len, inflight)?;
     for s in &mut slots {
         if let Some(b) = s.bytes_mut() {
@@ -365,7 +368,7 @@ fn finish(
     halt: &AtomicBool,
 ) -> io::Result<RawResult> {
     res.seconds = start.elapsed().as_secs_f64();
-    res.cpu_seconds = crate::os::thread_cpu_seconds() - cpu0;
+    res.cpu_seconds = thread_cpu_seconds() - cpu0;
     match err {
         Some(e) => Err(e),
         None if halt.load(Ordering::Relaxed) => Err(io::Error::new(
@@ -375,3 +378,6 @@ fn finish(
         None => Ok(res),
     }
 }
+
+#[cfg(test)]
+mod tests;
