@@ -3,6 +3,12 @@
 # (kmod/zcnic) inside the kernel lab's guest.
 #
 #   scripts/zcnic-lab.sh [--kernel 7.2|6.18] [--timeout SECONDS] [--bytes N] [--json] [--only TEST,...]
+#   scripts/zcnic-lab.sh --measure ROUNDS [--bytes N] [--json]
+#
+# --measure runs, instead of the suite, the CPU-per-byte comparison of copy receive, zcrx and
+# devmem TCP over the pair (scripts/lib/zcnic-measure.sh: ROUNDS interleaved rounds of --bytes,
+# default 64M, every byte verified; the guest's total CPU per GB and its ratio to copy). Software
+# NIC figures under QEMU TCG, never NIC figures: the device's copy runs on a CPU.
 #
 # Builds the module for the guest's kernel (scripts/kmod-build.sh), boots that kernel
 # (scripts/kernel-lab.sh), and there: loads zcnic (one pair, 4 queues), moves zcnic1 into a
@@ -26,7 +32,7 @@ die() { echo "$me: $*" >&2; exit 2; }
 
 # ---- inside the guest: load, wire, run the suite, unload ----
 if [ "${1:-}" = --in-guest ]; then
-  ko=$2 bytes=$3 json=$4 only=$5
+  ko=$2 bytes=$3 json=$4 only=$5 measure=${6:-}
   ns=zcnic-peer
   busybox=$(command -v busybox) || { echo "$me: no busybox in the guest (insmod/rmmod)" >&2; exit 1; }
   if ! "$busybox" insmod "$ko" queues=4 pairs=1; then
@@ -44,7 +50,12 @@ if [ "${1:-}" = --in-guest ]; then
     ip -n "$ns" addr add 192.168.77.2/24 dev zcnic1 &&
     ip -n "$ns" link set zcnic1 up &&
     ip -n "$ns" link set lo up || { echo "$me: wiring the pair failed" >&2; status=1; }
-  if [ "$status" = 0 ]; then
+  if [ "$status" = 0 ] && [ -n "$measure" ]; then
+    # --measure: the CPU-per-byte comparison instead of the suite.
+    ZCNET=${ZCNET:-zcnet} IFACE=zcnic0 LOCAL_V4=192.168.77.1 PEER_NS=$ns BYTES=$bytes \
+      ROUNDS=$measure JSON=$json bash "$ROOT/scripts/lib/zcnic-measure.sh"
+    status=$?
+  elif [ "$status" = 0 ]; then
     args=(--logs /tmp/zcnic-lab-logs)
     [ "$json" = 1 ] && args+=(--json)
     [ -n "$only" ] && args+=(--only "$only")
@@ -81,7 +92,7 @@ if [ "${1:-}" = --in-guest ]; then
 fi
 
 # ---- on the host ----
-kernel=7.2 timeout_s=1500 bytes=8M json=0 only=
+kernel=7.2 timeout_s=1500 bytes= json=0 only= measure=
 while [ $# -gt 0 ]; do
   case $1 in
     --kernel) [ $# -ge 2 ] || die "--kernel wants 7.2 or 6.18"; kernel=$2; shift 2 ;;
@@ -89,12 +100,16 @@ while [ $# -gt 0 ]; do
     --bytes) [ $# -ge 2 ] || die "--bytes wants a size like 8M"; bytes=$2; shift 2 ;;
     --json) json=1; shift ;;
     --only) [ $# -ge 2 ] || die "--only wants a comma-separated list of hw-suite tests"; only=$2; shift 2 ;;
+    --measure) [ $# -ge 2 ] || die "--measure wants a number of rounds, like 3"; measure=$2; shift 2 ;;
     -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
-    *) die "unknown argument '$1': usage: $0 [--kernel 7.2|6.18] [--timeout S] [--bytes N] [--json] [--only TEST,...]" ;;
+    *) die "unknown argument '$1': usage: $0 [--kernel 7.2|6.18] [--timeout S] [--bytes N] [--json] [--only TEST,... | --measure ROUNDS]" ;;
   esac
 done
 [[ $timeout_s =~ ^[0-9]+$ && $timeout_s -gt 0 ]] || die "--timeout wants whole seconds > 0, not '$timeout_s'"
+[ -n "$bytes" ] || bytes=$([ -n "$measure" ] && echo 64M || echo 8M)
 [[ $bytes =~ ^[0-9]+[kKmMgG]?$ ]] || die "--bytes wants a size like 8M, not '$bytes'"
+[ -z "$measure" ] || [[ $measure =~ ^[1-9][0-9]*$ ]] || die "--measure wants a number of rounds of at least 1, not '$measure'"
+[ -z "$measure" ] || [ -z "$only" ] || die "--measure runs the CPU-per-byte comparison, not suite tests: drop --only"
 case $PWD/ in /run/* | /dev/shm/*) die "run it from a directory the guest sees (not under /run or /dev/shm)" ;; esac
 
 ko=$(bash "$ROOT/scripts/kmod-build.sh" --kernel "$kernel" -q)
@@ -108,7 +123,7 @@ mkdir -p "$(dirname "$copy")" && cp "$zcnet" "$copy" || die "cannot copy $zcnet 
 # The bindings' programs, built and copied the same way (ZCNET_HW_BINDINGS in the guest).
 bindings=$ROOT/target/zcnic-lab/bindings-$$
 trap 'rm -f "$copy"; rm -rf "$bindings"' EXIT
-if [ -z "$only" ] || [[ ,$only, =~ ,(lib|c|py)- ]]; then
+if [ -z "$measure" ] && { [ -z "$only" ] || [[ ,$only, =~ ,(lib|c|py)- ]]; }; then
   (cd "$ROOT" && cargo build -q -p zcnet --example nic_recv -p zcnet-ffi -p zcnet-py) || {
     echo "$me: building the bindings' programs failed (cargo build -p zcnet --example nic_recv -p zcnet-ffi -p zcnet-py)" >&2
     exit 1
@@ -124,7 +139,7 @@ fi
 # tests do not reach) is booted once more; the suite then runs from the start.
 for attempt in 1 2; do
   ZCNET=$copy ZCNET_HW_BINDINGS=$bindings bash "$ROOT/scripts/kernel-lab.sh" --kernel "$kernel" --timeout "$timeout_s" -q -- \
-    bash "$ROOT/scripts/zcnic-lab.sh" --in-guest "$ko" "$bytes" "$json" "$only"
+    bash "$ROOT/scripts/zcnic-lab.sh" --in-guest "$ko" "$bytes" "$json" "$only" "$measure"
   rc=$?
   [ "$rc" = 125 ] && [ "$attempt" = 1 ] || exit "$rc"
   echo "$me: the guest died before the suite ended (exit 125): running it once more" >&2
