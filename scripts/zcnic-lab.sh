@@ -7,7 +7,8 @@
 #
 # --measure runs, instead of the suite, the CPU-per-byte comparison of copy receive, zcrx and
 # devmem TCP over the pair (scripts/lib/zcnic-measure.sh: ROUNDS interleaved rounds of --bytes,
-# default 64M, every byte verified; the guest's total CPU per GB and its ratio to copy). Software
+# default 64M, the bytes counted but not pattern-checked; the guest's total CPU per GB and its ratio
+# to copy). Software
 # NIC figures under QEMU TCG, never NIC figures: the device's copy runs on a CPU.
 #
 # Builds the module for the guest's kernel (scripts/kmod-build.sh), boots that kernel
