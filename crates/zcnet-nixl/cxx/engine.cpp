@@ -23,6 +23,7 @@ struct zcnet_nixl_desc {
     uint64_t len;
     uint64_t remote_addr;
     uint64_t remote_key;
+    uint64_t local_key; // the local registration (VRAM is reached through it)
 };
 typedef void (*zcnet_nixl_notif_fn)(void *ctx, const char *agent, size_t agent_len,
                                     const char *msg, size_t msg_len);
@@ -38,6 +39,8 @@ int zcnet_nixl_rs_connect(const zcnet_nixl_engine *e, const char *agent, size_t 
 int zcnet_nixl_rs_disconnect(const zcnet_nixl_engine *e, const char *agent, size_t agent_len);
 int zcnet_nixl_rs_register(const zcnet_nixl_engine *e, uint64_t addr, uint64_t len,
                            uint64_t *key);
+int zcnet_nixl_rs_register_vram(const zcnet_nixl_engine *e, uint64_t dev, uint64_t addr,
+                                uint64_t len, uint64_t *key);
 int zcnet_nixl_rs_deregister(const zcnet_nixl_engine *e, uint64_t key);
 const zcnet_nixl_xfer *zcnet_nixl_rs_xfer_new(const zcnet_nixl_engine *e, uint32_t op,
                                               const char *agent, size_t agent_len,
@@ -135,14 +138,19 @@ public:
     // Transfers within one agent (loadLocalMD) are not implemented (phase 1).
     bool supportsLocal() const override { return false; }
     bool supportsNotif() const override { return true; }
-    nixl_mem_list_t getSupportedMems() const override { return {DRAM_SEG}; }
+    // VRAM through zcnet's GPU code (src/transport/device.rs: staged through host memory).
+    nixl_mem_list_t getSupportedMems() const override { return {DRAM_SEG, VRAM_SEG}; }
 
     nixl_status_t registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem,
                               nixlBackendMD *&out) override {
         return guarded("registerMem", [&]() -> nixl_status_t {
-            if (nixl_mem != DRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
+            if (nixl_mem != DRAM_SEG && nixl_mem != VRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
             uint64_t key = 0;
-            nixl_status_t r = st(zcnet_nixl_rs_register(rs_, mem.addr, mem.len, &key));
+            // VRAM: devId is the device (nixl_descriptors.h:38-39, "deviceID"), a CUDA ordinal.
+            nixl_status_t r =
+                st(nixl_mem == VRAM_SEG
+                       ? zcnet_nixl_rs_register_vram(rs_, mem.devId, mem.addr, mem.len, &key)
+                       : zcnet_nixl_rs_register(rs_, mem.addr, mem.len, &key));
             if (r != NIXL_SUCCESS) return r;
             out = new LocalMD(key, mem.addr, mem.len);
             return NIXL_SUCCESS;
@@ -201,7 +209,8 @@ public:
     nixl_status_t loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &nixl_mem,
                                const std::string &agent, nixlBackendMD *&output) override {
         return guarded("loadRemoteMD", [&]() -> nixl_status_t {
-            if (nixl_mem != DRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
+            // The peer's kind of memory is its business: it reaches it by the key.
+            if (nixl_mem != DRAM_SEG && nixl_mem != VRAM_SEG) return NIXL_ERR_NOT_SUPPORTED;
             uint64_t key, addr, len;
             char tail;
             if (std::sscanf(input.metaInfo.c_str(), "zcnet1 %" SCNx64 " %" SCNx64 " %" SCNx64 "%c",
@@ -220,8 +229,8 @@ public:
                            const nixl_opt_b_args_t *opt_args) const override {
         return guarded("prepXfer", [&]() -> nixl_status_t {
             if (op != NIXL_READ && op != NIXL_WRITE) return NIXL_ERR_INVALID_PARAM;
-            if (local.getType() != DRAM_SEG || remote.getType() != DRAM_SEG)
-                return NIXL_ERR_NOT_SUPPORTED;
+            auto ours = [](nixl_mem_t m) { return m == DRAM_SEG || m == VRAM_SEG; };
+            if (!ours(local.getType()) || !ours(remote.getType())) return NIXL_ERR_NOT_SUPPORTED;
             const int n = local.descCount();
             if (n != remote.descCount()) {
                 log_error("a request's local and remote lists differ in length");
@@ -248,7 +257,7 @@ public:
                               agent);
                     return NIXL_ERR_INVALID_PARAM;
                 }
-                descs.push_back({l.addr, l.len, r.addr, rmd->key});
+                descs.push_back({l.addr, l.len, r.addr, rmd->key, lmd->key});
             }
             const zcnet_nixl_xfer *x = zcnet_nixl_rs_xfer_new(
                 rs_, op == NIXL_WRITE ? 1u : 0u, agent.data(), agent.size(), descs.data(), descs.size());
@@ -321,7 +330,7 @@ const char *plugin_version() { return kVersion; }
 nixl_b_params_t backend_options() {
     return {{"ip_addr", "127.0.0.1"}, {"port", "0"}, {"tx", "auto"}, {"streams", "1"}};
 }
-nixl_mem_list_t backend_mems() { return {DRAM_SEG}; }
+nixl_mem_list_t backend_mems() { return {DRAM_SEG, VRAM_SEG}; }
 
 nixlBackendPlugin plugin = {NIXL_PLUGIN_API_VERSION, create_engine,   destroy_engine, plugin_name,
                             plugin_version,          backend_options, backend_mems};

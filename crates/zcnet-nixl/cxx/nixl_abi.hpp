@@ -35,7 +35,7 @@ namespace zcnet_nixl {
 
 // ---- src/api/cpp/nixl_types.h ----
 
-// nixl_types.h:41. Segment kinds; the plugin handles DRAM_SEG only (phase 1).
+// nixl_types.h:41. Segment kinds; the plugin handles DRAM_SEG and VRAM_SEG.
 enum nixl_mem_t { DRAM_SEG, VRAM_SEG, BLK_SEG, OBJ_SEG, FILE_SEG };
 
 // nixl_types.h:47.

@@ -14,10 +14,11 @@
 //!  transport        TCP connections the plugin owns, threads blocked in the kernel when idle
 //! ```
 //!
-//! Phase 1 (see docs/design.md, "NIXL backend (ZCNET)"): DRAM_SEG memory, WRITE and READ
-//! between agents in different processes, notifications with a transfer and alone, stale
-//! connection info refused. Sends go through zcnet's `Sender` (`auto`), receives are plain
-//! `read()`s into registered memory: see [`transport`].
+//! Phase 1 (see docs/design.md, "NIXL backend (ZCNET)"): DRAM_SEG and VRAM_SEG memory (VRAM
+//! staged through host memory by zcnet's GPU code), WRITE and READ between agents in different
+//! processes, notifications with a transfer and alone, stale connection info refused. Sends go
+//! through zcnet's `Sender` (`auto`), receives are plain `read()`s into registered memory: see
+//! [`transport`].
 //!
 //! Backend parameters (`create_backend("ZCNET", {...})`): `ip_addr` (the address to listen on
 //! and to publish to peers, default `127.0.0.1`), `port` (default `0`: any free port), `tx`
@@ -244,6 +245,34 @@ pub unsafe extern "C" fn zcnet_nixl_rs_register(
         // SAFETY: the caller's contract.
         unsafe { *key = (*e).register(addr, len) };
         SUCCESS
+    })
+}
+
+/// Registers `len` bytes of device memory at device address `addr` on CUDA device `dev` (NIXL's
+/// VRAM), reached through zcnet's GPU code; `key` receives its key. The cause of a failure (no
+/// CUDA driver, no such device) goes to stderr.
+///
+/// # Safety
+/// `e` is a live engine; `key` is writable; the memory stays allocated on that device until
+/// deregistered (NIXL's contract for registered memory).
+#[no_mangle]
+pub unsafe extern "C" fn zcnet_nixl_rs_register_vram(
+    e: *const Engine,
+    dev: u64,
+    addr: u64,
+    len: u64,
+    key: *mut u64,
+) -> i32 {
+    guard(|| {
+        // SAFETY: the caller's contract, which is register_device's.
+        match unsafe { (*e).register_device(dev, addr, len) } {
+            Ok(k) => {
+                // SAFETY: `key` is writable (the caller's contract).
+                unsafe { *key = k };
+                SUCCESS
+            }
+            Err(st) => st,
+        }
     })
 }
 

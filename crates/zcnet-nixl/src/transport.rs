@@ -38,6 +38,8 @@ use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod device;
+
 // NIXL's status values (nixl_types.h:53-68; cxx/nixl_abi.hpp).
 pub const SUCCESS: i32 = 0;
 pub const IN_PROG: i32 = 1;
@@ -184,6 +186,8 @@ pub struct Desc {
     pub len: u64,
     pub remote_addr: u64,
     pub remote_key: u64,
+    /// The local registration's key (a VRAM one is reached through [`device`]).
+    pub local_key: u64,
 }
 
 /// Registered memory, by key: what a peer may write into or read from.
@@ -247,6 +251,8 @@ struct Shared {
     /// Requests cut across streams whose parts have not all ended, by (initiator agent, its
     /// engine's instance, request group): the target queues the notification once all did.
     groups: Mutex<HashMap<(String, u64, u64), Group>>,
+    /// The VRAM registrations among `regions`.
+    devices: device::Devices,
 }
 
 /// The parts of one striped request seen so far at the target.
@@ -316,6 +322,8 @@ pub struct Xfer {
     released: Mutex<bool>,
     /// The parts as posted: the stream and the post id of each.
     posted: Mutex<Vec<(Arc<Conn>, u64)>>,
+    /// The VRAM registrations of its local descriptors, by key.
+    devices: HashMap<u64, Arc<device::DeviceReg>>,
 }
 
 impl Xfer {
@@ -487,6 +495,7 @@ impl Engine {
             stats: Arc::default(),
             tx,
             groups: Mutex::new(HashMap::new()),
+            devices: device::Devices::default(),
         });
         let incoming: Arc<Incoming> = Arc::default();
         let acc_listener = listener.try_clone().map_err(|e| e.to_string())?;
@@ -561,7 +570,10 @@ impl Engine {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key)
         {
-            Some(_) => SUCCESS,
+            Some(_) => {
+                self.shared.devices.forget(key);
+                SUCCESS
+            }
             None => ERR_NOT_FOUND,
         }
     }
@@ -616,6 +628,7 @@ impl Engine {
 
     pub fn new_xfer(&self, op: u32, agent: &str, descs: Vec<Desc>) -> Xfer {
         Xfer {
+            devices: self.local_devices(&descs),
             op,
             agent: agent.to_string(),
             descs: descs.into(),
@@ -1015,7 +1028,9 @@ fn send_post(out: &mut Out<'_>, part: Part) -> io::Result<()> {
             for d in descs.iter() {
                 let mut h = Hdr::new(K_WRITE, post);
                 (h.a, h.b, h.c) = (d.remote_addr, d.len, d.remote_key);
-                if d.len <= INLINE_MAX {
+                if let Some(dev) = x.devices.get(&d.local_key) {
+                    out.device(&h, dev, d.local_addr, d.len)?;
+                } else if d.len <= INLINE_MAX {
                     // SAFETY: the C++ half checked the range lies in this engine's registration
                     // of the descriptor; `released` is false and held: NIXL has not released
                     // the request, so the memory is registered and not written meanwhile.
@@ -1114,11 +1129,12 @@ fn recv_read_data(r: &mut impl Read, h: &Hdr, x: Option<(&Xfer, &[Desc])>) -> io
     let released = x.released.lock().unwrap_or_else(|e| e.into_inner());
     let desc = descs.get(h.d as usize).filter(|d| d.len == h.b);
     match desc {
-        Some(d) if !*released && st == SUCCESS => {
+        Some(d) if !*released && st == SUCCESS => match x.devices.get(&d.local_key) {
+            Some(dev) => dev.recv(r, d.local_addr, d.len),
             // SAFETY: the C++ half checked the range lies in this engine's registration;
             // `released` is false and held, so NIXL has not released the request.
-            r.read_exact(unsafe { mem_mut(d.local_addr, d.len) })
-        }
+            None => r.read_exact(unsafe { mem_mut(d.local_addr, d.len) }),
+        },
         _ => {
             if !*released {
                 let mut err = x.err.lock().unwrap_or_else(|e| e.into_inner());
@@ -1230,9 +1246,12 @@ fn serve_on(
             K_WRITE => {
                 let map = sh.regions.read().unwrap_or_else(|e| e.into_inner());
                 if region_ok_locked(&map, h.c, h.a, h.b) {
-                    // SAFETY: the range lies in a live registration of this engine, which
-                    // cannot be deregistered while the map's read lock is held.
-                    r.read_exact(unsafe { mem_mut(h.a, h.b) })?;
+                    match sh.devices.get(h.c) {
+                        Some(dev) => dev.recv(r, h.a, h.b)?,
+                        // SAFETY: the range lies in a live registration of this engine, which
+                        // cannot be deregistered while the map's read lock is held.
+                        None => r.read_exact(unsafe { mem_mut(h.a, h.b) })?,
+                    }
                 } else {
                     drop(map);
                     errs.entry(h.post).or_insert(ERR_INVALID_PARAM);
@@ -1249,7 +1268,9 @@ fn serve_on(
                 let map = sh.regions.read().unwrap_or_else(|e| e.into_inner());
                 if region_ok_locked(&map, h.c, h.a, h.b) {
                     d.b = h.b;
-                    if h.b <= INLINE_MAX {
+                    if let Some(dev) = sh.devices.get(h.c) {
+                        w.device(&d, &dev, h.a, h.b)?;
+                    } else if h.b <= INLINE_MAX {
                         // SAFETY: as for WRITE: a live registration, held by the read lock.
                         w.frame(&d, unsafe { mem(h.a, h.b) })?;
                     } else {

@@ -63,8 +63,13 @@ class Worker:
             text=True,
         )
         self.name = name
-        r = self.call(cmd="init", name=name, size=size, params=params or {}, backend=backend,
-                      vram=vram)
+        try:
+            r = self.call(cmd="init", name=name, size=size, params=params or {},
+                          backend=backend, vram=vram)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            raise
         self.md, self.addr, self.vaddr, self.plugins = r["md"], r["addr"], r["vaddr"], r["plugins"]
 
     def call(self, timeout=120, **cmd):

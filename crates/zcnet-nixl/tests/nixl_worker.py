@@ -64,7 +64,8 @@ class Cuda:
     back what the backend moved."""
 
     def __init__(self):
-        path = os.environ.get("ZCNET_LIBCUDA")
+        # ZCNET_TEST_LIBCUDA: this worker's own driver, when a test points zcnet elsewhere.
+        path = os.environ.get("ZCNET_TEST_LIBCUDA") or os.environ.get("ZCNET_LIBCUDA")
         if not path:
             raise RuntimeError("VRAM memory needs ZCNET_LIBCUDA (the driver library to use)")
         lib = ctypes.CDLL(path)

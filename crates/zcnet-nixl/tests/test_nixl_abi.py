@@ -129,7 +129,7 @@ os._exit(0)
     # The wheel's own plugins still load beside ours.
     assert "UCX" in out["plugins"] and "POSIX" in out["plugins"], out
     assert out["params"] == {"ip_addr": "127.0.0.1", "port": "0", "tx": "auto", "streams": "1"}, out
-    assert out["mems"] == ["DRAM_SEG"], out
+    assert out["mems"] == ["DRAM_SEG", "VRAM_SEG"], out
     # The parameters the backend was created with (NIXL keeps them as given).
     assert out["backend_params"] == {"ip_addr": "127.0.0.1", "port": "0"}, out
 

@@ -15,7 +15,6 @@ The torch test runs on a real GPU only (torch.cuda.is_available()), with the rea
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,9 +23,10 @@ import pytest
 
 from conftest import REPO
 
-STANDIN_SRC = REPO / "crates" / "zcnet-sys" / "tests" / "cuda-standin" / "standin.c"
-# zcnet_testkit::cuda_standin::LEAK_EXIT
-LEAK_EXIT = 86
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
+import cuda_standin  # noqa: E402  (scripts/lib: the stand-in's build, shared with zcnet-nixl)
+
+LEAK_EXIT = cuda_standin.LEAK_EXIT
 CHILD_TIMEOUT = 180
 
 # What every child starts with: a loopback listener, a reader thread, zcnet's pattern.
@@ -95,19 +95,7 @@ PRELUDE = textwrap.dedent(
 @pytest.fixture(scope="session")
 def standin(tmp_path_factory):
     """The stand-in's libcuda.so.1, compiled with the flags zcnet-testkit uses."""
-    cc = os.environ.get("CC", "cc")
-    if shutil.which(cc) is None:
-        pytest.skip(f"needs `{cc}` to build the CUDA driver stand-in")
-    out = tmp_path_factory.mktemp("cuda-standin") / "libcuda.so.1"
-    flags = ["-shared", "-fPIC", "-O2", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Werror"]
-    r = subprocess.run(
-        [cc, *flags, "-o", str(out), str(STANDIN_SRC), "-lpthread"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert r.returncode == 0, f"building the CUDA stand-in failed:\n{r.stderr}"
-    return out
+    return cuda_standin.for_pytest(tmp_path_factory)
 
 
 def run_child(code, tmp_path, standin=None, timeout=CHILD_TIMEOUT):
