@@ -17,14 +17,14 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 
 MECHS="zcrx devmem-rx devmem-tx uring-zc msg-zerocopy copy af-xdp-copy af-xdp-zerocopy"
-ALL_TESTS="probe nic-setup-restore zcrx-verify zcrx-udmabuf auto-iface devmem-rx devmem-rx-verify devmem-tx restore-after-kill zcrx-bufsize zcrx-copies bench-rx zcrx-killed devmem-killed devmem-tokens zcrx-starved peer-reset two-receivers setup-killed nsim-probe nsim-nic-setup-restore"
+ALL_TESTS="probe nic-setup-restore zcrx-verify zcrx-udmabuf auto-iface devmem-rx devmem-rx-verify devmem-tx restore-after-kill zcrx-bufsize zcrx-copies bench-rx zcrx-killed devmem-killed devmem-tokens peer-reset two-receivers setup-killed nsim-probe nsim-nic-setup-restore"
 # The bindings' tests (the library, the C ABI and Python on a NIC queue) are in a file of
 # their own, sourced here: they join the list before the arguments are read.
 # shellcheck source=lib/hw-suite-bindings.sh
 . "$HERE/lib/hw-suite-bindings.sh"
 ALL_TESTS="$ALL_TESTS $BINDING_TESTS"
 # The fault tests (scripts/hw-suite-faults.sh), which need the peer as the receive tests do.
-FAULT_PEER_TESTS="zcrx-killed devmem-killed devmem-tokens zcrx-starved peer-reset two-receivers"
+FAULT_PEER_TESTS="zcrx-killed devmem-killed devmem-tokens peer-reset two-receivers"
 
 usage() {
   cat <<'EOF'
@@ -93,8 +93,6 @@ Tests (--only takes a comma-separated list of these):
   devmem-killed          the same for recv --rx devmem (its tokens not given back)
   devmem-tokens          devmem into a 256 KiB dma-buf (ZCNET_HW_MEM=udmabuf): the provider runs
                          dry over and over; the stream completes, every byte checked
-  zcrx-starved           zcrx with a 64 KiB area (and refill ring): completes, verified, copies
-                         counted as copied
   peer-reset             the peer killed mid-stream (FIN) and resetting (RST): recv exits 1 with
                          its one line ('cut short', 'reset by the peer'), NIC restored, area freed
   two-receivers          a second zcrx (and devmem) receiver on a bound queue is refused in one
@@ -1135,7 +1133,6 @@ run_test bench-rx t_bench_rx
 run_test zcrx-killed t_zcrx_killed
 run_test devmem-killed t_devmem_killed
 run_test devmem-tokens t_devmem_tokens
-run_test zcrx-starved t_zcrx_starved
 run_test peer-reset t_peer_reset
 run_test two-receivers t_two_receivers
 run_test setup-killed t_setup_killed

@@ -39,7 +39,6 @@ const HW_TESTS: &[&str] = &[
     "zcrx-killed",
     "devmem-killed",
     "devmem-tokens",
-    "zcrx-starved",
     "peer-reset",
     "two-receivers",
     "setup-killed",
@@ -244,7 +243,6 @@ fn on_loopback_the_probe_passes_and_nic_setup_is_refused_cleanly() {
         "zcrx-killed",
         "devmem-killed",
         "devmem-tokens",
-        "zcrx-starved",
         "peer-reset",
         "two-receivers",
     ] {
