@@ -131,7 +131,7 @@ def test_many_descriptors_both_ways_and_in_order(pair, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_out_of_range_remote_is_refused_and_the_agent_keeps_working(agents, backend):
+def test_out_of_range_remote_is_refused_and_the_agent_keeps_working(pair, backend):
     """A remote descriptor beyond the peer's registration (WRITE and READ), or a local one beyond
     this agent's, is an error status, not a crash; the next transfer on the same agents works.
 
@@ -139,8 +139,8 @@ def test_out_of_range_remote_is_refused_and_the_agent_keeps_working(agents, back
     the request (createXferReq finds no backend whose registrations cover the descriptors,
     nixl_agent.cpp:1007 in 1.5.1's log) before any backend sees it. ZCNET checks again behind it
     (cxx/engine.cpp prepXfer against both registrations, the target against its own)."""
-    a, b = agents(1 << 20, backend=backend)
-    past = [[(1 << 20) - 100, 4096]]
+    a, b = pair(backend)
+    past = [[BUF - 100, 4096]]
     for op, local, remote in (("WRITE", [[0, 4096]], past), ("READ", [[0, 4096]], past),
                               ("WRITE", past, [[0, 4096]])):
         refused(lambda: a.call(cmd="xfer", op=op, local=local, remote=remote,
@@ -267,7 +267,7 @@ def test_send_modes(agents, tx):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("op", ["WRITE", "READ"])
-def test_released_before_completion(agents, op, backend):
+def test_released_before_completion(pair, op, backend):
     """A 16 MiB request released right after it was posted: the release returns (the backend
     stops touching the memory), and the next transfer between the same agents works, bytes and
     notification included.
@@ -280,7 +280,7 @@ def test_released_before_completion(agents, op, backend):
     with the kernel completes first, and its notification, sent only after all of its data
     was applied, is delivered. Either way a notification never announces data that did not
     arrive, and "after" comes last."""
-    a, b = agents(BUF, backend=backend)
+    a, b = pair(backend)
     n = 16 << 20
     for _ in range(3):
         r = a.call(cmd="post_release", op=op, local=[[0, n]], remote=[[0, n]],
