@@ -186,7 +186,7 @@ pub struct Desc {
     pub len: u64,
     pub remote_addr: u64,
     pub remote_key: u64,
-    /// The local registration's key (a VRAM one is reached through [`device`]).
+    /// The local registration's key (a VRAM one is reached through `transport/device.rs`).
     pub local_key: u64,
 }
 
