@@ -534,13 +534,22 @@ fn print_rx_table(r: &RxReport) {
             continue;
         }
         if row.requests == 0 {
-            zcnet_tools::outln!(
-                "{:<9} {:<13} {:>7} failed: {}",
-                row.path,
-                name,
-                row.size,
-                row.error.as_deref().unwrap_or("no round trip completed")
-            );
+            match &row.error {
+                Some(e) => zcnet_tools::outln!(
+                    "{:<9} {:<13} {:>7} failed: {e}",
+                    row.path,
+                    name,
+                    row.size
+                ),
+                None => zcnet_tools::outln!(
+                    "{:<9} {:<13} {:>7} no round trip inside the {:.1} s window ({} after it): give it a longer --duration",
+                    row.path,
+                    name,
+                    row.size,
+                    row.seconds,
+                    row.late
+                ),
+            }
             continue;
         }
         zcnet_tools::outln!(

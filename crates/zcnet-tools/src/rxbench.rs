@@ -188,6 +188,8 @@ pub struct RxRow {
     pub server_cpu: Option<usize>,
     /// Round trips completed in the window.
     pub requests: u64,
+    /// Round trips that completed after the window (the drain), not in `requests`.
+    pub late: u64,
     /// The window, seconds.
     pub seconds: f64,
     /// Round trips per second.
@@ -613,6 +615,7 @@ fn run_case(
     let srv = server.stop()?;
     let clients = clients?;
     row.requests = clients.requests;
+    row.late = clients.late;
     row.seconds = clients.seconds;
     row.qps = clients.qps();
     row.gbps = clients.gbps();
@@ -668,7 +671,10 @@ fn run_case(
             srv.held_at_stop, srv.open_at_stop
         ));
     }
-    if clients.requests == 0 {
+    // A machine busy enough that the first round trip ends after a short window (seen with
+    // --duration 0.3 on a 2-CPU machine under load) measured nothing, but the path worked: the
+    // row shows 0 requests in the window, not a failure. No round trip at all is one.
+    if clients.requests + clients.late == 0 {
         problems.push("no round trip completed".into());
     }
     if !problems.is_empty() {
