@@ -1,0 +1,108 @@
+//! Where a connection's frames go (`Out`): a zcnet sender owning the sending side, or plain
+//! buffered writes where zcnet cannot make one; and the slices over NIXL's registered memory
+//! that frames are sent from and read into.
+
+use std::io::{self, BufWriter, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+
+use super::wire::{Hdr, HDR_LEN};
+use super::{log, IO_BUF};
+
+/// A slice over registered memory the C++ half checked lies inside a live registration.
+///
+/// # Safety
+/// `addr..addr+len` is memory NIXL registered with this engine and keeps mapped while the
+/// caller holds the lock that guards it (the request's `released` flag, or the region map).
+pub(super) unsafe fn mem<'a>(addr: u64, len: u64) -> &'a [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len as usize) }
+}
+
+/// As [`mem`], writable.
+///
+/// # Safety
+/// As [`mem`]; nothing else writes the range meanwhile (NIXL's contract for a transfer's
+/// buffers).
+pub(super) unsafe fn mem_mut<'a>(addr: u64, len: u64) -> &'a mut [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len as usize) }
+}
+
+/// Where the writer's frames go: a zcnet sender (`auto`: zero copy from NIXL's memory until
+/// the kernel says it copies, then copying sends) owning the connection's sending side, or, if
+/// zcnet cannot make one here, plain buffered writes.
+pub(super) enum Out<'a> {
+    Zc(Box<zcnet::Sender>),
+    Plain(BufWriter<&'a TcpStream>),
+}
+
+/// Payloads up to this size travel in the sender's buffer with their header (one send, one
+/// copy); larger ones are sent from NIXL's memory as they are (zcnet's `auto` threshold).
+pub(super) const INLINE_MAX: u64 = zcnet::tx::AUTO_MIN_ZERO_COPY as u64;
+
+pub(super) fn zc_err(e: zcnet::Error) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl<'a> Out<'a> {
+    /// A zcnet sender in `mode` on `stream`. `auto` falls back to plain writes where zcnet
+    /// cannot make a sender; an explicit mode the kernel refuses is an error with the reason.
+    pub(super) fn new(stream: &'a TcpStream, mode: zcnet::TxMode) -> io::Result<Out<'a>> {
+        let cfg = zcnet::TxConfig::new(mode);
+        let made = stream.try_clone().map_err(|e| e.to_string()).and_then(|s| {
+            let region =
+                zcnet::Region::new(zcnet::MemoryKind::Anonymous, zcnet::tx::region_len(&cfg))
+                    .map_err(|e| e.to_string())?;
+            zcnet::Sender::new(zcnet::Socket::from(s), region, &cfg).map_err(|e| e.to_string())
+        });
+        match made {
+            Ok(s) => Ok(Out::Zc(Box::new(s))),
+            Err(e) if mode == zcnet::TxMode::Auto => {
+                log(&format!("no zcnet sender here ({e}): plain socket writes"));
+                Ok(Out::Plain(BufWriter::with_capacity(IO_BUF, stream)))
+            }
+            Err(e) => Err(io::Error::other(format!("tx={mode}: {e}"))),
+        }
+    }
+
+    /// A header and a payload small enough to go with it.
+    pub(super) fn frame(&mut self, h: &Hdr, payload: &[u8]) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => {
+                h.write_to(w)?;
+                w.write_all(payload)
+            }
+            Out::Zc(s) => {
+                let mut b = s.buffer().map_err(zc_err)?;
+                let n = HDR_LEN + payload.len();
+                let Some(m) = b.bytes_mut().filter(|m| m.len() >= n) else {
+                    return Err(io::Error::other("a frame does not fit the sender's buffer"));
+                };
+                m[..HDR_LEN].copy_from_slice(&h.encode());
+                m[HDR_LEN..n].copy_from_slice(payload);
+                s.send(b, n).map_err(zc_err)
+            }
+        }
+    }
+
+    /// Bytes sent from where they lie: NIXL's memory or an owned message.
+    pub(super) fn lent(&mut self, buf: zcnet::engine::ForeignBuf) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.write_all(buf.slice(0, buf.len()).unwrap_or(&[])),
+            Out::Zc(s) => {
+                let len = buf.len();
+                s.send_lent(Arc::new(buf), 0, len).map_err(zc_err)
+            }
+        }
+    }
+
+    /// Everything queued is on the wire and, for zcnet, the kernel is done with every byte
+    /// (each zero-copy notification arrived): lent memory is NIXL's again.
+    pub(super) fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Out::Plain(w) => w.flush(),
+            Out::Zc(s) => s.flush().map_err(zc_err),
+        }
+    }
+}
