@@ -568,12 +568,27 @@ snapshot() {
 # a workqueue and retries cancelling what is in flight; a page pool is destroyed once its pages
 # in flight come back). In a loaded TCG guest this was seen to take over 60 s. SETTLED_WAIT
 # says how long it took.
+# Lets every CPU run its network receive softirq once, by a UDP datagram over loopback from a
+# process pinned to it. An skb consumed on another CPU than the one that allocated it waits on
+# that CPU's defer list until the CPU next runs the softirq (skb_attempt_defer_free(), Linux
+# 5.17's "tcp: defer skb freeing after socket lock is released"), and holds its page-pool
+# buffers meanwhile: with the device idle after a run, a page pool of the run could linger for
+# minutes (seen in the 7.2 guest).
+kick_cpus() {
+  local c
+  has taskset || return 0
+  for c in $(seq 0 $(($(nproc --all) - 1))); do
+    run_in taskset -c "$c" bash -c 'echo >/dev/udp/127.0.0.1/9' 2>/dev/null
+  done
+}
+
 settled_snapshot() {
   local out=$1 before=$2 t0 limit=${ZCNET_HW_SETTLE:-180}
   snapshot "$out" >/dev/null
   t0=$SECONDS
   # Seconds of the clock, not rounds: a snapshot takes seconds itself in a TCG guest.
   while [ $((SECONDS - t0)) -lt "$limit" ] && only_bindings_differ "$before" "$out"; do
+    kick_cpus
     sleep 1
     snapshot "$out" >/dev/null
   done
@@ -582,13 +597,14 @@ settled_snapshot() {
 
 # snapshot OUT for "before": first waits (up to ZCNET_HW_SETTLE seconds) while the device lists
 # more page pools with a memory provider than queues bound to one. Such a pool is an earlier
-# run's that the kernel has not freed yet (it lingers while buffers it lent are still out: seen
-# for about a minute in the 7.2 guest); in "before" it would make the comparison wait for it.
+# run's that the kernel has not freed yet (it lingers while buffers it lent are still out, see
+# kick_cpus); in "before" it would make the comparison wait for it.
 snapshot_before() {
   local t0=$SECONDS limit=${ZCNET_HW_SETTLE:-180} f=$TW/pools.json
   local expr="(lambda b: int(sum(x.startswith('page pool ') for x in b) > sum(x.startswith('rx queue ') for x in b)))([x for i in d['interfaces'] if i['name'] == '$T_IF' for x in (i.get('bindings') or [])])"
   while [ $((SECONDS - t0)) -lt "$limit" ] && run_in "$ZCNET" probe --iface "$T_IF" --json >"$f" 2>/dev/null &&
     [ "$(py get "$f" doc "$expr" 2>/dev/null)" = 1 ]; do
+    kick_cpus
     sleep 1
   done
   snapshot "$1"
