@@ -100,7 +100,9 @@ fn json_has_every_mode_with_counts_that_add_up() {
         let (sent, received) = (num(r, "sent") as u64, num(r, "received") as u64);
         assert!(received > 0 && received <= sent, "{r}");
         assert_eq!(r["drops"].as_u64(), Some(sent - received), "{r}");
-        assert!(num(r, "rx_pps") <= num(r, "tx_pps") * 1.05, "{r}");
+        // No rate comparison: the receiver's window ends at the last frame received, the
+        // sender's once its completions are in, so on a busy machine (CI saw 768 frames at
+        // 62,000 pps received and 2,400 pps sent) rx_pps exceeds tx_pps with nothing wrong.
     }
     // Zero-copy: refused (veth has no AF_XDP zero-copy: one line naming the cause), or numbers.
     let zc = of("veth", "af-xdp-zerocopy");
