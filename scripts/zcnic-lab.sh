@@ -125,7 +125,9 @@ mkdir -p "$(dirname "$copy")" && cp "$zcnet" "$copy" || die "cannot copy $zcnet 
 bindings=$ROOT/target/zcnic-lab/bindings-$$
 trap 'rm -f "$copy"; rm -rf "$bindings"' EXIT
 if [ -z "$measure" ] && { [ -z "$only" ] || [[ ,$only, =~ ,(lib|c|py)- ]]; }; then
-  (cd "$ROOT" && cargo build -q -p zcnet --example nic_recv -p zcnet-ffi -p zcnet-py) || {
+  # Two builds: a target flag (--example) given with several packages limits every one of them
+  # to that target, and the C ABI's and Python's libraries would not be built.
+  (cd "$ROOT" && cargo build -q -p zcnet --example nic_recv && cargo build -q -p zcnet-ffi -p zcnet-py) || {
     echo "$me: building the bindings' programs failed (cargo build -p zcnet --example nic_recv -p zcnet-ffi -p zcnet-py)" >&2
     exit 1
   }
