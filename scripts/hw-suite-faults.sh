@@ -259,7 +259,9 @@ t_peer_reset() {
       restore_dirty >/dev/null 2>&1
       fail "zcnet recv did not listen: $(zline "$TW/recv-$how.err")"
     }
-    (peer_py "$FAULTY_PEER" "$LOCAL_V4" "$port" "$BYTES" "$how") >"$TW/peer-$how.out" 2>"$TW/peer-$how.err" &
+    # A subshell around the one that becomes the peer: the peer dies by SIGKILL, and bash
+    # would report that of a job of its own on the suite's stderr.
+    ( (peer_py "$FAULTY_PEER" "$LOCAL_V4" "$port" "$BYTES" "$how"); exit $?) >"$TW/peer-$how.out" 2>"$TW/peer-$how.err" &
     ppid=$!
     echo "$ppid" >>"$WORK/pids"
     wait_bounded "$pid" "$TMO"
