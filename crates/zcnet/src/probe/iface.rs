@@ -380,17 +380,43 @@ fn netdev_facts(nd: &mut Netdev, r: &mut IfaceReport, notes: &mut Vec<String>) {
         Err(e) => notes.push(format!("napi-get: {e}")),
     }
     if let Ok(pools) = nd.page_pool_dump() {
-        for p in pools.iter().filter(|p| p.ifindex == Some(r.ifindex)) {
-            if let Some(b) = p.dmabuf {
-                r.bindings
-                    .push(format!("page pool {}: dma-buf binding {b}", p.id));
-            }
-            if p.io_uring {
-                r.bindings
-                    .push(format!("page pool {}: io_uring zcrx", p.id));
-            }
+        let (bindings, lingering) = pool_bindings(&pools, r.ifindex);
+        r.bindings.extend(bindings);
+        notes.extend(lingering);
+    }
+}
+
+/// The page pools of device `ifindex` whose memory a provider gives (a dma-buf, an io_uring zcrx
+/// area), as binding lines; and, as notes, those the driver has already detached (the queue was
+/// restarted without them): the kernel frees such a pool once the buffers it lent come back
+/// (from socket queues, the per-CPU deferred-free lists), which can take a while after the
+/// process that held the binding is gone. A detached pool is bound to no queue any more: it is
+/// not a binding of the device.
+fn pool_bindings(
+    pools: &[zcnet_netlink::netdev::PagePoolInfo],
+    ifindex: u32,
+) -> (Vec<String>, Vec<String>) {
+    let (mut bound, mut lingering) = (Vec::new(), Vec::new());
+    for p in pools.iter().filter(|p| p.ifindex == Some(ifindex)) {
+        let what = match (p.dmabuf, p.io_uring) {
+            (Some(b), _) => format!("dma-buf binding {b}"),
+            (None, true) => "io_uring zcrx".to_string(),
+            (None, false) => continue,
+        };
+        if p.detach_time.is_some() {
+            let held = p
+                .inflight
+                .map(|n| format!("its {n} buffer(s) in flight"))
+                .unwrap_or_else(|| "its buffers in flight".into());
+            lingering.push(format!(
+                "page pool {} ({what}) is detached from the device: the kernel frees it once {held} come back",
+                p.id
+            ));
+        } else {
+            bound.push(format!("page pool {}: {what}", p.id));
         }
     }
+    (bound, lingering)
 }
 
 fn ethtool_facts(et: &mut Ethtool, r: &mut IfaceReport, notes: &mut Vec<String>) {
@@ -459,6 +485,54 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    fn pool(
+        id: u64,
+        dmabuf: Option<u32>,
+        io_uring: bool,
+        detached: bool,
+    ) -> zcnet_netlink::netdev::PagePoolInfo {
+        zcnet_netlink::netdev::PagePoolInfo {
+            id,
+            ifindex: Some(7),
+            napi_id: None,
+            inflight: Some(3),
+            inflight_mem: None,
+            detach_time: detached.then_some(100),
+            dmabuf,
+            io_uring,
+        }
+    }
+
+    #[zcnet_testkit::test]
+    fn a_detached_provider_pool_is_a_note_not_a_binding() {
+        let mut other = pool(5, None, true, false);
+        other.ifindex = Some(8);
+        let pools = [
+            pool(1, None, false, false), // an ordinary pool: neither
+            pool(2, None, true, false),
+            pool(3, Some(9), false, false),
+            pool(4, None, true, true),
+            other,
+        ];
+        let (bound, lingering) = pool_bindings(&pools, 7);
+        assert_eq!(
+            bound,
+            [
+                "page pool 2: io_uring zcrx",
+                "page pool 3: dma-buf binding 9"
+            ]
+        );
+        assert_eq!(lingering.len(), 1, "{lingering:?}");
+        assert!(
+            lingering[0].starts_with("page pool 4 (io_uring zcrx) is detached"),
+            "{lingering:?}"
+        );
+        assert!(
+            lingering[0].contains("its 3 buffer(s) in flight"),
+            "{lingering:?}"
+        );
+    }
 
     /// One netlink message as the kernel writes it.
     fn msg(kind: u16, flags: u16, seq: u32, payload: &[u8]) -> Vec<u8> {
