@@ -93,7 +93,7 @@ if [ "${1:-}" = --in-guest ]; then
 fi
 
 # ---- on the host ----
-kernel=7.2 timeout_s=1500 bytes= json=0 only= measure=
+kernel=7.2 timeout_s=3000 bytes= json=0 only= measure=
 while [ $# -gt 0 ]; do
   case $1 in
     --kernel) [ $# -ge 2 ] || die "--kernel wants 7.2 or 6.18"; kernel=$2; shift 2 ;;
