@@ -769,14 +769,7 @@ fn probe_table_fits_a_screen_and_unknown_interfaces_are_usage_errors() {
     assert!(e.contains("no interface named 'nope0'"), "{e}");
 }
 
-fn ip(args: &[&str]) {
-    let o = Command::new("ip").args(args).output().unwrap();
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
+use zcnet_testkit::ip;
 
 fn nic_snapshot(ns: &str, dev: &str) -> String {
     let o = Command::new("ip")

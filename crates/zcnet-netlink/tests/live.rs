@@ -16,15 +16,7 @@ use zcnet_netlink::Error;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use zcnet_testkit::ip;
 
 /// A namespace `zcnet-nl-<pid>-<n>` with a veth pair, deleted on drop.
 struct Netns {

@@ -364,6 +364,21 @@ pub fn run_bounded(
     }
 }
 
+/// Runs `ip ARGS` (iproute2) and fails the test, with ip's stderr, when it does not succeed. A
+/// child process starts in the network namespace of the thread that spawns it.
+pub fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running ip (iproute2): {e}"));
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// What /dev/null is when it is not the null character device (1:3): "missing", "a regular
 /// file", …; `None` when it is fine.
 pub fn dev_null_broken() -> Option<String> {

@@ -196,18 +196,8 @@ fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -
     )
 }
 
-fn ip(args: &[&str]) {
-    // A child process starts in the namespace of the thread that spawns it.
-    let o = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-}
+// A child process starts in the namespace of the thread that spawns it.
+use zcnet_testkit::ip;
 
 #[zcnet_testkit::test]
 fn live_route_neighbour_and_link_in_a_private_namespace() {

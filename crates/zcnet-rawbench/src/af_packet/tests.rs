@@ -27,20 +27,7 @@ fn in_private_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -
     zcnet_testkit::propagate(h.join())
 }
 
-/// Runs `ip ARGS` (iproute2; a child starts in the spawning thread's namespace) and asserts
-/// that it succeeded, with its stderr in the message.
-fn ip(args: &[&str]) {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .expect("ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use zcnet_testkit::ip;
 
 /// In the calling thread's (private) namespace: veth `pa` ↔ `pb`, both up.
 fn veth_pair() -> (u32, u32) {

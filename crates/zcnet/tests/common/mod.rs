@@ -73,19 +73,8 @@ pub fn check_frame_payload(seed: u64, step: u64, max: u64, p: &[u8]) -> u64 {
     seq
 }
 
-/// Runs `ip ARGS`; the test fails with ip's stderr if it does.
-pub fn ip(args: &[&str]) {
-    let out = std::process::Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+#[allow(unused_imports)] // not every test file that includes this module runs ip
+pub use zcnet_testkit::ip;
 
 /// Whether `ip link show` lists an XDP program on `dev` in namespace `ns`.
 pub fn ip_link_has_xdp(ns: &str, dev: &str) -> bool {
