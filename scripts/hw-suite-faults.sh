@@ -92,18 +92,29 @@ s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 s.close()
 '
 
-# The common preconditions of a test that receives from the peer on a set-up queue.
-need_rx_peer() {
-  need_iface
-  need_zcnet
-  need_python
-  need_local
-  need_remote
-  need_root "zcnet nic setup changes the NIC"
-}
 
 # nic setup --keep for queue $1 and port $2 (the suite's cleanup restores it if the test does
 # not). A refusal that changed nothing is the suite's refusal verdict.
+# kept_receiver PORT Q ARGS...: zcnet recv with ARGS on queue Q, set up by setup_keep, in the
+# background (its pid in RX_PID), once it listens; if it does not, the device is restored and the
+# test fails (no listener within 60 s) or is a refusal (recv exited with the kernel's answer).
+kept_receiver() {
+  local port=$1 q=$2 w
+  shift 2
+  "$ZCNET" recv --listen "$LOCAL_V4:$port" --iface "$T_IF" --queue "$q" --json "$@" >"$TW/recv.out" 2>"$TW/recv.err" &
+  RX_PID=$!
+  echo "$RX_PID" >>"$WORK/pids"
+  wait_for "$TW/recv.err" "listening on" "$RX_PID" 60
+  w=$?
+  if [ "$w" -ne 0 ]; then
+    kill -KILL "$RX_PID" 2>/dev/null
+    wait "$RX_PID"
+    restore_and_compare
+    [ "$w" -eq 2 ] && fail "zcnet recv did not listen within 60 s: $(zline "$TW/recv.err")"
+    refused "recv $*" "$(zline "$TW/recv.err")"
+  fi
+}
+
 setup_keep() {
   local rc
   mark_dirty
@@ -155,18 +166,8 @@ killed_case() {
   snapshot_before "$TW/before.txt" >/dev/null
   r0=$(mod_refcnt)
   setup_keep "$q" "$port"
-  "$ZCNET" recv --listen "$LOCAL_V4:$port" --iface "$T_IF" --queue "$q" --json "$@" >"$TW/recv.out" 2>"$TW/recv.err" &
-  pid=$!
-  echo "$pid" >>"$WORK/pids"
-  wait_for "$TW/recv.err" "listening on" "$pid" 60
-  w=$?
-  if [ "$w" -ne 0 ]; then
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid"
-    restore_and_compare
-    [ "$w" -eq 2 ] && fail "zcnet recv did not listen within 60 s: $(zline "$TW/recv.err")"
-    refused "recv $*" "$(zline "$TW/recv.err")"
-  fi
+  kept_receiver "$port" "$q" "$@"
+  pid=$RX_PID
   # A stream far longer than the test: the receiver dies in its middle.
   (peer send "$LOCAL_V4:$port" --verify --bytes $((BYTES * 64)) --json) >"$TW/send.out" 2>"$TW/send.err" &
   spid=$!
@@ -299,18 +300,8 @@ t_two_receivers() {
   q=$(pick_queue) || exit $?
   snapshot_before "$TW/before.txt" >/dev/null
   setup_keep "$q" "$port"
-  "$ZCNET" recv --listen "$LOCAL_V4:$port" --iface "$T_IF" --queue "$q" --rx zcrx --verify --json \
-    >"$TW/recv.out" 2>"$TW/recv.err" &
-  pid=$!
-  echo "$pid" >>"$WORK/pids"
-  wait_for "$TW/recv.err" "listening on" "$pid" 60
-  w=$?
-  if [ "$w" -ne 0 ]; then
-    kill -KILL "$pid" 2>/dev/null
-    wait "$pid"
-    restore_and_compare
-    refused "recv --rx zcrx" "$(zline "$TW/recv.err")"
-  fi
+  kept_receiver "$port" "$q" --rx zcrx --verify
+  pid=$RX_PID
   # A second receiver of each kind on the same queue: refused before it listens.
   for m in zcrx ${DMEM:+devmem}; do
     local args=(--rx "$m")

@@ -711,17 +711,22 @@ t_nic_setup_restore() {
 # (RX_Q: the queue) only when both ends succeeded with exactly ZCNET_HW_BYTES, the NIC restored.
 # $1 test port, then zcnet recv's mechanism arguments. RX_RECV_QUEUE set: recv binds that queue
 # instead of the one the flow is steered to.
-rx_case() {
-  local port=$1
-  shift
-  # The receiving command after `nic setup --`: zcnet recv, or a binding's program.
-  [ -n "${RX_PROG+x}" ] || RX_PROG=("$ZCNET" recv --json)
+# The common preconditions of a test that receives from the peer on a set-up queue.
+need_rx_peer() {
   need_iface
   need_zcnet
   need_python
   need_local
   need_remote
   need_root "zcnet nic setup changes the NIC"
+}
+
+rx_case() {
+  local port=$1
+  shift
+  # The receiving command after `nic setup --`: zcnet recv, or a binding's program.
+  [ -n "${RX_PROG+x}" ] || RX_PROG=("$ZCNET" recv --json)
+  need_rx_peer
   local q pid rc src rrc w line nb d
   q=$(pick_queue) || exit $?
   nb=$(snapshot_before "$TW/before.txt")
