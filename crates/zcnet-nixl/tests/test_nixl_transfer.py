@@ -420,7 +420,9 @@ def test_256_mib_write_and_read(agents):
 def test_64_requests_outstanding(pair, op, backend):
     """64 requests posted before any is waited for (sizes from 1 B to 250 KiB, two descriptors
     each), then all waited for: every one DONE, every byte in place, and the target's 64
-    notifications in the order the requests were posted."""
+    notifications in the order the requests were posted (ZCNET's promise; UCX, the reference,
+    spreads requests over several lanes, and under load its notifications arrived out of
+    order: for it, each exactly once)."""
     n, step = 64, 260 << 10
     a, b = pair(backend)
     assert n * step <= BUF
@@ -440,4 +442,7 @@ def test_64_requests_outstanding(pair, op, backend):
         for off, ln in q["local"]:
             check_same(a, off, b, off, ln)
     got = b.call(cmd="notifs", want=n)["notifs"]
-    assert got == [["A", f"q{i}"] for i in range(n)], got
+    want = [["A", f"q{i}"] for i in range(n)]
+    if backend == "UCX":
+        got, want = sorted(got), sorted(want)
+    assert got == want, got
