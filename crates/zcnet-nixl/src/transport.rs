@@ -16,8 +16,13 @@
 //! Threads, all blocked in a system call when idle (none polls or spins): per engine one
 //! acceptor (`accept()`); per incoming connection one server (`read()`: it applies WRITEs,
 //! answers READs, queues notifications, acknowledges each request); per outgoing connection
-//! one writer (waits on a channel for posted requests) and one reader (`read()`: READ data and
-//! acknowledgements).
+//! one writer (waits on a channel for posted requests) and one reader (`poll()`: READ data and
+//! acknowledgements). The threads NIXL's caller brings do work too, where a hand-off to a
+//! thread would cost more than the work: a request of at most `DIRECT_MAX` (1 MiB) posted
+//! while its stream is idle is sent by the posting thread itself (its sends done when
+//! `postXfer` returns), and `checkXfer` first handles the frames already received on the
+//! request's streams (`transport/rx.rs`), so a completion is seen without waiting for the
+//! reader thread to wake.
 //!
 //! Every frame starts with a 48-byte header (`Hdr`). The initiator opens a connection with
 //! HELLO (its agent name and the target engine's instance id from the connection info it
@@ -30,6 +35,7 @@
 //! request with its status and leaves the connection usable.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -40,6 +46,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod device;
 mod initiator;
 mod out;
+mod rx;
 mod target;
 mod wire;
 
@@ -70,6 +77,10 @@ const IO_BUF: usize = 256 << 10;
 const STRIPE_MIN: u64 = 4 << 20;
 /// Parts are cut at multiples of this within a descriptor.
 const STRIPE_ALIGN: u64 = 64 << 10;
+/// A request of at most this many bytes is sent by the thread that posts it when its stream
+/// is idle (`Conn::submit`); a larger one by the stream's writer thread, so that posting it
+/// does not wait for its bytes to leave.
+const DIRECT_MAX: u64 = 1 << 20;
 /// Most streams per peer.
 pub const MAX_STREAMS: usize = 16;
 
@@ -278,6 +289,13 @@ enum Job {
 #[derive(Debug)]
 pub struct Conn {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    /// Jobs handed to the writer and not yet sent: while there are none, a posting thread
+    /// sends a small request itself ([`Conn::submit`]).
+    queued: AtomicUsize,
+    /// The sending side, used by whichever thread sends; `None` once sending failed.
+    out: Mutex<Option<Out>>,
+    /// The receiving side, used by the reader thread and by threads checking a request.
+    rx: Mutex<rx::Rx>,
     stream: TcpStream,
     /// Parts posted on this stream and not yet acknowledged, by post id, with their
     /// descriptors (READ data names one by its index).
@@ -298,6 +316,58 @@ impl std::fmt::Debug for Job {
 }
 
 impl Conn {
+    /// Sends `job`: at once from this thread when `direct` and the stream is idle (nothing
+    /// queued for the writer, the sending side free), else through the writer thread. Direct
+    /// sending saves a small request two thread switches (this thread to the writer, and the
+    /// writer's wake-up) and leaves nothing in flight when it returns (its `flush`), so the
+    /// posting thread may exit afterwards. False if the stream cannot take it (closed or
+    /// failed); a direct send that fails fails the stream's requests as the writer would.
+    fn submit(&self, job: Job, direct: bool) -> bool {
+        if direct {
+            if let Ok(mut out) = self.out.try_lock() {
+                if self.queued.load(Ordering::SeqCst) == 0 {
+                    let r = match out.as_mut() {
+                        Some(o) => job.send(o),
+                        None => return false,
+                    };
+                    if let Err(e) = r {
+                        self.send_failed(&mut out, &e);
+                        return false;
+                    }
+                    return true;
+                }
+            }
+        }
+        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(tx) = jobs.as_ref() else {
+            return false;
+        };
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        if tx.send(job).is_err() {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Sending failed with `e`: the sending side is retired (its counts kept), the stream shut
+    /// down and every request waiting on it failed.
+    fn send_failed(&self, out: &mut Option<Out>, e: &io::Error) {
+        if out.is_some() {
+            log(&format!("send failed: {e}"));
+        }
+        self.retire_out(out);
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.fail_all(ERR_REMOTE_DISCONNECT);
+    }
+
+    /// Takes the sending side out of use, adding what it did to the engine's counts.
+    fn retire_out(&self, out: &mut Option<Out>) {
+        if let Some(t) = out.take().and_then(|o| o.stats()) {
+            self.stats.add(&t);
+        }
+    }
+
     fn fail_all(&self, status: i32) {
         self.dead.store(true, Ordering::SeqCst);
         let drained: Vec<_> = self
@@ -583,10 +653,10 @@ impl Engine {
                 parts: n as u64,
                 notif: notif.take(),
             };
-            let sent = match &*conn.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
-                Some(tx) => tx.send(Job::Post(part)).is_ok(),
-                None => false,
-            };
+            // A request small enough (or a READ, whose requests are headers) that sending it
+            // here costs less than handing it to the writer thread.
+            let direct = n == 1 && (x.op == OP_READ || total <= DIRECT_MAX);
+            let sent = conn.submit(Job::Post(part), direct);
             if !sent || conn.dead.load(Ordering::SeqCst) {
                 ok = false;
                 break;
@@ -612,11 +682,7 @@ impl Engine {
             Ok(c) => c[0].clone(),
             Err(st) => return st,
         };
-        let jobs = conn.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let sent = jobs
-            .as_ref()
-            .is_some_and(|tx| tx.send(Job::Notif(msg)).is_ok());
-        if sent {
+        if conn.submit(Job::Notif(msg), true) {
             SUCCESS
         } else {
             ERR_REMOTE_DISCONNECT
@@ -640,7 +706,23 @@ pub fn release(x: &Xfer) {
     }
 }
 
+/// The request's status, after handling the acknowledgements (and READ data) already
+/// received on its streams: a completion is seen without waiting for the reader thread.
 pub fn status(x: &Xfer) -> i32 {
+    let st = *x.status.lock().unwrap_or_else(|e| e.into_inner());
+    if st != IN_PROG {
+        return st;
+    }
+    let conns: Vec<Arc<Conn>> = x
+        .posted
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(c, _)| c.clone())
+        .collect();
+    for c in conns {
+        c.receive(rx::Wait::Never);
+    }
     *x.status.lock().unwrap_or_else(|e| e.into_inner())
 }
 

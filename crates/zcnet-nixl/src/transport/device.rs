@@ -90,7 +90,7 @@ impl DeviceReg {
     }
 }
 
-impl Out<'_> {
+impl Out {
     /// A frame whose payload is `len` bytes of device memory at `addr`: copied into the
     /// frame's own buffer when small, else after the header into sender buffers one by one
     /// (each sent while the next is copied). Nothing of the device memory is lent to the
@@ -109,28 +109,28 @@ impl Out<'_> {
         }
         self.frame(h, &[])?;
         let mut done = 0u64;
-        match self {
-            Out::Plain(w) => {
-                let mut host = vec![0u8; len.min(CHUNK) as usize];
-                while done < len {
-                    let n = (len - done).min(CHUNK) as usize;
-                    dev.read(addr + done, &mut host[..n])?;
-                    w.write_all(&host[..n])?;
-                    done += n as u64;
-                }
+        if let Out::Plain(w) = self {
+            let mut host = vec![0u8; len.min(CHUNK) as usize];
+            while done < len {
+                let n = (len - done).min(CHUNK) as usize;
+                dev.read(addr + done, &mut host[..n])?;
+                w.write_all(&host[..n])?;
+                done += n as u64;
             }
-            Out::Zc(s) => {
-                while done < len {
-                    let mut b = s.buffer().map_err(io_err)?;
-                    let Some(m) = b.bytes_mut().filter(|m| !m.is_empty()) else {
-                        return Err(io::Error::other("the sender's buffers are not host memory"));
-                    };
-                    let n = (len - done).min(m.len() as u64) as usize;
-                    dev.read(addr + done, &mut m[..n])?;
-                    s.send(b, n).map_err(io_err)?;
-                    done += n as u64;
-                }
-            }
+            return Ok(());
+        }
+        let Some(s) = self.sender()? else {
+            return Err(io::Error::other("no sender"));
+        };
+        while done < len {
+            let mut b = s.buffer().map_err(io_err)?;
+            let Some(m) = b.bytes_mut().filter(|m| !m.is_empty()) else {
+                return Err(io::Error::other("the sender's buffers are not host memory"));
+            };
+            let n = (len - done).min(m.len() as u64) as usize;
+            dev.read(addr + done, &mut m[..n])?;
+            s.send(b, n).map_err(io_err)?;
+            done += n as u64;
         }
         Ok(())
     }

@@ -2,12 +2,13 @@
 //! parts and notifications, the reader thread that takes READ data and acknowledgements, and
 //! how a large request is cut into parts across streams.
 
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use super::out::{mem, mem_mut, Out, INLINE_MAX};
+use super::rx::{wait_readable, Rx, Wait};
 use super::wire::*;
 use super::*;
 
@@ -50,9 +51,13 @@ pub(super) fn connect(
                 .into(),
         ));
     }
+    let out = Out::new(&stream, tx).map_err(|e| (ERR_BACKEND, format!("cannot send: {e}")))?;
     let (jobs, rx) = mpsc::channel();
     let conn = Arc::new(Conn {
         jobs: Mutex::new(Some(jobs)),
+        queued: AtomicUsize::new(0),
+        out: Mutex::new(Some(out)),
+        rx: Mutex::new(Rx::new(stream.try_clone().map_err(disc)?)),
         stream: stream.try_clone().map_err(disc)?,
         pending: Mutex::new(HashMap::new()),
         dead: AtomicBool::new(false),
@@ -60,11 +65,10 @@ pub(super) fn connect(
         threads: Mutex::new(Vec::new()),
         stats,
     });
-    let w = stream.try_clone().map_err(disc)?;
     let c1 = Arc::downgrade(&conn);
     let writer = std::thread::Builder::new()
         .name("zcnet-nixl-tx".into())
-        .spawn(move || writer_loop(w, tx, rx, c1))
+        .spawn(move || writer_loop(rx, c1))
         .map_err(|e| (ERR_BACKEND, e.to_string()))?;
     let c2 = Arc::downgrade(&conn);
     let reader = std::thread::Builder::new()
@@ -78,50 +82,41 @@ pub(super) fn connect(
     Ok(conn)
 }
 
-pub(super) fn writer_loop(
-    stream: TcpStream,
-    mode: zcnet::TxMode,
-    rx: mpsc::Receiver<Job>,
-    conn: std::sync::Weak<Conn>,
-) {
-    let mut out = match Out::new(&stream, mode) {
-        Ok(o) => o,
-        Err(e) => {
-            log(&format!("cannot send: {e}"));
-            if let Some(c) = conn.upgrade() {
-                c.fail_all(ERR_BACKEND);
-            }
-            let _ = stream.shutdown(Shutdown::Both);
-            return;
-        }
-    };
-    let mut failed = None;
+/// The writer thread: sends the jobs queued for it, in order, until the stream closes or a
+/// send fails.
+pub(super) fn writer_loop(rx: mpsc::Receiver<Job>, conn: std::sync::Weak<Conn>) {
     for job in rx {
-        let r = match job {
-            Job::Post(part) => send_post(&mut out, part),
-            Job::Notif(msg) => {
-                send_msg(&mut out, Hdr::new(K_NOTIF, 0), msg).and_then(|_| out.flush())
-            }
+        let Some(c) = conn.upgrade() else { return };
+        let mut out = c.out.lock().unwrap_or_else(|e| e.into_inner());
+        let r = match out.as_mut() {
+            Some(o) => job.send(o),
+            None => Err(io::Error::other("sending failed earlier")),
         };
+        c.queued.fetch_sub(1, Ordering::SeqCst);
         if let Err(e) = r {
-            failed = Some(e);
-            break;
+            c.send_failed(&mut out, &e);
+            return;
         }
     }
     if let Some(c) = conn.upgrade() {
-        if let Out::Zc(s) = &out {
-            c.stats.add(&s.stats());
-        }
-        if let Some(e) = failed {
-            log(&format!("send failed: {e}"));
-            c.fail_all(ERR_REMOTE_DISCONNECT);
+        c.retire_out(&mut c.out.lock().unwrap_or_else(|e| e.into_inner()));
+        let _ = c.stream.shutdown(Shutdown::Both);
+    }
+}
+
+impl Job {
+    /// Sends this job's frames and flushes: when it returns, the kernel is done with every
+    /// byte of NIXL's memory the job sent.
+    pub(super) fn send(self, out: &mut Out) -> io::Result<()> {
+        match self {
+            Job::Post(part) => send_post(out, part),
+            Job::Notif(msg) => send_msg(out, Hdr::new(K_NOTIF, 0), msg).and_then(|_| out.flush()),
         }
     }
-    let _ = stream.shutdown(Shutdown::Both);
 }
 
 /// A header whose `b` is the length of `msg`, followed by `msg`.
-pub(super) fn send_msg(out: &mut Out<'_>, mut h: Hdr, msg: Vec<u8>) -> io::Result<()> {
+pub(super) fn send_msg(out: &mut Out, mut h: Hdr, msg: Vec<u8>) -> io::Result<()> {
     h.b = msg.len() as u64;
     if msg.len() as u64 <= INLINE_MAX {
         return out.frame(&h, &msg);
@@ -130,7 +125,7 @@ pub(super) fn send_msg(out: &mut Out<'_>, mut h: Hdr, msg: Vec<u8>) -> io::Resul
     out.lent(zcnet::engine::ForeignBuf::owned(msg.into_boxed_slice()))
 }
 
-pub(super) fn send_post(out: &mut Out<'_>, part: Part) -> io::Result<()> {
+pub(super) fn send_post(out: &mut Out, part: Part) -> io::Result<()> {
     let Part {
         post,
         x,
@@ -190,38 +185,62 @@ pub(super) fn send_post(out: &mut Out<'_>, part: Part) -> io::Result<()> {
     r
 }
 
+/// The reader thread: whenever the stream is readable, handles what arrived, until the stream
+/// ends or fails.
 pub(super) fn reader_loop(stream: TcpStream, conn: std::sync::Weak<Conn>) {
-    let mut r = BufReader::with_capacity(IO_BUF, &stream);
-    let end = |why: String| {
-        if let Some(c) = conn.upgrade() {
-            // A peer that goes away with nothing outstanding is a close, not an error.
-            let busy = !c
-                .pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty();
-            if busy && !c.dead.load(Ordering::SeqCst) {
-                log(&format!("connection lost with requests outstanding: {why}"));
-            }
-            c.fail_all(ERR_REMOTE_DISCONNECT);
-        }
-    };
     loop {
-        let h = match Hdr::read_from(&mut r) {
-            Ok(h) => h,
-            Err(e) => return end(e.to_string()),
-        };
+        let r = wait_readable(&stream);
         let Some(c) = conn.upgrade() else { return };
-        let x = c
+        if let Err(e) = r {
+            return c.receive_failed(&e);
+        }
+        if c.receive(Wait::Block) {
+            return;
+        }
+    }
+}
+
+impl Conn {
+    /// Handles the frames that arrived (those wholly here, for [`Wait::Never`], which also
+    /// leaves at once if another thread is receiving). True once the stream ended or failed
+    /// (its requests failed with it).
+    pub(super) fn receive(&self, wait: Wait) -> bool {
+        let mut rx = match self.rx.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) if wait == Wait::Never => return false,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                self.rx.lock().unwrap_or_else(|e| e.into_inner())
+            }
+        };
+        let r = (|| {
+            while let Some(h) = rx.next(wait)? {
+                self.handle(&mut *rx, &h)?;
+            }
+            Ok::<_, io::Error>(())
+        })();
+        drop(rx);
+        match r {
+            Ok(()) => false,
+            Err(e) => {
+                self.receive_failed(&e);
+                true
+            }
+        }
+    }
+
+    /// One frame from the target whose header was read (its payload follows in `r`).
+    fn handle(&self, r: &mut impl Read, h: &Hdr) -> io::Result<()> {
+        let x = self
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(&h.post)
             .cloned();
-        let res = match h.kind {
-            K_READ_DATA => recv_read_data(&mut r, &h, x.as_ref().map(|(x, d)| (&**x, &**d))),
+        match h.kind {
+            K_READ_DATA => recv_read_data(r, h, x.as_ref().map(|(x, d)| (&**x, &**d))),
             K_ACK => {
-                c.pending
+                self.pending
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&h.post);
@@ -234,11 +253,22 @@ pub(super) fn reader_loop(stream: TcpStream, conn: std::sync::Weak<Conn>) {
                 io::ErrorKind::InvalidData,
                 format!("unexpected frame kind {k} from the target"),
             )),
-        };
-        if let Err(e) = res {
-            let _ = stream.shutdown(Shutdown::Both);
-            return end(e.to_string());
         }
+    }
+
+    /// Receiving failed or the stream ended: it is shut down and its requests fail (a peer
+    /// that goes away with nothing outstanding is a close, not an error worth a line).
+    fn receive_failed(&self, e: &io::Error) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+        let busy = !self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty();
+        if busy && !self.dead.load(Ordering::SeqCst) {
+            log(&format!("connection lost with requests outstanding: {e}"));
+        }
+        self.fail_all(ERR_REMOTE_DISCONNECT);
     }
 }
 

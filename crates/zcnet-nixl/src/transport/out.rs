@@ -29,12 +29,39 @@ pub(super) unsafe fn mem_mut<'a>(addr: u64, len: u64) -> &'a mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(addr as usize as *mut u8, len as usize) }
 }
 
-/// Where the writer's frames go: a zcnet sender (`auto`: zero copy from NIXL's memory until
+/// Where a connection's frames go: a zcnet sender (`auto`: zero copy from NIXL's memory until
 /// the kernel says it copies, then copying sends) owning the connection's sending side, or, if
 /// zcnet cannot make one here, plain buffered writes.
-pub(super) enum Out<'a> {
-    Zc(Box<zcnet::Sender>),
-    Plain(BufWriter<&'a TcpStream>),
+pub(super) enum Out {
+    Zc(Box<Zc>),
+    Plain(BufWriter<TcpStream>),
+}
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Out::Zc(_) => "Out::Zc",
+            Out::Plain(_) => "Out::Plain",
+        })
+    }
+}
+
+/// A zcnet sender and the buffer its small frames are gathered in: consecutive frames (a
+/// request's WRITEs of small payloads and its END, an acknowledgement) leave in one send.
+pub(super) struct Zc {
+    pub(super) s: zcnet::Sender,
+    /// The buffer being filled and how many bytes of it are used.
+    batch: Option<(zcnet::TxBuf, usize)>,
+}
+
+impl Zc {
+    /// Sends the gathered frames, if any.
+    fn push(&mut self) -> io::Result<()> {
+        match self.batch.take() {
+            Some((b, n)) => self.s.send(b, n).map_err(zc_err),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Payloads up to this size travel in the sender's buffer with their header (one send, one
@@ -45,10 +72,11 @@ pub(super) fn zc_err(e: zcnet::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-impl<'a> Out<'a> {
-    /// A zcnet sender in `mode` on `stream`. `auto` falls back to plain writes where zcnet
-    /// cannot make a sender; an explicit mode the kernel refuses is an error with the reason.
-    pub(super) fn new(stream: &'a TcpStream, mode: zcnet::TxMode) -> io::Result<Out<'a>> {
+impl Out {
+    /// A zcnet sender in `mode` on (a clone of) `stream`. `auto` falls back to plain writes
+    /// where zcnet cannot make a sender; an explicit mode the kernel refuses is an error with
+    /// the reason.
+    pub(super) fn new(stream: &TcpStream, mode: zcnet::TxMode) -> io::Result<Out> {
         let cfg = zcnet::TxConfig::new(mode);
         let made = stream.try_clone().map_err(|e| e.to_string()).and_then(|s| {
             let region =
@@ -57,31 +85,66 @@ impl<'a> Out<'a> {
             zcnet::Sender::new(zcnet::Socket::from(s), region, &cfg).map_err(|e| e.to_string())
         });
         match made {
-            Ok(s) => Ok(Out::Zc(Box::new(s))),
+            Ok(s) => Ok(Out::Zc(Box::new(Zc { s, batch: None }))),
             Err(e) if mode == zcnet::TxMode::Auto => {
                 log(&format!("no zcnet sender here ({e}): plain socket writes"));
-                Ok(Out::Plain(BufWriter::with_capacity(IO_BUF, stream)))
+                Ok(Out::Plain(BufWriter::with_capacity(
+                    IO_BUF,
+                    stream.try_clone()?,
+                )))
             }
             Err(e) => Err(io::Error::other(format!("tx={mode}: {e}"))),
         }
     }
 
-    /// A header and a payload small enough to go with it.
+    /// What the kernel did with the bytes sent so far (`None`: plain writes, not counted).
+    pub(super) fn stats(&self) -> Option<zcnet::TxStats> {
+        match self {
+            Out::Zc(z) => Some(z.s.stats()),
+            Out::Plain(_) => None,
+        }
+    }
+
+    /// A header and a payload small enough to go with it, gathered with the frames before and
+    /// after it into one send where they fit a buffer.
     pub(super) fn frame(&mut self, h: &Hdr, payload: &[u8]) -> io::Result<()> {
         match self {
             Out::Plain(w) => {
                 h.write_to(w)?;
                 w.write_all(payload)
             }
-            Out::Zc(s) => {
-                let mut b = s.buffer().map_err(zc_err)?;
+            Out::Zc(z) => {
                 let n = HDR_LEN + payload.len();
-                let Some(m) = b.bytes_mut().filter(|m| m.len() >= n) else {
+                let room = |z: &mut Zc| match &mut z.batch {
+                    Some((b, used)) => b.capacity() - *used >= n,
+                    None => false,
+                };
+                if !room(z) {
+                    z.push()?;
+                    z.batch = Some((z.s.buffer().map_err(zc_err)?, 0));
+                }
+                let Some((b, used)) = &mut z.batch else {
+                    return Err(io::Error::other("no sender buffer"));
+                };
+                let Some(m) = b.bytes_mut().filter(|m| m.len() >= *used + n) else {
                     return Err(io::Error::other("a frame does not fit the sender's buffer"));
                 };
-                m[..HDR_LEN].copy_from_slice(&h.encode());
-                m[HDR_LEN..n].copy_from_slice(payload);
-                s.send(b, n).map_err(zc_err)
+                m[*used..*used + HDR_LEN].copy_from_slice(&h.encode());
+                m[*used + HDR_LEN..*used + n].copy_from_slice(payload);
+                *used += n;
+                Ok(())
+            }
+        }
+    }
+
+    /// The zcnet sender, with the frames gathered so far sent first (what is sent next goes
+    /// after them).
+    pub(super) fn sender(&mut self) -> io::Result<Option<&mut zcnet::Sender>> {
+        match self {
+            Out::Plain(_) => Ok(None),
+            Out::Zc(z) => {
+                z.push()?;
+                Ok(Some(&mut z.s))
             }
         }
     }
@@ -90,9 +153,10 @@ impl<'a> Out<'a> {
     pub(super) fn lent(&mut self, buf: zcnet::engine::ForeignBuf) -> io::Result<()> {
         match self {
             Out::Plain(w) => w.write_all(buf.slice(0, buf.len()).unwrap_or(&[])),
-            Out::Zc(s) => {
+            Out::Zc(z) => {
+                z.push()?;
                 let len = buf.len();
-                s.send_lent(Arc::new(buf), 0, len).map_err(zc_err)
+                z.s.send_lent(Arc::new(buf), 0, len).map_err(zc_err)
             }
         }
     }
@@ -102,7 +166,10 @@ impl<'a> Out<'a> {
     pub(super) fn flush(&mut self) -> io::Result<()> {
         match self {
             Out::Plain(w) => w.flush(),
-            Out::Zc(s) => s.flush().map_err(zc_err),
+            Out::Zc(z) => {
+                z.push()?;
+                z.s.flush().map_err(zc_err)
+            }
         }
     }
 }

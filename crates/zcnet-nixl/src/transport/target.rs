@@ -64,8 +64,8 @@ pub(super) fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
     let mut w = Out::new(&stream, sh.tx)?;
     let mut peer = None;
     let r = serve_on(&mut r, &mut w, sh, &mut peer);
-    if let Out::Zc(s) = &w {
-        sh.stats.add(&s.stats());
+    if let Some(t) = w.stats() {
+        sh.stats.add(&t);
     }
     if let Some((name, session)) = peer {
         sh.forget_groups(&name, session);
@@ -77,7 +77,7 @@ pub(super) fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
 /// HELLO was read.
 pub(super) fn serve_on(
     r: &mut impl Read,
-    w: &mut Out<'_>,
+    w: &mut Out,
     sh: &Shared,
     who: &mut Option<(String, u64)>,
 ) -> io::Result<()> {

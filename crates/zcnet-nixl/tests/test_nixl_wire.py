@@ -1,0 +1,137 @@
+"""The initiator against a target that sends its frames in pieces.
+
+The initiator's receiving side is shared by its reader thread and the thread that checks a
+request (checkXfer handles what already arrived, without blocking): a frame may be split
+anywhere, and whichever thread reads a piece, the request must end with its bytes in place.
+Here a stand-in target speaking ZCNET's wire protocol (src/transport/wire.rs) answers on the
+port of a real target agent it replaced (killed, its metadata kept by the initiator), cutting
+its replies at awkward places (inside a header, between a header and its payload, inside a
+payload) with pauses between the pieces, while the initiator polls without sleeping."""
+
+import base64
+import hashlib
+import os
+import re
+import socket
+import struct
+import threading
+import time
+
+MAGIC = 0x5A434E58
+HELLO, HELLO_OK, WRITE, READ_REQ, READ_DATA, END, ACK = 1, 2, 3, 4, 5, 6, 7
+HDR = struct.Struct("<IIQQQQQ")
+
+
+def hdr(kind, post=0, a=0, b=0, c=0, d=0):
+    return HDR.pack(MAGIC, kind, post, a, b, c, d)
+
+
+def read_exact(s, n):
+    out = bytearray()
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return bytes(out)
+
+
+class PieceTarget:
+    """Accepts the initiator's connection on `port` and serves it: WRITE payloads are kept by
+    post id, READ_REQs answered with random bytes (kept too), and each request's replies and
+    ACK sent cut at the offsets of `cuts`, `pause` seconds apart."""
+
+    def __init__(self, port, cuts, pause=0.003):
+        self.cuts, self.pause = cuts, pause
+        self.written, self.read = {}, {}
+        self.error = None
+        self.lsock = socket.socket()
+        self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.lsock.bind(("127.0.0.1", port))
+        self.lsock.listen(4)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def send_in_pieces(self, s, data):
+        at = 0
+        for cut in self.cuts + [len(data)]:
+            cut = min(cut, len(data))
+            if cut > at:
+                s.sendall(data[at:cut])
+                at = cut
+                time.sleep(self.pause)
+
+    def run(self):
+        try:
+            s, _ = self.lsock.accept()
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            _, kind, _, _, name_len, instance, _ = HDR.unpack(read_exact(s, HDR.size))
+            assert kind == HELLO, kind
+            read_exact(s, name_len)
+            s.sendall(hdr(HELLO_OK, a=instance))
+            replies = bytearray()
+            while True:
+                try:
+                    magic, kind, post, a, b, c, d = HDR.unpack(read_exact(s, HDR.size))
+                except EOFError:
+                    return
+                assert magic == MAGIC
+                if kind == WRITE:
+                    self.written.setdefault(post, []).append(read_exact(s, b))
+                elif kind == READ_REQ:
+                    data = os.urandom(b)
+                    self.read.setdefault(post, []).append(data)
+                    replies += hdr(READ_DATA, post, b=b, d=d) + data
+                elif kind == END:
+                    read_exact(s, b)
+                    replies += hdr(ACK, post)
+                    self.send_in_pieces(s, bytes(replies))
+                    replies.clear()
+                else:
+                    raise AssertionError(f"frame kind {kind}")
+        except Exception as e:  # reported by the test
+            self.error = e
+
+    def close(self):
+        self.lsock.close()
+
+
+def target_port(md_b64):
+    """The port in ZCNET's connection info ("zcnet1 IP:PORT INSTANCE") within NIXL's metadata."""
+    m = re.search(rb"zcnet1 127\.0\.0\.1:(\d+) [0-9a-f]+", base64.b64decode(md_b64))
+    assert m, "no ZCNET connection info in the target's metadata"
+    return int(m.group(1))
+
+
+def test_frames_cut_anywhere_arrive_whole(agents):
+    size = 1 << 20
+    a, b = agents(size)
+    port = target_port(b.md)
+    b.proc.kill()
+    b.proc.wait()
+    # Cut inside the first header, right after it, inside the payload, at the next header's
+    # second byte, and so on: both the checking thread and the reader thread see pieces.
+    cuts = [1, 47, 48, 49, 600, 4143, 4145, 4200, 8000, 300_000]
+    t = PieceTarget(port, cuts)
+    try:
+        a.call(cmd="fill", seed=5, off=0, len=size)
+        cases = [
+            ("WRITE", [[0, 4096]]),
+            ("READ", [[8192, 4096]]),
+            ("READ", [[16384, 100], [20000, 4000], [30000, 1]]),
+            ("READ", [[65536, 300_000]]),  # larger than the receive buffer: read in place
+        ]
+        for post, (op, descs) in enumerate(cases, start=1):
+            r = a.call(cmd="xfer", op=op, local=descs, remote=descs, remote_addr=b.addr,
+                       peer="B", spin=True, timeout=30)
+            assert r["state"] == "DONE", (op, descs, r, t.error)
+            if op == "WRITE":
+                sent = [a.call(cmd="digest", off=o, len=n)["sha"] for o, n in descs]
+                got = [hashlib.sha256(p).hexdigest() for p in t.written[post]]
+            else:
+                got = [a.call(cmd="digest", off=o, len=n)["sha"] for o, n in descs]
+                sent = [hashlib.sha256(p).hexdigest() for p in t.read[post]]
+            assert got == sent, (op, descs)
+        assert t.error is None, t.error
+    finally:
+        t.close()
