@@ -16,13 +16,16 @@
 //! Threads, all blocked in a system call when idle (none polls or spins): per engine one
 //! acceptor (`accept()`); per incoming connection one server (`read()`: it applies WRITEs,
 //! answers READs, queues notifications, acknowledges each request); per outgoing connection
-//! one writer (waits on a channel for posted requests) and one reader (`poll()`: READ data and
-//! acknowledgements). The threads NIXL's caller brings do work too, where a hand-off to a
-//! thread would cost more than the work: a request of at most `DIRECT_MAX` (1 MiB) posted
-//! while its stream is idle is sent by the posting thread itself (its sends done when
-//! `postXfer` returns), and `checkXfer` first handles the frames already received on the
-//! request's streams (`transport/rx.rs`), so a completion is seen without waiting for the
-//! reader thread to wake.
+//! one writer (sends queued work in steps of at most 4 MiB, `transport/send.rs`) and one reader
+//! (`poll()`: READ data and acknowledgements). The threads NIXL's caller brings do work too,
+//! where a hand-off to a thread would cost more than the work: a request of at most
+//! `DIRECT_MAX` (1 MiB) posted while its stream is idle is sent by the posting thread itself
+//! (its sends done when `postXfer` returns); `checkXfer` first handles the frames already
+//! received on the request's streams (`transport/rx.rs`), so a completion is seen without
+//! waiting for the reader thread to wake, and while the stream still has bytes to send it
+//! sleeps until the writer finished a step (at most 2 ms) rather than spin beside it. Long
+//! payloads are read straight into registered memory with the socket's receive mark raised
+//! (`wire::recv_marked`), which wakes the reading thread once per 256 KiB.
 //!
 //! Every frame starts with a 48-byte header (`Hdr`). The initiator opens a connection with
 //! HELLO (its agent name and the target engine's instance id from the connection info it
@@ -35,11 +38,10 @@
 //! request with its status and leaves the connection usable.
 
 use std::collections::HashMap;
-use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,6 +49,7 @@ mod device;
 mod initiator;
 mod out;
 mod rx;
+mod send;
 mod target;
 mod wire;
 
@@ -280,20 +283,12 @@ struct Part {
     notif: Option<Vec<u8>>,
 }
 
-enum Job {
-    Post(Part),
-    Notif(Vec<u8>),
-}
-
 /// An outgoing connection to one target engine, with its writer and reader threads.
 #[derive(Debug)]
 pub struct Conn {
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    /// Jobs handed to the writer and not yet sent: while there are none, a posting thread
-    /// sends a small request itself ([`Conn::submit`]).
-    queued: AtomicUsize,
-    /// The sending side, used by whichever thread sends; `None` once sending failed.
-    out: Mutex<Option<Out>>,
+    /// The sending side: work queued in order, sent by whichever thread holds it
+    /// (`transport/send.rs`).
+    tx: send::Tx,
     /// The receiving side, used by the reader thread and by threads checking a request.
     rx: Mutex<rx::Rx>,
     stream: TcpStream,
@@ -306,68 +301,7 @@ pub struct Conn {
     stats: Arc<Stats>,
 }
 
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Job::Post(p) => write!(f, "Post({}/{} of group {})", p.post, p.parts, p.group),
-            Job::Notif(m) => write!(f, "Notif({} bytes)", m.len()),
-        }
-    }
-}
-
 impl Conn {
-    /// Sends `job`: at once from this thread when `direct` and the stream is idle (nothing
-    /// queued for the writer, the sending side free), else through the writer thread. Direct
-    /// sending saves a small request two thread switches (this thread to the writer, and the
-    /// writer's wake-up) and leaves nothing in flight when it returns (its `flush`), so the
-    /// posting thread may exit afterwards. False if the stream cannot take it (closed or
-    /// failed); a direct send that fails fails the stream's requests as the writer would.
-    fn submit(&self, job: Job, direct: bool) -> bool {
-        if direct {
-            if let Ok(mut out) = self.out.try_lock() {
-                if self.queued.load(Ordering::SeqCst) == 0 {
-                    let r = match out.as_mut() {
-                        Some(o) => job.send(o),
-                        None => return false,
-                    };
-                    if let Err(e) = r {
-                        self.send_failed(&mut out, &e);
-                        return false;
-                    }
-                    return true;
-                }
-            }
-        }
-        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(tx) = jobs.as_ref() else {
-            return false;
-        };
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        if tx.send(job).is_err() {
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-            return false;
-        }
-        true
-    }
-
-    /// Sending failed with `e`: the sending side is retired (its counts kept), the stream shut
-    /// down and every request waiting on it failed.
-    fn send_failed(&self, out: &mut Option<Out>, e: &io::Error) {
-        if out.is_some() {
-            log(&format!("send failed: {e}"));
-        }
-        self.retire_out(out);
-        let _ = self.stream.shutdown(Shutdown::Both);
-        self.fail_all(ERR_REMOTE_DISCONNECT);
-    }
-
-    /// Takes the sending side out of use, adding what it did to the engine's counts.
-    fn retire_out(&self, out: &mut Option<Out>) {
-        if let Some(t) = out.take().and_then(|o| o.stats()) {
-            self.stats.add(&t);
-        }
-    }
-
     fn fail_all(&self, status: i32) {
         self.dead.store(true, Ordering::SeqCst);
         let drained: Vec<_> = self
@@ -382,7 +316,7 @@ impl Conn {
     }
 
     fn close(&self) {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.tx.close();
         let _ = self.stream.shutdown(Shutdown::Both);
         let threads: Vec<_> = self
             .threads
@@ -656,7 +590,7 @@ impl Engine {
             // A request small enough (or a READ, whose requests are headers) that sending it
             // here costs less than handing it to the writer thread.
             let direct = n == 1 && (x.op == OP_READ || total <= DIRECT_MAX);
-            let sent = conn.submit(Job::Post(part), direct);
+            let sent = conn.post_work(send::Work::Post(send::Cursor::new(part)), direct);
             if !sent || conn.dead.load(Ordering::SeqCst) {
                 ok = false;
                 break;
@@ -682,7 +616,7 @@ impl Engine {
             Ok(c) => c[0].clone(),
             Err(st) => return st,
         };
-        if conn.submit(Job::Notif(msg), true) {
+        if conn.post_work(send::Work::Notif(msg), true) {
             SUCCESS
         } else {
             ERR_REMOTE_DISCONNECT
@@ -721,6 +655,9 @@ pub fn status(x: &Xfer) -> i32 {
         .map(|(c, _)| c.clone())
         .collect();
     for c in conns {
+        // Bytes still to send on the stream: sleep while the writer sends a step rather than
+        // spin beside it.
+        c.wait_for_writer();
         c.receive(rx::Wait::Never);
     }
     *x.status.lock().unwrap_or_else(|e| e.into_inner())

@@ -17,6 +17,8 @@ import struct
 import threading
 import time
 
+from test_nixl_transfer import check_same
+
 MAGIC = 0x5A434E58
 HELLO, HELLO_OK, WRITE, READ_REQ, READ_DATA, END, ACK = 1, 2, 3, 4, 5, 6, 7
 HDR = struct.Struct("<IIQQQQQ")
@@ -135,3 +137,25 @@ def test_frames_cut_anywhere_arrive_whole(agents):
         assert t.error is None, t.error
     finally:
         t.close()
+
+
+def test_payloads_around_the_receive_mark(agents):
+    """Payloads of a few times the receive mark (src/transport/wire.rs: MARK, 256 KiB), which a
+    reader reads straight into registered memory with SO_RCVLOWAT raised: a mark above what is
+    still to come would leave the reader asleep with the payload's last bytes queued (a hang
+    this test's timeout catches). WRITE and READ, each size 6 times, every byte compared."""
+    mark = 256 << 10
+    sizes = [2 * mark - 1, 2 * mark, 2 * mark + 1, 3 * mark - 4097, 3 * mark + 5, 5 * mark + 3]
+    size = 2 * sum(sizes)
+    a, b = agents(size)
+    a.call(cmd="fill", seed=7, off=0, len=size)
+    b.call(cmd="fill", seed=8, off=0, len=size)
+    off = 0
+    for n in sizes:
+        for op in ("WRITE", "READ"):
+            descs = [[off, n]]
+            r = a.call(cmd="xfer", op=op, local=descs, remote=descs, remote_addr=b.addr,
+                       peer="B", repeat=6, spin=True, timeout=30)
+            assert r["state"] == "DONE", (op, n, r)
+            check_same(a, off, b, off, n)
+            off += n

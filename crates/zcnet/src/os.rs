@@ -31,6 +31,6 @@ pub mod epoll {
 pub mod sock {
     pub use zcnet_sys::sock::{
         disconnect, notsent_lowat, poll_one, recv, send, set_notsent_lowat, set_recv_buffer,
-        set_send_buffer, set_udp_segment, socket_drops,
+        set_recv_lowat, set_send_buffer, set_udp_segment, socket_drops,
     };
 }

@@ -1,14 +1,15 @@
-//! The initiator's side of a stream: connecting (HELLO), the writer thread that sends posted
-//! parts and notifications, the reader thread that takes READ data and acknowledgements, and
-//! how a large request is cut into parts across streams.
+//! The initiator's side of a stream: connecting (HELLO), the reader thread that takes READ
+//! data and acknowledgements, and how a large request is cut into parts across streams (the
+//! sending side is `send.rs`).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use super::out::{mem, mem_mut, Out, INLINE_MAX};
+use super::out::{mem_mut, Out};
 use super::rx::{wait_readable, Rx, Wait};
+use super::send::{writer_loop, Tx};
 use super::wire::*;
 use super::*;
 
@@ -52,11 +53,8 @@ pub(super) fn connect(
         ));
     }
     let out = Out::new(&stream, tx).map_err(|e| (ERR_BACKEND, format!("cannot send: {e}")))?;
-    let (jobs, rx) = mpsc::channel();
     let conn = Arc::new(Conn {
-        jobs: Mutex::new(Some(jobs)),
-        queued: AtomicUsize::new(0),
-        out: Mutex::new(Some(out)),
+        tx: Tx::new(out),
         rx: Mutex::new(Rx::new(stream.try_clone().map_err(disc)?)),
         stream: stream.try_clone().map_err(disc)?,
         pending: Mutex::new(HashMap::new()),
@@ -68,7 +66,7 @@ pub(super) fn connect(
     let c1 = Arc::downgrade(&conn);
     let writer = std::thread::Builder::new()
         .name("zcnet-nixl-tx".into())
-        .spawn(move || writer_loop(rx, c1))
+        .spawn(move || writer_loop(c1))
         .map_err(|e| (ERR_BACKEND, e.to_string()))?;
     let c2 = Arc::downgrade(&conn);
     let reader = std::thread::Builder::new()
@@ -80,109 +78,6 @@ pub(super) fn connect(
         .unwrap_or_else(|e| e.into_inner())
         .extend([writer, reader]);
     Ok(conn)
-}
-
-/// The writer thread: sends the jobs queued for it, in order, until the stream closes or a
-/// send fails.
-pub(super) fn writer_loop(rx: mpsc::Receiver<Job>, conn: std::sync::Weak<Conn>) {
-    for job in rx {
-        let Some(c) = conn.upgrade() else { return };
-        let mut out = c.out.lock().unwrap_or_else(|e| e.into_inner());
-        let r = match out.as_mut() {
-            Some(o) => job.send(o),
-            None => Err(io::Error::other("sending failed earlier")),
-        };
-        c.queued.fetch_sub(1, Ordering::SeqCst);
-        if let Err(e) = r {
-            c.send_failed(&mut out, &e);
-            return;
-        }
-    }
-    if let Some(c) = conn.upgrade() {
-        c.retire_out(&mut c.out.lock().unwrap_or_else(|e| e.into_inner()));
-        let _ = c.stream.shutdown(Shutdown::Both);
-    }
-}
-
-impl Job {
-    /// Sends this job's frames and flushes: when it returns, the kernel is done with every
-    /// byte of NIXL's memory the job sent.
-    pub(super) fn send(self, out: &mut Out) -> io::Result<()> {
-        match self {
-            Job::Post(part) => send_post(out, part),
-            Job::Notif(msg) => send_msg(out, Hdr::new(K_NOTIF, 0), msg).and_then(|_| out.flush()),
-        }
-    }
-}
-
-/// A header whose `b` is the length of `msg`, followed by `msg`.
-pub(super) fn send_msg(out: &mut Out, mut h: Hdr, msg: Vec<u8>) -> io::Result<()> {
-    h.b = msg.len() as u64;
-    if msg.len() as u64 <= INLINE_MAX {
-        return out.frame(&h, &msg);
-    }
-    out.frame(&h, &[])?;
-    out.lent(zcnet::engine::ForeignBuf::owned(msg.into_boxed_slice()))
-}
-
-pub(super) fn send_post(out: &mut Out, part: Part) -> io::Result<()> {
-    let Part {
-        post,
-        x,
-        descs,
-        group,
-        parts,
-        notif,
-    } = part;
-    // A WRITE holds `released` until the kernel is done with every byte of the request (the
-    // one flush at the end, after END), so that once NIXL released it nothing reads its memory
-    // any more. One flush per request: a zero-copy send's notification comes when the peer
-    // acknowledged the data, and waiting for it twice (after the payload, after END) doubled
-    // the round trips of a small request.
-    let released = (x.op == OP_WRITE).then(|| x.released.lock().unwrap_or_else(|e| e.into_inner()));
-    let aborted = released.as_deref().copied().unwrap_or(false);
-    if x.op == OP_WRITE {
-        if !aborted {
-            for d in descs.iter() {
-                let mut h = Hdr::new(K_WRITE, post);
-                (h.a, h.b, h.c) = (d.remote_addr, d.len, d.remote_key);
-                if let Some(dev) = x.devices.get(&d.local_key) {
-                    out.device(&h, dev, d.local_addr, d.len)?;
-                } else if d.len <= INLINE_MAX {
-                    // SAFETY: the C++ half checked the range lies in this engine's registration
-                    // of the descriptor; `released` is false and held: NIXL has not released
-                    // the request, so the memory is registered and not written meanwhile.
-                    out.frame(&h, unsafe { mem(d.local_addr, d.len) })?;
-                } else {
-                    out.frame(&h, &[])?;
-                    // SAFETY: as above; the buffer is dropped by the sender once the kernel is
-                    // done with it, at the latest in the flush below, still under `released`.
-                    let buf = unsafe {
-                        zcnet::engine::ForeignBuf::new(
-                            d.local_addr as usize as *mut u8,
-                            d.len as usize,
-                        )
-                    }
-                    .ok_or_else(|| io::Error::other("a NULL descriptor"))?;
-                    out.lent(buf)?;
-                }
-            }
-        }
-    } else {
-        for (i, d) in descs.iter().enumerate() {
-            let mut h = Hdr::new(K_READ_REQ, post);
-            (h.a, h.b, h.c, h.d) = (d.remote_addr, d.len, d.remote_key, i as u64);
-            out.frame(&h, &[])?;
-        }
-    }
-    let mut h = Hdr::new(K_END, post);
-    h.a = if aborted { END_ABORTED } else { 0 } | if notif.is_some() { END_NOTIF } else { 0 };
-    // c, d: the request's group and its number of parts (1: not striped).
-    (h.c, h.d) = (group, parts);
-    send_msg(out, h, notif.unwrap_or_default())?;
-    let r = out.flush();
-    drop(released);
-    r
 }
 
 /// The reader thread: whenever the stream is readable, handles what arrived, until the stream
@@ -230,7 +125,7 @@ impl Conn {
     }
 
     /// One frame from the target whose header was read (its payload follows in `r`).
-    fn handle(&self, r: &mut impl Read, h: &Hdr) -> io::Result<()> {
+    fn handle(&self, r: &mut impl PayloadRead, h: &Hdr) -> io::Result<()> {
         let x = self
             .pending
             .lock()
@@ -275,7 +170,7 @@ impl Conn {
 /// READ data for descriptor `h.d` of a part (`x` and the part's descriptors; `None`: a part
 /// no longer pending, whose data is read and dropped).
 pub(super) fn recv_read_data(
-    r: &mut impl Read,
+    r: &mut impl PayloadRead,
     h: &Hdr,
     x: Option<(&Xfer, &[Desc])>,
 ) -> io::Result<()> {
@@ -290,7 +185,7 @@ pub(super) fn recv_read_data(
             Some(dev) => dev.recv(r, d.local_addr, d.len),
             // SAFETY: the C++ half checked the range lies in this engine's registration;
             // `released` is false and held, so NIXL has not released the request.
-            None => r.read_exact(unsafe { mem_mut(d.local_addr, d.len) }),
+            None => r.payload(unsafe { mem_mut(d.local_addr, d.len) }),
         },
         _ => {
             if !*released {

@@ -149,6 +149,31 @@ impl Out {
         }
     }
 
+    /// `n` zero bytes (the rest of a descriptor whose request was released mid-way).
+    pub(super) fn zeros(&mut self, mut n: u64) -> io::Result<()> {
+        const ZEROS: [u8; 16 << 10] = [0; 16 << 10];
+        while n > 0 {
+            let k = n.min(ZEROS.len() as u64) as usize;
+            match self {
+                Out::Plain(w) => w.write_all(&ZEROS[..k])?,
+                Out::Zc(z) => {
+                    z.push()?;
+                    let mut b = z.s.buffer().map_err(zc_err)?;
+                    let k = k.min(b.capacity());
+                    let Some(m) = b.bytes_mut() else {
+                        return Err(io::Error::other("the sender's buffers are not host memory"));
+                    };
+                    m[..k].fill(0);
+                    z.s.send(b, k).map_err(zc_err)?;
+                    n -= k as u64;
+                    continue;
+                }
+            }
+            n -= k as u64;
+        }
+        Ok(())
+    }
+
     /// Bytes sent from where they lie: NIXL's memory or an owned message.
     pub(super) fn lent(&mut self, buf: zcnet::engine::ForeignBuf) -> io::Result<()> {
         match self {

@@ -13,7 +13,7 @@ use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::wire::{Hdr, HDR_LEN, K_READ_DATA};
+use super::wire::{recv_marked, Hdr, PayloadRead, HDR_LEN, K_READ_DATA, MARK};
 use super::IO_BUF;
 
 /// Bytes read from the socket and not yet handled.
@@ -137,5 +137,17 @@ impl Read for Rx {
         out[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
         self.lo += n;
         Ok(n)
+    }
+}
+
+impl PayloadRead for Rx {
+    fn payload(&mut self, dst: &mut [u8]) -> io::Result<()> {
+        if dst.len() < 2 * MARK {
+            return self.read_exact(dst);
+        }
+        let n = self.avail().min(dst.len());
+        dst[..n].copy_from_slice(&self.buf[self.lo..self.lo + n]);
+        self.lo += n;
+        recv_marked(self.fd, &mut dst[n..])
     }
 }

@@ -2,7 +2,7 @@
 //! that applies WRITEs, answers READs, queues notifications and acknowledges each part.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -76,7 +76,7 @@ pub(super) fn serve(stream: TcpStream, sh: &Shared) -> io::Result<()> {
 /// Serves one connection; `who` is set to the peer's agent name and engine instance once its
 /// HELLO was read.
 pub(super) fn serve_on(
-    r: &mut impl Read,
+    r: &mut BufReader<&TcpStream>,
     w: &mut Out,
     sh: &Shared,
     who: &mut Option<(String, u64)>,
@@ -115,7 +115,7 @@ pub(super) fn serve_on(
                         Some(dev) => dev.recv(r, h.a, h.b)?,
                         // SAFETY: the range lies in a live registration of this engine, which
                         // cannot be deregistered while the map's read lock is held.
-                        None => r.read_exact(unsafe { mem_mut(h.a, h.b) })?,
+                        None => r.payload(unsafe { mem_mut(h.a, h.b) })?,
                     }
                 } else {
                     drop(map);

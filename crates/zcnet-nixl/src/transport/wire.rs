@@ -2,7 +2,9 @@
 //! its stream and four operands whose meaning depends on the kind), then, for some kinds, a
 //! payload or a message of the length the header gives.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{AsRawFd, RawFd};
 
 pub(super) const MAGIC: u32 = 0x5a43_4e58; // "ZCNX"
 
@@ -113,4 +115,57 @@ pub(super) fn discard(r: &mut impl Read, mut len: u64) -> io::Result<()> {
         len -= n as u64;
     }
     Ok(())
+}
+
+/// A thread reading a long payload sets its socket's receive mark (`SO_RCVLOWAT`) to this, or
+/// to what is left when less, so that it is woken once this much arrived instead of for each
+/// segment train (zcnet's receiver does the same: docs/perf.md, R1).
+pub(super) const MARK: usize = 256 << 10;
+
+/// A frame reader that fills a long payload straight from its socket.
+pub(super) trait PayloadRead: Read {
+    /// Fills `dst` with the next bytes of the stream.
+    fn payload(&mut self, dst: &mut [u8]) -> io::Result<()>;
+}
+
+impl PayloadRead for BufReader<&TcpStream> {
+    fn payload(&mut self, dst: &mut [u8]) -> io::Result<()> {
+        if dst.len() < 2 * MARK {
+            return self.read_exact(dst);
+        }
+        let n = self.buffer().len().min(dst.len());
+        dst[..n].copy_from_slice(&self.buffer()[..n]);
+        self.consume(n);
+        recv_marked(self.get_ref().as_raw_fd(), &mut dst[n..])
+    }
+}
+
+/// Fills `dst` straight from socket `fd`, the receive mark at [`MARK`] while at least twice
+/// that is left, then 1 byte again. (The kernel wakes a reader once the bytes queued and not
+/// yet copied reach the mark; a call that already copied some waits for the mark on top of
+/// them. With twice the mark left, at least the mark is still to come whatever one call
+/// copied, so the last bytes of a payload can never leave a reader asleep.)
+pub(super) fn recv_marked(fd: RawFd, dst: &mut [u8]) -> io::Result<()> {
+    let mut off = 0;
+    let mut marked = false;
+    let r = (|| {
+        while off < dst.len() {
+            let mark = dst.len() - off >= 2 * MARK;
+            if mark != marked {
+                zcnet::os::sock::set_recv_lowat(fd, if mark { MARK as u32 } else { 1 })?;
+                marked = mark;
+            }
+            match zcnet::os::sock::recv(fd, &mut dst[off..], 0) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })();
+    if marked {
+        let _ = zcnet::os::sock::set_recv_lowat(fd, 1);
+    }
+    r
 }
