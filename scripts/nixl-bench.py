@@ -8,7 +8,8 @@ Two agents of the stock nixl-cu12 1.5.1 wheel, each in a process of its own, mov
 descriptor of each size per request (A's registered host memory to B's for WRITE, B's to A's
 for READ), the same request posted again until --min-bytes have moved (at least 3 times, at
 most 4,000), the initiator polling check_xfer_state without sleeping. Per size and round, the
-ZCNET pair and the UCX pair (UCX_TLS=tcp) run back to back, in ABBA order over the rounds. The
+ZCNET pair and the UCX pair (UCX_TLS=tcp) run back to back, in ABBA order over the rounds,
+each while every other pair's agents are stopped (SIGSTOP: UCX's idle agents poll). The
 agents run in namespaces made for the run and deleted on every exit path: for `loopback` both
 in one namespace (its lo only), for `veth` one in each of two joined by a veth pair
 (10.77.0.1 -> 10.77.0.2). UCX is told the device (UCX_NET_DEVICES), ZCNET the address
@@ -29,6 +30,7 @@ import json
 import math
 import os
 import pathlib
+import signal
 import statistics
 import sys
 import tempfile
@@ -124,7 +126,16 @@ class Pair:
         if da != db:
             raise RuntimeError(f"{op} of {fmt_size(size)}: the two buffers differ afterwards")
 
+    def pause(self, stop=True):
+        """Stops (SIGSTOP) or continues both agents' processes: a pair not being measured is
+        stopped, as idle agents are not idle (UCX's poll: with the other pairs running, their
+        threads took about 15 % of a CPU each here and slowed whichever pair was measured)."""
+        for w in getattr(self, "workers", []):
+            if w.proc.poll() is None:
+                os.kill(w.proc.pid, signal.SIGSTOP if stop else signal.SIGCONT)
+
     def close(self):
+        self.pause(False)
         for w in getattr(self, "workers", []):
             w.close()
 
@@ -182,8 +193,15 @@ def main():
                         order = BACKENDS if rnd % 2 == 0 else BACKENDS[::-1]
                         for be in order:
                             pair = pairs[(net, be)]
-                            gbps, cpu = pair.measure(a.op, size, reps)
-                            pair.check(a.op, size)
+                            others = [q for q in pairs.values() if q is not pair]
+                            for q in others:
+                                q.pause()
+                            try:
+                                gbps, cpu = pair.measure(a.op, size, reps)
+                                pair.check(a.op, size)
+                            finally:
+                                for q in others:
+                                    q.pause(False)
                             results.setdefault((net, size, be), []).append((gbps, cpu))
                             say(f"round {rnd + 1}: {net:8s} {a.op:5s} {fmt_size(size):>5s} x{reps:<4d} "
                                 f"{be:5s} {gbps:7.3f} GB/s  {cpu:6.3f} CPU s/GB", flush=True)
