@@ -1,4 +1,5 @@
-"""The initiator against a target that sends its frames in pieces.
+"""The initiator's side of ZCNET's wire: a target that sends its frames in pieces, payloads
+around the receive mark, and remote metadata whose connection info is wrong.
 
 The initiator's receiving side is shared by its reader thread and the thread that checks a
 request (checkXfer handles what already arrived, without blocking): a frame may be split
@@ -17,7 +18,9 @@ import struct
 import threading
 import time
 
-from test_nixl_transfer import check_same
+import pytest
+
+from test_nixl_transfer import check_same, refused
 
 MAGIC = 0x5A434E58
 HELLO, HELLO_OK, WRITE, READ_REQ, READ_DATA, END, ACK = 1, 2, 3, 4, 5, 6, 7
@@ -159,3 +162,47 @@ def test_payloads_around_the_receive_mark(agents):
             assert r["state"] == "DONE", (op, n, r)
             check_same(a, off, b, off, n)
             off += n
+
+
+def with_conn_info(md_b64, old, new):
+    """`md_b64` (NIXL's metadata of an agent) with ZCNET's connection info `old` replaced by
+    `new` of the same length (NIXL's serialization carries lengths)."""
+    assert len(old) == len(new)
+    raw = base64.b64decode(md_b64)
+    assert raw.count(old) == 1, "the connection info is not in the metadata once"
+    return base64.b64encode(raw.replace(old, new)).decode()
+
+
+def test_wrong_remote_metadata_is_refused_and_the_agent_keeps_working(agents):
+    """Metadata whose ZCNET connection info is not ZCNET's is refused when loaded; one that names
+    a port nothing listens on fails the transfer with NIXL_ERR_REMOTE_DISCONNECT. Either way the
+    agent then works with the right metadata. (ZCNET only: the connection info's format is the
+    backend's own.)"""
+    a, b = agents(1 << 20)
+    raw = base64.b64decode(b.md)
+    info = re.search(rb"zcnet1 127\.0\.0\.1:\d+ [0-9a-f]+", raw).group(0)
+    garbled = with_conn_info(b.md, info, b"zcnet9" + info[6:])
+    with pytest.raises(AssertionError, match="add_remote"):
+        a.call(cmd="add_remote", md=garbled)
+    # A port nothing listens on: a listener made and closed now leaves its port free.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    dead_port = s.getsockname()[1]
+    s.close()
+    port = str(target_port(b.md)).encode()
+    # Both ports are ephemeral (five digits); a shorter one is padded with leading zeros.
+    dead = str(dead_port).encode().rjust(len(port), b"0")
+    assert len(dead) == len(port), (dead, port)
+    a.call(cmd="remove_remote", name="B")
+    wrong = with_conn_info(b.md, info, info.replace(b":" + port + b" ", b":" + dead + b" "))
+    assert a.call(cmd="add_remote", md=wrong)["name"] == "B"
+    refused(lambda: a.call(cmd="xfer", op="WRITE", local=[[0, 4096]], remote=[[0, 4096]],
+                           remote_addr=b.addr, peer="B", timeout=30),
+            "NIXL_ERR_REMOTE_DISCONNECT")
+    a.call(cmd="remove_remote", name="B")
+    assert a.call(cmd="add_remote", md=b.md)["name"] == "B"
+    a.call(cmd="fill", seed=9, off=0, len=4096)
+    r = a.call(cmd="xfer", op="WRITE", local=[[0, 4096]], remote=[[0, 4096]], remote_addr=b.addr,
+               peer="B", timeout=30)
+    assert r["state"] == "DONE", r
+    check_same(a, 0, b, 0, 4096)
