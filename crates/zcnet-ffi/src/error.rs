@@ -102,7 +102,9 @@ pub fn status_of(e: &zcnet::Error) -> zcnet_status {
             bad_argument: true, ..
         } => ZCNET_E_INVALID,
         E::Gpu { .. } => ZCNET_E_GPU,
-        E::Unsupported { .. } | E::Kernel { .. } | E::NicSetup { .. } => ZCNET_E_UNSUPPORTED,
+        E::Unsupported { .. } | E::Busy { .. } | E::Kernel { .. } | E::NicSetup { .. } => {
+            ZCNET_E_UNSUPPORTED
+        }
         E::NotRoot { .. } => ZCNET_E_PERMISSION,
         E::MemlockTooSmall { .. } | E::NoHugePages { .. } | E::OptmemExhausted { .. } => {
             ZCNET_E_RESOURCE

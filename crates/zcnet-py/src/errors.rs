@@ -146,20 +146,18 @@ pub(crate) fn text(e: &zcnet::Error) -> String {
 pub(crate) fn to_py(e: zcnet::Error) -> PyErr {
     use zcnet::Error as E;
     let msg = text(&e);
-    let errno = match &e {
-        E::Unsupported { source, .. } | E::Io { source, .. } => source.raw_os_error(),
-        E::Kernel { errno, .. } => *errno,
-        _ => None,
-    };
+    let errno = e.errno();
     let err = match &e {
         E::MemlockTooSmall { .. } | E::OptmemExhausted { .. } => MemlockError::new_err(msg),
         E::Gpu {
             bad_argument: false,
             ..
         } => GpuError::new_err(msg),
-        E::Unsupported { .. } | E::NotCpuAccessible | E::NoHugePages { .. } | E::Kernel { .. } => {
-            UnsupportedError::new_err(msg)
-        }
+        E::Unsupported { .. }
+        | E::Busy { .. }
+        | E::NotCpuAccessible
+        | E::NoHugePages { .. }
+        | E::Kernel { .. } => UnsupportedError::new_err(msg),
         E::NotRoot { .. } => NotRootError::new_err(msg),
         E::PeerReset { .. } | E::ConnectionRefused { .. } => ConnectionError::new_err(msg),
         E::Stalled { .. } => StalledError::new_err(msg),

@@ -104,6 +104,19 @@ pub enum Error {
         /// How to get it, if there is a way ([`Remedy::None`] if not).
         remedy: Remedy,
     },
+    /// What was asked for is held by someone else: a NIC queue that already has a memory
+    /// provider. Not a missing feature: the same call works elsewhere (another queue) or once
+    /// the holder let go.
+    Busy {
+        /// What was refused, e.g. "io_uring zero-copy receive (zcrx) on eth0 queue 3".
+        what: String,
+        /// What holds it, in words.
+        holder: String,
+        /// The errno (`EEXIST` or `EBUSY`).
+        source: io::Error,
+        /// The way out.
+        remedy: Remedy,
+    },
     /// No completion arrived for too long (peer stopped reading?).
     Stalled {
         /// Seconds waited.
@@ -237,10 +250,23 @@ impl Error {
 }
 
 impl Error {
+    /// The errno behind the error, where the kernel gave one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. }
+            | Error::Unsupported { source, .. }
+            | Error::Busy { source, .. } => source.raw_os_error(),
+            Error::Kernel { errno, .. } => *errno,
+            _ => None,
+        }
+    }
+
     /// The remedy the error carries, if it has a typed one.
     pub fn remedy(&self) -> Option<Remedy> {
         match self {
-            Error::Unsupported { remedy, .. } | Error::Gpu { remedy, .. } => Some(*remedy),
+            Error::Unsupported { remedy, .. }
+            | Error::Busy { remedy, .. }
+            | Error::Gpu { remedy, .. } => Some(*remedy),
             _ => None,
         }
     }
@@ -361,6 +387,14 @@ impl Error {
                 }
                 Ok(())
             }
+            Error::Busy { what, holder, source, remedy } => {
+                write!(f, "{what} is refused: {holder} ({source})")?;
+                let fix = remedy.render(leaf);
+                if !fix.is_empty() {
+                    write!(f, ": {fix}")?;
+                }
+                Ok(())
+            }
             Error::Stalled { seconds, outstanding: 0 } => write!(
                 f,
                 "no room in the socket for {seconds} s: is the receiver reading?"
@@ -396,7 +430,9 @@ impl Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Io { source, .. } | Error::Unsupported { source, .. } => Some(source),
+            Error::Io { source, .. }
+            | Error::Unsupported { source, .. }
+            | Error::Busy { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -55,12 +55,7 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn send_trial(mode: TxMode) -> Result<f64, Refusal> {
     let to_refusal = |e: crate::Error| Refusal {
-        errno: match &e {
-            crate::Error::Io { source, .. } | crate::Error::Unsupported { source, .. } => {
-                source.raw_os_error().unwrap_or(0)
-            }
-            _ => 0,
-        },
+        errno: e.errno().unwrap_or(0),
         message: e.to_string(),
     };
     let listener = crate::net::listen_tcp("127.0.0.1:0".parse().map_err(|_| Refusal {

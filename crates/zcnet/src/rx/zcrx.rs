@@ -207,10 +207,19 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
             "the queue index is past the device's RX queues".into(),
             Remedy::ChooseQueue,
         ),
-        Some(libc::EEXIST) | Some(libc::EBUSY) => (
-            "the queue already has a memory provider (another zcrx area or a devmem binding)".into(),
-            Remedy::OtherQueue,
-        ),
+        Some(libc::EEXIST) | Some(libc::EBUSY) => {
+            return Error::Busy {
+                what: format!(
+                    "io_uring zero-copy receive (zcrx){} on {} queue {}",
+                    if dmabuf.is_some() { " into a dma-buf" } else { "" },
+                    t.iface,
+                    t.queue
+                ),
+                holder: "the queue already has a memory provider (another zcrx area or a devmem binding)".into(),
+                source: e,
+                remedy: Remedy::OtherQueue,
+            }
+        }
         Some(libc::ENOSYS) => (
             "the kernel has no io_uring".into(),
             Remedy::Any(&[
@@ -910,6 +919,23 @@ mod tests {
         assert_eq!(rq_entries_for(page), 1);
         assert_eq!(rq_entries_for(3 * page), 4);
         assert_eq!(rq_entries_for(1 << 40), ZCRX_MAX_RQ_ENTRIES);
+    }
+
+    #[zcnet_testkit::test]
+    fn a_queue_with_a_memory_provider_is_busy_not_unsupported() {
+        for (errno, dmabuf) in [(libc::EEXIST, None), (libc::EBUSY, Some(4 << 20))] {
+            let e = refusal(&veth(), io::Error::from_raw_os_error(errno), dmabuf);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("on vB queue 0 is refused: the queue already has a memory provider"),
+                "{msg}"
+            );
+            assert!(!msg.contains("not supported"), "{msg}");
+            assert!(!msg.contains('\n'), "one line: {msg}");
+            assert_eq!(e.errno(), Some(errno));
+            assert_eq!(e.remedy(), Some(Remedy::OtherQueue));
+            assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+        }
     }
 
     #[zcnet_testkit::test]

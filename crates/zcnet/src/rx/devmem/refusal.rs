@@ -25,10 +25,17 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
-        Some(libc::EEXIST) | Some(libc::EBUSY) => (
-            "the queue already has a memory provider (a zcrx area or another binding) or an XDP program".to_string(),
-            Remedy::OtherQueue,
-        ),
+        Some(n @ (libc::EEXIST | libc::EBUSY)) => {
+            return Error::Busy {
+                what: format!("devmem TCP receive on {} queue {}", t.iface, t.queue),
+                holder: format!(
+                    "the queue already has a memory provider (a zcrx area or another binding) or an XDP program{}",
+                    kernel_says(e)
+                ),
+                source: io::Error::from_raw_os_error(n),
+                remedy: Remedy::OtherQueue,
+            }
+        }
         Some(libc::ERANGE) => (
             "the queue index is past the device's RX queues".to_string(),
             Remedy::ChooseQueue,
@@ -60,11 +67,7 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
             ]),
         ),
     };
-    let kernel = e
-        .extack()
-        .filter(|m| !m.is_empty())
-        .map(|m| format!("; kernel: {}", m.replace(['\n', '\r'], " ")))
-        .unwrap_or_default();
+    let kernel = kernel_says(e);
     Error::Unsupported {
         what: format!(
             "devmem TCP receive on {} queue {} ({reason}{kernel})",
@@ -73,6 +76,14 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
         source: io::Error::from_raw_os_error(errno.unwrap_or(libc::EOPNOTSUPP)),
         remedy: fix,
     }
+}
+
+/// "; kernel: " and the kernel's own message (extack), if it sent one.
+fn kernel_says(e: &zcnet_netlink::Error) -> String {
+    e.extack()
+        .filter(|m| !m.is_empty())
+        .map(|m| format!("; kernel: {}", m.replace(['\n', '\r'], " ")))
+        .unwrap_or_default()
 }
 
 /// Asks whether the device would take a binding, without a dma-buf: bind-rx with `/dev/null`

@@ -505,3 +505,42 @@ fn host_memory_arrives_as_copied_pieces_in_order() {
     assert_eq!((st.held(), st.pool.held()), (0, 0));
     assert!(st.remove(ConnId(3)), "no token outstanding: close at once");
 }
+
+#[zcnet_testkit::test]
+fn a_queue_with_a_memory_provider_is_busy_with_the_kernels_words() {
+    use zcnet_netlink::{wire::Extack, KernelError};
+    let t = Target {
+        iface: "eth1".into(),
+        ifindex: 3,
+        queue: 5,
+    };
+    for errno in [libc::EEXIST, libc::EBUSY] {
+        let e = bind_refusal(
+            &t,
+            &zcnet_netlink::Error::from_kernel(KernelError {
+                op: "bind-rx",
+                target: "ifindex 3".into(),
+                errno,
+                extack: Extack {
+                    msg: Some("rx queue already\nhas a provider".into()),
+                    ..Extack::default()
+                },
+                bad_attr: None,
+                missing_attr: None,
+            }),
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("devmem TCP receive on eth1 queue 5 is refused: the queue already has a memory provider"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("kernel: rx queue already has a provider"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "one line: {msg}");
+        assert_eq!(e.errno(), Some(errno));
+        assert_eq!(e.remedy(), Some(crate::Remedy::OtherQueue));
+        assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+    }
+}
