@@ -1,4 +1,4 @@
-//! zcnet-sys's CUDA driver bindings (`cuda.rs`) executed against the CUDA driver stand-in
+//! zcnet-sys's CUDA driver bindings (`src/cuda/`) executed against the CUDA driver stand-in
 //! (`tests/cuda-standin/standin.c`, built here with `cc`; see zcnet-testkit's `cuda_standin`).
 //! The stand-in is NOT a GPU: these tests prove the driver API is called the way the driver
 //! requires (cuInit, a current context, asynchronous copies that complete late, host pages

@@ -1,7 +1,7 @@
 /*
  * zcnet's stand-in for the CUDA driver library (libcuda.so.1), for tests on machines without a
  * GPU. NOT A GPU: nothing measured against it is a GPU figure. It implements only the driver
- * API entry points zcnet-sys/src/cuda.rs resolves, from the documented contract (cuda.h and the
+ * API entry points zcnet-sys/src/cuda/mod.rs resolves, from the documented contract (cuda.h and the
  * CUDA Driver API reference: error codes, flags, enum values), and enforces what the real driver
  * requires, plus what zcnet promises on top:
  *
