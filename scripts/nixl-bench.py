@@ -41,25 +41,10 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE / "lib"))
 sys.path.insert(0, str(REPO / "crates" / "zcnet-nixl" / "tests"))
 from netns_pair import ADDR_A, ADDR_B, NetnsPair  # noqa: E402  (scripts/lib)
-from oneline_args import OneLineParser, at_least  # noqa: E402
+from oneline_args import OneLineParser, at_least, size_list  # noqa: E402
 
 BACKENDS = ["ZCNET", "UCX"]
 DEFAULT_SIZES = "4K,64K,1M,4M,16M,64M,256M"
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def size_list(s):
-    out = []
-    for part in s.split(","):
-        p = part.strip().upper().removesuffix("B").removesuffix("I")
-        unit = p[-1] if p and p[-1] in UNITS else ""
-        num = p[: len(p) - len(unit)]
-        if not num.isdigit() or int(num) == 0:
-            raise ValueError(f"--sizes {s}: '{part}' is not a size: give sizes like 4K,1M,256M")
-        out.append(int(num) * UNITS[unit])
-    return out
-
-
 def fmt_size(n):
     for u, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if n >= m and n % m == 0:
@@ -156,7 +141,7 @@ def main():
     try:
         sizes = size_list(a.sizes)
     except ValueError as e:
-        p.error(str(e))
+        p.error(f"--sizes {a.sizes}: {e}: give sizes like 4K,1M,256M")
     try:
         (min_bytes,) = size_list(a.min_bytes)
     except ValueError:

@@ -79,7 +79,7 @@ HOST = "127.0.0.1"
 NS_EXEC = []
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
-from oneline_args import OneLineParser, at_least  # noqa: E402  (scripts/lib, beside this script)
+from oneline_args import OneLineParser, at_least, size_list  # noqa: E402  (scripts/lib, beside this script)
 
 
 def ip(*args):
@@ -108,11 +108,6 @@ def veth_up():
         raise
     HOST, NS_EXEC = "10.231.7.1", ["ip", "netns", "exec", ns]
     return down
-
-
-def parse_size(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
 
 
 # ---- child roles (run as `py-bench.py --role ROLE ...` by the parent) ----
@@ -388,10 +383,8 @@ def main():
     p.add_argument("--port", type=int)
     a = p.parse_args()
     try:
-        a.nbytes = parse_size(a.bytes)
-    except (ValueError, IndexError):
-        a.nbytes = 0
-    if a.nbytes < 1:
+        (a.nbytes,) = size_list(a.bytes)
+    except ValueError:
         p.error(f"--bytes '{a.bytes}': give a size above 0, e.g. 4G, 512M or 1048576")
     try:
         json.loads(a.py_kw)
