@@ -336,6 +336,9 @@ fn an_exhausted_buffer_ring_stalls_no_one() {
 fn an_interface_that_disappears_fails_its_connections_only() {
     zcnet_testkit::require_root("the namespace lab");
     for mode in MODES {
+        // Each step's time since the mode began, on stderr: a run that hits the time limit
+        // says which step it was in.
+        let m0 = Instant::now();
         let mut lab = Lab::new().unwrap();
         let v = lab.veth().unwrap();
         let mut cfg = EchoConfig::new(mode, "0.0.0.0:0".parse().unwrap());
@@ -375,19 +378,32 @@ fn an_interface_that_disappears_fails_its_connections_only() {
             live.accepted == 7 && live.bytes_echoed > 0,
             "{mode}: before the fault, 7 connections up and echoing: {live:?}"
         );
+        let phase = |what: &str| eprintln!("{mode}: {what} at {:.1} s", m0.elapsed().as_secs_f64());
+        phase("7 connections up and echoing");
         thread::sleep(Duration::from_millis(200));
-        let out = std::process::Command::new("ip")
-            .args(["-n", &v.a, "link", "del", "vA"])
+        // Bounded: the kernel's unregistering of a device waits for every reference to it to
+        // go, and would hold the test (and the report would only say it timed out).
+        let del = Instant::now();
+        let out = std::process::Command::new("timeout")
+            .args(["-k", "5", "60", "ip", "-n", &v.a, "link", "del", "vA"])
             .output()
             .unwrap();
         assert!(
             out.status.success(),
-            "{}",
+            "{mode}: ip link del vA exited {} after {:.1} s: {}",
+            out.status,
+            del.elapsed().as_secs_f64(),
             String::from_utf8_lossy(&out.stderr)
         );
+        phase(&format!(
+            "vA deleted ({:.2} s for ip link del)",
+            del.elapsed().as_secs_f64()
+        ));
         let h = healthy.join().unwrap();
         assert_healthy(mode.name(), &h);
+        phase("the healthy clients ended");
         let vr = veth_clients.join().unwrap();
+        phase("the veth clients ended");
         assert_eq!(
             vr.errors.len(),
             4,
@@ -407,7 +423,9 @@ fn an_interface_that_disappears_fails_its_connections_only() {
         local.duration = Duration::from_millis(300);
         let after = run_clients(&local).unwrap();
         assert_healthy(mode.name(), &after);
+        phase("clients served after the fault");
         let rep = server.stop().unwrap();
+        phase("the server stopped");
         assert_clean_stop(mode.name(), &rep);
         let veth_failures: Vec<_> = rep
             .failures
