@@ -17,7 +17,7 @@
 
 use super::{log, Desc, Engine, Hdr, Out, ERR_BACKEND, ERR_INVALID_PARAM, INLINE_MAX};
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -108,31 +108,7 @@ impl Out {
             return self.frame(h, &v);
         }
         self.frame(h, &[])?;
-        let mut done = 0u64;
-        if let Out::Plain(w) = self {
-            let mut host = vec![0u8; len.min(CHUNK) as usize];
-            while done < len {
-                let n = (len - done).min(CHUNK) as usize;
-                dev.read(addr + done, &mut host[..n])?;
-                w.write_all(&host[..n])?;
-                done += n as u64;
-            }
-            return Ok(());
-        }
-        let Some(s) = self.sender()? else {
-            return Err(io::Error::other("no sender"));
-        };
-        while done < len {
-            let mut b = s.buffer().map_err(io_err)?;
-            let Some(m) = b.bytes_mut().filter(|m| !m.is_empty()) else {
-                return Err(io::Error::other("the sender's buffers are not host memory"));
-            };
-            let n = (len - done).min(m.len() as u64) as usize;
-            dev.read(addr + done, &mut m[..n])?;
-            s.send(b, n).map_err(io_err)?;
-            done += n as u64;
-        }
-        Ok(())
+        self.produced(len, CHUNK, |off, dst| dev.read(addr + off, dst))
     }
 }
 

@@ -137,41 +137,50 @@ impl Out {
         }
     }
 
-    /// The zcnet sender, with the frames gathered so far sent first (what is sent next goes
-    /// after them).
-    pub(super) fn sender(&mut self) -> io::Result<Option<&mut zcnet::Sender>> {
+    /// `len` bytes that `produce(offset, dst)` writes into `dst`, sent through buffers of the
+    /// sender's own (each sent while the next is produced), or through a host chunk of at most
+    /// `plain_chunk` bytes for plain writes: nothing is lent to the kernel, so whatever the
+    /// bytes were made from is free again once this returns.
+    pub(super) fn produced(
+        &mut self,
+        len: u64,
+        plain_chunk: u64,
+        mut produce: impl FnMut(u64, &mut [u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut done = 0u64;
         match self {
-            Out::Plain(_) => Ok(None),
+            Out::Plain(w) => {
+                let mut host = vec![0u8; len.min(plain_chunk) as usize];
+                while done < len {
+                    let n = (len - done).min(plain_chunk) as usize;
+                    produce(done, &mut host[..n])?;
+                    w.write_all(&host[..n])?;
+                    done += n as u64;
+                }
+            }
             Out::Zc(z) => {
                 z.push()?;
-                Ok(Some(&mut z.s))
+                while done < len {
+                    let mut b = z.s.buffer().map_err(zc_err)?;
+                    let Some(m) = b.bytes_mut().filter(|m| !m.is_empty()) else {
+                        return Err(io::Error::other("the sender's buffers are not host memory"));
+                    };
+                    let n = (len - done).min(m.len() as u64) as usize;
+                    produce(done, &mut m[..n])?;
+                    z.s.send(b, n).map_err(zc_err)?;
+                    done += n as u64;
+                }
             }
         }
+        Ok(())
     }
 
     /// `n` zero bytes (the rest of a descriptor whose request was released mid-way).
-    pub(super) fn zeros(&mut self, mut n: u64) -> io::Result<()> {
-        const ZEROS: [u8; 16 << 10] = [0; 16 << 10];
-        while n > 0 {
-            let k = n.min(ZEROS.len() as u64) as usize;
-            match self {
-                Out::Plain(w) => w.write_all(&ZEROS[..k])?,
-                Out::Zc(z) => {
-                    z.push()?;
-                    let mut b = z.s.buffer().map_err(zc_err)?;
-                    let k = k.min(b.capacity());
-                    let Some(m) = b.bytes_mut() else {
-                        return Err(io::Error::other("the sender's buffers are not host memory"));
-                    };
-                    m[..k].fill(0);
-                    z.s.send(b, k).map_err(zc_err)?;
-                    n -= k as u64;
-                    continue;
-                }
-            }
-            n -= k as u64;
-        }
-        Ok(())
+    pub(super) fn zeros(&mut self, n: u64) -> io::Result<()> {
+        self.produced(n, 16 << 10, |_, dst| {
+            dst.fill(0);
+            Ok(())
+        })
     }
 
     /// Bytes sent from where they lie: NIXL's memory or an owned message.
