@@ -13,7 +13,7 @@ use std::io::{self, Read};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::wire::{recv_marked, Hdr, PayloadRead, HDR_LEN, K_READ_DATA, MARK};
+use super::wire::{recv_marked, recv_some, Hdr, PayloadRead, HDR_LEN, K_READ_DATA, MARK};
 use super::IO_BUF;
 
 /// Bytes read from the socket and not yet handled.
@@ -64,17 +64,13 @@ impl Rx {
             return Ok(false); // full (not reached: frames larger than it are read in place)
         }
         let flags = if dontwait { libc::MSG_DONTWAIT } else { 0 };
-        loop {
-            match zcnet::os::sock::recv(self.fd, &mut self.buf[self.hi..], flags) {
-                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                Ok(n) => {
-                    self.hi += n;
-                    return Ok(true);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e),
+        match recv_some(self.fd, &mut self.buf[self.hi..], flags) {
+            Ok(n) => {
+                self.hi += n;
+                Ok(true)
             }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
@@ -124,12 +120,7 @@ impl Read for Rx {
         if self.avail() == 0 {
             if out.len() >= self.buf.len() {
                 // Large reads go straight into their destination.
-                loop {
-                    match zcnet::os::sock::recv(self.fd, out, 0) {
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        r => return r,
-                    }
-                }
+                return recv_some(self.fd, out, 0);
             }
             self.fill(false)?;
         }

@@ -155,12 +155,7 @@ pub(super) fn recv_marked(fd: RawFd, dst: &mut [u8]) -> io::Result<()> {
                 zcnet::os::sock::set_recv_lowat(fd, if mark { MARK as u32 } else { 1 })?;
                 marked = mark;
             }
-            match zcnet::os::sock::recv(fd, &mut dst[off..], 0) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-                Ok(n) => off += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
+            off += recv_some(fd, &mut dst[off..], 0)?;
         }
         Ok(())
     })();
@@ -168,4 +163,16 @@ pub(super) fn recv_marked(fd: RawFd, dst: &mut [u8]) -> io::Result<()> {
         let _ = zcnet::os::sock::set_recv_lowat(fd, 1);
     }
     r
+}
+
+/// `recv(fd, buf, flags)`, again when a signal cut it short; at least one byte, the end of the
+/// stream being `UnexpectedEof`.
+pub(super) fn recv_some(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    loop {
+        match zcnet::os::sock::recv(fd, buf, flags) {
+            Ok(0) if !buf.is_empty() => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
 }
