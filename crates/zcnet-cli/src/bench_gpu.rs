@@ -12,9 +12,9 @@ use zcnet_tools::bench::PathKind;
 use zcnet_tools::gpu_rxbench::{self, GpuRxBenchConfig, GpuRxProgress, GpuRxReport};
 
 #[derive(Serialize)]
-struct Refused<'a> {
+struct Refused {
     path: &'static str,
-    reason: &'a str,
+    reason: String,
 }
 
 /// One result of `bench rx --mem cuda --json` (schema in docs/cli.md).
@@ -34,7 +34,7 @@ struct Row<'a> {
     verified: bool,
     ratio_to_host: Option<f64>,
     ratio_to_naive: Option<f64>,
-    refused: Vec<Refused<'a>>,
+    refused: Vec<Refused>,
     error: Option<&'a str>,
     /// `"(stand-in driver: not GPU figures)"` on zcnet's CUDA driver stand-in; absent on a GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -129,7 +129,7 @@ fn print_json(
                 .iter()
                 .map(|x| Refused {
                     path: x.path.name(),
-                    reason: &x.reason,
+                    reason: x.reason.render(&zcnet_tools::cli_text::Cli),
                 })
                 .collect(),
             error: row.error.as_deref(),
@@ -176,7 +176,12 @@ fn print_table(r: &GpuRxReport, standin: Option<&str>) {
             opt(r.ratio(row, "naive"), 2)
         );
         for x in &row.report.refused {
-            zcnet_tools::outln!("{:<9}   not {}: {}", "", x.path, x.reason);
+            zcnet_tools::outln!(
+                "{:<9}   not {}: {}",
+                "",
+                x.path,
+                x.reason.render(&zcnet_tools::cli_text::Cli)
+            );
         }
     }
     zcnet_tools::outln!("targets: GPU row >= 0.90 x host and >= 2.00 x naive on each path{label}");

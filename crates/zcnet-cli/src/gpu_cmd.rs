@@ -22,7 +22,7 @@ fn refusals_json(r: &[Refusal]) -> Vec<RefusalJson> {
     r.iter()
         .map(|r| RefusalJson {
             path: r.path.name(),
-            reason: r.reason.clone(),
+            reason: r.reason.render(&zcnet_tools::cli_text::Cli),
         })
         .collect()
 }

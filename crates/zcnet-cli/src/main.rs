@@ -111,11 +111,7 @@ fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
         Ok(()) if zcnet_tools::interrupt::interrupted() => std::process::exit(130),
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            // perf's failures carry the library's text: its names as the flags (--rx, --iface).
-            zcnet_tools::eoutln!(
-                "zcnet perf: error - {}",
-                zcnet_tools::cli_text::words(&e.to_string())
-            );
+            zcnet_tools::eoutln!("zcnet perf: error - {e}");
             std::process::exit(if zcnet_tools::interrupt::interrupted() {
                 130
             } else {
@@ -239,7 +235,11 @@ mod tests {
         let left = || Error::NicSetup {
             iface: "eth1".into(),
             step: "restoring the setup".into(),
-            cause: "rings-set: Invalid argument".into(),
+            cause: Box::new(Error::Kernel {
+                what: "rings-set".into(),
+                message: "Invalid argument".into(),
+                errno: Some(22),
+            }),
             undo: "the changes stay applied".into(),
         };
         let (line, code) = outcome(Err(left()), true);

@@ -171,11 +171,12 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
     let n = guard.restore().map_err(|e| Error::NicSetup {
         iface: a.iface.clone(),
         step: "restoring the setup".into(),
-        cause: zcnet_tools::cli_text::error_text(&e),
+        cause: Box::new(e),
         undo: format!(
             "the changes stay applied; undo them with 'zcnet nic restore --iface {}'",
             a.iface
-        ),
+        )
+        .into(),
     })?;
     zcnet_tools::eoutln!("{}: restored ({n} change(s) undone)", a.iface);
     held
@@ -223,11 +224,11 @@ fn channels(a: &ChannelsArgs) -> zcnet::Result<()> {
     let mut ctl = LiveNic::open(&a.iface)?;
     let no_control = || {
         Error::Kernel {
-        what: format!("channels of {}", a.iface),
+        what: format!("channels of {}", a.iface).into(),
         message: format!(
             "{} has no channel control (its driver reports no channels), so its queue count cannot be read or changed",
             a.iface
-        ),
+        ).into(),
         errno: None,
     }
     };
@@ -355,7 +356,7 @@ fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
             problem: format!(
                 "{} of {total} state file(s) not restored (each said above; an interface that is gone took its changes with it)",
                 left.len()
-            ),
+            ).into(),
         }),
     }
 }

@@ -38,7 +38,7 @@ pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
             iface: a.iface.clone(),
             active: a.active,
             all_ifaces: a.all_ifaces,
-            remedy_text: Some(zcnet_tools::cli_text::remedy_text),
+            voice: Some(&zcnet_tools::cli_text::Cli),
         },
         a.queue,
     )?;

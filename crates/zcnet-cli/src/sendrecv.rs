@@ -73,7 +73,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     // sees a connection (exit code 2, the message the sender's own refusal would have).
     let region = Region::for_sender(memory, &cfg)?;
     if let Some(e) = zcnet::tx::memlock_refusal(&region, &cfg) {
-        return Err(Error::invalid_input(e.to_string()));
+        return Err(Error::invalid_input(e.text()));
     }
     let sock: Socket = if a.udp {
         net::connect_udp_for(addr, size)?.into()
@@ -82,7 +82,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     };
     let mut tx = Sender::new(sock, region, &cfg)?;
     if let Some(n) = tx.note() {
-        zcnet_tools::eoutln!("zcnet: note: {}", zcnet_tools::cli_text::words(n));
+        zcnet_tools::eoutln!("zcnet: note: {}", n.render(&zcnet_tools::cli_text::Cli));
     }
     // What goes into each send. Only a data source writes the buffers: stdin (netcat-style),
     // or with --verify the seeded pattern at its stream offset, for the receiver to check.
@@ -127,7 +127,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             switches: st
                 .switches
                 .iter()
-                .map(|s| zcnet_tools::cli_text::words(&s.to_string()))
+                .map(|s| s.render(&zcnet_tools::cli_text::Cli))
                 .collect(),
         };
         print_json(&doc)?;
@@ -148,10 +148,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             st.cpu_seconds
         );
         for s in &st.switches {
-            zcnet_tools::eoutln!(
-                "zcnet send: auto {}",
-                zcnet_tools::cli_text::words(&s.to_string())
-            );
+            zcnet_tools::eoutln!("zcnet send: auto {}", s.render(&zcnet_tools::cli_text::Cli));
         }
     }
     if interrupted {
@@ -347,10 +344,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     let listener = listen_announced(addr)?;
     if !a.json {
         for f in rx.fallbacks() {
-            zcnet_tools::eoutln!(
-                "zcnet recv: {}",
-                zcnet_tools::cli_text::words(&f.to_string())
-            );
+            zcnet_tools::eoutln!("zcnet recv: {}", f.render(&zcnet_tools::cli_text::Cli));
         }
         if mode == RxMode::Auto {
             zcnet_tools::eoutln!("zcnet recv: auto chose {}", rx.mode());
@@ -390,7 +384,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
                 .iter()
                 .map(|f| FallbackJson {
                     tried: f.tried.name(),
-                    reason: zcnet_tools::cli_text::words(&f.reason),
+                    reason: f.reason.render(&zcnet_tools::cli_text::Cli),
                 })
                 .collect(),
             bytes: rep.recv.bytes,

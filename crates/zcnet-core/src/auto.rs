@@ -39,20 +39,32 @@ pub struct Switch {
     /// Notifications in that window.
     pub of: u32,
     /// Set when the switch was not the policy's: why zero copy could not be used at all (e.g.
-    /// its memory could not be locked), and what is used instead. One line.
-    pub reason: Option<String>,
+    /// its memory could not be locked), and what is used instead. One line, its terms typed.
+    pub reason: Option<crate::text::Text>,
 }
 
 impl Switch {
     /// A switch to copying, made at `at_ns` because zero copy could not be used: `reason` says
     /// why and what sends instead.
-    pub fn fallback(at_ns: u64, reason: impl Into<String>) -> Switch {
+    pub fn fallback(at_ns: u64, reason: impl Into<crate::text::Text>) -> Switch {
         Switch {
             at_ns,
             to: Mode::Copy,
             copied: 0,
             of: 0,
             reason: Some(reason.into()),
+        }
+    }
+
+    /// The switch in a front end's `words` (`Display` is the library's).
+    pub fn render(&self, words: &dyn crate::text::Words) -> String {
+        match &self.reason {
+            Some(reason) => format!(
+                "at {:.3}s: {}",
+                self.at_ns as f64 / 1e9,
+                reason.render(words)
+            ),
+            None => self.to_string(),
         }
     }
 }

@@ -37,6 +37,8 @@
 //! - payloads and protocols: [`pattern`] (the seeded byte pattern), [`dgram`] (UDP datagrams
 //!   checked against it), [`nccl`] (the NCCL plugin's chunking and matching).
 //! - [`probe`]: the probe's verdict rules: facts in, a verdict, reason and remedy out.
+//! - [`text`](mod@text): messages as data: words and typed terms (settings, modes, memory kinds, calls)
+//!   that each front end renders in its own language.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -53,6 +55,7 @@ pub mod sendzc;
 pub mod staging;
 pub mod stats;
 pub mod tcp_info;
+pub mod text;
 pub mod tpacket;
 pub mod udp_frame;
 pub mod xdp_prog;

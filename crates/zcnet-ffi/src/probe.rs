@@ -47,7 +47,7 @@ pub fn probe_json(iface: Option<&str>, active: bool) -> Result<CString> {
         iface: iface.map(str::to_string),
         active,
         all_ifaces: false,
-        remedy_text: None,
+        voice: None,
     })?;
     let text = serde_json::to_string_pretty(&zcnet::probe::json::to_json(&r)).unwrap_or_default();
     // JSON escapes control characters, so the text has no NUL.

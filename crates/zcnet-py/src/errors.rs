@@ -2,6 +2,8 @@
 //! (what failed, the kernel's reason, the remedy), and `errno` where the kernel gave one.
 
 use pyo3::prelude::*;
+use zcnet::text::{Call, Field, Library, Memory, Term, Words};
+use zcnet::Voice;
 
 pyo3::create_exception!(
     zcnet,
@@ -64,82 +66,59 @@ pyo3::create_exception!(
     "The receiver has no buffer left to receive into because Python holds them (zcnet.Buffer objects, or arrays and tensors made from them, still referenced); `held` says how many."
 );
 
-/// One remedy in Python's words: the keyword arguments that carry it out.
-fn remedy_text(r: &zcnet::Remedy) -> String {
-    use zcnet::{MemoryKind, Remedy};
-    match r {
-        Remedy::UseRxMode(m) => format!("use mode=\"{}\"", m.name()),
-        Remedy::UseTxMode(m) => format!("use mode=\"{}\"", m.name()),
-        Remedy::UseMemory(MemoryKind::Anonymous) => "use host memory (mem=\"host\")".into(),
-        Remedy::UseMemory(MemoryKind::Cuda(_)) => {
-            "use GPU memory (mem=\"cuda\", exported as a dma-buf)".into()
+/// The Python binding's voice: settings as the keyword arguments that set them, modes as
+/// `mode="..."`, memory kinds as `mem="..."`, and the NIC calls the binding lacks as the `zcnet`
+/// commands that make them.
+pub(crate) struct Py;
+
+impl Words for Py {
+    fn term(&self, t: &Term) -> String {
+        match t {
+            Term::Field(Field::RxAreaLen) => "area=".into(),
+            Term::Field(Field::RxDmabuf) => "mem=\"cuda\"".into(),
+            Term::Field(Field::TxDmabuf) => "a dma-buf (GPU memory)".into(),
+            Term::Field(f) => match f.path() {
+                Some((_, name)) => format!("{name}="),
+                None => Library.term(t),
+            },
+            Term::TxMode { name, .. } | Term::RxMode { name, .. } => format!("mode=\"{name}\""),
+            Term::Memory(Memory::Host) => "host memory (mem=\"host\")".into(),
+            Term::Memory(Memory::Cuda) => "GPU memory (mem=\"cuda\")".into(),
+            Term::Memory(Memory::Huge) => "huge pages".into(),
+            Term::Memory(Memory::Udmabuf) => "a udmabuf".into(),
+            Term::Memory(Memory::Auto) => "host memory".into(),
+            Term::Call(Call::NicSetup { .. } | Call::NicSetupFlow) => "'zcnet nic setup'".into(),
+            Term::Call(Call::SetChannels { .. }) => "'zcnet nic channels'".into(),
+            Term::Call(Call::NicRestore { .. }) => "'zcnet nic restore'".into(),
+            other => Library.term(other),
         }
-        Remedy::Staging => "receive by staging (mode=\"auto\")".into(),
-        Remedy::FewerRxBuffers => "use fewer or smaller buffers (buffers=, buf_size=)".into(),
-        Remedy::FewerSends => "use fewer or smaller sends in flight (inflight=, buf_size=)".into(),
-        Remedy::SmallerArea => "use a smaller area=".into(),
-        other => words(&other.library_text()),
     }
 }
 
-/// The library's names for what a keyword sets, as the keyword: `RxConfig::area_len` is
-/// `area=`, `TxMode::UringZc` is `mode="uring-zc"`, `MemoryKind::Anonymous` host memory.
-pub(crate) fn words(text: &str) -> String {
-    let mut pairs: Vec<(String, String)> = vec![
-        ("RxConfig::area_len".into(), "area=".into()),
-        ("RxConfig::low_water".into(), "low_water=".into()),
-        ("RxConfig::dmabuf".into(), "mem=\"cuda\"".into()),
-        ("TxConfig::dmabuf".into(), "a dma-buf (GPU memory)".into()),
-        (
-            "MemoryKind::Anonymous".into(),
-            "host memory (mem=\"host\")".into(),
-        ),
-        (
-            "MemoryKind::Cuda".into(),
-            "GPU memory (mem=\"cuda\")".into(),
-        ),
-        ("MemoryKind::Huge".into(), "huge pages".into()),
-        ("MemoryKind::Udmabuf".into(), "a udmabuf".into()),
-        ("MemoryKind::Auto".into(), "host memory".into()),
-    ];
-    pairs.extend(
-        zcnet::tx::TxMode::NAMED
-            .iter()
-            .map(|m| (format!("TxMode::{m:?}"), format!("mode=\"{}\"", m.name()))),
-    );
-    pairs.extend(
-        zcnet::rx::RxMode::ALL
-            .iter()
-            .map(|m| (format!("RxMode::{m:?}"), format!("mode=\"{}\"", m.name()))),
-    );
-    // Longest first: `TxMode::UringZc` before `TxMode::Uring`.
-    pairs.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
-    let mut s = text.to_string();
-    for (from, to) in &pairs {
-        s = s.replace(from.as_str(), to);
+impl Voice for Py {
+    fn remedy(&self, r: &zcnet::Remedy) -> Option<String> {
+        use zcnet::{MemoryKind, Remedy};
+        Some(match r {
+            Remedy::UseRxMode(m) => format!("use mode=\"{}\"", m.name()),
+            Remedy::UseTxMode(m) => format!("use mode=\"{}\"", m.name()),
+            Remedy::UseMemory(MemoryKind::Anonymous) => "use host memory (mem=\"host\")".into(),
+            Remedy::UseMemory(MemoryKind::Cuda(_)) => {
+                "use GPU memory (mem=\"cuda\", exported as a dma-buf)".into()
+            }
+            Remedy::Staging => "receive by staging (mode=\"auto\")".into(),
+            Remedy::FewerRxBuffers => "use fewer or smaller buffers (buffers=, buf_size=)".into(),
+            Remedy::FewerSends => {
+                "use fewer or smaller sends in flight (inflight=, buf_size=)".into()
+            }
+            Remedy::SmallerArea => "use a smaller area=".into(),
+            _ => return None,
+        })
     }
-    // The NIC calls the binding does not have: the commands that make them.
-    s = s.replace(zcnet::nic::NIC_SETUP, "'zcnet nic setup' (");
-    s = s.replace(zcnet::nic::SET_CHANNELS, "'zcnet nic channels' (");
-    s = s.replace("nic::NicGuard::apply", "'zcnet nic setup'");
-    s = s.replace("nic::restore_from_file", "'zcnet nic restore'");
-    // Any other field: its keyword (`RxConfig::buffers` is `buffers=`).
-    for prefix in ["RxConfig::", "TxConfig::", "ProbeOptions::"] {
-        while let Some(at) = s.find(prefix) {
-            let rest = &s[at + prefix.len()..];
-            let end = rest
-                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .unwrap_or(rest.len());
-            let field = rest[..end].to_string();
-            s = format!("{}{field}={}", &s[..at], &rest[end..]);
-        }
-    }
-    s
 }
 
-/// A library error's message in Python's words ([`words`], [`remedy_text`]).
+/// A library error's message in Python's words ([`Py`]).
 pub(crate) fn text(e: &zcnet::Error) -> String {
-    words(&e.display_with(&remedy_text).to_string())
+    e.render(&Py)
 }
 
 /// The Python exception for a library error.

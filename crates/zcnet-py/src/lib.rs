@@ -165,7 +165,7 @@ fn probe(
         iface,
         active,
         all_ifaces,
-        remedy_text: None,
+        voice: Some(&errors::Py),
     };
     let report = py
         .detach(move || zcnet::probe::probe_queue(&opts, queue))

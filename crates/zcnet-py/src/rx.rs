@@ -423,7 +423,7 @@ impl Receiver {
         for f in self.inner.fallbacks() {
             let e = PyDict::new(py);
             e.set_item("tried", f.tried.name())?;
-            e.set_item("reason", crate::errors::words(&f.reason))?;
+            e.set_item("reason", f.reason.render(&crate::errors::Py))?;
             fb.append(e)?;
         }
         d.set_item("fallbacks", fb)?;
@@ -446,7 +446,7 @@ impl Receiver {
             for r in &g.refused {
                 let e = PyDict::new(py);
                 e.set_item("path", r.path.name())?;
-                e.set_item("reason", crate::errors::words(&r.reason))?;
+                e.set_item("reason", r.reason.render(&crate::errors::Py))?;
                 rl.append(e)?;
             }
             gd.set_item("refused", rl)?;

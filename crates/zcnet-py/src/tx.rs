@@ -106,7 +106,10 @@ fn stats_dict<'py>(
         e.set_item("to", w.to.name())?;
         e.set_item("copied", w.copied)?;
         e.set_item("of", w.of)?;
-        e.set_item("reason", w.reason.as_deref().map(crate::errors::words))?;
+        e.set_item(
+            "reason",
+            w.reason.as_ref().map(|r| r.render(&crate::errors::Py)),
+        )?;
         sw.append(e)?;
     }
     d.set_item("switches", sw)?;
@@ -468,7 +471,7 @@ impl Sender {
         };
         drop(g);
         let mode = tx.mode();
-        let note = tx.note().map(crate::errors::words);
+        let note = tx.note().map(|n| n.render(&crate::errors::Py));
         // Nothing is outstanding: the library's flush returns at once.
         let stats = py
             .detach(move || OnThisThread(tx.finish()))
@@ -481,7 +484,14 @@ impl Sender {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let g = self.lock()?;
         let tx = g.as_ref().ok_or_else(finished)?.sender();
-        stats_dict(py, &tx.stats(), tx.mode(), tx.note(), self.device_bytes())
+        let note = tx.note().map(|n| n.render(&errors::Py));
+        stats_dict(
+            py,
+            &tx.stats(),
+            tx.mode(),
+            note.as_deref(),
+            self.device_bytes(),
+        )
     }
 
     /// The mechanism.

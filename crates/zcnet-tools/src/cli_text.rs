@@ -4,108 +4,155 @@
 //! `TxMode`, `nic::NicGuard::apply`); this is the one place that maps its remedies to the CLI.
 
 use zcnet::region::MemoryKind;
-use zcnet::{Error, Remedy};
+use zcnet::text::{Call, Field, Library, Memory, Term, Words};
+use zcnet::{Error, Remedy, Voice};
 
-/// One remedy in the CLI's words (the leaf renderer for [`Remedy::render`]).
-pub fn remedy_text(r: &Remedy) -> String {
-    match r {
-        Remedy::UseRxMode(m) => format!("use --rx {}", m.name()),
-        Remedy::UseTxMode(m) => format!("use --tx {}", m.name()),
-        Remedy::UseMemory(MemoryKind::Anonymous) => "use --mem host".into(),
-        Remedy::UseMemory(MemoryKind::Cuda(_)) => {
-            "use a device region (--mem cuda, exported as a dma-buf)".into()
+/// The `zcnet` command's voice: settings as the flags that set them, modes and memory kinds
+/// as `--tx`/`--rx`/`--mem` values, the library's NIC and probe calls as the commands that make
+/// them, and its own wording of the remedies it says differently.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cli;
+
+impl Words for Cli {
+    fn term(&self, t: &Term) -> String {
+        match t {
+            Term::Field(f) => field_flag(*f).to_string(),
+            Term::TxMode { name, .. } => format!("--tx {name}"),
+            Term::RxMode { name, .. } => format!("--rx {name}"),
+            Term::Memory(m) => format!("--mem {}", m.name()),
+            Term::Call(c) => call_command(c),
+            other => Library.term(other),
         }
-        Remedy::UseMemory(MemoryKind::Udmabuf) => {
-            "use --mem udmabuf (host memory made a dma-buf, where /dev/udmabuf exists)".into()
-        }
-        Remedy::UseMemory(k) => format!("use --mem {}", k.name()),
-        Remedy::Staging => "receive by staging (--rx auto)".into(),
-        Remedy::SetupNic => {
-            "run 'zcnet nic setup --iface IFACE' (header split on, hds-thresh 0)".into()
-        }
-        Remedy::SteerFlow => "steer the flow to the queue and turn header split on ('zcnet nic setup --iface IFACE --queue Q --port P')".into(),
-        Remedy::ProbeIface => "check 'zcnet probe --iface IFACE'".into(),
-        Remedy::ChooseQueue => "pick a --queue below the RX queue count ('zcnet probe --iface IFACE' lists the queues), or leave --queue out".into(),
-        Remedy::OtherQueue => "use another --queue, or stop the other user of the queue".into(),
-        Remedy::SmallerArea => "use a smaller --area".into(),
-        Remedy::PageSizedArea => "give --area a page multiple of at least one page".into(),
-        Remedy::SmallerDmabuf => "use a smaller dma-buf (--area)".into(),
-        Remedy::DmabufUpTo1G => "use a dma-buf of 1 GiB or less (--area)".into(),
-        Remedy::FewerRxBuffers => "use fewer/smaller --buffers".into(),
-        Remedy::FewerSends => "use a smaller --inflight/--size".into(),
-        Remedy::LessGpuMemory => "use less GPU memory (send: --size, --inflight; recv: --area) or free GPU memory (nvidia-smi shows who holds it)".into(),
-        Remedy::RaiseMemlock => "raise the locked-memory limit (ulimit -l)".into(),
-        Remedy::StartReceiver(addr) => {
-            format!("start a receiver there first (zcnet recv --listen {addr})")
-        }
-        other => other.library_text(),
     }
 }
 
-/// The library's names for what a flag sets, as the CLI's flags, for messages that name them
-/// (the modes and memory kinds are added by [`words`]).
-const FIELDS: [(&str, &str); 29] = [
-    ("RxConfig::area_len", "--area"),
-    ("RxConfig::iface", "--iface"),
-    ("RxConfig::queue", "--queue"),
-    ("RxConfig::no_device", "--no-device"),
-    ("RxConfig::buffers", "--buffers"),
-    ("RxConfig::buf_size", "--buf-size"),
-    ("RxConfig::dmabuf", "--mem cuda or udmabuf"),
-    ("TxConfig::dmabuf", "--mem cuda or udmabuf"),
-    (
-        "TxConfig::iface",
-        "the interface the route to the peer leaves by",
-    ),
-    ("TxConfig::buffers", "--inflight"),
-    ("Region::anonymous", "--mem host"),
-    ("Region::huge", "--mem hugepage"),
-    ("Region::cuda", "--mem cuda"),
-    ("Region::for_sender", "--mem auto"),
-    ("Region::write_at", "a write into device memory"),
-    ("Region::read_at", "a read of device memory"),
-    ("Sender::send_lent", "lent buffers"),
-    ("RxConfig::low_water", "--rcvlowat"),
-    ("RxConfig::mode", "--rx"),
-    ("TxConfig::mode", "--tx"),
-    ("TxConfig::inflight", "--inflight"),
-    ("TxConfig::window", "--window"),
-    ("TxConfig::buf_size", "--size"),
-    ("ProbeOptions::iface", "--iface IF"),
-    ("ProbeOptions::all_ifaces", "--all-ifaces"),
-    ("ProbeOptions::active", "--active"),
-    ("the queue given to probe_queue", "--queue"),
-    ("NicSetup::flow", "--port"),
-    ("another pattern seed", "another --seed"),
-];
+impl Voice for Cli {
+    fn remedy(&self, r: &Remedy) -> Option<String> {
+        Some(match r {
+            Remedy::UseRxMode(m) => format!("use --rx {}", m.name()),
+            Remedy::UseTxMode(m) => format!("use --tx {}", m.name()),
+            Remedy::UseMemory(MemoryKind::Anonymous) => "use --mem host".into(),
+            Remedy::UseMemory(MemoryKind::Cuda(_)) => {
+                "use a device region (--mem cuda, exported as a dma-buf)".into()
+            }
+            Remedy::UseMemory(MemoryKind::Udmabuf) => {
+                "use --mem udmabuf (host memory made a dma-buf, where /dev/udmabuf exists)".into()
+            }
+            Remedy::UseMemory(k) => format!("use --mem {}", k.name()),
+            Remedy::Staging => "receive by staging (--rx auto)".into(),
+            Remedy::SetupNic => {
+                "run 'zcnet nic setup --iface IFACE' (header split on, hds-thresh 0)".into()
+            }
+            Remedy::SteerFlow => "steer the flow to the queue and turn header split on ('zcnet nic setup --iface IFACE --queue Q --port P')".into(),
+            Remedy::ProbeIface => "check 'zcnet probe --iface IFACE'".into(),
+            Remedy::ChooseQueue => "pick a --queue below the RX queue count ('zcnet probe --iface IFACE' lists the queues), or leave --queue out".into(),
+            Remedy::OtherQueue => "use another --queue, or stop the other user of the queue".into(),
+            Remedy::SmallerArea => "use a smaller --area".into(),
+            Remedy::PageSizedArea => "give --area a page multiple of at least one page".into(),
+            Remedy::SmallerDmabuf => "use a smaller dma-buf (--area)".into(),
+            Remedy::DmabufUpTo1G => "use a dma-buf of 1 GiB or less (--area)".into(),
+            Remedy::FewerRxBuffers => "use fewer/smaller --buffers".into(),
+            Remedy::FewerSends => "use a smaller --inflight/--size".into(),
+            Remedy::LessGpuMemory => "use less GPU memory (send: --size, --inflight; recv: --area) or free GPU memory (nvidia-smi shows who holds it)".into(),
+            Remedy::RaiseMemlock => "raise the locked-memory limit (ulimit -l)".into(),
+            Remedy::StartReceiver(addr) => {
+                format!("start a receiver there first (zcnet recv --listen {addr})")
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// The flag (or words) that sets a library setting.
+fn field_flag(f: Field) -> &'static str {
+    match f {
+        Field::RxAreaLen => "--area",
+        Field::RxIface => "--iface",
+        Field::RxQueue | Field::ProbeQueue => "--queue",
+        Field::RxNoDevice => "--no-device",
+        Field::RxBuffers => "--buffers",
+        Field::RxBufSize => "--buf-size",
+        Field::RxDmabuf | Field::TxDmabuf => "--mem cuda or udmabuf",
+        Field::RxLowWater => "--rcvlowat",
+        Field::RxMode => "--rx",
+        Field::TxIface => "the interface the route to the peer leaves by",
+        Field::TxBuffers | Field::TxInflight => "--inflight",
+        Field::TxWindow => "--window",
+        Field::TxBufSize => "--size",
+        Field::TxMode => "--tx",
+        Field::ProbeIface => "--iface IF",
+        Field::ProbeAllIfaces => "--all-ifaces",
+        Field::ProbeActive => "--active",
+        Field::NicFlow => "--port",
+        Field::PatternSeed => "another --seed",
+        _ => "an option",
+    }
+}
+
+/// The command (or words) that makes a library call.
+fn call_command(c: &Call) -> String {
+    match c {
+        Call::NicSetup {
+            iface: Some(i),
+            queue: Some(q),
+        } => format!("zcnet nic setup --iface {i} --queue {q} --port PORT"),
+        Call::NicSetup { iface: Some(i), .. } => format!("zcnet nic setup --iface {i}"),
+        Call::NicSetup { .. } => "'zcnet nic setup --iface IFACE'".into(),
+        Call::NicSetupFlow => "'zcnet nic setup --iface IFACE --queue Q --port P'".into(),
+        Call::NicRestore { iface: Some(i) } => format!("'zcnet nic restore --iface {i}'"),
+        Call::NicRestore { iface: None } => "'zcnet nic restore'".into(),
+        Call::SetChannels {
+            iface: Some(i),
+            change: Some((kind, n)),
+        } => format!("zcnet nic channels --iface {i} --{kind} {n}"),
+        Call::SetChannels { iface: Some(i), .. } => format!("zcnet nic channels --iface {i}"),
+        Call::SetChannels { .. } => "'zcnet nic channels'".into(),
+        Call::Probe => "'zcnet probe --iface IFACE'".into(),
+        Call::RegionAnonymous => "--mem host".into(),
+        Call::RegionHuge => "--mem hugepage".into(),
+        Call::RegionCuda => "--mem cuda".into(),
+        Call::RegionForSender => "--mem auto".into(),
+        Call::RegionWriteAt => "a write into device memory".into(),
+        Call::RegionReadAt => "a read of device memory".into(),
+        Call::SendLent => "lent buffers".into(),
+        other => Library.term(&Term::Call(*other)),
+    }
+}
+
+/// One remedy in the CLI's words.
+pub fn remedy_text(r: &Remedy) -> String {
+    r.render(&Cli)
+}
 
 /// The prefix of the library's pointer to a NIC restore, followed by the interface and `)`.
 const RESTORE: &str = "nic::restore_from_file (interface ";
 
-/// Library text in the CLI's words: config fields, modes and memory kinds as the flags that
-/// set them, and a NIC restore as the `zcnet nic restore` command.
+/// Text the library rendered in its own words (the probe's findings and the receivers'
+/// fallback notes, still strings), in the CLI's: every term [`Cli`] says differently, and a NIC
+/// restore as the `zcnet nic restore` command. Errors never come through here: they are
+/// rendered in [`Cli`]'s words from their terms ([`error_text`]).
 pub fn words(text: &str) -> String {
-    let mut pairs: Vec<(String, String)> = FIELDS
+    let mut terms: Vec<Term> = Field::ALL.iter().map(|f| Term::Field(*f)).collect();
+    terms.extend(zcnet::tx::TxMode::NAMED.iter().map(|m| m.term()));
+    terms.extend(zcnet::rx::RxMode::ALL.iter().map(|m| m.term()));
+    terms.extend(Memory::ALL.iter().map(|m| Term::Memory(*m)));
+    terms.extend(
+        [
+            Call::RegionAnonymous,
+            Call::RegionHuge,
+            Call::RegionCuda,
+            Call::RegionForSender,
+            Call::RegionWriteAt,
+            Call::RegionReadAt,
+            Call::SendLent,
+            Call::NicSetupFlow,
+        ]
+        .map(Term::Call),
+    );
+    let mut pairs: Vec<(String, String)> = terms
         .iter()
-        .map(|(a, b)| ((*a).to_string(), (*b).to_string()))
+        .map(|t| (Library.term(t), Cli.term(t)))
         .collect();
-    pairs.extend(
-        zcnet::tx::TxMode::NAMED
-            .iter()
-            .map(|m| (format!("TxMode::{m:?}"), format!("--tx {}", m.name()))),
-    );
-    pairs.extend(
-        zcnet::rx::RxMode::ALL
-            .iter()
-            .map(|m| (format!("RxMode::{m:?}"), format!("--rx {}", m.name()))),
-    );
-    pairs.extend([
-        ("MemoryKind::Anonymous".into(), "--mem host".into()),
-        ("MemoryKind::Auto".into(), "--mem auto".into()),
-        ("MemoryKind::Huge".into(), "--mem hugepage".into()),
-        ("MemoryKind::Udmabuf".into(), "--mem udmabuf".into()),
-        ("MemoryKind::Cuda".into(), "--mem cuda".into()),
-    ]);
     // Longest first: `TxMode::UringZc` before `TxMode::Uring`.
     pairs.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
     let mut s = text.to_string();
@@ -190,10 +237,10 @@ pub fn exit_code(e: &Error) -> i32 {
     }
 }
 
-/// A library error as the `zcnet` command prints it: its remedies in flags and commands
-/// ([`remedy_text`]), and the rest in the CLI's [`words`].
+/// A library error as the `zcnet` command prints it: its terms and remedies in [`Cli`]'s
+/// words.
 pub fn error_text(e: &Error) -> String {
-    words(&e.display_with(&remedy_text).to_string())
+    e.render(&Cli)
 }
 
 #[cfg(test)]
@@ -268,7 +315,7 @@ mod tests {
     fn every_remedy_has_cli_words() {
         for r in Remedy::examples() {
             let lib = r.to_string();
-            let cli = words(&r.render(&remedy_text));
+            let cli = r.render(&Cli);
             assert!(
                 !cli.contains("RxConfig::") && !cli.contains("TxMode::"),
                 "{r:?}: {cli}"

@@ -89,7 +89,8 @@ pub fn no_dummy_driver(kernel: Option<&str>) -> Error {
     Error::Unsupported {
         what: format!(
             "the dummy path (a dummy device the kernel sends through without copying and whose driver drops: this kernel has no dummy driver, CONFIG_DUMMY{said})"
-        ),
+        )
+        .into(),
         source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
         remedy: zcnet::Remedy::Other("boot a kernel built with CONFIG_DUMMY=y or =m (the kernel lab has it: scripts/kernel-lab.sh --kernel 7.2 -- zcnet bench tx --path dummy), or use --path sink (an ifb device that drops: the same measurement)"),
     }

@@ -597,7 +597,7 @@ fn run_case(
     row.fallbacks = server
         .fallbacks()
         .iter()
-        .map(|f| crate::cli_text::words(&f.to_string()))
+        .map(|f| f.render(&crate::cli_text::Cli))
         .collect();
     let mut ccfg = ClientConfig::new(server.addr());
     ccfg.netns = client_ns;
@@ -639,11 +639,7 @@ fn run_case(
     row.copied_bytes = srv.rx.copied_bytes;
     row.zerocopy_bytes = srv.rx.zerocopy_bytes;
     row.unknown_copy_bytes = srv.rx.unknown_copy_bytes;
-    row.server_failures = srv
-        .failures
-        .iter()
-        .map(|f| crate::cli_text::words(&f.to_string()))
-        .collect();
+    row.server_failures = srv.failures.iter().map(|f| f.to_string()).collect();
     if srv.mode != mode.mode {
         row.chosen = Some(chosen(srv.mode));
     }

@@ -1,8 +1,9 @@
 //! One error type for the whole library. Every message is one line that names the cause and,
 //! where there is one, the fix.
 
-use crate::remedy::Remedy;
-use std::fmt;
+use crate::remedy::{Remedy, Voice};
+use crate::text::{Field, Library, Text};
+use std::fmt::{self, Write as _};
 use std::io;
 use std::net::SocketAddr;
 
@@ -55,7 +56,7 @@ pub enum Error {
     MemlockTooSmall {
         /// What needs the locked memory, e.g. "the io_uring ring (8 KiB) and the 512 KiB
         /// region registered with it".
-        what: String,
+        what: Text,
         /// Bytes the kernel charges for it (the remedy covers them).
         need: u64,
         /// The soft limit.
@@ -98,7 +99,7 @@ pub enum Error {
     /// The kernel refused a mechanism.
     Unsupported {
         /// What was refused.
-        what: String,
+        what: Text,
         /// The errno.
         source: io::Error,
         /// How to get it, if there is a way ([`Remedy::None`] if not).
@@ -109,9 +110,9 @@ pub enum Error {
     /// the holder let go.
     Busy {
         /// What was refused, e.g. "io_uring zero-copy receive (zcrx) on eth0 queue 3".
-        what: String,
+        what: Text,
         /// What holds it, in words.
-        holder: String,
+        holder: Text,
         /// The errno (`EEXIST` or `EBUSY`).
         source: io::Error,
         /// The way out.
@@ -138,9 +139,9 @@ pub enum Error {
     /// The kernel refused a control-plane request (netlink or ethtool ioctl).
     Kernel {
         /// What was asked, e.g. "rings-set on eth0" (empty when the message already says it).
-        what: String,
+        what: Text,
         /// The kernel's answer, with its extack message where it sent one.
-        message: String,
+        message: Text,
         /// The errno, if the kernel sent one.
         errno: Option<i32>,
     },
@@ -149,26 +150,26 @@ pub enum Error {
         /// The interface.
         iface: String,
         /// The step that failed, e.g. "enabling header split".
-        step: String,
-        /// Why (the kernel's own message).
-        cause: String,
+        step: Text,
+        /// Why: the error the step met.
+        cause: Box<Error>,
         /// What happened to the changes before it.
-        undo: String,
+        undo: Text,
     },
     /// A NIC state file is unreadable or from another version.
     NicState {
         /// The file.
         path: std::path::PathBuf,
         /// What is wrong.
-        problem: String,
+        problem: Text,
     },
     /// CUDA memory could not be had or used: no driver, no such device, out of GPU memory, an
     /// export or copy the driver refused.
     Gpu {
         /// What was being done, e.g. "allocating 64 MiB on cuda:0".
-        what: String,
+        what: Text,
         /// The driver's answer (or what is missing).
-        cause: String,
+        cause: Text,
         /// How to get it working, or the alternative.
         remedy: Remedy,
         /// The request itself was wrong (e.g. `cuda:7` with two GPUs): exit code 2.
@@ -177,7 +178,7 @@ pub enum Error {
     /// Another system call failed.
     Io {
         /// What was being done.
-        context: String,
+        context: Text,
         /// The error.
         source: io::Error,
     },
@@ -190,7 +191,7 @@ impl Error {
     /// ends at signals: [`Cancel::ending_at_signals`](crate::Cancel::ending_at_signals)), and
     /// a wait the token ended says `Interrupted`; either way the run was asked to stop, it did
     /// not fail.
-    pub fn io(context: impl Into<String>, source: io::Error) -> Error {
+    pub fn io(context: impl Into<Text>, source: io::Error) -> Error {
         if source.kind() == io::ErrorKind::Interrupted {
             return Error::Interrupted;
         }
@@ -204,7 +205,7 @@ impl Error {
     /// errno text follows it). Its source has [`io::ErrorKind::InvalidInput`];
     /// [`Error::is_bad_argument`] tells it from an `EINVAL` of the kernel, and it is one of
     /// [`Error::is_caller_mistake`].
-    pub fn invalid_input(what: impl Into<String>) -> Error {
+    pub fn invalid_input(what: impl Into<Text>) -> Error {
         Error::io(
             what,
             io::Error::new(io::ErrorKind::InvalidInput, BadArgument),
@@ -271,40 +272,34 @@ impl Error {
         }
     }
 
-    /// The message with every [`Remedy`] in it rendered by `leaf` (see [`Remedy::render`]):
-    /// how a front end (the `zcnet` command) words the remedies in its own language. The
-    /// `Display` of the error is this with [`Remedy::library_text`].
-    pub fn display_with<'a>(
-        &'a self,
-        leaf: &'a dyn Fn(&Remedy) -> String,
-    ) -> impl fmt::Display + 'a {
-        Rendered { e: self, leaf }
+    /// The message in `voice`: every setting, mode, memory kind and call it names, and every
+    /// [`Remedy`], in the front end's words (the `zcnet` command's flags, Python's keyword
+    /// arguments). `Display` is this in the library's own words ([`Library`]).
+    pub fn render(&self, voice: &dyn Voice) -> String {
+        let mut t = Text::new();
+        // Writing into a Text cannot fail.
+        let _ = self.write_in(&mut t, &|r| Text::from(r.render(voice)));
+        t.render(voice)
     }
-}
 
-struct Rendered<'a> {
-    e: &'a Error,
-    leaf: &'a dyn Fn(&Remedy) -> String,
-}
-
-impl fmt::Display for Rendered<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.e.fmt_with(f, self.leaf)
+    /// The message as data: its settings, modes, memory kinds and calls typed, its remedies in
+    /// the library's wording ([`Remedy::text`]), for a front end to render later or for a
+    /// message that carries this one.
+    pub fn text(&self) -> Text {
+        let mut t = Text::new();
+        let _ = self.write_in(&mut t, &|r| r.text());
+        t
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.fmt_with(f, &Remedy::library_text)
+        f.write_str(&self.render(&Library))
     }
 }
 
 impl Error {
-    fn fmt_with(
-        &self,
-        f: &mut fmt::Formatter<'_>,
-        leaf: &dyn Fn(&Remedy) -> String,
-    ) -> fmt::Result {
+    fn write_in(&self, f: &mut Text, fix: &dyn Fn(&Remedy) -> Text) -> fmt::Result {
         match self {
             Error::UnknownMode { given } => write!(
                 f,
@@ -328,7 +323,9 @@ impl Error {
                 "{addr} is not an address of this host: listen on one of its addresses ('ip -brief address' lists them), or on 0.0.0.0 or [::] for all of them"
             ),
             Error::ConnectionRefused { addr } => {
-                write!(f, "connection refused by {addr}: {}", Remedy::StartReceiver(*addr).render(leaf))
+                write!(f, "connection refused by {addr}: ")?;
+                f.push(fix(&Remedy::StartReceiver(*addr)));
+                Ok(())
             }
             Error::NotRoot { what } => write!(f, "{what} needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run it with sudo"),
             Error::MemlockTooSmall {
@@ -339,10 +336,9 @@ impl Error {
                 shared,
             } => {
                 let kib = zcnet_core::memlock::ulimit_kib(*need, *limit, *shared);
-                write!(
-                    f,
-                    "RLIMIT_MEMLOCK ({limit} B) is too small for {what}, which locks {need} B"
-                )?;
+                write!(f, "RLIMIT_MEMLOCK ({limit} B) is too small for ")?;
+                f.push(what.clone());
+                write!(f, ", which locks {need} B")?;
                 if *shared {
                     f.write_str(" (other locked memory of this user counts against the same limit)")?;
                 }
@@ -357,13 +353,15 @@ impl Error {
                         hard / 1024
                     )?;
                 }
-                write!(f, ") or {}", Remedy::FewerSends.render(leaf))
+                f.push(") or ");
+                f.push(fix(&Remedy::FewerSends));
+                Ok(())
             }
             Error::NoHugePages { pages } => write!(
                 f,
-                "no free 2 MiB huge pages for {pages} page(s): reserve them with 'echo {pages} > /proc/sys/vm/nr_hugepages' or {}",
-                Remedy::UseMemory(crate::region::MemoryKind::Anonymous).render(leaf)
-            ),
+                "no free 2 MiB huge pages for {pages} page(s): reserve them with 'echo {pages} > /proc/sys/vm/nr_hugepages' or "
+            )
+            .map(|()| f.push(fix(&Remedy::UseMemory(crate::region::MemoryKind::Anonymous)))),
             Error::OptmemExhausted { optmem_max } => write!(
                 f,
                 "MSG_ZEROCOPY send failed with ENOBUFS: net.core.optmem_max ({}) cannot hold its notifications; raise it with 'sysctl -w net.core.optmem_max={}' (per network namespace)",
@@ -380,18 +378,24 @@ impl Error {
                 "region of {have} B cannot hold the {need} B of buffers asked for: use a larger region or fewer/smaller buffers"
             ),
             Error::Unsupported { what, source, remedy } => {
-                write!(f, "{what} is not supported here ({source})")?;
-                let fix = remedy.render(leaf);
+                f.push(what.clone());
+                write!(f, " is not supported here ({source})")?;
+                let fix = fix(remedy);
                 if !fix.is_empty() {
-                    write!(f, ": {fix}")?;
+                    f.push(": ");
+                    f.push(fix);
                 }
                 Ok(())
             }
             Error::Busy { what, holder, source, remedy } => {
-                write!(f, "{what} is refused: {holder} ({source})")?;
-                let fix = remedy.render(leaf);
+                f.push(what.clone());
+                f.push(" is refused: ");
+                f.push(holder.clone());
+                write!(f, " ({source})")?;
+                let fix = fix(remedy);
                 if !fix.is_empty() {
-                    write!(f, ": {fix}")?;
+                    f.push(": ");
+                    f.push(fix);
                 }
                 Ok(())
             }
@@ -403,26 +407,55 @@ impl Error {
                 f,
                 "no send completion for {seconds} s with {outstanding} buffer(s) held by the kernel: is the receiver reading?"
             ),
-            Error::Verify(m) => write!(f, "{m}: the data was corrupted, reordered or sent with another pattern seed"),
+            Error::Verify(m) => write!(f, "{m}: the data was corrupted, reordered or sent with ")
+                .map(|()| f.push(Field::PatternSeed)),
             Error::Protocol(e) => write!(f, "kernel completion protocol violated: {e} (please report this)"),
             Error::Interrupted => write!(f, "interrupted"),
             Error::UnknownInterface { given } => write!(
                 f,
                 "no interface named '{given}' in this network namespace: list them with 'ip link'"
             ),
-            Error::Kernel { what, message, .. } if what.is_empty() => f.write_str(message),
-            Error::Kernel { what, message, .. } => write!(f, "{what}: {message}"),
-            Error::NicSetup { iface, step, cause, undo } => {
-                write!(f, "nic setup on {iface}: {step} failed: {cause}; {undo}")
+            Error::Kernel { what, message, .. } if what.is_empty() => {
+                f.push(message.clone());
+                Ok(())
             }
-            Error::NicState { path, problem } => write!(
-                f,
-                "NIC state file {}: {problem}: check it by hand, then delete it",
-                path.display()
-            ),
-            Error::Gpu { what, cause, remedy, .. } => write!(f, "{what}: {cause}: {}", remedy.render(leaf)),
-            Error::Io { context, .. } if self.is_bad_argument() => f.write_str(context),
-            Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::Kernel { what, message, .. } => {
+                f.push(what.clone());
+                f.push(": ");
+                f.push(message.clone());
+                Ok(())
+            }
+            Error::NicSetup { iface, step, cause, undo } => {
+                write!(f, "nic setup on {iface}: ")?;
+                f.push(step.clone());
+                f.push(" failed: ");
+                cause.write_in(f, fix)?;
+                f.push("; ");
+                f.push(undo.clone());
+                Ok(())
+            }
+            Error::NicState { path, problem } => {
+                write!(f, "NIC state file {}: ", path.display())?;
+                f.push(problem.clone());
+                f.push(": check it by hand, then delete it");
+                Ok(())
+            }
+            Error::Gpu { what, cause, remedy, .. } => {
+                f.push(what.clone());
+                f.push(": ");
+                f.push(cause.clone());
+                f.push(": ");
+                f.push(fix(remedy));
+                Ok(())
+            }
+            Error::Io { context, .. } if self.is_bad_argument() => {
+                f.push(context.clone());
+                Ok(())
+            }
+            Error::Io { context, source } => {
+                f.push(context.clone());
+                write!(f, ": {source}")
+            }
         }
     }
 }

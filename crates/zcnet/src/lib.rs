@@ -51,9 +51,11 @@ pub mod xsk;
 pub use cancel::Cancel;
 pub use error::{Error, Result};
 pub use region::{MemoryKind, Region, TxBuf};
-pub use remedy::Remedy;
+pub use remedy::{Remedy, Voice};
 pub use rx::{ConnId, Receiver, RxBuf, RxConfig, RxEvent, RxMode, RxStats};
 pub use tx::{Sender, Socket, TxConfig, TxMode, TxStats};
+/// Messages as data: words and typed terms each front end says its own way (zcnet-core's).
+pub use zcnet_core::text;
 pub use zcnet_core::Pattern;
 
 /// Reads an integer sysctl (`/proc/sys/<path>`), if present.

@@ -371,10 +371,14 @@ pub fn receive_stream_until_failure(
                                             .and_then(|()| Ok(p.verify(rep.bytes, &back)?))
                                     }
                                     _ => Err(Error::io(
-                                        format!(
-                                            "cannot verify: {} B at stream offset {} landed in device memory this receiver cannot read back; verify with a GPU region (MemoryKind::Cuda), or do not verify",
-                                            b.len(),
-                                            rep.bytes
+                                        crate::text!(
+                                            format!(
+                                                "cannot verify: {} B at stream offset {} landed in device memory this receiver cannot read back; verify with a GPU region (",
+                                                b.len(),
+                                                rep.bytes
+                                            ),
+                                            crate::text::Memory::Cuda,
+                                            "), or do not verify",
                                         ),
                                         std::io::ErrorKind::Unsupported.into(),
                                     )),

@@ -92,7 +92,7 @@ fn ifindex(iface: &str) -> Result<u32> {
 fn link_of(nl: &mut Rtnl, iface: &str, ifindex: u32) -> Result<LinkState> {
     let l = nl.link_get(ifindex).map_err(kernel_err)?;
     let mtu = l.mtu.ok_or_else(|| Error::Kernel {
-        what: format!("reading the MTU of {iface}"),
+        what: format!("reading the MTU of {iface}").into(),
         errno: None,
         message: "the kernel's RTM_NEWLINK has no IFLA_MTU".into(),
     })?;

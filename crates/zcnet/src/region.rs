@@ -65,6 +65,18 @@ impl MemoryKind {
         }
     }
 
+    /// The kind as a term of a message ([`crate::text`](mod@crate::text)), which each front end says its way.
+    pub fn term(self) -> crate::text::Term {
+        use crate::text::Memory;
+        crate::text::Term::Memory(match self {
+            MemoryKind::Anonymous => Memory::Host,
+            MemoryKind::Auto => Memory::Auto,
+            MemoryKind::Huge => Memory::Huge,
+            MemoryKind::Cuda(_) => Memory::Cuda,
+            MemoryKind::Udmabuf => Memory::Udmabuf,
+        })
+    }
+
     /// Whether it is device memory.
     pub fn is_device(self) -> bool {
         matches!(self, MemoryKind::Cuda(_))
@@ -184,7 +196,11 @@ impl Region {
                         Remedy::Other("boot a kernel built with CONFIG_UDMABUF=y (or =m and 'modprobe udmabuf')"),
                         Remedy::All(&[
                             Remedy::UseMemory(MemoryKind::Anonymous),
-                            Remedy::Other("devmem transmit then needs device memory (MemoryKind::Cuda)"),
+                            Remedy::Say(&[
+                                crate::text::Piece::Str("devmem transmit then needs device memory ("),
+                                crate::text::Piece::Term(crate::text::Term::Memory(crate::text::Memory::Cuda)),
+                                crate::text::Piece::Str(")"),
+                            ]),
                         ]),
                     ])
                 }
@@ -197,9 +213,10 @@ impl Region {
                 _ => Remedy::None,
             };
             Error::Unsupported {
-                what: format!(
-                    "a udmabuf region of {len} B (MemoryKind::Udmabuf: {})",
-                    zcnet_sys::devmem::explain_udmabuf_errno(errno)
+                what: crate::text!(
+                    format!("a udmabuf region of {len} B ("),
+                    MemoryKind::Udmabuf.term(),
+                    format!(": {})", zcnet_sys::devmem::explain_udmabuf_errno(errno)),
                 ),
                 source: e,
                 remedy: fix,
@@ -281,11 +298,11 @@ impl Region {
             .map_err(|e| crate::gpu::gpu_error(format!("reading cuda:{ord}"), e))?;
         if !info.dma_buf {
             return Err(Error::Gpu {
-                what: format!("exporting cuda:{ord} memory as a dma-buf"),
+                what: format!("exporting cuda:{ord} memory as a dma-buf").into(),
                 cause: format!(
                     "{} does not report CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED",
                     info.name
-                ),
+                ).into(),
                 remedy: Remedy::Other("use the open NVIDIA kernel modules (r515+) on a kernel with dma-buf support; staging works without it"),
                 bad_argument: false,
             });
@@ -442,9 +459,10 @@ fn write_mapping(map: &Mapping, off: usize, data: &[u8]) -> Result<()> {
         Some(mem) => mem
             .write(off as u64, data)
             .map_err(|e| device_error(map, "copying to", e)),
-        None => Err(Error::invalid_input(
-            "Region::write_at on host memory: write through the region's buffers (TxBuf::write)",
-        )),
+        None => Err(Error::invalid_input(crate::text!(
+            crate::text::Call::RegionWriteAt,
+            " on host memory: write through the region's buffers (TxBuf::write)",
+        ))),
     }
 }
 
@@ -456,8 +474,9 @@ fn read_mapping(map: &Mapping, off: usize, out: &mut [u8]) -> Result<()> {
         Some(mem) => mem
             .read(off as u64, out)
             .map_err(|e| device_error(map, "copying from", e)),
-        None => Err(Error::invalid_input(
-            "Region::read_at on host memory: read through the region's buffers",
-        )),
+        None => Err(Error::invalid_input(crate::text!(
+            crate::text::Call::RegionReadAt,
+            " on host memory: read through the region's buffers",
+        ))),
     }
 }

@@ -1,11 +1,14 @@
 //! What to do about an error, as data: [`Remedy`]. Its `Display` speaks the library's language
 //! (config fields, modes, functions); a front end (the `zcnet` command, a binding) renders each
-//! remedy in its own (flags, keyword arguments) with [`Error::display_with`].
+//! remedy in its own (flags, keyword arguments) through its [`Voice`], as it renders the
+//! error around it ([`Error::render`]).
 //!
-//! [`Error::display_with`]: crate::Error::display_with
+//! [`Error::render`]: crate::Error::render
 
 use crate::region::MemoryKind;
 use crate::rx::RxMode;
+use crate::text;
+use crate::text::{Call, Field, Library, Piece, Term, Text, Words};
 use crate::tx::TxMode;
 use std::fmt;
 use std::net::SocketAddr;
@@ -68,6 +71,8 @@ pub enum Remedy {
     NeedKernel(&'static str),
     /// A remedy that names no option of any front end.
     Other(&'static str),
+    /// A remedy in words and terms (settings, modes, calls) that each front end says its way.
+    Say(&'static [Piece]),
     /// Any one of these.
     Any(&'static [Remedy]),
     /// All of these, in order.
@@ -110,70 +115,167 @@ impl Remedy {
             Remedy::StartReceiver(SocketAddr::from(([127, 0, 0, 1], 5201))),
             Remedy::NeedKernel("Linux 6.15+"),
             Remedy::Other("please report this"),
+            Remedy::Say(&[
+                Piece::Str("set "),
+                Piece::Term(Term::Field(Field::RxIface)),
+                Piece::Str(" to the NIC"),
+            ]),
             Remedy::Any(&[Remedy::SetupNic, Remedy::UseRxMode(RxMode::Uring)]),
             Remedy::All(&[Remedy::RaiseMemlock, Remedy::SmallerArea]),
         ]);
         v
     }
 
-    /// Renders the remedy with `leaf` for everything but the nesting: alternatives joined by
-    /// ", or ", steps by " and ". `leaf` is called for every variant other than
-    /// [`Remedy::Any`] and [`Remedy::All`].
-    pub fn render(&self, leaf: &dyn Fn(&Remedy) -> String) -> String {
+    /// The remedy in `voice`: each leaf in the front end's own wording where it has one
+    /// ([`Voice::remedy`]), else the library's [`Remedy::text`] with its terms in the front
+    /// end's words; alternatives joined by ", or ", steps by " and ".
+    pub fn render(&self, voice: &dyn Voice) -> String {
         match self {
-            Remedy::Any(rs) => join(rs, ", or ", leaf),
-            Remedy::All(rs) => join(rs, " and ", leaf),
-            r => leaf(r),
+            Remedy::Any(rs) => join(rs, ", or ", voice),
+            Remedy::All(rs) => join(rs, " and ", voice),
+            r => voice.remedy(r).unwrap_or_else(|| r.text().render(voice)),
         }
     }
 
-    /// The library's wording of one remedy that is not [`Remedy::Any`] or [`Remedy::All`].
-    pub fn library_text(&self) -> String {
+    /// The library's wording of the remedy, its settings, modes, memory kinds and calls as
+    /// typed terms ([`crate::text`](mod@crate::text)).
+    pub fn text(&self) -> Text {
         match self {
-            Remedy::None => String::new(),
-            Remedy::UseRxMode(m) => format!("use RxMode::{m:?}"),
-            Remedy::UseTxMode(m) => format!("use TxMode::{m:?}"),
-            Remedy::Staging => "receive by staging (RxMode::Auto)".into(),
-            Remedy::UseMemory(MemoryKind::Anonymous) => {
-                "use host memory (MemoryKind::Anonymous)".into()
+            Remedy::None => Text::new(),
+            Remedy::UseRxMode(m) => text!("use ", m.term()),
+            Remedy::UseTxMode(m) => text!("use ", m.term()),
+            Remedy::Staging => text!("receive by staging (", RxMode::Auto.term(), ")"),
+            Remedy::UseMemory(k @ MemoryKind::Anonymous) => {
+                text!("use host memory (", k.term(), ")")
             }
-            Remedy::UseMemory(MemoryKind::Cuda(_)) => {
-                "use device memory (MemoryKind::Cuda, exported as a dma-buf)".into()
+            Remedy::UseMemory(k @ MemoryKind::Cuda(_)) => {
+                text!("use device memory (", k.term(), ", exported as a dma-buf)")
             }
-            Remedy::UseMemory(MemoryKind::Udmabuf) => {
-                "use host memory made a dma-buf (MemoryKind::Udmabuf, where /dev/udmabuf exists)"
-                    .into()
-            }
-            Remedy::UseMemory(MemoryKind::Huge) => "use huge pages (MemoryKind::Huge)".into(),
-            Remedy::UseMemory(MemoryKind::Auto) => {
-                "use host memory of the library's choice (MemoryKind::Auto, Region::for_sender)".into()
-            }
-            Remedy::SetupNic => "turn header split on (hds-thresh 0) on the interface with nic::NicGuard::apply".into(),
-            Remedy::SteerFlow => "steer the flow to the queue and turn header split on (a nic::NicSetup with the queue and the port)".into(),
-            Remedy::ProbeIface => "check what probe::probe reports for the interface".into(),
-            Remedy::ChooseQueue => "pick a queue (RxConfig::queue) below the RX queue count (probe::probe lists the queues), or leave it unset".into(),
-            Remedy::OtherQueue => "use another queue (RxConfig::queue), or stop the other user of the queue".into(),
-            Remedy::SmallerArea => "use a smaller receive area (RxConfig::area_len)".into(),
-            Remedy::PageSizedArea => "make the receive area (RxConfig::area_len) a page multiple of at least one page".into(),
-            Remedy::SmallerDmabuf => "use a smaller dma-buf (RxConfig::dmabuf)".into(),
-            Remedy::DmabufUpTo1G => "use a dma-buf of 1 GiB or less (RxConfig::dmabuf)".into(),
-            Remedy::FewerRxBuffers => "use fewer or smaller buffers (RxConfig::buffers, RxConfig::buf_size)".into(),
-            Remedy::FewerSends => "use fewer or smaller sends in flight (TxConfig::inflight, TxConfig::buf_size)".into(),
-            Remedy::LessGpuMemory => "use less GPU memory (sends: TxConfig::buf_size, TxConfig::inflight; receives: RxConfig::area_len or a smaller region) or free GPU memory (nvidia-smi shows who holds it)".into(),
+            Remedy::UseMemory(k @ MemoryKind::Udmabuf) => text!(
+                "use host memory made a dma-buf (",
+                k.term(),
+                ", where /dev/udmabuf exists)"
+            ),
+            Remedy::UseMemory(k @ MemoryKind::Huge) => text!("use huge pages (", k.term(), ")"),
+            Remedy::UseMemory(k @ MemoryKind::Auto) => text!(
+                "use host memory of the library's choice (",
+                k.term(),
+                ", ",
+                Call::RegionForSender,
+                ")"
+            ),
+            Remedy::SetupNic => text!(
+                "turn header split on (hds-thresh 0) on the interface with ",
+                Call::NicSetup {
+                    iface: None,
+                    queue: None
+                }
+            ),
+            Remedy::SteerFlow => text!(
+                "steer the flow to the queue and turn header split on (",
+                Call::NicSetupFlow,
+                ")"
+            ),
+            Remedy::ProbeIface => text!("check what ", Call::Probe, " reports for the interface"),
+            Remedy::ChooseQueue => text!(
+                "pick a queue (",
+                Field::RxQueue,
+                ") below the RX queue count (",
+                Call::Probe,
+                " lists the queues), or leave it unset"
+            ),
+            Remedy::OtherQueue => text!(
+                "use another queue (",
+                Field::RxQueue,
+                "), or stop the other user of the queue"
+            ),
+            Remedy::SmallerArea => text!("use a smaller receive area (", Field::RxAreaLen, ")"),
+            Remedy::PageSizedArea => text!(
+                "make the receive area (",
+                Field::RxAreaLen,
+                ") a page multiple of at least one page"
+            ),
+            Remedy::SmallerDmabuf => text!("use a smaller dma-buf (", Field::RxDmabuf, ")"),
+            Remedy::DmabufUpTo1G => text!("use a dma-buf of 1 GiB or less (", Field::RxDmabuf, ")"),
+            Remedy::FewerRxBuffers => text!(
+                "use fewer or smaller buffers (",
+                Field::RxBuffers,
+                ", ",
+                Field::RxBufSize,
+                ")"
+            ),
+            Remedy::FewerSends => text!(
+                "use fewer or smaller sends in flight (",
+                Field::TxInflight,
+                ", ",
+                Field::TxBufSize,
+                ")"
+            ),
+            Remedy::LessGpuMemory => text!(
+                "use less GPU memory (sends: ",
+                Field::TxBufSize,
+                ", ",
+                Field::TxInflight,
+                "; receives: ",
+                Field::RxAreaLen,
+                " or a smaller region) or free GPU memory (nvidia-smi shows who holds it)"
+            ),
             Remedy::RaiseMemlock => "raise the locked-memory limit (RLIMIT_MEMLOCK)".into(),
             Remedy::RunAsRoot => "run it as root (CAP_NET_ADMIN)".into(),
-            Remedy::EnableIoUring => "turn io_uring on: 'sysctl -w kernel.io_uring_disabled=0'".into(),
-            Remedy::StartReceiver(addr) => format!("start a receiver listening on {addr} first"),
-            Remedy::NeedKernel(k) => format!("needs {k}"),
-            Remedy::Other(s) => (*s).to_string(),
-            Remedy::Any(_) | Remedy::All(_) => self.render(&Remedy::library_text),
+            Remedy::EnableIoUring => {
+                "turn io_uring on: 'sysctl -w kernel.io_uring_disabled=0'".into()
+            }
+            Remedy::StartReceiver(addr) => {
+                format!("start a receiver listening on {addr} first").into()
+            }
+            Remedy::NeedKernel(k) => format!("needs {k}").into(),
+            Remedy::Other(s) => (*s).into(),
+            Remedy::Say(pieces) => Text::from(*pieces),
+            Remedy::Any(rs) => join_text(rs, ", or "),
+            Remedy::All(rs) => join_text(rs, " and "),
         }
     }
 }
 
-fn join(rs: &[Remedy], sep: &str, leaf: &dyn Fn(&Remedy) -> String) -> String {
+/// A front end's language: its [`Words`] for the terms of a message, and its own wording of
+/// the remedies it says differently from the library (a flag where the library names a field).
+/// The library's own voice is [`Library`]; the `zcnet` command, the Python binding and the C
+/// ABI each have theirs.
+pub trait Voice: Words {
+    /// This front end's wording of one remedy (never [`Remedy::Any`] or [`Remedy::All`]), or
+    /// `None` for the library's text with its terms in this front end's words.
+    fn remedy(&self, r: &Remedy) -> Option<String> {
+        let _ = r;
+        None
+    }
+}
+
+impl Voice for Library {}
+
+impl fmt::Debug for dyn Voice + Sync {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Voice")
+    }
+}
+
+fn join_text(rs: &[Remedy], sep: &'static str) -> Text {
+    let mut t = Text::new();
+    for r in rs {
+        let part = r.text();
+        if part.is_empty() {
+            continue;
+        }
+        if !t.is_empty() {
+            t.push(sep);
+        }
+        t.push(part);
+    }
+    t
+}
+
+fn join(rs: &[Remedy], sep: &str, voice: &dyn Voice) -> String {
     rs.iter()
-        .map(|r| r.render(leaf))
+        .map(|r| r.render(voice))
         .filter(|s| !s.is_empty())
         .collect::<Vec<_>>()
         .join(sep)
@@ -181,6 +283,6 @@ fn join(rs: &[Remedy], sep: &str, leaf: &dyn Fn(&Remedy) -> String) -> String {
 
 impl fmt::Display for Remedy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.render(&Remedy::library_text))
+        f.write_str(&self.render(&Library))
     }
 }

@@ -457,28 +457,28 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig, umem_len: usize) -> Er
         }
         Some(libc::EPERM) => Error::NotRoot { what: "AF_XDP" },
         Some(libc::EAFNOSUPPORT) => Error::Unsupported {
-            what,
+            what: what.into(),
             source: e,
             remedy: Remedy::Other("the kernel has no AF_XDP: build it with CONFIG_XDP_SOCKETS=y"),
         },
         Some(libc::EOPNOTSUPP) if cfg.mode == XskMode::ZeroCopy => Error::Unsupported {
-            what,
+            what: what.into(),
             source: e,
             remedy: Remedy::Other("the driver has no AF_XDP zero-copy support: use copy mode (XskMode::Copy)"),
         },
         Some(libc::EINVAL) => Error::Unsupported {
-            what,
+            what: what.into(),
             source: e,
             remedy: Remedy::Other("the interface has no such queue (see 'ethtool -l IFACE'), or the frame/ring sizes are invalid"),
         },
         Some(libc::EBUSY) => Error::Unsupported {
-            what,
+            what: what.into(),
             source: e,
             remedy: Remedy::Other("another AF_XDP socket is bound to that queue: close it or use another queue"),
         },
         // xsk_bind with XDP_SHARED_UMEM: the socket to share with is not a bound AF_XDP socket.
         Some(libc::EBADF | libc::ENOPROTOOPT | libc::ENOTSOCK) => Error::Unsupported {
-            what: format!("{what} sharing a UMEM"),
+            what: format!("{what} sharing a UMEM").into(),
             source: e,
             remedy: Remedy::Other("the socket to share the UMEM with is closed or not bound: share with an open Xsk"),
         },
@@ -518,9 +518,13 @@ impl Xsk {
             // after the socket closes (the pool is released later); memory zcnet maps itself
             // outlives that (unmapping leaves pinned pages alone), a caller's heap memory would
             // be reused meanwhile. XDP_UMEM_REG also wants it page-aligned.
-            return Err(Error::invalid_input(
-                "an AF_XDP UMEM must be memory zcnet maps (Region::anonymous or Region::huge), not the caller's",
-            ));
+            return Err(Error::invalid_input(crate::text!(
+                "an AF_XDP UMEM must be memory zcnet maps (",
+                crate::text::Call::RegionAnonymous,
+                " or ",
+                crate::text::Call::RegionHuge,
+                "), not the caller's",
+            )));
         }
         let ifindex = zcnet_sys::zcrx::if_index(iface).ok_or_else(|| Error::UnknownInterface {
             given: iface.to_string(),
@@ -703,7 +707,7 @@ impl Xsk {
         let prog = BpfProg::load_xdp(&insns, "zcnet_xsk").map_err(|e| Error::Kernel {
             what: "the kernel refused the XDP program".into(),
             errno: e.source.raw_os_error(),
-            message: format!("{} (a bug in zcnet: please report it with this log)", e),
+            message: format!("{} (a bug in zcnet: please report it with this log)", e).into(),
         })?;
         let modes: &[XdpAttachMode] = match self.config.xdp_mode {
             XdpMode::Auto => &[XdpAttachMode::Native, XdpAttachMode::Generic],
@@ -741,12 +745,12 @@ impl Xsk {
         let what = format!("attaching the {} XDP program to {iface}", mode.name());
         Err(match e.raw_os_error() {
             Some(libc::EBUSY) | Some(libc::EEXIST) => Error::Unsupported {
-                what,
+                what: what.into(),
                 source: e,
                 remedy: Remedy::Other("another XDP program is attached to the interface: detach it ('ip link set dev IFACE xdp off', or end the process holding its bpf link) or use another interface"),
             },
             Some(libc::EOPNOTSUPP) => Error::Unsupported {
-                what,
+                what: what.into(),
                 source: e,
                 remedy: Remedy::Other("the driver has no native XDP: use XdpMode::Generic or Auto"),
             },

@@ -445,7 +445,7 @@ fn uring_zc_on_huge_pages_says_so() {
             Region::anonymous(len).unwrap()
         };
         let tx = Sender::new(Socket::from(s), region, &cfg).unwrap();
-        tx.note().unwrap_or("").to_string()
+        tx.note().map(|n| n.to_string()).unwrap_or_default()
     };
     const SAYS: &str = "SEND_ZC from huge pages";
     for mode in [TxMode::UringZc, TxMode::Auto] {

@@ -59,7 +59,7 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
                 iface: Some("vB".into()),
                 active: false,
                 all_ifaces: false,
-                remedy_text: None,
+                voice: None,
             };
             let r = probe(&one).unwrap();
             assert_eq!(r.interfaces.len(), 1);
@@ -69,7 +69,7 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
                     iface: Some(name.into()),
                     active: false,
                     all_ifaces: false,
-                    remedy_text: None,
+                    voice: None,
                 };
                 match probe(&opts) {
                     Err(Error::UnknownInterface { given }) => assert_eq!(given, name),

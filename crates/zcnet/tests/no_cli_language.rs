@@ -248,9 +248,30 @@ fn a_front_end_words_remedies_itself() {
     };
     let lib = e.to_string();
     assert!(lib.contains("RxMode::Uring"), "{lib}");
-    let shout = |r: &Remedy| r.library_text().to_uppercase();
-    let other = e.display_with(&shout).to_string();
-    assert!(other.ends_with(": TURN HEADER SPLIT ON (HDS-THRESH 0) ON THE INTERFACE WITH NIC::NICGUARD::APPLY, or USE RXMODE::URING"), "{other}");
+    // A voice that says terms its own way and one remedy in its own words.
+    struct Shout;
+    impl zcnet::text::Words for Shout {
+        fn term(&self, t: &zcnet::text::Term) -> String {
+            zcnet::text::Words::term(&zcnet::text::Library, t).to_uppercase()
+        }
+    }
+    impl zcnet::Voice for Shout {
+        fn remedy(&self, r: &Remedy) -> Option<String> {
+            matches!(r, Remedy::SetupNic).then(|| "SET THE NIC UP".to_string())
+        }
+    }
+    let other = e.render(&Shout);
+    assert!(
+        other.ends_with(": SET THE NIC UP, or use RXMODE::URING"),
+        "{other}"
+    );
+    // The same error as data: its remedies in the library's wording, its terms typed.
+    let t = e.text();
+    assert!(
+        t.terms().any(|t| *t == zcnet::rx::RxMode::Uring.term()),
+        "{t}"
+    );
+    assert_eq!(t.to_string(), lib);
 }
 
 zcnet_testkit::main!();

@@ -43,7 +43,7 @@ fn run_in(
     let sock = Socket::from(TcpStream::connect(addr).expect("connect"));
     let mut tx = Sender::new(sock, region, &cfg).expect("sender");
     let nodelay = zcnet_sys::sock::nodelay(tx.socket().as_raw_fd()).expect("getsockopt");
-    let note = tx.note().map(str::to_string);
+    let note = tx.note().map(|n| n.to_string());
     let buffers = tx.buffers();
     for _ in 0..64 {
         let mut b = tx.buffer().expect("buffer");

@@ -16,8 +16,8 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
     let addr = "127.0.0.1:9".parse().unwrap();
     let s = |x: &str| x.to_string();
     let gpu = |bad_argument| E::Gpu {
-        what: s("allocating 1 MiB on cuda:7"),
-        cause: s("no such device"),
+        what: s("allocating 1 MiB on cuda:7").into(),
+        cause: s("no such device").into(),
         remedy: zcnet::Remedy::Other("use cuda:0"),
         bad_argument,
     };
@@ -37,7 +37,7 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
         (E::NotRoot { what: "nic setup" }, ZCNET_E_PERMISSION),
         (
             E::MemlockTooSmall {
-                what: s("the io_uring ring (8 KiB) and the 1 MiB region registered with it"),
+                what: s("the io_uring ring (8 KiB) and the 1 MiB region registered with it").into(),
                 need: (1 << 20) + (8 << 10),
                 limit: 8 << 10,
                 hard: 8 << 10,
@@ -63,7 +63,7 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
         (E::RegionTooSmall { need: 2, have: 1 }, ZCNET_E_INVALID),
         (
             E::Unsupported {
-                what: s("zcrx"),
+                what: s("zcrx").into(),
                 source: errno(libc::EOPNOTSUPP),
                 remedy: zcnet::Remedy::Any(&[
                     zcnet::Remedy::Other("use a NIC with header split"),
@@ -95,8 +95,8 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
         (E::UnknownInterface { given: s("eth9") }, ZCNET_E_INVALID),
         (
             E::Kernel {
-                what: s("rings-set on lo"),
-                message: s("not supported"),
+                what: s("rings-set on lo").into(),
+                message: s("not supported").into(),
                 errno: Some(95),
             },
             ZCNET_E_UNSUPPORTED,
@@ -104,16 +104,20 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
         (
             E::NicSetup {
                 iface: s("eth0"),
-                step: s("enabling header split"),
-                cause: s("EOPNOTSUPP"),
-                undo: s("nothing to undo"),
+                step: s("enabling header split").into(),
+                cause: Box::new(E::Kernel {
+                    what: "rings-set".into(),
+                    message: s("Operation not supported").into(),
+                    errno: Some(95),
+                }),
+                undo: s("nothing to undo").into(),
             },
             ZCNET_E_UNSUPPORTED,
         ),
         (
             E::NicState {
                 path: "/run/x".into(),
-                problem: s("torn"),
+                problem: s("torn").into(),
             },
             ZCNET_E_IO,
         ),

@@ -14,7 +14,7 @@ use zcnet::{Error, Result};
 
 /// The error for a lab thread that panicked (its `join` failed).
 fn panicked(what: &str) -> Error {
-    Error::io(what, std::io::Error::other("panicked"))
+    Error::io(what.to_string(), std::io::Error::other("panicked"))
 }
 
 type CaseResult = Result<(TxStats, Option<u64>, Option<String>)>;
@@ -32,7 +32,7 @@ pub fn send_for(
         return send_gpu_for(sock, region, tcfg, memory, duration);
     }
     let mut tx = Sender::new(sock, region, tcfg)?;
-    let note = tx.note().map(crate::cli_text::words);
+    let note = tx.note().map(|n| n.render(&crate::cli_text::Cli));
     // Read the clock once per buffers' worth of sends (about once per wait), as the raw
     // baseline does.
     let mut until = Until::new(size, None, Some(Instant::now() + duration), tx.buffers());

@@ -678,11 +678,8 @@ fn add_run(row: &mut TxRow, st: &TxStats, received: Option<u64>, sample: bool) {
     if let Some(r) = received {
         row.received_bytes = Some(row.received_bytes.unwrap_or(0) + r);
     }
-    row.switches.extend(
-        st.switches
-            .iter()
-            .map(|s| crate::cli_text::words(&s.to_string())),
-    );
+    row.switches
+        .extend(st.switches.iter().map(|s| s.render(&crate::cli_text::Cli)));
     if let Some(r) = received {
         if r != st.bytes {
             row.error = Some(format!(

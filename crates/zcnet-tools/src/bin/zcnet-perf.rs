@@ -21,10 +21,7 @@ fn main() {
         zcnet_tools::eoutln!("zcnet-perf: warning: {e}: Ctrl-C will not stop a test cleanly");
     }
     if let Err(e) = perf::run(&cli.args) {
-        zcnet_tools::eoutln!(
-            "zcnet-perf: error - {}",
-            zcnet_tools::cli_text::words(&e.to_string())
-        );
+        zcnet_tools::eoutln!("zcnet-perf: error - {e}");
         std::process::exit(e.exit_code());
     }
 }

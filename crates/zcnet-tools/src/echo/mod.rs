@@ -696,7 +696,7 @@ impl Server<'_> {
                 conn: ConnId(0),
                 peer: Some(peer),
                 kind: FailKind::Add,
-                reason: e.to_string(),
+                reason: crate::cli_text::error_text(&e),
                 bytes_in: 0,
                 bytes_out: 0,
             }),

@@ -330,13 +330,29 @@ fn memlock_check(p: &TestParams, data: &DataPath) -> Result<(), PerfError> {
     };
     match zcnet::tx::memlock_refusal(&region, &cfg) {
         None => Ok(()),
-        Some(e) => Err(usage(crate::cli_text::words(
-            &e.display_with(&|r| match r {
-                zcnet::Remedy::FewerSends => "use a smaller -l".to_string(),
-                other => crate::cli_text::remedy_text(other),
-            })
-            .to_string(),
-        ))),
+        Some(e) => Err(usage(e.render(&PerfVoice))),
+    }
+}
+
+/// `zcnet perf`'s voice: the `zcnet` command's, with iperf3's `-l` for the size of a send.
+pub(crate) struct PerfVoice;
+
+impl zcnet::text::Words for PerfVoice {
+    fn term(&self, t: &zcnet::text::Term) -> String {
+        use zcnet::text::{Field, Term};
+        match t {
+            Term::Field(Field::TxBufSize) => "-l".to_string(),
+            other => crate::cli_text::Cli.term(other),
+        }
+    }
+}
+
+impl zcnet::Voice for PerfVoice {
+    fn remedy(&self, r: &zcnet::Remedy) -> Option<String> {
+        match r {
+            zcnet::Remedy::FewerSends => Some("use a smaller -l".to_string()),
+            other => crate::cli_text::Cli.remedy(other),
+        }
     }
 }
 

@@ -63,7 +63,11 @@ pub fn check_receive_path(s: &Settings) -> Result<(), PerfError> {
     let rx = zcnet::Receiver::new(&s.data.rx)?;
     if s.verbose && !s.json {
         for f in rx.fallbacks() {
-            crate::outln!("zcnet rx {}: {f}", s.data.rx.mode);
+            crate::outln!(
+                "zcnet rx {}: {}",
+                s.data.rx.mode,
+                f.render(&crate::cli_text::Cli)
+            );
         }
         crate::outln!("zcnet rx {}: using {}", s.data.rx.mode, rx.mode());
     }

@@ -51,9 +51,8 @@ impl From<zcnet::Error> for PerfError {
     fn from(e: zcnet::Error) -> PerfError {
         match e {
             zcnet::Error::Interrupted => PerfError::Interrupted,
-            // The library's text may name its own settings (`TxConfig::inflight`): every
-            // way perf shows an error (its line, -J's "error") gets the command's words.
-            e => PerfError::Failed(crate::cli_text::words(&e.to_string())),
+            // Every way perf shows an error (its line, -J's "error") is in its words.
+            e => PerfError::Failed(e.render(&super::args::PerfVoice)),
         }
     }
 }
@@ -64,11 +63,12 @@ mod tests {
 
     #[zcnet_testkit::test]
     fn a_library_error_reaches_perf_in_the_commands_words() {
-        let e = PerfError::from(zcnet::Error::invalid_input(
-            "TxConfig::inflight is 0: give at least one",
-        ));
+        let e = PerfError::from(zcnet::Error::invalid_input(zcnet::text!(
+            zcnet::text::Field::TxBufSize,
+            " is 0: give at least one",
+        )));
         let text = e.to_string();
         assert!(!text.contains("::"), "{text}");
-        assert!(text.contains("is 0: give at least one"), "{text}");
+        assert!(text.contains("-l is 0: give at least one"), "{text}");
     }
 }

@@ -566,7 +566,7 @@ pub(crate) fn sender_end<E>(
         last,
         path: Some(PathReport::Tx(TxReport {
             mode: job.path.tx,
-            note: note.or_else(|| tx.note().map(str::to_string)),
+            note: note.or_else(|| tx.note().map(|n| n.render(&crate::cli_text::Cli))),
             stats,
             notsent_lowat,
         })),

@@ -171,8 +171,11 @@ fn add_tx(t: &mut TxSide, id: i64, r: &TxReport) {
     t.unconfirmed_bytes += s.unconfirmed_bytes();
     t.notifications += s.notifications;
     t.copied_notifications += s.copied_notifications;
-    t.fallbacks
-        .extend(s.switches.iter().map(|sw| format!("stream {id}: {sw}")));
+    t.fallbacks.extend(
+        s.switches
+            .iter()
+            .map(|sw| format!("stream {id}: {}", sw.render(&crate::cli_text::Cli))),
+    );
     if let Some(n) = &r.note {
         t.fallbacks.push(format!("stream {id}: memory: {n}"));
     }
@@ -190,7 +193,7 @@ fn add_rx(t: &mut RxSide, r: &RxReport) {
     t.starved += s.starved;
     t.rcvlowat = t.rcvlowat.or(r.rcvlowat);
     for f in &r.fallbacks {
-        let line = f.to_string();
+        let line = f.render(&crate::cli_text::Cli);
         if !t.fallbacks.contains(&line) {
             t.fallbacks.push(line);
         }

@@ -76,7 +76,7 @@ fn xsk_error(e: io::Error, dev: &str, mode: XskBindMode) -> Error {
     let what = format!("AF_XDP {} bind to queue 0 of {dev}", mode.name());
     match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) if mode == XskBindMode::ZeroCopy => Error::Unsupported {
-            what,
+            what: what.into(),
             source: e,
             remedy: zcnet::Remedy::Other(
                 "the driver has no AF_XDP zero-copy support (veth, ifb and lo have none); copy mode works",

@@ -370,7 +370,7 @@ mod host {
             for (id, slot, src) in self.pending.drain(..) {
                 let result = if self.faults.fail == Some(id.0) {
                     Err(Error::Gpu {
-                        what: format!("{id}"),
+                        what: format!("{id}").into(),
                         cause: "injected copy failure".into(),
                         remedy: crate::Remedy::Other("none (test)"),
                         bad_argument: false,

@@ -132,14 +132,15 @@ const HOST: Remedy = Remedy::UseMemory(MemoryKind::Anonymous);
 
 fn no_such_device(ordinal: u32, count: usize) -> Error {
     Error::Gpu {
-        what: format!("cuda:{ordinal}"),
+        what: format!("cuda:{ordinal}").into(),
         cause: match count {
-            0 => "this machine has no CUDA device".to_string(),
-            1 => "this machine has one CUDA device (cuda:0)".to_string(),
+            0 => "this machine has no CUDA device".into(),
+            1 => "this machine has one CUDA device (cuda:0)".into(),
             n => format!(
                 "this machine has {n} CUDA devices (cuda:0 to cuda:{})",
                 n - 1
-            ),
+            )
+            .into(),
         },
         remedy: if count == 0 {
             Remedy::All(&[
@@ -206,8 +207,8 @@ pub(crate) fn gpu_error(what: impl Into<String>, e: CudaError) -> Error {
         }
     };
     Error::Gpu {
-        what,
-        cause,
+        what: what.into(),
+        cause: cause.into(),
         remedy: fix,
         bad_argument,
     }

@@ -48,8 +48,15 @@ impl std::fmt::Display for GpuPath {
 pub struct Refusal {
     /// The path.
     pub path: GpuPath,
-    /// Why (the kernel's or driver's answer, or what was not asked for).
-    pub reason: String,
+    /// Why (the kernel's or driver's answer, or what was not asked for), its terms typed.
+    pub reason: crate::text::Text,
+}
+
+impl Refusal {
+    /// "PATH refused: REASON" in a front end's words (`Display` is the library's).
+    pub fn render(&self, words: &dyn crate::text::Words) -> String {
+        format!("{} refused: {}", self.path, self.reason.render(words))
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -101,9 +108,11 @@ impl GpuSender {
         let mut refused = Vec::new();
         if !sock.is_stream() {
             if cfg.mode == TxMode::Devmem {
-                return Err(Error::invalid_input(
-                    "devmem TX sends TCP streams only: this socket sends datagrams (UDP); use TxMode::Auto, which stages them through host memory",
-                ));
+                return Err(Error::invalid_input(crate::text!(
+                    "devmem TX sends TCP streams only: this socket sends datagrams (UDP); use ",
+                    TxMode::Auto.term(),
+                    ", which stages them through host memory",
+                )));
             }
             refused.push(Refusal {
                 path: GpuPath::Devmem,
@@ -125,15 +134,20 @@ impl GpuSender {
                 Err(e) if cfg.mode == TxMode::Devmem => return Err(e),
                 Err(e) => refused.push(Refusal {
                     path: GpuPath::Devmem,
-                    reason: e.to_string(),
+                    reason: e.text(),
                 }),
             }
         } else {
             refused.push(Refusal {
                 path: GpuPath::Devmem,
-                reason: format!(
-                    "not tried (TxMode::{:?}; TxMode::Auto or TxMode::Devmem tries it)",
-                    cfg.mode
+                reason: crate::text!(
+                    "not tried (",
+                    cfg.mode.term(),
+                    "; ",
+                    TxMode::Auto.term(),
+                    " or ",
+                    TxMode::Devmem.term(),
+                    " tries it)",
                 ),
             });
         }
@@ -321,14 +335,30 @@ pub fn prepare_receive(
     super::staging::device_of(region, "receiving into GPU memory")?;
     let mut refused = Vec::new();
     let auto_with_iface = cfg.mode == RxMode::Auto && cfg.iface.is_some();
-    let not_tried = |by: RxMode| -> String {
+    let not_tried = |by: RxMode| -> crate::text::Text {
+        use crate::text::{Call, Field};
         if cfg.mode == RxMode::Auto {
-            "needs RxConfig::iface (the interface whose queue is steered, see nic::NicGuard::apply)"
-                .into()
+            crate::text!(
+                "needs ",
+                Field::RxIface,
+                " (the interface whose queue is steered, see ",
+                Call::NicSetup {
+                    iface: None,
+                    queue: None
+                },
+                ")",
+            )
         } else {
-            format!(
-                "not tried (RxMode::{:?}; RxMode::Auto with RxConfig::iface, or RxMode::{by:?}, tries it)",
-                cfg.mode
+            crate::text!(
+                "not tried (",
+                cfg.mode.term(),
+                "; ",
+                RxMode::Auto.term(),
+                " with ",
+                Field::RxIface,
+                ", or ",
+                by.term(),
+                ", tries it)",
             )
         }
     };
@@ -355,7 +385,7 @@ pub fn prepare_receive(
             Err(e) if cfg.mode == mode => return Err(e),
             Err(e) => refused.push(Refusal {
                 path,
-                reason: e.to_string(),
+                reason: e.text(),
             }),
         }
     }

@@ -75,8 +75,10 @@ fn staging_error(e: StagingError) -> Error {
 
 pub(crate) fn device_of(region: &Region, what: &str) -> Result<Arc<DeviceMem>> {
     region.device_mem().ok_or_else(|| {
-        Error::invalid_input(format!(
-            "{what}: the region is host memory; staging is for device memory (Region::cuda)"
+        Error::invalid_input(crate::text!(
+            format!("{what}: the region is host memory; staging is for device memory ("),
+            crate::text::Call::RegionCuda,
+            ")",
         ))
     })
 }

@@ -32,9 +32,9 @@ pub(crate) fn kernel_err(e: zcnet_netlink::Error) -> Error {
         }
     }
     Error::Kernel {
-        what: String::new(),
+        what: String::new().into(),
         errno: e.errno(),
-        message: e.to_string(),
+        message: e.to_string().into(),
     }
 }
 

@@ -29,6 +29,7 @@ pub use live::{ChannelCounts, LiveNic};
 use state::{Owner, Record, StateFile};
 pub use zcnet_core::probe::RxChannels;
 
+use crate::text::{Call, IfName, Text};
 use crate::{Error, Result};
 
 /// errno for "no such rule" (asm-generic/errno-base.h).
@@ -333,8 +334,9 @@ fn check_queues<C: NicControl + ?Sized>(
         return Err((
             "checking the queue",
             Error::Kernel {
-                what: format!("queue {}", setup.queue),
-                message: no_such_queue(&iface, rings, "RX queue", None, more(setup.queue + 1)),
+                what: format!("queue {}", setup.queue).into(),
+                message: no_such_queue(&iface, rings, "RX queue", None, more(setup.queue + 1))
+                    .into(),
                 errno: None,
             },
         ));
@@ -350,7 +352,8 @@ fn check_queues<C: NicControl + ?Sized>(
                 what: "RSS".into(),
                 message: format!(
                     "{iface} has one RX queue; taking it out of RSS would leave none: {add}"
-                ),
+                )
+                .into(),
                 errno: None,
             },
         ));
@@ -374,10 +377,10 @@ fn check_header_split<C: NicControl + ?Sized>(
         }) => Err((
             "reading ring parameters",
             Error::Kernel {
-                what: String::new(),
+                what: String::new().into(),
                 message: format!(
                     "{iface} reports no ring parameters (its driver has no get_ringparam, as veth, lo and ifb), so header split cannot be turned on: the kernel refuses this for root too; zero-copy receive needs a NIC with header split (mlx5, bnxt, gve, fbnic)"
-                ),
+                ).into(),
                 errno: Some(EOPNOTSUPP),
             },
         )),
@@ -395,8 +398,8 @@ pub fn preflight<C: NicControl + ?Sized>(ctl: &mut C, setup: &NicSetup) -> Resul
     let iface = ctl.name().to_string();
     let refuse = |step: &str, cause: Error| Error::NicSetup {
         iface: iface.clone(),
-        step: step.to_string(),
-        cause: cause.to_string(),
+        step: step.to_string().into(),
+        cause: Box::new(cause),
         undo: "nothing was changed".into(),
     };
     check_header_split(ctl).map_err(|(step, e)| refuse(step, e))?;
@@ -470,8 +473,12 @@ impl<C: NicControl> NicGuard<C> {
                     return Err(self.fail(
                         "checking ntuple filters",
                         Error::Kernel {
-                            what: format!("features of {name}"),
-                            message: format!("{name} does not offer ntuple-filters, so flows cannot be steered to a queue: steer no port (NicSetup::flow) and pick the queue RSS hashes the flow to"),
+                            what: format!("features of {name}").into(),
+                            message: crate::text!(
+                                format!("{name} does not offer ntuple-filters, so flows cannot be steered to a queue: steer no port ("),
+                                crate::text::Field::NicFlow,
+                                ") and pick the queue RSS hashes the flow to",
+                            ),
                             errno: None,
                         },
                     ));
@@ -578,19 +585,20 @@ impl<C: NicControl> NicGuard<C> {
     }
 
     fn fail_counting(&mut self, step: &str, cause: Error, uncertain: usize) -> Error {
-        let undo = match self.undo_all().map(|n| n.saturating_sub(uncertain)) {
-            Ok(0) => "nothing was changed".to_string(),
-            Ok(n) => format!("the {n} change(s) made before it were undone"),
-            Err(e) => format!(
-                "undoing the changes made before it also failed ({e}): undo them with nic::restore_from_file (interface {})",
-                self.ctl.name()
+        let undo: Text = match self.undo_all().map(|n| n.saturating_sub(uncertain)) {
+            Ok(0) => "nothing was changed".into(),
+            Ok(n) => format!("the {n} change(s) made before it were undone").into(),
+            Err(e) => crate::text!(
+                format!("undoing the changes made before it also failed ({e}): undo them with "),
+                Call::NicRestore {
+                    iface: Some(IfName::new(self.ctl.name())),
+                }
             ),
         };
-        let cause = cause.to_string();
         Error::NicSetup {
             iface: self.ctl.name().to_string(),
-            step: step.to_string(),
-            cause,
+            step: step.to_string().into(),
+            cause: Box::new(cause),
             undo,
         }
     }
@@ -675,7 +683,7 @@ pub const PROVIDER_WAIT: Duration = Duration::from_secs(3);
 /// which the kernel runs after the process that made it has exited: a restore right then meets
 /// this for a moment.
 pub fn provider_bound(e: &Error) -> bool {
-    matches!(e, Error::Kernel { errno: Some(libc::EINVAL), message, .. } if message.contains("memory provider"))
+    matches!(e, Error::Kernel { errno: Some(libc::EINVAL), message, .. } if message.to_string().contains("memory provider"))
 }
 
 /// Runs `step`, again every 50 ms for up to `wait` while it is refused because a memory
@@ -751,7 +759,7 @@ pub fn restore_from_file<C: NicControl + ?Sized>(ctl: &mut C, path: &Path) -> Re
     if !state::is_this_process(&owner) {
         let refused = |problem: String| Error::NicState {
             path: path.to_path_buf(),
-            problem,
+            problem: problem.into(),
         };
         match state::owner_liveness(&owner) {
             state::Liveness::Gone => {}

@@ -299,7 +299,7 @@ impl StateFile {
                     problem: format!(
                         "{} already has zero-copy changes applied ({who}); undo them with nic::restore_from_file (interface {})",
                         owner.iface, owner.iface
-                    ),
+                    ).into(),
                 });
             }
             Err(e) => return Err(Error::io(format!("creating {}", path.display()), e)),
@@ -439,7 +439,7 @@ fn decode(words: &[&str]) -> Option<Change> {
 pub fn read(path: &Path) -> Result<(Owner, Vec<Record>)> {
     let bad = |problem: String| Error::NicState {
         path: path.to_path_buf(),
-        problem,
+        problem: problem.into(),
     };
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;

@@ -79,7 +79,7 @@ impl GpuReport {
 }
 
 /// Reads the driver and the GPUs; with `active`, tries a dma-buf export on each.
-pub(super) fn gather(active: bool, remedy_text: fn(&Remedy) -> String) -> GpuReport {
+pub(super) fn gather(active: bool, voice: &dyn crate::Voice) -> GpuReport {
     let nvrm = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
     let line = nvrm.as_deref().and_then(|s| s.lines().next());
     let open_modules = line.map(|l| l.contains("Open Kernel Module"));
@@ -87,12 +87,12 @@ pub(super) fn gather(active: bool, remedy_text: fn(&Remedy) -> String) -> GpuRep
     let infos = match crate::gpu::devices() {
         Ok(v) => v,
         Err(e) => {
-            let error = e.display_with(&remedy_text).to_string();
+            let error = e.render(voice);
             let (cause, fix) = match e {
-                Error::Gpu { cause, remedy, .. } => (cause, remedy.render(&remedy_text)),
+                Error::Gpu { cause, remedy, .. } => (cause.render(voice), remedy.render(voice)),
                 other => (
-                    other.to_string(),
-                    Remedy::UseMemory(crate::region::MemoryKind::Anonymous).render(&remedy_text),
+                    other.render(voice),
+                    Remedy::UseMemory(crate::region::MemoryKind::Anonymous).render(voice),
                 ),
             };
             return GpuReport {
@@ -207,7 +207,7 @@ mod tests {
 
     #[zcnet_testkit::test]
     fn this_machine_without_a_gpu_driver_says_why() {
-        let g = gather(true, Remedy::library_text);
+        let g = gather(true, &crate::text::Library);
         if !matches!(g.driver, GpuDriver::Missing { .. }) {
             zcnet_testkit::skip(
                 zcnet_testkit::Need::Hardware,

@@ -61,11 +61,9 @@ pub struct ProbeOptions {
     pub active: bool,
     /// With `active` and no `iface`: run the interface trials on every interface.
     pub all_ifaces: bool,
-    /// How the report words a remedy it carries as text (e.g. a missing GPU driver's): a front
-    /// end passes its own wording; `None` is the library's ([`Remedy::library_text`]).
-    ///
-    /// [`Remedy::library_text`]: crate::Remedy::library_text
-    pub remedy_text: Option<fn(&crate::Remedy) -> String>,
+    /// The words of the messages the report carries as text (e.g. a missing GPU driver's): a
+    /// front end passes its own [`Voice`](crate::Voice); `None` is the library's.
+    pub voice: Option<&'static (dyn crate::Voice + Sync)>,
 }
 
 /// The probe's whole answer.
@@ -187,7 +185,12 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
     let plan = match (per_queue, gathered.first()) {
         (true, Some(r)) => Some(
             zcnet_core::probe::xsk::plan_queues(&r.name, r.facts.rx_queues, queue).map_err(
-                |e| Error::invalid_input(format!("the queue given to probe_queue: {e}")),
+                |e| {
+                    Error::invalid_input(crate::text!(
+                        crate::text::Field::ProbeQueue,
+                        format!(": {e}"),
+                    ))
+                },
             )?,
         ),
         _ => None,
@@ -198,10 +201,7 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
     if opts.active {
         kernel.loopback_trials = trials::loopback();
     }
-    let mut gpu = gpu::gather(
-        opts.active,
-        opts.remedy_text.unwrap_or(crate::Remedy::library_text),
-    );
+    let mut gpu = gpu::gather(opts.active, opts.voice.unwrap_or(&crate::text::Library));
     let mut interfaces = Vec::new();
     for mut r in gathered {
         r.generic_zc_xmit = zcnet_core::probe::xsk::generic_zc_xmit(&kernel.facts, &r.facts);

@@ -79,6 +79,21 @@ impl RxMode {
         }
     }
 
+    /// The mode as a term of a message ([`crate::text`](mod@crate::text)), which each front end says its way.
+    pub fn term(self) -> crate::text::Term {
+        let ident = match self {
+            RxMode::Copy => "Copy",
+            RxMode::Uring => "Uring",
+            RxMode::Zcrx => "Zcrx",
+            RxMode::Devmem => "Devmem",
+            RxMode::Auto => "Auto",
+        };
+        crate::text::Term::RxMode {
+            ident,
+            name: self.name(),
+        }
+    }
+
     /// Parses a `--rx` name.
     pub fn parse(s: &str) -> Result<RxMode> {
         RxMode::ALL
@@ -330,8 +345,16 @@ pub struct RxStats {
 pub struct Fallback {
     /// What was tried.
     pub tried: RxMode,
-    /// The kernel's (or the machine's) reason, one line.
-    pub reason: String,
+    /// The kernel's (or the machine's) reason, one line, its terms typed (render it with a
+    /// front end's [`Voice`](crate::Voice); `Display` is the library's words).
+    pub reason: crate::text::Text,
+}
+
+impl Fallback {
+    /// "MODE refused: REASON" in a front end's words (`Display` is the library's).
+    pub fn render(&self, words: &dyn crate::text::Words) -> String {
+        format!("{} refused: {}", self.tried, self.reason.render(words))
+    }
 }
 
 impl std::fmt::Display for Fallback {
@@ -705,7 +728,7 @@ impl Receiver {
     /// receiver's mode, is `EOPNOTSUPP` with the uring mode as the remedy.
     pub(crate) fn uring_only(&self, what: &str) -> Error {
         Error::Unsupported {
-            what: what.replacen("{}", self.mode().name(), 1),
+            what: what.replacen("{}", self.mode().name(), 1).into(),
             source: std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
             remedy: crate::Remedy::UseRxMode(RxMode::Uring),
         }
@@ -797,21 +820,26 @@ fn set_low_water(stream: &TcpStream, bytes: u32) -> Result<u32> {
 }
 
 fn auto(cfg: &RxConfig, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn RxBackend>> {
-    let mut note = |tried: RxMode, reason: String| fallbacks.push(Fallback { tried, reason });
+    let mut note =
+        |tried: RxMode, reason: crate::text::Text| fallbacks.push(Fallback { tried, reason });
     if cfg.iface.is_some() {
         match zcrx::ZcrxBackend::new(cfg) {
             Ok(b) => return Ok(Box::new(b)),
-            Err(e) => note(RxMode::Zcrx, e.to_string()),
+            Err(e) => note(RxMode::Zcrx, e.text()),
         }
     } else {
         note(
             RxMode::Zcrx,
-            "no interface given: zero-copy receive needs the NIC queue the flows arrive on (RxConfig::iface)".into(),
+            crate::text!(
+                "no interface given: zero-copy receive needs the NIC queue the flows arrive on (",
+                crate::text::Field::RxIface,
+                ")",
+            ),
         );
     }
     match uring::UringRx::new(cfg) {
         Ok(b) => return Ok(Box::new(b)),
-        Err(e) => note(RxMode::Uring, e.to_string()),
+        Err(e) => note(RxMode::Uring, e.text()),
     }
     Ok(Box::new(copy::CopyRx::new(cfg)?))
 }

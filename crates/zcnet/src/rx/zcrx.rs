@@ -44,6 +44,7 @@ use super::copy::recv_error;
 use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use crate::remedy::Remedy;
+use crate::text::{Call, Field, Piece, Term, Text};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, RawFd};
@@ -67,14 +68,35 @@ pub(super) struct Target {
 
 /// Resolves `cfg.iface` in the calling thread's network namespace and picks the queue:
 /// `cfg.queue`, else the interface's last RX queue (the one `zcnet nic setup` reserves).
+fn area_of_0_bytes() -> Text {
+    crate::text!(
+        "zcrx receive area of 0 bytes: the receive area (",
+        Field::RxAreaLen,
+        ") must be at least a page",
+    )
+}
+
 pub(super) fn target(cfg: &RxConfig, mode: RxMode) -> Result<Target> {
     // The library names its own field; a command line maps it to its flag (zcnet's `--iface`)
     // and refuses the combination before it gets here.
     let Some(iface) = cfg.iface.clone() else {
         return Err(Error::Unsupported {
-            what: format!("{mode} receive without an interface (RxConfig::iface is unset)"),
+            what: crate::text!(
+                format!("{mode} receive without an interface ("),
+                Field::RxIface,
+                " is unset)",
+            ),
             source: io::Error::from_raw_os_error(libc::EINVAL),
-            remedy: Remedy::Other("set RxConfig::iface to the NIC whose queue the flows are steered to (nic::NicGuard::apply steers them)"),
+            remedy: Remedy::Say(&[
+                Piece::Str("set "),
+                Piece::Term(Term::Field(Field::RxIface)),
+                Piece::Str(" to the NIC whose queue the flows are steered to ("),
+                Piece::Term(Term::Call(Call::NicSetup {
+                    iface: None,
+                    queue: None,
+                })),
+                Piece::Str(" steers them)"),
+            ]),
         });
     };
     let ifindex = zcnet_sys::zcrx::if_index(&iface).ok_or_else(|| Error::UnknownInterface {
@@ -112,7 +134,11 @@ fn dmabuf_reason(errno: i32, len: u64) -> Option<(String, Remedy)> {
     const DEVMEM_OR_STAGING: Remedy =
         Remedy::Any(&[Remedy::UseRxMode(RxMode::Devmem), Remedy::Staging]);
     let fix_fd = Remedy::Any(&[
-        Remedy::Other("pass the dma-buf of the memory to receive into (RxConfig::dmabuf, e.g. exported by the GPU driver)"),
+        Remedy::Say(&[
+            Piece::Str("pass the dma-buf of the memory to receive into ("),
+            Piece::Term(Term::Field(Field::RxDmabuf)),
+            Piece::Str(", e.g. exported by the GPU driver)"),
+        ]),
         DEVMEM_OR_STAGING,
     ]);
     Some(match errno {
@@ -160,7 +186,8 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
                 what: format!(
                     "io_uring zero-copy receive (zcrx) into a dma-buf on {} queue {} ({reason})",
                     t.iface, t.queue
-                ),
+                )
+                .into(),
                 source: e,
                 remedy: fix,
             };
@@ -214,7 +241,7 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
                     if dmabuf.is_some() { " into a dma-buf" } else { "" },
                     t.iface,
                     t.queue
-                ),
+                ).into(),
                 holder: "the queue already has a memory provider (another zcrx area or a devmem binding)".into(),
                 source: e,
                 remedy: Remedy::OtherQueue,
@@ -251,7 +278,8 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
         what: format!(
             "io_uring zero-copy receive (zcrx){into} on {} queue {} ({reason})",
             t.iface, t.queue
-        ),
+        )
+        .into(),
         source: e,
         remedy: fix,
     }
@@ -274,7 +302,7 @@ fn buffer_size(want: usize, caps: &ZcrxCaps) -> Result<u32> {
         return Err(Error::Unsupported {
             what: format!(
                 "io_uring zero-copy receive (zcrx) into {want}-byte buffers (this kernel's zcrx query does not list ZCRX_FEATURE_RX_PAGE_SIZE; Linux 7.0 added it)"
-            ),
+            ).into(),
             source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
             remedy: Remedy::Other("leave the buffer size at the kernel's default (a page), or run a kernel that lists the feature"),
         });
@@ -293,7 +321,7 @@ fn receive_area(len: usize, rx_buf_len: u32) -> Result<Mapping> {
     Mapping::huge_tlb(len).map_err(|e| Error::Unsupported {
         what: format!(
             "a zcrx receive area of {len} B in 2 MiB huge pages for {rx_buf_len}-byte buffers (none reserved, or too few)"
-        ),
+        ).into(),
         source: e,
         remedy: Remedy::Other("reserve huge pages (sysctl vm.nr_hugepages=N, N x 2 MiB at least the area) or leave the buffer size at its default"),
     })
@@ -362,7 +390,7 @@ fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -
         ),
     };
     Error::Unsupported {
-        what: format!("io_uring zero-copy receive (zcrx) without a device ({reason})"),
+        what: format!("io_uring zero-copy receive (zcrx) without a device ({reason})").into(),
         source: e,
         remedy: fix,
     }
@@ -445,7 +473,7 @@ fn device_slice(area_id: u32, area_offset: u64, area_len: u64, frag: Frag) -> Op
 fn request_error(conn: ConnId, errno: i32, dmabuf: bool) -> Error {
     if dmabuf && matches!(errno, libc::EFAULT | libc::ENOMEM) {
         return Error::Unsupported {
-            what: format!("zero-copy receive into a dma-buf on connection {conn}: the kernel had data it would have to copy (the flow is not steered to the queue, or header split left payload in the packet's linear part), and it cannot copy into device memory"),
+            what: format!("zero-copy receive into a dma-buf on connection {conn}: the kernel had data it would have to copy (the flow is not steered to the queue, or header split left payload in the packet's linear part), and it cannot copy into device memory").into(),
             source: io::Error::from_raw_os_error(errno),
             remedy: Remedy::Any(&[Remedy::SteerFlow, Remedy::Staging]),
         };
@@ -507,7 +535,7 @@ impl ZcrxBackend {
             None => {
                 if cfg.area_len == 0 {
                     return Err(Error::io(
-                        "zcrx receive area of 0 bytes: the receive area (RxConfig::area_len) must be at least a page",
+                        area_of_0_bytes(),
                         io::Error::from_raw_os_error(libc::EINVAL),
                     ));
                 }
@@ -533,13 +561,15 @@ impl ZcrxBackend {
     /// `cfg.no_device`: an ifq without a network device (`ZCRX_REG_NODEV`, Linux 7.1+).
     fn without_device(cfg: &RxConfig) -> Result<ZcrxBackend> {
         if cfg.iface.is_some() || cfg.queue.is_some() || cfg.dmabuf.is_some() {
-            return Err(Error::invalid_input(
-                "zcrx without a device (RxConfig::no_device) takes no interface, queue or dma-buf: leave them unset",
-            ));
+            return Err(Error::invalid_input(crate::text!(
+                "zcrx without a device (",
+                Field::RxNoDevice,
+                ") takes no interface, queue or dma-buf: leave them unset",
+            )));
         }
         if cfg.area_len == 0 {
             return Err(Error::io(
-                "zcrx receive area of 0 bytes: the receive area (RxConfig::area_len) must be at least a page",
+                area_of_0_bytes(),
                 io::Error::from_raw_os_error(libc::EINVAL),
             ));
         }

@@ -64,13 +64,13 @@ impl AutoTx {
                 Err(e) if refusal(&e) => {
                     fallbacks.push(Fallback {
                         tried: TxMode::UringZc,
-                        reason: e.to_string(),
+                        reason: e.text(),
                     });
                     match UringTx::new(fd, map, buffers, false, stream) {
                         Ok(t) => uring = Some(t),
                         Err(e) if refusal(&e) => fallbacks.push(Fallback {
                             tried: TxMode::Uring,
-                            reason: e.to_string(),
+                            reason: e.text(),
                         }),
                         Err(e) => return Err(e),
                     }

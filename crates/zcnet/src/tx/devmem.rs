@@ -71,19 +71,27 @@ impl ZcKernel for DevmemKernel {
 
     fn send_error(&self, sh: &Shared, e: io::Error) -> Error {
         let why = match e.raw_os_error() {
-            Some(libc::ENODEV) => format!(
-                "devmem send: the socket's route does not leave through {}, the interface the dma-buf is bound to: connect through {} (SO_BINDTODEVICE) or bind the egress interface (TxConfig::iface)",
-                self.iface, self.iface
+            Some(libc::ENODEV) => crate::text!(
+                format!(
+                    "devmem send: the socket's route does not leave through {}, the interface the dma-buf is bound to: connect through {} (SO_BINDTODEVICE) or bind the egress interface (",
+                    self.iface, self.iface
+                ),
+                crate::text::Field::TxIface,
+                ")",
             ),
             Some(libc::EHOSTUNREACH) => format!(
                 "devmem send: the socket's route expired and could not be rebuilt (is {} still up?)",
                 self.iface
-            ),
-            Some(libc::EFAULT) => "devmem send: a buffer lies outside the dma-buf (offset past its size)".to_string(),
+            )
+            .into(),
+            Some(libc::EFAULT) => {
+                "devmem send: a buffer lies outside the dma-buf (offset past its size)".into()
+            }
             Some(libc::EINVAL) => format!(
                 "devmem send: the kernel refused binding {} (released, an RX binding, or SO_ZEROCOPY off)",
                 self.binding.id()
-            ),
+            )
+            .into(),
             _ => return sh.send_error(e),
         };
         Error::io(why, e)
@@ -97,13 +105,18 @@ const MSG_ZC: Remedy = Remedy::UseTxMode(TxMode::MsgZerocopy);
 fn no_dmabuf() -> Error {
     let udmabuf = std::path::Path::new(zcnet_sys::devmem::UDMABUF_DEV).exists();
     Error::Unsupported {
-        what: format!(
-            "devmem TCP transmit (TxMode::Devmem) from host memory without a dma-buf (the NIC reads from a dma-buf whose offset 0 is the region's start; TxConfig::dmabuf is unset{})",
+        what: crate::text!(
+            "devmem TCP transmit (",
+            TxMode::Devmem.term(),
+            ") from host memory without a dma-buf (the NIC reads from a dma-buf whose offset 0 is the region's start; ",
+            crate::text::Field::TxDmabuf,
+            " is unset",
             if udmabuf {
                 ""
             } else {
                 ", and without /dev/udmabuf (CONFIG_UDMABUF off) host memory cannot be made one"
-            }
+            },
+            ")",
         ),
         source: io::Error::from_raw_os_error(libc::EINVAL),
         remedy: Remedy::Any(&[
@@ -128,7 +141,11 @@ fn bind_refusal(iface: &str, e: &zcnet_netlink::Error) -> Error {
         Some(libc::EBADF) | Some(libc::EINVAL) => (
             "the fd is not a dma-buf the device can map".to_string(),
             Remedy::Any(&[
-                Remedy::Other("pass a dma-buf (TxConfig::dmabuf): a GPU allocation's export"),
+                Remedy::Say(&[
+                    crate::text::Piece::Str("pass a dma-buf ("),
+                    crate::text::Piece::Term(crate::text::Term::Field(crate::text::Field::TxDmabuf)),
+                    crate::text::Piece::Str("): a GPU allocation's export"),
+                ]),
                 Remedy::UseMemory(MemoryKind::Cuda(0)),
                 Remedy::UseMemory(MemoryKind::Udmabuf),
             ]),
@@ -159,7 +176,7 @@ fn bind_refusal(iface: &str, e: &zcnet_netlink::Error) -> Error {
         .map(|m| format!("; kernel: {}", m.replace(['\n', '\r'], " ")))
         .unwrap_or_default();
     Error::Unsupported {
-        what: format!("devmem TCP transmit on {iface} ({reason}{kernel})"),
+        what: format!("devmem TCP transmit on {iface} ({reason}{kernel})").into(),
         source: io::Error::from_raw_os_error(errno.unwrap_or(libc::EOPNOTSUPP)),
         remedy: fix,
     }
@@ -173,15 +190,17 @@ fn egress_iface(fd: RawFd) -> Result<String> {
     if let Some(dev) = devmem_tx::bound_device(fd).map_err(|e| Error::io("SO_BINDTODEVICE", e))? {
         return Ok(dev);
     }
-    let unknown = |what: String| {
-        Error::Unsupported {
+    let unknown = |what: String| Error::Unsupported {
         what: format!(
             "devmem TCP transmit: cannot tell which interface the socket sends through ({what})"
-        ),
+        )
+        .into(),
         source: io::Error::from_raw_os_error(libc::ENODEV),
-        remedy:
-            Remedy::Other("name the egress interface (TxConfig::iface) or bind the socket to it (SO_BINDTODEVICE)"),
-    }
+        remedy: Remedy::Say(&[
+            crate::text::Piece::Str("name the egress interface ("),
+            crate::text::Piece::Term(crate::text::Term::Field(crate::text::Field::TxIface)),
+            crate::text::Piece::Str(") or bind the socket to it (SO_BINDTODEVICE)"),
+        ]),
     };
     let ip = devmem_tx::local_ip(fd)
         .map_err(|e| Error::io("getsockname", e))?
@@ -257,7 +276,7 @@ pub(crate) fn new(
             what: format!(
                 "devmem TCP transmit from a {size} B dma-buf for a {} B region (its buffers would lie past the dma-buf's end)",
                 map.len()
-            ),
+            ).into(),
             source: io::Error::from_raw_os_error(libc::EFAULT),
             remedy: Remedy::Other("export the dma-buf from the whole region (offset 0 = the region's start)"),
         });

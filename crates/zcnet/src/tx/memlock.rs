@@ -26,7 +26,7 @@ pub(crate) fn too_small(what: impl Into<String>, need: u64, charged: u64) -> Opt
     let limit = applying_limit()?;
     let hard = zcnet_sys::os::memlock_limit().map_or(u64::MAX, |l| l.1);
     Some(Error::MemlockTooSmall {
-        what: what.into(),
+        what: what.into().into(),
         need,
         limit,
         hard,
@@ -97,7 +97,7 @@ pub(crate) fn msg_zerocopy_enobufs(
             what: format!(
                 "MSG_ZEROCOPY sends of {} ({buffers} in flight; the kernel pins each send's pages plus 2 until its notification, and refuses with ENOBUFS)",
                 size_words(buf_size.max(send_len) as u64)
-            ),
+            ).into(),
             need,
             limit,
             hard: zcnet_sys::os::memlock_limit().map_or(u64::MAX, |l| l.1),

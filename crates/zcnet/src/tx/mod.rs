@@ -21,8 +21,9 @@ mod uring;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
-use crate::region::{Region, TxBuf};
+use crate::region::{MemoryKind, Region, TxBuf};
 use crate::remedy::Remedy;
+use crate::text::Text;
 pub use memlock::memlock_refusal;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -79,6 +80,22 @@ impl TxMode {
             TxMode::UringZc => "uring-zc",
             TxMode::Auto => "auto",
             TxMode::Devmem => "devmem",
+        }
+    }
+
+    /// The mode as a term of a message ([`crate::text`](mod@crate::text)), which each front end says its way.
+    pub fn term(self) -> crate::text::Term {
+        let ident = match self {
+            TxMode::Copy => "Copy",
+            TxMode::MsgZerocopy => "MsgZerocopy",
+            TxMode::Uring => "Uring",
+            TxMode::UringZc => "UringZc",
+            TxMode::Auto => "Auto",
+            TxMode::Devmem => "Devmem",
+        };
+        crate::text::Term::TxMode {
+            ident,
+            name: self.name(),
         }
     }
 
@@ -166,8 +183,16 @@ impl AsRawFd for Socket {
 pub struct Fallback {
     /// What was tried.
     pub tried: TxMode,
-    /// The reason, one line, with the fix where there is one.
-    pub reason: String,
+    /// The reason, one line, with the fix where there is one, its terms typed (render it with
+    /// a front end's [`Voice`](crate::Voice); `Display` is the library's words).
+    pub reason: crate::text::Text,
+}
+
+impl Fallback {
+    /// "MODE refused: REASON" in a front end's words (`Display` is the library's).
+    pub fn render(&self, words: &dyn crate::text::Words) -> String {
+        format!("{} refused: {}", self.tried, self.reason.render(words))
+    }
 }
 
 impl std::fmt::Display for Fallback {
@@ -303,12 +328,23 @@ pub fn ack_paced(
     count: usize,
     buf_size: usize,
     segment: Option<usize>,
-) -> Option<String> {
+) -> Option<Text> {
+    use crate::text::Field;
     let zero_copy = matches!(mode, TxMode::MsgZerocopy | TxMode::UringZc | TxMode::Auto);
     let in_flight = count.saturating_mul(buf_size);
     let segment = segment.filter(|&m| zero_copy && in_flight < m)?;
-    Some(format!(
-        "{count} buffer(s) of {buf_size} B in flight ({in_flight} B, under one {segment} B segment): each comes back only once the receiver ACKs it, and a receiver that does not read at once delays that ACK (~40 ms; e.g. a receiver with its default low-water mark, RxConfig::low_water), which then paces every send: raise TxConfig::window or TxConfig::inflight, send with TxMode::Copy, or receive with RxConfig::low_water off"
+    Some(crate::text!(
+        format!("{count} buffer(s) of {buf_size} B in flight ({in_flight} B, under one {segment} B segment): each comes back only once the receiver ACKs it, and a receiver that does not read at once delays that ACK (~40 ms; e.g. a receiver with its default low-water mark, "),
+        Field::RxLowWater,
+        "), which then paces every send: raise ",
+        Field::TxWindow,
+        " or ",
+        Field::TxInflight,
+        ", send with ",
+        TxMode::Copy.term(),
+        ", or receive with ",
+        Field::RxLowWater,
+        " off",
     ))
 }
 
@@ -322,10 +358,10 @@ pub fn path_segment(fd: RawFd) -> Option<usize> {
 }
 
 /// Appends `why` to a sender's note ("; " between two).
-fn add_note(note: &mut Option<String>, why: String) {
+fn add_note(note: &mut Option<Text>, why: impl Into<Text>) {
     *note = Some(match note.take() {
-        Some(n) => format!("{n}; {why}"),
-        None => why,
+        Some(n) => n + "; " + why,
+        None => why.into(),
     });
 }
 
@@ -496,7 +532,11 @@ impl Payload {
         match self {
             Payload::Buf(b) => Ok(b),
             Payload::Lent { .. } => Err(Error::Unsupported {
-                what: format!("{mode} sends from lent memory (Sender::send_lent)"),
+                what: crate::text!(
+                    format!("{mode} sends from lent memory ("),
+                    crate::text::Call::SendLent,
+                    ")",
+                ),
                 source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
                 remedy: Remedy::Any(&[
                     Remedy::UseTxMode(TxMode::UringZc),
@@ -539,7 +579,7 @@ pub struct Sender {
     mode: TxMode,
     started: bool,
     cpu0: f64,
-    note: Option<String>,
+    note: Option<Text>,
     fallbacks: Vec<Fallback>,
 }
 
@@ -589,7 +629,7 @@ impl Sender {
             TxMode::Devmem => Some(devmem::dmabuf_for(&mut region, sock.stream, cfg)?),
             _ => None,
         };
-        let mut note = region.note().map(str::to_string);
+        let mut note = region.note().map(|n| Text::from(n.to_string()));
         let auto_copies = cfg.mode == TxMode::Auto && cfg.buf_size < AUTO_MIN_ZERO_COPY;
         if auto_copies {
             let why = format!(
@@ -606,7 +646,11 @@ impl Sender {
         if huge && matches!(cfg.mode, TxMode::UringZc | TxMode::Auto) && !auto_copies {
             add_note(
                 &mut note,
-                "SEND_ZC from huge pages: the kernel charges each send to the socket buffers as if it ran from the start of its huge page (io_sg_from_iter, Linux 6.18), so sends wait for buffer space sooner and a receiver on this host may drop datagrams; host memory (MemoryKind::Anonymous) avoids it".into(),
+                crate::text!(
+                    "SEND_ZC from huge pages: the kernel charges each send to the socket buffers as if it ran from the start of its huge page (io_sg_from_iter, Linux 6.18), so sends wait for buffer space sooner and a receiver on this host may drop datagrams; host memory (",
+                    MemoryKind::Anonymous.term(),
+                    ") avoids it",
+                ),
             );
         }
         let (map, slots) = region
@@ -661,20 +705,19 @@ impl Sender {
                 if !fallbacks.is_empty() {
                     // Said twice: in the note (printed when the sender is made) and as a switch
                     // at 0 s in the statistics (printed with them, and in --json).
-                    let why = format!(
-                        "{}; sending with {}",
-                        fallbacks
-                            .iter()
-                            .map(Fallback::to_string)
-                            .collect::<Vec<_>>()
-                            .join("; "),
-                        auto.fixed_engine()
-                    );
+                    let mut why = Text::new();
+                    for (i, f) in fallbacks.iter().enumerate() {
+                        if i > 0 {
+                            why.push("; ");
+                        }
+                        why.push(format!("{} refused: ", f.tried));
+                        why.push(f.reason.clone());
+                    }
+                    why.push(format!("; sending with {}", auto.fixed_engine()));
                     stats
                         .switches
                         .push(zcnet_core::Switch::fallback(0, why.clone()));
-                    let why = format!("auto: {why}");
-                    add_note(&mut note, why);
+                    add_note(&mut note, Text::from("auto: ") + why);
                 }
                 Box::new(auto)
             }
@@ -711,8 +754,8 @@ impl Sender {
     /// A fallback taken when the region was allocated (e.g. THP instead of huge pages), or by
     /// `auto` when the sender was made (small sends copied; zero copy refused, see
     /// [`Sender::fallbacks`]).
-    pub fn note(&self) -> Option<&str> {
-        self.note.as_deref()
+    pub fn note(&self) -> Option<&Text> {
+        self.note.as_ref()
     }
 
     /// `auto`: the mechanisms refused when the sender was made, best first, each with the
@@ -866,7 +909,8 @@ impl Sender {
         self.backend.ready_fd()?.ok_or_else(|| Error::Unsupported {
             what: format!(
                 "a readiness fd for {mode} sends (they complete inside send() and blocking waits)"
-            ),
+            )
+            .into(),
             source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
             remedy: Remedy::Other(
                 "use the uring, uring-zc or auto mode with an event loop, or a thread of its own",

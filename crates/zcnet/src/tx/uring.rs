@@ -116,9 +116,9 @@ impl UringTx {
                 // Nothing charged (a ring on a kernel that does not charge rings): not memlock.
                 Some(libc::ENOMEM) if charged > 0 => {
                     memlock::too_small(what, ring_bytes + region_bytes, charged)
-                        .unwrap_or_else(|| Error::io(doing, e))
+                        .unwrap_or_else(|| Error::io(doing.to_string(), e))
                 }
-                _ => Error::io(doing, e),
+                _ => Error::io(doing.to_string(), e),
             }
         };
         let mut engine = Engine::new(entries, 0).map_err(|e| match e.raw_os_error() {

@@ -1,6 +1,7 @@
 //! Why a devmem binding was refused, and the way out (see the parent module).
 
 use super::*;
+use crate::text::{Field, Piece, Term};
 
 /// Why the device (or the kernel) refused a binding, and the way out; the kernel's own
 /// message (extack) goes in the line too.
@@ -27,11 +28,11 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
         ),
         Some(n @ (libc::EEXIST | libc::EBUSY)) => {
             return Error::Busy {
-                what: format!("devmem TCP receive on {} queue {}", t.iface, t.queue),
+                what: format!("devmem TCP receive on {} queue {}", t.iface, t.queue).into(),
                 holder: format!(
                     "the queue already has a memory provider (a zcrx area or another binding) or an XDP program{}",
                     kernel_says(e)
-                ),
+                ).into(),
                 source: io::Error::from_raw_os_error(n),
                 remedy: Remedy::OtherQueue,
             }
@@ -72,7 +73,8 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
         what: format!(
             "devmem TCP receive on {} queue {} ({reason}{kernel})",
             t.iface, t.queue
-        ),
+        )
+        .into(),
         source: io::Error::from_raw_os_error(errno.unwrap_or(libc::EOPNOTSUPP)),
         remedy: fix,
     }
@@ -108,10 +110,14 @@ pub(super) fn no_dmabuf(t: &Target, e: io::Error) -> Error {
         what: format!(
             "devmem TCP receive on {} queue {}: no dma-buf to bind (a udmabuf of host memory could not be made: {reason})",
             t.iface, t.queue
-        ),
+        ).into(),
         source: e,
         remedy: Remedy::Any(&[
-            Remedy::Other("pass a dma-buf of device memory (RxConfig::dmabuf, e.g. exported by a GPU driver)"),
+            Remedy::Say(&[
+                Piece::Str("pass a dma-buf of device memory ("),
+                Piece::Term(Term::Field(Field::RxDmabuf)),
+                Piece::Str(", e.g. exported by a GPU driver)"),
+            ]),
             Remedy::Other("load udmabuf (CONFIG_UDMABUF) for host memory"),
             Remedy::UseRxMode(RxMode::Uring),
         ]),
