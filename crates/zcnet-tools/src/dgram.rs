@@ -665,6 +665,10 @@ fn bind_udp(addr: SocketAddr) -> Result<UdpSocket> {
             e,
         ),
         std::io::ErrorKind::AddrNotAvailable => Error::NotLocalAddress { addr },
+        std::io::ErrorKind::PermissionDenied if addr.port() < 1024 => Error::io(
+            format!("bind UDP {addr}: a port below 1024 needs root (CAP_NET_BIND_SERVICE; net.ipv4.ip_unprivileged_port_start): listen on a port of 1024 or above, or run it as root"),
+            e,
+        ),
         _ => Error::io(format!("bind UDP {addr}"), e),
     })
 }
