@@ -118,7 +118,7 @@ fn setup(a: &SetupArgs) -> zcnet::Result<i32> {
     }
     // A queue the device does not have: a bad argument, said before anything else is read or
     // changed (exit code 2).
-    zcnet_tools::cli_text::check_queue(&a.iface, a.queue, false, None)?;
+    zcnet::nic::check_queue(&a.iface, a.queue, false, None)?;
     let mut ctl = LiveNic::open(&a.iface)?;
     let want = NicSetup {
         queue: a.queue,

@@ -4,6 +4,7 @@ mod gpu;
 
 use clap::Args;
 use zcnet::probe::{self, Mechanism, ProbeOptions, ProbeReport};
+use zcnet_tools::cli_text::Cli;
 
 /// Options of `zcnet probe`.
 #[derive(Args, Debug)]
@@ -38,16 +39,16 @@ pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
             iface: a.iface.clone(),
             active: a.active,
             all_ifaces: a.all_ifaces,
-            voice: Some(&zcnet_tools::cli_text::Cli),
         },
         a.queue,
     )?;
     if a.json {
-        // The library's words (config fields) as the CLI's flags, in the notes and reasons.
-        let json = serde_json::to_string_pretty(&probe::json::to_json(&r)).unwrap_or_default();
-        zcnet_tools::outln!("{}", zcnet_tools::cli_text::words(&json));
+        // Reasons and remedies in the command's words (flags and commands).
+        let doc = probe::json::to_json(&r, &zcnet_tools::cli_text::Cli);
+        let json = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        zcnet_tools::outln!("{json}");
     } else {
-        zcnet_tools::out!("{}", zcnet_tools::cli_text::words(&table(&r)));
+        zcnet_tools::out!("{}", table(&r));
     }
     Ok(())
 }
@@ -106,7 +107,11 @@ fn zcrx_features(q: &probe::zcrx_query::ZcrxQuery) -> String {
     let mut out = format!("zcrx features: {names} \u{2014} {}\n", q.how);
     for v in &q.verdicts {
         let yes = if v.available { "yes" } else { "no" };
-        out.push_str(&format!("  {}: {yes} \u{2014} {}\n", v.what, v.reason));
+        out.push_str(&format!(
+            "  {}: {yes} \u{2014} {}\n",
+            v.what,
+            v.reason.render(&Cli)
+        ));
         if let Some(fix) = &v.remedy {
             out.push_str(&format!("    fix: {fix}\n"));
         }
@@ -222,7 +227,7 @@ pub fn table(r: &ProbeReport) -> String {
         out.push_str("(* confirmed by trying it)\n");
     }
     for n in probe::json::report_notes(r) {
-        out.push_str(&format!("note: {n}\n"));
+        out.push_str(&format!("note: {}\n", n.render(&Cli)));
     }
     out.push_str("\nwhy:\n");
     // Each distinct (mechanism, reason, remedy) once, with the interfaces it applies to.
@@ -232,12 +237,15 @@ pub fn table(r: &ProbeReport) -> String {
             let Some((_, x)) = i.mechanisms.iter().find(|(mm, _)| *mm == m) else {
                 continue;
             };
-            match seen
-                .iter_mut()
-                .find(|(r, f, _)| *r == x.reason && *f == x.remedy)
-            {
+            match seen.iter_mut().find(|(r, f, _)| {
+                *r == x.reason.render(&Cli) && *f == x.remedy.as_ref().map(|r| r.render(&Cli))
+            }) {
                 Some(s) => s.2.push(&i.name),
-                None => seen.push((x.reason.clone(), x.remedy.clone(), vec![&i.name])),
+                None => seen.push((
+                    x.reason.render(&Cli),
+                    x.remedy.as_ref().map(|r| r.render(&Cli)),
+                    vec![&i.name],
+                )),
             }
         }
         for (reason, remedy, ifs) in seen {

@@ -301,7 +301,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     check_rx_queue_flags(a, mode)?;
     // A queue the interface does not have: refused before anything is made (exit code 2).
     if let (Some(iface), Some(queue)) = (a.iface.as_deref(), a.queue) {
-        zcnet_tools::cli_text::check_queue(
+        zcnet::nic::check_queue(
             iface,
             queue,
             false,

@@ -116,12 +116,7 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
         None => limits.max_payload,
     };
     if let Some(queue) = a.queue {
-        zcnet_tools::cli_text::check_queue(
-            iface,
-            queue,
-            true,
-            Some("leave --queue out (queue 0)"),
-        )?;
+        zcnet::nic::check_queue(iface, queue, true, Some("leave --queue out (queue 0)"))?;
     }
     let (limit, deadline) = run_limits(bytes, duration, a.verify);
     let mut tx = XskUdpSender::open(&XskSendConfig {
@@ -213,12 +208,7 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         )));
     }
     if let (UdpRxMode::AfXdp { iface, .. }, Some(queue)) = (&mode, a.queue) {
-        zcnet_tools::cli_text::check_queue(
-            iface,
-            queue,
-            true,
-            Some("leave --queue out (queue 0)"),
-        )?;
+        zcnet::nic::check_queue(iface, queue, true, Some("leave --queue out (queue 0)"))?;
     }
     let cfg = UdpRecvConfig {
         listen,

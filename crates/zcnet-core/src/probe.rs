@@ -1,8 +1,8 @@
 //! The probe's judgement: from what was read off the machine (and, with an active probe, what
 //! the kernel answered when each mechanism was tried), a verdict per mechanism with the reason
-//! in plain words and the remedy in the library's words: an OS command (`sysctl`, `ethtool -K`)
-//! as it is, zcnet's own NIC changes as calls ([`SET_CHANNELS`], [`NIC_SETUP`]) that a front end
-//! may word as its own commands.
+//! and the remedy as a [`Text`]: an OS command (`sysctl`, `ethtool -K`) as it is, zcnet's own
+//! NIC changes as typed calls ([`Call::SetChannels`], [`Call::NicSetup`]) and its settings as
+//! fields, which each front end says in its own words (the `zcnet` command as its commands).
 //!
 //! Pure: the facts are gathered by the facade (`zcnet::probe`) through netlink, ioctls and
 //! trial registrations; here they are only weighed, so every rule is tested with made-up
@@ -14,6 +14,7 @@
 //! every device through generic XDP; XDP_ZEROCOPY needs driver support, advertised as
 //! NETDEV_XDP_ACT_XSK_ZEROCOPY in the netdev family's xdp-features).
 
+use crate::text::{Call, Field, IfName, Text};
 use std::fmt;
 
 pub mod gpu;
@@ -134,16 +135,16 @@ impl fmt::Display for Verdict {
 pub struct Finding {
     /// The verdict.
     pub verdict: Verdict,
-    /// Why, in plain words.
-    pub reason: String,
-    /// What to run to get zero copy, if anything would.
-    pub remedy: Option<String>,
+    /// Why, in plain words, its terms typed ([`crate::text`](mod@crate::text)).
+    pub reason: Text,
+    /// What to run to get zero copy, if anything would, its calls and settings typed.
+    pub remedy: Option<Text>,
     /// Whether the verdict was confirmed by trying the mechanism (`--active`).
     pub confirmed: bool,
 }
 
 impl Finding {
-    fn new(verdict: Verdict, reason: impl Into<String>) -> Finding {
+    fn new(verdict: Verdict, reason: impl Into<Text>) -> Finding {
         Finding {
             verdict,
             reason: reason.into(),
@@ -152,7 +153,7 @@ impl Finding {
         }
     }
 
-    fn remedy(mut self, r: impl Into<String>) -> Finding {
+    fn remedy(mut self, r: impl Into<Text>) -> Finding {
         self.remedy = Some(r.into());
         self
     }
@@ -298,18 +299,9 @@ pub struct RxChannels {
     pub combined_max: u32,
 }
 
-/// How the library names a channel change in its verdicts and messages: this, the interface, the
-/// channel kind and count, and `)` ("nic::LiveNic::set_channels (eth1, combined 4)"); a front end
-/// may word it as its own command (the `zcnet` command says `zcnet nic channels`).
-pub const SET_CHANNELS: &str = "nic::LiveNic::set_channels (";
-
-/// How the library names the NIC set-up zero-copy receive needs on one queue (header split on,
-/// hds-thresh 0, a flow steered to the queue): this, the interface, `, queue `, the queue and
-/// `, the flow's port)`; a front end may word it as its own command (`zcnet nic setup`).
-pub const NIC_SETUP: &str = "nic::NicGuard::apply (";
-
 /// How interface `name` can get at least `need` RX queues, as the channel change that works on
-/// this machine in the library's words ([`SET_CHANNELS`]; `Ok`), or why there is none (`Err`).
+/// this machine ([`Call::SetChannels`], which a front end says as its own command; `Ok`), or
+/// why there is none (`Err`).
 /// Only a driver that reports channels it can change (max above current) can get more: lo and
 /// ifb report none, so nothing can add a queue to them. The change is made over ethtool netlink,
 /// so it needs no other tool; `ethtool -L` is named beside it only when `ethtool_cli` says it is
@@ -319,25 +311,30 @@ pub fn add_rx_queues(
     need: u32,
     ch: Option<&RxChannels>,
     ethtool_cli: bool,
-) -> Result<String, String> {
+) -> Result<Text, String> {
     let (kind, want) = rx_queue_plan(name, need, ch)?;
     let ethtool = if ethtool_cli {
         format!(" (or: ethtool -L {name} {kind} {want})")
     } else {
         " (ethtool is not installed; this uses the same ethtool netlink request)".to_string()
     };
-    Ok(format!("{SET_CHANNELS}{name}, {kind} {want}){ethtool}"))
+    Ok(crate::text!(
+        Call::SetChannels {
+            iface: Some(IfName::new(name)),
+            change: Some((kind, want)),
+        },
+        ethtool
+    ))
 }
 
 /// The set-up that turns header split on for zero-copy receive on `i` and steers a flow to its
-/// trial queue, in the library's words ([`NIC_SETUP`]): the remedy [`rx_device_rules`] gives
-/// for header split that is off or not at 0.
-pub fn setup_command(i: &IfaceFacts) -> String {
-    format!(
-        "{NIC_SETUP}{}, queue {}, the flow's port)",
-        i.name,
-        i.trial_queue()
-    )
+/// trial queue ([`Call::NicSetup`], which a front end says as its own command): the remedy
+/// [`rx_device_rules`] gives for header split that is off or not at 0.
+pub fn setup_command(i: &IfaceFacts) -> Text {
+    Text::from(Call::NicSetup {
+        iface: Some(IfName::new(&i.name)),
+        queue: Some(i.trial_queue()),
+    })
 }
 
 /// The channel change that gives `name` `need` RX queues: the kind of channel to set
@@ -569,7 +566,8 @@ fn send_path(
             };
             f.reason = format!(
                 "tried {what} over TCP loopback: the kernel reported {pct}% of bytes zero-copy"
-            );
+            )
+            .into();
             f.confirmed = true;
         } else {
             // Evidence that the mechanism works in this kernel, not a trial over this device.
@@ -644,7 +642,7 @@ pub fn rx_device_rules(i: &IfaceFacts, what: &str, ethtool_cli: bool) -> Finding
                 f.remedy = Some(match i.ntuple {
                     None => format!(
                         "{name} has no ntuple filters: steer with RSS (ethtool -X {name} ...) or pick the queue the flow hashes to"
-                    ),
+                    ).into(),
                     // `nic setup --port` turns ntuple-filters on itself.
                     Some(_) => setup,
                 });
@@ -665,7 +663,7 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
         }
         Some(Ok(())) => {
             f.verdict = Verdict::ZeroCopy;
-            f.reason = format!("{tried} worked (and was undone)");
+            f.reason = format!("{tried} worked (and was undone)").into();
             f.remedy = None;
             f.confirmed = true;
             f
@@ -680,13 +678,14 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
                 && f.remedy.is_some()
                 && r.errno != errno::ENOMEM =>
         {
-            f.reason = format!("{}; {tried} refused as expected: {}", f.reason, r.message);
+            f.reason
+                .push_str(&format!("; {tried} refused as expected: {}", r.message));
             f.confirmed = true;
             f
         }
         Some(Err(r)) => {
             f.verdict = Verdict::Unsupported;
-            f.reason = format!("{tried} refused: {}", r.message);
+            f.reason = format!("{tried} refused: {}", r.message).into();
             if r.errno == errno::ENOMEM {
                 f.remedy = Some("ulimit -l unlimited (RLIMIT_MEMLOCK)".into());
             }
@@ -704,10 +703,10 @@ fn apply_trial(mut f: Finding, trial: Option<&Result<(), Refusal>>, tried: &str)
 /// kernel is still releasing) says nothing about the device: the inferred verdict stays,
 /// unconfirmed, with what was in the way.
 fn queue_busy(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
-    f.reason = format!(
-        "{}; not confirmed: {tried} found the queue in use ({})",
-        f.reason, r.message
-    );
+    f.reason.push_str(&format!(
+        "; not confirmed: {tried} found the queue in use ({})",
+        r.message
+    ));
     f.remedy
         .get_or_insert_with(|| "probe again while nothing uses the queue, to confirm".into());
     f.confirmed = false;
@@ -715,13 +714,17 @@ fn queue_busy(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
 }
 
 fn not_permitted(mut f: Finding, tried: &str, r: &Refusal) -> Finding {
-    f.reason = format!(
-        "{}; not confirmed: {tried} needs root or CAP_NET_ADMIN ({})",
-        f.reason, r.message
-    );
+    f.reason.push_str(&format!(
+        "; not confirmed: {tried} needs root or CAP_NET_ADMIN ({})",
+        r.message
+    ));
     if f.verdict != Verdict::Unsupported {
         f.remedy.get_or_insert_with(|| {
-            "probe again with ProbeOptions::active, as root, to confirm".into()
+            crate::text!(
+                "probe again with ",
+                Field::ProbeActive,
+                ", as root, to confirm"
+            )
         });
     }
     f.confirmed = false;
@@ -828,10 +831,7 @@ fn devmem_trial(
     match trial {
         Some(Err(r)) if r.errno == errno::EBADF || r.errno == errno::EINVAL => {
             let mut f = f;
-            f.reason = format!(
-                "{}; {tried}: the device passed its checks and only the probe fd (not a dma-buf) was refused ({})",
-                f.reason, r.message
-            );
+            f.reason.push_str(&format!("; {tried}: the device passed its checks and only the probe fd (not a dma-buf) was refused ({})", r.message));
             if device_check_is_complete {
                 f.verdict = Verdict::ZeroCopy;
                 f.remedy = None;
@@ -860,15 +860,19 @@ fn devmem_tx(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>
     } else if NETMEM_TX_DRIVERS.contains(&drv) {
         Finding::new(
             Verdict::ZeroCopy,
-            format!(
-                "{drv} supports netmem TX (inferred from the driver; ProbeOptions::active asks the kernel)"
+            crate::text!(
+                format!("{drv} supports netmem TX (inferred from the driver; "),
+                Field::ProbeActive,
+                " asks the kernel)",
             ),
         )
     } else {
         Finding::new(
             Verdict::Unsupported,
-            format!(
-                "{drv} is not known to support netmem TX (ProbeOptions::active asks the kernel)"
+            crate::text!(
+                format!("{drv} is not known to support netmem TX ("),
+                Field::ProbeActive,
+                " asks the kernel)",
             ),
         )
     };
@@ -893,7 +897,8 @@ fn xsk_copy(k: &KernelFacts, i: &IfaceFacts, trial: Option<&Result<(), Refusal>>
                 "bound an AF_XDP socket (XDP_COPY) to {} queue {}: works, copying each frame",
                 i.name,
                 i.trial_queue()
-            );
+            )
+            .into();
             f.confirmed = true;
         }
         Some(Err(r)) if r.errno == errno::EPERM => {

@@ -451,10 +451,45 @@ impl Text {
         }
     }
 
+    /// Whether the text in the library's words starts with `pat`.
+    pub fn starts_with(&self, pat: &str) -> bool {
+        self.to_string().starts_with(pat)
+    }
+
+    /// Appends words (as `String::push_str`).
+    pub fn push_str(&mut self, s: &str) {
+        self.push(s.to_string());
+    }
+
+    /// The texts one after another with `sep` between them.
+    pub fn join(parts: impl IntoIterator<Item = Text>, sep: &'static str) -> Text {
+        let mut t = Text::new();
+        for (i, p) in parts.into_iter().enumerate() {
+            if i > 0 {
+                t.push(sep);
+            }
+            t.push(p);
+        }
+        t
+    }
+
     /// `other` after this text.
     pub fn then(mut self, other: impl Into<Text>) -> Text {
         self.push(other);
         self
+    }
+}
+
+/// A text equals a string that says it in the library's words.
+impl PartialEq<str> for Text {
+    fn eq(&self, other: &str) -> bool {
+        self.render(&Library).as_str() == other
+    }
+}
+
+impl PartialEq<&str> for Text {
+    fn eq(&self, other: &&str) -> bool {
+        self.render(&Library).as_str() == *other
     }
 }
 

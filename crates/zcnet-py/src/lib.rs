@@ -165,12 +165,11 @@ fn probe(
         iface,
         active,
         all_ifaces,
-        voice: Some(&errors::Py),
     };
     let report = py
         .detach(move || zcnet::probe::probe_queue(&opts, queue))
         .map_err(errors::to_py)?;
-    json_to_py(py, &zcnet::probe::json::to_json(&report))
+    json_to_py(py, &zcnet::probe::json::to_json(&report, &errors::Py))
 }
 
 /// `n` bytes of the seeded pattern that `zcnet send --verify --seed SEED` sends, from stream

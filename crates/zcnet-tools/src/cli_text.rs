@@ -1,10 +1,13 @@
-//! The `zcnet` command's wording of library errors: every [`Remedy`] as the flags and
-//! commands that carry it out, and the library's config-field names in a message as the flags
-//! that set them. The library itself never names a flag (its `Display` speaks `RxConfig`,
-//! `TxMode`, `nic::NicGuard::apply`); this is the one place that maps its remedies to the CLI.
+//! The `zcnet` command's voice ([`Cli`]): the terms of the library's messages (settings, modes,
+//! memory kinds, calls) as the flags and commands that carry them out, and its own wording of
+//! the remedies it says differently. The library never names a flag (its `Display` speaks
+//! `RxConfig`, `TxMode`, `nic::NicGuard::apply`); messages are rendered from their terms
+//! ([`zcnet::text`](mod@zcnet::text)), never rewritten.
 
 use zcnet::region::MemoryKind;
-use zcnet::text::{Call, Field, Library, Memory, Term, Words};
+use zcnet::text::{Call, Field, Library, Term, Words};
+#[cfg(test)]
+use zcnet::TxMode;
 use zcnet::{Error, Remedy, Voice};
 
 /// The `zcnet` command's voice: settings as the flags that set them, modes and memory kinds
@@ -124,108 +127,6 @@ pub fn remedy_text(r: &Remedy) -> String {
     r.render(&Cli)
 }
 
-/// The prefix of the library's pointer to a NIC restore, followed by the interface and `)`.
-const RESTORE: &str = "nic::restore_from_file (interface ";
-
-/// Text the library rendered in its own words (the probe's findings and the receivers'
-/// fallback notes, still strings), in the CLI's: every term [`Cli`] says differently, and a NIC
-/// restore as the `zcnet nic restore` command. Errors never come through here: they are
-/// rendered in [`Cli`]'s words from their terms ([`error_text`]).
-pub fn words(text: &str) -> String {
-    let mut terms: Vec<Term> = Field::ALL.iter().map(|f| Term::Field(*f)).collect();
-    terms.extend(zcnet::tx::TxMode::NAMED.iter().map(|m| m.term()));
-    terms.extend(zcnet::rx::RxMode::ALL.iter().map(|m| m.term()));
-    terms.extend(Memory::ALL.iter().map(|m| Term::Memory(*m)));
-    terms.extend(
-        [
-            Call::RegionAnonymous,
-            Call::RegionHuge,
-            Call::RegionCuda,
-            Call::RegionForSender,
-            Call::RegionWriteAt,
-            Call::RegionReadAt,
-            Call::SendLent,
-            Call::NicSetupFlow,
-        ]
-        .map(Term::Call),
-    );
-    let mut pairs: Vec<(String, String)> = terms
-        .iter()
-        .map(|t| (Library.term(t), Cli.term(t)))
-        .collect();
-    // Longest first: `TxMode::UringZc` before `TxMode::Uring`.
-    pairs.sort_by_key(|(a, _)| std::cmp::Reverse(a.len()));
-    let mut s = text.to_string();
-    for (from, to) in &pairs {
-        if s.contains(from.as_str()) {
-            s = s.replace(from.as_str(), to);
-        }
-    }
-    // "nic::LiveNic::set_channels (eth1, combined 4)": `zcnet nic channels`.
-    let s = replace_calls(&s, zcnet::nic::SET_CHANNELS, |args| {
-        match args.split_once(", ") {
-            Some((iface, change)) => match change.split_once(' ') {
-                Some((kind, n)) => format!("zcnet nic channels --iface {iface} --{kind} {n}"),
-                None => format!("zcnet nic channels --iface {iface}"),
-            },
-            None => "zcnet nic channels".to_string(),
-        }
-    });
-    // "nic::NicGuard::apply (eth1, queue 7, the flow's port)": `zcnet nic setup`.
-    let s = replace_calls(&s, zcnet::nic::NIC_SETUP, |args| {
-        let mut parts = args.split(", ");
-        let iface = parts.next().unwrap_or("IFACE");
-        match parts.next().and_then(|q| q.strip_prefix("queue ")) {
-            Some(q) => format!("zcnet nic setup --iface {iface} --queue {q} --port PORT"),
-            None => format!("zcnet nic setup --iface {iface}"),
-        }
-    });
-    let s = replace_calls(&s, RESTORE, |iface| {
-        format!("'zcnet nic restore --iface {iface}'")
-    });
-    // The same calls named without their arguments (a remedy's library text).
-    s.replace(
-        "a nic::NicSetup with the queue and the port",
-        "'zcnet nic setup --iface IFACE --queue Q --port P'",
-    )
-    .replace("nic::NicGuard::apply", "'zcnet nic setup --iface IFACE'")
-    .replace("probe::probe", "'zcnet probe --iface IFACE'")
-    .replace("nic::LiveNic::set_channels", "'zcnet nic channels'")
-    .replace("nic::restore_from_file", "'zcnet nic restore'")
-}
-
-/// `text` with every `prefix ARGS)` replaced by `render(ARGS)` (the library's way of naming a
-/// call with its arguments, which the CLI says as a command).
-fn replace_calls(text: &str, prefix: &str, render: impl Fn(&str) -> String) -> String {
-    let mut s = text.to_string();
-    let mut from = 0;
-    while let Some(at) = s[from..].find(prefix).map(|n| from + n) {
-        let rest = &s[at + prefix.len()..];
-        let Some(end) = rest.find(')') else { break };
-        let cmd = render(&rest[..end]);
-        from = at + cmd.len();
-        s = format!("{}{cmd}{}", &s[..at], &rest[end + 1..]);
-    }
-    s
-}
-
-/// [`zcnet::nic::check_queue`] with the CLI's `--queue` named: its bad-argument message
-/// ("queue 7: eth1 has ...") as "--queue 7: eth1 has ...".
-pub fn check_queue(
-    iface: &str,
-    queue: u32,
-    af_xdp: bool,
-    default: Option<&str>,
-) -> zcnet::Result<()> {
-    zcnet::nic::check_queue(iface, queue, af_xdp, default).map_err(|e| {
-        if e.is_bad_argument() {
-            Error::invalid_input(format!("--{e}"))
-        } else {
-            e
-        }
-    })
-}
-
 /// The exit status of the commands for a library error: 130 for an interrupt, 2 for the
 /// caller's mistake ([`Error::is_caller_mistake`]: a bad argument, an unknown name), 1 for
 /// everything else.
@@ -246,80 +147,88 @@ pub fn error_text(e: &Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zcnet::text::{IfName, Text};
 
-    /// Every library name a message of the library or the tools can carry (a config field, a
-    /// mode, a memory kind, a region or sender call inside a string literal) has CLI words:
-    /// no line the command prints names a Rust type. A name added to a message without its
-    /// words in [`FIELDS`] fails here.
+    /// The library builds every message from words and typed terms: no string literal of the
+    /// library, its sans-IO core or the tools names a config field, mode, memory kind or call
+    /// as a Rust path (only zcnet-core's `text.rs`, the library's own words, and tests do). A
+    /// message that did would reach the command's user as a Rust path: nothing rewrites text.
     #[zcnet_testkit::test]
-    fn no_library_name_in_a_message_lacks_cli_words() {
-        const TYPES: [&str; 8] = [
-            "RxConfig",
-            "TxConfig",
-            "ProbeOptions",
-            "NicSetup",
-            "MemoryKind",
-            "TxMode",
-            "RxMode",
-            "Region",
+    fn no_message_names_a_library_path_in_its_words() {
+        const PATHS: [&str; 16] = [
+            "RxConfig::",
+            "TxConfig::",
+            "ProbeOptions::",
+            "NicSetup::",
+            "MemoryKind::",
+            "TxMode::",
+            "RxMode::",
+            "Region::",
+            "Sender::",
+            "nic::NicGuard",
+            "nic::restore_from_file",
+            "nic::LiveNic",
+            "probe::probe",
+            "XskMode::",
+            "XdpMode::",
+            "GpuPath::",
         ];
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let mut files = Vec::new();
-        let mut dirs = vec![root.join("zcnet/src"), root.join("zcnet-tools/src")];
+        let mut dirs = vec![
+            root.join("zcnet/src"),
+            root.join("zcnet-core/src"),
+            root.join("zcnet-tools/src"),
+        ];
         while let Some(d) = dirs.pop() {
             for e in std::fs::read_dir(&d).unwrap().flatten() {
                 let p = e.path();
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
                 if p.is_dir() {
-                    dirs.push(p);
-                } else if p.extension().is_some_and(|x| x == "rs") {
+                    if name != "tests" {
+                        dirs.push(p);
+                    }
+                } else if name.ends_with(".rs") && name != "tests.rs" {
                     files.push(p);
                 }
             }
         }
-        let mut missing = std::collections::BTreeSet::new();
-        for f in files {
-            let text = std::fs::read_to_string(&f).unwrap();
-            for line in text.lines() {
+        assert!(files.len() > 100, "{} files", files.len());
+        let own_words = root.join("zcnet-core/src/text.rs");
+        let mut found = Vec::new();
+        for f in files.iter().filter(|f| **f != own_words) {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (n, line) in text.lines().enumerate() {
                 let code = line.trim_start();
-                if code.starts_with("//") || code.contains("assert") || !code.contains('"') {
+                if code.starts_with("#[cfg(test)]") {
+                    break;
+                }
+                if code.starts_with("//") || !code.contains('"') {
                     continue;
                 }
-                // Only what stands between quotes on the line.
                 for (i, lit) in code.split('"').enumerate() {
-                    if i % 2 == 0 {
-                        continue;
-                    }
-                    for t in TYPES {
-                        let pat = format!("{t}::");
-                        let mut from = 0;
-                        while let Some(at) = lit[from..].find(&pat).map(|n| from + n) {
-                            let rest = &lit[at + pat.len()..];
-                            let end = rest
-                                .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                                .unwrap_or(rest.len());
-                            let name = format!("{pat}{}", &rest[..end]);
-                            // `RxMode::{m:?}`: a mode by its Debug name, which words() maps.
-                            if end > 0 && words(&name).contains("::") {
-                                missing.insert(format!("{name} ({})", f.display()));
-                            }
-                            from = at + pat.len();
-                        }
+                    // A path at the start of a word (`StagedSender::send_from` is not
+                    // `Sender::`).
+                    let named = PATHS.iter().any(|p| {
+                        lit.match_indices(p).any(|(at, _)| {
+                            !lit[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+                        })
+                    });
+                    if i % 2 == 1 && named {
+                        found.push(format!("{}:{}: {lit}", f.display(), n + 1));
                     }
                 }
             }
         }
-        assert!(missing.is_empty(), "no CLI words for: {missing:?}");
+        assert!(found.is_empty(), "library paths in words: {found:#?}");
     }
 
     #[zcnet_testkit::test]
-    fn every_remedy_has_cli_words() {
+    fn every_remedy_and_term_has_cli_words() {
         for r in Remedy::examples() {
             let lib = r.to_string();
             let cli = r.render(&Cli);
-            assert!(
-                !cli.contains("RxConfig::") && !cli.contains("TxMode::"),
-                "{r:?}: {cli}"
-            );
+            assert!(!cli.contains("::") || cli.contains("[::"), "{r:?}: {cli}");
             if matches!(
                 r,
                 Remedy::UseRxMode(_) | Remedy::UseTxMode(_) | Remedy::ChooseQueue
@@ -328,15 +237,24 @@ mod tests {
                 assert!(!lib.contains("--"), "{r:?}: {lib}");
             }
         }
+        for f in Field::ALL {
+            let t = Cli.term(&Term::Field(f));
+            assert!(!t.contains("::"), "{f:?}: {t}");
+        }
+        let eth1 = Some(IfName::new("eth1"));
+        let said = |t: Text| t.render(&Cli);
         assert_eq!(
-            words("undo them with nic::restore_from_file (interface eth1); or not"),
+            said(Text::from("undo them with ") + Call::NicRestore { iface: eth1 } + "; or not"),
             "undo them with 'zcnet nic restore --iface eth1'; or not"
         );
         assert_eq!(
-            words("add one: nic::LiveNic::set_channels (eth1, combined 2) (or: ethtool -L eth1 combined 2)"),
-            "add one: zcnet nic channels --iface eth1 --combined 2 (or: ethtool -L eth1 combined 2)"
+            said(Text::from(Call::SetChannels {
+                iface: eth1,
+                change: Some(("combined", 2))
+            })),
+            "zcnet nic channels --iface eth1 --combined 2"
         );
-        // The probe's remedies (zcnet-core's words) as the commands that carry them out.
+        // The probe's remedies (zcnet-core's terms) as the commands that carry them out.
         use zcnet_core::probe::{HeaderSplit, IfaceFacts, IfaceKind};
         let facts = IfaceFacts {
             name: "eth9".into(),
@@ -351,27 +269,21 @@ mod tests {
             channels: None,
         };
         let setup = zcnet_core::probe::setup_command(&facts);
-        assert!(!setup.contains("--"), "{setup}");
+        assert!(!setup.to_string().contains("--"), "{setup}");
         assert_eq!(
-            words(&format!("as root: {setup}; then retry")),
+            said(Text::from("as root: ") + setup + "; then retry"),
             format!(
                 "as root: zcnet nic setup --iface eth9 --queue {} --port PORT; then retry",
                 facts.trial_queue()
             )
         );
         assert_eq!(
-            words("probe again with ProbeOptions::active, as root, to confirm"),
-            "probe again with --active, as root, to confirm"
-        );
-        assert_eq!(
-            words("use TxMode::UringZc or TxMode::Uring"),
+            said(Text::from("use ") + TxMode::UringZc.term() + " or " + TxMode::Uring.term()),
             "use --tx uring-zc or --tx uring"
         );
-        // Every remedy's library text in CLI words names no Rust path (perf's failures carry
-        // the library's text, so this is what they print).
-        for r in Remedy::examples() {
-            let t = words(&r.to_string());
-            assert!(!t.contains("::") || t.contains("[::"), "{r:?}: {t}");
-        }
+        // A queue the interface lacks is said with the flag, from the term (nothing prepends it).
+        let e = Error::invalid_input(zcnet::text!(Field::RxQueue, " 7: lo has 1 RX queue(s)"));
+        assert_eq!(error_text(&e), "--queue 7: lo has 1 RX queue(s)");
+        assert_eq!(e.to_string(), "RxConfig::queue 7: lo has 1 RX queue(s)");
     }
 }

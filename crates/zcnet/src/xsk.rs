@@ -464,7 +464,7 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig, umem_len: usize) -> Er
         Some(libc::EOPNOTSUPP) if cfg.mode == XskMode::ZeroCopy => Error::Unsupported {
             what: what.into(),
             source: e,
-            remedy: Remedy::Other("the driver has no AF_XDP zero-copy support: use copy mode (XskMode::Copy)"),
+            remedy: Remedy::Other("the driver has no AF_XDP zero-copy support: use AF_XDP copy mode"),
         },
         Some(libc::EINVAL) => Error::Unsupported {
             what: what.into(),
@@ -752,7 +752,7 @@ impl Xsk {
             Some(libc::EOPNOTSUPP) => Error::Unsupported {
                 what: what.into(),
                 source: e,
-                remedy: Remedy::Other("the driver has no native XDP: use XdpMode::Generic or Auto"),
+                remedy: Remedy::Other("the driver has no native XDP: attach the program in generic (skb) mode, or let the mode be chosen automatically"),
             },
             Some(libc::EPERM) => Error::NotRoot {
                 what: "attaching an XDP program",

@@ -59,7 +59,6 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
                 iface: Some("vB".into()),
                 active: false,
                 all_ifaces: false,
-                voice: None,
             };
             let r = probe(&one).unwrap();
             assert_eq!(r.interfaces.len(), 1);
@@ -69,7 +68,6 @@ fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
                     iface: Some(name.into()),
                     active: false,
                     all_ifaces: false,
-                    voice: None,
                 };
                 match probe(&opts) {
                     Err(Error::UnknownInterface { given }) => assert_eq!(given, name),

@@ -230,7 +230,7 @@ fn the_probe_report_speaks_library() {
             ..Default::default()
         };
         let report = zcnet::probe::probe(&opts).unwrap();
-        let json = zcnet::probe::json::to_json(&report).to_string();
+        let json = zcnet::probe::json::to_json(&report, &zcnet::text::Library).to_string();
         assert!(json.contains("\"remedy\""), "{json}");
         assert_eq!(cli_words(&json), None, "active {active}: {json}");
     }

@@ -1,6 +1,7 @@
 //! The GPU section of `zcnet probe`: the table's lines and the `gpu` object of `--json`.
 
 use zcnet::probe::gpu::{ExportTrial, GpuDriver, GpuFinding, GpuReport};
+use zcnet_tools::cli_text::Cli;
 
 fn yes_no(b: bool) -> &'static str {
     if b {
@@ -15,7 +16,11 @@ fn yes_no(b: bool) -> &'static str {
 /// distinct one said once with the interfaces it applies to.
 pub(super) fn gpu_table(g: &GpuReport) -> String {
     if let Some((cause, fix)) = g.none_usable() {
-        return format!("GPU: none usable \u{2014} {cause}; {fix}\n");
+        return format!(
+            "GPU: none usable \u{2014} {}; {}\n",
+            cause.render(&Cli),
+            fix.render(&Cli)
+        );
     }
     let mut out = String::new();
     // zcnet's CUDA driver stand-in: every line about it says so.
@@ -89,11 +94,11 @@ pub(super) fn gpu_table(g: &GpuReport) -> String {
                 "  {dir} [{}]{to}: {}{mark} \u{2014} {}{}\n",
                 ifs.join(","),
                 f.verdict.name(),
-                f.reason,
+                f.reason.render(&Cli),
                 label(g.device_label(gpu)),
             ));
             if let Some(fix) = &f.remedy {
-                out.push_str(&format!("         fix: {fix}\n"));
+                out.push_str(&format!("         fix: {}\n", fix.render(&Cli)));
             }
             if let Some(w) = &f.warning {
                 out.push_str(&format!("         warning: {w}\n"));
@@ -114,7 +119,7 @@ mod tests {
     fn finding(verdict: GpuVerdict, reason: &str) -> GpuFinding {
         GpuFinding {
             verdict,
-            reason: reason.into(),
+            reason: reason.to_string().into(),
             remedy: None,
             warning: None,
             confirmed: false,
@@ -239,7 +244,7 @@ mod tests {
 
     #[test]
     fn gpu_json_has_devices_driver_and_paths() {
-        let v = gpu_json(&machine());
+        let v = gpu_json(&machine(), &Cli);
         assert_eq!(v["driver"]["cuda"], json!([12, 8]));
         assert_eq!(v["driver"]["open_modules"], true);
         assert_eq!(v["error"], Value::Null);

@@ -19,6 +19,7 @@
 //! classes of `nvidia-smi topo -m`: PIX/PXB, PHB, NODE/SYS). Pure, like the rest of the probe.
 
 use super::{Finding, IfaceFacts, IfaceKind, KernelFacts, Mechanism, Verdict};
+use crate::text::{Memory, Text};
 
 /// The path data takes between a NIC and GPU memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,9 +71,9 @@ pub enum GpuDriver {
     /// No usable driver: what is missing (the driver's or the loader's words) and the fix.
     Missing {
         /// What is missing.
-        cause: String,
+        cause: Text,
         /// How to get a driver, or the alternative.
-        fix: String,
+        fix: Text,
     },
     /// A driver answered.
     Present {
@@ -133,10 +134,10 @@ pub struct NicFacts<'a> {
 pub struct GpuFinding {
     /// The best path that works.
     pub verdict: GpuVerdict,
-    /// Why this path, and why the better ones were refused.
-    pub reason: String,
+    /// Why this path, and why the better ones were refused, its terms typed.
+    pub reason: Text,
     /// What would make a better path work, if anything would.
-    pub remedy: Option<String>,
+    pub remedy: Option<Text>,
     /// What makes the chosen path slower than it could be (PCIe topology, missing attributes).
     pub warning: Option<String>,
     /// The dma-buf export and the interface's verdict were both confirmed by trying them.
@@ -157,12 +158,16 @@ pub struct GpuPaths {
 }
 
 /// Why no GPU path exists at all: (cause, fix), or `None` when there is a driver and a GPU.
-pub fn none_usable(driver: &GpuDriver, gpus: &[GpuFacts]) -> Option<(String, String)> {
+pub fn none_usable(driver: &GpuDriver, gpus: &[GpuFacts]) -> Option<(Text, Text)> {
     match driver {
         GpuDriver::Missing { cause, fix } => Some((cause.clone(), fix.clone())),
         GpuDriver::Present { .. } if gpus.is_empty() => Some((
             "the CUDA driver sees no GPU".into(),
-            "check that nvidia-smi lists one (a container needs the GPU's device nodes), or use host memory (MemoryKind::Anonymous)".into(),
+            crate::text!(
+                "check that nvidia-smi lists one (a container needs the GPU's device nodes), or use host memory (",
+                Memory::Host,
+                ")",
+            ),
         )),
         GpuDriver::Present { .. } => None,
     }
@@ -262,7 +267,7 @@ fn iface_side<'a>(
     nic: &NicFacts<'a>,
     path: GpuVerdict,
     dir: Direction,
-) -> Result<&'a Finding, (String, Option<String>)> {
+) -> Result<&'a Finding, (Text, Option<Text>)> {
     let m = match (path, dir) {
         (GpuVerdict::ZcrxDmabuf, _) => Mechanism::Zcrx,
         (_, Direction::Rx) => Mechanism::DevmemRx,
@@ -270,15 +275,15 @@ fn iface_side<'a>(
     };
     let Some((_, f)) = nic.mechanisms.iter().find(|(mm, _)| *mm == m) else {
         return Err((
-            format!("no {} verdict for {}", m.name(), nic.iface.name),
+            format!("no {} verdict for {}", m.name(), nic.iface.name).into(),
             None,
         ));
     };
     if nic.iface.kind != IfaceKind::Physical {
         let word = nic_word(nic.iface);
         return Err(match m {
-            Mechanism::DevmemTx => (format!("{word} does not support netmem TX"), None),
-            _ => (format!("{word} has no queue-management ops"), None),
+            Mechanism::DevmemTx => (format!("{word} does not support netmem TX").into(), None),
+            _ => (format!("{word} has no queue-management ops").into(), None),
         });
     }
     if path == GpuVerdict::ZcrxDmabuf && k.version < (6, 16) {
@@ -309,7 +314,7 @@ fn judge_path(
     };
     let buf = dmabuf(driver, g);
     // (paths, reason, remedy) refused by the interface; identical reasons are said once.
-    let mut refused: Vec<(Vec<&str>, String, Option<String>)> = Vec::new();
+    let mut refused: Vec<(Vec<&str>, Text, Option<Text>)> = Vec::new();
     for &path in candidates {
         match (iface_side(k, nic, path, dir), &buf) {
             (Ok(f), Ok(export_confirmed)) => {
@@ -318,9 +323,10 @@ fn judge_path(
                     (_, Direction::Rx) => format!("devmem TCP: {ifname} writes payloads straight into a dma-buf of GPU {n}'s memory"),
                     (_, Direction::Tx) => format!("devmem TCP: {ifname} sends payloads straight from a dma-buf of GPU {n}'s memory"),
                 };
-                let mut reason = format!("{how} ({})", f.reason);
+                let mut reason = crate::text!(how, " (", f.reason.clone(), ")");
                 for (paths, why, _) in &refused {
-                    reason.push_str(&format!("; {} refused: {why}", paths.join(", ")));
+                    reason.push(format!("; {} refused: ", paths.join(", ")));
+                    reason.push(why.clone());
                 }
                 let mut warnings: Vec<String> =
                     topology_warning(ifname, n, relation).into_iter().collect();
@@ -342,14 +348,14 @@ fn judge_path(
             (Ok(_), Err(_)) => {}
         }
     }
-    let mut parts = Vec::new();
-    let mut remedies: Vec<String> = Vec::new();
+    let mut parts: Vec<Text> = Vec::new();
+    let mut remedies: Vec<Text> = Vec::new();
     if let Err((why, fix)) = &buf {
-        parts.push(why.clone());
-        remedies.push(fix.clone());
+        parts.push(why.clone().into());
+        remedies.push(fix.clone().into());
     }
     for (paths, why, fix) in refused {
-        parts.push(format!("{}: {why}", paths.join(", ")));
+        parts.push(crate::text!(format!("{}: ", paths.join(", ")), why));
         if let Some(fix) = fix.filter(|f| !remedies.contains(f)) {
             remedies.push(fix);
         }
@@ -360,8 +366,8 @@ fn judge_path(
     };
     GpuFinding {
         verdict: GpuVerdict::Staging,
-        reason: format!("{}; data is {copy}", parts.join("; ")),
-        remedy: (!remedies.is_empty()).then(|| remedies.join("; ")),
+        reason: Text::join(parts, "; ") + format!("; data is {copy}"),
+        remedy: (!remedies.is_empty()).then(|| Text::join(remedies, "; ")),
         warning: None,
         confirmed: false,
     }

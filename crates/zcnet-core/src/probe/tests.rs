@@ -130,7 +130,7 @@ fn dummy_is_software_with_zero_copy_udp_sends() {
     );
     for m in [Mechanism::MsgZerocopy, Mechanism::UringZc] {
         let f = judge_one(m, &k, &dm, &Trials::default());
-        assert!(f.reason.starts_with("UDP: "), "{}", f.reason);
+        assert!(f.reason.to_string().starts_with("UDP: "), "{}", f.reason);
         for word in ["dummy_xmit", "no COPIED", "TCP through it reaches no peer"] {
             assert!(f.reason.contains(word), "{word}: {}", f.reason);
         }
@@ -155,7 +155,11 @@ fn dummy_is_software_with_zero_copy_udp_sends() {
     let mut phys = nic(HeaderSplit::Enabled, 0, 8, Some(true));
     phys.driver = Some("dummy".into());
     let f = judge_one(Mechanism::MsgZerocopy, &k, &phys, &Trials::default());
-    assert!(f.reason.starts_with("TCP and UDP"), "{}", f.reason);
+    assert!(
+        f.reason.to_string().starts_with("TCP and UDP"),
+        "{}",
+        f.reason
+    );
     let g = xsk::generic_zc_xmit(&k, &dm);
     assert_eq!((g.answer, g.inferred), (xsk::ZcXmit::No, true), "{g:?}");
     assert!(g.reason.contains("dummy.c:dummy_setup"), "{}", g.reason);
@@ -192,7 +196,13 @@ fn send_verdicts_name_their_protocol() {
                 let f = judge_one(m, &k, &i, t);
                 let says = |p: &str| f.reason.contains(p);
                 assert!(says("TCP") || says("UDP"), "{} {m:?}: {}", i.name, f.reason);
-                if let Some(fix) = f.remedy.as_deref().filter(|r| r.contains("ifb device")) {
+                if let Some(fix) = f
+                    .remedy
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .as_deref()
+                    .filter(|r| r.contains("ifb device"))
+                {
                     // The sink is UDP: a remedy pointing at it says so, and the verdict it
                     // follows is about TCP.
                     assert!(
@@ -207,9 +217,13 @@ fn send_verdicts_name_their_protocol() {
     }
     let ifb = soft("sink0", IfaceKind::Ifb, Some("ifb"), 0);
     let f = judge_one(Mechanism::MsgZerocopy, &k, &ifb, &Trials::default());
-    assert!(f.reason.starts_with("TCP"), "{}", f.reason);
+    assert!(f.reason.to_string().starts_with("TCP"), "{}", f.reason);
     assert!(
-        f.remedy.as_deref().is_some_and(|r| r.contains("UDP")),
+        f.remedy
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref()
+            .is_some_and(|r| r.contains("UDP")),
         "{:?}",
         f.remedy
     );
@@ -488,7 +502,9 @@ fn a_trial_refused_for_the_configuration_keeps_its_reason_and_remedy() {
     let f = judge_one(Mechanism::Zcrx, &k, &off, &t);
     assert_eq!(f.verdict, Verdict::Unsupported);
     assert!(
-        f.reason.starts_with("header split is off on eth9"),
+        f.reason
+            .to_string()
+            .starts_with("header split is off on eth9"),
         "{}",
         f.reason
     );
@@ -498,7 +514,7 @@ fn a_trial_refused_for_the_configuration_keeps_its_reason_and_remedy() {
         f.reason
     );
     assert_eq!(
-        f.remedy.as_deref(),
+        f.remedy.as_ref().map(ToString::to_string).as_deref(),
         Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
     );
     assert!(f.confirmed);
@@ -508,7 +524,9 @@ fn a_trial_refused_for_the_configuration_keeps_its_reason_and_remedy() {
     let f = judge_one(Mechanism::Zcrx, &k, &on, &t);
     assert_eq!(f.verdict, Verdict::Unsupported);
     assert!(
-        f.reason.starts_with("zcrx registration on eth9"),
+        f.reason
+            .to_string()
+            .starts_with("zcrx registration on eth9"),
         "{}",
         f.reason
     );
@@ -525,7 +543,7 @@ fn header_split_rules_on_a_nic() {
         assert_eq!(f.verdict, Verdict::Unsupported);
         // zcnet's own command: Debian's ethtool 6.1 does not know tcp-data-split.
         assert_eq!(
-            f.remedy.as_deref(),
+            f.remedy.as_ref().map(ToString::to_string).as_deref(),
             Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
         );
     }
@@ -533,12 +551,16 @@ fn header_split_rules_on_a_nic() {
     let f = judge_one(Mechanism::Zcrx, &k, &thresh, &t);
     assert_eq!(f.verdict, Verdict::Unsupported);
     assert_eq!(
-        f.remedy.as_deref(),
+        f.remedy.as_ref().map(ToString::to_string).as_deref(),
         Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
     );
     let one_q = nic(HeaderSplit::Enabled, 0, 1, Some(true));
     assert_eq!(
-        judge_one(Mechanism::Zcrx, &k, &one_q, &t).remedy.as_deref(),
+        judge_one(Mechanism::Zcrx, &k, &one_q, &t)
+            .remedy
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
         Some("nic::LiveNic::set_channels (eth9, combined 2) (or: ethtool -L eth9 combined 2)")
     );
     // A driver that cannot have a second queue gets the reason and no command.
@@ -550,7 +572,10 @@ fn header_split_rules_on_a_nic() {
     });
     let f = judge_one(Mechanism::Zcrx, &k, &stuck, &t);
     assert_eq!(
-        (f.verdict, f.remedy.as_deref()),
+        (
+            f.verdict,
+            f.remedy.as_ref().map(ToString::to_string).as_deref()
+        ),
         (Verdict::Unsupported, None)
     );
     assert!(f.reason.contains("at most 1 RX queue"), "{}", f.reason);
@@ -562,7 +587,7 @@ fn header_split_rules_on_a_nic() {
     assert_eq!(f.verdict, Verdict::ZeroCopy);
     // `nic setup --port` turns ntuple-filters on itself.
     assert_eq!(
-        f.remedy.as_deref(),
+        f.remedy.as_ref().map(ToString::to_string).as_deref(),
         Some("nic::NicGuard::apply (eth9, queue 7, the flow's port)")
     );
     let not_reported = nic(HeaderSplit::NotReported("no".into()), 0, 8, Some(true));
@@ -592,7 +617,10 @@ fn nic_send_paths_and_xsk() {
     i.scatter_gather = Some(false);
     let f = judge_one(Mechanism::MsgZerocopy, &k, &i, &t);
     assert_eq!(f.verdict, Verdict::Copies);
-    assert_eq!(f.remedy.as_deref(), Some("ethtool -K eth9 sg on"));
+    assert_eq!(
+        f.remedy.as_ref().map(ToString::to_string).as_deref(),
+        Some("ethtool -K eth9 sg on")
+    );
     // Without ethtool installed the remedy says so instead of naming a missing command.
     let mut k_bare = k.clone();
     k_bare.ethtool_cli = false;
@@ -649,7 +677,7 @@ fn old_or_restricted_kernels() {
         let f = judge_one(m, &k, &i, &t);
         assert_eq!(f.verdict, Verdict::Unsupported);
         assert_eq!(
-            f.remedy.as_deref(),
+            f.remedy.as_ref().map(ToString::to_string).as_deref(),
             Some("sysctl -w kernel.io_uring_disabled=0")
         );
     }
@@ -695,7 +723,10 @@ fn small_memlock_is_mentioned_for_zcrx() {
         "{}",
         f.reason
     );
-    assert_eq!(f.remedy.as_deref(), Some("ulimit -l unlimited"));
+    assert_eq!(
+        f.remedy.as_ref().map(ToString::to_string).as_deref(),
+        Some("ulimit -l unlimited")
+    );
 }
 
 fn any_kind() -> impl Strategy<Value = IfaceKind> {

@@ -497,7 +497,7 @@ mod tests {
             &iface("eth0", IfaceKind::Physical, Some("virtio_net")),
         );
         assert_eq!(g.answer, ZcXmit::Yes);
-        assert!(g.reason.starts_with("inferred"), "{}", g.reason);
+        assert!(g.reason.to_string().starts_with("inferred"), "{}", g.reason);
         assert!(g.reason.contains("virtio_net sets IFF_TX_SKB_NO_LINEAR"));
         assert!(
             g.reason.contains("virtio_net.c:virtnet_probe"),

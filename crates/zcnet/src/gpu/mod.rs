@@ -199,9 +199,13 @@ pub(crate) fn gpu_error(what: impl Into<String>, e: CudaError) -> Error {
                 }
                 cuda::ERR_OUT_OF_MEMORY => Remedy::LessGpuMemory,
                 cuda::ERR_NOT_SUPPORTED => {
-                    Remedy::Other("this driver or kernel refuses it: dma-buf export needs the open NVIDIA kernel modules (r515+) and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; without it only staging through host memory (GpuPath::Staging) reaches this memory")
+                    Remedy::Other("this driver or kernel refuses it: dma-buf export needs the open NVIDIA kernel modules (r515+) and CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; without it only staging through host memory reaches this memory")
                 }
-                _ => Remedy::Other("see the CUDA error above; the probe (probe::probe) shows what the GPU supports"),
+                _ => Remedy::Say(&[
+                    crate::text::Piece::Str("see the CUDA error above; the probe ("),
+                    crate::text::Piece::Term(crate::text::Term::Call(crate::text::Call::Probe)),
+                    crate::text::Piece::Str(") shows what the GPU supports"),
+                ]),
             };
             (e.to_string(), fix, *code == cuda::ERR_INVALID_DEVICE)
         }

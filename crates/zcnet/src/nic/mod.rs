@@ -223,16 +223,14 @@ pub fn indir_without(current_len: usize, rings: u32, queue: u32) -> Vec<u32> {
     (0..current_len).map(|i| others[i % others.len()]).collect()
 }
 
-pub use zcnet_core::probe::{NIC_SETUP, SET_CHANNELS};
-
-/// How `iface` can get `need` RX queues, in the library's words: the channel change
-/// ([`LiveNic::set_channels`], named as [`SET_CHANNELS`]), with `ethtool -L` beside it where that
-/// is installed; or why no change can ([`zcnet_core::probe::rx_queue_plan`]).
+/// How `iface` can get `need` RX queues: the channel change ([`LiveNic::set_channels`], a
+/// [`Call::SetChannels`] term), with `ethtool -L` beside it where that is installed; or why no
+/// change can ([`zcnet_core::probe::rx_queue_plan`]).
 pub(crate) fn add_rx_queues(
     iface: &str,
     need: u32,
     ch: Option<&zcnet_core::probe::RxChannels>,
-) -> std::result::Result<String, String> {
+) -> std::result::Result<Text, String> {
     zcnet_core::probe::add_rx_queues(iface, need, ch, crate::probe::ethtool_installed())
 }
 
@@ -244,17 +242,17 @@ fn no_such_queue(
     rings: u32,
     kind: &str,
     default: Option<&str>,
-    more: std::result::Result<String, String>,
-) -> String {
+    more: std::result::Result<Text, String>,
+) -> Text {
     let add = match more {
-        Ok(cmd) => format!(", or add queues: {cmd}"),
-        Err(none) => format!(" ({none})"),
+        Ok(cmd) => Text::from(", or add queues: ") + cmd,
+        Err(none) => format!(" ({none})").into(),
     };
-    format!(
-        "{iface} has {rings} {kind}(s) (0..{}): pick one of them{}{add}",
+    Text::from(format!(
+        "{iface} has {rings} {kind}(s) (0..{}): pick one of them{}",
         rings.saturating_sub(1),
         default.map_or(String::new(), |d| format!(" or {d}"))
-    )
+    )) + add
 }
 
 /// Refuses `--queue queue` of interface `iface` when the interface has no such queue, before
@@ -307,9 +305,10 @@ pub fn check_queue(iface: &str, queue: u32, af_xdp: bool, default: Option<&str>)
         Err(e) => Err(format!("its channels could not be read ({e})")),
     };
     let kind = if tx > rx { "TX queue" } else { "RX queue" };
-    Err(Error::invalid_input(format!(
-        "queue {queue}: {}",
-        no_such_queue(iface, have, kind, default, more)
+    Err(Error::invalid_input(crate::text!(
+        crate::text::Field::RxQueue,
+        format!(" {queue}: "),
+        no_such_queue(iface, have, kind, default, more),
     )))
 }
 
@@ -335,8 +334,7 @@ fn check_queues<C: NicControl + ?Sized>(
             "checking the queue",
             Error::Kernel {
                 what: format!("queue {}", setup.queue).into(),
-                message: no_such_queue(&iface, rings, "RX queue", None, more(setup.queue + 1))
-                    .into(),
+                message: no_such_queue(&iface, rings, "RX queue", None, more(setup.queue + 1)),
                 errno: None,
             },
         ));

@@ -296,10 +296,15 @@ impl StateFile {
                     .unwrap_or_else(|_| "an unreadable state file".into());
                 return Err(Error::NicState {
                     path,
-                    problem: format!(
-                        "{} already has zero-copy changes applied ({who}); undo them with nic::restore_from_file (interface {})",
-                        owner.iface, owner.iface
-                    ).into(),
+                    problem: crate::text!(
+                        format!(
+                            "{} already has zero-copy changes applied ({who}); undo them with ",
+                            owner.iface
+                        ),
+                        crate::text::Call::NicRestore {
+                            iface: Some(crate::text::IfName::new(&owner.iface)),
+                        },
+                    ),
                 });
             }
             Err(e) => return Err(Error::io(format!("creating {}", path.display()), e)),

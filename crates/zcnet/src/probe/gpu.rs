@@ -48,7 +48,7 @@ pub struct GpuReport {
     /// The NVIDIA kernel module's version (`/proc/driver/nvidia/version`), if one is loaded.
     pub module: Option<String>,
     /// Why no GPU can be used, as one line (cause: fix), if so.
-    pub error: Option<String>,
+    pub error: Option<crate::text::Text>,
     /// The GPUs.
     pub devices: Vec<GpuDevice>,
     /// Per interface, in the report's order.
@@ -72,14 +72,14 @@ impl GpuReport {
     }
 
     /// Why no GPU path exists: (cause, fix), or `None` when a driver and a GPU answered.
-    pub fn none_usable(&self) -> Option<(String, String)> {
+    pub fn none_usable(&self) -> Option<(crate::text::Text, crate::text::Text)> {
         let facts: Vec<GpuFacts> = self.devices.iter().map(|d| d.facts.clone()).collect();
         none_usable(&self.driver, &facts)
     }
 }
 
 /// Reads the driver and the GPUs; with `active`, tries a dma-buf export on each.
-pub(super) fn gather(active: bool, voice: &dyn crate::Voice) -> GpuReport {
+pub(super) fn gather(active: bool) -> GpuReport {
     let nvrm = std::fs::read_to_string("/proc/driver/nvidia/version").ok();
     let line = nvrm.as_deref().and_then(|s| s.lines().next());
     let open_modules = line.map(|l| l.contains("Open Kernel Module"));
@@ -87,12 +87,12 @@ pub(super) fn gather(active: bool, voice: &dyn crate::Voice) -> GpuReport {
     let infos = match crate::gpu::devices() {
         Ok(v) => v,
         Err(e) => {
-            let error = e.render(voice);
+            let error = e.text();
             let (cause, fix) = match e {
-                Error::Gpu { cause, remedy, .. } => (cause.render(voice), remedy.render(voice)),
+                Error::Gpu { cause, remedy, .. } => (cause, remedy.text()),
                 other => (
-                    other.render(voice),
-                    Remedy::UseMemory(crate::region::MemoryKind::Anonymous).render(voice),
+                    other.text(),
+                    Remedy::UseMemory(crate::region::MemoryKind::Anonymous).text(),
                 ),
             };
             return GpuReport {
@@ -134,9 +134,7 @@ pub(super) fn gather(active: bool, voice: &dyn crate::Voice) -> GpuReport {
         devices,
         interfaces: Vec::new(),
     };
-    r.error = r
-        .none_usable()
-        .map(|(cause, fix)| format!("{cause}: {fix}"));
+    r.error = r.none_usable().map(|(cause, fix)| cause + ": " + fix);
     r
 }
 
@@ -207,14 +205,18 @@ mod tests {
 
     #[zcnet_testkit::test]
     fn this_machine_without_a_gpu_driver_says_why() {
-        let g = gather(true, &crate::text::Library);
+        let g = gather(true);
         if !matches!(g.driver, GpuDriver::Missing { .. }) {
             zcnet_testkit::skip(
                 zcnet_testkit::Need::Hardware,
                 "a CUDA driver is present here (this test is about its absence)",
             );
         }
-        let e = g.error.as_deref().unwrap_or_default();
+        let e = g
+            .error
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default();
         assert!(e.contains("no CUDA driver library"), "{e}");
         assert!(
             e.contains("MemoryKind::Anonymous") && !e.contains("--"),

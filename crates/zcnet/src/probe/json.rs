@@ -1,15 +1,49 @@
 //! The probe report as the JSON document `zcnet probe --json` prints (schema in docs/cli.md);
-//! the one builder the command and the C ABI (`zcnet_probe_json`) share.
+//! the one builder the command and the C ABI (`zcnet_probe_json`) share. Reasons and remedies
+//! are rendered in the caller's [`Words`] (the command's flags, or the library's names), and
+//! each remedy's terms are listed beside it as objects (`"remedy_terms"`), so that a program
+//! reads the call or setting a remedy names without parsing its words.
 
 use super::gpu::{ExportTrial, GpuDriver, GpuFinding, GpuReport};
 use super::{BindMode, IfaceReport, KernelReport, ProbeReport, QueueBind, QueueTrials};
+use crate::text::{Call, Library, Term, Text, Words};
 use serde_json::{json, Map, Value};
+
+/// One term as a JSON object: `{"field": "RxConfig::queue"}`, `{"tx_mode": "uring-zc"}`,
+/// `{"rx_mode": "zcrx"}`, `{"memory": "cuda"}`, `{"call": "nic_setup", "iface": "eth1",
+/// "queue": 3}`.
+pub fn term_json(t: &Term) -> Value {
+    match t {
+        Term::Field(f) => json!({"field": Library.term(t), "name": f.path().map(|p| p.1)}),
+        Term::TxMode { name, .. } => json!({"tx_mode": name}),
+        Term::RxMode { name, .. } => json!({"rx_mode": name}),
+        Term::Memory(m) => json!({"memory": m.name()}),
+        Term::Call(c) => match c {
+            Call::NicSetup { iface, queue } => json!({"call": "nic_setup",
+                "iface": iface.map(|i| i.to_string()), "queue": queue}),
+            Call::NicSetupFlow => json!({"call": "nic_setup", "iface": null, "queue": null}),
+            Call::NicRestore { iface } => {
+                json!({"call": "nic_restore", "iface": iface.map(|i| i.to_string())})
+            }
+            Call::SetChannels { iface, change } => json!({"call": "set_channels",
+                "iface": iface.map(|i| i.to_string()),
+                "kind": change.map(|c| c.0), "count": change.map(|c| c.1)}),
+            other => json!({"call": Library.term(&Term::Call(*other))}),
+        },
+        other => json!({"term": Library.term(other)}),
+    }
+}
+
+/// A text's terms as [`term_json`] objects.
+fn terms_json(t: Option<&Text>) -> Value {
+    Value::Array(t.map_or_else(Vec::new, |t| t.terms().map(term_json).collect()))
+}
 
 fn on_off(v: &[(&str, bool)]) -> Value {
     Value::Object(v.iter().map(|(k, b)| (k.to_string(), json!(b))).collect())
 }
 
-fn kernel_json(k: &KernelReport) -> Value {
+fn kernel_json(k: &KernelReport, w: &dyn Words) -> Value {
     let setup: Map<String, Value> = k
         .setup_flags
         .iter()
@@ -43,7 +77,7 @@ fn kernel_json(k: &KernelReport) -> Value {
             Ok(v) => json!({"present": true, "version": v}),
             Err(e) => json!({"present": false, "error": e}),
         },
-        "zcrx_query": zcrx_query_json(&k.zcrx_query),
+        "zcrx_query": zcrx_query_json(&k.zcrx_query, w),
         "root": k.facts.net_admin,
         "af_xdp": k.facts.af_xdp,
     })
@@ -51,14 +85,14 @@ fn kernel_json(k: &KernelReport) -> Value {
 
 /// `{"queryable", "zcrx_answered", "how", "zcrx_features": [...], "ctrl_ops": [...],
 /// "verdicts": {name: {"available", "what", "reason", "remedy"}}}`.
-fn zcrx_query_json(q: &super::zcrx_query::ZcrxQuery) -> Value {
+fn zcrx_query_json(q: &super::zcrx_query::ZcrxQuery, w: &dyn Words) -> Value {
     let verdicts: Map<String, Value> = q
         .verdicts
         .iter()
         .map(|v| {
             (
                 v.name.to_string(),
-                json!({"available": v.available, "what": v.what, "reason": v.reason,
+                json!({"available": v.available, "what": v.what, "reason": v.reason.render(w),
                        "remedy": v.remedy}),
             )
         })
@@ -101,7 +135,7 @@ fn xsk_bind_json(t: &QueueTrials) -> Value {
     })
 }
 
-fn iface_json(i: &IfaceReport) -> Value {
+fn iface_json(i: &IfaceReport, w: &dyn Words) -> Value {
     let f = &i.facts;
     let mechanisms: Map<String, Value> = i
         .mechanisms
@@ -109,7 +143,9 @@ fn iface_json(i: &IfaceReport) -> Value {
         .map(|(m, x)| {
             (
                 m.name().to_string(),
-                json!({"verdict": x.verdict.name(), "reason": x.reason, "remedy": x.remedy, "confirmed": x.confirmed}),
+                json!({"verdict": x.verdict.name(), "reason": x.reason.render(w),
+                       "remedy": x.remedy.as_ref().map(|r| r.render(w)),
+                       "remedy_terms": terms_json(x.remedy.as_ref()), "confirmed": x.confirmed}),
             )
         })
         .collect();
@@ -141,30 +177,39 @@ fn iface_json(i: &IfaceReport) -> Value {
     })
 }
 
-/// The `--json` document.
-pub fn to_json(r: &ProbeReport) -> Value {
+/// The `--json` document, its reasons and remedies in `w`'s words.
+pub fn to_json(r: &ProbeReport, w: &dyn Words) -> Value {
     json!({
-        "kernel": kernel_json(&r.kernel),
+        "kernel": kernel_json(&r.kernel, w),
         "active": r.active,
         "iface_trials": r.iface_trials,
-        "notes": report_notes(r),
-        "interfaces": r.interfaces.iter().map(iface_json).collect::<Vec<_>>(),
-        "gpu": gpu_json(&r.gpu),
+        "notes": report_notes(r).iter().map(|n| n.render(w)).collect::<Vec<_>>(),
+        "interfaces": r.interfaces.iter().map(|i| iface_json(i, w)).collect::<Vec<_>>(),
+        "gpu": gpu_json(&r.gpu, w),
     })
 }
 
 /// What the whole report should say besides its findings: that `active` ran no trial on any
 /// interface because none was named.
-pub fn report_notes(r: &ProbeReport) -> Vec<String> {
+pub fn report_notes(r: &ProbeReport) -> Vec<Text> {
     let mut notes = Vec::new();
     if r.active && !r.iface_trials {
-        notes.push(ACTIVE_NEEDS_IFACE.to_string());
+        notes.push(active_needs_iface());
     }
     notes
 }
 
 /// The note of an active probe that named no interface.
-pub const ACTIVE_NEEDS_IFACE: &str = "active trials on interfaces (zcrx, AF_XDP, devmem bindings) need ProbeOptions::iface, or ProbeOptions::all_ifaces to run them on every interface (on a real NIC each briefly reconfigures a queue, the uplink's included): only the sends over TCP loopback (and the GPU checks) were tried";
+pub fn active_needs_iface() -> Text {
+    use crate::text::Field;
+    crate::text!(
+        "active trials on interfaces (zcrx, AF_XDP, devmem bindings) need ",
+        Field::ProbeIface,
+        ", or ",
+        Field::ProbeAllIfaces,
+        " to run them on every interface (on a real NIC each briefly reconfigures a queue, the uplink's included): only the sends over TCP loopback (and the GPU checks) were tried",
+    )
+}
 
 pub(crate) fn export_words(e: &ExportTrial) -> (&'static str, Option<&str>) {
     match e {
@@ -175,8 +220,10 @@ pub(crate) fn export_words(e: &ExportTrial) -> (&'static str, Option<&str>) {
     }
 }
 
-fn gpu_finding_json(f: &GpuFinding) -> Value {
-    json!({"verdict": f.verdict.name(), "reason": f.reason, "remedy": f.remedy,
+fn gpu_finding_json(f: &GpuFinding, w: &dyn Words) -> Value {
+    json!({"verdict": f.verdict.name(), "reason": f.reason.render(w),
+           "remedy": f.remedy.as_ref().map(|r| r.render(w)),
+           "remedy_terms": terms_json(f.remedy.as_ref()),
            "warning": f.warning, "confirmed": f.confirmed})
 }
 
@@ -191,7 +238,7 @@ fn with_standin(mut v: Value, label: Option<&str>) -> Value {
 /// The `gpu` object of the `--json` document. The driver, device and path objects of zcnet's
 /// CUDA driver stand-in carry `"standin_note": "(stand-in driver: not GPU figures)"` (and
 /// devices `"standin": true`).
-pub fn gpu_json(g: &GpuReport) -> Value {
+pub fn gpu_json(g: &GpuReport, w: &dyn Words) -> Value {
     let driver = match &g.driver {
         GpuDriver::Missing { .. } => Value::Null,
         GpuDriver::Present {
@@ -234,8 +281,8 @@ pub fn gpu_json(g: &GpuReport) -> Value {
                         "pcie": p.relation.as_ref().map(|r| json!({
                             "relation": r.name(), "common": r.common(), "text": r.describe(),
                         })),
-                        "gpu-rx": gpu_finding_json(&p.rx),
-                        "gpu-tx": gpu_finding_json(&p.tx),
+                        "gpu-rx": gpu_finding_json(&p.rx, w),
+                        "gpu-tx": gpu_finding_json(&p.tx, w),
                     });
                     with_standin(v, g.device_label(p.gpu))
                 })
@@ -243,5 +290,6 @@ pub fn gpu_json(g: &GpuReport) -> Value {
             json!({"name": i.name, "pci_path": i.pci_path, "paths": paths})
         })
         .collect();
-    json!({"driver": driver, "error": g.error, "devices": devices, "interfaces": interfaces})
+    json!({"driver": driver, "error": g.error.as_ref().map(|e| e.render(w)),
+           "devices": devices, "interfaces": interfaces})
 }

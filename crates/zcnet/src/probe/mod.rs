@@ -61,9 +61,6 @@ pub struct ProbeOptions {
     pub active: bool,
     /// With `active` and no `iface`: run the interface trials on every interface.
     pub all_ifaces: bool,
-    /// The words of the messages the report carries as text (e.g. a missing GPU driver's): a
-    /// front end passes its own [`Voice`](crate::Voice); `None` is the library's.
-    pub voice: Option<&'static (dyn crate::Voice + Sync)>,
 }
 
 /// The probe's whole answer.
@@ -165,10 +162,15 @@ pub fn probe(opts: &ProbeOptions) -> Result<ProbeReport> {
 pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeReport> {
     let per_queue = opts.active && opts.iface.is_some();
     if queue.is_some() && !per_queue {
-        return Err(Error::invalid_input(
-            "the queue given to probe_queue picks the RX queue of the per-queue AF_XDP bind \
-             trial, which runs only with ProbeOptions::active and ProbeOptions::iface: set both",
-        ));
+        use crate::text::Field;
+        return Err(Error::invalid_input(crate::text!(
+            Field::ProbeQueue,
+            " picks the RX queue of the per-queue AF_XDP bind trial, which runs only with ",
+            Field::ProbeActive,
+            " and ",
+            Field::ProbeIface,
+            ": set both",
+        )));
     }
     let all = iface::list()?;
     let chosen: Vec<iface::Link> = match &opts.iface {
@@ -201,7 +203,7 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
     if opts.active {
         kernel.loopback_trials = trials::loopback();
     }
-    let mut gpu = gpu::gather(opts.active, opts.voice.unwrap_or(&crate::text::Library));
+    let mut gpu = gpu::gather(opts.active);
     let mut interfaces = Vec::new();
     for mut r in gathered {
         r.generic_zc_xmit = zcnet_core::probe::xsk::generic_zc_xmit(&kernel.facts, &r.facts);

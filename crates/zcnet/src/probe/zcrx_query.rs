@@ -17,8 +17,8 @@ pub struct ZcrxVerdict {
     pub what: &'static str,
     /// Whether the kernel says it has it.
     pub available: bool,
-    /// What the kernel's answer says.
-    pub reason: String,
+    /// What the kernel's answer says, its terms typed.
+    pub reason: crate::text::Text,
     /// What would give it, when absent.
     pub remedy: Option<String>,
 }
@@ -69,7 +69,7 @@ fn verdict(
     c: &ZcrxCaps,
     name: &'static str,
     what: &'static str,
-    yes: Option<String>,
+    yes: Option<crate::text::Text>,
     (listed, since): (&str, &str),
     then: &str,
 ) -> ZcrxVerdict {
@@ -85,7 +85,7 @@ fn verdict(
             name,
             what,
             available: false,
-            reason: absent(c, listed, since),
+            reason: absent(c, listed, since).into(),
             remedy: Some(format!(
                 "a kernel whose zcrx query lists {listed} (Linux {since} or later, or a \
                  backport); {then}"
@@ -119,9 +119,13 @@ pub fn from_caps(c: &ZcrxCaps) -> ZcrxQuery {
             "no-device",
             "zcrx without a device",
             c.nodev().then(|| {
-                "the kernel lists ZCRX_REG_NODEV: RxMode::Zcrx with RxConfig::no_device receives \
-                 on any TCP connection (the kernel copies every byte)"
-                    .to_string()
+                crate::text!(
+                    "the kernel lists ZCRX_REG_NODEV: ",
+                    crate::rx::RxMode::Zcrx.term(),
+                    " with ",
+                    crate::text::Field::RxNoDevice,
+                    " receives on any TCP connection (the kernel copies every byte)",
+                )
             }),
             ("ZCRX_REG_NODEV", "7.1"),
             "until then zcrx needs a NIC queue with header split",
@@ -135,6 +139,7 @@ pub fn from_caps(c: &ZcrxCaps) -> ZcrxQuery {
                     "the kernel keeps zcrx copy statistics (struct zcrx_stats, {size} bytes): in \
                      device mode the bytes it copied are counted as copied"
                 )
+                .into()
             }),
             ("zcrx_stats", "7.2"),
             "until then bytes the kernel copies in device mode are counted as unknown, never as \
@@ -153,6 +158,7 @@ pub fn from_caps(c: &ZcrxCaps) -> ZcrxQuery {
                         events.join(", ")
                     }
                 )
+                .into()
             }),
             ("ZCRX_FEATURE_EVENT", "7.2"),
             "until then a starved queue is noticed only by its missing completions",
@@ -164,7 +170,7 @@ pub fn from_caps(c: &ZcrxCaps) -> ZcrxQuery {
             c.rx_buf_len().then(|| {
                 "the kernel lists ZCRX_FEATURE_RX_PAGE_SIZE: rx_buf_len chooses the receive \
                  buffer size"
-                    .to_string()
+                    .into()
             }),
             ("ZCRX_FEATURE_RX_PAGE_SIZE", "7.2"),
             "until then each receive buffer is one page",
@@ -252,7 +258,12 @@ mod tests {
             "{nd:?}"
         );
         assert!(
-            nd.remedy.as_deref().unwrap().contains("7.1 or later"),
+            nd.remedy
+                .as_ref()
+                .map(ToString::to_string)
+                .as_deref()
+                .unwrap()
+                .contains("7.1 or later"),
             "{nd:?}"
         );
 

@@ -193,7 +193,7 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
             };
         }
     }
-    let (reason, fix): (std::borrow::Cow<'static, str>, Remedy) = match e.raw_os_error() {
+    let (reason, fix): (Text, Remedy) = match e.raw_os_error() {
         Some(libc::EOPNOTSUPP) => (
             "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".into(),
             Remedy::Any(&[
@@ -275,11 +275,14 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
         ""
     };
     Error::Unsupported {
-        what: format!(
-            "io_uring zero-copy receive (zcrx){into} on {} queue {} ({reason})",
-            t.iface, t.queue
-        )
-        .into(),
+        what: crate::text!(
+            format!(
+                "io_uring zero-copy receive (zcrx){into} on {} queue {} (",
+                t.iface, t.queue
+            ),
+            reason,
+            ")",
+        ),
         source: e,
         remedy: fix,
     }
@@ -409,7 +412,7 @@ pub(super) fn not_permitted(
     t: &Target,
     what: &str,
     missing_privilege: &'static str,
-) -> (std::borrow::Cow<'static, str>, Remedy) {
+) -> (Text, Remedy) {
     use zcnet_core::probe::{rx_device_rules, Verdict};
     let as_root = AS_ROOT;
     let Some(facts) = crate::probe::iface_facts(&t.iface) else {
@@ -418,11 +421,11 @@ pub(super) fn not_permitted(
     let f = rx_device_rules(&facts, what, crate::probe::ethtool_installed());
     match (f.verdict, f.remedy) {
         (Verdict::Unsupported, None) => (
-            format!(
-                "{}: {}; root is refused too (the errno is for CAP_NET_ADMIN, which this process lacks and the kernel checks before the device)",
-                t.iface, f.reason
-            )
-            .into(),
+            crate::text!(
+                format!("{}: ", t.iface),
+                f.reason,
+                "; root is refused too (the errno is for CAP_NET_ADMIN, which this process lacks and the kernel checks before the device)",
+            ),
             Remedy::Any(&[
                 Remedy::Other("use a NIC whose driver has queue-management ops and header split (mlx5, bnxt, gve, fbnic)"),
                 Remedy::UseRxMode(RxMode::Uring),
@@ -433,7 +436,7 @@ pub(super) fn not_permitted(
             if remedy == zcnet_core::probe::setup_command(&facts) =>
         {
             (
-                format!("{missing_privilege}; and {}: {}", t.iface, f.reason).into(),
+                crate::text!(format!("{missing_privilege}; and {}: ", t.iface), f.reason),
                 Remedy::Any(&[
                     Remedy::All(&[Remedy::SteerFlow, Remedy::RunAsRoot]),
                     Remedy::UseRxMode(RxMode::Uring),
@@ -442,11 +445,12 @@ pub(super) fn not_permitted(
         }
         (Verdict::Unsupported, Some(remedy)) => {
             (
-                format!(
-                    "{missing_privilege}; and {}: {}; as root: {remedy}",
-                    t.iface, f.reason
-                )
-                .into(),
+                crate::text!(
+                    format!("{missing_privilege}; and {}: ", t.iface),
+                    f.reason,
+                    "; as root: ",
+                    remedy,
+                ),
                 Remedy::Any(&[
                     Remedy::Other("then run it as root (CAP_NET_ADMIN)"),
                     Remedy::UseRxMode(RxMode::Uring),

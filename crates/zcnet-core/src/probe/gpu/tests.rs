@@ -137,7 +137,7 @@ fn without_the_dma_buf_attribute_it_is_staging_with_the_driver_remedy() {
         assert!(f.reason.contains("DMA_BUF_SUPPORTED is 0"), "{}", f.reason);
         assert!(f.reason.contains("pinned host memory"), "{}", f.reason);
         assert_eq!(
-            f.remedy.as_deref(),
+            f.remedy.as_ref().map(ToString::to_string).as_deref(),
             Some("nvidia driver without dma-buf export: use the open kernel modules r515+")
         );
     }
@@ -190,7 +190,7 @@ fn a_refused_export_is_staging_with_the_drivers_words() {
     g.export = ExportTrial::Refused("cuMemGetHandleForAddressRange: CUresult 801".into());
     let p = one(&k, g.clone(), &i, &Trials::default(), Some(MLX5_PATH));
     assert_eq!(p.rx.verdict, GpuVerdict::Staging);
-    assert!(p.rx.reason.starts_with("exporting GPU 0's memory as a dma-buf failed: cuMemGetHandleForAddressRange: CUresult 801"), "{}", p.rx.reason);
+    assert!(p.rx.reason.to_string().starts_with("exporting GPU 0's memory as a dma-buf failed: cuMemGetHandleForAddressRange: CUresult 801"), "{}", p.rx.reason);
     // A trial that never reached the export leaves the attribute's answer.
     g.export = ExportTrial::Inconclusive("out of memory".into());
     assert_eq!(
@@ -251,12 +251,12 @@ fn no_driver_or_no_gpu_is_unavailable_with_the_fix() {
     for f in [&v[0].rx, &v[0].tx] {
         assert_eq!(f.verdict, GpuVerdict::Unavailable);
         assert!(
-            f.reason.starts_with("no CUDA driver library"),
+            f.reason.to_string().starts_with("no CUDA driver library"),
             "{}",
             f.reason
         );
         assert_eq!(
-            f.remedy.as_deref(),
+            f.remedy.as_ref().map(ToString::to_string).as_deref(),
             Some("install the NVIDIA driver, or use host memory (MemoryKind::Anonymous)")
         );
     }
@@ -322,7 +322,7 @@ fn header_split_off_is_staging_with_the_setup_remedy() {
     );
     // The same remedy for both is given once.
     assert_eq!(
-        p.rx.remedy.as_deref(),
+        p.rx.remedy.as_ref().map(ToString::to_string).as_deref(),
         Some("nic::NicGuard::apply (eth1, queue 7, the flow's port)")
     );
     // Transmit does not need header split.
@@ -351,7 +351,10 @@ fn zcrx_dmabuf_when_devmem_rx_is_missing_and_the_kernel_is_new_enough() {
         "{}",
         p.rx.reason
     );
-    assert_eq!(p.rx.remedy.as_deref(), Some("upgrade the kernel"));
+    assert_eq!(
+        p.rx.remedy.as_ref().map(ToString::to_string).as_deref(),
+        Some("upgrade the kernel")
+    );
 }
 
 #[test]

@@ -1,15 +1,15 @@
 //! Why a devmem binding was refused, and the way out (see the parent module).
 
 use super::*;
-use crate::text::{Field, Piece, Term};
+use crate::text::{Field, Piece, Term, Text};
 
 /// Why the device (or the kernel) refused a binding, and the way out; the kernel's own
 /// message (extack) goes in the line too.
 pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
     let errno = e.errno();
-    let (reason, fix) = match errno {
+    let (reason, fix): (Text, Remedy) = match errno {
         Some(libc::EOPNOTSUPP) => (
-            "the device cannot take a dma-buf binding: its driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".to_string(),
+            "the device cannot take a dma-buf binding: its driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".into(),
             Remedy::Any(&[
                 Remedy::Other("use a NIC with devmem support and header split (mlx5, bnxt, gve, fbnic)"),
                 Remedy::SetupNic,
@@ -17,7 +17,7 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
             ]),
         ),
         Some(libc::EINVAL) => (
-            "the kernel refused the binding: header split (tcp-data-split) is off, hds-thresh is not 0, or the fd is not a dma-buf the device can map".to_string(),
+            "the kernel refused the binding: header split (tcp-data-split) is off, hds-thresh is not 0, or the fd is not a dma-buf the device can map".into(),
             Remedy::Any(&[
                 Remedy::All(&[
                     Remedy::SetupNic,
@@ -38,11 +38,11 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
             }
         }
         Some(libc::ERANGE) => (
-            "the queue index is past the device's RX queues".to_string(),
+            "the queue index is past the device's RX queues".into(),
             Remedy::ChooseQueue,
         ),
         Some(libc::ENODEV) => (
-            "the interface is not in this network namespace (any more)".to_string(),
+            "the interface is not in this network namespace (any more)".into(),
             Remedy::Any(&[
                 Remedy::Other("check 'ip link' and retry"),
                 Remedy::UseRxMode(RxMode::Uring),
@@ -54,14 +54,14 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
                 "devmem TCP",
                 "binding a dma-buf needs CAP_NET_ADMIN",
             );
-            (reason.into_owned(), fix)
+            (reason, fix)
         }
         Some(libc::ENOMEM) => (
-            "mapping the dma-buf for the device failed (out of memory or IOMMU space)".to_string(),
+            "mapping the dma-buf for the device failed (out of memory or IOMMU space)".into(),
             Remedy::Any(&[Remedy::SmallerDmabuf, Remedy::UseRxMode(RxMode::Uring)]),
         ),
         _ => (
-            e.to_string(),
+            e.to_string().into(),
             Remedy::Any(&[
                 Remedy::NeedKernel("Linux 6.12+ (netdev bind-rx) and a NIC with header split"),
                 Remedy::UseRxMode(RxMode::Uring),
@@ -70,11 +70,11 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
     };
     let kernel = kernel_says(e);
     Error::Unsupported {
-        what: format!(
-            "devmem TCP receive on {} queue {} ({reason}{kernel})",
-            t.iface, t.queue
-        )
-        .into(),
+        what: crate::text!(
+            format!("devmem TCP receive on {} queue {} (", t.iface, t.queue),
+            reason,
+            format!("{kernel})"),
+        ),
         source: io::Error::from_raw_os_error(errno.unwrap_or(libc::EOPNOTSUPP)),
         remedy: fix,
     }
