@@ -418,6 +418,20 @@ fn verify_against_iperf3_says_nothing_was_verified() {
 
 zcnet_testkit::main!();
 
+/// TCP connections to 127.0.0.1:`port` in state ESTABLISHED, from /proc/net/tcp.
+fn established_to(port: u16) -> usize {
+    let want = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[2] == want && f[3] == "01"
+        })
+        .count()
+}
+
 /// Ctrl-C in a client's test prints the summary of what moved until then (this side's counts;
 /// the server's never come), as iperf3 does, then exits 130; with -J the document's `end` holds
 /// those totals beside the error.
@@ -436,6 +450,13 @@ fn an_interrupted_client_prints_the_summary_so_far() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn client");
+        // Interrupted once it sends (its control and data connections are up, on a loaded
+        // machine that can take a while), and 2.5 s later, so that it has measured a while.
+        let up = Instant::now();
+        while established_to(port) < 2 && up.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(established_to(port) >= 2, "the client never connected");
         std::thread::sleep(Duration::from_millis(2500));
         let ok = Command::new("kill")
             .args(["-s", "INT", &child.id().to_string()])
