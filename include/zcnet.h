@@ -285,6 +285,13 @@ const char *zcnet_version(void);
 // string stays valid until the next zcnet call on this thread.
 const char *zcnet_last_error(void);
 
+// The remedy of the last failure of a zcnet call on the calling thread, in the ABI's words (the
+// `zcnet_rx_config`/`zcnet_tx_config` fields and `ZCNET_*` constants that carry it out, or the
+// `zcnet` command that makes a NIC change); "" when the last call succeeded or its failure
+// has no typed remedy (`zcnet_last_error()` still says what it can). Never NULL. The string
+// stays valid until the next zcnet call on this thread.
+const char *zcnet_last_remedy(void);
+
 // The name of a status code, e.g. "ZCNET_E_INVALID"; "ZCNET_E_UNKNOWN" for a number that
 // is no code. A static string: never free it.
 const char *zcnet_status_name(int status);

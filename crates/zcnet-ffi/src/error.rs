@@ -172,9 +172,41 @@ pub fn need_str<'a>(arg: Option<&'a std::ffi::CStr>, name: &str) -> Result<&'a s
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    static LAST_REMEDY: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// Records a library error: its message and its remedy, both in the ABI's words.
+fn set_last_lib_error(prefix: &str, e: &zcnet::Error) {
+    set_last_error(&format!("{prefix}{}", e.render(&crate::words::C)));
+    let remedy = e
+        .remedy()
+        .map(|r| r.render(&crate::words::C))
+        .unwrap_or_default();
+    set_cstring(&LAST_REMEDY, &remedy);
+}
+
+/// The calling thread's last remedy ("" when there is none).
+pub fn last_remedy_ptr() -> *const c_char {
+    LAST_REMEDY
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
+}
+
+/// The remedy of the last failure on this thread, as a Rust string (for the tests).
+pub fn last_remedy_string() -> String {
+    LAST_REMEDY
+        .try_with(|e| e.borrow().to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn set_last_error(msg: &str) {
+    set_cstring(&LAST_ERROR, msg);
+    if msg.is_empty() {
+        set_cstring(&LAST_REMEDY, "");
+    }
+}
+
+fn set_cstring(slot: &'static std::thread::LocalKey<RefCell<CString>>, msg: &str) {
     // One line, no interior NUL: what a C caller can print as it is.
     let line: Vec<u8> = msg
         .bytes()
@@ -186,7 +218,7 @@ fn set_last_error(msg: &str) {
         .collect();
     let c = CString::new(line).unwrap_or_default();
     // try_with: during thread teardown the slot may be gone; nothing to record then.
-    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
+    let _ = slot.try_with(|e| *e.borrow_mut() = c);
 }
 
 /// The calling thread's last error message ("" after a success, or during thread teardown).
@@ -225,7 +257,7 @@ pub fn call(func: &str, body: impl FnOnce() -> Result<()>) -> zcnet_status {
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => ZCNET_OK,
         Ok(Err(Failure::Lib(e))) => {
-            set_last_error(&e.to_string());
+            set_last_lib_error("", &e);
             status_of(&e)
         }
         Ok(Err(Failure::Invalid(msg))) => {
@@ -233,7 +265,7 @@ pub fn call(func: &str, body: impl FnOnce() -> Result<()>) -> zcnet_status {
             ZCNET_E_INVALID
         }
         Ok(Err(Failure::Within(what, e))) => {
-            set_last_error(&format!("{func}: {what}: {e}"));
+            set_last_lib_error(&format!("{func}: {what}: "), &e);
             status_of(&e)
         }
         Err(payload) => {

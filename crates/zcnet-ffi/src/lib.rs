@@ -23,6 +23,8 @@ pub mod rx;
 
 pub mod probe;
 
+pub mod words;
+
 #[cfg(test)]
 mod tests;
 
@@ -43,6 +45,16 @@ pub extern "C" fn zcnet_version() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn zcnet_last_error() -> *const c_char {
     error::no_panic(c"".as_ptr(), error::last_error_ptr)
+}
+
+/// The remedy of the last failure of a zcnet call on the calling thread, in the ABI's words (the
+/// `zcnet_rx_config`/`zcnet_tx_config` fields and `ZCNET_*` constants that carry it out, or the
+/// `zcnet` command that makes a NIC change); "" when the last call succeeded or its failure
+/// has no typed remedy (`zcnet_last_error()` still says what it can). Never NULL. The string
+/// stays valid until the next zcnet call on this thread.
+#[no_mangle]
+pub extern "C" fn zcnet_last_remedy() -> *const c_char {
+    error::no_panic(c"".as_ptr(), error::last_remedy_ptr)
 }
 
 /// The name of a status code, e.g. "ZCNET_E_INVALID"; "ZCNET_E_UNKNOWN" for a number that

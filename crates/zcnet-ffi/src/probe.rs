@@ -48,9 +48,8 @@ pub fn probe_json(iface: Option<&str>, active: bool) -> Result<CString> {
         active,
         all_ifaces: false,
     })?;
-    let text =
-        serde_json::to_string_pretty(&zcnet::probe::json::to_json(&r, &zcnet::text::Library))
-            .unwrap_or_default();
+    let text = serde_json::to_string_pretty(&zcnet::probe::json::to_json(&r, &crate::words::C))
+        .unwrap_or_default();
     // JSON escapes control characters, so the text has no NUL.
     Ok(CString::new(text).unwrap_or_default())
 }

@@ -60,6 +60,7 @@ fn header_declares_the_whole_api() {
     for f in [
         "zcnet_version",
         "zcnet_last_error",
+        "zcnet_last_remedy",
         "zcnet_status_name",
         "zcnet_string_free",
         "zcnet_pattern_fill",

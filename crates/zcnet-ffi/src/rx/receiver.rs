@@ -102,7 +102,7 @@ impl zcnet_receiver {
         let fallbacks = rx
             .fallbacks()
             .iter()
-            .map(|f| f.to_string())
+            .map(|f| f.render(&crate::words::C))
             .collect::<Vec<_>>();
         Ok(zcnet_receiver {
             fallbacks: one_line(fallbacks.join("; ")),

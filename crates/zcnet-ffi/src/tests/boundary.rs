@@ -325,3 +325,34 @@ fn a_region_note_and_device() {
     assert!(note.is_null());
     free_region(r);
 }
+
+/// A library refusal reaches C in the ABI's words: the field that carries the fix out, not the
+/// library's Rust name; `zcnet_last_remedy()` holds the remedy alone, and a success clears both.
+#[zcnet_testkit::test]
+fn a_refusal_names_the_abis_fields_and_its_remedy_is_apart() {
+    let cfg = zcnet_rx_config {
+        mode: crate::rx::ZCNET_RX_ZCRX,
+        ..Default::default()
+    };
+    let mut rx = ptr::null_mut();
+    // SAFETY: `cfg` is a live config and `rx` a local.
+    let st = unsafe { zcnet_receiver_new(&cfg, &mut rx) };
+    assert!(rx.is_null());
+    assert_ne!(st, ZCNET_OK);
+    let msg = crate::error::last_error_string();
+    let remedy = crate::error::last_remedy_string();
+    assert!(msg.contains("zcnet_rx_config.iface"), "{msg}");
+    assert!(!msg.contains("RxConfig::"), "{msg}");
+    assert!(remedy.contains("set zcnet_rx_config.iface"), "{remedy}");
+    assert!(msg.ends_with(&remedy), "{msg} / {remedy}");
+    // SAFETY: a static string from the library.
+    let c_remedy = unsafe { std::ffi::CStr::from_ptr(crate::zcnet_last_remedy()) };
+    assert_eq!(c_remedy.to_string_lossy(), remedy);
+    // A call that succeeds clears both.
+    let mut len = 0usize;
+    // SAFETY: a NULL config means the defaults; `len` is a local.
+    let st = unsafe { crate::tx::zcnet_sender_region_len(ptr::null(), &mut len) };
+    assert_eq!(st, ZCNET_OK);
+    assert_eq!(crate::error::last_remedy_string(), "");
+    assert_eq!(crate::error::last_error_string(), "");
+}

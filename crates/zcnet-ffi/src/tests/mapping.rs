@@ -137,7 +137,7 @@ fn every_variant() -> Vec<(E, zcnet_status)> {
 #[zcnet_testkit::test]
 fn an_error_within_another_step_keeps_its_code() {
     for (e, want) in every_variant() {
-        let shown = e.to_string().replace('\n', " ");
+        let shown = e.render(&crate::words::C).replace('\n', " ");
         let st = call("zcnet_test", || {
             Err(Failure::Within("an earlier copy failed".into(), e))
         });
@@ -153,18 +153,19 @@ fn an_error_within_another_step_keeps_its_code() {
 fn every_error_has_its_code_and_message() {
     for (e, want) in every_variant() {
         assert_eq!(status_of(&e), want, "{e:?}");
-        let shown = e.to_string().replace('\n', " ");
+        let shown = e.render(&crate::words::C).replace('\n', " ");
         let st = call("zcnet_test", || Err(Failure::Lib(e)));
         assert_eq!(st, want);
         assert_eq!(
             super::last_error(),
             shown,
-            "the message is the error's Display"
+            "the message is the error in the ABI's words"
         );
-        // The library's words (config fields, modes), never the command line's flags.
+        // The ABI's words (struct fields, ZCNET_* constants), never the command line's flags.
         assert!(!shown.contains("--"), "{shown}");
+        assert!(!shown.contains("Config::"), "{shown}");
         if let Some(r) = shown.strip_prefix("zcrx is not supported here") {
-            assert!(r.ends_with("or use RxMode::Uring"), "{shown}");
+            assert!(r.ends_with("or use ZCNET_RX_URING"), "{shown}");
         }
     }
 }
