@@ -47,6 +47,9 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
+# Checked here, before the module is built and the sources fetched (kernel-lab.sh checks the
+# same, but only after that work).
+[[ $timeout_s =~ ^[0-9]+$ && $timeout_s -gt 0 ]] || die 2 "--timeout wants whole seconds > 0, not '$timeout_s'"
 for s in "$@"; do
   case $s in
     smoke | ncdevmem-checks | ncdevmem-rx | ncdevmem-hds | ncdevmem-tx | zcrx | unload-held) ;;

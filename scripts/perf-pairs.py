@@ -10,6 +10,7 @@ one of them; the namespaces are deleted on every exit path. Prints each run, the
 case and its ratio to the first case. ZCNET names the zcnet binary (default
 target/release/zcnet). docs/perf.md gives the runs made with it.
 """
+import argparse
 import json
 import os
 import statistics
@@ -27,6 +28,16 @@ from oneline_args import OneLineParser, at_least  # noqa: E402
 
 PAIR = NetnsPair(PAIR_TAG)
 NS_A, NS_B = PAIR.ns_a, PAIR.ns_b
+
+
+def case(s):
+    """A CASE argument, checked: CLIENT:SERVER with each `i` or `z`, then up to two flag sets."""
+    parts = s.split(":")
+    if not 2 <= len(parts) <= 4 or parts[0] not in ("i", "z") or parts[1] not in ("i", "z"):
+        raise argparse.ArgumentTypeError(
+            f"case '{s}': give CLIENT:SERVER[:CLIENT FLAGS[:SERVER FLAGS]], CLIENT and SERVER "
+            "i (iperf3) or z (zcnet perf), e.g. z:i")
+    return s
 
 
 def prog(kind):
@@ -64,7 +75,7 @@ def main():
     p.add_argument("-P", type=at_least(1), default=4)
     p.add_argument("--rounds", type=at_least(1), default=2)
     p.add_argument("--secs", type=at_least(1), default=3)
-    p.add_argument("cases", nargs="+")
+    p.add_argument("cases", nargs="+", type=case)
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("perf-pairs.py: needs root (it makes two network namespaces): run it with sudo")
