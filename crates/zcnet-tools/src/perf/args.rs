@@ -314,7 +314,8 @@ impl Settings {
 /// A client that sends TCP with `--tx uring` or `uring-zc`: whether RLIMIT_MEMLOCK holds what
 /// one stream locks (its io_uring ring, and for uring-zc its registered buffers), said before
 /// connecting, as `zcnet send` says it (exit code 2). Each stream locks as much, so `-P N`
-/// needs N times this; other locked memory is found when the kernel refuses.
+/// needs N times this, which is what is checked; other locked memory is found when the kernel
+/// refuses.
 fn memlock_check(p: &TestParams, data: &DataPath) -> Result<(), PerfError> {
     let sends = !p.reverse || p.bidirectional;
     if !sends || p.protocol != Protocol::Tcp || !matches!(data.tx, TxMode::Uring | TxMode::UringZc)
@@ -328,7 +329,7 @@ fn memlock_check(p: &TestParams, data: &DataPath) -> Result<(), PerfError> {
         // Memory that cannot be had is the sender's own error to give, with its fix.
         return Ok(());
     };
-    match zcnet::tx::memlock_refusal(&region, &cfg) {
+    match zcnet::tx::memlock_refusal_for(&region, &cfg, p.parallel.max(1) as u64) {
         None => Ok(()),
         Some(e) => Err(usage(e.render(&PerfVoice))),
     }

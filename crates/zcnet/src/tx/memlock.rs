@@ -117,6 +117,16 @@ pub(crate) fn msg_zerocopy_enobufs(
 /// other modes (`msg-zerocopy` is charged per send in flight, `auto` falls back instead).
 /// Other locked memory of the same user can still make the sender's own setup fail.
 pub fn memlock_refusal(region: &crate::Region, cfg: &super::TxConfig) -> Option<Error> {
+    memlock_refusal_for(region, cfg, 1)
+}
+
+/// [`memlock_refusal`] for `senders` senders alike (the streams of one process, each with its
+/// own ring and region), which the limit holds together: the charge is `senders` times one's.
+pub fn memlock_refusal_for(
+    region: &crate::Region,
+    cfg: &super::TxConfig,
+    senders: u64,
+) -> Option<Error> {
     let zero_copy = match cfg.mode {
         super::TxMode::UringZc => true,
         super::TxMode::Uring => false,
@@ -125,10 +135,16 @@ pub fn memlock_refusal(region: &crate::Region, cfg: &super::TxConfig) -> Option<
     let stride = super::buffer_stride(cfg.buf_size).max(1);
     let buffers = cfg.buffers().min(region.len() / stride);
     let c = super::uring::Charges::of(region.mapping(), buffers, zero_copy);
-    let need = c.ring_bytes + c.region_bytes;
+    let senders = senders.max(1);
+    let need = (c.ring_bytes + c.region_bytes).saturating_mul(senders);
     let limit = applying_limit()?;
     if need <= limit {
         return None;
     }
-    too_small(c.what, need, need)
+    let what = if senders == 1 {
+        c.what
+    } else {
+        format!("{senders} senders, each with {}", c.what)
+    };
+    too_small(what, need, need)
 }

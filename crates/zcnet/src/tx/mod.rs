@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::region::{MemoryKind, Region, TxBuf};
 use crate::remedy::Remedy;
 use crate::text::Text;
-pub use memlock::memlock_refusal;
+pub use memlock::{memlock_refusal, memlock_refusal_for};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
