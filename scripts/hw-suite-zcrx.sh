@@ -120,7 +120,9 @@ t_zcrx_copies() {
   drv_stats "$TW/drv-0.txt" || skip "the driver of $T_IF has no per-queue payload counters (ethtool -S rxN_payload_*: the software NIC, kmod/zcnic, has them) to check zcnet's split against"
   # (a) An area of 16 pages: it runs dry; the driver's allocations fail and it drops, the
   # kernel does not copy (io_pp_zc_alloc_netmems() finds no net_iov: ZCRX_EVENT_ALLOC_FAIL).
-  rx_case "$ZPORT" --rx zcrx --area 64K --verify
+  # The drops back TCP's retransmission timer off; in a slow guest a gap can pass the send's
+  # default 10 s stall timeout, so the peer's send waits up to 60 s.
+  RX_SEND_ARGS="--stall-timeout 60" rx_case "$ZPORT" --rx zcrx --area 64K --verify
   q=$RX_Q
   cp "$TW/recv.out" "$TW/recv-small.out"
   recv_split

@@ -754,7 +754,10 @@ rx_case() {
     [ "$rc" -ne 2 ] || fail "exited 2 (bad arguments): $line"
     refused "recv $*" "$line"
   fi
-  (peer send "$LOCAL_V4:$port" --verify --bytes "$BYTES" --json) >"$TW/send.out" 2>"$TW/send.err"
+  # RX_SEND_ARGS: more words for the peer's send (a case whose receiver starves on purpose
+  # gives it a longer --stall-timeout).
+  # shellcheck disable=SC2086 # words, split on purpose
+  (peer send "$LOCAL_V4:$port" --verify --bytes "$BYTES" --json ${RX_SEND_ARGS:-}) >"$TW/send.out" 2>"$TW/send.err"
   src=$?
   # The receiver ends with the stream; after a failed send it may still wait for one.
   if [ "$src" -eq 0 ]; then wait_bounded "$pid" 30; else wait_bounded "$pid" 2; fi

@@ -52,6 +52,10 @@ pub struct SendArgs {
     /// Stop after this many seconds (pattern mode).
     #[arg(long, allow_negative_numbers = true)]
     pub duration: Option<f64>,
+    /// Give up (exit 1) once the kernel has taken no byte and confirmed no send for this many
+    /// seconds: the receiver stopped reading, or the path stalls (default 10).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub stall_timeout: Option<f64>,
     /// Buffer memory: auto (transparent huge pages for --tx msg-zerocopy, else host), host
     /// (alias anon; 4 KiB pages), hugepage (alias huge; with --tx uring-zc the kernel charges
     /// each send to the socket buffers as if it spanned its huge page), udmabuf (host

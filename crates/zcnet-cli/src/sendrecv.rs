@@ -3,7 +3,9 @@
 use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs};
 use crate::endpoints::{listen_announced, Source, Stdout};
 use crate::output::print_json;
-use crate::units::{count_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT};
+use crate::units::{
+    count_arg, seconds_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT,
+};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use zcnet::{
@@ -47,6 +49,10 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     total_arg(("--size", size), ("--inflight", inflight))?;
     let window = window_arg(&a.window)?;
     let (bytes, duration) = send_amount(a)?;
+    let stall_timeout = match a.stall_timeout {
+        Some(s) => Some(seconds_arg("--stall-timeout", s)?),
+        None => None,
+    };
     let memory = parse_mem(&a.mem)?;
     crate::args::check_naive(a.naive, memory)?;
     if memory.is_device() {
@@ -65,6 +71,9 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     cfg.inflight = inflight;
     cfg.window = window;
     cfg.buf_size = size;
+    if let Some(t) = stall_timeout {
+        cfg.stall_timeout = t;
+    }
     if memory.is_device() {
         return crate::gpu_cmd::send(a, addr, memory, &cfg, limit, deadline);
     }

@@ -97,6 +97,11 @@ pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
         }
     };
     let (bytes, duration) = send_amount(a)?;
+    if a.stall_timeout.is_some() {
+        return Err(Error::invalid_input(format!(
+            "--stall-timeout is for the socket send modes: --tx {AF_XDP} never waits on a receiver (drop --stall-timeout)"
+        )));
+    }
     let memory = parse_mem(&a.mem)?;
     if memory.is_device() || a.naive {
         return Err(Error::invalid_input(format!(

@@ -932,3 +932,39 @@ fn negative_numbers_are_refused_naming_the_flag() {
 }
 
 zcnet_testkit::main!();
+
+/// `--stall-timeout`: a receiver that accepts and never reads fills the socket, and the sender
+/// gives up after the seconds given (exit 1, the stall named), not the default 10.
+#[zcnet_testkit::test(timeout = 60)]
+fn a_sender_to_a_receiver_that_never_reads_gives_up_at_its_stall_timeout() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let held = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        // Held open, never read, until the sender has given up.
+        std::thread::sleep(Duration::from_secs(20));
+        drop(s);
+    });
+    let t0 = Instant::now();
+    let o = run(&[
+        "send",
+        &addr,
+        "--tx",
+        "copy",
+        "--verify",
+        "--bytes",
+        "1G",
+        "--stall-timeout",
+        "1.5",
+    ]);
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("for 1 s") || err.contains("for 2 s"), "{err}");
+    assert!(err.contains("is the receiver reading?"), "{err}");
+    assert!(
+        took < Duration::from_secs(9),
+        "gave up after {took:?}: {err}"
+    );
+    drop(held);
+}
