@@ -65,7 +65,7 @@ fn alone_it_is_a_one_line_error_before_linux_7_1() {
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(err.contains("needs ZCRX_REG_NODEV"), "{err}");
     assert!(err.contains("os error 22"), "the kernel's EINVAL: {err}");
-    assert!(err.contains("run Linux 7.1 or later"), "the fix: {err}");
+    assert!(err.contains("needs Linux 7.1 or later"), "the fix: {err}");
     assert!(o.stdout.is_empty(), "nothing ran: {err}");
 }
 

@@ -193,7 +193,7 @@ impl Region {
             let fix = match errno {
                 libc::ENOENT | libc::ENODEV | libc::ENXIO => {
                     Remedy::Any(&[
-                        Remedy::Other("boot a kernel built with CONFIG_UDMABUF=y (or =m and 'modprobe udmabuf')"),
+                        Remedy::KernelConfig("CONFIG_UDMABUF"),
                         Remedy::All(&[
                             Remedy::UseMemory(MemoryKind::Anonymous),
                             Remedy::Say(&[

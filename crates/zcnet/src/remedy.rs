@@ -69,6 +69,14 @@ pub enum Remedy {
     StartReceiver(SocketAddr),
     /// The kernel (and hardware) that has it, e.g. "Linux 6.15+ with io_uring".
     NeedKernel(&'static str),
+    /// A kernel built with this option (`"CONFIG_UDMABUF"`), or with it as a module loaded.
+    KernelConfig(&'static str),
+    /// A NIC whose driver has what was missing.
+    UseNic(&'static Nic),
+    /// The interface went away or changed: check it (`ip link`) and retry.
+    CheckLink,
+    /// A contradiction zcnet cannot explain (its bookkeeping or the kernel's answer): report it.
+    Report,
     /// A remedy that names no option of any front end.
     Other(&'static str),
     /// A remedy in words and terms (settings, modes, calls) that each front end says its way.
@@ -77,6 +85,15 @@ pub enum Remedy {
     Any(&'static [Remedy]),
     /// All of these, in order.
     All(&'static [Remedy]),
+}
+
+/// What a NIC's driver must have for a remedy's [`Remedy::UseNic`], and drivers that have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nic {
+    /// What the driver must have ("header split").
+    pub needs: &'static str,
+    /// Drivers that have it (a hint: "mlx5, bnxt, gve, fbnic").
+    pub drivers: &'static str,
 }
 
 impl Remedy {
@@ -114,7 +131,14 @@ impl Remedy {
             Remedy::EnableIoUring,
             Remedy::StartReceiver(SocketAddr::from(([127, 0, 0, 1], 5201))),
             Remedy::NeedKernel("Linux 6.15+"),
-            Remedy::Other("please report this"),
+            Remedy::KernelConfig("CONFIG_UDMABUF"),
+            Remedy::UseNic(&Nic {
+                needs: "header split",
+                drivers: "mlx5, bnxt, gve, fbnic",
+            }),
+            Remedy::CheckLink,
+            Remedy::Report,
+            Remedy::Report,
             Remedy::Say(&[
                 Piece::Str("set "),
                 Piece::Term(Term::Field(Field::RxIface)),
@@ -229,6 +253,14 @@ impl Remedy {
                 format!("start a receiver listening on {addr} first").into()
             }
             Remedy::NeedKernel(k) => format!("needs {k}").into(),
+            Remedy::KernelConfig(opt) => {
+                format!("boot a kernel built with {opt}=y (or =m, with the module loaded)").into()
+            }
+            Remedy::UseNic(n) => {
+                format!("use a NIC whose driver has {} ({})", n.needs, n.drivers).into()
+            }
+            Remedy::CheckLink => "check the interface ('ip link') and retry".into(),
+            Remedy::Report => "please report this".into(),
             Remedy::Other(s) => (*s).into(),
             Remedy::Say(pieces) => Text::from(*pieces),
             Remedy::Any(rs) => join_text(rs, ", or "),

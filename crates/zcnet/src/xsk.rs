@@ -459,7 +459,7 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig, umem_len: usize) -> Er
         Some(libc::EAFNOSUPPORT) => Error::Unsupported {
             what: what.into(),
             source: e,
-            remedy: Remedy::Other("the kernel has no AF_XDP: build it with CONFIG_XDP_SOCKETS=y"),
+            remedy: Remedy::KernelConfig("CONFIG_XDP_SOCKETS"),
         },
         Some(libc::EOPNOTSUPP) if cfg.mode == XskMode::ZeroCopy => Error::Unsupported {
             what: what.into(),

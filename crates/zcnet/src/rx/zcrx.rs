@@ -197,7 +197,10 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
         Some(libc::EOPNOTSUPP) => (
             "the driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".into(),
             Remedy::Any(&[
-                Remedy::Other("use a NIC with header split (mlx5, bnxt, gve, fbnic)"),
+                Remedy::UseNic(&crate::remedy::Nic {
+                    needs: "header split",
+                    drivers: "mlx5, bnxt, gve, fbnic",
+                }),
                 Remedy::SetupNic,
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
@@ -213,7 +216,7 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
         Some(libc::ENODEV) => (
             "the interface is not in this network namespace (any more)".into(),
             Remedy::Any(&[
-                Remedy::Other("check 'ip link' and retry"),
+                Remedy::CheckLink,
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
@@ -264,7 +267,7 @@ fn refusal(t: &Target, e: io::Error, dmabuf: Option<u64>) -> Error {
         None => (
             "the kernel's reply did not fit the refill region".into(),
             Remedy::Any(&[
-                Remedy::Other("please report this"),
+                Remedy::Report,
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
@@ -343,7 +346,7 @@ fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -
         Some(libc::EINVAL) if !listed => (
             format!("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list (Linux 7.1 added it); {this}"),
             Remedy::Any(&[
-                Remedy::Other("run Linux 7.1 or later"),
+                Remedy::NeedKernel("Linux 7.1 or later"),
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
@@ -356,7 +359,7 @@ fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -
         Some(libc::EPERM) | Some(libc::EACCES) if !listed => (
             format!("needs ZCRX_REG_NODEV, which this kernel's zcrx query does not list (Linux 7.1 added it), and CAP_NET_ADMIN; {this}; root is refused too"),
             Remedy::Any(&[
-                Remedy::Other("run Linux 7.1 or later"),
+                Remedy::NeedKernel("Linux 7.1 or later"),
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
@@ -387,7 +390,7 @@ fn nodev_refusal(e: io::Error, listed: bool, release: Option<(u32, u32, u32)>) -
         None => (
             "the kernel's reply did not fit the refill region".into(),
             Remedy::Any(&[
-                Remedy::Other("please report this"),
+                Remedy::Report,
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
@@ -427,7 +430,10 @@ pub(super) fn not_permitted(
                 "; root is refused too (the errno is for CAP_NET_ADMIN, which this process lacks and the kernel checks before the device)",
             ),
             Remedy::Any(&[
-                Remedy::Other("use a NIC whose driver has queue-management ops and header split (mlx5, bnxt, gve, fbnic)"),
+                Remedy::UseNic(&crate::remedy::Nic {
+                    needs: "queue-management ops and header split",
+                    drivers: "mlx5, bnxt, gve, fbnic",
+                }),
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),

@@ -134,7 +134,10 @@ fn bind_refusal(iface: &str, e: &zcnet_netlink::Error) -> Error {
         Some(libc::EOPNOTSUPP) => (
             "the driver cannot transmit from a dma-buf (no netmem TX); virtual devices such as veth, lo, ifb and tun never can".to_string(),
             Remedy::Any(&[
-                Remedy::Other("send through a NIC whose driver supports netmem TX (mlx5, bnxt, gve DQO in Linux 6.18)"),
+                Remedy::UseNic(&crate::remedy::Nic {
+                    needs: "netmem TX",
+                    drivers: "mlx5, bnxt, gve DQO in Linux 6.18",
+                }),
                 MSG_ZC,
             ]),
         ),
@@ -152,7 +155,7 @@ fn bind_refusal(iface: &str, e: &zcnet_netlink::Error) -> Error {
         ),
         Some(libc::ENODEV) => (
             "the interface is not in this network namespace (any more)".to_string(),
-            Remedy::Any(&[Remedy::Other("check 'ip link' and retry"), MSG_ZC]),
+            Remedy::Any(&[Remedy::CheckLink, MSG_ZC]),
         ),
         Some(libc::EPERM) | Some(libc::EACCES) => (
             "the kernel refused the binding for lack of privilege".to_string(),
@@ -258,7 +261,7 @@ pub(crate) fn new(
     zcnet_sys::sock::enable_zerocopy(fd).map_err(|e| Error::Unsupported {
         what: "SO_ZEROCOPY (devmem transmit completes like MSG_ZEROCOPY)".into(),
         source: e,
-        remedy: Remedy::Other("devmem TCP transmit needs Linux 6.16+"),
+        remedy: Remedy::NeedKernel("Linux 6.16+ for devmem TCP transmit"),
     })?;
     let iface = match &cfg.iface {
         Some(i) => i.clone(),

@@ -125,7 +125,7 @@ impl MsgZcTx {
         sock::enable_zerocopy(fd).map_err(|e| Error::Unsupported {
             what: "SO_ZEROCOPY".into(),
             source: e,
-            remedy: Remedy::Other("MSG_ZEROCOPY needs Linux 4.14 for TCP and 5.0 for UDP"),
+            remedy: Remedy::NeedKernel("Linux 4.14 for MSG_ZEROCOPY over TCP, 5.0 over UDP"),
         })?;
         Ok(ErrqueueTx::with_kernel(MsgZcKernel, buffers))
     }

@@ -125,9 +125,13 @@ impl UringTx {
             Some(libc::EPERM) => Error::Unsupported {
                 what: "io_uring".into(),
                 source: e,
-                remedy: Remedy::Other("io_uring is disabled: set 'sysctl -w kernel.io_uring_disabled=0' (or join io_uring_group)"),
+                remedy: Remedy::EnableIoUring,
             },
-            Some(libc::ENOSYS) => Error::Unsupported { what: "io_uring".into(), source: e, remedy: Remedy::NeedKernel("Linux 5.1 or later") },
+            Some(libc::ENOSYS) => Error::Unsupported {
+                what: "io_uring".into(),
+                source: e,
+                remedy: Remedy::NeedKernel("Linux 5.1 or later"),
+            },
             _ => memlock_error(e, "io_uring_setup", ring_bytes),
         })?;
         let mut fixed = None;

@@ -11,7 +11,10 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
         Some(libc::EOPNOTSUPP) => (
             "the device cannot take a dma-buf binding: its driver has no queue-management ops or header split; virtual devices such as veth, lo, ifb and tun never have them".into(),
             Remedy::Any(&[
-                Remedy::Other("use a NIC with devmem support and header split (mlx5, bnxt, gve, fbnic)"),
+                Remedy::UseNic(&crate::remedy::Nic {
+                    needs: "devmem support and header split",
+                    drivers: "mlx5, bnxt, gve, fbnic",
+                }),
                 Remedy::SetupNic,
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
@@ -44,7 +47,7 @@ pub(super) fn bind_refusal(t: &Target, e: &zcnet_netlink::Error) -> Error {
         Some(libc::ENODEV) => (
             "the interface is not in this network namespace (any more)".into(),
             Remedy::Any(&[
-                Remedy::Other("check 'ip link' and retry"),
+                Remedy::CheckLink,
                 Remedy::UseRxMode(RxMode::Uring),
             ]),
         ),
