@@ -455,7 +455,7 @@ fn bad_input_is_one_line_naming_cause_and_fix() {
         c.mode = XskMode::ZeroCopy;
         let s = one_line(&open("vB", &c).unwrap_err());
         assert!(
-            s.contains("zero-copy") && s.contains("use copy mode"),
+            s.contains("zero-copy") && s.contains("use AF_XDP copy mode"),
             "{s}"
         );
 
