@@ -102,7 +102,8 @@ fn without_a_gpu_driver_probe_says_why_and_how_to_fix_it() {
     );
     assert!(line.contains(&cause), "{line}");
     assert!(
-        line.contains("; install the NVIDIA driver") && line.ends_with("or use host memory (--mem host)"),
+        line.contains("; install the NVIDIA driver")
+            && line.ends_with("or use host memory (--mem host)"),
         "{line}"
     );
 }
