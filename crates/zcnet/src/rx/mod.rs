@@ -26,6 +26,7 @@
 //! the peer. This is never silent: [`RxStats::starved`] counts every time receiving paused for
 //! want of a buffer, and receiving resumes (re-arms) by itself once buffers come back.
 
+mod config;
 mod copy;
 #[cfg(test)]
 mod device_verify_tests;
@@ -35,165 +36,13 @@ mod zcrx;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
+pub use config::*;
 use std::collections::HashMap;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet_sys::epoll::ReturnQueue;
-
-/// A receive mechanism.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RxMode {
-    /// epoll + `recv()`: the kernel copies into the application's buffers. The baseline.
-    Copy,
-    /// io_uring multishot receive into a provided buffer ring (the kernel still copies, but one
-    /// request serves a connection for its lifetime and completions come in batches).
-    Uring,
-    /// io_uring zero-copy receive (zcrx): the NIC writes payload into a registered area.
-    Zcrx,
-    /// devmem TCP: the NIC writes payload into a dma-buf (device memory) bound to its queues.
-    Devmem,
-    /// The best of zcrx, uring and copy that works here; the reasons for the others are kept.
-    Auto,
-}
-
-impl RxMode {
-    /// Every mode, in table order.
-    pub const ALL: [RxMode; 5] = [
-        RxMode::Copy,
-        RxMode::Uring,
-        RxMode::Zcrx,
-        RxMode::Devmem,
-        RxMode::Auto,
-    ];
-
-    /// The `--rx` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            RxMode::Copy => "copy",
-            RxMode::Uring => "uring",
-            RxMode::Zcrx => "zcrx",
-            RxMode::Devmem => "devmem",
-            RxMode::Auto => "auto",
-        }
-    }
-
-    /// The mode as a term of a message ([`crate::text`](mod@crate::text)), which each front end says its way.
-    pub fn term(self) -> crate::text::Term {
-        let ident = match self {
-            RxMode::Copy => "Copy",
-            RxMode::Uring => "Uring",
-            RxMode::Zcrx => "Zcrx",
-            RxMode::Devmem => "Devmem",
-            RxMode::Auto => "Auto",
-        };
-        crate::text::Term::RxMode {
-            ident,
-            name: self.name(),
-        }
-    }
-
-    /// Parses a `--rx` name.
-    pub fn parse(s: &str) -> Result<RxMode> {
-        RxMode::ALL
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| Error::UnknownRxMode {
-                given: s.to_string(),
-            })
-    }
-
-    /// Whether the data lands in device memory the CPU may not read (only `devmem`).
-    pub fn is_device(self) -> bool {
-        self == RxMode::Devmem
-    }
-}
-
-impl std::fmt::Display for RxMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How to receive.
-#[derive(Debug, Clone)]
-pub struct RxConfig {
-    /// The mechanism.
-    pub mode: RxMode,
-    /// Bytes per buffer (`copy`, `uring`, devmem's linear buffers). Default 16 KiB.
-    pub buf_size: usize,
-    /// Buffers (`copy`; `uring`: rounded up to a power of two). Default 64 (1 MiB of 16 KiB
-    /// buffers): the provided-buffer ring is FIFO, so a small ring keeps the buffers the kernel
-    /// writes into warm in the cache (measured: docs/perf.md); a consumer that holds more gets
-    /// `RxStats::starved`, never a silent stall.
-    pub buffers: usize,
-    /// `uring`: use bundles (one completion for several buffers) when the kernel has them.
-    /// Default true.
-    pub bundle: bool,
-    /// `zcrx`, `devmem`: the interface the connections arrive on (they must be steered to
-    /// `queue`, see `zcnet nic setup`). `auto` tries zcrx only when it is set.
-    pub iface: Option<String>,
-    /// `zcrx`, `devmem`: the receive queue. Default: the interface's last queue (the one
-    /// `zcnet nic setup` reserves).
-    pub queue: Option<u32>,
-    /// `zcrx`: bytes of host memory registered as the receive area. Default 64 MiB.
-    pub area_len: usize,
-    /// `devmem`: the dma-buf to bind (e.g. exported by a GPU driver). `None`: a udmabuf of
-    /// `area_len` bytes is made from host memory (needs `/dev/udmabuf`).
-    pub dmabuf: Option<Arc<std::os::fd::OwnedFd>>,
-    /// `copy`, `uring`: `SO_RCVLOWAT` of each connection added, so that the receiver is woken
-    /// once this many bytes are queued (or the stream ends) instead of for every segment
-    /// train. For bulk streams 128 KiB cuts the wakeups and the window updates the sender has
-    /// to process (on veth and loopback 1.2–1.6× the rate: docs/perf.md). Default `None` (the
-    /// kernel's 1 byte): a message smaller than the mark would wait for more data or the end
-    /// of the stream, so request/response traffic must leave it unset, and a bulk receiver that
-    /// must see a stream's last bytes before the peer closes it lowers the mark first
-    /// ([`Receiver::set_low_water`]). The mark gates wakeups only: a `uring` receive armed
-    /// (or re-armed after a starvation) while data is queued takes what is there at once. Not
-    /// applied to `zcrx` or `devmem` (untested there).
-    pub low_water: Option<u32>,
-    /// `zcrx` (explicit, not `auto`): register the area without a network device
-    /// (`ZCRX_REG_NODEV`, Linux 7.1+): RECV_ZC then works on any TCP connection, loopback
-    /// included, but the kernel *copies* every byte into the area, so it is counted as copied.
-    /// `iface`, `queue` and `dmabuf` must be unset. Default false. A kernel without it refuses
-    /// with its errno (`EINVAL`) and a reason naming Linux 7.1.
-    pub no_device: bool,
-    /// `zcrx` with a device: the size of each receive buffer (`rx_buf_len`), a power of two
-    /// from a page to 2 MiB; 0 (default) for the kernel's choice, a page. Larger buffers mean
-    /// fewer completions and refill entries per byte. They need a kernel whose zcrx query
-    /// lists `ZCRX_FEATURE_RX_PAGE_SIZE` (Linux 7.0 added it), a driver that takes the queue's
-    /// buffer size (bnxt, fbnic), and an area whose physically contiguous runs are at least
-    /// that long: the area is then made of reserved 2 MiB huge pages (`vm.nr_hugepages`).
-    /// Without a device only a page is possible. Untested on hardware here: on Linux 7.2 without
-    /// a device the kernel's refusal is what is tested.
-    pub rx_buf_len: usize,
-    /// The caller's cancel token: once cancelled, [`Receiver::poll`] (and the calls that
-    /// receive a whole stream through the receiver) return [`Error::Interrupted`] within
-    /// [`zcnet_sys::os::STOP_CHECK`], however long their timeout. Default: a fresh token
-    /// nobody cancels.
-    pub cancel: Cancel,
-}
-
-impl RxConfig {
-    /// Defaults for `mode`.
-    pub fn new(mode: RxMode) -> Self {
-        RxConfig {
-            mode,
-            buf_size: 16 << 10,
-            buffers: 64,
-            bundle: true,
-            iface: None,
-            queue: None,
-            area_len: 64 << 20,
-            dmabuf: None,
-            low_water: None,
-            no_device: false,
-            rx_buf_len: 0,
-            cancel: Cancel::new(),
-        }
-    }
-}
 
 /// A connection added to a [`Receiver`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -338,29 +187,6 @@ pub struct RxStats {
     pub unsteered: u64,
     /// Buffers returned by the application.
     pub returned: u64,
-}
-
-/// A mechanism that was tried and refused, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fallback {
-    /// What was tried.
-    pub tried: RxMode,
-    /// The kernel's (or the machine's) reason, one line, its terms typed (render it with a
-    /// front end's [`Voice`](crate::Voice); `Display` is the library's words).
-    pub reason: crate::text::Text,
-}
-
-impl Fallback {
-    /// "MODE refused: REASON" in a front end's words (`Display` is the library's).
-    pub fn render(&self, words: &dyn crate::text::Words) -> String {
-        format!("{} refused: {}", self.tried, self.reason.render(words))
-    }
-}
-
-impl std::fmt::Display for Fallback {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} refused: {}", self.tried, self.reason)
-    }
 }
 
 /// What the backends share with the receiver while polling.
@@ -845,95 +671,4 @@ fn auto(cfg: &RxConfig, fallbacks: &mut Vec<Fallback>) -> Result<Box<dyn RxBacke
 }
 
 #[cfg(test)]
-mod add_guard_tests {
-    use super::*;
-    use std::io::{self, Read};
-    use std::net::TcpListener;
-
-    /// A backend that queues a request on the fd it is given and then has the submit refused
-    /// (the add fails with the request still queued), and whose kernel lets go of the fd only
-    /// when told to.
-    #[derive(Debug, Default)]
-    struct QueuedThenRefused {
-        removed: Vec<ConnId>,
-        kernel_done: bool,
-    }
-
-    impl RxBackend for QueuedThenRefused {
-        fn mode(&self) -> RxMode {
-            RxMode::Uring
-        }
-        fn add(&mut self, _conn: ConnId, _fd: RawFd) -> Result<()> {
-            Err(Error::io(
-                "io_uring_enter (receive)",
-                io::Error::from_raw_os_error(libc::ENOMEM),
-            ))
-        }
-        fn remove(&mut self, conn: ConnId) -> bool {
-            // The queued request is cancelled; its final completion comes later.
-            self.removed.push(conn);
-            false
-        }
-        fn release(&mut self, _key: u64, _len: usize) {}
-        fn poll(&mut self, ctx: &mut Ctx<'_>, _timeout: Duration) -> Result<()> {
-            if self.kernel_done {
-                ctx.closable.append(&mut self.removed);
-            }
-            Ok(())
-        }
-        fn bytes(&self, _key: u64, _len: usize) -> Option<&[u8]> {
-            None
-        }
-        fn held(&self) -> usize {
-            0
-        }
-        fn ready_fd(&mut self) -> Result<BorrowedFd<'_>> {
-            Err(Error::io(
-                "ready_fd",
-                io::Error::from_raw_os_error(libc::ENOSYS),
-            ))
-        }
-    }
-
-    /// Whether the peer of `a` has closed (a read sees the end) rather than staying open.
-    fn peer_closed(a: &mut TcpStream) -> bool {
-        a.set_read_timeout(Some(Duration::from_millis(50)))
-            .expect("timeout");
-        let mut b = [0u8; 1];
-        matches!(a.read(&mut b), Ok(0))
-    }
-
-    /// A connection whose add failed with a request still queued for its fd keeps its socket
-    /// open until the kernel lets go, as a close does (6abd8f8): dropped at once, the fd number
-    /// could be reused by the next socket while the request still names it. The backend is
-    /// simulated: a real io_uring submit refused right after the push cannot be made to happen
-    /// here; the guard is the receiver's, and this is where it is tested.
-    #[zcnet_testkit::test]
-    fn a_failed_add_keeps_the_socket_open_until_the_kernel_lets_go() {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let mut a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
-        let (b, _) = l.accept().expect("accept");
-        let mut rx = Receiver::with_backend(Box::<QueuedThenRefused>::default());
-        let e = rx.add(b).expect_err("the add fails");
-        assert!(format!("{e}").contains("io_uring_enter"), "{e}");
-        assert_eq!((rx.connections(), rx.closing()), (0, 1));
-        assert!(
-            !peer_closed(&mut a),
-            "the socket stays open while the request may run"
-        );
-        let mut out = Vec::new();
-        rx.poll(&mut out, Duration::ZERO).expect("poll");
-        assert_eq!(rx.closing(), 1, "the kernel has not let go yet");
-        let backend = format!("{:?}", rx.backend);
-        assert!(backend.contains("removed: [ConnId(1)]"), "{backend}");
-        // The kernel lets go: the next poll closes it.
-        rx.backend = Box::new(QueuedThenRefused {
-            removed: vec![ConnId(1)],
-            kernel_done: true,
-        });
-        rx.poll(&mut out, Duration::ZERO).expect("poll");
-        assert_eq!(rx.closing(), 0);
-        assert!(peer_closed(&mut a), "closed once the kernel let go");
-        assert!(out.is_empty(), "{out:?}");
-    }
-}
+mod add_guard_tests;
