@@ -36,6 +36,7 @@ pub struct ReadmeDoctests;
 pub mod cancel;
 pub mod engine;
 pub mod error;
+pub mod fallback;
 pub mod gpu;
 pub mod net;
 pub mod nexthop;

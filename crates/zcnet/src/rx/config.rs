@@ -156,25 +156,5 @@ impl RxConfig {
     }
 }
 
-/// A mechanism that was tried and refused, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fallback {
-    /// What was tried.
-    pub tried: RxMode,
-    /// The kernel's (or the machine's) reason, one line, its terms typed (render it with a
-    /// front end's [`Voice`](crate::Voice); `Display` is the library's words).
-    pub reason: crate::text::Text,
-}
-
-impl Fallback {
-    /// "MODE refused: REASON" in a front end's words (`Display` is the library's).
-    pub fn render(&self, words: &dyn crate::text::Words) -> String {
-        format!("{} refused: {}", self.tried, self.reason.render(words))
-    }
-}
-
-impl std::fmt::Display for Fallback {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} refused: {}", self.tried, self.reason)
-    }
-}
+/// A receive mechanism `auto` tried and the kernel (or the machine) refused, and why.
+pub type Fallback = crate::fallback::Fallback<RxMode>;

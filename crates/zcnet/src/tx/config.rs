@@ -89,27 +89,7 @@ impl std::fmt::Display for TxMode {
 
 /// A send mechanism `auto` did not use, and why: the kernel refused it, or its memory could not
 /// be locked (RLIMIT_MEMLOCK). See [`Sender::fallbacks`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fallback {
-    /// What was tried.
-    pub tried: TxMode,
-    /// The reason, one line, with the fix where there is one, its terms typed (render it with
-    /// a front end's [`Voice`](crate::Voice); `Display` is the library's words).
-    pub reason: crate::text::Text,
-}
-
-impl Fallback {
-    /// "MODE refused: REASON" in a front end's words (`Display` is the library's).
-    pub fn render(&self, words: &dyn crate::text::Words) -> String {
-        format!("{} refused: {}", self.tried, self.reason.render(words))
-    }
-}
-
-impl std::fmt::Display for Fallback {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} refused: {}", self.tried, self.reason)
-    }
-}
+pub type Fallback = crate::fallback::Fallback<TxMode>;
 
 /// How to send.
 #[derive(Debug, Clone)]
