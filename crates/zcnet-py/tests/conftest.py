@@ -3,6 +3,7 @@
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import threading
 
@@ -11,6 +12,20 @@ import pytest
 import zcnet
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def ctrl_c_raises_keyboard_interrupt():
+    """SIGINT raises KeyboardInterrupt during every test, as in an interactive Python. A process
+    started with SIGINT ignored (a command put in the background by a shell without job
+    control) inherits that, and Python then installs no handler of its own: a test that
+    interrupts itself would wait for good."""
+    old = signal.getsignal(signal.SIGINT)
+    if old is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if old is not signal.default_int_handler and old is not None:
+        signal.signal(signal.SIGINT, old)
 
 
 def zcnet_binary():
