@@ -193,7 +193,7 @@ impl Region {
             let fix = match errno {
                 libc::ENOENT | libc::ENODEV | libc::ENXIO => {
                     Remedy::Any(&[
-                        Remedy::KernelConfig("CONFIG_UDMABUF"),
+                        Remedy::KernelModule("udmabuf"),
                         Remedy::All(&[
                             Remedy::UseMemory(MemoryKind::Anonymous),
                             Remedy::Say(&[

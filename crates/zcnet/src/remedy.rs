@@ -69,8 +69,10 @@ pub enum Remedy {
     StartReceiver(SocketAddr),
     /// The kernel (and hardware) that has it, e.g. "Linux 6.15+ with io_uring".
     NeedKernel(&'static str),
-    /// A kernel built with this option (`"CONFIG_UDMABUF"`), or with it as a module loaded.
+    /// A kernel built with this option (`"CONFIG_XDP_SOCKETS"`, one that cannot be a module).
     KernelConfig(&'static str),
+    /// A kernel with this module (`"udmabuf"`): built in (`CONFIG_UDMABUF=y`) or loaded.
+    KernelModule(&'static str),
     /// A NIC whose driver has what was missing.
     UseNic(&'static Nic),
     /// The interface went away or changed: check it (`ip link`) and retry.
@@ -131,7 +133,8 @@ impl Remedy {
             Remedy::EnableIoUring,
             Remedy::StartReceiver(SocketAddr::from(([127, 0, 0, 1], 5201))),
             Remedy::NeedKernel("Linux 6.15+"),
-            Remedy::KernelConfig("CONFIG_UDMABUF"),
+            Remedy::KernelConfig("CONFIG_XDP_SOCKETS"),
+            Remedy::KernelModule("udmabuf"),
             Remedy::UseNic(&Nic {
                 needs: "header split",
                 drivers: "mlx5, bnxt, gve, fbnic",
@@ -253,9 +256,12 @@ impl Remedy {
                 format!("start a receiver listening on {addr} first").into()
             }
             Remedy::NeedKernel(k) => format!("needs {k}").into(),
-            Remedy::KernelConfig(opt) => {
-                format!("boot a kernel built with {opt}=y (or =m, with the module loaded)").into()
-            }
+            Remedy::KernelConfig(opt) => format!("boot a kernel built with {opt}=y").into(),
+            Remedy::KernelModule(m) => format!(
+                "boot a kernel built with CONFIG_{}=y (or =m and 'modprobe {m}')",
+                m.to_uppercase()
+            )
+            .into(),
             Remedy::UseNic(n) => {
                 format!("use a NIC whose driver has {} ({})", n.needs, n.drivers).into()
             }
