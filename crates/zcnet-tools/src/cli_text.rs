@@ -122,11 +122,6 @@ fn call_command(c: &Call) -> String {
     }
 }
 
-/// One remedy in the CLI's words.
-pub fn remedy_text(r: &Remedy) -> String {
-    r.render(&Cli)
-}
-
 /// The exit status of the commands for a library error: 130 for an interrupt, 2 for the
 /// caller's mistake ([`Error::is_caller_mistake`]: a bad argument, an unknown name), 1 for
 /// everything else.
