@@ -278,7 +278,7 @@ impl Error {
     pub fn render(&self, voice: &dyn Voice) -> String {
         let mut t = Text::new();
         // Writing into a Text cannot fail.
-        let _ = self.write_in(&mut t, &|r| Text::from(r.render(voice)));
+        let _ = self.write_in(&mut t, &|r| r.voiced(voice));
         t.render(voice)
     }
 

@@ -157,10 +157,16 @@ impl Remedy {
     /// ([`Voice::remedy`]), else the library's [`Remedy::text`] with its terms in the front
     /// end's words; alternatives joined by ", or ", steps by " and ".
     pub fn render(&self, voice: &dyn Voice) -> String {
+        self.voiced(voice).render(voice)
+    }
+
+    /// The remedy as text with each leaf in `voice`'s own wording where it has one (its terms
+    /// still typed): what [`Remedy::render`] renders, and what an error carrying it holds.
+    pub(crate) fn voiced(&self, voice: &dyn Voice) -> Text {
         match self {
-            Remedy::Any(rs) => join(rs, ", or ", voice),
-            Remedy::All(rs) => join(rs, " and ", voice),
-            r => voice.remedy(r).unwrap_or_else(|| r.text().render(voice)),
+            Remedy::Any(rs) => join(rs.iter().map(|r| r.voiced(voice)), ", or "),
+            Remedy::All(rs) => join(rs.iter().map(|r| r.voiced(voice)), " and "),
+            r => voice.remedy(r).map_or_else(|| r.text(), Text::from),
         }
     }
 
@@ -269,8 +275,8 @@ impl Remedy {
             Remedy::Report => "please report this".into(),
             Remedy::Other(s) => (*s).into(),
             Remedy::Say(pieces) => Text::from(*pieces),
-            Remedy::Any(rs) => join_text(rs, ", or "),
-            Remedy::All(rs) => join_text(rs, " and "),
+            Remedy::Any(rs) => join(rs.iter().map(Remedy::text), ", or "),
+            Remedy::All(rs) => join(rs.iter().map(Remedy::text), " and "),
         }
     }
 }
@@ -296,27 +302,10 @@ impl fmt::Debug for dyn Voice + Sync {
     }
 }
 
-fn join_text(rs: &[Remedy], sep: &'static str) -> Text {
-    let mut t = Text::new();
-    for r in rs {
-        let part = r.text();
-        if part.is_empty() {
-            continue;
-        }
-        if !t.is_empty() {
-            t.push(sep);
-        }
-        t.push(part);
-    }
-    t
-}
-
-fn join(rs: &[Remedy], sep: &str, voice: &dyn Voice) -> String {
-    rs.iter()
-        .map(|r| r.render(voice))
-        .filter(|s| !s.is_empty())
-        .collect::<Vec<_>>()
-        .join(sep)
+/// Alternatives or steps, `sep` between them; one that says nothing ([`Remedy::None`]) is left
+/// out.
+fn join(parts: impl Iterator<Item = Text>, sep: &'static str) -> Text {
+    Text::join(parts.filter(|t| !t.is_empty()), sep)
 }
 
 impl fmt::Display for Remedy {
