@@ -49,10 +49,10 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     total_arg(("--size", size), ("--inflight", inflight))?;
     let window = window_arg(&a.window)?;
     let (bytes, duration) = send_amount(a)?;
-    let stall_timeout = match a.stall_timeout {
-        Some(s) => Some(seconds_arg("--stall-timeout", s)?),
-        None => None,
-    };
+    let stall_timeout = a
+        .stall_timeout
+        .map(|s| seconds_arg("--stall-timeout", s))
+        .transpose()?;
     let memory = parse_mem(&a.mem)?;
     crate::args::check_naive(a.naive, memory)?;
     if memory.is_device() {

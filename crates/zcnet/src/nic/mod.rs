@@ -681,7 +681,7 @@ pub const PROVIDER_WAIT: Duration = Duration::from_secs(3);
 /// which the kernel runs after the process that made it has exited: a restore right then meets
 /// this for a moment.
 pub fn provider_bound(e: &Error) -> bool {
-    matches!(e, Error::Kernel { errno: Some(libc::EINVAL), message, .. } if message.to_string().contains("memory provider"))
+    matches!(e, Error::Kernel { errno: Some(libc::EINVAL), message, .. } if message.contains("memory provider"))
 }
 
 /// Runs `step`, again every 50 ms for up to `wait` while it is refused because a memory
