@@ -170,9 +170,24 @@ pub fn need_str<'a>(arg: Option<&'a std::ffi::CStr>, name: &str) -> Result<&'a s
         .map_err(|e| invalid(format!("{name} is not valid UTF-8 ({e})")))
 }
 
+/// One of the calling thread's last-failure strings.
+type Slot = std::thread::LocalKey<RefCell<CString>>;
+
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
     static LAST_REMEDY: RefCell<CString> = RefCell::new(CString::default());
+}
+
+/// The slot's string for C ("" during thread teardown, when the slot may be gone).
+fn slot_ptr(slot: &'static Slot) -> *const c_char {
+    slot.try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
+}
+
+/// The slot's string as a Rust string (for the tests).
+fn slot_string(slot: &'static Slot) -> String {
+    slot.try_with(|e| e.borrow().to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// Records a library error: its message and its remedy, both in the ABI's words.
@@ -187,16 +202,12 @@ fn set_last_lib_error(prefix: &str, e: &zcnet::Error) {
 
 /// The calling thread's last remedy ("" when there is none).
 pub fn last_remedy_ptr() -> *const c_char {
-    LAST_REMEDY
-        .try_with(|e| e.borrow().as_ptr())
-        .unwrap_or(c"".as_ptr())
+    slot_ptr(&LAST_REMEDY)
 }
 
 /// The remedy of the last failure on this thread, as a Rust string (for the tests).
 pub fn last_remedy_string() -> String {
-    LAST_REMEDY
-        .try_with(|e| e.borrow().to_string_lossy().into_owned())
-        .unwrap_or_default()
+    slot_string(&LAST_REMEDY)
 }
 
 fn set_last_error(msg: &str) {
@@ -206,7 +217,7 @@ fn set_last_error(msg: &str) {
     }
 }
 
-fn set_cstring(slot: &'static std::thread::LocalKey<RefCell<CString>>, msg: &str) {
+fn set_cstring(slot: &'static Slot, msg: &str) {
     // One line, no interior NUL: what a C caller can print as it is.
     let line: Vec<u8> = msg
         .bytes()
@@ -223,9 +234,7 @@ fn set_cstring(slot: &'static std::thread::LocalKey<RefCell<CString>>, msg: &str
 
 /// The calling thread's last error message ("" after a success, or during thread teardown).
 pub fn last_error_ptr() -> *const c_char {
-    LAST_ERROR
-        .try_with(|e| e.borrow().as_ptr())
-        .unwrap_or(c"".as_ptr())
+    slot_ptr(&LAST_ERROR)
 }
 
 /// Runs the body of an exported function that cannot fail: a panic gives `fallback`.
@@ -235,9 +244,7 @@ pub fn no_panic<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 
 /// The message of the last failure on this thread, as a Rust string (for the tests).
 pub fn last_error_string() -> String {
-    LAST_ERROR
-        .try_with(|e| e.borrow().to_string_lossy().into_owned())
-        .unwrap_or_default()
+    slot_string(&LAST_ERROR)
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
