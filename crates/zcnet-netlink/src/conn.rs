@@ -303,21 +303,6 @@ impl GenlConn {
         })
     }
 
-    /// Checks that `family` offers `op`, exchanges the request, and returns each reply's
-    /// attributes (shared by the netdev and ethtool clients).
-    pub(crate) fn request(
-        &mut self,
-        family: &crate::genl::Family,
-        op: Op,
-        target: &str,
-        dump: bool,
-        build: &dyn Fn(&mut MsgBuilder),
-    ) -> Result<Vec<Vec<u8>>> {
-        family.require(op)?;
-        let replies = self.exchange(family.id, family.version_u8(), op, target, dump, build)?;
-        Ok(replies.into_iter().map(|r| r.attrs).collect())
-    }
-
     /// The underlying socket (for bindings that live as long as it).
     pub(crate) fn into_socket(self) -> NlSocket {
         self.sock

@@ -4,8 +4,6 @@
 use std::fmt;
 use std::io;
 
-use crate::wire::Extack;
-
 /// What the kernel refused: the operation, what it was aimed at, the errno and everything the
 /// kernel said about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,6 +253,30 @@ impl std::error::Error for Error {
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The extended ACK the kernel attaches to an error (or a warning to an ACK).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Extack {
+    /// `NLMSGERR_ATTR_MSG`: the human-readable reason.
+    pub msg: Option<String>,
+    /// `NLMSGERR_ATTR_OFFS`: offset of the offending attribute from the request's start.
+    pub bad_attr_offset: Option<u32>,
+    /// `NLMSGERR_ATTR_COOKIE`.
+    pub cookie: Option<Vec<u8>>,
+    /// `NLMSGERR_ATTR_POLICY`: the offending attribute's policy, raw nested attributes.
+    pub policy: Option<Vec<u8>>,
+    /// `NLMSGERR_ATTR_MISS_TYPE`: the type of a required attribute that was missing.
+    pub missing_type: Option<u32>,
+    /// `NLMSGERR_ATTR_MISS_NEST`: offset of the nest the attribute was missing from.
+    pub missing_nest_offset: Option<u32>,
+}
+
+impl Extack {
+    /// Whether the kernel said nothing beyond the errno.
+    pub fn is_empty(&self) -> bool {
+        *self == Extack::default()
+    }
+}
 
 #[cfg(test)]
 mod tests {

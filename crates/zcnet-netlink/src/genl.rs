@@ -3,7 +3,7 @@
 
 use crate::conn::{GenlConn, Op};
 use crate::error::{Error, Result};
-use crate::wire::Attrs;
+use crate::wire::{Attrs, MsgBuilder};
 
 /// `GENL_ID_CTRL`: the controller's fixed family id (`NLMSG_MIN_TYPE`).
 pub const GENL_ID_CTRL: u16 = 0x10;
@@ -236,6 +236,23 @@ pub(crate) fn resolve_on(conn: &mut GenlConn, name: &str, needs: &'static str) -
 pub fn resolve(name: &str) -> Result<Family> {
     let mut conn = GenlConn::open()?;
     resolve_on(&mut conn, name, "a kernel that has it")
+}
+
+impl GenlConn {
+    /// Checks that `family` offers `op`, exchanges the request, and returns each reply's
+    /// attributes (shared by the netdev and ethtool clients).
+    pub(crate) fn request(
+        &mut self,
+        family: &Family,
+        op: Op,
+        target: &str,
+        dump: bool,
+        build: &dyn Fn(&mut MsgBuilder),
+    ) -> Result<Vec<Vec<u8>>> {
+        family.require(op)?;
+        let replies = self.exchange(family.id, family.version_u8(), op, target, dump, build)?;
+        Ok(replies.into_iter().map(|r| r.attrs).collect())
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use super::attr::{align4, malformed, Attrs};
 use crate::error::Error;
+pub use crate::error::Extack;
 
 /// `NLMSG_HDRLEN`: size of `struct nlmsghdr` (include/uapi/linux/netlink.h).
 pub const NLMSG_HDRLEN: usize = 16;
@@ -155,23 +156,6 @@ pub fn split_genl(payload: &[u8]) -> Result<(GenlHdr, &[u8]), Error> {
     Ok((hdr, &payload[GENL_HDRLEN..]))
 }
 
-/// The extended ACK the kernel attaches to an error (or a warning to an ACK).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Extack {
-    /// `NLMSGERR_ATTR_MSG`: the human-readable reason.
-    pub msg: Option<String>,
-    /// `NLMSGERR_ATTR_OFFS`: offset of the offending attribute from the request's start.
-    pub bad_attr_offset: Option<u32>,
-    /// `NLMSGERR_ATTR_COOKIE`.
-    pub cookie: Option<Vec<u8>>,
-    /// `NLMSGERR_ATTR_POLICY`: the offending attribute's policy, raw nested attributes.
-    pub policy: Option<Vec<u8>>,
-    /// `NLMSGERR_ATTR_MISS_TYPE`: the type of a required attribute that was missing.
-    pub missing_type: Option<u32>,
-    /// `NLMSGERR_ATTR_MISS_NEST`: offset of the nest the attribute was missing from.
-    pub missing_nest_offset: Option<u32>,
-}
-
 impl Extack {
     /// Parses extended-ACK TLVs; unknown ones are ignored.
     pub fn parse(tlvs: &[u8]) -> Result<Extack, Error> {
@@ -189,11 +173,6 @@ impl Extack {
             }
         }
         Ok(e)
-    }
-
-    /// Whether the kernel said nothing beyond the errno.
-    pub fn is_empty(&self) -> bool {
-        *self == Extack::default()
     }
 }
 
