@@ -168,3 +168,31 @@ impl Write for Stdout {
         Ok(())
     }
 }
+
+/// `recv --verify` where no payload arrived: nothing was checked, which is not a pass.
+pub(crate) fn nothing_to_verify() -> Error {
+    Error::io(
+        "recv --verify",
+        std::io::Error::other(
+            "nothing to verify: 0 B of payload arrived, so the pattern was not checked",
+        ),
+    )
+}
+
+/// `recv --bytes N` on a stream: `received` must be exactly N.
+pub(crate) fn stream_length(received: u64, want: Option<u64>) -> Result<(), Error> {
+    match want {
+        Some(n) if received != n => Err(Error::io(
+            format!("recv --bytes {n}"),
+            std::io::Error::other(format!(
+                "the stream carried {received} B, not {n} B: {}",
+                if received < n {
+                    "cut short"
+                } else {
+                    "longer than asked"
+                }
+            )),
+        )),
+        _ => Ok(()),
+    }
+}

@@ -212,7 +212,7 @@ pub fn recv(
             if rep.verified { ", pattern verified" } else { "" }
         );
     }
-    crate::sendrecv::stream_length(rep.bytes, want_bytes)
+    crate::endpoints::stream_length(rep.bytes, want_bytes)
 }
 
 #[derive(Serialize)]
@@ -330,5 +330,5 @@ fn naive_recv(
         rep.cpu_seconds,
         a.verify,
     )?;
-    crate::sendrecv::stream_length(rep.bytes, want_bytes)
+    crate::endpoints::stream_length(rep.bytes, want_bytes)
 }

@@ -1,7 +1,7 @@
 //! `zcnet send` and `zcnet recv`: netcat-style, over the same backends as the benchmark.
 
 use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs};
-use crate::endpoints::{listen_announced, Source, Stdout};
+use crate::endpoints::{listen_announced, nothing_to_verify, stream_length, Source, Stdout};
 use crate::output::print_json;
 use crate::units::{
     count_arg, seconds_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT,
@@ -371,9 +371,9 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
             Some(r) => r.read_back(slice.offset as usize, out),
             None => Err(Error::invalid_input("no host mapping of the device memory")),
         };
-    let reader: Option<net::DeviceReader<'_>> =
+    let reader: Option<zcnet::rx::DeviceReader<'_>> =
         udmabuf.borrow().is_some().then_some(&read_back as _);
-    let (rep, failed) = net::receive_stream_until_failure(&mut rx, s, verify, sink, reader)?;
+    let (rep, failed) = zcnet::rx::receive_stream_until_failure(&mut rx, s, verify, sink, reader)?;
     drop(out);
     // A peer reset ends the stream where it was: the bytes that came (and were checked) are
     // still reported, then the reset is the exit status (1). Other failures say only themselves.
@@ -451,32 +451,4 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         return Err(nothing_to_verify());
     }
     stream_length(rep.recv.bytes, want_bytes)
-}
-
-/// `recv --verify` where no payload arrived: nothing was checked, which is not a pass.
-pub(crate) fn nothing_to_verify() -> Error {
-    Error::io(
-        "recv --verify",
-        std::io::Error::other(
-            "nothing to verify: 0 B of payload arrived, so the pattern was not checked",
-        ),
-    )
-}
-
-/// `recv --bytes N` on a stream: `received` must be exactly N.
-pub(crate) fn stream_length(received: u64, want: Option<u64>) -> Result<(), Error> {
-    match want {
-        Some(n) if received != n => Err(Error::io(
-            format!("recv --bytes {n}"),
-            std::io::Error::other(format!(
-                "the stream carried {received} B, not {n} B: {}",
-                if received < n {
-                    "cut short"
-                } else {
-                    "longer than asked"
-                }
-            )),
-        )),
-        _ => Ok(()),
-    }
 }

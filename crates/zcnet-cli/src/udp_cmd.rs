@@ -251,7 +251,7 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         return Err(Error::Interrupted);
     }
     if a.verify && rep.bytes == 0 {
-        return Err(crate::sendrecv::nothing_to_verify());
+        return Err(crate::endpoints::nothing_to_verify());
     }
     if let Some(want) = bytes.filter(|&b| rep.bytes < b) {
         return Err(Error::io(

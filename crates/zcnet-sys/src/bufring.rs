@@ -821,7 +821,7 @@ impl Drop for RecvRing {
 
 /// A received buffer taken out of its [`RecvRing`] ([`RecvRing::take`]): the ring cannot give
 /// it back to the kernel until [`RecvRing::give_back`] returns this handle, so its bytes stay
-/// as received for as long as it lives (a [`crate::cuda::CopySource`]: an asynchronous copy to
+/// as received for as long as it lives (a [`crate::mem::StableBytes`]: an asynchronous copy to
 /// the GPU keeps it until the copy completed; several copies share it through an `Arc`).
 /// Dropped instead of given back, the buffer goes back to the ring at its next wait.
 #[derive(Debug)]
@@ -861,7 +861,7 @@ impl HeldBuf {
 
 // SAFETY: `bytes` is the same range for the handle's whole life, wherever it moves (the mapping
 // stays put), and nothing writes it while the handle lives (see `bytes`).
-unsafe impl crate::cuda::CopySource for HeldBuf {
+unsafe impl crate::mem::StableBytes for HeldBuf {
     fn host_bytes(&self) -> &[u8] {
         self.bytes()
     }

@@ -3,6 +3,7 @@
 //! pointer arrives ([`ForeignBuf::new`]); after that the bytes are reached through bounds-checked
 //! safe methods.
 
+use crate::mem::StableBytes;
 use std::ptr::NonNull;
 
 /// `len` bytes at `ptr`, lent by foreign code until this value is dropped.
@@ -86,11 +87,16 @@ impl ForeignBuf {
     /// The first `len` bytes of a received buffer taken out of its ring, read-only. The handle
     /// is dropped with the value, which queues the buffer for its ring
     /// ([`crate::bufring::RecvRing::lend`]). `None` when `len` exceeds the buffer.
-    pub(crate) fn returning(held: crate::bufring::HeldBuf, len: usize) -> Option<ForeignBuf> {
-        let bytes = held.bytes();
+    pub(crate) fn returning<B: StableBytes + Sync + 'static>(
+        held: B,
+        len: usize,
+    ) -> Option<ForeignBuf> {
+        let bytes = held.host_bytes();
         if len > bytes.len() {
             return None;
         }
+        // By `StableBytes`'s contract these bytes stay where they are and unwritten while `held`
+        // lives, and `_keep` keeps it exactly as long as this value: the lease `new` asks for.
         let ptr = NonNull::new(bytes.as_ptr().cast_mut()).unwrap_or(NonNull::dangling());
         Some(ForeignBuf {
             ptr,

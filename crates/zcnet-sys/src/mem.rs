@@ -40,8 +40,10 @@ pub struct Mapping {
     backing: Backing,
     /// For `Backing::Caller`: the allocation that owns the bytes.
     owned: Option<Box<[u8]>>,
-    /// For `Backing::Device`: the device allocation, freed when the last holder goes.
-    device: Option<Arc<crate::cuda::DeviceMem>>,
+    /// For `Backing::Device`: the device allocation (a `cuda::DeviceMem`), freed when the last
+    /// holder goes. Kept as `Any` so that this module needs nothing of the device's driver:
+    /// `Mapping::device_mem` (in `cuda`) gives it back typed.
+    device: Option<Arc<dyn std::any::Any + Send + Sync>>,
     /// Bytes from one slot's start to the next's, once cut ([`Mapping::into_slots_strided`]):
     /// a slot is its mapping and its index, so it fits two registers.
     stride: usize,
@@ -214,23 +216,27 @@ impl Mapping {
         })
     }
 
-    /// A mapping over device memory: slots carry device addresses and no byte access.
-    pub(crate) fn device(mem: Arc<crate::cuda::DeviceMem>, len: usize) -> Mapping {
+    /// A mapping over `len` bytes of device memory at device address `addr`, which `owner`
+    /// keeps allocated: slots carry device addresses and no byte access.
+    pub(crate) fn over_device(
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+        addr: u64,
+        len: usize,
+    ) -> Mapping {
         // A device address is an integer the CPU never dereferences; NonNull only stores it.
-        let ptr =
-            NonNull::new(mem.device_addr() as usize as *mut u8).unwrap_or(NonNull::dangling());
+        let ptr = NonNull::new(addr as usize as *mut u8).unwrap_or(NonNull::dangling());
         Mapping {
             ptr,
             len,
             backing: Backing::Device,
             owned: None,
-            device: Some(mem),
+            device: Some(owner),
             stride: 0,
         }
     }
 
-    /// The device memory behind a `Backing::Device` mapping.
-    pub fn device_mem(&self) -> Option<&Arc<crate::cuda::DeviceMem>> {
+    /// What keeps a `Backing::Device` mapping's memory allocated.
+    pub(crate) fn device_owner(&self) -> Option<&Arc<dyn std::any::Any + Send + Sync>> {
         self.device.as_ref()
     }
 
@@ -413,6 +419,37 @@ impl Slot {
         Some(unsafe {
             std::slice::from_raw_parts_mut(self.map.ptr.as_ptr().add(self.off()), self.len())
         })
+    }
+}
+
+/// Host bytes that stay where they are and unwritten while the value lives, wherever it moves:
+/// what an asynchronous copy to the device may read (`cuda::Stream::copy_to_device` takes the
+/// value and gives it back only once the copy completed), and what a [`crate::foreign::ForeignBuf`]
+/// may lend on while it keeps the value ([`crate::bufring::RecvRing::lend`]).
+///
+/// # Safety
+/// `host_bytes` returns the same bytes (address and length) for as long as the value lives,
+/// wherever the value is moved, and nobody writes those bytes while it lives (only shared
+/// access, or exclusive access that needs the value itself).
+pub unsafe trait StableBytes: Send {
+    /// The bytes.
+    fn host_bytes(&self) -> &[u8];
+}
+
+// SAFETY: a slot is a unique range of a mapping its Arc keeps mapped (its address does not move
+// with the value); writing it needs `&mut Slot`, which nobody has while the value is held.
+// Device memory has no host bytes: an empty slice, which no registration contains.
+unsafe impl StableBytes for Slot {
+    fn host_bytes(&self) -> &[u8] {
+        self.bytes().unwrap_or(&[])
+    }
+}
+
+// SAFETY: an Arc gives only shared access to `T`, which stays where it is on the heap however
+// the Arc moves; `T`'s own contract holds while any clone (and so `T`) lives.
+unsafe impl<T: StableBytes + Sync> StableBytes for Arc<T> {
+    fn host_bytes(&self) -> &[u8] {
+        (**self).host_bytes()
     }
 }
 

@@ -196,7 +196,7 @@ fn receive_host(s: TcpStream, verify: Option<Pattern>) -> Result<GpuRecvReport> 
         cancel: crate::interrupt::token(),
         ..RxConfig::new(RxMode::Uring)
     })?;
-    let r = net::receive_stream(&mut rx, s, verify, None)?;
+    let r = zcnet::rx::receive_stream(&mut rx, s, verify, None)?;
     Ok(GpuRecvReport {
         path: RxMode::Uring.name(),
         bytes: r.recv.bytes,

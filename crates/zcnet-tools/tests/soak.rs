@@ -7,7 +7,7 @@
 //! - **verified streams**: one TCP connection per (path, tx, rx) case, loopback and the lab's
 //!   veth pair (root), every `--tx` mode against every `--rx` mode this machine can run (zcrx
 //!   and devmem are tried and their refusal recorded); the sender writes the seeded pattern at
-//!   each send's stream offset, the receiver checks every byte (`zcnet::net::receive_stream`),
+//!   each send's stream offset, the receiver checks every byte (`zcnet::rx::receive_stream`),
 //!   and the counts must agree exactly;
 //! - **notifications**: UDP to the lab's sink with `msg-zerocopy` and `uring-zc` at 4 KiB, the
 //!   fastest way to make the kernel report millions of sends: every send must get its
@@ -96,7 +96,7 @@ fn stream_case(
                 let mut r = Receiver::new(&RxConfig::new(rx))?;
                 let _ = addr_tx.send(l.local_addr().map_err(|e| zcnet::Error::io("addr", e)));
                 let (c, _) = zcnet::net::accept(&l, &zcnet::Cancel::new())?;
-                zcnet::net::receive_stream(&mut r, c, Some(Pattern::new(SEED)), None)
+                zcnet::rx::receive_stream(&mut r, c, Some(Pattern::new(SEED)), None)
             })
         });
         let sent = in_ns(tx_ns, move || {

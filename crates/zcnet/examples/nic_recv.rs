@@ -158,8 +158,8 @@ fn run(a: &Args) -> Result<serde_json::Value, Error> {
         Some(r) => r.read_back(d.offset as usize, out),
         None => Err(Error::invalid_input("device memory without a host mapping")),
     };
-    let reader: Option<net::DeviceReader<'_>> = a.udmabuf.then_some(&read_back as _);
-    let rep = net::receive_stream_reading_device(
+    let reader: Option<zcnet::rx::DeviceReader<'_>> = a.udmabuf.then_some(&read_back as _);
+    let rep = zcnet::rx::receive_stream_reading_device(
         &mut rx,
         stream,
         Some(Pattern::new(a.seed)),

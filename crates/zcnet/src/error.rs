@@ -304,12 +304,12 @@ impl Error {
             Error::UnknownMode { given } => write!(
                 f,
                 "unknown send mode '{given}': use one of {}",
-                crate::tx::TxMode::NAMED.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+                crate::kinds::TxMode::NAMED.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
             ),
             Error::UnknownRxMode { given } => write!(
                 f,
                 "unknown receive mode '{given}': use one of {}",
-                crate::rx::RxMode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+                crate::kinds::RxMode::ALL.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
             ),
             Error::BadAddress { given } => {
                 write!(f, "bad address '{given}': give HOST:PORT, e.g. 127.0.0.1:5201 or [::1]:5201")
@@ -361,7 +361,7 @@ impl Error {
                 f,
                 "no free 2 MiB huge pages for {pages} page(s): reserve them with 'echo {pages} > /proc/sys/vm/nr_hugepages' or "
             )
-            .map(|()| f.push(fix(&Remedy::UseMemory(crate::region::MemoryKind::Anonymous)))),
+            .map(|()| f.push(fix(&Remedy::UseMemory(crate::kinds::MemoryKind::Anonymous)))),
             Error::OptmemExhausted { optmem_max } => write!(
                 f,
                 "MSG_ZEROCOPY send failed with ENOBUFS: net.core.optmem_max ({}) cannot hold its notifications; raise it with 'sysctl -w net.core.optmem_max={}' (per network namespace)",
@@ -492,5 +492,16 @@ impl From<zcnet_core::TrackerError> for Error {
 impl From<zcnet_core::Mismatch> for Error {
     fn from(m: zcnet_core::Mismatch) -> Self {
         Error::Verify(m)
+    }
+}
+
+/// "512 KiB" / "60000 B": a size in the unit that reads best, for messages.
+pub(crate) fn size_words(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
     }
 }

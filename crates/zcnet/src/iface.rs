@@ -1,4 +1,5 @@
-//! Reading an interface: rtnetlink for the list, indexes and flags, the netdev family for XDP
+//! What is read about an interface, for the probe's report and for refusals that need to
+//! know what the device could do ([`iface_facts`]). Reading an interface: rtnetlink for the list, indexes and flags, the netdev family for XDP
 //! features, queues, NAPI and bindings, ethtool netlink for rings, channels, features and RSS,
 //! the ethtool ioctl for the driver name. Each read that fails becomes a note, not an error.
 //!
@@ -22,8 +23,9 @@ use zcnet_netlink::wire::{
 };
 use zcnet_sys::netlink::{NlSocket, NETLINK_ROUTE};
 
-use super::IfaceReport;
 use crate::{Error, Result};
+use zcnet_core::probe::xsk::QueueTrials;
+use zcnet_core::probe::{Finding, Mechanism};
 
 /// `IFF_UP` and `IFF_LOOPBACK` (include/uapi/linux/if.h).
 const IFF_UP: u32 = 0x1;
@@ -46,15 +48,15 @@ const DUMP_TRIES: usize = 3;
 
 /// One interface of the calling thread's network namespace, as rtnetlink describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Link {
-    pub(super) name: String,
-    pub(super) ifindex: u32,
+pub(crate) struct Link {
+    pub(crate) name: String,
+    pub(crate) ifindex: u32,
     /// `ifi_flags` (`IFF_*`).
-    pub(super) flags: u32,
+    pub(crate) flags: u32,
     /// A bus device is behind it (`IFLA_PARENT_DEV_NAME`, what sysfs shows as `device`).
-    pub(super) parent: bool,
+    pub(crate) parent: bool,
     /// `IFLA_NUM_RX_QUEUES`: RX queues allocated (the ones in use may be fewer).
-    pub(super) num_rx_queues: Option<u32>,
+    pub(crate) num_rx_queues: Option<u32>,
 }
 
 fn bad(what: String) -> io::Error {
@@ -189,7 +191,7 @@ fn dump_links(
 }
 
 /// Interfaces of the calling thread's network namespace, in ifindex order.
-pub(super) fn list() -> Result<Vec<Link>> {
+pub(crate) fn list() -> Result<Vec<Link>> {
     links().map_err(|e| Error::io("listing interfaces (rtnetlink RTM_GETLINK dump)", e))
 }
 
@@ -230,13 +232,13 @@ pub(crate) fn rx_channels(c: &zcnet_netlink::ethtool::Channels) -> RxChannels {
 
 /// The two netlink families, opened once per probe and shared by every interface (each open
 /// resolves the family through nlctrl); `Err` holds why one is unusable.
-pub(super) struct Families {
-    pub(super) netdev: std::result::Result<Netdev, String>,
-    pub(super) ethtool: std::result::Result<Ethtool, String>,
+pub(crate) struct Families {
+    pub(crate) netdev: std::result::Result<Netdev, String>,
+    pub(crate) ethtool: std::result::Result<Ethtool, String>,
 }
 
 impl Families {
-    pub(super) fn open() -> Families {
+    pub(crate) fn open() -> Families {
         Families {
             netdev: Netdev::open().map_err(|e| e.to_string()),
             ethtool: Ethtool::open().map_err(|e| e.to_string()),
@@ -244,7 +246,7 @@ impl Families {
     }
 
     /// The netdev family's operations by name.
-    pub(super) fn netdev_ops(&self) -> std::result::Result<Vec<String>, String> {
+    pub(crate) fn netdev_ops(&self) -> std::result::Result<Vec<String>, String> {
         self.netdev
             .as_ref()
             .map(Netdev::op_names)
@@ -252,7 +254,7 @@ impl Families {
     }
 
     /// The ethtool netlink family's version.
-    pub(super) fn ethtool_version(&self) -> std::result::Result<u32, String> {
+    pub(crate) fn ethtool_version(&self) -> std::result::Result<u32, String> {
         self.ethtool
             .as_ref()
             .map(|e| e.family().version)
@@ -274,7 +276,7 @@ fn kind(link: &Link, driver: Option<&str>) -> IfaceKind {
 }
 
 /// Reads everything the probe reports about one interface.
-pub(super) fn gather(link: &Link, fam: &mut Families) -> IfaceReport {
+pub(crate) fn gather(link: &Link, fam: &mut Families) -> IfaceReport {
     let mut notes = Vec::new();
     let (name, ifindex) = (link.name.as_str(), link.ifindex);
     let driver = ntuple::driver_info(name)
@@ -478,6 +480,66 @@ fn note(notes: &mut Vec<String>, what: &str, e: &zcnet_netlink::Error) {
     if e.errno() != Some(libc::EOPNOTSUPP) {
         notes.push(format!("{what}: {e}"));
     }
+}
+
+/// One interface.
+#[derive(Debug, Clone)]
+pub struct IfaceReport {
+    /// Name.
+    pub name: String,
+    /// Index.
+    pub ifindex: u32,
+    /// Administratively up.
+    pub up: bool,
+    /// Queues: ("rx" | "tx", id, NAPI id).
+    pub queues: Vec<(&'static str, u32, Option<u32>)>,
+    /// NAPI instance ids.
+    pub napi_ids: Vec<u32>,
+    /// xdp-features by name.
+    pub xdp_features: Vec<String>,
+    /// xsk-features by name.
+    pub xsk_features: Vec<String>,
+    /// hds-thresh maximum, if reported.
+    pub hds_thresh_max: Option<u32>,
+    /// Channels: (kind, current, max) for rx, tx, other, combined.
+    pub channels: Vec<(&'static str, u32, u32)>,
+    /// RSS contexts besides the default (`None`: unknown).
+    pub rss_contexts: Option<usize>,
+    /// Memory-provider bindings in force (dma-buf or io_uring on queues, page pools).
+    pub bindings: Vec<String>,
+    /// What could not be read, and why.
+    pub notes: Vec<String>,
+    /// What the judgement uses.
+    pub facts: IfaceFacts,
+    /// Trials on this interface (`--active`).
+    pub trials: Trials,
+    /// The verdicts.
+    pub mechanisms: Vec<(Mechanism, Finding)>,
+    /// Whether AF_XDP copy-mode TX avoids the copy here (inferred, see the module docs).
+    pub generic_zc_xmit: GenericZcXmit,
+    /// The per-queue AF_XDP bind trial (`--active` with one interface named; `None`: not run).
+    pub xsk_queues: Option<QueueTrials>,
+}
+
+/// Whether the `ethtool` command is installed: an executable file named `ethtool` in a
+/// directory of `PATH`. Remedies name `ethtool` only when it is (zcnet itself reaches the same
+/// settings through ethtool netlink, without it).
+pub fn ethtool_installed() -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join("ethtool"))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// What the probe reads about interface `name` of the calling thread's network namespace
+/// (no trials), for a refusal that needs to know whether the device itself could: `None`
+/// when there is no such interface or the interfaces cannot be listed.
+pub fn iface_facts(name: &str) -> Option<IfaceFacts> {
+    let link = list().ok()?.into_iter().find(|l| l.name == name)?;
+    Some(gather(&link, &mut Families::open()).facts)
 }
 
 #[cfg(test)]

@@ -34,10 +34,13 @@
 pub struct ReadmeDoctests;
 
 pub mod cancel;
+mod cuda;
 pub mod engine;
 pub mod error;
 pub mod fallback;
 pub mod gpu;
+mod iface;
+pub mod kinds;
 pub mod net;
 pub mod nexthop;
 pub mod nic;

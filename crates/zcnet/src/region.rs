@@ -9,79 +9,13 @@
 //! for devmem TCP.
 
 use crate::error::{Error, Result};
+pub use crate::kinds::MemoryKind;
 use crate::remedy::Remedy;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 /// What backs a region's memory (anonymous pages, a memfd, huge pages), as [`Region::backing`] says.
 pub use zcnet_sys::mem::Backing;
 use zcnet_sys::mem::{Mapping, Slot, HUGE_2M};
-
-/// Which memory to allocate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryKind {
-    /// Anonymous 4 KiB pages.
-    Anonymous,
-    /// The library's choice of host memory for a sender, by its mode
-    /// ([`Region::for_sender`]): transparent huge pages for `MSG_ZEROCOPY`, anonymous 4 KiB
-    /// pages otherwise (and from [`Region::new`], which knows no mode).
-    Auto,
-    /// 2 MiB huge pages; transparent huge pages (madvise) when none are reserved.
-    Huge,
-    /// Memory of CUDA device `N` (`cuda:N`).
-    Cuda(u32),
-    /// Host memory that is also a dma-buf: a memfd made into a udmabuf ([`Region::udmabuf`];
-    /// needs `/dev/udmabuf`, CONFIG_UDMABUF).
-    Udmabuf,
-}
-
-impl MemoryKind {
-    /// The `--mem` values, for messages.
-    pub const NAMES: &'static str = "auto, host, hugepage, udmabuf, cuda[:N]";
-
-    /// Parses a `--mem` value: `auto`, `host` (alias `anon`), `hugepage` (alias `huge`),
-    /// `udmabuf`, `cuda` or `cuda:N`.
-    pub fn parse(s: &str) -> Option<MemoryKind> {
-        match s {
-            "auto" => Some(MemoryKind::Auto),
-            "host" | "anon" | "anonymous" | "pages" => Some(MemoryKind::Anonymous),
-            "hugepage" | "huge" | "hugepages" => Some(MemoryKind::Huge),
-            "udmabuf" => Some(MemoryKind::Udmabuf),
-            "cuda" | "gpu" => Some(MemoryKind::Cuda(0)),
-            _ => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(MemoryKind::Cuda),
-        }
-    }
-
-    /// The `--mem` name.
-    pub fn name(self) -> String {
-        match self {
-            MemoryKind::Anonymous => "host".into(),
-            MemoryKind::Auto => "auto".into(),
-            MemoryKind::Huge => "hugepage".into(),
-            MemoryKind::Udmabuf => "udmabuf".into(),
-            MemoryKind::Cuda(n) => format!("cuda:{n}"),
-        }
-    }
-
-    /// The kind as a term of a message ([`crate::text`](mod@crate::text)), which each front end says its way.
-    pub fn term(self) -> crate::text::Term {
-        use crate::text::Memory;
-        crate::text::Term::Memory(match self {
-            MemoryKind::Anonymous => Memory::Host,
-            MemoryKind::Auto => Memory::Auto,
-            MemoryKind::Huge => Memory::Huge,
-            MemoryKind::Cuda(_) => Memory::Cuda,
-            MemoryKind::Udmabuf => Memory::Udmabuf,
-        })
-    }
-
-    /// Whether it is device memory.
-    pub fn is_device(self) -> bool {
-        matches!(self, MemoryKind::Cuda(_))
-    }
-}
 
 /// Memory for zero-copy I/O.
 #[derive(Debug)]
@@ -98,38 +32,8 @@ impl Region {
         Ok(Region::of(map))
     }
 
-    /// Host memory for a sender of `cfg` ([`crate::tx::region_len`] bytes) of `kind`, with
-    /// [`MemoryKind::Auto`] resolved by the mode: for `TxMode::MsgZerocopy`, transparent huge
-    /// pages (`madvise(MADV_HUGEPAGE)`, rounded up to 2 MiB) unless they are off
-    /// (`/sys/kernel/mm/transparent_hugepage/enabled` says `never`); for every other mode
-    /// anonymous 4 KiB pages. Any other kind is [`Region::new`].
-    ///
-    /// Why: `MSG_ZEROCOPY` pins each send's pages; on a huge page the kernel takes its
-    /// references per folio rather than per 4 KiB page. On this project's measuring machine
-    /// (64,000 B UDP datagrams from 8 buffers into a device that drops them, docs/perf.md,
-    /// "Huge pages for the send region") it moved about a third more bytes per CPU-second.
-    /// Not for `IORING_OP_SEND_ZC`: from a registered buffer on a huge page, the kernel
-    /// charges each fragment as if it ran from the start of its huge page (`io_sg_from_iter`
-    /// in io_uring/net.c adds `PAGE_ALIGN(offset + len)` to the skb's truesize, the offset
-    /// counted from the start of the folio, as of Linux 6.18), so a send of 1,000 B can count
-    /// as up to 2 MiB against the sender's and the receiver's socket buffers: looped back to
-    /// a local UDP socket, 9 of 41 such datagrams arrived. [`MemoryKind::Huge`] has the same
-    /// hazard with `uring-zc`. Which pages were taken is [`Region::backing`].
-    pub fn for_sender(kind: MemoryKind, cfg: &crate::tx::TxConfig) -> Result<Region> {
-        let len = crate::tx::region_len(cfg);
-        if kind != MemoryKind::Auto {
-            return Region::new(kind, len);
-        }
-        let thp_off = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .is_ok_and(|s| s.contains("[never]"));
-        if cfg.mode != crate::tx::TxMode::MsgZerocopy || thp_off {
-            return Region::anonymous(len);
-        }
-        Region::transparent_huge(len)
-    }
-
     /// `len` bytes (rounded up to 2 MiB) of anonymous memory advised as transparent huge pages.
-    fn transparent_huge(len: usize) -> Result<Region> {
+    pub(crate) fn transparent_huge(len: usize) -> Result<Region> {
         let map = Mapping::transparent_huge(len)
             .map_err(|e| Error::io(format!("mmap {len} B (THP)"), e))?;
         Ok(Region::of(map))
@@ -238,12 +142,12 @@ impl Region {
     /// `len` bytes (rounded up to the page size) of memory on CUDA device `ordinal`, page-aligned
     /// so that it can be exported as a dma-buf. The CPU cannot read it; the driver is opened now.
     pub fn cuda(ordinal: u32, len: usize) -> Result<Region> {
-        let ctx = crate::gpu::context(ordinal)?;
+        let ctx = crate::cuda::context(ordinal)?;
         let mem = zcnet_sys::cuda::DeviceMem::alloc(&ctx, len).map_err(|e| {
-            crate::gpu::gpu_error(
+            crate::cuda::gpu_error(
                 format!(
                     "allocating {} on cuda:{ordinal}",
-                    crate::gpu::size_words(len)
+                    crate::error::size_words(len as u64)
                 ),
                 e,
             )
@@ -264,7 +168,7 @@ impl Region {
 
     /// The device memory behind a CUDA region.
     pub(crate) fn device_mem(&self) -> Option<Arc<zcnet_sys::cuda::DeviceMem>> {
-        self.map.device_mem().cloned()
+        self.map.device_mem()
     }
 
     /// The CUDA device the memory is on (`None` for host memory).
@@ -295,7 +199,7 @@ impl Region {
         // cuda.h: export is defined only where CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED is set;
         // asking first gives the reason instead of the driver's generic NOT_SUPPORTED.
         let info = zcnet_sys::cuda::device_info(ord)
-            .map_err(|e| crate::gpu::gpu_error(format!("reading cuda:{ord}"), e))?;
+            .map_err(|e| crate::cuda::gpu_error(format!("reading cuda:{ord}"), e))?;
         if !info.dma_buf {
             return Err(Error::Gpu {
                 what: format!("exporting cuda:{ord} memory as a dma-buf").into(),
@@ -308,7 +212,7 @@ impl Region {
             });
         }
         let fd = mem.export_dmabuf().map_err(|e| {
-            crate::gpu::gpu_error(
+            crate::cuda::gpu_error(
                 format!(
                     "exporting cuda:{} memory as a dma-buf",
                     mem.context().ordinal()
@@ -448,7 +352,7 @@ fn out_of_range(off: usize, len: usize, have: usize) -> Error {
 
 fn device_error(map: &Mapping, what: &str, e: zcnet_sys::cuda::CudaError) -> Error {
     let ord = map.device_mem().map_or(0, |m| m.context().ordinal());
-    crate::gpu::gpu_error(format!("{what} cuda:{ord}"), e)
+    crate::cuda::gpu_error(format!("{what} cuda:{ord}"), e)
 }
 
 fn write_mapping(map: &Mapping, off: usize, data: &[u8]) -> Result<()> {

@@ -5,11 +5,9 @@
 //!
 //! [`Error::render`]: crate::Error::render
 
-use crate::region::MemoryKind;
-use crate::rx::RxMode;
+use crate::kinds::{MemoryKind, RxMode, TxMode};
 use crate::text;
 use crate::text::{Call, Field, Library, Piece, Term, Text, Words};
-use crate::tx::TxMode;
 use std::fmt;
 use std::net::SocketAddr;
 

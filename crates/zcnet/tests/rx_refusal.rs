@@ -223,7 +223,7 @@ fn auto_on_veth_falls_back_to_uring_and_delivers_everything() {
         });
         let (stream, _) = l.accept().unwrap();
         let report =
-            zcnet::net::receive_stream(&mut rx, stream, Some(Pattern::new(seed)), None).unwrap();
+            zcnet::rx::receive_stream(&mut rx, stream, Some(Pattern::new(seed)), None).unwrap();
         sender.join().unwrap();
         assert_eq!(rx.held(), 0, "every buffer given back");
         (rx.mode(), fallbacks, report)

@@ -357,9 +357,8 @@ impl zcnet_receiver {
         let area = RefCell::new(self.area.as_mut());
         let read =
             |d: &DeviceSlice, out: &mut [u8]| read_area(area.borrow_mut().as_deref_mut(), d, out);
-        let reader: Option<zcnet::net::DeviceReader<'_>> = bound.then_some(&read as _);
-        let rep =
-            zcnet::net::receive_stream_reading_device(&mut self.rx, s, pattern, None, reader)?;
+        let reader: Option<zcnet::rx::DeviceReader<'_>> = bound.then_some(&read as _);
+        let rep = zcnet::rx::receive_stream_reading_device(&mut self.rx, s, pattern, None, reader)?;
         Ok(zcnet_stream_report {
             bytes: rep.recv.bytes,
             reads: rep.recv.reads,

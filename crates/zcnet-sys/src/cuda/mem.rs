@@ -292,7 +292,8 @@ impl DeviceMem {
     /// cannot read or write them.
     pub fn into_mapping(self: Arc<Self>) -> Mapping {
         let len = self.len;
-        Mapping::device(self, len)
+        let addr = self.device_addr();
+        Mapping::over_device(self, addr, len)
     }
 }
 
@@ -350,6 +351,15 @@ impl Drop for DeviceMem {
         let _ = self
             .ctx
             .call("cuMemFree", |f| unsafe { (f.mem_free)(base) });
+    }
+}
+
+impl Mapping {
+    /// The device memory behind a `Backing::Device` mapping (`None` for host memory).
+    pub fn device_mem(&self) -> Option<Arc<DeviceMem>> {
+        Arc::clone(self.device_owner()?)
+            .downcast::<DeviceMem>()
+            .ok()
     }
 }
 

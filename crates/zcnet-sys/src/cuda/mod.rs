@@ -459,7 +459,7 @@ pub fn device_info(ordinal: u32) -> Result<DeviceInfo> {
 mod mem;
 mod stream;
 pub use mem::{BorrowedDevice, Context, DeviceMem, HostRegistration};
-pub use stream::{CopySource, Pending, PendingSlot, SourceRange, Stream};
+pub use stream::{Pending, PendingSlot, SourceRange, Stream};
 
 #[cfg(test)]
 mod tests {

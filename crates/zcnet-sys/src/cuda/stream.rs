@@ -1,6 +1,7 @@
 //! Asynchronous copies: streams, an event per copy, and the host memory a copy may read while it runs.
 
 use super::*;
+use crate::mem::StableBytes;
 
 /// A stream of asynchronous copies, with an event per copy to learn when each completed.
 /// Dropping it waits for the copies it still runs.
@@ -64,7 +65,7 @@ impl Stream {
     /// the copy was queued but its event could not be made, the stream was waited for first).
     /// `reg` keeps the memory mapped; the stream is synchronised before it is dropped.
     #[allow(clippy::result_large_err)] // the source must come back with the error
-    pub fn copy_to_device<S: CopySource>(
+    pub fn copy_to_device<S: StableBytes>(
         &self,
         reg: &HostRegistration,
         src: S,
@@ -89,7 +90,7 @@ impl Stream {
         let r = self.ctx.call("cuMemcpyHtoDAsync", |f| {
             // SAFETY: the source lies in pinned memory kept mapped by `reg` (checked above); the
             // copy only reads it, and `src` (whose bytes nobody writes while it lives, by
-            // CopySource's contract) moves into the Pending below until the copy completed. The
+            // StableBytes's contract) moves into the Pending below until the copy completed. The
             // destination was bounds-checked against `dst`.
             unsafe { (f.memcpy_htod_async)(d, p.cast(), len, s) }
         });
@@ -229,36 +230,7 @@ impl Drop for Event {
     }
 }
 
-/// Host memory an asynchronous copy to the device may read: [`Stream::copy_to_device`] takes
-/// the value and gives it back only once the copy completed.
-///
-/// # Safety
-/// `host_bytes` returns the same bytes (address and length) for as long as the value lives,
-/// wherever the value is moved, and nobody writes those bytes while it lives (only shared
-/// access, or exclusive access that needs the value itself).
-pub unsafe trait CopySource: Send {
-    /// The bytes to copy.
-    fn host_bytes(&self) -> &[u8];
-}
-
-// SAFETY: a slot is a unique range of a mapping its Arc keeps mapped (its address does not move
-// with the value); writing it needs `&mut Slot`, which nobody has while the value is held.
-// Device memory has no host bytes: an empty slice, which no registration contains.
-unsafe impl CopySource for crate::mem::Slot {
-    fn host_bytes(&self) -> &[u8] {
-        self.bytes().unwrap_or(&[])
-    }
-}
-
-// SAFETY: an Arc gives only shared access to `T`, which stays where it is on the heap however
-// the Arc moves; `T`'s own contract holds while any clone (and so `T`) lives.
-unsafe impl<T: CopySource + Sync> CopySource for Arc<T> {
-    fn host_bytes(&self) -> &[u8] {
-        (**self).host_bytes()
-    }
-}
-
-/// Part of a [`CopySource`]: `len` bytes from `start` (a range of a ring buffer that several
+/// Part of a [`StableBytes`]: `len` bytes from `start` (a range of a ring buffer that several
 /// copies read, each its own range of one shared buffer).
 #[derive(Debug)]
 pub struct SourceRange<S> {
@@ -267,7 +239,7 @@ pub struct SourceRange<S> {
     len: usize,
 }
 
-impl<S: CopySource> SourceRange<S> {
+impl<S: StableBytes> SourceRange<S> {
     /// `len` bytes of `src` from `start`; `None` when they are not all inside it.
     pub fn new(src: S, start: usize, len: usize) -> std::result::Result<SourceRange<S>, S> {
         match start.checked_add(len) {
@@ -279,7 +251,7 @@ impl<S: CopySource> SourceRange<S> {
 
 // SAFETY: a sub-range of `S`'s bytes, which by `S`'s contract stay put and unwritten; `start`
 // and `len` never change after `new` checked them.
-unsafe impl<S: CopySource> CopySource for SourceRange<S> {
+unsafe impl<S: StableBytes> StableBytes for SourceRange<S> {
     fn host_bytes(&self) -> &[u8] {
         &self.src.host_bytes()[self.start..self.start + self.len]
     }

@@ -104,10 +104,11 @@ impl CudaEngine {
     pub(crate) fn on(ctx: Arc<Context>, host: Arc<Mapping>) -> Result<CudaEngine> {
         let ord = ctx.ordinal();
         let reg = HostRegistration::new(&ctx, host).map_err(|e| {
-            super::gpu_error(format!("pinning the staging buffers for cuda:{ord}"), e)
+            crate::cuda::gpu_error(format!("pinning the staging buffers for cuda:{ord}"), e)
         })?;
-        let stream = Stream::new(&ctx)
-            .map_err(|e| super::gpu_error(format!("creating a copy stream on cuda:{ord}"), e))?;
+        let stream = Stream::new(&ctx).map_err(|e| {
+            crate::cuda::gpu_error(format!("creating a copy stream on cuda:{ord}"), e)
+        })?;
         Ok(CudaEngine {
             pending: VecDeque::new(),
             stream,
@@ -118,7 +119,7 @@ impl CudaEngine {
     }
 
     fn err(&self, what: &str, e: zcnet_sys::cuda::CudaError) -> Error {
-        super::gpu_error(format!("{what} cuda:{}", self.ctx.ordinal()), e)
+        crate::cuda::gpu_error(format!("{what} cuda:{}", self.ctx.ordinal()), e)
     }
 
     fn no_device(&self) -> Error {
@@ -276,8 +277,8 @@ mod host {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     use zcnet_core::staging::CopyId;
-    use zcnet_sys::cuda::CopySource;
     use zcnet_sys::mem::Slot;
+    use zcnet_sys::mem::StableBytes;
 
     /// What the host engine does, for tests: complete copies newest first (out of order), and
     /// fail the copy with a given id.

@@ -68,7 +68,7 @@ impl DeviceFill {
                 "asynchronous copies to the GPU from {} receive buffers (uring buffers can be)",
             ));
         };
-        let engine = CudaEngine::on(super::context(ordinal)?, host)?;
+        let engine = CudaEngine::on(crate::cuda::context(ordinal)?, host)?;
         Ok(DeviceFill {
             engine: Box::new(engine),
             next: 0,

@@ -105,7 +105,7 @@ impl PreparedReceive {
                     })?;
                     region.read_at(off, out)
                 };
-                let r = crate::net::receive_stream_reading_device(
+                let r = crate::rx::receive_stream_reading_device(
                     &mut rx,
                     stream,
                     verify,

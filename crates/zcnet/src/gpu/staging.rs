@@ -445,7 +445,7 @@ impl StagedSender {
                 tx.outstanding()
             )))
         } else {
-            super::context(ordinal)
+            crate::cuda::context(ordinal)
         };
         match ctx {
             Ok(ctx) => StagedSender::with_sender(tx, |host| {

@@ -204,7 +204,7 @@ impl NicControl for LiveNic {
             Ok(n) => Ok(n),
             // Drivers without get_rxnfc (no RSS control): the queues the kernel set up.
             Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
-                Ok(crate::probe::rx_queues(self.ifindex, &mut self.ethtool))
+                Ok(crate::iface::rx_queues(self.ifindex, &mut self.ethtool))
             }
             Err(e) => Err(kernel_err(e)),
         }
@@ -213,7 +213,7 @@ impl NicControl for LiveNic {
     fn channels(&mut self) -> Result<Option<RxChannels>> {
         let dev = self.dev();
         match self.ethtool.channels_get(dev) {
-            Ok(c) => Ok(Some(crate::probe::rx_channels(&c))),
+            Ok(c) => Ok(Some(crate::iface::rx_channels(&c))),
             // No get_channels (lo, ifb): no channel control at all.
             Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => Ok(None),
             Err(e) => Err(kernel_err(e)),

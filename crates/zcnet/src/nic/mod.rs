@@ -231,7 +231,7 @@ pub(crate) fn add_rx_queues(
     need: u32,
     ch: Option<&zcnet_core::probe::RxChannels>,
 ) -> std::result::Result<Text, String> {
-    zcnet_core::probe::add_rx_queues(iface, need, ch, crate::probe::ethtool_installed())
+    zcnet_core::probe::add_rx_queues(iface, need, ch, crate::iface::ethtool_installed())
 }
 
 /// Why a device with `rings` queues of `kind` has no queue at or past `rings`, and the fix: a
@@ -269,7 +269,7 @@ fn no_such_queue(
 /// [`Error::UnknownInterface`].
 pub fn check_queue(iface: &str, queue: u32, af_xdp: bool, default: Option<&str>) -> Result<()> {
     let mut ctl = LiveNic::open(iface)?;
-    let rx = crate::probe::rx_queues(ctl.ifindex(), ctl.ethtool());
+    let rx = crate::iface::rx_queues(ctl.ifindex(), ctl.ethtool());
     let tx = if af_xdp {
         zcnet_netlink::netdev::Netdev::open()
             .and_then(|mut nd| nd.queue_dump(ctl.ifindex()))

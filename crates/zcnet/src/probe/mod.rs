@@ -26,17 +26,17 @@
 //! an interface the caller named.
 
 pub mod gpu;
-mod iface;
 pub mod json;
 mod trials;
 pub mod zcrx_query;
 
-pub(crate) use iface::{rx_channels, rx_queues};
+use crate::iface;
+pub use crate::iface::{ethtool_installed, iface_facts, IfaceReport};
 
+use zcnet_core::probe::judge;
 pub use zcnet_core::probe::xsk::{
     BindMode, GenericZcXmit, QueueBind, QueuePlan, QueueTrials, ZcXmit, MAX_BIND_QUEUES,
 };
-use zcnet_core::probe::{judge, Finding};
 pub use zcnet_core::probe::{
     HeaderSplit, IfaceFacts, IfaceKind, KernelFacts, Mechanism, Refusal, RxChannels, Trials,
     UringFacts, Verdict,
@@ -109,45 +109,6 @@ pub struct KernelReport {
     /// The newer zcrx features, as the kernel answers `IORING_REGISTER_QUERY`, with a verdict
     /// per feature.
     pub zcrx_query: zcrx_query::ZcrxQuery,
-}
-
-/// One interface.
-#[derive(Debug, Clone)]
-pub struct IfaceReport {
-    /// Name.
-    pub name: String,
-    /// Index.
-    pub ifindex: u32,
-    /// Administratively up.
-    pub up: bool,
-    /// Queues: ("rx" | "tx", id, NAPI id).
-    pub queues: Vec<(&'static str, u32, Option<u32>)>,
-    /// NAPI instance ids.
-    pub napi_ids: Vec<u32>,
-    /// xdp-features by name.
-    pub xdp_features: Vec<String>,
-    /// xsk-features by name.
-    pub xsk_features: Vec<String>,
-    /// hds-thresh maximum, if reported.
-    pub hds_thresh_max: Option<u32>,
-    /// Channels: (kind, current, max) for rx, tx, other, combined.
-    pub channels: Vec<(&'static str, u32, u32)>,
-    /// RSS contexts besides the default (`None`: unknown).
-    pub rss_contexts: Option<usize>,
-    /// Memory-provider bindings in force (dma-buf or io_uring on queues, page pools).
-    pub bindings: Vec<String>,
-    /// What could not be read, and why.
-    pub notes: Vec<String>,
-    /// What the judgement uses.
-    pub facts: IfaceFacts,
-    /// Trials on this interface (`--active`).
-    pub trials: Trials,
-    /// The verdicts.
-    pub mechanisms: Vec<(Mechanism, Finding)>,
-    /// Whether AF_XDP copy-mode TX avoids the copy here (inferred, see the module docs).
-    pub generic_zc_xmit: GenericZcXmit,
-    /// The per-queue AF_XDP bind trial (`--active` with one interface named; `None`: not run).
-    pub xsk_queues: Option<QueueTrials>,
 }
 
 /// Probes the kernel and the interfaces.
@@ -227,27 +188,6 @@ pub fn probe_queue(opts: &ProbeOptions, queue: Option<u32>) -> Result<ProbeRepor
         iface_trials,
         gpu,
     })
-}
-
-/// Whether the `ethtool` command is installed: an executable file named `ethtool` in a
-/// directory of `PATH`. Remedies name `ethtool` only when it is (zcnet itself reaches the same
-/// settings through ethtool netlink, without it).
-pub fn ethtool_installed() -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join("ethtool"))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
-/// What the probe reads about interface `name` of the calling thread's network namespace
-/// (no trials), for a refusal that needs to know whether the device itself could: `None`
-/// when there is no such interface or the interfaces cannot be listed.
-pub fn iface_facts(name: &str) -> Option<IfaceFacts> {
-    let link = iface::list().ok()?.into_iter().find(|l| l.name == name)?;
-    Some(iface::gather(&link, &mut iface::Families::open()).facts)
 }
 
 fn meminfo(key: &str) -> u64 {

@@ -2,59 +2,9 @@
 //! reports.
 
 use super::*;
-
-/// A receive mechanism.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RxMode {
-    /// epoll + `recv()`: the kernel copies into the application's buffers. The baseline.
-    Copy,
-    /// io_uring multishot receive into a provided buffer ring (the kernel still copies, but one
-    /// request serves a connection for its lifetime and completions come in batches).
-    Uring,
-    /// io_uring zero-copy receive (zcrx): the NIC writes payload into a registered area.
-    Zcrx,
-    /// devmem TCP: the NIC writes payload into a dma-buf (device memory) bound to its queues.
-    Devmem,
-    /// The best of zcrx, uring and copy that works here; the reasons for the others are kept.
-    Auto,
-}
+pub use crate::kinds::RxMode;
 
 impl RxMode {
-    /// Every mode, in table order.
-    pub const ALL: [RxMode; 5] = [
-        RxMode::Copy,
-        RxMode::Uring,
-        RxMode::Zcrx,
-        RxMode::Devmem,
-        RxMode::Auto,
-    ];
-
-    /// The `--rx` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            RxMode::Copy => "copy",
-            RxMode::Uring => "uring",
-            RxMode::Zcrx => "zcrx",
-            RxMode::Devmem => "devmem",
-            RxMode::Auto => "auto",
-        }
-    }
-
-    /// The mode as a term of a message ([`crate::text`](mod@crate::text)), which each front end says its way.
-    pub fn term(self) -> crate::text::Term {
-        let ident = match self {
-            RxMode::Copy => "Copy",
-            RxMode::Uring => "Uring",
-            RxMode::Zcrx => "Zcrx",
-            RxMode::Devmem => "Devmem",
-            RxMode::Auto => "Auto",
-        };
-        crate::text::Term::RxMode {
-            ident,
-            name: self.name(),
-        }
-    }
-
     /// Parses a `--rx` name.
     pub fn parse(s: &str) -> Result<RxMode> {
         RxMode::ALL
@@ -63,17 +13,6 @@ impl RxMode {
             .ok_or_else(|| Error::UnknownRxMode {
                 given: s.to_string(),
             })
-    }
-
-    /// Whether the data lands in device memory the CPU may not read (only `devmem`).
-    pub fn is_device(self) -> bool {
-        self == RxMode::Devmem
-    }
-}
-
-impl std::fmt::Display for RxMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

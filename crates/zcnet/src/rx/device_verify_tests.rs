@@ -7,7 +7,7 @@
 
 use super::{ConnId, Ctx, DeviceSlice, Location, Receiver, RxBackend, RxMode};
 use crate::error::{Error, Result};
-use crate::net::receive_stream_reading_device;
+use crate::rx::receive_stream_reading_device;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
@@ -126,11 +126,7 @@ fn total(device: bool) -> u64 {
 
 /// Runs a receive over the simulated device; `corrupt` flips one device byte after the device
 /// wrote it (before it is read back), as a bad DMA would.
-fn run(
-    verify: bool,
-    with_reader: bool,
-    corrupt: Option<usize>,
-) -> Result<crate::net::StreamReport> {
+fn run(verify: bool, with_reader: bool, corrupt: Option<usize>) -> Result<crate::rx::StreamReport> {
     let mem = Arc::new(Mutex::new(vec![0u8; 64 << 10]));
     let mut rx = Receiver::with_backend(Box::new(SimDevice::new(Arc::clone(&mem))));
     let read = |d: &DeviceSlice, out: &mut [u8]| -> Result<()> {
@@ -145,7 +141,7 @@ fn run(
         }
         Ok(())
     };
-    let reader: Option<crate::net::DeviceReader<'_>> = with_reader.then_some(&read);
+    let reader: Option<crate::rx::DeviceReader<'_>> = with_reader.then_some(&read);
     let rep = receive_stream_reading_device(
         &mut rx,
         stream(),

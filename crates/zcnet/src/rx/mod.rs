@@ -31,6 +31,7 @@ mod copy;
 #[cfg(test)]
 mod device_verify_tests;
 mod devmem;
+mod stream;
 mod uring;
 mod zcrx;
 
@@ -42,6 +43,10 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+pub use stream::{
+    receive_stream, receive_stream_reading_device, receive_stream_until_failure, DeviceReader,
+    StreamReport,
+};
 use zcnet_sys::epoll::ReturnQueue;
 
 /// A connection added to a [`Receiver`].

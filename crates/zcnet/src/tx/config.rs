@@ -2,74 +2,9 @@
 //! and buffers, the pacing a small zero-copy window meets, and the fallbacks `auto` reports.
 
 use super::*;
-
-/// A send mechanism.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TxMode {
-    /// `send()`: the kernel copies. The baseline.
-    Copy,
-    /// `MSG_ZEROCOPY` sends; completions from the socket error queue.
-    MsgZerocopy,
-    /// io_uring `IORING_OP_SEND` (copies), several in flight.
-    Uring,
-    /// io_uring `IORING_OP_SEND_ZC` from registered buffers, several in flight.
-    UringZc,
-    /// `uring-zc` until most notifications say COPIED, then `copy`; re-checks now and then.
-    Auto,
-    /// devmem TCP transmit: `sendmsg(MSG_ZEROCOPY)` from a dma-buf ([`TxConfig::dmabuf`])
-    /// bound to the egress interface with netdev `bind-tx`; completions as `msg-zerocopy`.
-    Devmem,
-}
+pub use crate::kinds::TxMode;
 
 impl TxMode {
-    /// The modes `zcnet bench tx` compares by default, in table order: every mode that works
-    /// on host memory. [`TxMode::Devmem`] is not among them (see [`TxMode::NAMED`]).
-    pub const ALL: [TxMode; 5] = [
-        TxMode::Copy,
-        TxMode::MsgZerocopy,
-        TxMode::Uring,
-        TxMode::UringZc,
-        TxMode::Auto,
-    ];
-
-    /// Every mode `--tx` accepts: [`TxMode::ALL`] and [`TxMode::Devmem`].
-    pub const NAMED: [TxMode; 6] = [
-        TxMode::Copy,
-        TxMode::MsgZerocopy,
-        TxMode::Uring,
-        TxMode::UringZc,
-        TxMode::Auto,
-        TxMode::Devmem,
-    ];
-
-    /// The `--tx` name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TxMode::Copy => "copy",
-            TxMode::MsgZerocopy => "msg-zerocopy",
-            TxMode::Uring => "uring",
-            TxMode::UringZc => "uring-zc",
-            TxMode::Auto => "auto",
-            TxMode::Devmem => "devmem",
-        }
-    }
-
-    /// The mode as a term of a message ([`crate::text`](mod@crate::text)), which each front end says its way.
-    pub fn term(self) -> crate::text::Term {
-        let ident = match self {
-            TxMode::Copy => "Copy",
-            TxMode::MsgZerocopy => "MsgZerocopy",
-            TxMode::Uring => "Uring",
-            TxMode::UringZc => "UringZc",
-            TxMode::Auto => "Auto",
-            TxMode::Devmem => "Devmem",
-        };
-        crate::text::Term::TxMode {
-            ident,
-            name: self.name(),
-        }
-    }
-
     /// Parses a `--tx` name.
     pub fn parse(s: &str) -> Result<TxMode> {
         TxMode::NAMED
@@ -78,12 +13,6 @@ impl TxMode {
             .ok_or_else(|| Error::UnknownMode {
                 given: s.to_string(),
             })
-    }
-}
-
-impl std::fmt::Display for TxMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 
@@ -286,3 +215,35 @@ pub fn min_region_len(cfg: &TxConfig) -> usize {
 /// socket by [`Sender::new`]): the token, the stall timeout and (for a token that ends at
 /// signals) a signal that came between two system calls are looked at at least this often.
 pub const SEND_SLICE: Duration = Duration::from_millis(100);
+
+/// The sender's own choice of memory lives with the sender's configuration, so that the region
+/// module needs nothing of the send path.
+impl Region {
+    /// Host memory for a sender of `cfg` ([`region_len`] bytes) of `kind`, with
+    /// [`MemoryKind::Auto`] resolved by the mode: for `TxMode::MsgZerocopy`, transparent huge
+    /// pages (`madvise(MADV_HUGEPAGE)`, rounded up to 2 MiB) unless they are off
+    /// (`/sys/kernel/mm/transparent_hugepage/enabled` says `never`); for every other mode
+    /// anonymous 4 KiB pages. Any other kind is [`Region::new`].
+    ///
+    /// Why: `MSG_ZEROCOPY` pins each send's pages; on a huge page the kernel takes its
+    /// references per folio rather than per 4 KiB page. Measured: docs/perf.md, row S5.
+    /// Not for `IORING_OP_SEND_ZC`: from a registered buffer on a huge page, the kernel
+    /// charges each fragment as if it ran from the start of its huge page (`io_sg_from_iter`
+    /// in io_uring/net.c adds `PAGE_ALIGN(offset + len)` to the skb's truesize, the offset
+    /// counted from the start of the folio, as of Linux 6.18), so a send of 1,000 B can count
+    /// as up to 2 MiB against the sender's and the receiver's socket buffers: looped back to
+    /// a local UDP socket, 9 of 41 such datagrams arrived. [`MemoryKind::Huge`] has the same
+    /// hazard with `uring-zc`. Which pages were taken is [`Region::backing`].
+    pub fn for_sender(kind: MemoryKind, cfg: &TxConfig) -> Result<Region> {
+        let len = region_len(cfg);
+        if kind != MemoryKind::Auto {
+            return Region::new(kind, len);
+        }
+        let thp_off = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|s| s.contains("[never]"));
+        if cfg.mode != TxMode::MsgZerocopy || thp_off {
+            return Region::anonymous(len);
+        }
+        Region::transparent_huge(len)
+    }
+}

@@ -59,17 +59,6 @@ pub(crate) fn registered_bytes(map: &Mapping) -> u64 {
     core_memlock::registered_bytes(map.addr() as u64, map.len() as u64, page(), folio)
 }
 
-/// "512 KiB" / "60000 B": a size in the unit that reads best.
-pub(crate) fn size_words(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
-        format!("{} MiB", bytes >> 20)
-    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
-        format!("{} KiB", bytes >> 10)
-    } else {
-        format!("{bytes} B")
-    }
-}
-
 /// The error for an `ENOBUFS` from a `MSG_ZEROCOPY` send call of `send_len` bytes by a sender
 /// of `buffers` x `buf_size`: RLIMIT_MEMLOCK or `net.core.optmem_max`, as the facts say.
 pub(crate) fn msg_zerocopy_enobufs(
@@ -96,7 +85,7 @@ pub(crate) fn msg_zerocopy_enobufs(
         } => Error::MemlockTooSmall {
             what: format!(
                 "MSG_ZEROCOPY sends of {} ({buffers} in flight; the kernel pins each send's pages plus 2 until its notification, and refuses with ENOBUFS)",
-                size_words(buf_size.max(send_len) as u64)
+                crate::error::size_words(buf_size.max(send_len) as u64)
             ).into(),
             need,
             limit,

@@ -53,16 +53,19 @@ impl Charges {
         let what = if zero_copy && ring_bytes == 0 {
             format!(
                 "the {} region registered with io_uring (the ring itself is not charged on this kernel)",
-                memlock::size_words(region_bytes)
+                crate::error::size_words(region_bytes)
             )
         } else if zero_copy {
             format!(
                 "the io_uring ring ({}) and the {} region registered with it",
-                memlock::size_words(ring_bytes),
-                memlock::size_words(region_bytes)
+                crate::error::size_words(ring_bytes),
+                crate::error::size_words(region_bytes)
             )
         } else {
-            format!("the io_uring ring ({})", memlock::size_words(ring_bytes))
+            format!(
+                "the io_uring ring ({})",
+                crate::error::size_words(ring_bytes)
+            )
         };
         Charges {
             entries,

@@ -17,7 +17,7 @@ fn bind_error(e: io::Error, iface: &str, cfg: &XskConfig, umem_len: usize) -> Er
             let need = (umem_len as u64).div_ceil(page) * page;
             let umem = format!(
                 "the AF_XDP UMEM ({})",
-                crate::tx::memlock::size_words(need)
+                crate::error::size_words(need)
             );
             crate::tx::memlock::too_small(umem, need, need).unwrap_or_else(|| Error::io(what, e))
         }

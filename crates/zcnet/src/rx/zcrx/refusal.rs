@@ -255,10 +255,10 @@ pub(in crate::rx) fn not_permitted(
 ) -> (Text, Remedy) {
     use zcnet_core::probe::{rx_device_rules, Verdict};
     let as_root = AS_ROOT;
-    let Some(facts) = crate::probe::iface_facts(&t.iface) else {
+    let Some(facts) = crate::iface::iface_facts(&t.iface) else {
         return (missing_privilege.into(), as_root);
     };
-    let f = rx_device_rules(&facts, what, crate::probe::ethtool_installed());
+    let f = rx_device_rules(&facts, what, crate::iface::ethtool_installed());
     match (f.verdict, f.remedy) {
         (Verdict::Unsupported, None) => (
             crate::text!(
