@@ -6,7 +6,9 @@
 //! - [`baseline`]: the raw `IORING_OP_SEND_ZC` / `IORING_OP_SEND` and `MSG_ZEROCOPY` loops that
 //!   `zcnet bench tx` and `zcnet bench raw` measure zcnet's own send overhead against;
 //! - [`af_packet`]: AF_PACKET sockets with `sendmmsg`/`recvmmsg` and TPACKET_V3 rings, the
-//!   engines `zcnet bench xsk` measures AF_XDP against.
+//!   engines `zcnet bench xsk` measures AF_XDP against;
+//! - [`af_xdp`]: that bench's AF_XDP side, on zcnet-sys's socket, rings and XDP program
+//!   loader directly (the library's `zcnet::xsk` is the layer above them).
 //!
 //! It uses zcnet-sys's safe helpers (mappings and their slots, socket options and the error
 //! queue, thread CPU time) and zcnet-core's TPACKET layouts. Its `unsafe` is confined to these
@@ -15,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod af_packet;
+pub mod af_xdp;
 pub mod baseline;
 
 /// The last OS error as an `io::Error` (errno).

@@ -37,39 +37,12 @@ struct Shared {
     abort: AtomicBool,
 }
 
-/// An AF_XDP socket through zcnet-sys's [`XdpSocket`] — the layer under `zcnet::xsk::Xsk`,
-/// as the AF_PACKET side goes through zcnet-rawbench's `af_packet` — and, for a receiver, the XDP
-/// program that feeds it. Field order is drop order: the program is detached before the
-/// socket closes.
+/// The AF_XDP side: zcnet-rawbench's raw [`XdpSide`] (as the AF_PACKET side is its
+/// `af_packet`), with the interface and mode its errors name.
 struct XskSide {
-    xdp: Option<(XdpLink, BpfProg, XskMap)>,
-    sock: XdpSocket,
-    /// Sender: free frames. Receiver: frames to give back on the fill ring.
-    free: Vec<UmemFrame>,
-    /// Sender: frames written, not yet on the TX ring. Receiver: frames just received.
-    work: Vec<UmemFrame>,
-}
-
-/// The receiver: 16384 frames of 2048 B (32 MiB of UMEM) and 8192-entry fill and RX rings, so
-/// that it rides out a few milliseconds off the CPU as the 32 MiB TPACKET_V3 ring does. The
-/// sender: 4096 frames and 2048-entry TX and completion rings.
-fn xsk_socket_config(mode: XskBindMode, rx: bool) -> XdpSocketConfig {
-    let (frames, big, small) = if rx {
-        (16384, 8192, 64)
-    } else {
-        (4096, 64, 2048)
-    };
-    XdpSocketConfig {
-        frame_size: 2048,
-        frame_count: frames,
-        headroom: 0,
-        fill_size: big,
-        rx_size: big,
-        comp_size: small,
-        tx_size: small,
-        need_wakeup: true,
-        mode,
-    }
+    side: XdpSide,
+    dev: String,
+    mode: XskBindMode,
 }
 
 fn xsk_error(e: io::Error, dev: &str, mode: XskBindMode) -> Error {
@@ -91,6 +64,32 @@ fn xsk_error(e: io::Error, dev: &str, mode: XskBindMode) -> Error {
     }
 }
 
+/// A failed step of the AF_XDP side as the bench's error.
+fn xdp_error(e: XdpError, dev: &str, mode: XskBindMode) -> Error {
+    let XdpError { step, source: e } = e;
+    let bpf = |what: String, e: io::Error| match e.raw_os_error() {
+        Some(libc::EPERM) => Error::NotRoot {
+            what: "loading an XDP program",
+        },
+        _ => Error::io(what, e),
+    };
+    match step {
+        Step::Umem(len) => Error::io(format!("mmap {len} B for the UMEM"), e),
+        Step::Bind => xsk_error(e, dev, mode),
+        Step::MapCreate => bpf("BPF_MAP_CREATE (XSKMAP)".into(), e),
+        Step::MapSet => bpf("putting the AF_XDP socket in the XSKMAP".into(), e),
+        Step::ProgLoad => Error::io("loading the XDP program", e),
+        Step::Attach => bpf(format!("attaching the XDP program to {dev}"), e),
+        Step::Rings => Error::io("AF_XDP rings", e),
+        Step::Kick => Error::io("sendto (AF_XDP transmit)", e),
+        Step::Poll => Error::io("poll (AF_XDP)", e),
+        Step::Unsent(n) => Error::io(
+            format!("{n} frame(s) still not transmitted 2 s after the last was queued"),
+            e,
+        ),
+    }
+}
+
 impl XskSide {
     fn open(case: Case, dev: &str, rx: bool) -> Result<XskSide> {
         let mode = if case.mode == Mode::AfXdpZeroCopy {
@@ -98,108 +97,38 @@ impl XskSide {
         } else {
             XskBindMode::Copy
         };
-        let cfg = xsk_socket_config(mode, rx);
-        let ifindex = ifindex(dev)?;
-        let umem = Mapping::anonymous(cfg.umem_len())
-            .map_err(|e| Error::io(format!("mmap {} B for the UMEM", cfg.umem_len()), e))?;
-        let (sock, free) =
-            XdpSocket::new(umem, ifindex, 0, &cfg).map_err(|e| xsk_error(e, dev, mode))?;
-        let mut side = XskSide {
-            xdp: None,
-            sock,
-            free,
-            work: Vec::with_capacity(256),
-        };
-        if rx {
-            side.attach(ifindex, dev)?;
-        }
-        Ok(side)
+        let side = XdpSide::open(mode, ifindex(dev)?, rx.then_some(PORT))
+            .map_err(|e| xdp_error(e, dev, mode))?;
+        Ok(XskSide {
+            side,
+            dev: dev.to_string(),
+            mode,
+        })
     }
 
-    /// Puts the socket in an XSKMAP and attaches the program that redirects the flow's port to
-    /// it (native XDP where the driver has it, else generic), as `zcnet::xsk::Xsk` does.
-    fn attach(&mut self, ifindex: u32, dev: &str) -> Result<()> {
-        let bpf = |what: &str, e: io::Error| match e.raw_os_error() {
-            Some(libc::EPERM) => Error::NotRoot {
-                what: "loading an XDP program",
-            },
-            _ => Error::io(what.to_string(), e),
-        };
-        let map =
-            XskMap::create(1, "zcnet_xskbench").map_err(|e| bpf("BPF_MAP_CREATE (XSKMAP)", e))?;
-        map.set(0, self.sock.fd())
-            .map_err(|e| bpf("putting the AF_XDP socket in the XSKMAP", e))?;
-        let insns = zcnet_core::xdp_prog::udp_port_redirect(map.fd().as_raw_fd(), PORT);
-        let prog = BpfProg::load_xdp(&insns, "zcnet_xskbench")
-            .map_err(|e| Error::io("loading the XDP program", io::Error::other(e.to_string())))?;
-        let link = match XdpLink::attach(&prog, ifindex, XdpAttachMode::Native) {
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                XdpLink::attach(&prog, ifindex, XdpAttachMode::Generic)
-            }
-            r => r,
-        }
-        .map_err(|e| bpf(&format!("attaching the XDP program to {dev}"), e))?;
-        self.xdp = Some((link, prog, map));
-        Ok(())
+    fn err(&self, e: XdpError) -> Error {
+        xdp_error(e, &self.dev, self.mode)
     }
 
     /// Sender: takes back completed frames, queues up to [`BATCH`] more from `*seq` on, kicks.
     fn send(&mut self, tmpl: &[u8], seq: &mut u64) -> Result<()> {
-        let ring = |e| Error::io("AF_XDP rings", e);
-        self.sock.complete(&mut self.free, u32::MAX).map_err(ring)?;
-        // `work` keeps frames the TX ring had no room for: they go first, in order.
-        while self.work.len() < BATCH {
-            let Some(mut f) = self.free.pop() else { break };
-            let n = write_frame(f.bytes_mut(), tmpl, *seq + self.work.len() as u64);
-            f.set_data(0, n as u32).map_err(ring)?;
-            self.work.push(f);
-        }
-        let n = self.sock.transmit(&mut self.work).map_err(ring)?;
-        *seq += n as u64;
-        self.sock
-            .kick_tx()
-            .map_err(|e| Error::io("sendto (AF_XDP transmit)", e))?;
-        Ok(())
+        let r = self
+            .side
+            .send(BATCH, seq, |buf, s| write_frame(buf, tmpl, s));
+        r.map_err(|e| self.err(e))
     }
 
     /// Sender: kicks and completes until every frame queued is sent (at most 2 s); frames
     /// still with the kernel then are an error, not frames sent.
     fn flush(&mut self) -> Result<()> {
-        self.work.clear();
-        let end = Instant::now() + Duration::from_secs(2);
-        while self.sock.frames_in_tx() > 0 && Instant::now() < end {
-            self.sock
-                .kick_tx()
-                .map_err(|e| Error::io("sendto (AF_XDP transmit)", e))?;
-            self.sock
-                .complete(&mut self.free, u32::MAX)
-                .map_err(|e| Error::io("AF_XDP completion ring", e))?;
-            std::thread::yield_now();
-        }
-        match self.sock.frames_in_tx() {
-            0 => Ok(()),
-            n => Err(Error::io(
-                format!("{n} frame(s) still not transmitted 2 s after the last was queued"),
-                std::io::Error::from_raw_os_error(libc::ETIMEDOUT),
-            )),
-        }
+        let r = self.side.flush();
+        r.map_err(|e| self.err(e))
     }
 
     /// Receiver: refills, takes what arrived and checks it; waits up to `wait` if nothing had.
     fn receive(&mut self, check: &mut SeqCheck<'_>, wait: Duration) -> Result<()> {
-        let ring = |e| Error::io("AF_XDP rings", e);
-        self.sock.fill(&mut self.free).map_err(ring)?;
-        let n = self.sock.receive(&mut self.work, 256).map_err(ring)?;
-        for f in self.work.drain(..) {
-            check.frame(f.data());
-            self.free.push(f);
-        }
-        if n == 0 && !wait.is_zero() {
-            self.sock
-                .wait_rx(wait)
-                .map_err(|e| Error::io("poll (AF_XDP)", e))?;
-        }
-        Ok(())
+        let r = self.side.receive(wait, |f| check.frame(f));
+        r.map_err(|e| self.err(e))
     }
 }
 
@@ -395,7 +324,7 @@ impl Receiver {
                 // rx_dropped counts the packets dropped for want of a fill-ring frame too
                 // (rx_fill_ring_empty_descs counts the same events again).
                 let k = x
-                    .sock
+                    .side
                     .statistics()
                     .map_err(|e| Error::io("getsockopt(XDP_STATISTICS)", e))?;
                 k.rx_dropped + k.rx_ring_full

@@ -31,7 +31,6 @@
 use crate::lab::{self, Lab, SinkPath, VethPath};
 use std::fmt;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -40,10 +39,7 @@ use zcnet::{Error, Result};
 use zcnet_core::tpacket::RingRequest;
 use zcnet_core::udp_frame::{UdpFlow, HEADERS_LEN};
 use zcnet_rawbench::af_packet::{PacketSocket, Protocol, RxRingV3, TxRing, MAX_BATCH};
-use zcnet_sys::bpf::{BpfProg, XdpAttachMode, XdpLink, XskMap};
-use zcnet_sys::mem::Mapping;
-use zcnet_sys::xsk::XskBindMode;
-use zcnet_sys::xsk_socket::{UmemFrame, XdpSocket, XdpSocketConfig};
+use zcnet_rawbench::af_xdp::{Step, XdpError, XdpSide, XskBindMode};
 
 mod engines;
 pub use engines::*;
