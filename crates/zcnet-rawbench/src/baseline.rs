@@ -274,7 +274,8 @@ pub fn raw_msg_zerocopy(
     duration: Duration,
     halt: &AtomicBool,
 ) -> io::Result<RawResult> {
-    use zcnet_sys::sock::{self, ErrqueueEntry};
+    use zcnet_core::errqueue::ErrqueueEntry;
+    use zcnet_sys::sock;
     let (_map, slots) = filled_slots(len, inflight)?;
     sock::enable_zerocopy(fd)?;
     let mut res = RawResult::default();

@@ -335,7 +335,7 @@ mod tests {
         assert!(
             matches!(
                 entries.first(),
-                Some(crate::sock::ErrqueueEntry::Zerocopy { lo: 0, hi: 0, .. })
+                Some(zcnet_core::errqueue::ErrqueueEntry::Zerocopy { lo: 0, hi: 0, .. })
             ),
             "{entries:?}"
         );

@@ -27,6 +27,7 @@
 //! No benchmark code lives here: the raw loops and AF_PACKET engines zcnet's benchmarks compare
 //! the library against are zcnet-rawbench's, with their own `unsafe`.
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod bpf;
 pub mod bufring;

@@ -246,7 +246,7 @@ pub fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> 
 }
 
 /// One message read from the error queue (defined with its parser in `zcnet_core::errqueue`).
-pub use zcnet_core::errqueue::ErrqueueEntry;
+use zcnet_core::errqueue::ErrqueueEntry;
 
 /// Reads everything on the socket's error queue (`recvmsg(MSG_ERRQUEUE | MSG_DONTWAIT)` until
 /// `EAGAIN`), appending to `out`. Returns how many messages were read.

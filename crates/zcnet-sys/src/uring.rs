@@ -49,7 +49,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-pub use zcnet_core::{Counts, Outcome};
+use zcnet_core::{Counts, Outcome};
 use zcnet_core::{Kind, ReqState};
 
 static LEAKED: AtomicU64 = AtomicU64::new(0);

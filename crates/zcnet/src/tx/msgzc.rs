@@ -25,7 +25,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 use zcnet_core::{Completed, ZcRanges};
-use zcnet_sys::sock::{self, ErrqueueEntry};
+use zcnet_core::errqueue::ErrqueueEntry;
+use zcnet_sys::sock;
 
 const POLL_MS: i32 = 100;
 
