@@ -51,19 +51,17 @@
 use crate::epoll::ReturnQueue;
 use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};
-use io_uring::{cqueue, opcode, types, IoUring};
+use crate::ring::{Core, TaskRun, CANCEL_TAG};
+use io_uring::{cqueue, opcode, types};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The largest buffer ring the kernel accepts (io_register_pbuf_ring(): `ring_entries` must be a
 /// power of two below 65536; the 16-bit tail limits it to 32768, io_uring_register_buf_ring(3)).
 pub const MAX_BUFS: u32 = 32768;
-
-/// user_data of this ring's own cancel requests; refused for [`RecvRing::arm`].
-const CANCEL_TAG: u64 = u64::MAX;
 
 /// "No buffer" in the chain tables (ids are below [`MAX_BUFS`]).
 const NONE: u16 = u16::MAX;
@@ -118,14 +116,6 @@ pub struct RecvStats {
     pub desyncs: u64,
 }
 
-/// How completions' task work runs (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TaskRun {
-    Defer,
-    Coop,
-    Plain,
-}
-
 /// A multishot request armed on the ring.
 #[derive(Debug, Clone, Copy)]
 struct Armed {
@@ -133,46 +123,9 @@ struct Armed {
     bundle: bool,
 }
 
-/// `IORING_ENTER_GETEVENTS` (include/uapi/linux/io_uring.h).
-const IORING_ENTER_GETEVENTS: u32 = 1;
-
-/// Non-blocking progress on `ring` (a wait with a zero timeout): submits what is queued and runs
-/// the work the kernel has queued for this task — on a DEFER_TASKRUN ring it runs only inside an
-/// `io_uring_enter` with GETEVENTS — without waiting, and enters the kernel only when there is
-/// something to do: SQEs queued, work flagged in the SQ flags (`IORING_SQ_TASKRUN`, kept up to
-/// date where the ring was made with `IORING_SETUP_TASKRUN_FLAG`; on a ring without it the flag
-/// never shows, so call this only on rings that have it), or completions waiting in the
-/// overflow list (`IORING_SQ_CQ_OVERFLOW`). A zero-timeout `io_uring_enter` with `min_complete`
-/// 1 would arm and expire a timer and switch tasks each time; `min_complete` 0 returns as soon
-/// as the work has run (io_uring/io_uring.c `io_cqring_wait`).
-pub(crate) fn progress_now<S: io_uring::squeue::EntryMarker, C: io_uring::cqueue::EntryMarker>(
-    ring: &mut IoUring<S, C>,
-) -> io::Result<()> {
-    let (queued, work) = {
-        let sq = ring.submission();
-        (sq.len(), sq.taskrun() || sq.cq_overflow())
-    };
-    if queued == 0 && !work {
-        return Ok(());
-    }
-    let to_submit = u32::try_from(queued).unwrap_or(u32::MAX);
-    // SAFETY: io_uring_enter with no argument pointer (`None`): the kernel consumes up to
-    // `to_submit` SQEs already published in the SQ ring (each the caller's contract when it
-    // was pushed) and posts CQEs into the CQ ring, both mapped by `ring` for its lifetime.
-    let r = unsafe {
-        ring.submitter()
-            .enter::<libc::sigset_t>(to_submit, 0, IORING_ENTER_GETEVENTS, None)
-    };
-    match r {
-        Ok(_) => Ok(()),
-        Err(e) if crate::enter_transient(&e) => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 /// An io_uring with a registered provided-buffer ring for multishot receives.
 pub struct RecvRing {
-    ring: IoUring,
+    ring: Core,
     /// The `io_uring_buf` entries, shared with the kernel (registered under `bgid`).
     ring_mem: Option<Mapping>,
     /// Base of `ring_mem`, as a pointer for writing entries.
@@ -203,9 +156,6 @@ pub struct RecvRing {
     bgid: u16,
     registered: bool,
     armed: Vec<Armed>,
-    /// The task-work mode in force; read by the tests.
-    #[cfg_attr(not(test), allow(dead_code))]
-    taskrun: TaskRun,
     stats: RecvStats,
 }
 
@@ -244,37 +194,7 @@ impl RecvRing {
         // One CQE per buffer at most, plus the final CQEs: a CQ this big cannot overflow while
         // the application drains it before recycling.
         let cq = nbufs.saturating_add(entries.saturating_mul(2));
-        let build = |mode: TaskRun| {
-            let mut b = IoUring::builder();
-            match mode {
-                // TASKRUN_FLAG (5.19, with either): the kernel says in the SQ flags when work
-                // waits for this task, so that a non-blocking poll enters only then.
-                TaskRun::Defer => {
-                    b.setup_single_issuer()
-                        .setup_defer_taskrun()
-                        .setup_taskrun_flag();
-                }
-                TaskRun::Coop => {
-                    b.setup_coop_taskrun().setup_taskrun_flag();
-                }
-                TaskRun::Plain => {}
-            }
-            b.setup_cqsize(cq).setup_clamp().build(entries)
-        };
-        let mut taskrun = TaskRun::Defer;
-        let ring = loop {
-            match build(taskrun) {
-                Ok(r) => break r,
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && taskrun != TaskRun::Plain => {
-                    taskrun = if taskrun == TaskRun::Defer {
-                        TaskRun::Coop
-                    } else {
-                        TaskRun::Plain
-                    };
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        let ring = Core::new(entries, Some(cq), TaskRun::Defer)?;
         let (_, bufs) = Mapping::anonymous(area)?.into_slots(buf_size as usize, nbufs as usize)?;
         // Page-aligned (mmap), zero-filled: the tail starts at 0.
         let ring_mem = Mapping::anonymous(nbufs as usize * std::mem::size_of::<IoUringBuf>())?;
@@ -301,14 +221,13 @@ impl RecvRing {
             bgid,
             registered: false,
             armed: Vec::new(),
-            taskrun,
             stats: RecvStats::default(),
         };
         // SAFETY: `entries_ptr` is the page-aligned start of `ring_mem`, `nbufs * 16` bytes long,
         // which `rr` owns and keeps mapped until after the group is unregistered (Drop). The
         // kernel pins those pages for as long as the group is registered.
         unsafe {
-            rr.ring.submitter().register_buf_ring_with_flags(
+            rr.ring.uring().submitter().register_buf_ring_with_flags(
                 entries_ptr as u64,
                 nbufs as u16,
                 bgid,
@@ -325,7 +244,7 @@ impl RecvRing {
 
     /// Whether the kernel supports `IORING_RECVSEND_BUNDLE` (`IORING_FEAT_RECVSEND_BUNDLE`).
     pub fn bundle_supported(&self) -> bool {
-        self.ring.params().is_feature_recvsend_bundle()
+        self.ring.uring().params().is_feature_recvsend_bundle()
     }
 
     /// Registers `efd` (`IOring_REGISTER_EVENTFD`): the kernel signals it for every completion
@@ -338,7 +257,10 @@ impl RecvRing {
     /// then, since no receive can complete without a buffer.
     pub fn register_eventfd(&self, efd: &crate::epoll::EventFd) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        self.ring.submitter().register_eventfd(efd.as_raw_fd())?;
+        self.ring
+            .uring()
+            .submitter()
+            .register_eventfd(efd.as_raw_fd())?;
         self.lent_back.set_wake(efd.try_clone()?);
         Ok(())
     }
@@ -354,7 +276,7 @@ impl RecvRing {
     /// Whether `IORING_SETUP_SINGLE_ISSUER|IORING_SETUP_DEFER_TASKRUN` is in force (the default).
     #[cfg(test)]
     pub(crate) fn defer_taskrun(&self) -> bool {
-        self.taskrun == TaskRun::Defer
+        self.ring.taskrun() == TaskRun::Defer
     }
 
     /// Number of buffers.
@@ -400,12 +322,8 @@ impl RecvRing {
     /// the next [`wait`](Self::wait).
     pub fn arm(&mut self, fd: RawFd, user_data: u64, bundle: bool) -> io::Result<()> {
         self.arm_queued(fd, user_data, bundle)?;
-        match self.ring.submit() {
-            Ok(_) => Ok(()),
-            // The SQE stays queued and goes in with the next `wait`.
-            Err(e) if crate::enter_transient(&e) => Ok(()),
-            Err(e) => Err(e),
-        }
+        // A transient failure leaves the SQE queued: it goes in with the next `wait`.
+        self.ring.submit()
     }
 
     /// As [`arm`](Self::arm), but only queues the request: it is submitted by the next
@@ -435,39 +353,24 @@ impl RecvRing {
 
     /// Queues an SQE that references no user memory.
     fn push(&mut self, sqe: &io_uring::squeue::Entry) -> io::Result<()> {
-        if self.ring.submission().is_full() {
-            self.ring.submit()?;
-        }
         // SAFETY: receive SQEs built here carry no pointer (the kernel picks buffers from the
         // registered ring, whose memory `self` owns until after unregistration); cancel SQEs
         // carry none either.
-        unsafe { self.ring.submission().push(sqe) }
-            .map_err(|_| io::Error::from_raw_os_error(libc::EAGAIN))
+        unsafe { self.ring.push_unowned(sqe) }
     }
 
     /// Submits what is queued and waits for at least `min` completions or `timeout`, whichever
     /// comes first. A timeout (or `EINTR`) is not an error.
     pub fn wait(&mut self, min: usize, timeout: Duration) -> io::Result<()> {
         self.reclaim_lent();
-        if timeout.is_zero() {
-            return progress_now(&mut self.ring);
-        }
-        let ts = types::Timespec::new()
-            .sec(timeout.as_secs())
-            .nsec(timeout.subsec_nanos());
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(min, &args) {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR)) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.ring.wait(min, timeout).map(drop)
     }
 
     /// Hands every available completion to `f`. The buffers a completion names are held by the
     /// application from then on, until [`recycle`](Self::recycle)d.
     pub fn drain(&mut self, mut f: impl FnMut(RecvCompletion)) {
         let buf_size = self.buf_size as usize;
-        let mut cq = self.ring.completion();
+        let mut cq = self.ring.uring_mut().completion();
         cq.sync();
         for cqe in &mut cq {
             let user_data = cqe.user_data();
@@ -746,15 +649,7 @@ impl RecvRing {
         if !self.armed.iter().any(|a| a.user_data == user_data) {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        let e = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(user_data))
-            .build()
-            .user_data(CANCEL_TAG);
-        self.push(&e)?;
-        match self.ring.submit() {
-            Ok(_) => Ok(()),
-            Err(e) if crate::enter_transient(&e) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.ring.cancel(user_data)
     }
 
     /// Whether request `user_data` is armed (its final completion has not been drained).
@@ -773,27 +668,18 @@ impl RecvRing {
         if self.armed.is_empty() {
             return true;
         }
-        let e = opcode::AsyncCancel2::new(types::CancelBuilder::any())
-            .build()
-            .user_data(CANCEL_TAG);
-        if self.push(&e).is_err() {
+        if self.ring.cancel_any().is_err() {
             return false;
         }
-        let deadline = Instant::now() + timeout;
-        while !self.armed.is_empty() {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            if self
-                .wait(1, (deadline - now).min(Duration::from_millis(50)))
-                .is_err()
-            {
-                break;
-            }
-            self.drain(drop);
-        }
-        self.armed.is_empty()
+        Core::settle(
+            self,
+            |r| &mut r.ring,
+            timeout,
+            |r| {
+                r.drain(drop);
+                r.armed.is_empty()
+            },
+        )
     }
 }
 
@@ -808,6 +694,7 @@ impl Drop for RecvRing {
         if self.registered
             && self
                 .ring
+                .uring()
                 .submitter()
                 .unregister_buf_ring(self.bgid)
                 .is_err()

@@ -41,6 +41,7 @@ pub mod ifaddr;
 pub mod mem;
 pub mod netlink;
 pub mod os;
+mod ring;
 pub mod sock;
 #[cfg(test)]
 mod test_util;
@@ -57,15 +58,6 @@ pub mod zcrx;
 /// The last OS error as an `io::Error` (errno).
 pub(crate) fn last_err() -> std::io::Error {
     std::io::Error::last_os_error()
-}
-
-/// `io_uring_enter` errors after which what is queued simply goes in with the next call
-/// (`EINTR`, `EAGAIN`, `EBUSY`): not a failure of the request.
-pub(crate) fn enter_transient(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)
-    )
 }
 
 /// Converts a libc return value (`-1` means errno) into a result.

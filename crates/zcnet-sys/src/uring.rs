@@ -42,13 +42,14 @@
 
 use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};
-use io_uring::{opcode, squeue, types, IoUring};
+use crate::ring::{Core, TaskRun};
+use io_uring::{opcode, squeue, types};
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zcnet_core::{Counts, Outcome};
 use zcnet_core::{Kind, ReqState};
 
@@ -67,9 +68,6 @@ pub const DROP_WAIT: Duration = Duration::from_secs(2);
 /// `IORING_SEND_ZC_REPORT_USAGE` (include/uapi/linux/io_uring.h, Linux 6.2): ask the notification
 /// to say whether the kernel copied. Not exported by the io-uring crate.
 pub(crate) const IORING_SEND_ZC_REPORT_USAGE: u16 = 1 << 3;
-
-/// user_data of the ring's own cancel requests.
-const CANCEL_TAG: u64 = u64::MAX;
 
 /// Memory a request reads or fills, held by the ring until the request's final CQE.
 #[derive(Debug)]
@@ -214,7 +212,7 @@ pub struct RingFlags {
 /// An io_uring instance for requests on leased memory.
 pub struct Ring {
     /// Dropped by hand: kept (leaked) when the kernel would not let go of a request.
-    ring: ManuallyDrop<IoUring>,
+    ring: ManuallyDrop<Core>,
     /// The lease and state of each request, by tag.
     held: Vec<Tag>,
     /// Tags not in flight, below `held.len()`.
@@ -251,17 +249,12 @@ impl Ring {
     pub fn new(entries: u32, fixed_slots: u32) -> io::Result<Ring> {
         // COOP_TASKRUN with TASKRUN_FLAG (both Linux 5.19): the kernel flags pending work in
         // the SQ flags, so a non-blocking `submit` enters only when there is something to do.
-        let built = IoUring::builder()
-            .setup_coop_taskrun()
-            .setup_taskrun_flag()
-            .build(entries);
-        let (ring, coop) = match built {
-            Ok(r) => (r, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (IoUring::new(entries)?, false),
-            Err(e) => return Err(e),
-        };
+        // Not DEFER_TASKRUN: a sender's ring may be used from more than one thread.
+        let ring = Core::new(entries, None, TaskRun::Coop)?;
+        let coop = ring.taskrun() == TaskRun::Coop;
         let sparse = fixed_slots > 0
             && ring
+                .uring()
                 .submitter()
                 .register_buffers_sparse(fixed_slots)
                 .is_ok();
@@ -294,7 +287,10 @@ impl Ring {
     /// later. `EBUSY` when one is registered already.
     pub fn register_eventfd(&self, efd: &crate::epoll::EventFd) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        self.ring.submitter().register_eventfd(efd.as_raw_fd())
+        self.ring
+            .uring()
+            .submitter()
+            .register_eventfd(efd.as_raw_fd())
     }
 
     /// Whether the kernel supports IORING_OP_SEND_ZC (Linux 6.0).
@@ -305,7 +301,7 @@ impl Ring {
     /// Whether the kernel supports opcode `op` (IORING_REGISTER_PROBE).
     pub(crate) fn supports(&self, op: u8) -> io::Result<bool> {
         let mut probe = io_uring::Probe::new();
-        self.ring.submitter().register_probe(&mut probe)?;
+        self.ring.uring().submitter().register_probe(&mut probe)?;
         Ok(probe.is_supported(op))
     }
 
@@ -319,7 +315,7 @@ impl Ring {
         // `self.fixed[idx]` until the entry is cleared again; an empty iovec clears the entry
         // and references no memory.
         unsafe {
-            self.ring.submitter().register_buffers_update(
+            self.ring.uring().submitter().register_buffers_update(
                 idx as u32,
                 std::slice::from_ref(&iov),
                 None,
@@ -350,6 +346,7 @@ impl Ring {
         // SAFETY: as in `update_fixed`: the entry is kept in `self.fixed` while registered.
         unsafe {
             self.ring
+                .uring()
                 .submitter()
                 .register_buffers(std::slice::from_ref(&iov))?
         };
@@ -388,7 +385,7 @@ impl Ring {
         let done = if self.sparse {
             self.update_fixed(i, 0, 0)
         } else {
-            self.ring.submitter().unregister_buffers()
+            self.ring.uring().submitter().unregister_buffers()
         };
         if let Err(e) = done {
             self.fixed[i] = Some(Fixed::Stale);
@@ -420,7 +417,7 @@ impl Ring {
         if self.file.is_some() {
             return Err(io::Error::from_raw_os_error(libc::EBUSY));
         }
-        self.ring.submitter().register_files(&[fd])?;
+        self.ring.uring().submitter().register_files(&[fd])?;
         self.file = Some(fd);
         Ok(())
     }
@@ -555,11 +552,11 @@ impl Ring {
         // `self.held` below and given back only with this request's final CQE (or leaked with
         // the ring if the ring is dropped while the kernel still holds it), so the memory
         // outlives the kernel's use.
-        let full = unsafe { self.ring.submission().push(&entry) }.is_err();
+        let full = unsafe { self.ring.uring_mut().submission().push(&entry) }.is_err();
         if full {
-            let pushed = match self.ring.submit() {
+            let pushed = match self.ring.uring().submit() {
                 // SAFETY: as above, the same SQE and lease.
-                Ok(_) => unsafe { self.ring.submission().push(&entry) }
+                Ok(_) => unsafe { self.ring.uring_mut().submission().push(&entry) }
                     .map_err(|_| io::Error::from_raw_os_error(libc::EAGAIN)),
                 Err(e) => Err(e),
             };
@@ -582,17 +579,17 @@ impl Ring {
 
     /// Entries the submission queue holds.
     pub fn sq_capacity(&mut self) -> usize {
-        self.ring.submission().capacity()
+        self.ring.uring_mut().submission().capacity()
     }
 
     /// SQEs queued and not yet handed to the kernel.
     pub fn queued(&mut self) -> usize {
-        self.ring.submission().len()
+        self.ring.uring_mut().submission().len()
     }
 
     /// Whether completions wait in the completion queue (no system call).
     pub fn completions_ready(&mut self) -> bool {
-        !self.ring.completion().is_empty()
+        !self.ring.uring_mut().completion().is_empty()
     }
 
     /// Submits queued SQEs and runs the work the kernel queued for this task (posting the
@@ -603,20 +600,13 @@ impl Ring {
     /// makes no system call. `EINTR`, `EAGAIN` and `EBUSY` are not errors: what is queued goes
     /// in with the next call.
     pub fn submit(&mut self) -> io::Result<()> {
-        if self.ring.submission().is_empty() {
-            // Nothing to hand over: enter only for flagged work (progress_now decides).
-            return crate::bufring::progress_now(&mut self.ring);
-        }
-        match self.ring.submit() {
-            Err(e) if crate::enter_transient(&e) => Ok(()),
-            r => r.map(drop),
-        }
+        self.ring.submit()
     }
 
     /// Submits and waits for at least `want` completions or `timeout`, whichever first.
     /// A timeout is not an error; true when a signal cut the wait short (`EINTR`).
     pub fn submit_and_wait(&mut self, want: usize, timeout: Duration) -> io::Result<bool> {
-        submit_and_wait(&self.ring, want, timeout)
+        self.ring.wait(want, timeout)
     }
 
     /// Takes every available completion: reads it ([`ReqState::on_cqe`]), counts it, and hands
@@ -624,7 +614,7 @@ impl Ring {
     /// notification of a refused `SEND_ZC` frees its tag and is not handed on.
     #[inline]
     pub fn drain(&mut self, mut f: impl FnMut(Completion)) {
-        let mut cq = self.ring.completion();
+        let mut cq = self.ring.uring_mut().completion();
         cq.sync();
         for cqe in &mut cq {
             let ud = cqe.user_data();
@@ -670,49 +660,24 @@ impl Ring {
             .map(|t| t as u64)
             .collect();
         for t in tags {
-            let e = opcode::AsyncCancel::new(t).build().user_data(CANCEL_TAG);
-            // SAFETY: a cancel SQE references no user memory.
-            if unsafe { self.ring.submission().push(&e) }.is_err() {
-                let _ = self.ring.submit();
-                // SAFETY: as above.
-                let _ = unsafe { self.ring.submission().push(&e) };
-            }
+            // Queued only: they go in with the first wait below.
+            let _ = self.ring.queue_cancel(t);
         }
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.drain(&mut f);
-            if self.in_flight == 0 {
+        Core::settle(
+            self,
+            |r| &mut *r.ring,
+            timeout,
+            |r| {
+                r.drain(&mut f);
+                if r.in_flight != 0 {
+                    return false;
+                }
                 // The cancels still queued go in now: one left queued could otherwise reach a
                 // later request that reused its tag, if the ring lives on.
-                let _ = self.ring.submit();
-                return true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero()
-                || self
-                    .submit_and_wait(1, left.min(Duration::from_millis(20)))
-                    .is_err()
-            {
-                return false;
-            }
-        }
-    }
-}
-
-/// Submits what `ring` has queued and waits for `want` completions or `timeout`, whichever comes
-/// first (IORING_ENTER_EXT_ARG, Linux 5.11). A timeout, a signal or a full completion queue
-/// (`ETIME`, `EINTR`, `EBUSY`) is not an error: the caller reaps what is there and decides.
-/// True when it was a signal (`EINTR`).
-pub(crate) fn submit_and_wait(ring: &IoUring, want: usize, timeout: Duration) -> io::Result<bool> {
-    let ts = types::Timespec::new()
-        .sec(timeout.as_secs())
-        .nsec(timeout.subsec_nanos());
-    let args = types::SubmitArgs::new().timespec(&ts);
-    match ring.submitter().submit_with_args(want, &args) {
-        Ok(_) => Ok(false),
-        Err(e) if e.raw_os_error() == Some(libc::EINTR) => Ok(true),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EBUSY)) => Ok(false),
-        Err(e) => Err(e),
+                let _ = r.ring.uring().submit();
+                true
+            },
+        )
     }
 }
 

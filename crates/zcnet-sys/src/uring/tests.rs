@@ -3,6 +3,7 @@ use crate::mem::Mapping;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 use zcnet_testkit::{skip, Need};
 
 fn pair() -> (TcpStream, TcpStream) {

@@ -53,6 +53,7 @@
 //!   (`EINVAL`): in 6.18 the area is the whole dma-buf.
 
 use crate::mem::{Backing, Mapping};
+use crate::ring::{Core, TaskRun};
 use crate::uring_probe::io_uring_register_raw;
 use crate::uring_query::{ZcrxCaps, ZCRX_EVENT_ALLOC_FAIL, ZCRX_EVENT_COPY};
 use io_uring::{cqueue, squeue, IoUring};
@@ -361,7 +362,7 @@ pub fn dmabuf_range(area_offset: u64, area_len: u64, cqe_off: u64, len: u32) -> 
 /// The ring is SINGLE_ISSUER|DEFER_TASKRUN: only the thread that created it may submit and wait
 /// (other threads get `EEXIST`). The raw pointers of the refill ring keep this type `!Send`.
 pub struct ZcrxIfq {
-    ring: ZcrxRing,
+    ring: Core<io_uring::cqueue::Entry32>,
     refill: RefillRing,
     rq_mem: Mapping,
     area: ZcrxArea,
@@ -380,9 +381,6 @@ pub struct ZcrxIfq {
     buf_len: u32,
     /// Event types the kernel was asked to report (`1 << ZCRX_EVENT_*`).
     events: u32,
-    /// The ring was made here with `IORING_SETUP_TASKRUN_FLAG` (`receive::receive_ring`): a
-    /// zero-timeout wait may skip the system call when the SQ flags show no work.
-    taskrun_flag: bool,
 }
 
 /// How to register a host-memory area (`ZcrxIfq::register_host_on`).
@@ -609,7 +607,9 @@ impl ZcrxIfq {
             // SAFETY: just checked to lie inside the region, 8-aligned (the base is a page).
             .map(|off| unsafe { base.add(off) }.cast::<ZcrxStats>());
         Ok(ZcrxIfq {
-            ring,
+            // DEFER_TASKRUN (the kernel refuses a zcrx ifq without it); the task-run flag only
+            // where `receive::receive_ring` made the ring (`with_taskrun_flag`).
+            ring: Core::adopt(ring, TaskRun::Defer, false),
             refill,
             rq_mem,
             area,
@@ -626,7 +626,6 @@ impl ZcrxIfq {
                 n => n,
             },
             events: done.events,
-            taskrun_flag: false,
         })
     }
 
@@ -705,7 +704,7 @@ impl ZcrxIfq {
             ..ZcrxCtrl::default()
         };
         // SAFETY: the ring fd is open (owned by self) for the call.
-        let ring = unsafe { BorrowedFd::borrow_raw(self.ring.as_raw_fd()) };
+        let ring = unsafe { BorrowedFd::borrow_raw(self.ring.uring().as_raw_fd()) };
         // SAFETY: `ctrl` is a live local of the uapi layout (pinned by the tests) that outlives
         // the call; the kernel only reads (and for other ops writes) those 72 bytes.
         unsafe {
@@ -719,13 +718,8 @@ impl ZcrxIfq {
         Ok(())
     }
 
-    /// The ring (for its fd, parameters, submitter).
-    pub(crate) fn ring(&self) -> &ZcrxRing {
-        &self.ring
-    }
-
-    /// The ring, to queue RECV_ZC requests and read their 32-byte CQEs.
-    pub(crate) fn ring_mut(&mut self) -> &mut ZcrxRing {
+    /// The ring, to queue RECV_ZC requests, wait, and read their 32-byte CQEs.
+    pub(crate) fn ring_mut(&mut self) -> &mut Core<io_uring::cqueue::Entry32> {
         &mut self.ring
     }
 
@@ -735,7 +729,10 @@ impl ZcrxIfq {
     /// later. `EBUSY` when one is registered already.
     pub fn register_eventfd(&self, efd: &crate::epoll::EventFd) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        self.ring.submitter().register_eventfd(efd.as_raw_fd())
+        self.ring
+            .uring()
+            .submitter()
+            .register_eventfd(efd.as_raw_fd())
     }
 
     /// Length of the area in bytes.

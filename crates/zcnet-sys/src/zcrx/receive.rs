@@ -10,8 +10,9 @@ use io_uring::{opcode, types};
 use std::time::Duration;
 use zcnet_core::rxring::{Frag, RecvZcCqe, RxError, RxEvent, ZcrxRx};
 
-/// `user_data` of the cancel requests [`ZcrxReceiver`] submits; never a connection's.
-pub(crate) const ZCRX_CANCEL_TAG: u64 = u64::MAX;
+/// `user_data` of the cancel requests [`ZcrxReceiver`] submits (the ring core's); never a
+/// connection's.
+pub(crate) const ZCRX_CANCEL_TAG: u64 = crate::ring::CANCEL_TAG;
 
 /// The index of interface `name` in the *calling thread's* network namespace
 /// (`if_nametoindex(3)`, an ioctl on a socket of that namespace); `None` when there is none.
@@ -71,7 +72,7 @@ impl ZcrxIfq {
 
     /// Marks an ifq whose ring [`receive_ring`] made (with `IORING_SETUP_TASKRUN_FLAG`).
     fn with_taskrun_flag(mut self) -> ZcrxIfq {
-        self.taskrun_flag = true;
+        self.ring.mark_taskrun_flag();
         self
     }
 
@@ -248,10 +249,7 @@ impl ZcrxReceiver {
         self.push(&sqe)?;
         // Cannot fail: not armed (checked above) and len 0.
         self.core.arm(user_data, 0).map_err(|_| einval())?;
-        match self.ifq.ring().submit() {
-            Err(e) if !crate::enter_transient(&e) => Err(e),
-            _ => Ok(()),
-        }
+        self.ifq.ring_mut().submit()
     }
 
     /// Asks the kernel to cancel request `user_data` (`IORING_OP_ASYNC_CANCEL` by user_data) and
@@ -261,14 +259,7 @@ impl ZcrxReceiver {
         if !self.core.is_armed(user_data) {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
-        let sqe = opcode::AsyncCancel2::new(types::CancelBuilder::user_data(user_data))
-            .build()
-            .user_data(ZCRX_CANCEL_TAG);
-        self.push(&sqe)?;
-        match self.ifq.ring().submit() {
-            Err(e) if !crate::enter_transient(&e) => Err(e),
-            _ => Ok(()),
-        }
+        self.ifq.ring_mut().cancel(user_data)
     }
 
     /// Whether request `user_data` is armed (its final completion not yet drained).
@@ -278,14 +269,9 @@ impl ZcrxReceiver {
 
     /// Queues an SQE that references no user memory.
     fn push(&mut self, sqe: &squeue::Entry) -> io::Result<()> {
-        let ring = self.ifq.ring_mut();
-        if ring.submission().is_full() {
-            ring.submit()?;
-        }
-        // SAFETY: RECV_ZC and cancel SQEs carry no pointer: the kernel writes into the area
-        // registered with the ifq, which `self` owns until the ring is closed.
-        unsafe { ring.submission().push(sqe) }
-            .map_err(|_| io::Error::from_raw_os_error(libc::EAGAIN))
+        // SAFETY: RECV_ZC SQEs carry no pointer: the kernel writes into the area registered
+        // with the ifq, which `self` owns until the ring is closed.
+        unsafe { self.ifq.ring_mut().push_unowned(sqe) }
     }
 
     /// Pushes released fragments' refill entries, oldest first, into the refill ring and
@@ -315,18 +301,7 @@ impl ZcrxReceiver {
     /// DEFER_TASKRUN the kernel does the receive work inside this call. A timeout or `EINTR`
     /// is not an error.
     pub fn wait(&mut self, min: usize, timeout: Duration) -> io::Result<()> {
-        if timeout.is_zero() && self.ifq.taskrun_flag {
-            return crate::bufring::progress_now(self.ifq.ring_mut());
-        }
-        let ts = types::Timespec::new()
-            .sec(timeout.as_secs())
-            .nsec(timeout.subsec_nanos());
-        let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ifq.ring().submitter().submit_with_args(min, &args) {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.ifq.ring_mut().wait(min, timeout).map(drop)
     }
 
     /// Hands every available RECV_ZC completion to `f`, interpreted by the bookkeeping: a data
@@ -335,7 +310,7 @@ impl ZcrxReceiver {
     /// (counted in [`Self::events`]).
     pub fn drain(&mut self, mut f: impl FnMut(ZcrxCompletion)) {
         let ZcrxReceiver { ifq, core, events } = self;
-        let mut cq = ifq.ring_mut().completion();
+        let mut cq = ifq.ring_mut().uring_mut().completion();
         cq.sync();
         for cqe in &mut cq {
             if cqe.user_data() == ZCRX_CANCEL_TAG {

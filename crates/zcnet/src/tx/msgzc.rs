@@ -24,8 +24,8 @@ use crate::remedy::Remedy;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
-use zcnet_core::{Completed, ZcRanges};
 use zcnet_core::errqueue::ErrqueueEntry;
+use zcnet_core::{Completed, ZcRanges};
 use zcnet_sys::sock;
 
 const POLL_MS: i32 = 100;
