@@ -27,6 +27,7 @@
 //! want of a buffer, and receiving resumes (re-arms) by itself once buffers come back.
 
 mod config;
+mod conns;
 mod copy;
 #[cfg(test)]
 mod device_verify_tests;

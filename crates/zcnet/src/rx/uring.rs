@@ -7,12 +7,12 @@
 //! its wait) what it can, and does not block while connections wait for buffers the
 //! application holds.
 
+use super::conns::{Conns, OnRearmError};
 use super::copy::recv_error;
 use super::{ConnId, Ctx, Location, RxBackend, RxConfig, RxMode};
 use crate::engine::ready_eventfd;
 use crate::error::{Error, Result};
 use crate::remedy::Remedy;
-use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::sync::Arc;
@@ -27,12 +27,9 @@ const SQ_ENTRIES: u32 = 64;
 pub(super) struct UringRx {
     ring: RecvRing,
     bundle: bool,
-    /// Connections receiving (armed, or waiting to be re-armed).
-    fds: HashMap<ConnId, RawFd>,
-    /// Connections whose multishot ended for want of buffers, oldest first.
-    rearm: Vec<ConnId>,
-    /// Connections cancelled by `remove`, waiting for their final completion.
-    removing: HashSet<ConnId>,
+    /// The connections: receiving, waiting for buffers to be re-armed, or removed and
+    /// waiting for their final completion.
+    conns: Conns,
     /// Connections wait for buffers the application holds: poll without blocking.
     starving: bool,
     /// Re-arms not yet added to the statistics.
@@ -77,9 +74,7 @@ impl UringRx {
         Ok(UringRx {
             ring,
             bundle,
-            fds: HashMap::new(),
-            rearm: Vec::new(),
-            removing: HashSet::new(),
+            conns: Conns::default(),
             starving: false,
             rearms: 0,
             done: Vec::new(),
@@ -87,16 +82,9 @@ impl UringRx {
         })
     }
 
-    fn arm(&mut self, conn: ConnId) -> Result<()> {
-        let fd = *self.fds.get(&conn).ok_or_else(|| {
-            Error::io(
-                format!("arming connection {conn}"),
-                io::Error::from_raw_os_error(libc::ENOENT),
-            )
-        })?;
+    fn arm(ring: &mut RecvRing, bundle: bool, conn: ConnId, fd: RawFd) -> Result<()> {
         // Queued only: the poll's wait submits it together with everything else.
-        self.ring
-            .arm_queued(fd, conn.0, self.bundle)
+        ring.arm_queued(fd, conn.0, bundle)
             .map_err(|e| Error::io(format!("arming multishot receive on connection {conn}"), e))
     }
 
@@ -105,37 +93,34 @@ impl UringRx {
     /// back signals the readiness fd is decided at the end of the poll, before a loop sleeps.)
     fn rearm_waiting(&mut self) -> Result<()> {
         self.ring.reclaim_lent();
-        self.starving = !self.rearm.is_empty() && self.ring.available() == 0;
-        if self.rearm.is_empty() || self.starving {
+        self.starving = self.conns.any_waiting() && self.ring.available() == 0;
+        if !self.conns.any_waiting() || self.starving {
             return Ok(());
         }
-        let mut waiting = std::mem::take(&mut self.rearm).into_iter();
-        while let Some(conn) = waiting.next() {
-            if let Err(e) = self.arm(conn) {
-                // This one and the rest still wait: the next poll tries them again.
-                self.rearm.push(conn);
-                self.rearm.extend(waiting);
-                return Err(e);
-            }
-            self.rearms += 1;
-        }
-        Ok(())
+        let (ring, bundle) = (&mut self.ring, self.bundle);
+        // A refusal is the ring's (its queue), not the connection's: all keep waiting.
+        let (rearmed, r) = self
+            .conns
+            .rearm_waiting(OnRearmError::KeepWaiting, |conn, fd| {
+                Self::arm(ring, bundle, conn, fd)
+            });
+        self.rearms += rearmed;
+        r.map(drop)
     }
 
     fn complete(&mut self, ctx: &mut Ctx<'_>, c: RecvCompletion) {
         let conn = ConnId(c.user_data);
-        if self.removing.contains(&conn) {
-            // Data that raced the cancel goes back at once; the socket is closed anyway.
+        if let Some(closable) = self.conns.detached_completion(conn, !c.more) {
+            // Data that raced the cancel goes back at once; the socket is done with.
             let _ = self.ring.recycle_completion(&c);
-            if !c.more {
-                self.removing.remove(&conn);
+            if closable {
                 ctx.closable.push(conn);
             }
             return;
         }
         match &c.result {
             Ok(0) => {
-                self.fds.remove(&conn);
+                self.conns.end(conn);
                 ctx.eof(conn);
             }
             Ok(_) => {
@@ -149,7 +134,7 @@ impl UringRx {
                         // Cannot happen: the completion was drained just now and nothing
                         // recycled since. Treat it as the connection failing, loudly.
                         let _ = self.ring.recycle_completion(&c);
-                        self.fds.remove(&conn);
+                        self.conns.end(conn);
                         ctx.failed(
                             conn,
                             Error::io("receive completion names buffers not held", e),
@@ -160,18 +145,18 @@ impl UringRx {
                 if !c.more {
                     // The bundle that emptied the ring (no ENOBUFS with bundles).
                     ctx.stats.starved += 1;
-                    self.rearm.push(conn);
+                    self.conns.wait(conn);
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                 ctx.stats.starved += 1;
-                self.rearm.push(conn);
+                self.conns.wait(conn);
             }
             Err(e) => {
                 // With F_MORE the request stays armed (a transient per-CQE error): report and
                 // keep receiving; without, receiving on the connection has ended.
                 if !c.more {
-                    self.fds.remove(&conn);
+                    self.conns.end(conn);
                 }
                 let e = io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO));
                 ctx.failed(conn, recv_error(conn, e));
@@ -186,27 +171,24 @@ impl RxBackend for UringRx {
     }
 
     fn add(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
-        self.fds.insert(conn, fd);
+        self.conns.insert(conn, fd);
         if self.ring.available() == 0 {
             // Armed once buffers come back.
-            self.rearm.push(conn);
+            self.conns.wait(conn);
             return Ok(());
         }
-        if let Err(e) = self.arm(conn) {
-            self.fds.remove(&conn);
+        if let Err(e) = Self::arm(&mut self.ring, self.bundle, conn, fd) {
+            self.conns.end(conn);
             return Err(e);
         }
         Ok(())
     }
 
     fn remove(&mut self, conn: ConnId) -> bool {
-        self.fds.remove(&conn);
-        self.rearm.retain(|&c| c != conn);
-        if self.ring.is_armed(conn.0) && self.ring.cancel(conn.0).is_ok() {
-            self.removing.insert(conn);
-            return false;
-        }
-        true
+        let ring = &mut self.ring;
+        let armed = ring.is_armed(conn.0);
+        self.conns
+            .remove(conn, armed, || ring.cancel(conn.0).is_ok())
     }
 
     fn release(&mut self, key: u64, _len: usize) {
@@ -234,7 +216,7 @@ impl RxBackend for UringRx {
         // Receives this poll ended for want of buffers count too. While starving, the next
         // lent buffer to come back signals the readiness fd (an event loop waiting on it would
         // otherwise sleep for good: no receive can complete without a buffer).
-        self.starving = !self.rearm.is_empty() && self.ring.available() == 0;
+        self.starving = self.conns.any_waiting() && self.ring.available() == 0;
         self.ring.set_starving(self.starving);
         Ok(())
     }
@@ -311,23 +293,25 @@ mod tests {
         };
         let mut rx = UringRx::new(&cfg).unwrap_or_else(|e| skip(Need::Kernel, format!("{e}")));
         let (one, two, three) = (ConnId(1), ConnId(2), ConnId(3));
-        rx.fds.insert(one, pairs[0].1.as_raw_fd());
-        rx.fds.insert(three, pairs[2].1.as_raw_fd());
-        rx.rearm = vec![one, two, three];
+        rx.conns.insert(one, pairs[0].1.as_raw_fd());
+        rx.conns.insert(three, pairs[2].1.as_raw_fd());
+        for c in [one, two, three] {
+            rx.conns.wait(c);
+        }
         let e = rx
             .rearm_waiting()
             .expect_err("connection 2 cannot be armed");
         assert!(format!("{e}").contains("#2"), "{e}");
         assert!(rx.ring.is_armed(1));
         assert_eq!(
-            rx.rearm,
+            rx.conns.waiting(),
             [two, three],
             "the failed one and the rest still wait"
         );
         // Once the failed one is gone, the next poll's re-arm takes the rest.
         assert!(rx.remove(two));
         rx.rearm_waiting().expect("re-arm");
-        assert!(rx.rearm.is_empty());
+        assert!(!rx.conns.any_waiting());
         assert!(rx.ring.is_armed(3), "connection 3 receives again");
         drop(rx);
         drop(pairs);

@@ -40,12 +40,12 @@
 //! asked for at registration) say how many were copied, and where there are none the bytes
 //! are counted as unknown ([`super::RxStats::unknown_copy_bytes`]), never as zero-copy.
 
+use super::conns::{Conns, OnRearmError};
 use super::copy::recv_error;
 use super::{ConnId, Ctx, DeviceSlice, Location, RxBackend, RxConfig, RxMode};
 use crate::error::{Error, Result};
 use crate::remedy::Remedy;
 use crate::text::{Call, Field, Piece, Term, Text};
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, RawFd};
 use std::sync::Arc;
@@ -202,26 +202,14 @@ fn rq_entries_for(len: u64) -> u32 {
     (pages.clamp(1, u64::from(ZCRX_MAX_RQ_ENTRIES)) as u32).next_power_of_two()
 }
 
-/// What happens to the completions of a connection that is no longer received.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Detached {
-    /// Removed by the application: report it closable at the final completion.
-    Removed,
-    /// Failed (protocol violation) and cancelled: drop its completions, report nothing more.
-    Failed,
-}
-
 /// The `zcrx` backend.
 #[derive(Debug)]
 pub(super) struct ZcrxBackend {
     rx: ZcrxReceiver,
     target: Target,
-    /// Connections receiving (armed, or waiting to be re-armed).
-    fds: HashMap<ConnId, RawFd>,
-    /// Connections whose request the kernel ended (ENOSPC, ENOMEM, EINTR), oldest first.
-    rearm: Vec<ConnId>,
-    /// Connections whose request was cancelled and whose final completion is awaited.
-    detached: HashMap<ConnId, Detached>,
+    /// The connections: receiving, waiting to be re-armed (the kernel ended their request:
+    /// ENOSPC, ENOMEM, EINTR), or cancelled and waiting for their final completion.
+    conns: Conns,
     /// Receiving is paused for want of buffers (counted once per pause).
     starving: bool,
     done: Vec<ZcrxCompletion>,
@@ -317,9 +305,7 @@ impl ZcrxBackend {
         Ok(ZcrxBackend {
             rx,
             target,
-            fds: HashMap::new(),
-            rearm: Vec::new(),
-            detached: HashMap::new(),
+            conns: Conns::default(),
             starving: false,
             done: Vec::new(),
             device,
@@ -371,13 +357,7 @@ impl ZcrxBackend {
         .map_err(|e| refusal(target, e, Some(len)))
     }
 
-    fn arm(&mut self, conn: ConnId) -> Result<()> {
-        let fd = *self.fds.get(&conn).ok_or_else(|| {
-            Error::io(
-                format!("arming connection {conn}"),
-                io::Error::from_raw_os_error(libc::ENOENT),
-            )
-        })?;
+    fn arm(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
         let source = self.source();
         self.rx.arm(fd, conn.0).map_err(|e| {
             Error::io(
@@ -409,43 +389,37 @@ impl ZcrxBackend {
     /// kernel would end it again at once): they wait for the application to give some back.
     /// A connection that cannot be re-armed has failed (the others go on).
     fn rearm_waiting(&mut self, ctx: &mut Ctx<'_>) {
-        if self.rearm.is_empty() || self.rx.core().stats().bufs_in_kernel == 0 {
+        if !self.conns.any_waiting() || self.rx.core().stats().bufs_in_kernel == 0 {
             return;
         }
-        for conn in std::mem::take(&mut self.rearm) {
-            if !self.fds.contains_key(&conn) {
-                continue;
-            }
-            match self.arm(conn) {
-                Ok(()) => ctx.stats.rearms += 1,
-                Err(e) => {
-                    self.fds.remove(&conn);
-                    ctx.failed(conn, e);
-                }
-            }
+        let mut conns = std::mem::take(&mut self.conns);
+        let (rearmed, failed) =
+            conns.rearm_waiting(OnRearmError::FailConnection, |conn, fd| self.arm(conn, fd));
+        self.conns = conns;
+        ctx.stats.rearms += rearmed;
+        for (conn, e) in failed.unwrap_or_default() {
+            ctx.failed(conn, e);
         }
     }
 
     fn complete(&mut self, ctx: &mut Ctx<'_>, c: ZcrxCompletion) {
         let conn = ConnId(c.cqe.user_data);
-        if let Some(&d) = self.detached.get(&conn) {
+        // The bookkeeping disarms a request at its final completion.
+        let ended = !self.rx.is_armed(conn.0);
+        if let Some(closable) = self.conns.detached_completion(conn, ended) {
             // Data that raced the cancel goes back at once; the socket is done with.
             if let Ok(RxEvent::Data { frag, .. }) = c.event {
                 let _ = self.rx.release(frag);
             }
-            // The bookkeeping disarms a request at its final completion.
-            if !self.rx.is_armed(conn.0) {
-                self.detached.remove(&conn);
-                if d == Detached::Removed {
-                    ctx.closable.push(conn);
-                }
+            if closable {
+                ctx.closable.push(conn);
             }
             return;
         }
         match c.event {
             Ok(RxEvent::Data { frag, more, .. }) => {
-                if !self.fds.contains_key(&conn) {
-                    // Not ours to lend (cannot happen: every armed request is in `fds` or
+                if !self.conns.contains(conn) {
+                    // Not ours to lend (cannot happen: every armed request is receiving or
                     // detached); give it straight back.
                     let _ = self.rx.release(frag);
                     return;
@@ -465,11 +439,11 @@ impl ZcrxBackend {
                 let copied = self.rx.ifq().is_nodev();
                 ctx.deliver_unsplit(conn, frag.off, frag.len as usize, loc, copied);
                 if !more {
-                    self.rearm.push(conn);
+                    self.conns.wait(conn);
                 }
             }
             Ok(RxEvent::Eof { .. }) => {
-                self.fds.remove(&conn);
+                self.conns.end(conn);
                 ctx.eof(conn);
             }
             // `Done` ends a request with a byte limit; zcnet arms without one, so treat it as a
@@ -480,25 +454,23 @@ impl ZcrxBackend {
                 errno: libc::ENOMEM,
                 ..
             }) if self.device.is_some() => {
-                if self.fds.remove(&conn).is_some() {
+                if self.conns.end(conn) {
                     ctx.failed(conn, request_error(conn, libc::ENOMEM, true));
                 }
             }
-            Ok(RxEvent::Rearm { .. }) | Ok(RxEvent::Done { .. }) => self.rearm.push(conn),
+            Ok(RxEvent::Rearm { .. }) | Ok(RxEvent::Done { .. }) => self.conns.wait(conn),
             Ok(RxEvent::Error { errno, .. }) => {
-                if self.fds.remove(&conn).is_some() {
+                if self.conns.end(conn) {
                     ctx.failed(conn, request_error(conn, errno, self.device.is_some()));
                 }
             }
             Err(e) => {
                 // A completion that contradicts the protocol: nothing was recorded for it.
                 // Stop this connection (cancel if the request goes on) and say so.
-                if self.fds.remove(&conn).is_none() {
+                let rx = &mut self.rx;
+                let armed = rx.is_armed(conn.0);
+                if !self.conns.fail(conn, armed, || rx.cancel(conn.0).is_ok()) {
                     return;
-                }
-                self.rearm.retain(|&r| r != conn);
-                if self.rx.is_armed(conn.0) && self.rx.cancel(conn.0).is_ok() {
-                    self.detached.insert(conn, Detached::Failed);
                 }
                 ctx.failed(
                     conn,
@@ -518,28 +490,21 @@ impl RxBackend for ZcrxBackend {
     }
 
     fn add(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
-        self.fds.insert(conn, fd);
-        if let Err(e) = self.arm(conn) {
-            self.fds.remove(&conn);
+        self.conns.insert(conn, fd);
+        if let Err(e) = self.arm(conn, fd) {
+            self.conns.end(conn);
             return Err(e);
         }
         Ok(())
     }
 
     fn remove(&mut self, conn: ConnId) -> bool {
-        self.fds.remove(&conn);
-        self.rearm.retain(|&c| c != conn);
-        if self.rx.is_armed(conn.0) && self.rx.cancel(conn.0).is_ok() {
-            self.detached.insert(conn, Detached::Removed);
-            return false;
-        }
-        // Not armed (ended already, or waiting for a re-arm), or the cancel could not be queued:
-        // the kernel holds its own reference to the socket for a request still running, so the
-        // fd may close; completions that still come are given back unread.
-        if self.rx.is_armed(conn.0) {
-            self.detached.insert(conn, Detached::Failed);
-        }
-        true
+        // Not armed (ended already, or waiting for a re-arm), or the cancel could not be
+        // queued: the kernel holds its own reference to the socket for a request still running,
+        // so the fd may close; completions that still come are given back unread.
+        let rx = &mut self.rx;
+        let armed = rx.is_armed(conn.0);
+        self.conns.remove(conn, armed, || rx.cancel(conn.0).is_ok())
     }
 
     fn release(&mut self, key: u64, len: usize) {
