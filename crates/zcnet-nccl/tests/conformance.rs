@@ -736,7 +736,7 @@ fn stats_files() {
 fn lab_namespaces() {
     zcnet_testkit::require_root("the lab leg: two network namespaces over veth");
     zcnet_testkit::require_tool("ip", "the lab leg runs the receiver with `ip netns exec`");
-    let mut lab = zcnet_tools::lab::Lab::new().expect("lab");
+    let mut lab = zcnet_lab::Lab::new().expect("lab");
     let v = lab.veth().expect("veth");
     let mut c = Command::new("ip");
     c.args(["netns", "exec", &v.a])

@@ -1,8 +1,8 @@
 //! The plugin's overhead, measured in one run: throughput through the plugin (`dlopen`ed, the
 //! v12 table, driven as NCCL drives it: `outstanding` isends and irecvs, test() polling) against
 //! zcnet's own sender on the same path (loopback TCP), the same mode and message size
-//! (`zcnet_tools::bench::send_for`, bench tx's caller of the send loop `zcnet send` shares,
-//! into a receiver draining the stream with recv()). Each plugin configuration runs in a process of its own
+//! ([`send_for`]: bench tx's send loop, the one `zcnet send` shares, rebuilt here so that the
+//! plugin's tests do not depend on the tools, into a receiver draining the stream with recv()). Each plugin configuration runs in a process of its own
 //! (the `ZCNET_NCCL_*` knobs are read once per process); CPU is the process's user + system
 //! time per GB moved, both ends together.
 //!
@@ -67,6 +67,45 @@ fn rate(bytes: u64, secs: f64, cpu: f64) -> Rate {
     )
 }
 
+/// Reads a TCP stream to its end; the bytes it held.
+fn drain(s: &mut std::net::TcpStream) -> u64 {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0u64;
+    loop {
+        match std::io::Read::read(s, &mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("drain after {got} B: {e}"),
+        }
+    }
+}
+
+/// zcnet's own sender driven as bench tx drives it (zcnet-tools' `bench::send_for` and its
+/// send loop): a buffer from the sender, sent whole, until `duration` is over; each buffer is
+/// written once with bytes that do not compress and sent as it is from then on.
+fn send_for(sock: zcnet::Socket, tcfg: &zcnet::TxConfig, duration: Duration) -> zcnet::TxStats {
+    let len = zcnet::tx::region_len(tcfg);
+    let region = zcnet::Region::new(zcnet::MemoryKind::Anonymous, len).expect("region");
+    let mut tx = zcnet::Sender::new(sock, region, tcfg).expect("sender");
+    let mut filled: Vec<bool> = Vec::new();
+    let deadline = Instant::now() + duration;
+    while Instant::now() < deadline {
+        let mut b = tx.buffer().expect("buffer");
+        let id = b.id() as usize;
+        if filled.len() <= id {
+            filled.resize(id + 1, false);
+        }
+        if !filled[id] {
+            let bytes = b.bytes_mut().expect("host memory");
+            zcnet::Pattern::new(0x2c6e_6574).fill(0, bytes);
+            filled[id] = true;
+        }
+        tx.send(b, tcfg.buf_size).expect("send");
+    }
+    tx.finish().expect("finish")
+}
+
 /// zcnet's own sender with `tx` into a draining receiver over loopback.
 fn baseline(tx: &str, size: usize) -> Rate {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
@@ -74,9 +113,7 @@ fn baseline(tx: &str, size: usize) -> Rate {
     let cpu0 = zcnet::os::process_cpu_seconds();
     let drain = std::thread::spawn(move || {
         let (mut s, _) = l.accept().expect("accept");
-        zcnet_tools::bench::drain_stream(&mut s, None, None, &zcnet::Cancel::new())
-            .expect("drain")
-            .bytes
+        drain(&mut s)
     });
     let sock = std::net::TcpStream::connect(addr).expect("connect");
     let mode = zcnet::TxMode::parse(tx).expect("mode");
@@ -86,13 +123,7 @@ fn baseline(tx: &str, size: usize) -> Rate {
     // Exactly as many in flight as the plugin keeps: no window's worth of extra buffers.
     tcfg.inflight = outstanding(size);
     tcfg.window = 0;
-    let (st, _) = zcnet_tools::bench::send_for(
-        sock.into(),
-        &tcfg,
-        zcnet::MemoryKind::Anonymous,
-        Duration::from_secs_f64(secs()),
-    )
-    .expect("send");
+    let st = send_for(sock.into(), &tcfg, Duration::from_secs_f64(secs()));
     let got = drain.join().expect("drain thread");
     let wall = t.elapsed().as_secs_f64();
     assert_eq!(got, st.bytes, "the receiver got what was sent");

@@ -1,6 +1,6 @@
 //! The workspace's layering, checked on its sources: no crate's top-level modules import each
-//! other in a circle, and only the crates below the library (and the benchmarks' raw loops)
-//! depend on the unsafe sys crate.
+//! other in a circle, and only the crates below the library (and the benchmarks' raw loops and
+//! the namespace lab, beside it) depend on the unsafe sys crate.
 //!
 //! A module's imports are the paths its non-test code names: `crate::m`, `crate::{m, …}`,
 //! `super::…` chains that reach the crate root, and the root's re-exports (`crate::Error` is the
@@ -12,9 +12,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// The crates that may depend on zcnet-sys: the library, the netlink crate below it, and the
-/// raw loops the benchmarks measure the library against.
-const SYS_USERS: [&str; 3] = ["zcnet", "zcnet-netlink", "zcnet-rawbench"];
+/// The crates that may depend on zcnet-sys: the library, the netlink crate below it, the raw
+/// loops the benchmarks measure the library against, and the namespace lab (beside the library,
+/// not above it: the library's own tests use it, so it cannot use zcnet's API; it takes setns,
+/// its one unsafe call, and the root check from zcnet-sys's safe wrappers).
+const SYS_USERS: [&str; 4] = ["zcnet", "zcnet-netlink", "zcnet-rawbench", "zcnet-lab"];
 
 fn crates_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -249,4 +249,13 @@ fn each_zero_copy_mode_gets_its_raw_loop_on_the_sink() {
     }
 }
 
+/// A path the bench does not know is the caller's mistake, refused in one line (moved here from
+/// zcnet's send conformance suite, whose tests do not depend on the tools).
+#[zcnet_testkit::test]
+fn an_unknown_bench_path_is_a_caller_mistake() {
+    let e = zcnet_tools::bench::PathKind::parse("wifi").unwrap_err();
+    assert!(e.is_caller_mistake(), "{e:?}");
+    assert!(!e.to_string().contains('\n'), "{e}");
+}
+
 zcnet_testkit::main!();

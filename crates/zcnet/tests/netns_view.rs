@@ -9,7 +9,7 @@
 use zcnet::nic::{LiveNic, NicControl};
 use zcnet::probe::{probe, IfaceKind, ProbeOptions};
 use zcnet::Error;
-use zcnet_tools::lab::{self, Lab};
+use zcnet_lab::{self as lab, Lab};
 
 /// Devices of the root namespace that a lab namespace does not have.
 const ROOT_ONLY: [&str; 3] = ["eth0", "ifb0", "ifb1"];
@@ -18,7 +18,7 @@ const ROOT_ONLY: [&str; 3] = ["eth0", "ifb0", "ifb1"];
 fn a_thread_in_a_lab_namespace_sees_that_namespaces_interfaces() {
     let mut lab = match Lab::new() {
         Ok(l) => l,
-        Err(Error::NotRoot { .. }) => {
+        Err(lab::Error::NotRoot { .. }) => {
             zcnet_testkit::skip(zcnet_testkit::Need::Root, "network namespaces for the lab")
         }
         Err(e) => panic!("lab: {e}"),

@@ -2,6 +2,8 @@
 //! connection; buffers go back when dropped; slow consumers are counted, not stalled silently.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -256,13 +258,7 @@ fn received_buffers_are_sent_on_without_a_copy() {
     let (out, far) = pair(&l);
     let check = thread::spawn(move || {
         let mut far = far;
-        zcnet_tools::bench::drain_stream(
-            &mut far,
-            Some(Pattern::new(31)),
-            None,
-            &zcnet::Cancel::new(),
-        )
-        .unwrap()
+        common::drain_stream(&mut far, Some(Pattern::new(31))).unwrap()
     });
     let mut tcfg = TxConfig::new(TxMode::UringZc);
     tcfg.stall_timeout = Duration::from_secs(10);

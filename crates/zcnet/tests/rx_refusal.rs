@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use zcnet::rx::{Receiver, RxConfig, RxMode};
 use zcnet::{Error, Pattern};
-use zcnet_tools::lab;
+use zcnet_lab as lab;
 
 fn cfg(mode: RxMode, iface: Option<&str>) -> RxConfig {
     let mut c = RxConfig::new(mode);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use zcnet::xsk::{interface_mac, Xsk, XskConfig, XskMode};
 use zcnet::{Error, Region};
 use zcnet_core::udp_frame::{parse_udp, parse_udp_partial_csum, UdpFlow};
-use zcnet_tools::lab::{self, VethPath};
+use zcnet_lab::{self as lab, VethPath};
 
 const PORT: u16 = 47_000;
 const OTHER_PORT: u16 = 47_001;

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use zcnet::xsk::{interface_mac, RxFrame, TxFrame, Xsk, XskConfig, XskMode, XskStats};
 use zcnet::{Error, Region};
 use zcnet_core::udp_frame::{parse_udp, UdpFlow};
-use zcnet_tools::lab::VethPath;
+use zcnet_lab::VethPath;
 
 const PORT: u16 = 47_100;
 const OTHER_PORT: u16 = 47_101;
@@ -241,7 +241,7 @@ fn one_umem_on_two_queues_and_another_device_every_frame_once() {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (got, rx_stats, tx_stats) = std::thread::scope(|s| {
         let rx = s.spawn(|| {
-            zcnet_tools::lab::enter(&p.b).unwrap();
+            zcnet_lab::enter(&p.b).unwrap();
             let c0 = cfg(0, 128, 0);
             let first = open_first("vB2", &c0, 2);
             assert_eq!(first.unassigned_frames(), 128);

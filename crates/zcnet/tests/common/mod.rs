@@ -5,9 +5,12 @@
 
 pub mod fake_nic;
 
+use std::io::Read;
+use std::net::TcpStream;
 use std::sync::{Mutex, MutexGuard};
-use zcnet::Error;
-use zcnet_tools::lab::{self, Lab, VethPath};
+use zcnet::net::RecvReport;
+use zcnet::Pattern;
+use zcnet_lab::{self as lab, Lab, VethPath};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -29,7 +32,7 @@ pub fn veth_lab() -> (Lab, VethPath) {
             let p = lab.veth().unwrap();
             (lab, p)
         }
-        Err(Error::NotRoot { .. }) => {
+        Err(lab::Error::NotRoot { .. }) => {
             zcnet_testkit::skip(zcnet_testkit::Need::Root, "network namespaces for the lab")
         }
         Err(e) => panic!("lab: {e}"),
@@ -46,6 +49,27 @@ pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
         .join()
         .unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
+}
+
+/// Reads a TCP stream to its end (the peer of the send tests, no receive backend); with
+/// `verify`, checks every byte against the pattern from offset 0, failing at the first
+/// mismatch. The bytes and reads it took (its `seconds` stay 0).
+pub fn drain_stream(stream: &mut TcpStream, verify: Option<Pattern>) -> zcnet::Result<RecvReport> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut rep = RecvReport::default();
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => return Ok(rep),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(zcnet::Error::io(format!("recv after {} B", rep.bytes), e)),
+        };
+        if let Some(p) = verify {
+            p.verify(rep.bytes, &buf[..n])?;
+        }
+        rep.bytes += n as u64;
+        rep.reads += 1;
+    }
 }
 
 /// Payload of test frame `seq`: the sequence number, then `seq * step % max` bytes of the
