@@ -1,12 +1,13 @@
-//! The NCCL plugin's receive side: chunk headers off the wire (`ChunkHeader::decode`, any 40
-//! bytes, any limits) and the matching of chunks to posted receives (`RecvMatch`) under
-//! arbitrary headers, posts, landings and takes. After every step `RecvMatch::check()` holds;
+//! The NCCL plugin's receive side (zcnet-nccl's sans-IO `proto`; the crate's library name is
+//! `nccl_net_zcnet`): chunk headers off the wire (`ChunkHeader::decode`, any 40 bytes, any
+//! limits) and the matching of chunks to posted receives (`RecvMatch`) under arbitrary
+//! headers, posts, landings and takes. After every step `RecvMatch::check()` holds;
 //! a decoded header re-encodes to the same bytes and is within its limits; a chunk goes `Into`
 //! a posted receive at its own offset; a receive completes once and its sizes are taken once.
 
 use crate::input::Input;
+use nccl_net_zcnet::proto::{ChunkHeader, Placement, RecvMatch, HEADER_LEN};
 use std::collections::BTreeSet;
-use zcnet_core::nccl::{ChunkHeader, Placement, RecvMatch, HEADER_LEN};
 
 fn header(inp: &mut Input<'_>, next: u64) -> ChunkHeader {
     let total = match inp.u8() % 4 {

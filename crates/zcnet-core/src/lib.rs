@@ -35,7 +35,7 @@
 //!   XDP program as instructions), [`udp_frame`] (Ethernet / IPv4 / UDP frames), [`tpacket`]
 //!   (AF_PACKET mmap rings).
 //! - payloads and protocols: [`pattern`] (the seeded byte pattern), [`dgram`] (UDP datagrams
-//!   checked against it), [`nccl`] (the NCCL plugin's chunking and matching).
+//!   checked against it).
 //! - [`probe`]: the probe's verdict rules: facts in, a verdict, reason and remedy out.
 //! - [`text`](mod@text): messages as data: words and typed terms (settings, modes, memory kinds, calls)
 //!   that each front end renders in its own language.
@@ -47,7 +47,6 @@ pub mod devmem;
 pub mod dgram;
 pub mod errqueue;
 pub mod memlock;
-pub mod nccl;
 pub mod pattern;
 pub mod probe;
 pub mod rxring;

@@ -1,5 +1,5 @@
 //! The data path: a send comm and a receive comm over several TCP sockets. The chunking and
-//! matching are `zcnet_core::nccl` (sans-IO); the backends move bytes between NCCL's buffers and
+//! matching are [`crate::proto`] (sans-IO); the backends move bytes between NCCL's buffers and
 //! the sockets and are driven from `isend`/`irecv`/`test` (no thread of their own, so nothing
 //! spins when NCCL is idle):
 //!
@@ -11,11 +11,11 @@ pub mod uring;
 
 use crate::devices::{RxMode, TxMode};
 use crate::error::{PluginError, Result};
+use crate::proto::{RecvMatch, SendSched};
 use crate::stats::Counters;
 use std::collections::HashMap;
 use std::net::TcpStream;
 use zcnet::engine::ForeignBuf;
-use zcnet_core::nccl::{RecvMatch, SendSched};
 
 /// Largest message (what `maxP2pBytes` announces).
 pub const MAX_MESSAGE: u64 = crate::abi::MAX_NET_SIZE as u64;
@@ -97,7 +97,7 @@ impl<B, R> Requests<B, R> {
 pub(crate) fn post_send(sched: &mut SendSched, id: u64, tag: i32, len: usize) -> Result<bool> {
     match sched.post(id, tag, len as u64) {
         Ok(_) => Ok(true),
-        Err(zcnet_core::nccl::SendError::TooMany { .. }) => Ok(false),
+        Err(crate::proto::SendError::TooMany { .. }) => Ok(false),
         Err(e) => Err(PluginError::Internal(format!("isend: {e}"))),
     }
 }

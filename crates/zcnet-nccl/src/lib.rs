@@ -14,9 +14,13 @@
 //!            ┌─────────────┼──────────────────┐
 //!            ▼             ▼                  ▼
 //!          conn          data               devices / knobs (ZCNET_NCCL_*)
-//!   listen/connect/   SendComm/RecvComm ──► zcnet_core::nccl (chunking, in-order matching)
+//!   listen/connect/   SendComm/RecvComm ──► proto (chunking, in-order matching; sans-IO)
 //!   accept, no block  N TCP sockets per connection; each chunk to whichever socket is free
 //! ```
+//!
+//! [`proto`] is the wire protocol and the send / receive state machines, sans-IO (no syscalls):
+//! [`data`] drives them over the sockets, the unit tests and the `nccl_recv` fuzz target over
+//! simulated ones.
 //!
 //! Progress happens inside `isend`, `irecv` and `test`: no thread of the plugin runs (or spins)
 //! while NCCL is idle. Knobs: `ZCNET_NCCL_IFACE` (else `NCCL_SOCKET_IFNAME`), `ZCNET_NCCL_NSOCKS`
@@ -35,6 +39,7 @@ pub mod error;
 mod exports;
 pub mod handle;
 mod log;
+pub mod proto;
 pub mod stats;
 
 // The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.

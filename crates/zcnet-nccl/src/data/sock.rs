@@ -3,12 +3,12 @@
 
 use super::{would_block, Backend, RecvBackend, Requests, SendBackend, MAX_MESSAGE, MAX_RECVS};
 use crate::error::{PluginError, Result};
+use crate::proto::{ChunkHeader, Placement, RecvMatch, SendChunk, SendSched, HEADER_LEN};
 use crate::stats::Counters;
 use std::io::Read;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use zcnet::engine::ForeignBuf;
-use zcnet_core::nccl::{ChunkHeader, Placement, RecvMatch, SendChunk, SendSched, HEADER_LEN};
 
 /// A socket's send in progress: a chunk and how much of header + payload is written.
 #[derive(Debug)]

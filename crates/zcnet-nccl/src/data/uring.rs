@@ -21,6 +21,7 @@
 use super::{check_closed, Backend, RecvBackend, Requests, SendBackend, MAX_MESSAGE, MAX_RECVS};
 use crate::devices::TxMode;
 use crate::error::{PluginError, Result};
+use crate::proto::{ChunkHeader, Placement, RecvMatch, SendChunk, SendSched, HEADER_LEN};
 use crate::stats::Counters;
 use std::collections::{HashMap, HashSet};
 use std::net::TcpStream;
@@ -28,7 +29,6 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet::engine::{Engine, Event, ForeignBuf, ForeignMr, Lease, Op, Outcome, Request};
-use zcnet_core::nccl::{ChunkHeader, Placement, RecvMatch, SendChunk, SendSched, HEADER_LEN};
 use zcnet_core::AutoPolicy;
 
 /// Fixed-buffer slots per send comm (NCCL registers a few buffers per connection).

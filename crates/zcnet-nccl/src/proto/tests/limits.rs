@@ -2,7 +2,7 @@
 
 use super::*;
 
-#[test]
+#[zcnet_testkit::test]
 fn thirty_two_outstanding_and_the_thirty_third_refused() {
     let mut tx = SendSched::new(1 << 19, 32);
     for id in 0..32 {
@@ -53,7 +53,7 @@ fn thirty_two_outstanding_and_the_thirty_third_refused() {
     assert_eq!(tx.post(101, 0, 0), Err(SendError::TooMany { max: 32 }));
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn chunks_far_ahead_or_never_placed_are_refused() {
     let mut rx = RecvMatch::new(32, 8);
     assert_eq!(
@@ -109,7 +109,7 @@ fn chunks_far_ahead_or_never_placed_are_refused() {
     rx.check().unwrap();
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn send_completions_are_checked() {
     let mut tx = SendSched::new(4, 8);
     tx.post(1, 7, 6).unwrap();

@@ -5,10 +5,10 @@
 //! copied into simulated buffers.
 
 use super::*;
-use crate::pattern::Pattern;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, VecDeque};
+use zcnet_core::pattern::Pattern;
 
 mod run;
 
@@ -245,7 +245,7 @@ impl<'a> Sim<'a> {
 /// nothing is left in the books at the end. The runs must have waited, also with a buffer
 /// free (a later message announced before an earlier one), sent zero-byte messages and
 /// received into buffers larger than the message.
-#[test]
+#[zcnet_testkit::test]
 fn simulated_connections_deliver_everything() {
     let config = Config {
         cases: 300,

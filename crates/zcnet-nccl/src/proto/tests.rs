@@ -76,7 +76,7 @@ fn header() -> impl Strategy<Value = ChunkHeader> {
 }
 
 proptest! {
-    #[test]
+    #[zcnet_testkit::test]
     fn wire_round_trip(h in header()) {
         let b = h.encode();
         prop_assert_eq!(b.len(), HEADER_LEN);
@@ -87,7 +87,7 @@ proptest! {
     }
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn wire_layout_is_little_endian() {
     let b = hdr(-2, 0x0102, 0x0304, 0x0206, 0xfe).encode();
     let want: [u8; HEADER_LEN] = [
@@ -98,7 +98,7 @@ fn wire_layout_is_little_endian() {
 }
 
 /// Each rejection, with its message.
-#[test]
+#[zcnet_testkit::test]
 fn wire_rejects_garbage() {
     let good = hdr(7, 3, 100, 40, 60);
     let dec = |b: &[u8; HEADER_LEN]| ChunkHeader::decode(b, 64, 1000);

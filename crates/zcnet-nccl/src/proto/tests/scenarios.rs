@@ -2,7 +2,7 @@
 
 use super::*;
 
-#[test]
+#[zcnet_testkit::test]
 fn zero_byte_messages_are_one_empty_chunk() {
     let mut tx = SendSched::new(4, 8);
     assert_eq!(
@@ -47,7 +47,7 @@ fn zero_byte_messages_are_one_empty_chunk() {
 }
 
 /// The buffer may be larger than the message; the chunks of one message land in any order.
-#[test]
+#[zcnet_testkit::test]
 fn receive_larger_than_send_reports_the_message_size() {
     let mut rx = RecvMatch::new(32, 8);
     rx.post(3, &[(0, 100)]).unwrap();
@@ -65,7 +65,7 @@ fn receive_larger_than_send_reports_the_message_size() {
 /// Tags choose the buffer within the first receive: the first unassigned one with the tag.
 /// A receive completes only when every buffer has its whole message; the next receive takes
 /// messages as soon as the first is wholly assigned.
-#[test]
+#[zcnet_testkit::test]
 fn grouped_receive_matches_by_tag_whatever_the_order() {
     let mut rx = RecvMatch::new(32, 8);
     rx.post(7, &[(1, 10), (2, 10), (3, 10), (2, 20)]).unwrap();
@@ -106,7 +106,7 @@ fn grouped_receive_matches_by_tag_whatever_the_order() {
     rx.check().unwrap();
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn message_larger_than_its_buffer_is_refused() {
     let mut rx = RecvMatch::new(32, 8);
     rx.post(1, &[(5, 9)]).unwrap();
@@ -132,7 +132,7 @@ fn message_larger_than_its_buffer_is_refused() {
 }
 
 /// No out-of-order matching across receives: a tag that only a later receive has is an error.
-#[test]
+#[zcnet_testkit::test]
 fn tag_matching_no_buffer_of_the_first_receive_is_refused() {
     let mut rx = RecvMatch::new(32, 8);
     rx.post(1, &[(1, 8), (1, 8)]).unwrap();
@@ -155,7 +155,7 @@ fn tag_matching_no_buffer_of_the_first_receive_is_refused() {
     assert_eq!(rx.place(&hdr(1, 0, 8, 0, 8)), r, "stops every place()");
 }
 
-#[test]
+#[zcnet_testkit::test]
 fn inconsistent_chunks_of_one_message_are_refused() {
     let mut rx = RecvMatch::new(32, 8);
     assert_eq!(rx.place(&hdr(4, 0, 100, 0, 10)), Ok(Placement::Wait));
@@ -209,7 +209,7 @@ fn inconsistent_chunks_of_one_message_are_refused() {
 
 /// Placing the same chunk again is the same placement; any other chunk overlapping a placed
 /// or landed range is refused, and so is any chunk of a message received in full.
-#[test]
+#[zcnet_testkit::test]
 fn overlapping_chunks_are_refused() {
     let mut rx = RecvMatch::new(32, 8);
     rx.post(1, &[(0, 16)]).unwrap();

@@ -23,7 +23,9 @@
 //!
 //! `wire` is the chunk header (every chunk carries the message's seq, tag and total),
 //! `send` the sender's chunking, `recv` the receiver's matching. All three only keep
-//! books: the I/O layer moves the bytes.
+//! books: the I/O layer ([`crate::data`]) moves the bytes. This module is sans-IO: no
+//! syscalls, no clocks, no `unsafe`, so its tests (and the `nccl_recv` fuzz target) drive it
+//! with simulated sockets.
 //!
 //! # Why waiting cannot deadlock
 //!
@@ -54,6 +56,7 @@
 //! among them (the limit of 32 pending receives is never what blocks). Chunks of later
 //! messages that wait meanwhile hold only their own sockets, which carry nothing `c` needs. A
 //! tag or size mismatch is not a wait but an error ([`RecvError`]).
+#![forbid(unsafe_code)]
 
 mod recv;
 mod send;
