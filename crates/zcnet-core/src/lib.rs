@@ -45,6 +45,7 @@
 pub mod auto;
 pub mod devmem;
 pub mod dgram;
+pub mod driver;
 pub mod errqueue;
 pub mod memlock;
 pub mod pattern;
@@ -63,6 +64,7 @@ pub mod zc_ranges;
 
 pub use auto::{AutoPolicy, Mode, Switch};
 pub use devmem::DeviceFrag;
+pub use driver::{Asked, Refusal, SendDriver, StallClock};
 pub use pattern::{Mismatch, Pattern};
 pub use sendzc::{Counts, Kind, Outcome, ReqState, Step, TrackerError};
 pub use stats::TxStats;

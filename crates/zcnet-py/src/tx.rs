@@ -40,8 +40,6 @@ const DEVICE_PIECE: usize = 4 << 20;
 #[pyclass(module = "zcnet")]
 pub(crate) struct Sender {
     inner: Mutex<Option<Leg>>,
-    /// The library's stall timeout, applied by the binding's own bounded waits too.
-    stall_timeout: Duration,
     /// A UDP sender: each `send` is one datagram of at most `chunk` bytes.
     datagrams: bool,
     /// Bytes sent from CUDA device memory.
@@ -117,135 +115,29 @@ fn stats_dict<'py>(
     Ok(d)
 }
 
-/// How the binding waits for the kernel to give a buffer back, in bounded steps.
-///
-/// The library's own waits (`Sender::buffer`, `flush`, `finish`) end only when a buffer comes
-/// back, at its stall timeout, or when the caller's cancel token (`TxConfig::cancel`) is
-/// cancelled, which Python's signal handling does not do: the binding waits in bounded steps
-/// itself so that Ctrl-C is checked between them.
-#[derive(Debug)]
-struct Waiter {
-    /// Steps taken since the last buffer came back.
-    steps: u32,
-    /// The current sleep of an io_uring mode whose socket is writable.
-    backoff: Duration,
-}
-
-/// io_uring modes first retry this many times at once (each retry enters the ring, which runs
-/// the sends' pending work and posts their completions) before they wait.
-const SPINS: u32 = 64;
-
-impl Waiter {
-    fn new() -> Self {
-        Waiter {
-            steps: 0,
-            backoff: Duration::from_micros(20),
-        }
-    }
-
-    /// A buffer came back.
-    fn reset(&mut self) {
-        self.steps = 0;
-        self.backoff = Duration::from_micros(20);
-    }
-
-    /// Waits a little, at most until `until`, for the kernel to give a buffer back (a
-    /// completion or a zero-copy notification).
-    fn wait(&mut self, tx: &zcnet::Sender, until: Instant) {
-        use std::os::fd::AsRawFd;
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        self.steps += 1;
-        let wait = Duration::from_millis(left.as_millis().clamp(1, 10) as u64);
-        let fd = tx.socket().as_raw_fd();
-        match tx.mode() {
-            // Notifications arrive on the socket's error queue, which POLLERR reports (asked
-            // for or not): wait on it.
-            TxMode::MsgZerocopy | TxMode::Devmem => {
-                poll(fd, 0, wait);
-            }
-            // io_uring completions come through the ring, which the library does not let the
-            // binding wait on for a bounded time: retry at once a few times, then wait for the
-            // socket to take data (a peer that stops reading blocks here, not in a spin), and
-            // when it does but nothing came back yet, sleep a little, up to 1 ms.
-            _ => {
-                if self.steps <= SPINS {
-                    std::thread::yield_now();
-                } else if poll(fd, libc::POLLOUT, wait) & libc::POLLOUT != 0 {
-                    std::thread::sleep(self.backoff.min(left));
-                    self.backoff = (self.backoff * 2).min(Duration::from_millis(1));
-                }
-            }
-        }
-    }
-}
-
-/// `poll(2)` of one fd for `events` (errors and hang-ups are always reported) for at most
-/// `wait`, through the sys crate's poll; returns the events seen (0 on a timeout, an error or a
-/// signal, which all just end the wait).
-fn poll(fd: std::os::fd::RawFd, events: i16, wait: Duration) -> i16 {
-    // Nothing else stops this wait: it is at most 10 ms, and the caller checks for signals.
-    static NEVER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    match zcnet::os::poll_until(Some((fd, events)), Some(wait), &NEVER, true) {
-        Ok(zcnet::os::Wake::Ready(revents)) => revents,
-        _ => 0,
-    }
-}
-
-/// Where a wait for the kernel stands: since when nothing came back (the sender's stall timeout
-/// applies to that, as in the library's own waits).
-#[derive(Debug, Default)]
-struct Stall {
-    since: Option<Instant>,
-}
-
-impl Stall {
-    fn progress(&mut self) {
-        self.since = None;
-    }
-
-    /// `Err(Stalled)` once nothing came back for `timeout`.
-    fn check(&mut self, tx: &zcnet::Sender, timeout: Duration) -> zcnet::Result<()> {
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() > timeout {
-            return Err(zcnet::Error::Stalled {
-                seconds: timeout.as_secs(),
-                outstanding: tx.outstanding(),
-            });
-        }
-        Ok(())
-    }
-}
-
 /// Sends `len` bytes from `data` in the sender's buffers, for at most one slice; returns the
-/// bytes sent (fewer, even 0, when the slice ended waiting for a buffer).
+/// bytes sent (fewer, even 0, when the slice ended waiting for a buffer). The library's waits
+/// with a deadline ([`zcnet::Sender::buffer_until`]) end at the slice's end, and carry the
+/// stall timeout over the slices.
 fn send_slice(
     tx: &mut zcnet::Sender,
     data: *const u8,
     len: usize,
     chunk: usize,
-    stall: &mut Stall,
-    stall_timeout: Duration,
 ) -> zcnet::Result<usize> {
     let until = Instant::now() + SLICE;
     if tx.mode() == TxMode::Copy {
-        return send_slice_in_place(tx, data, len, chunk, until, stall, stall_timeout);
+        return send_slice_in_place(tx, data, len, chunk, until);
     }
     let mut done = 0;
-    let mut waiter = Waiter::new();
     while done < len {
-        let Some(mut buf) = tx.try_buffer()? else {
-            if Instant::now() >= until {
-                break;
-            }
-            stall.check(tx, stall_timeout)?;
-            waiter.wait(tx, until);
-            continue;
+        let mut buf = match tx.buffer_until(until) {
+            Ok(Some(buf)) => buf,
+            // The slice ended, or a signal ended the wait (the host token ends waits at
+            // signals): the caller looks at the signals and goes on.
+            Ok(None) | Err(zcnet::Error::Interrupted) => break,
+            Err(e) => return Err(e),
         };
-        stall.progress();
-        waiter.reset();
         // SAFETY: the caller guarantees `len` readable bytes at `data` for this call (the
         // exporter's view or capsule is held by the caller).
         let src = unsafe { std::slice::from_raw_parts(data.add(done), len - done) };
@@ -254,7 +146,7 @@ fn send_slice(
             Ok(()) => done += n,
             // A signal (or a slice without room) cut the send short: what of it went is the
             // stream's, the rest is sent again after the signals were looked at.
-            Err(zcnet::Error::Interrupted) => return cut_short(tx, done, stall, stall_timeout),
+            Err(zcnet::Error::Interrupted) => return Ok(cut_short(tx, done)),
             Err(e) => return Err(e),
         }
         if Instant::now() >= until {
@@ -274,21 +166,10 @@ fn host_token() -> zcnet::Cancel {
 /// A slice whose send the library ended early (`Interrupted`: a signal, or a slice without
 /// room in the socket, which the host token ends too): the bytes of the slice that went, `done`
 /// and what of the cut send went ([`zcnet::Sender::last_call_accepted`]); the caller looks at
-/// the signals and goes on from there. Nothing moving for the stall timeout is
-/// [`zcnet::Error::Stalled`] (the library's own stall clock restarts with every call).
-fn cut_short(
-    tx: &zcnet::Sender,
-    done: usize,
-    stall: &mut Stall,
-    stall_timeout: Duration,
-) -> zcnet::Result<usize> {
-    let went = tx.last_call_accepted() as usize;
-    if done + went > 0 {
-        stall.progress();
-    } else {
-        stall.check(tx, stall_timeout)?;
-    }
-    Ok(done + went)
+/// the signals and goes on from there. The library's stall clock runs on over such calls:
+/// nothing moving for the stall timeout is [`zcnet::Error::Stalled`].
+fn cut_short(tx: &zcnet::Sender, done: usize) -> usize {
+    done + tx.last_call_accepted() as usize
 }
 
 /// `send_slice` for the copy mode: `send(2)` copies the caller's bytes into the socket before it
@@ -301,8 +182,6 @@ fn send_slice_in_place(
     len: usize,
     chunk: usize,
     until: Instant,
-    stall: &mut Stall,
-    stall_timeout: Duration,
 ) -> zcnet::Result<usize> {
     let mut done = 0;
     while done < len {
@@ -321,11 +200,8 @@ fn send_slice_in_place(
                 )
             })?;
         match tx.send_lent(lent, 0, n) {
-            Ok(()) => {
-                done += n;
-                stall.progress();
-            }
-            Err(zcnet::Error::Interrupted) => return cut_short(tx, done, stall, stall_timeout),
+            Ok(()) => done += n,
+            Err(zcnet::Error::Interrupted) => return Ok(cut_short(tx, done)),
             Err(e) => return Err(e),
         }
         if Instant::now() >= until {
@@ -337,30 +213,12 @@ fn send_slice_in_place(
 
 /// Waits, for at most one slice, until the kernel holds none of the sender's buffers (every send
 /// completed, every notification arrived); returns whether it does not any more.
-fn flush_slice(
-    tx: &mut zcnet::Sender,
-    stall: &mut Stall,
-    stall_timeout: Duration,
-) -> zcnet::Result<bool> {
-    let until = Instant::now() + SLICE;
-    let mut waiter = Waiter::new();
-    loop {
-        let before = tx.outstanding();
-        tx.submit()?;
-        let now = tx.outstanding();
-        if now == 0 {
-            return Ok(true);
-        }
-        if now < before {
-            stall.progress();
-            waiter.reset();
-        } else {
-            stall.check(tx, stall_timeout)?;
-        }
-        if Instant::now() >= until {
-            return Ok(false);
-        }
-        waiter.wait(tx, until);
+fn flush_slice(tx: &mut zcnet::Sender) -> zcnet::Result<bool> {
+    match tx.flush_until(Instant::now() + SLICE) {
+        // A signal ended the wait (the host token ends waits at signals): the caller looks at
+        // the signals and waits again.
+        Err(zcnet::Error::Interrupted) => Ok(false),
+        r => r,
     }
 }
 
@@ -410,7 +268,6 @@ impl Sender {
         taken.keep()?;
         Ok(Sender {
             inner: Mutex::new(Some(Leg::Host(Box::new(inner)))),
-            stall_timeout: Duration::from_secs_f64(stall_timeout),
             datagrams,
             device_bytes: std::sync::atomic::AtomicU64::new(0),
             chunk: buf_size,
@@ -535,13 +392,10 @@ impl Sender {
     /// Waits, in slices with signals checked between them, until the kernel holds none of the
     /// sender's buffers.
     fn flush_host(&self, py: Python<'_>, tx: &mut zcnet::Sender) -> PyResult<()> {
-        let mut stall = Stall::default();
         loop {
             let t = OnThisThread(&mut *tx);
-            let timeout = self.stall_timeout;
-            let st = OnThisThread(&mut stall);
             let done = py
-                .detach(move || OnThisThread(flush_slice(t.get(), st.get(), timeout)))
+                .detach(move || OnThisThread(flush_slice(t.get())))
                 .get()
                 .map_err(errors::to_py)?;
             if done {
@@ -624,20 +478,15 @@ impl Sender {
         let mut g = self.lock()?;
         let tx = host_leg(py, &mut g)?;
         let mut done = 0;
-        let mut stall = Stall::default();
         while done < len {
             let t = OnThisThread(&mut *tx);
             // SAFETY (of the pointer's use): `data` holds `len` bytes while the caller keeps the
             // exporter's view or capsule, which it does until this returns.
             let d = OnThisThread(data.wrapping_add(done));
             let rest = len - done;
-            let st = OnThisThread(&mut stall);
-            let timeout = self.stall_timeout;
             let chunk = self.chunk;
             let n = py
-                .detach(move || {
-                    OnThisThread(send_slice(t.get(), d.get(), rest, chunk, st.get(), timeout))
-                })
+                .detach(move || OnThisThread(send_slice(t.get(), d.get(), rest, chunk)))
                 .get()
                 .map_err(errors::to_py)?;
             done += n;

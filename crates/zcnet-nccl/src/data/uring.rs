@@ -4,7 +4,7 @@
 //! (`MSG_MORE`) then the payload straight from NCCL's buffer, both `MSG_WAITALL` so a short
 //! result means the connection failed. The payload is `IORING_OP_SEND` (`uring`), or `SEND_ZC`
 //! (`uring-zc`, from a fixed buffer when `regMr` registered the memory), or whichever
-//! `zcnet_core::AutoPolicy` picks from the kernel's notifications (`auto`). The next chunk goes
+//! zcnet-core's send driver picks from the kernel's notifications (`auto`). The next chunk goes
 //! onto a socket once the payload's result arrives (its bytes are in the socket); a send request
 //! completes only when every chunk is in a socket *and* every zero-copy notification for it has
 //! arrived, since until then the kernel may still read NCCL's buffer.
@@ -29,7 +29,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zcnet::engine::{Engine, Event, ForeignBuf, ForeignMr, Lease, Op, Outcome, Request};
-use zcnet_core::AutoPolicy;
+use zcnet_core::{Asked, Refusal, SendDriver};
 
 /// Fixed-buffer slots per send comm (NCCL registers a few buffers per connection).
 const FIXED_SLOTS: u32 = 64;
@@ -110,14 +110,6 @@ enum Head {
     Cancelled,
 }
 
-/// How payloads go out.
-#[derive(Debug)]
-enum Policy {
-    Copy,
-    ZeroCopy,
-    Auto(Box<AutoPolicy>),
-}
-
 /// The sending side over io_uring.
 pub struct UringSend {
     /// First: dropped (cancel, wait) while the sockets are still open.
@@ -138,7 +130,9 @@ pub struct UringSend {
     finished: HashSet<u64>,
     /// Requests in flight per send request id (until their final CQE).
     refs: HashMap<u64, usize>,
-    policy: Policy,
+    /// Zero copy or copy for each payload, and what a refusal means: zcnet-core's send
+    /// driver, the library's sender's too.
+    driver: SendDriver,
     start: Instant,
     /// What it moved, and how.
     pub(crate) stats: Counters,
@@ -148,7 +142,7 @@ impl std::fmt::Debug for UringSend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UringSend")
             .field("ring", &self.ring)
-            .field("policy", &self.policy)
+            .field("driver", &self.driver)
             .finish()
     }
 }
@@ -159,19 +153,19 @@ impl UringSend {
         blocking(&socks)?;
         let zc = ring.supports_send_zc();
         let mut stats = Counters::default();
-        let policy = match mode {
-            TxMode::Uring | TxMode::Copy => Policy::Copy,
-            _ if !zc => {
-                crate::log::warn(&format!(
-                    "ZCNET_NCCL_TX={}: this kernel has no IORING_OP_SEND_ZC (Linux 6.0); sending with IORING_OP_SEND",
-                    mode.name()
-                ));
-                stats.fallback("no SEND_ZC");
-                Policy::Copy
-            }
-            TxMode::UringZc => Policy::ZeroCopy,
-            TxMode::Auto => Policy::Auto(Box::default()),
+        let asked = match mode {
+            TxMode::Uring | TxMode::Copy => Asked::Copy,
+            TxMode::UringZc => Asked::ZeroCopy,
+            TxMode::Auto => Asked::Auto,
         };
+        let driver = SendDriver::new(asked, zc);
+        if driver.refusals().contains(&Refusal::NoSendZc) {
+            crate::log::warn(&format!(
+                "ZCNET_NCCL_TX={}: this kernel has no IORING_OP_SEND_ZC (Linux 6.0); sending with IORING_OP_SEND",
+                mode.name()
+            ));
+            stats.fallback(Refusal::NoSendZc.label());
+        }
         let n = socks.len();
         Ok(UringSend {
             ring,
@@ -184,7 +178,7 @@ impl UringSend {
             reqs: Requests::default(),
             finished: HashSet::new(),
             refs: HashMap::new(),
-            policy,
+            driver,
             start: Instant::now(),
             stats,
         })
@@ -238,11 +232,7 @@ impl UringSend {
 
     fn zero_copy_now(&mut self) -> bool {
         let now = self.start.elapsed().as_nanos() as u64;
-        match &mut self.policy {
-            Policy::Copy => false,
-            Policy::ZeroCopy => true,
-            Policy::Auto(p) => p.mode(now) == zcnet_core::auto::Mode::ZeroCopy,
-        }
+        self.driver.zero_copy(now)
     }
 
     /// Queues chunk `chunk` on socket `i`: header, then payload (linked).
@@ -351,12 +341,11 @@ impl UringSend {
     /// pages it pins per request (RLIMIT_MEMLOCK, shared by every process of the user) is spent.
     /// It will not come back soon: this comm sends copied from now on.
     fn memlock_fallback(&mut self) {
-        if !matches!(self.policy, Policy::Copy) {
+        if self.driver.refused(Refusal::Memlock) {
             crate::log::warn(
                 "SEND_ZC refused for want of locked memory (RLIMIT_MEMLOCK); sending with IORING_OP_SEND on this connection",
             );
-            self.policy = Policy::Copy;
-            self.stats.fallback("memlock");
+            self.stats.fallback(Refusal::Memlock.label());
         }
     }
 
@@ -446,14 +435,13 @@ impl UringSend {
     /// A zero-copy notification: `auto` learns whether the kernel copied.
     fn notified(&mut self, copied: bool) {
         let now = self.start.elapsed().as_nanos() as u64;
-        if let Policy::Auto(p) = &mut self.policy {
-            let before = p.switches().len();
-            p.on_notifications(u64::from(!copied), u64::from(copied), now);
-            if let Some(s) = p.switches().get(before) {
-                crate::log::info(&format!("ZCNET_NCCL_TX=auto: {s}"));
-                if s.to != zcnet_core::auto::Mode::ZeroCopy {
-                    self.stats.fallback("auto: the kernel copied");
-                }
+        if let Some(s) = self
+            .driver
+            .on_notifications(u64::from(!copied), u64::from(copied), now)
+        {
+            crate::log::info(&format!("ZCNET_NCCL_TX=auto: {s}"));
+            if s.to != zcnet_core::auto::Mode::ZeroCopy {
+                self.stats.fallback("auto: the kernel copied");
             }
         }
     }

@@ -1,7 +1,7 @@
 //! `auto`: zero-copy (io_uring SEND_ZC) until the kernel says it copies, then plain `send()`.
 //!
-//! The decision is `zcnet_core::AutoPolicy`'s; this backend feeds it the notification counts and
-//! switches engines. Before a switch to copying on a stream, every zero-copy send already handed
+//! The decision is zcnet-core's send driver's (`SendDriver`, with its `AutoPolicy`), as for the
+//! NCCL plugin; this backend feeds it the notification counts and switches engines. Before a switch to copying on a stream, every zero-copy send already handed
 //! over is allowed to reach the socket (its result CQE), so the byte stream stays in order.
 //!
 //! When zero copy cannot be set up — its memory cannot be locked (RLIMIT_MEMLOCK without
@@ -17,7 +17,8 @@ use super::uring::UringTx;
 use super::{Fallback, Payload, Shared, TxBackend, TxMode};
 use crate::error::{Error, Result};
 use std::sync::Arc;
-use zcnet_core::{AutoPolicy, Mode};
+use std::time::Duration;
+use zcnet_core::{Asked, Mode, SendDriver};
 use zcnet_sys::mem::Mapping;
 
 #[derive(Debug)]
@@ -28,7 +29,8 @@ pub(crate) struct AutoTx {
     uring: Option<UringTx>,
     /// Why the better engines are not used (empty when zero copy is set up).
     fallbacks: Vec<Fallback>,
-    policy: AutoPolicy,
+    /// Zero copy or copy for the next send: zcnet-core's send driver.
+    driver: SendDriver,
     mode: Mode,
     fed: (u64, u64),
     /// Clock reading reused between reads (the policy's timers are in hundreds of ms).
@@ -82,7 +84,7 @@ impl AutoTx {
             zc,
             uring,
             fallbacks,
-            policy: AutoPolicy::default(),
+            driver: SendDriver::new(Asked::Auto, true),
             mode: Mode::ZeroCopy,
             fed: (0, 0),
             now_ns: 0,
@@ -113,12 +115,12 @@ impl AutoTx {
         let zero = sh.stats.notifications - copied;
         let (z0, c0) = self.fed;
         if zero > z0 || copied > c0 {
-            self.policy
+            self.driver
                 .on_notifications(zero - z0, copied - c0, sh.now_ns());
             self.fed = (zero, copied);
         }
-        if self.policy.switches().len() != sh.stats.switches.len() {
-            sh.stats.switches = self.policy.switches().to_vec();
+        if self.driver.switches().len() != sh.stats.switches.len() {
+            sh.stats.switches = self.driver.switches().to_vec();
         }
     }
 }
@@ -146,13 +148,17 @@ impl TxBackend for AutoTx {
         if self.sends.is_multiple_of(CLOCK_EVERY) {
             self.now_ns = sh.now_ns();
         }
-        let mode = self.policy.mode(self.now_ns);
+        let mode = if self.driver.zero_copy(self.now_ns) {
+            Mode::ZeroCopy
+        } else {
+            Mode::Copy
+        };
         if self.event_loop {
             // Under an event loop nothing may block: copying goes through the same ring
             // (IORING_OP_SEND, in order after the zero-copy sends), no settling needed.
             if mode != self.mode {
                 self.mode = mode;
-                sh.stats.switches = self.policy.switches().to_vec();
+                sh.stats.switches = self.driver.switches().to_vec();
             }
             zc.set_copying(mode == Mode::Copy);
             return zc.send(sh, p, len);
@@ -165,7 +171,7 @@ impl TxBackend for AutoTx {
                 }
             }
             self.mode = mode;
-            sh.stats.switches = self.policy.switches().to_vec();
+            sh.stats.switches = self.driver.switches().to_vec();
         }
         match mode {
             Mode::ZeroCopy => zc.send(sh, p, len),
@@ -174,20 +180,25 @@ impl TxBackend for AutoTx {
                 p.release(sh);
                 // Late notifications from the zero-copy period still return buffers.
                 if r.is_ok() && zc.outstanding() > 0 {
-                    zc.reap(sh, false)?;
+                    zc.reap(sh, Duration::ZERO)?;
                 }
                 r
             }
         }
     }
 
-    fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
+    fn reap(&mut self, sh: &mut Shared, wait: Duration) -> Result<()> {
         let engine = match (self.zc.as_mut(), self.uring.as_mut()) {
             (Some(zc), _) => zc,
             (None, Some(uring)) => uring,
             (None, None) => return Ok(()),
         };
-        let r = engine.reap(sh, wait && engine.outstanding() > 0);
+        let wait = if engine.outstanding() > 0 {
+            wait
+        } else {
+            Duration::ZERO
+        };
+        let r = engine.reap(sh, wait);
         self.feed(sh);
         r
     }

@@ -2,6 +2,7 @@
 
 use super::{Payload, Shared, TxBackend};
 use crate::error::Result;
+use std::time::Duration;
 
 #[derive(Debug)]
 pub(crate) struct CopyTx;
@@ -13,7 +14,7 @@ impl TxBackend for CopyTx {
         r
     }
 
-    fn reap(&mut self, _sh: &mut Shared, _wait: bool) -> Result<()> {
+    fn reap(&mut self, _sh: &mut Shared, _wait: Duration) -> Result<()> {
         Ok(())
     }
 
@@ -27,20 +28,18 @@ impl TxBackend for CopyTx {
 pub(crate) fn send_all(sh: &mut Shared, p: &Payload, len: usize) -> Result<()> {
     let data = p.bytes(len)?;
     let mut off = 0;
-    // Since when the send has found no room (the stall clock starts only then).
-    let mut stuck = None;
     while off < len {
         match zcnet_sys::sock::send(sh.fd, &data[off..], 0) {
             Ok(n) => {
                 off += n;
-                stuck = None;
+                sh.stall.moved();
                 sh.stats.sends += 1;
                 sh.stats.bytes += n as u64;
                 sh.stats.copied_bytes += n as u64;
                 sh.call_accepted += n as u64;
             }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancel.ends_at_eintr() => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => sh.no_room(&mut stuck)?,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => sh.no_room()?,
             Err(e) => return Err(sh.send_error(e)),
         }
     }

@@ -31,6 +31,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use zcnet_core::StallClock;
 pub use zcnet_core::TxStats;
 use zcnet_sys::mem::Backing;
 
@@ -103,6 +104,11 @@ fn add_note(note: &mut Option<Text>, why: impl Into<Text>) {
     });
 }
 
+/// The longest a backend's wait for completions blocks at once ([`TxBackend::reap`]): waits
+/// longer than this are made of such slices, with the cancel token and the stall clock looked
+/// at between them.
+pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(100);
+
 /// What the backends share: the socket, the free buffers, the statistics, the clock.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -111,6 +117,8 @@ pub(crate) struct Shared {
     pub stats: TxStats,
     pub start: Instant,
     pub stall_timeout: Duration,
+    /// The stall timeout's clock (zcnet-core's, over every wait of the sender, across calls).
+    pub stall: StallClock,
     /// The sender's token ([`TxConfig::cancel`]).
     pub cancel: Cancel,
     /// Bytes of the current (or last) `send`/`send_lent` call's payload the kernel accepted
@@ -134,8 +142,8 @@ impl Shared {
     /// signal that came while the thread was between system calls, or that a send which had
     /// already copied some bytes swallowed (it then returns the count, not `EINTR`), is seen
     /// by its runtime no later than that.
-    pub fn no_room(&self, since: &mut Option<Instant>) -> Result<()> {
-        self.stall_clock(since, false, 0)?;
+    pub fn no_room(&mut self) -> Result<()> {
+        self.stall_clock(false, 0)?;
         self.cancel.wait_writable_for(self.fd, SEND_SLICE)?;
         if self.cancel.ends_at_signals() {
             return Err(Error::Interrupted);
@@ -143,25 +151,27 @@ impl Shared {
         Ok(())
     }
 
-    /// The stall timeout's clock over a sender's waits: a wait that `moved` something (a
-    /// completion, a buffer back, bytes sent) stops it; one that did not starts it (`since`),
-    /// and [`Error::Stalled`] (naming the `outstanding` buffers) once it has run for the stall
-    /// timeout. It reads the clock only once nothing moved, so a hot path reads none.
-    pub fn stall_clock(
-        &self,
-        since: &mut Option<Instant>,
-        moved: bool,
-        outstanding: usize,
-    ) -> Result<()> {
+    /// The stall timeout's clock over a sender's waits ([`StallClock`]): a wait that `moved`
+    /// something (a completion, a buffer back, bytes sent) stops it; one that did not starts
+    /// it, and [`Error::Stalled`] (naming the `outstanding` buffers) once it has run for the
+    /// stall timeout, over as many calls as it takes (waits with a deadline, calls a signal
+    /// ended). The error stops it: a caller that waits again after one is given the whole
+    /// timeout again. It reads the clock only once nothing moved, so a hot path reads none.
+    #[inline]
+    pub fn stall_clock(&mut self, moved: bool, outstanding: usize) -> Result<()> {
         if moved {
-            *since = None;
-        } else if since.get_or_insert_with(Instant::now).elapsed() > self.stall_timeout {
-            return Err(Error::Stalled {
+            self.stall.moved();
+            return Ok(());
+        }
+        let timeout = u64::try_from(self.stall_timeout.as_nanos()).unwrap_or(u64::MAX);
+        let now = self.now_ns();
+        self.stall.still(now, timeout).map_err(|_| {
+            self.stall.moved();
+            Error::Stalled {
                 seconds: self.stall_timeout.as_secs(),
                 outstanding,
-            });
-        }
-        Ok(())
+            }
+        })
     }
 
     /// Nanoseconds since the sender's clock started.
@@ -253,8 +263,9 @@ pub(crate) trait TxBackend: Send + std::fmt::Debug {
     /// then. On error the buffer is not lost: it is in `sh.free` or still held for a pending
     /// completion.
     fn send(&mut self, sh: &mut Shared, p: Payload, len: usize) -> Result<()>;
-    /// Processes completions; with `wait`, blocks (bounded, ~100 ms) for at least one.
-    fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()>;
+    /// Processes completions; with a `wait` above zero, first blocks up to that long (at most
+    /// [`WAIT_SLICE`]) for at least one.
+    fn reap(&mut self, sh: &mut Shared, wait: Duration) -> Result<()>;
     /// Buffers the kernel still holds.
     fn outstanding(&self) -> usize;
     /// The fd an event loop waits on before a non-blocking [`Self::reap`]: for the io_uring
@@ -292,7 +303,7 @@ impl Drop for Sender {
     /// memory lent by a receiver included, which never went back to its ring.
     fn drop(&mut self) {
         if self.sock.stream && self.backend.outstanding() > 0 {
-            let _ = self.backend.reap(&mut self.sh, false);
+            let _ = self.backend.reap(&mut self.sh, Duration::ZERO);
             if self.backend.outstanding() > 0 {
                 let _ = zcnet_sys::sock::disconnect(self.sh.fd);
             }
@@ -432,6 +443,7 @@ impl Sender {
                 stats,
                 start: Instant::now(),
                 stall_timeout: cfg.stall_timeout,
+                stall: StallClock::default(),
                 cancel: cfg.cancel.clone(),
                 call_accepted: 0,
             },
@@ -504,18 +516,33 @@ impl Sender {
         if self.backend.outstanding() == 0 {
             return Err(every_buffer_held());
         }
-        self.wait_until(|s| !s.sh.free.is_empty())?;
+        self.wait_until(None, |s| !s.sh.free.is_empty())?;
         self.sh.free.pop().ok_or(Error::Stalled {
             seconds: 0,
             outstanding: self.backend.outstanding(),
         })
     }
 
+    /// [`Sender::buffer`] that waits no later than `deadline`: `None` when no buffer came back
+    /// by then. For a caller that waits in bounded slices (to look at signals, to run an event
+    /// loop's other work): the stall timeout runs over the slices as over one blocking wait
+    /// ([`Error::Stalled`] once nothing came back for that long), and the cancel token applies.
+    pub fn buffer_until(&mut self, deadline: Instant) -> Result<Option<TxBuf>> {
+        self.start_clock();
+        if self.sh.free.is_empty() {
+            if self.backend.outstanding() == 0 {
+                return Err(every_buffer_held());
+            }
+            self.wait_until(Some(deadline), |s| !s.sh.free.is_empty())?;
+        }
+        Ok(self.sh.free.pop())
+    }
+
     /// A free buffer if one is ready now (completions are processed, nothing blocks).
     pub fn try_buffer(&mut self) -> Result<Option<TxBuf>> {
         self.start_clock();
         if self.sh.free.is_empty() {
-            self.backend.reap(&mut self.sh, false)?;
+            self.backend.reap(&mut self.sh, Duration::ZERO)?;
         }
         Ok(self.sh.free.pop())
     }
@@ -579,7 +606,7 @@ impl Sender {
     /// 1,460-byte datagrams, 360 at once). Copy and `msg-zerocopy` send at once; for them it
     /// only takes back finished buffers.
     pub fn submit(&mut self) -> Result<()> {
-        self.backend.reap(&mut self.sh, false)
+        self.backend.reap(&mut self.sh, Duration::ZERO)
     }
 
     /// The fd an event loop (epoll, mio, tokio's `AsyncFd`) waits on for readability while
@@ -641,24 +668,42 @@ impl Sender {
 
     /// Waits until every buffer is back: every send completed and every notification arrived.
     pub fn flush(&mut self) -> Result<()> {
-        self.wait_until(|s| s.backend.outstanding() == 0)
+        self.wait_until(None, |s| s.backend.outstanding() == 0)
+            .map(drop)
     }
 
-    fn wait_until(&mut self, done: impl Fn(&Self) -> bool) -> Result<()> {
-        // The stall clock starts only when a wait brings nothing back, so the hot path (a
-        // completion on every wait) reads no clock.
-        let mut stalled_since: Option<Instant> = None;
+    /// [`Sender::flush`] that waits no later than `deadline`: whether every buffer is back.
+    /// The stall timeout and the cancel token apply as for [`Sender::buffer_until`].
+    pub fn flush_until(&mut self, deadline: Instant) -> Result<bool> {
+        self.wait_until(Some(deadline), |s| s.backend.outstanding() == 0)
+    }
+
+    /// Waits until `done` or `deadline` (`None`: no deadline); whether `done`. The stall clock
+    /// is the sender's ([`Shared::stall_clock`]): it starts only when a wait brings nothing
+    /// back, so the hot path (a completion on every wait) reads no clock, and without a
+    /// deadline none is read either.
+    fn wait_until(
+        &mut self,
+        deadline: Option<Instant>,
+        done: impl Fn(&Self) -> bool,
+    ) -> Result<bool> {
         while !done(self) {
             if self.sh.cancelled() {
                 return Err(Error::Interrupted);
             }
+            let wait = match deadline {
+                None => WAIT_SLICE,
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left.min(WAIT_SLICE),
+                    _ => return Ok(false),
+                },
+            };
             let before = (self.sh.free.len(), self.backend.outstanding());
-            self.backend.reap(&mut self.sh, true)?;
+            self.backend.reap(&mut self.sh, wait)?;
             let now = (self.sh.free.len(), self.backend.outstanding());
-            self.sh
-                .stall_clock(&mut stalled_since, now != before, now.1)?;
+            self.sh.stall_clock(now != before, now.1)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The statistics so far (wall and CPU time measured from the first buffer or send).
@@ -678,3 +723,6 @@ impl Sender {
         Ok(self.stats())
     }
 }
+
+#[cfg(test)]
+mod wait_tests;

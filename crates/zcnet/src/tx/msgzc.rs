@@ -17,7 +17,7 @@
 //! buffer's bytes), `super::devmem` (`sendmsg` with `SCM_DEVMEM_DMABUF` from a dma-buf offset),
 //! and a simulated kernel in the tests.
 
-use super::{Payload, Shared, TxBackend, TxMode};
+use super::{Payload, Shared, TxBackend, TxMode, WAIT_SLICE};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
 use crate::remedy::Remedy;
@@ -27,8 +27,6 @@ use std::time::Duration;
 use zcnet_core::errqueue::ErrqueueEntry;
 use zcnet_core::{Completed, ZcRanges};
 use zcnet_sys::sock;
-
-const POLL_MS: i32 = 100;
 
 /// The kernel side of an error-queue zero-copy backend.
 pub(crate) trait ZcKernel: Send + std::fmt::Debug {
@@ -268,8 +266,6 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
         // Since when ENOBUFS has held this send back with nothing accepted; the clock is read
         // only once that happens, so the hot path reads none.
         let mut waited: Option<std::time::Instant> = None;
-        // Since when the socket has had no room (EAGAIN), for the stall timeout.
-        let mut stuck: Option<std::time::Instant> = None;
         while off < len {
             match self.kernel.send(sh.fd, &buf, off, len) {
                 Ok(n) => {
@@ -280,7 +276,7 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                     sh.stats.bytes += n as u64;
                     sh.call_accepted += n as u64;
                     waited = None;
-                    stuck = None;
+                    sh.stall.moved();
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                     sh.stats.enobufs_waits += 1;
@@ -299,7 +295,7 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                         self.park(sh, buf);
                         return Err(err);
                     }
-                    if let Err(e) = self.reap(sh, true) {
+                    if let Err(e) = self.reap(sh, WAIT_SLICE) {
                         self.park(sh, buf);
                         return Err(e);
                     }
@@ -307,7 +303,7 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) && !sh.cancel.ends_at_eintr() => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // No room for SEND_SLICE: notifications may be what frees it.
-                    let r = self.reap(sh, false).and_then(|()| sh.no_room(&mut stuck));
+                    let r = self.reap(sh, Duration::ZERO).and_then(|()| sh.no_room());
                     if let Err(e) = r {
                         self.park(sh, buf);
                         return Err(e);
@@ -330,13 +326,15 @@ impl<K: ZcKernel> TxBackend for ErrqueueTx<K> {
         Ok(())
     }
 
-    fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
+    fn reap(&mut self, sh: &mut Shared, wait: Duration) -> Result<()> {
         let n = self.read_completions(sh)?;
-        if n > 0 || !wait || self.ranges.outstanding() == 0 {
+        if n > 0 || wait.is_zero() || self.ranges.outstanding() == 0 {
             return Ok(());
         }
+        // Whole milliseconds, at least one: a shorter wait would not wait at all.
+        let ms = wait.min(WAIT_SLICE).as_micros().div_ceil(1000).max(1) as i32;
         // POLLERR is always reported, whatever the requested events: it signals the error queue.
-        let rev = match self.kernel.poll(sh.fd, 0, POLL_MS) {
+        let rev = match self.kernel.poll(sh.fd, 0, ms) {
             // A signal ends the wait for a token that ends at signals; else it is a short wait.
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
                 if sh.cancel.ends_at_signals() {
@@ -594,6 +592,7 @@ mod tests {
             stats: TxStats::default(),
             start: Instant::now(),
             stall_timeout: Duration::from_secs(5),
+            stall: zcnet_core::StallClock::default(),
             cancel: crate::Cancel::new(),
             call_accepted: 0,
         }
@@ -617,7 +616,7 @@ mod tests {
             let mut sent = 0;
             while sent < 1500 {
                 let Some(buf) = sh.free.pop() else {
-                    tx.reap(&mut sh, true).unwrap();
+                    tx.reap(&mut sh, WAIT_SLICE).unwrap();
                     continue;
                 };
                 let len = 1 + rng.below(SIZE as u64) as usize;
@@ -630,7 +629,7 @@ mod tests {
                 assert!(ids.windows(2).all(|w| w[0] < w[1]), "seed {seed}: {ids:?}");
             }
             while tx.outstanding() > 0 {
-                tx.reap(&mut sh, true).unwrap();
+                tx.reap(&mut sh, WAIT_SLICE).unwrap();
             }
             let t = &tx.kernel().truth;
             let st = &sh.stats;
@@ -678,7 +677,7 @@ mod tests {
             let (mut sent, mut refused) = (0, 0);
             while sent < 300 {
                 let Some(buf) = sh.free.pop() else {
-                    tx.reap(&mut sh, true).unwrap();
+                    tx.reap(&mut sh, WAIT_SLICE).unwrap();
                     continue;
                 };
                 match tx.send(&mut sh, Payload::Buf(buf), SIZE) {
@@ -691,7 +690,7 @@ mod tests {
                 assert_eq!(sh.free.len() + tx.outstanding(), BUFFERS, "seed {seed}");
             }
             while tx.outstanding() > 0 {
-                tx.reap(&mut sh, true).unwrap();
+                tx.reap(&mut sh, WAIT_SLICE).unwrap();
             }
             assert_eq!(refused, 3, "seed {seed}");
             assert_eq!(free_ids(&sh), (0..BUFFERS as u32).collect::<Vec<_>>());

@@ -13,7 +13,7 @@
 //! *notification* do not hold the next chain back, so zero-copy keeps many buffers in flight.
 //! Datagram sends are independent: each goes out with the next submit, in any order.
 
-use super::{memlock, Payload, Shared, TxBackend};
+use super::{memlock, Payload, Shared, TxBackend, WAIT_SLICE};
 use crate::engine::{Counts, Engine, Lease, Op, Outcome, Request};
 use crate::error::{Error, Result};
 use crate::region::TxBuf;
@@ -24,8 +24,6 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use zcnet_sys::mem::Mapping;
-
-const WAIT: Duration = Duration::from_millis(100);
 
 /// What an io_uring sender of `buffers` buffers locks: without CAP_IPC_LOCK the ring itself is
 /// charged to RLIMIT_MEMLOCK when it is set up, and (zero copy) the registered region after it:
@@ -261,17 +259,15 @@ impl UringTx {
     /// Streams: waits until every send handed over so far has its result (the data is in the
     /// socket, in order). Notifications may still be outstanding.
     pub(crate) fn settle(&mut self, sh: &mut Shared) -> Result<()> {
-        // Since when no send has had its result (the stall clock starts only then).
-        let mut since: Option<std::time::Instant> = None;
         while !self.staged.is_empty() || self.engine.awaiting_result() > 0 {
             if sh.cancelled() {
                 return Err(Error::Interrupted);
             }
             let before = (self.staged.len(), self.engine.awaiting_result());
             self.start_chain(sh)?;
-            self.reap(sh, true)?;
+            self.reap(sh, WAIT_SLICE)?;
             let moved = (self.staged.len(), self.engine.awaiting_result()) != before;
-            sh.stall_clock(&mut since, moved, self.outstanding())?;
+            sh.stall_clock(moved, self.outstanding())?;
         }
         Ok(())
     }
@@ -369,9 +365,9 @@ impl TxBackend for UringTx {
         }
     }
 
-    fn reap(&mut self, sh: &mut Shared, wait: bool) -> Result<()> {
+    fn reap(&mut self, sh: &mut Shared, wait: Duration) -> Result<()> {
         let mut signalled = false;
-        if wait && self.engine.in_flight() > 0 {
+        if !wait.is_zero() && self.engine.in_flight() > 0 {
             // Hand over what is queued without waiting first: a datagram send usually
             // completes inside that call, and the task work run on its way out posts the
             // notifications, so the completions are there and the timed wait (its argument
@@ -387,7 +383,7 @@ impl TxBackend for UringTx {
             if !self.engine.completions_ready() {
                 signalled = self
                     .engine
-                    .submit_and_wait(1, WAIT)
+                    .submit_and_wait(1, wait.min(WAIT_SLICE))
                     .map_err(|e| Error::io("io_uring_enter", e))?;
             }
         } else {
