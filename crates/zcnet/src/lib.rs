@@ -22,9 +22,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Layers: `zcnet-core` (sans-IO bookkeeping) ← `zcnet-sys` (the library's unsafe code) ← this crate
-//! (regions, send and receive backends, probe, NIC setup) ← `zcnet-tools` (the namespace lab,
-//! bench, echo, perf) ← `zcnet-cli` (the `zcnet` command).
+//! Layers: `zcnet-core` (sans-IO bookkeeping and decisions) ← `zcnet-sys` (the library's unsafe
+//! code) ← this crate (regions, send and receive backends, probe, NIC setup) ← `zcnet-tools`
+//! (bench, echo, perf; the namespace lab is `zcnet-lab`'s) ← `zcnet-cli` (the `zcnet` command).
+//! Inside it, the modules shared by the others sit below them: `kinds` (the modes and memory
+//! kinds), `text`, `remedy`, `error`; no two modules import each other in a circle (a test
+//! reads the sources: zcnet-testkit's `layering`).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

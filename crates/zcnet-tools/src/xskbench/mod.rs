@@ -9,8 +9,9 @@
 //!   sink: ns …-s, the same senders into an ifb device that drops every frame (TX alone)
 //! ```
 //!
-//! Both mechanisms are driven at the same depth — zcnet-sys's [`XdpSocket`] (the layer under
-//! `zcnet::xsk::Xsk`) and [`zcnet_rawbench::af_packet`] — so that the rows compare the kernel's
+//! Both mechanisms are driven at the same depth — [`zcnet_rawbench::af_xdp`] (zcnet-sys's AF_XDP
+//! socket, the layer under `zcnet::xsk::Xsk`) and [`zcnet_rawbench::af_packet`] — so that the
+//! rows compare the kernel's
 //! paths, not two facades. Every frame is an Ethernet/IPv4/UDP frame built from one template
 //! with zcnet-core's [`UdpFlow`] builder (UDP checksum 0, so only the sequence number changes),
 //! written whole into the send buffer for every packet, with a 64-bit sequence number at the
