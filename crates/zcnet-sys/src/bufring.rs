@@ -123,6 +123,102 @@ struct Armed {
     bundle: bool,
 }
 
+/// Receive buffers typed by who may touch them (see "Who may touch a buffer" above).
+mod target {
+    use crate::mem::{Mapping, Slot};
+    use std::sync::Arc;
+
+    /// A buffer the kernel may write: published in the ring, or taken by the kernel and its
+    /// completion not yet drained. Nothing reaches its bytes: only its address (to publish it)
+    /// and its mapping (which stays mapped) can be read, and it becomes a [`Slot`] again only
+    /// through [`Target::drained`], for a buffer a drained completion names.
+    #[derive(Debug)]
+    pub(super) struct InKernel(Slot);
+
+    /// One buffer of the ring.
+    #[derive(Debug)]
+    pub(super) enum Target {
+        /// The kernel's.
+        InKernel(InKernel),
+        /// The application's: readable until it is recycled. `taken`: a `HeldBuf` has it out,
+        /// and only `give_back` (or the handle's drop) returns it.
+        Held { slot: Slot, taken: bool },
+        /// Between two states, inside one method only.
+        Moving,
+    }
+
+    impl Target {
+        /// A buffer the application holds (as every buffer does before it is first published).
+        pub(super) fn held(slot: Slot) -> Target {
+            Target::Held { slot, taken: false }
+        }
+
+        pub(super) fn is_held(&self) -> bool {
+            matches!(self, Target::Held { .. })
+        }
+
+        pub(super) fn is_taken(&self) -> bool {
+            matches!(self, Target::Held { taken: true, .. })
+        }
+
+        /// The slot of a held buffer; `None` while the kernel may write it.
+        pub(super) fn held_slot(&self) -> Option<&Slot> {
+            match self {
+                Target::Held { slot, .. } => Some(slot),
+                _ => None,
+            }
+        }
+
+        /// The mapping the buffer lies in (its bytes are not reached through it).
+        pub(super) fn mapping(&self) -> Option<&Arc<Mapping>> {
+            match self {
+                Target::InKernel(InKernel(slot)) | Target::Held { slot, .. } => {
+                    Some(slot.mapping())
+                }
+                Target::Moving => None,
+            }
+        }
+
+        /// Marks a held buffer taken out (or back in); whether it was held and `taken` changed.
+        pub(super) fn set_taken(&mut self, to: bool) -> bool {
+            match self {
+                Target::Held { taken, .. } if *taken != to => {
+                    *taken = to;
+                    true
+                }
+                _ => false,
+            }
+        }
+
+        /// A held buffer not taken out becomes the kernel's: its address, for the ring entry
+        /// that lends it. `None`, unchanged, for any other.
+        pub(super) fn publish(&mut self) -> Option<usize> {
+            match std::mem::replace(self, Target::Moving) {
+                Target::Held { slot, taken: false } => {
+                    let addr = slot.addr();
+                    *self = Target::InKernel(InKernel(slot));
+                    Some(addr)
+                }
+                other => {
+                    *self = other;
+                    None
+                }
+            }
+        }
+
+        /// A drained completion names the buffer: the kernel wrote it and let go, so it is the
+        /// application's. A held one stays as it is.
+        pub(super) fn drained(&mut self) {
+            if let Target::InKernel(_) = self {
+                if let Target::InKernel(InKernel(slot)) = std::mem::replace(self, Target::Moving) {
+                    *self = Target::held(slot);
+                }
+            }
+        }
+    }
+}
+use target::Target;
+
 /// An io_uring with a registered provided-buffer ring for multishot receives.
 pub struct RecvRing {
     ring: Core,
@@ -130,11 +226,9 @@ pub struct RecvRing {
     ring_mem: Option<Mapping>,
     /// Base of `ring_mem`, as a pointer for writing entries.
     entries: *mut IoUringBuf,
-    /// The buffers, by id. Each is in the kernel or held (`held[id]`).
-    bufs: Vec<Slot>,
-    held: Vec<bool>,
-    /// Held buffers taken out as a [`HeldBuf`]: only [`RecvRing::give_back`] returns them.
-    taken: Vec<bool>,
+    /// The buffers, by id, each typed by who may touch it ([`target::Target`]): the kernel's
+    /// have no way to their bytes.
+    bufs: Vec<Target>,
     /// Where a dropped [`HeldBuf`] goes (a lease that ended, or a handle nobody gave back):
     /// given back at the next wait, or [`reclaim_lent`](Self::reclaim_lent).
     lent_back: Arc<ReturnQueue<u16>>,
@@ -204,9 +298,7 @@ impl RecvRing {
             ring,
             ring_mem: Some(ring_mem),
             entries: entries_ptr,
-            bufs,
-            held: vec![true; n],
-            taken: vec![false; n],
+            bufs: bufs.into_iter().map(Target::held).collect(),
             lent_back: Arc::default(),
             next: vec![NONE; n],
             prev: vec![NONE; n],
@@ -291,12 +383,12 @@ impl RecvRing {
 
     /// Buffers the application holds (received, not yet recycled).
     pub fn held_count(&self) -> usize {
-        self.held.iter().filter(|&&h| h).count()
+        self.bufs.iter().filter(|t| t.is_held()).count()
     }
 
     /// Whether the application holds buffer `buf_id`.
     pub fn is_held(&self, buf_id: u16) -> bool {
-        self.held.get(buf_id as usize).copied().unwrap_or(false)
+        self.bufs.get(buf_id as usize).is_some_and(Target::is_held)
     }
 
     /// Requests armed and not yet ended.
@@ -410,8 +502,9 @@ impl RecvRing {
                     } else {
                         self.shadow[(self.head.wrapping_add(i as u16) & self.mask) as usize]
                     };
-                    if let Some(h) = self.held.get_mut(id as usize) {
-                        *h = true;
+                    if let Some(t) = self.bufs.get_mut(id as usize) {
+                        // The completion names it: the kernel has written it and let go.
+                        t.drained();
                     }
                     self.owner[id as usize] = self.seq;
                     self.prev[id as usize] = last;
@@ -448,17 +541,17 @@ impl RecvRing {
 
     /// The mapping that holds the buffers (to register it with a copy engine, e.g. CUDA).
     pub fn buffers_mapping(&self) -> Option<&Arc<Mapping>> {
-        self.bufs.first().map(|s| s.mapping())
+        self.bufs.first().and_then(Target::mapping)
     }
 
     /// The first `len` bytes of held buffer `buf_id`. `EINVAL` if the application does not hold
     /// it (never received, or recycled) or `len` exceeds the buffer size.
     pub fn buf(&self, buf_id: u16, len: usize) -> io::Result<&[u8]> {
-        if !self.is_held(buf_id) || len > self.buf_size as usize {
+        if len > self.buf_size as usize {
             return Err(einval());
         }
-        let slot = &self.bufs[buf_id as usize];
-        let bytes = slot.bytes().ok_or_else(einval)?;
+        let slot = self.bufs.get(buf_id as usize).and_then(Target::held_slot);
+        let bytes = slot.and_then(Slot::bytes).ok_or_else(einval)?;
         Ok(&bytes[..len])
     }
 
@@ -509,12 +602,15 @@ impl RecvRing {
     /// A buffer taken out as a [`HeldBuf`] is refused (`EINVAL`): it goes back with
     /// [`give_back`](Self::give_back) only.
     pub fn recycle(&mut self, buf_id: u16) -> io::Result<()> {
-        if !self.is_held(buf_id) || self.taken[buf_id as usize] {
-            return Err(einval());
-        }
         let id = buf_id as usize;
+        // The buffer becomes the kernel's here (refused, unchanged, unless held and not taken);
+        // the entry that lends it is written next.
+        let addr = self
+            .bufs
+            .get_mut(id)
+            .and_then(Target::publish)
+            .ok_or_else(einval)? as u64;
         let pos = (self.tail & self.mask) as usize;
-        let addr = self.bufs[id].addr() as u64;
         // SAFETY: pos < nbufs, so the entry lies inside `ring_mem` (nbufs * 16 bytes, owned and
         // mapped). The kernel reads entries only between its head and the published tail; this
         // position is at the unpublished tail, and its previous use (position tail - nbufs) is
@@ -534,7 +630,6 @@ impl RecvRing {
         // all of our accesses to it go through this atomic.
         let tail = unsafe { AtomicU16::from_ptr(std::ptr::addr_of_mut!((*self.entries).resv)) };
         tail.store(self.tail, Ordering::Release);
-        self.held[id] = false;
         let (p, n) = (self.prev[id], self.next[id]);
         if p != NONE {
             self.next[p as usize] = NONE;
@@ -557,7 +652,7 @@ impl RecvRing {
         let first = self.check_chain(c)?;
         let mut id = first;
         for _ in 0..c.buf_count {
-            if self.taken[id as usize] {
+            if self.bufs[id as usize].is_taken() {
                 return Err(einval());
             }
             id = self.next[id as usize];
@@ -576,11 +671,11 @@ impl RecvRing {
     /// kernel cannot receive into it while whoever holds the handle (e.g. an asynchronous copy
     /// to a GPU) reads it. `EINVAL` if the application does not hold it or it is already taken.
     pub fn take(&mut self, buf_id: u16) -> io::Result<HeldBuf> {
-        if !self.is_held(buf_id) || self.taken[buf_id as usize] {
+        let t = self.bufs.get_mut(buf_id as usize).ok_or_else(einval)?;
+        if !t.set_taken(true) {
             return Err(einval());
         }
-        let slot = &self.bufs[buf_id as usize];
-        self.taken[buf_id as usize] = true;
+        let slot = t.held_slot().ok_or_else(einval)?;
         Ok(HeldBuf {
             map: Arc::clone(slot.mapping()),
             addr: slot.addr(),
@@ -610,11 +705,11 @@ impl RecvRing {
         self.lent_back.take_into(&mut back);
         for id in back {
             // A taken buffer of this ring (only its handles hold this queue).
-            if self.taken.get(id as usize).copied().unwrap_or(false) {
-                self.taken[id as usize] = false;
-                if self.recycle(id).is_err() {
-                    self.taken[id as usize] = true;
-                }
+            let Some(t) = self.bufs.get_mut(id as usize) else {
+                continue;
+            };
+            if t.set_taken(false) && self.recycle(id).is_err() {
+                self.bufs[id as usize].set_taken(true);
             }
         }
     }
@@ -627,13 +722,13 @@ impl RecvRing {
         let mine = self
             .bufs
             .get(id)
+            .and_then(Target::held_slot)
             .is_some_and(|s| Arc::ptr_eq(s.mapping(), &buf.map) && s.addr() == buf.addr);
-        if !mine || !self.taken[id] {
+        if !mine || !self.bufs[id].set_taken(false) {
             return Err((buf, einval()));
         }
-        self.taken[id] = false;
         if let Err(e) = self.recycle(buf.id) {
-            self.taken[id] = true;
+            self.bufs[id].set_taken(true);
             return Err((buf, e));
         }
         // Given back here: its drop must not queue it again.
