@@ -4,10 +4,14 @@
 //! sockets sharing a UMEM across the two queues of a veth pair (`XDP_SHARED_UMEM`), with the
 //! kernel's refusals of bad sharing.
 
+use super::setup::xsk_fd;
 use super::*;
 use crate::bpf::{BpfProg, XdpAttachMode, XdpLink, XskMap};
 use crate::test_util::ip;
+use crate::xsk::XskBindMode;
 use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
 use zcnet_core::udp_frame::{parse_udp, UdpFlow};
 
 const PORT: u16 = 4791;
