@@ -8,6 +8,7 @@ use crate::units::{
 use serde::Serialize;
 use std::io::IsTerminal;
 use zcnet::{Error, MemoryKind, TxMode};
+use zcnet_cli::cli_text::{notes, Cli};
 use zcnet_tools::bench::{self, PathKind, Progress, TxBenchConfig, TxReport};
 use zcnet_tools::rxbench::{self, BenchRxMode, IfaceTarget, RxBenchConfig, RxProgress, RxReport};
 
@@ -27,11 +28,11 @@ struct JsonRow<'a> {
     notifications: u64,
     received_bytes: Option<u64>,
     ratio_to_copy: Option<f64>,
-    switches: &'a [String],
+    switches: Vec<String>,
     samples_mb_per_s: &'a [f64],
     other_cpu_seconds: Option<f64>,
     why: Option<String>,
-    error: Option<&'a str>,
+    error: Option<String>,
     /// `"(stand-in driver: not GPU figures)"` for `--mem cuda` on zcnet's CUDA driver stand-in.
     #[serde(skip_serializing_if = "Option::is_none")]
     standin_note: Option<&'static str>,
@@ -43,7 +44,7 @@ struct JsonDoc<'a> {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     interrupted: bool,
     results: Vec<JsonRow<'a>>,
-    notes: &'a [String],
+    notes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     standin_note: Option<&'static str>,
 }
@@ -131,7 +132,13 @@ pub fn run(a: &BenchTxArgs) -> Result<(), Error> {
         Progress::Done(row) => {
             clear_progress(tty);
             if let Some(e) = &row.error {
-                zcnet_tools::eoutln!("  {} {} {} B failed: {e}", row.path, row.tx, row.size);
+                zcnet_tools::eoutln!(
+                    "  {} {} {} B failed: {}",
+                    row.path,
+                    row.tx,
+                    row.size,
+                    e.render(&Cli)
+                );
             }
         }
     };
@@ -173,18 +180,18 @@ fn print_json(r: &TxReport, standin_note: Option<&'static str>) {
             notifications: row.notifications,
             received_bytes: row.received_bytes,
             ratio_to_copy: r.ratio_to(row, "copy"),
-            switches: &row.switches,
+            switches: row.switches.iter().map(|s| s.render(&Cli)).collect(),
             samples_mb_per_s: &row.samples_mb_per_s,
             other_cpu_seconds: row.other_cpu_seconds,
             why: bench::slow_zero_copy_reason(row, r.ratio_to(row, "copy"), frags),
-            error: row.error.as_deref(),
+            error: row.error.as_ref().map(|e| e.render(&Cli)),
             standin_note,
         })
         .collect();
     let doc = JsonDoc {
         interrupted: r.interrupted,
         results,
-        notes: &r.notes,
+        notes: notes(&r.notes),
         standin_note,
     };
     match serde_json::to_string_pretty(&doc) {
@@ -196,7 +203,7 @@ fn print_json(r: &TxReport, standin_note: Option<&'static str>) {
 fn print_table(r: &TxReport, standin: Option<&str>) {
     let label = standin.map_or(String::new(), |l| format!("  {l}"));
     let frags = bench::max_skb_frags();
-    for n in &r.notes {
+    for n in notes(&r.notes) {
         zcnet_tools::outln!("note: {n}");
     }
     zcnet_tools::outln!(
@@ -213,10 +220,11 @@ fn print_table(r: &TxReport, standin: Option<&str>) {
     for row in &r.rows {
         if let Some(e) = &row.error {
             zcnet_tools::outln!(
-                "{:<9} {:<16} {:>7} failed: {e}{label}",
+                "{:<9} {:<16} {:>7} failed: {}{label}",
                 row.path,
                 row.tx,
-                row.size
+                row.size,
+                e.render(&Cli)
             );
             continue;
         }
@@ -241,7 +249,7 @@ fn print_table(r: &TxReport, standin: Option<&str>) {
             row.notifications
         );
         for s in &row.switches {
-            zcnet_tools::outln!("{:<9}   auto: {s}", "");
+            zcnet_tools::outln!("{:<9}   auto: {}", "", s.render(&Cli));
         }
         if let Some(why) = bench::slow_zero_copy_reason(row, r.ratio_to(row, "copy"), frags) {
             zcnet_tools::outln!("{:<9}   why: {why}", "");
@@ -282,9 +290,9 @@ struct RxJsonRow<'a> {
     p99_us: Option<f64>,
     ratio_to_copy: Option<f64>,
     chosen: Option<&'a str>,
-    refused: Option<&'a str>,
-    skipped: Option<&'a str>,
-    fallbacks: &'a [String],
+    refused: Option<String>,
+    skipped: Option<String>,
+    fallbacks: Vec<String>,
     requests: u64,
     seconds: f64,
     server_cpu: Option<usize>,
@@ -301,16 +309,16 @@ struct RxJsonRow<'a> {
     zerocopy_bytes: u64,
     unknown_copy_bytes: u64,
     zero_copy_pct: Option<f64>,
-    server_failures: &'a [String],
+    server_failures: Vec<String>,
     client_errors: &'a [String],
     other_cpu_seconds: Option<f64>,
-    error: Option<&'a str>,
+    error: Option<String>,
 }
 
 #[derive(Serialize)]
 struct RxJsonDoc<'a> {
     results: Vec<RxJsonRow<'a>>,
-    notes: &'a [String],
+    notes: Vec<String>,
 }
 
 fn rx_config(a: &BenchRxArgs) -> Result<RxBenchConfig, Error> {
@@ -416,7 +424,7 @@ pub fn run_rx(a: &BenchRxArgs) -> Result<(), Error> {
         RxProgress::Done(row) => {
             clear_progress(tty);
             if let Some(e) = &row.error {
-                zcnet_tools::eoutln!("  {} {}: {e}", row.path, row.rx);
+                zcnet_tools::eoutln!("  {} {}: {}", row.path, row.rx, e.render(&Cli));
             }
         }
     };
@@ -454,9 +462,9 @@ fn print_rx_json(r: &RxReport) {
                 p99_us: row.p99_us,
                 ratio_to_copy: r.ratio_to_copy(row),
                 chosen: row.chosen,
-                refused: row.refused.as_deref(),
-                skipped: row.skipped.as_deref(),
-                fallbacks: &row.fallbacks,
+                refused: row.refused.as_ref().map(|x| x.render(&Cli)),
+                skipped: row.skipped.as_ref().map(|x| x.render(&Cli)),
+                fallbacks: row.fallbacks.iter().map(|f| f.render(&Cli)).collect(),
                 requests: row.requests,
                 seconds: row.seconds,
                 server_cpu: row.server_cpu,
@@ -473,16 +481,16 @@ fn print_rx_json(r: &RxReport) {
                 zerocopy_bytes: row.zerocopy_bytes,
                 unknown_copy_bytes: row.unknown_copy_bytes,
                 zero_copy_pct: row.zero_copy_pct(),
-                server_failures: &row.server_failures,
+                server_failures: row.server_failures.iter().map(|f| f.render(&Cli)).collect(),
                 client_errors: &row.client_errors,
                 other_cpu_seconds: row.other_cpu_seconds,
-                error: row.error.as_deref(),
+                error: row.error.as_ref().map(|e| e.render(&Cli)),
             }
         })
         .collect();
     let doc = RxJsonDoc {
         results,
-        notes: &r.notes,
+        notes: notes(&r.notes),
     };
     match serde_json::to_string_pretty(&doc) {
         Ok(s) => zcnet_tools::outln!("{s}"),
@@ -495,7 +503,7 @@ fn opt(x: Option<f64>, digits: usize) -> String {
 }
 
 fn print_rx_table(r: &RxReport) {
-    for n in &r.notes {
+    for n in notes(&r.notes) {
         zcnet_tools::outln!("note: {n}");
     }
     zcnet_tools::outln!(
@@ -517,29 +525,32 @@ fn print_rx_table(r: &RxReport) {
         };
         if let Some(why) = &row.refused {
             zcnet_tools::outln!(
-                "{:<9} {:<13} {:>7} refused: {why}",
+                "{:<9} {:<13} {:>7} refused: {}",
                 row.path,
                 name,
-                row.size
+                row.size,
+                why.render(&Cli)
             );
             continue;
         }
         if let Some(why) = &row.skipped {
             zcnet_tools::outln!(
-                "{:<9} {:<13} {:>7} skipped: {why}",
+                "{:<9} {:<13} {:>7} skipped: {}",
                 row.path,
                 name,
-                row.size
+                row.size,
+                why.render(&Cli)
             );
             continue;
         }
         if row.requests == 0 {
             match &row.error {
                 Some(e) => zcnet_tools::outln!(
-                    "{:<9} {:<13} {:>7} failed: {e}",
+                    "{:<9} {:<13} {:>7} failed: {}",
                     row.path,
                     name,
-                    row.size
+                    row.size,
+                    e.render(&Cli)
                 ),
                 None => zcnet_tools::outln!(
                     "{:<9} {:<13} {:>7} no round trip inside the {:.1} s window ({} after it): give it a longer --duration",
@@ -578,14 +589,15 @@ fn print_rx_table(r: &RxReport) {
         }
         for f in &row.fallbacks {
             zcnet_tools::outln!(
-                "{:<9}   {} chose {}: {f}",
+                "{:<9}   {} chose {}: {}",
                 "",
                 row.rx,
-                row.chosen.unwrap_or("?")
+                row.chosen.unwrap_or("?"),
+                f.render(&Cli)
             );
         }
         if let Some(e) = &row.error {
-            zcnet_tools::outln!("{:<9}   warning: {e}", "");
+            zcnet_tools::outln!("{:<9}   warning: {}", "", e.render(&Cli));
         }
         if let Some(w) = zcnet_tools::cpu::busy_warning(row.other_cpu_seconds, row.seconds) {
             zcnet_tools::outln!("{:<9}   {w}", "");

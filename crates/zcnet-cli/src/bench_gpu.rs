@@ -8,6 +8,7 @@ use crate::units::{seconds_arg, size_arg, MAX_BUFFER};
 use serde::Serialize;
 use std::io::IsTerminal;
 use zcnet::{Error, MemoryKind};
+use zcnet_cli::cli_text::{notes, Cli};
 use zcnet_tools::bench::PathKind;
 use zcnet_tools::gpu_rxbench::{self, GpuRxBenchConfig, GpuRxProgress, GpuRxReport};
 
@@ -35,7 +36,7 @@ struct Row<'a> {
     ratio_to_host: Option<f64>,
     ratio_to_naive: Option<f64>,
     refused: Vec<Refused>,
-    error: Option<&'a str>,
+    error: Option<String>,
     /// `"(stand-in driver: not GPU figures)"` on zcnet's CUDA driver stand-in; absent on a GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     standin_note: Option<&'static str>,
@@ -45,7 +46,7 @@ struct Row<'a> {
 struct Doc<'a> {
     mem: String,
     results: Vec<Row<'a>>,
-    notes: &'a [String],
+    notes: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     standin_note: Option<&'static str>,
 }
@@ -81,7 +82,7 @@ pub fn run_rx(a: &BenchRxArgs, memory: MemoryKind) -> Result<(), Error> {
         GpuRxProgress::Done(row) => {
             clear_progress(tty);
             if let Some(e) = &row.error {
-                zcnet_tools::eoutln!("  {} {}: {e}", row.path, row.case);
+                zcnet_tools::eoutln!("  {} {}: {}", row.path, row.case, e.render(&Cli));
             }
         }
     };
@@ -129,24 +130,24 @@ fn print_json(
                 .iter()
                 .map(|x| Refused {
                     path: x.path.name(),
-                    reason: x.reason.render(&zcnet_tools::cli_text::Cli),
+                    reason: x.reason.render(&Cli),
                 })
                 .collect(),
-            error: row.error.as_deref(),
+            error: row.error.as_ref().map(|e| e.render(&Cli)),
             standin_note,
         })
         .collect();
     output::print_json(&Doc {
         mem: memory.name(),
         results,
-        notes: &r.notes,
+        notes: notes(&r.notes),
         standin_note,
     })
 }
 
 fn print_table(r: &GpuRxReport, standin: Option<&str>) {
     let label = standin.map_or(String::new(), |l| format!("  {l}"));
-    for n in &r.notes {
+    for n in notes(&r.notes) {
         zcnet_tools::outln!("note: {n}");
     }
     zcnet_tools::outln!(
@@ -162,7 +163,12 @@ fn print_table(r: &GpuRxReport, standin: Option<&str>) {
     let opt = |x: Option<f64>, d: usize| x.map_or("-".to_string(), |v| format!("{v:.d$}"));
     for row in &r.rows {
         if let Some(e) = &row.error {
-            zcnet_tools::outln!("{:<9} {:<8} failed: {e}{label}", row.path, row.case);
+            zcnet_tools::outln!(
+                "{:<9} {:<8} failed: {}{label}",
+                row.path,
+                row.case,
+                e.render(&Cli)
+            );
             continue;
         }
         zcnet_tools::outln!(
@@ -176,12 +182,7 @@ fn print_table(r: &GpuRxReport, standin: Option<&str>) {
             opt(r.ratio(row, "naive"), 2)
         );
         for x in &row.report.refused {
-            zcnet_tools::outln!(
-                "{:<9}   not {}: {}",
-                "",
-                x.path,
-                x.reason.render(&zcnet_tools::cli_text::Cli)
-            );
+            zcnet_tools::outln!("{:<9}   not {}: {}", "", x.path, x.reason.render(&Cli));
         }
     }
     zcnet_tools::outln!("targets: GPU row >= 0.90 x host and >= 2.00 x naive on each path{label}");

@@ -7,6 +7,7 @@ use clap::Args;
 use serde::Serialize;
 use std::io::IsTerminal;
 use zcnet::Error;
+use zcnet_cli::cli_text::Cli;
 use zcnet_tools::xskbench::{
     self, Mode, PathKind, Progress, Row, RxWait, XskBenchConfig, XskReport,
 };
@@ -138,7 +139,7 @@ struct JsonRow<'a> {
     received: u64,
     kernel_drops: u64,
     runs: usize,
-    error: Option<&'a str>,
+    error: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -181,7 +182,7 @@ fn json_row(r: &Row) -> JsonRow<'_> {
         received: r.received(),
         kernel_drops: r.kernel_drops(),
         runs: r.runs.len(),
-        error: r.error.as_deref(),
+        error: r.error_line(&Cli),
     }
 }
 
@@ -255,7 +256,7 @@ fn print_table(r: &XskReport) {
             row.case.rx.name(),
             row.size
         );
-        if let Some(e) = &row.error {
+        if let Some(e) = row.error_line(&Cli) {
             let what = if row.refused { "refused" } else { "failed" };
             zcnet_tools::outln!("{head} {what}: {e}");
             continue;

@@ -22,7 +22,7 @@ fn refusals_json(r: &[Refusal]) -> Vec<RefusalJson> {
     r.iter()
         .map(|r| RefusalJson {
             path: r.path.name(),
-            reason: r.reason.render(&zcnet_tools::cli_text::Cli),
+            reason: r.reason.render(&zcnet_cli::cli_text::Cli),
         })
         .collect()
 }

@@ -3,8 +3,9 @@
 // A closed stdout or stderr must not panic a command: print with zcnet_tools' `outln!` and co.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
-// Command modules import the leaves (args, output, endpoints, units), never each other both
-// ways: sendrecv dispatches to udp_cmd and gpu_cmd, bench_cmd to bench_gpu.
+// Command modules import the leaves (args, output, endpoints, units, and the command's words,
+// `cli_text`, from the crate's library), never each other both ways: sendrecv dispatches to
+// udp_cmd and gpu_cmd, bench_cmd to bench_gpu.
 mod args;
 mod bench_cmd;
 mod bench_gpu;
@@ -21,6 +22,7 @@ mod units;
 
 use args::{BenchRxArgs, BenchTxArgs};
 use clap::{Parser, Subcommand};
+use zcnet_cli::cli_text;
 
 /// zcnet: zero-copy networking, measured honestly.
 #[derive(Parser, Debug)]
@@ -105,13 +107,13 @@ fn main() {
 }
 
 /// `zcnet perf`: its errors have their own exit codes (2 bad arguments, 1 a failed test, 130
-/// interrupted), printed the way iperf3 prints its own.
+/// interrupted), printed the way iperf3 prints its own, in the command's words.
 fn perf(a: &zcnet_tools::perf::PerfArgs) -> ! {
-    match zcnet_tools::perf::run(a) {
+    match zcnet_tools::perf::run(a, &cli_text::Cli) {
         Ok(()) if zcnet_tools::interrupt::interrupted() => std::process::exit(130),
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            zcnet_tools::eoutln!("zcnet perf: error - {e}");
+            zcnet_tools::eoutln!("zcnet perf: error - {}", e.render(&cli_text::Cli));
             std::process::exit(if zcnet_tools::interrupt::interrupted() {
                 130
             } else {
@@ -129,21 +131,14 @@ fn outcome(r: zcnet::Result<i32>, interrupted: bool) -> (Option<String>, i32) {
     match r {
         Err(zcnet::Error::Interrupted) => (Some("interrupted".into()), 130),
         // NIC changes left applied are the failure to report, however the run ended.
-        Err(e @ zcnet::Error::NicSetup { .. }) => (
-            Some(zcnet_tools::cli_text::error_text(&e)),
-            zcnet_tools::cli_text::exit_code(&e),
-        ),
+        Err(e @ zcnet::Error::NicSetup { .. }) => {
+            (Some(cli_text::error_text(&e)), cli_text::exit_code(&e))
+        }
         Err(e) if interrupted => (
-            Some(format!(
-                "interrupted ({})",
-                zcnet_tools::cli_text::error_text(&e)
-            )),
+            Some(format!("interrupted ({})", cli_text::error_text(&e))),
             130,
         ),
-        Err(e) => (
-            Some(zcnet_tools::cli_text::error_text(&e)),
-            zcnet_tools::cli_text::exit_code(&e),
-        ),
+        Err(e) => (Some(cli_text::error_text(&e)), cli_text::exit_code(&e)),
         Ok(_) if interrupted => (Some("interrupted".into()), 130),
         Ok(code) => (None, code),
     }

@@ -344,7 +344,7 @@ fn restore(a: &RestoreArgs) -> zcnet::Result<()> {
             zcnet_tools::eoutln!(
                 "zcnet nic restore: {}: {}",
                 p.display(),
-                zcnet_tools::cli_text::error_text(&e)
+                zcnet_cli::cli_text::error_text(&e)
             );
             left.push(p);
         }
@@ -429,7 +429,7 @@ fn status(a: &StatusArgs) -> zcnet::Result<()> {
             Err(e @ Error::UnknownInterface { .. }) if files.is_empty() => return Err(e),
             // A state file's interface that is gone: said, and the others are still shown.
             Err(e) => {
-                let why = zcnet_tools::cli_text::error_text(&e);
+                let why = zcnet_cli::cli_text::error_text(&e);
                 if !a.json {
                     zcnet_tools::outln!("{i}: {why}");
                 }

@@ -4,7 +4,7 @@ mod gpu;
 
 use clap::Args;
 use zcnet::probe::{self, Mechanism, ProbeOptions, ProbeReport};
-use zcnet_tools::cli_text::Cli;
+use zcnet_cli::cli_text::Cli;
 
 /// Options of `zcnet probe`.
 #[derive(Args, Debug)]
@@ -44,7 +44,7 @@ pub fn run(a: &ProbeArgs) -> zcnet::Result<()> {
     )?;
     if a.json {
         // Reasons and remedies in the command's words (flags and commands).
-        let doc = probe::json::to_json(&r, &zcnet_tools::cli_text::Cli);
+        let doc = probe::json::to_json(&r, &zcnet_cli::cli_text::Cli);
         let json = serde_json::to_string_pretty(&doc).unwrap_or_default();
         zcnet_tools::outln!("{json}");
     } else {

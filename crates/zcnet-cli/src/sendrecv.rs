@@ -91,7 +91,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     };
     let mut tx = Sender::new(sock, region, &cfg)?;
     if let Some(n) = tx.note() {
-        zcnet_tools::eoutln!("zcnet: note: {}", n.render(&zcnet_tools::cli_text::Cli));
+        zcnet_tools::eoutln!("zcnet: note: {}", n.render(&zcnet_cli::cli_text::Cli));
     }
     // What goes into each send. Only a data source writes the buffers: stdin (netcat-style),
     // or with --verify the seeded pattern at its stream offset, for the receiver to check.
@@ -136,7 +136,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             switches: st
                 .switches
                 .iter()
-                .map(|s| s.render(&zcnet_tools::cli_text::Cli))
+                .map(|s| s.render(&zcnet_cli::cli_text::Cli))
                 .collect(),
         };
         print_json(&doc)?;
@@ -157,7 +157,7 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
             st.cpu_seconds
         );
         for s in &st.switches {
-            zcnet_tools::eoutln!("zcnet send: auto {}", s.render(&zcnet_tools::cli_text::Cli));
+            zcnet_tools::eoutln!("zcnet send: auto {}", s.render(&zcnet_cli::cli_text::Cli));
         }
     }
     if interrupted {
@@ -353,7 +353,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
     let listener = listen_announced(addr)?;
     if !a.json {
         for f in rx.fallbacks() {
-            zcnet_tools::eoutln!("zcnet recv: {}", f.render(&zcnet_tools::cli_text::Cli));
+            zcnet_tools::eoutln!("zcnet recv: {}", f.render(&zcnet_cli::cli_text::Cli));
         }
         if mode == RxMode::Auto {
             zcnet_tools::eoutln!("zcnet recv: auto chose {}", rx.mode());
@@ -393,7 +393,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
                 .iter()
                 .map(|f| FallbackJson {
                     tried: f.tried.name(),
-                    reason: f.reason.render(&zcnet_tools::cli_text::Cli),
+                    reason: f.reason.render(&zcnet_cli::cli_text::Cli),
                 })
                 .collect(),
             bytes: rep.recv.bytes,

@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(bytes_arg("--bytes", "2T").unwrap(), 2 << 40);
         for bad in ["0", "abc", "-1", "10G", "64M1", "99999999999999999999"] {
             let e = size_arg("--size", bad, MAX_BUFFER).unwrap_err();
-            assert_eq!(zcnet_tools::cli_text::exit_code(&e), 2, "{bad}");
+            assert_eq!(zcnet_cli::cli_text::exit_code(&e), 2, "{bad}");
             let m = e.to_string();
             assert!(m.starts_with("--size "), "{m}");
             assert!(
@@ -209,7 +209,7 @@ mod tests {
         assert_eq!(seconds_arg("--duration", 0.5).unwrap().as_millis(), 500);
         for s in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e30] {
             let e = seconds_arg("--duration", s).unwrap_err();
-            assert_eq!(zcnet_tools::cli_text::exit_code(&e), 2);
+            assert_eq!(zcnet_cli::cli_text::exit_code(&e), 2);
             assert!(e.to_string().starts_with("--duration "), "{e}");
         }
         assert!(total_arg(("--size", 64 << 20), ("--inflight", 16)).is_ok());

@@ -15,6 +15,7 @@
 use crate::bench::runnable_paths;
 use crate::bench::PathKind;
 use crate::lab::Lab;
+use crate::reason::Reason;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -23,6 +24,7 @@ use zcnet::gpu::staging::StagingOptions;
 use zcnet::net;
 use zcnet::region::{MemoryKind, Region};
 use zcnet::rx::{Receiver, RxConfig, RxMode};
+use zcnet::text::Text;
 use zcnet::{Cancel, Error, Result};
 use zcnet_core::Pattern;
 
@@ -70,7 +72,7 @@ pub struct GpuRxRow {
     /// Bytes the sender wrote.
     pub sent: u64,
     /// Why the case failed, if it did.
-    pub error: Option<String>,
+    pub error: Option<Reason>,
 }
 
 impl GpuRxRow {
@@ -91,7 +93,7 @@ pub struct GpuRxReport {
     /// The cases.
     pub rows: Vec<GpuRxRow>,
     /// Things to know.
-    pub notes: Vec<String>,
+    pub notes: Vec<Text>,
 }
 
 impl GpuRxReport {
@@ -182,10 +184,13 @@ pub fn run(
         },
     ];
     let mut report = run_cases(cfg, &cases, progress)?;
-    report.notes.push(format!(
-        "{}: staged copies are asynchronous on a CUDA stream; CPU s/GB is the receiving thread's own time (the CUDA driver's threads are not in it)",
-        memory.name()
-    ));
+    report.notes.push(
+        format!(
+            "{}: staged copies are asynchronous on a CUDA stream; CPU s/GB is the receiving thread's own time (the CUDA driver's threads are not in it)",
+            memory.name()
+        )
+        .into(),
+    );
     Ok(report)
 }
 
@@ -271,12 +276,13 @@ pub(crate) fn run_cases(
                     row.via = rep.path;
                     row.sent = sent;
                     if rep.bytes != sent {
-                        row.error = Some(format!("received {} B of the {sent} B sent", rep.bytes));
+                        row.error =
+                            Some(format!("received {} B of the {sent} B sent", rep.bytes).into());
                     }
                     row.report = rep;
                 }
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
-                Err(e) => row.error = Some(crate::cli_text::error_text(&e)),
+                Err(e) => row.error = Some(e.into()),
             }
             progress(GpuRxProgress::Done(&row));
             report.rows.push(row);

@@ -3,11 +3,17 @@
 //! The measurement tools are applications of the library, not the library: they live here,
 //! above `zcnet`, so that a program embedding zcnet does not carry them.
 //!
+//! They hold no command line's wording: they return typed errors and reports (the library's
+//! [`zcnet::Error`]s and [`zcnet::text::Text`]s, and [`reason::Reason`]s that carry both), and
+//! a front end says them in its own words (zcnet-cli's `Cli` voice, for the `zcnet` command and
+//! the `zcnet-perf` binary).
+//!
 //! Today this crate holds [`perf`]: [`perf::proto`], iperf3's control and data protocol as
 //! sans-IO state machines (no sockets, no syscalls, no clock: time is passed in), and around
-//! it the client and server of `zcnet perf` ([`perf::run()`], and the `zcnet-perf` binary),
-//! which drive those machines with real sockets and zcnet's senders and receivers, so that
-//! they run against an unmodified `iperf3 -s`, and an unmodified `iperf3 -c` against them.
+//! it the client and server of `zcnet perf` ([`perf::run()`], which the front ends call with
+//! their voice), which drive those machines with real sockets and zcnet's senders and
+//! receivers, so that they run against an unmodified `iperf3 -s`, and an unmodified `iperf3
+//! -c` against them.
 //!
 //! ```text
 //!  zcnet perf (CLI) ─► sockets, timers, zcnet Sender/Receiver   (the caller: all I/O)
@@ -53,7 +59,6 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bench;
-pub mod cli_text;
 pub mod cpu;
 pub mod dgram;
 pub mod echo;
@@ -61,6 +66,7 @@ pub mod gpu_rxbench;
 pub mod interrupt;
 pub mod lab;
 pub mod perf;
+pub mod reason;
 pub mod rxbench;
 pub mod say;
 pub mod sendloop;

@@ -29,15 +29,20 @@ mod tcp;
 pub mod tuning;
 pub mod udp;
 pub mod units;
+mod voice;
 pub mod zerocopy;
 
 pub use args::{PerfArgs, Settings};
 pub use error::PerfError;
+pub use voice::PerfVoice;
 
 /// Runs `zcnet perf` with these arguments: a client test, or a server until it is stopped
-/// (or, with `-1`, after one test).
-pub fn run(args: &PerfArgs) -> Result<(), PerfError> {
-    let settings = Settings::from_args(args)?;
+/// (or, with `-1`, after one test). What it prints of the library's errors, fallbacks and notes
+/// is in `voice`'s words: the front end's that runs it (the `zcnet` command's flags and
+/// commands), with perf's own `-l` ([`PerfVoice`]); its own errors are said with
+/// [`PerfError::render`] in the same voice.
+pub fn run(args: &PerfArgs, voice: &'static (dyn zcnet::Voice + Sync)) -> Result<(), PerfError> {
+    let settings = Settings::from_args(args, voice)?;
     match &settings.role {
         args::Role::Client(host) => client::run(&settings, host),
         args::Role::Server => server::run(&settings),

@@ -23,11 +23,15 @@
 //! before anything runs) makes its rows skipped, with the reason; asked for alone, it is an error.
 
 use crate::bench::{runnable_paths, PathKind};
-use crate::echo::{run_clients, Check, ClientConfig, EchoConfig, EchoServer, StartError};
+use crate::echo::{
+    run_clients, Check, ClientConfig, ConnFailure, EchoConfig, EchoServer, StartError,
+};
 use crate::lab::{Lab, VethPath};
+use crate::reason::Reason;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
-use zcnet::rx::RxMode;
+use zcnet::rx::{Fallback, RxMode};
+use zcnet::text::Text;
 use zcnet::{Error, Result};
 
 /// A receive mode of the bench: a [`RxMode`], and for zcrx whether without a device.
@@ -172,12 +176,12 @@ pub struct RxRow {
     /// The mode used (for `auto`, the one it chose); `None` when refused.
     pub chosen: Option<&'static str>,
     /// Why the kernel (or the machine) refused the mode; no numbers then.
-    pub refused: Option<String>,
+    pub refused: Option<Reason>,
     /// Why the mode did not run although asked for (`zcrx-nodev` on a kernel without
     /// `ZCRX_REG_NODEV`); no numbers then. Not a failure.
-    pub skipped: Option<String>,
+    pub skipped: Option<Reason>,
     /// What `auto` tried before its choice, and why each was refused.
-    pub fallbacks: Vec<String>,
+    pub fallbacks: Vec<Fallback>,
     /// Bytes per request.
     pub size: usize,
     /// Client connections.
@@ -227,14 +231,14 @@ pub struct RxRow {
     /// Multishot re-arms.
     pub rearms: u64,
     /// Connections the server gave up on, and why.
-    pub server_failures: Vec<String>,
+    pub server_failures: Vec<ConnFailure>,
     /// Client connections that failed, and why.
     pub client_errors: Vec<String>,
     /// CPU seconds (user + system) that other processes used on this machine during the case
     /// (from /proc/stat and /proc/self/stat): a busy machine makes the numbers meaningless.
     pub other_cpu_seconds: Option<f64>,
     /// Why the case failed, if it did (not a refusal).
-    pub error: Option<String>,
+    pub error: Option<Reason>,
 }
 
 /// A whole run.
@@ -243,7 +247,7 @@ pub struct RxReport {
     /// The cases.
     pub rows: Vec<RxRow>,
     /// Things to know (paths skipped and why, CPU placement).
-    pub notes: Vec<String>,
+    pub notes: Vec<Text>,
 }
 
 impl RxReport {
@@ -355,11 +359,14 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
         .copied()
         .filter(|&c| c != server_cpu)
         .collect();
-    report.notes.push(if client_cpus.is_empty() {
-        format!("server pinned to CPU {server_cpu}; only one CPU here, so the clients share it")
-    } else {
-        format!("server pinned to CPU {server_cpu}, clients on CPUs {client_cpus:?}")
-    });
+    report.notes.push(
+        if client_cpus.is_empty() {
+            format!("server pinned to CPU {server_cpu}; only one CPU here, so the clients share it")
+        } else {
+            format!("server pinned to CPU {server_cpu}, clients on CPUs {client_cpus:?}")
+        }
+        .into(),
+    );
     // zcrx-nodev: one registration tells whether the kernel has it at all, before any lab.
     let mut nodev_skip = None;
     if cfg.modes.iter().any(|m| m.no_device) {
@@ -367,7 +374,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             if cfg.modes.iter().all(|m| m.no_device) {
                 return Err(e);
             }
-            nodev_skip = Some(crate::cli_text::error_text(&e));
+            nodev_skip = Some(Reason::from(e));
         }
     }
     let mut lab = if paths.contains(&PathKind::Veth) {
@@ -383,12 +390,13 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
                 if cfg.steer_rx && !client_cpus.is_empty() {
                     let steered = steer_rx(&v.b, "vB", &[server_cpu])
                         .and_then(|()| steer_rx(&v.a, "vA", &client_cpus));
-                    report.notes.push(match steered {
+                    let note = match steered {
                         Ok(()) => format!(
                             "veth: receive processing steered (RPS) to the receiving side: vB -> CPU {server_cpu}, vA -> CPUs {client_cpus:?}"
                         ),
                         Err(e) => format!("veth: receive processing not steered ({e}): each packet's receive path runs on the sending CPU"),
-                    });
+                    };
+                    report.notes.push(note.into());
                 }
                 Place::Veth(v)
             }
@@ -434,7 +442,7 @@ pub fn run_rx(cfg: &RxBenchConfig, progress: &mut dyn FnMut(RxProgress<'_>)) -> 
             match outcome {
                 Ok(()) => {}
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
-                Err(e) => row.error = Some(crate::cli_text::error_text(&e)),
+                Err(e) => row.error = Some(e.into()),
             }
             progress(RxProgress::Done(&row));
             report.rows.push(row);
@@ -581,7 +589,7 @@ fn run_case(
     let server = match EchoServer::start_classified(ecfg) {
         Ok(s) => s,
         Err(StartError::Refused(e)) => {
-            row.refused = Some(crate::cli_text::error_text(&e));
+            row.refused = Some(e.into());
             return Ok(());
         }
         Err(StartError::Other(e)) => return Err(e),
@@ -594,11 +602,7 @@ fn run_case(
         }
     };
     row.chosen = Some(chosen(server.mode()));
-    row.fallbacks = server
-        .fallbacks()
-        .iter()
-        .map(|f| f.render(&crate::cli_text::Cli))
-        .collect();
+    row.fallbacks = server.fallbacks().to_vec();
     let mut ccfg = ClientConfig::new(server.addr());
     ccfg.netns = client_ns;
     ccfg.size = cfg.size;
@@ -639,33 +643,40 @@ fn run_case(
     row.copied_bytes = srv.rx.copied_bytes;
     row.zerocopy_bytes = srv.rx.zerocopy_bytes;
     row.unknown_copy_bytes = srv.rx.unknown_copy_bytes;
-    row.server_failures = srv.failures.iter().map(|f| f.to_string()).collect();
+    row.server_failures = srv.failures.clone();
     if srv.mode != mode.mode {
         row.chosen = Some(chosen(srv.mode));
     }
-    let mut problems = Vec::new();
+    let mut problems: Vec<Reason> = Vec::new();
     if let Some(e) = &srv.error {
-        problems.push(format!("server: {e}"));
+        problems.push(format!("server: {e}").into());
     }
     if !clients.errors.is_empty() {
-        problems.push(format!(
-            "{} client connection(s) failed, first: {}",
-            clients.errors.len(),
-            clients.errors[0]
-        ));
+        problems.push(
+            format!(
+                "{} client connection(s) failed, first: {}",
+                clients.errors.len(),
+                clients.errors[0]
+            )
+            .into(),
+        );
     }
-    if !srv.failures.is_empty() {
-        problems.push(format!(
-            "server gave up on {} connection(s), first: {}",
-            srv.failures.len(),
-            srv.failures[0]
-        ));
+    if let Some(first) = srv.failures.first() {
+        problems.push(
+            Reason::from(format!(
+                "server gave up on {} connection(s), first: ",
+                srv.failures.len()
+            )) + first,
+        );
     }
     if srv.held_at_stop != 0 || srv.open_at_stop != 0 {
-        problems.push(format!(
-            "after stop the receiver still held {} buffer(s) and {} connection(s)",
-            srv.held_at_stop, srv.open_at_stop
-        ));
+        problems.push(
+            format!(
+                "after stop the receiver still held {} buffer(s) and {} connection(s)",
+                srv.held_at_stop, srv.open_at_stop
+            )
+            .into(),
+        );
     }
     // A machine busy enough that the first round trip ends after a short window (seen with
     // --duration 0.3 on a 2-CPU machine under load) measured nothing, but the path worked: the
@@ -674,7 +685,7 @@ fn run_case(
         problems.push("no round trip completed".into());
     }
     if !problems.is_empty() {
-        row.error = Some(problems.join("; "));
+        row.error = Some(Reason::join(problems, "; "));
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! The library speaks library, not CLI: no string literal in `crates/zcnet/src` (or in
 //! `crates/zcnet-core/src`, whose probe verdicts the library passes on as they are) names a
 //! command-line flag (`--` followed by a letter) or a `zcnet` subcommand, and no rendering of
-//! a [`Remedy`] does. The `zcnet` command words remedies in flags itself (zcnet-tools'
+//! a [`Remedy`] does. The `zcnet` command words remedies in flags itself (zcnet-cli's
 //! `cli_text`); an embedder, a C caller reading `zcnet_last_error()` and a Python user read the
 //! library's words.
 

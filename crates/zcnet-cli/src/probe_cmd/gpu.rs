@@ -1,7 +1,7 @@
 //! The GPU section of `zcnet probe`: the table's lines and the `gpu` object of `--json`.
 
 use zcnet::probe::gpu::{ExportTrial, GpuDriver, GpuFinding, GpuReport};
-use zcnet_tools::cli_text::Cli;
+use zcnet_cli::cli_text::Cli;
 
 fn yes_no(b: bool) -> &'static str {
     if b {

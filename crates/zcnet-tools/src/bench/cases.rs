@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use zcnet::gpu::GpuSender;
 use zcnet::net;
 use zcnet::region::{MemoryKind, Region};
+use zcnet::text::Text;
 use zcnet::tx::{region_len, Sender, Socket, TxConfig, TxMode, TxStats};
 use zcnet::{Error, Result};
 
@@ -17,7 +18,7 @@ fn panicked(what: &str) -> Error {
     Error::io(what.to_string(), std::io::Error::other("panicked"))
 }
 
-type CaseResult = Result<(TxStats, Option<u64>, Option<String>)>;
+type CaseResult = Result<(TxStats, Option<u64>, Option<Text>)>;
 
 /// Sends `tcfg.buf_size`-byte messages for `duration`; the buffers hold the seeded pattern.
 pub fn send_for(
@@ -25,14 +26,14 @@ pub fn send_for(
     tcfg: &TxConfig,
     memory: MemoryKind,
     duration: Duration,
-) -> Result<(TxStats, Option<String>)> {
+) -> Result<(TxStats, Option<Text>)> {
     let size = tcfg.buf_size;
     let region = Region::new(memory, region_len(tcfg))?;
     if memory.is_device() {
         return send_gpu_for(sock, region, tcfg, memory, duration);
     }
     let mut tx = Sender::new(sock, region, tcfg)?;
-    let note = tx.note().map(|n| n.render(&crate::cli_text::Cli));
+    let note = tx.note().cloned();
     // Read the clock once per buffers' worth of sends (about once per wait), as the raw
     // baseline does.
     let mut until = Until::new(size, None, Some(Instant::now() + duration), tx.buffers());
@@ -55,7 +56,7 @@ fn send_gpu_for(
     tcfg: &TxConfig,
     memory: MemoryKind,
     duration: Duration,
-) -> Result<(TxStats, Option<String>)> {
+) -> Result<(TxStats, Option<Text>)> {
     let (mut tx, refused) = GpuSender::open(sock, region, tcfg)?;
     let mut note = format!("from {} by {}", memory.name(), tx.path());
     for r in &refused {
@@ -67,7 +68,7 @@ fn send_gpu_for(
         tx.send_chunk(off, n, None, &mut scratch)?;
         off += n as u64;
     }
-    Ok((tx.finish()?.tx, Some(note)))
+    Ok((tx.finish()?.tx, Some(note.into())))
 }
 
 /// Sends UDP from namespace `ns` to `dest` on a thread of its own (GSO segments as large as

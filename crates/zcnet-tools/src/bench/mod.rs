@@ -12,11 +12,13 @@ mod cases;
 mod tests;
 
 use crate::lab::{self, DummyPath, Lab, SinkPath, VethPath};
+use crate::reason::Reason;
 pub use cases::send_for;
 pub(crate) use cases::tcp_stream;
 use cases::{run_case, run_raw};
 use std::time::Duration;
 use zcnet::region::MemoryKind;
+use zcnet::text::Text;
 use zcnet::tx::{TxConfig, TxMode, TxStats};
 use zcnet::{Error, Result};
 
@@ -187,15 +189,15 @@ pub struct TxRow {
     pub notifications: u64,
     /// Bytes the receiver got (TCP paths; `None` on the sink).
     pub received_bytes: Option<u64>,
-    /// Mode switches of `auto`, in words.
-    pub switches: Vec<String>,
+    /// Mode switches of `auto` (a front end words their reasons).
+    pub switches: Vec<zcnet_core::Switch>,
     /// MB/s of each run, when the case ran more than once ([`TxBenchConfig::repeats`]); the
     /// row's other numbers are the sums (and `mb_per_s` the rate) over all of them.
     pub samples_mb_per_s: Vec<f64>,
     /// CPU seconds other processes used during the case ([`crate::cpu::OtherCpu`]).
     pub other_cpu_seconds: Option<f64>,
     /// Why the case failed, if it did.
-    pub error: Option<String>,
+    pub error: Option<Reason>,
 }
 
 impl TxRow {
@@ -216,8 +218,9 @@ impl TxRow {
 pub struct TxReport {
     /// Measured cases.
     pub rows: Vec<TxRow>,
-    /// Things the user should know (paths skipped and why, memory fallbacks).
-    pub notes: Vec<String>,
+    /// Things the user should know (paths skipped and why, memory fallbacks), their terms
+    /// typed.
+    pub notes: Vec<Text>,
     /// SIGINT/SIGTERM stopped the run: `rows` are the cases measured to their end before it.
     pub interrupted: bool,
 }
@@ -446,7 +449,7 @@ pub fn runnable_paths(
     asked: &[PathKind],
     root: bool,
     what: &'static str,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Text>,
 ) -> Result<Vec<PathKind>> {
     let mut paths: Vec<PathKind> = Vec::new();
     for &p in asked {
@@ -479,10 +482,13 @@ pub fn runnable_paths(
             )
         };
         let run: Vec<&str> = paths.iter().map(|p| p.name()).collect();
-        notes.push(format!(
-            "not root: running the {} path only ({need})",
-            run.join(" and ")
-        ));
+        notes.push(
+            format!(
+                "not root: running the {} path only ({need})",
+                run.join(" and ")
+            )
+            .into(),
+        );
     }
     Ok(paths)
 }
@@ -606,7 +612,7 @@ pub fn run_tx(cfg: &TxBenchConfig, progress: &mut dyn FnMut(Progress<'_>)) -> Re
                         report.rows.extend(keep_finished(rows, &finished));
                         break 'all;
                     }
-                    Err(e) => row.error = Some(crate::cli_text::error_text(&e)),
+                    Err(e) => row.error = Some(e.into()),
                 }
                 if run + 1 == runs || row.error.is_some() {
                     finished[case] = true;
@@ -678,14 +684,16 @@ fn add_run(row: &mut TxRow, st: &TxStats, received: Option<u64>, sample: bool) {
     if let Some(r) = received {
         row.received_bytes = Some(row.received_bytes.unwrap_or(0) + r);
     }
-    row.switches
-        .extend(st.switches.iter().map(|s| s.render(&crate::cli_text::Cli)));
+    row.switches.extend(st.switches.iter().cloned());
     if let Some(r) = received {
         if r != st.bytes {
-            row.error = Some(format!(
-                "receiver got {r} B of the {} B the kernel accepted",
-                st.bytes
-            ));
+            row.error = Some(
+                format!(
+                    "receiver got {r} B of the {} B the kernel accepted",
+                    st.bytes
+                )
+                .into(),
+            );
         }
     }
 }

@@ -24,6 +24,7 @@
 //! [`Receiver`] lives on the server thread only (it is not `Send`).
 
 use crate::lab;
+use crate::reason::Reason;
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -161,28 +162,34 @@ pub struct ConnFailure {
     pub peer: Option<SocketAddr>,
     /// What went wrong.
     pub kind: FailKind,
-    /// In words (one line).
-    pub reason: String,
+    /// Why (one line): words, or the library's error.
+    pub reason: Reason,
     /// Bytes received on it.
     pub bytes_in: u64,
     /// Bytes echoed on it.
     pub bytes_out: u64,
 }
 
+impl From<&ConnFailure> for Reason {
+    /// The connection, what went wrong and why, and its bytes.
+    fn from(c: &ConnFailure) -> Reason {
+        let peer = c.peer.map(|p| format!(" from {p}")).unwrap_or_default();
+        Reason::from(format!("connection {}{peer} ({}): ", c.conn, c.kind.name()))
+            + c.reason.clone()
+            + format!(" after {} B in, {} B echoed", c.bytes_in, c.bytes_out)
+    }
+}
+
+impl ConnFailure {
+    /// The failure in `voice`'s words (`Display` is the library's).
+    pub fn render(&self, voice: &dyn zcnet::Voice) -> String {
+        Reason::from(self).render(voice)
+    }
+}
+
 impl std::fmt::Display for ConnFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "connection {}", self.conn)?;
-        if let Some(p) = self.peer {
-            write!(f, " from {p}")?;
-        }
-        write!(
-            f,
-            " ({}): {} after {} B in, {} B echoed",
-            self.kind.name(),
-            self.reason,
-            self.bytes_in,
-            self.bytes_out
-        )
+        Reason::from(self).fmt(f)
     }
 }
 

@@ -199,7 +199,7 @@ impl Server<'_> {
                 conn: ConnId(0),
                 peer: Some(peer),
                 kind: FailKind::Add,
-                reason: crate::cli_text::error_text(&e),
+                reason: e.into(),
                 bytes_in: 0,
                 bytes_out: 0,
             }),
@@ -323,7 +323,7 @@ impl Server<'_> {
                 conn: c,
                 peer: conn.peer,
                 kind,
-                reason,
+                reason: reason.into(),
                 bytes_in: conn.bytes_in,
                 bytes_out: conn.bytes_out,
             });

@@ -113,7 +113,7 @@ fn a_failing_case_is_a_row_with_its_error_and_the_next_case_still_runs() {
     ];
     let rep = run_cases(&c, &cases, &mut |_| {}).expect("run");
     assert_eq!(rep.rows.len(), 2);
-    let e = rep.rows[0].error.as_deref().expect("error");
+    let e = rep.rows[0].error.as_ref().expect("error").to_string();
     assert!(e.contains("copy engine failed (test)"), "{e}");
     assert!(rep.rows[1].error.is_none(), "{:?}", rep.rows[1].error);
     assert!(rep.rows[1].report.bytes > 0);
@@ -142,8 +142,9 @@ fn a_receiver_that_stops_early_is_reported_as_short() {
     let rep = run_cases(&c, &cases, &mut |_| {}).expect("run");
     let e = rep.rows[0]
         .error
-        .as_deref()
-        .expect("short receive is an error");
+        .as_ref()
+        .expect("short receive is an error")
+        .to_string();
     assert!(
         e.starts_with("received ") || e.contains("send after"),
         "{e}"

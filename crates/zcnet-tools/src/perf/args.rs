@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::Args;
-use zcnet::{MemoryKind, RxConfig, RxMode, TxMode};
+use zcnet::{MemoryKind, RxConfig, RxMode, TxMode, Voice};
 
 use super::error::PerfError;
 use super::proto::{
@@ -16,6 +16,7 @@ use super::proto::{
 };
 use super::tuning::{Lowat, SocketTuning};
 use super::units;
+use super::voice::PerfVoice;
 
 /// The iperf3 port.
 pub const DEFAULT_PORT: u16 = 5201;
@@ -251,11 +252,18 @@ pub struct Settings {
     pub tuning: SocketTuning,
     /// Server: how long a client may take per step.
     pub step_timeout: Duration,
+    /// The front end's voice: the library's errors, notes and fallbacks are said in its
+    /// words (its errors with perf's `-l`: [`PerfVoice`]).
+    pub voice: &'static (dyn Voice + Sync),
 }
 
 impl Settings {
-    /// Checks the arguments; every error names the flag and what to give instead.
-    pub fn from_args(a: &PerfArgs) -> Result<Settings, PerfError> {
+    /// Checks the arguments; every error names the flag and what to give instead, the
+    /// library's in `voice`'s words (the front end's: see [`PerfVoice`]).
+    pub fn from_args(
+        a: &PerfArgs,
+        voice: &'static (dyn Voice + Sync),
+    ) -> Result<Settings, PerfError> {
         let role = match (&a.client, a.server) {
             (Some(h), false) => Role::Client(h.clone()),
             (None, true) => Role::Server,
@@ -289,7 +297,7 @@ impl Settings {
             .ok_or_else(|| usage("--step-timeout: give a positive number of seconds"))?;
         let data = data_path(a)?;
         if let Role::Client(_) = role {
-            memlock_check(&params, &data)?;
+            memlock_check(&params, &data, voice)?;
         }
         Ok(Settings {
             params,
@@ -307,6 +315,7 @@ impl Settings {
             verbose: a.verbose,
             family,
             step_timeout,
+            voice,
         })
     }
 }
@@ -316,7 +325,11 @@ impl Settings {
 /// connecting, as `zcnet send` says it (exit code 2). Each stream locks as much, so `-P N`
 /// needs N times this, which is what is checked; other locked memory is found when the kernel
 /// refuses.
-fn memlock_check(p: &TestParams, data: &DataPath) -> Result<(), PerfError> {
+fn memlock_check(
+    p: &TestParams,
+    data: &DataPath,
+    voice: &(dyn Voice + Sync),
+) -> Result<(), PerfError> {
     let sends = !p.reverse || p.bidirectional;
     if !sends || p.protocol != Protocol::Tcp || !matches!(data.tx, TxMode::Uring | TxMode::UringZc)
     {
@@ -331,29 +344,7 @@ fn memlock_check(p: &TestParams, data: &DataPath) -> Result<(), PerfError> {
     };
     match zcnet::tx::memlock_refusal_for(&region, &cfg, p.parallel.max(1) as u64) {
         None => Ok(()),
-        Some(e) => Err(usage(e.render(&PerfVoice))),
-    }
-}
-
-/// `zcnet perf`'s voice: the `zcnet` command's, with iperf3's `-l` for the size of a send.
-pub(crate) struct PerfVoice;
-
-impl zcnet::text::Words for PerfVoice {
-    fn term(&self, t: &zcnet::text::Term) -> String {
-        use zcnet::text::{Field, Term};
-        match t {
-            Term::Field(Field::TxBufSize) => "-l".to_string(),
-            other => crate::cli_text::Cli.term(other),
-        }
-    }
-}
-
-impl zcnet::Voice for PerfVoice {
-    fn remedy(&self, r: &zcnet::Remedy) -> Option<String> {
-        match r {
-            zcnet::Remedy::FewerSends => Some("use a smaller -l".to_string()),
-            other => crate::cli_text::Cli.remedy(other),
-        }
+        Some(e) => Err(usage(e.render(&PerfVoice::new(voice)))),
     }
 }
 
@@ -619,7 +610,7 @@ mod tests {
         let mut argv = vec!["zcnet-perf"];
         argv.extend_from_slice(line);
         let cmd = Cmd::try_parse_from(argv).map_err(|e| PerfError::Usage(e.to_string()))?;
-        Settings::from_args(&cmd.args)
+        Settings::from_args(&cmd.args, &zcnet::text::Library)
     }
 
     #[zcnet_testkit::test]

@@ -63,11 +63,7 @@ pub fn check_receive_path(s: &Settings) -> Result<(), PerfError> {
     let rx = zcnet::Receiver::new(&s.data.rx)?;
     if s.verbose && !s.json {
         for f in rx.fallbacks() {
-            crate::outln!(
-                "zcnet rx {}: {}",
-                s.data.rx.mode,
-                f.render(&crate::cli_text::Cli)
-            );
+            crate::outln!("zcnet rx {}: {}", s.data.rx.mode, f.render(s.voice));
         }
         crate::outln!("zcnet rx {}: using {}", s.data.rx.mode, rx.mode());
     }
@@ -358,6 +354,7 @@ impl<'a> Client<'a> {
             udp: udp_config(p, self.s.gso),
             tuning: self.s.tuning,
             tcp: StreamTuning::default(),
+            voice: self.s.voice,
         };
         let style = ReportStyle {
             json: self.s.json,
@@ -516,7 +513,7 @@ impl<'a> Client<'a> {
                 start,
                 intervals.unwrap_or_default(),
                 end,
-                Some(&e.to_string()),
+                Some(&e.render(self.s.voice)),
             );
             print_json(&doc);
         }

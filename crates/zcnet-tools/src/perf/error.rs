@@ -1,6 +1,7 @@
 //! How `zcnet perf` fails: one line that names the cause and, where there is one, the fix.
 
 use super::proto::ProtoError;
+use super::voice::PerfVoice;
 
 /// A failed `zcnet perf` run.
 #[derive(Debug)]
@@ -10,6 +11,9 @@ pub enum PerfError {
     Usage(String),
     /// The test could not be run or did not complete (exit status 1).
     Failed(String),
+    /// The library failed the test (exit status 1): said in the front end's words
+    /// ([`PerfError::render`]).
+    Library(zcnet::Error),
     /// SIGINT or SIGTERM stopped the run (exit status 130).
     Interrupted,
 }
@@ -24,8 +28,17 @@ impl PerfError {
     pub fn exit_code(&self) -> i32 {
         match self {
             PerfError::Usage(_) => 2,
-            PerfError::Failed(_) => 1,
+            PerfError::Failed(_) | PerfError::Library(_) => 1,
             PerfError::Interrupted => 130,
+        }
+    }
+
+    /// The error in `voice`'s words, the front end's that runs perf (with perf's own `-l`:
+    /// [`PerfVoice`]); `Display` is the library's words.
+    pub fn render(&self, voice: &(dyn zcnet::Voice + Sync)) -> String {
+        match self {
+            PerfError::Library(e) => e.render(&PerfVoice::new(voice)),
+            other => other.to_string(),
         }
     }
 }
@@ -34,6 +47,7 @@ impl std::fmt::Display for PerfError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             PerfError::Usage(m) | PerfError::Failed(m) => f.write_str(m),
+            PerfError::Library(e) => std::fmt::Display::fmt(e, f),
             PerfError::Interrupted => f.write_str("interrupted by SIGINT/SIGTERM"),
         }
     }
@@ -51,8 +65,9 @@ impl From<zcnet::Error> for PerfError {
     fn from(e: zcnet::Error) -> PerfError {
         match e {
             zcnet::Error::Interrupted => PerfError::Interrupted,
-            // Every way perf shows an error (its line, -J's "error") is in its words.
-            e => PerfError::Failed(e.render(&super::args::PerfVoice)),
+            // Every way perf shows an error (its line, -J's "error") says it in the front
+            // end's words: `render`.
+            e => PerfError::Library(e),
         }
     }
 }
@@ -67,8 +82,11 @@ mod tests {
             zcnet::text::Field::TxBufSize,
             " is 0: give at least one",
         )));
-        let text = e.to_string();
+        let text = e.render(&zcnet::text::Library);
         assert!(!text.contains("::"), "{text}");
         assert!(text.contains("-l is 0: give at least one"), "{text}");
+        assert_eq!(e.exit_code(), 1);
+        // Display is the library's words.
+        assert!(e.to_string().contains("TxConfig::"), "{e}");
     }
 }

@@ -62,6 +62,8 @@ pub struct TestRun {
     /// Per stream: the TCP_INFO readings of a TCP stream this side sends on (read at the start,
     /// at each interval's end and at the test's end; empty series for the others).
     tcp: Vec<TcpInfoSeries>,
+    /// The front end's voice, for the data path's fallbacks ([`PathConfig::voice`]).
+    voice: &'static (dyn zcnet::Voice + Sync),
 }
 
 impl TestRun {
@@ -152,6 +154,7 @@ impl TestRun {
             cpu,
             cpu_used: None,
             tcp: vec![TcpInfoSeries::default(); n],
+            voice: path.voice,
         };
         // The first reading: retransmits count from here, as iperf3's from its stream start.
         run.tcp_samples();
@@ -582,6 +585,7 @@ impl TestRun {
                 .iter()
                 .zip(&self.ends)
                 .filter_map(|(m, e)| Some((m.id, e.as_ref()?.path.as_ref()?))),
+            self.voice,
         )
     }
 

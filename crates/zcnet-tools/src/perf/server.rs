@@ -524,6 +524,7 @@ impl Server<'_> {
             udp: udp_config(&p, self.s.gso),
             tuning: self.s.tuning,
             tcp: StreamTuning::default(),
+            voice: self.s.voice,
         };
         let style = ReportStyle {
             json: self.s.json,

@@ -339,6 +339,9 @@ pub struct PathConfig {
     pub tuning: SocketTuning,
     /// What this test's TCP streams get (set by [`super::run::TestRun::start`]).
     pub tcp: StreamTuning,
+    /// The front end's voice ([`super::Settings::voice`]): the senders' memory notes and the
+    /// data path's fallbacks are said in its words.
+    pub voice: &'static (dyn zcnet::Voice + Sync),
 }
 
 /// What the sending side's data path did.
@@ -566,7 +569,7 @@ pub(crate) fn sender_end<E>(
         last,
         path: Some(PathReport::Tx(TxReport {
             mode: job.path.tx,
-            note: note.or_else(|| tx.note().map(|n| n.render(&crate::cli_text::Cli))),
+            note: note.or_else(|| tx.note().map(|n| n.render(job.path.voice))),
             stats,
             notsent_lowat,
         })),

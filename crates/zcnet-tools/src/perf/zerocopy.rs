@@ -4,6 +4,7 @@
 //! [`zcnet::RxStats`]), which are the kernel's own reports.
 
 use serde_json::{json, Value};
+use zcnet::Voice;
 
 use super::streams::{PathReport, RxReport, TxReport, UdpRxReport};
 
@@ -65,13 +66,17 @@ pub struct PathSummary {
 }
 
 impl PathSummary {
-    /// Sums the reports of this side's streams (`(stream id, report)`).
-    pub fn from_reports<'a>(reports: impl IntoIterator<Item = (i64, &'a PathReport)>) -> Self {
+    /// Sums the reports of this side's streams (`(stream id, report)`), their fallbacks in
+    /// `voice`'s words.
+    pub fn from_reports<'a>(
+        reports: impl IntoIterator<Item = (i64, &'a PathReport)>,
+        voice: &dyn Voice,
+    ) -> Self {
         let mut s = PathSummary::default();
         for (id, r) in reports {
             match r {
-                PathReport::Tx(t) => add_tx(s.tx.get_or_insert_with(TxSide::default), id, t),
-                PathReport::Rx(r) => add_rx(s.rx.get_or_insert_with(RxSide::default), r),
+                PathReport::Tx(t) => add_tx(s.tx.get_or_insert_with(TxSide::default), id, t, voice),
+                PathReport::Rx(r) => add_rx(s.rx.get_or_insert_with(RxSide::default), r, voice),
                 PathReport::UdpRx(u) => add_udp_rx(s.rx.get_or_insert_with(RxSide::default), u),
             }
         }
@@ -161,7 +166,7 @@ fn lowat_note(option: &str, v: Option<u32>) -> String {
     v.map(|n| format!(", {option} {n} B")).unwrap_or_default()
 }
 
-fn add_tx(t: &mut TxSide, id: i64, r: &TxReport) {
+fn add_tx(t: &mut TxSide, id: i64, r: &TxReport, voice: &dyn Voice) {
     let s = &r.stats;
     t.requested = r.mode.name().to_string();
     t.streams += 1;
@@ -174,7 +179,7 @@ fn add_tx(t: &mut TxSide, id: i64, r: &TxReport) {
     t.fallbacks.extend(
         s.switches
             .iter()
-            .map(|sw| format!("stream {id}: {}", sw.render(&crate::cli_text::Cli))),
+            .map(|sw| format!("stream {id}: {}", sw.render(voice))),
     );
     if let Some(n) = &r.note {
         t.fallbacks.push(format!("stream {id}: memory: {n}"));
@@ -182,7 +187,7 @@ fn add_tx(t: &mut TxSide, id: i64, r: &TxReport) {
     t.notsent_lowat = t.notsent_lowat.or(r.notsent_lowat);
 }
 
-fn add_rx(t: &mut RxSide, r: &RxReport) {
+fn add_rx(t: &mut RxSide, r: &RxReport, voice: &dyn Voice) {
     let s = &r.stats;
     t.requested = r.requested.name().to_string();
     t.mechanism = r.mode.name().to_string();
@@ -193,7 +198,7 @@ fn add_rx(t: &mut RxSide, r: &RxReport) {
     t.starved += s.starved;
     t.rcvlowat = t.rcvlowat.or(r.rcvlowat);
     for f in &r.fallbacks {
-        let line = f.render(&crate::cli_text::Cli);
+        let line = f.render(voice);
         if !t.fallbacks.contains(&line) {
             t.fallbacks.push(line);
         }

@@ -13,18 +13,18 @@
 //! machine.
 //!
 //! Not part of the default test run (it measures, it asserts nothing about speed); run
-//! `cargo test --release -p zcnet-tools --test vs_iperf3` (docs/perf.md). Root (for the lab)
+//! `cargo test --release -p zcnet-cli --test vs_iperf3` (docs/perf.md). Root (for the lab)
 //! and iperf3 are needed; the veth and UDP cases are left out, saying so, without root.
 //! Environment: `ZCNET_VS_SECS` (default 3) per case, `ZCNET_VS_ROUNDS` (default 3),
 //! `ZCNET_VS_TX`/`ZCNET_VS_RX` (zcnet's modes, default msg-zerocopy and uring), `ZCNET_VS_ONLY`
 //! (`tcp` or `udp`).
 
-mod common;
+mod perf_common;
 
 use std::process::Command;
 use std::time::Duration;
 
-use common::{json, Net};
+use perf_common::{json, Net};
 use serde_json::Value;
 
 fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
@@ -69,7 +69,7 @@ struct Case {
 fn program(who: Who, iperf3: &std::path::Path) -> std::path::PathBuf {
     match who {
         Who::Iperf3 => iperf3.to_path_buf(),
-        Who::Zcnet => common::zcnet_perf(),
+        Who::Zcnet => perf_common::zcnet_perf(),
     }
 }
 
@@ -90,8 +90,8 @@ fn run_case(
         sargs.extend(["--rx", &rx]);
     }
     let (mut server, port) = match case.server {
-        Who::Zcnet => common::zcnet_server_in(net.server_ns(), &sargs),
-        Who::Iperf3 => common::iperf3_server_in(net.server_ns(), iperf3, &sargs),
+        Who::Zcnet => perf_common::zcnet_server_in(net.server_ns(), &sargs),
+        Who::Iperf3 => perf_common::iperf3_server_in(net.server_ns(), iperf3, &sargs),
     };
     let (port, addr, t, p) = (
         port.to_string(),
@@ -112,7 +112,8 @@ fn run_case(
         args.extend(case.zcnet_client.iter().map(String::as_str));
     }
     let limit = Duration::from_secs(u64::from(secs) + 30);
-    let (client, st) = common::run_in(net.client_ns(), &program(case.client, iperf3), &args, limit);
+    let (client, st) =
+        perf_common::run_in(net.client_ns(), &program(case.client, iperf3), &args, limit);
     let _ = server.wait(limit);
     if !st.success() {
         let why = format!("{}{}", client.stderr(), client.stdout());
@@ -260,7 +261,7 @@ fn add_udp_sink(ns: &str) -> Result<(), String> {
 }
 
 fn main() {
-    let Some(iperf3) = common::iperf3() else {
+    let Some(iperf3) = perf_common::iperf3() else {
         eprintln!("SKIP: iperf3 is not installed (apt-get install iperf3)");
         return;
     };
@@ -272,7 +273,7 @@ fn main() {
     if tcp {
         tcp_cases("loopback", &mut cases);
     }
-    let lab = common::try_veth_lab();
+    let lab = perf_common::try_veth_lab();
     if lab.is_some() {
         if tcp {
             tcp_cases("veth", &mut cases);

@@ -1,11 +1,11 @@
 //! zcnet perf against itself over loopback: every byte sent is received and both sides report
 //! the same counts, in every direction, with -t, -n, -k, -P, and the seeded pattern checked.
 
-mod common;
+mod perf_common;
 
 use std::time::Duration;
 
-use common::{assert_clean, run_pair, sum_bytes, zcnet_perf, End, Net};
+use perf_common::{assert_clean, run_pair, sum_bytes, zcnet_perf, End, Net};
 use serde_json::Value;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -156,7 +156,7 @@ fn copy_and_msg_zerocopy_modes_count_the_same() {
 fn verify_catches_a_sender_without_the_pattern() {
     // The server sends its own payload (it is told to use the pattern only by a zcnet client
     // with --verify); a client that checks a stream it did not ask the pattern for fails.
-    let (mut server, port) = common::zcnet_server(&["-1"]);
+    let (mut server, port) = perf_common::zcnet_server(&["-1"]);
     let port = port.to_string();
     let args = [
         "-c",
@@ -170,7 +170,7 @@ fn verify_catches_a_sender_without_the_pattern() {
         "--seed",
         "3",
     ];
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
+    let (client, st) = perf_common::run(&zcnet_perf(), &args, LIMIT);
     assert!(
         st.success(),
         "with the pattern on both ends: {}",
@@ -179,10 +179,10 @@ fn verify_catches_a_sender_without_the_pattern() {
     assert!(server.wait(LIMIT).success(), "{}", server.stderr());
     // Against iperf3's payload (any non-zcnet sender), the check fails with the reason.
     let iperf3 = need_iperf3!();
-    let (mut server, port) = common::iperf3_server(&iperf3, &["-1"]);
+    let (mut server, port) = perf_common::iperf3_server(&iperf3, &["-1"]);
     let port = port.to_string();
     let args = ["-c", "127.0.0.1", "-p", &port, "-n", "1M", "-R", "--verify"];
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
+    let (client, st) = perf_common::run(&zcnet_perf(), &args, LIMIT);
     assert_eq!(st.code(), Some(1), "{}", client.stdout());
     assert!(
         client.stderr().contains("payload mismatch"),
@@ -195,7 +195,7 @@ fn verify_catches_a_sender_without_the_pattern() {
 
 #[zcnet_testkit::test]
 fn unsupported_receive_mode_is_refused_with_the_reason() {
-    let (client, st) = common::run(
+    let (client, st) = perf_common::run(
         &zcnet_perf(),
         &[
             "-c",

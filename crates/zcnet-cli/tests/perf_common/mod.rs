@@ -28,7 +28,7 @@ pub fn iperf3() -> Option<PathBuf> {
 #[macro_export]
 macro_rules! need_iperf3 {
     () => {
-        common::iperf3().unwrap_or_else(|| {
+        perf_common::iperf3().unwrap_or_else(|| {
             zcnet_testkit::skip(
                 zcnet_testkit::Need::Tool,
                 "iperf3 is not installed (apt-get install iperf3)",

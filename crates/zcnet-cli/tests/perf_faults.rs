@@ -3,13 +3,13 @@
 //! the server then serves the next, good client. And the client against things that are not
 //! iperf3 servers: it fails within seconds with a clear line, never hangs.
 
-mod common;
+mod perf_common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{zcnet_perf, Proc};
+use perf_common::{zcnet_perf, Proc};
 use zcnet_tools::perf::proto::{encode_frame, Cookie, State, TestParams, MAX_PARAMS_LEN};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -52,7 +52,7 @@ fn hello(s: &mut TcpStream, c: &Cookie) {
 fn good_client(port: u16) {
     let port = port.to_string();
     let args = ["-c", "127.0.0.1", "-p", &port, "-n", "1M"];
-    let (client, st) = common::run(&zcnet_perf(), &args, LIMIT);
+    let (client, st) = perf_common::run(&zcnet_perf(), &args, LIMIT);
     assert!(st.success(), "the next client failed: {}", client.stderr());
     assert!(
         client.stdout().contains("iperf Done."),
@@ -78,7 +78,7 @@ fn lines(server: &Proc, n: usize) -> Vec<String> {
 /// Runs `fault` against a fresh server, checks the server's one line contains `says`, then
 /// serves a good client.
 fn survives(server_args: &[&str], says: &str, fault: impl FnOnce(u16)) {
-    let (server, port) = common::zcnet_server(server_args);
+    let (server, port) = perf_common::zcnet_server(server_args);
     fault(port);
     let line = lines(&server, 1).remove(0);
     assert!(line.contains(says), "{line:?} does not say {says:?}");
@@ -170,7 +170,7 @@ fn params(s: &mut TcpStream) {
 
 #[zcnet_testkit::test]
 fn data_stream_without_cookie_is_denied() {
-    let (server, port) = common::zcnet_server(&[]);
+    let (server, port) = perf_common::zcnet_server(&[]);
     let mut ctrl = connect(port);
     hello(&mut ctrl, &cookie());
     params(&mut ctrl);
@@ -195,7 +195,7 @@ fn data_stream_without_cookie_is_denied() {
 
 #[zcnet_testkit::test]
 fn client_vanishing_mid_test() {
-    let (server, port) = common::zcnet_server(&[]);
+    let (server, port) = perf_common::zcnet_server(&[]);
     let port_s = port.to_string();
     let mut client = Proc::spawn(
         &zcnet_perf(),
@@ -222,7 +222,7 @@ fn client_vanishing_mid_test() {
 /// does (scripts read one document per test), and the server goes on.
 #[zcnet_testkit::test]
 fn a_failed_test_still_prints_its_json_document() {
-    let (server, port) = common::zcnet_server(&["-J"]);
+    let (server, port) = perf_common::zcnet_server(&["-J"]);
     let port_s = port.to_string();
     let mut client = Proc::spawn(
         &zcnet_perf(),
@@ -256,7 +256,7 @@ fn a_failed_test_still_prints_its_json_document() {
 
 #[zcnet_testkit::test]
 fn second_client_while_a_test_runs_is_denied() {
-    let (server, port) = common::zcnet_server(&[]);
+    let (server, port) = perf_common::zcnet_server(&[]);
     let port_s = port.to_string();
     let mut first = Proc::spawn(
         &zcnet_perf(),
@@ -266,7 +266,7 @@ fn second_client_while_a_test_runs_is_denied() {
     let mut second = connect(port);
     assert_eq!(read_byte(&mut second), Some(State::AccessDenied.to_byte()));
     // And a zcnet client says so.
-    let (busy, st) = common::run(&zcnet_perf(), &["-c", "127.0.0.1", "-p", &port_s], LIMIT);
+    let (busy, st) = perf_common::run(&zcnet_perf(), &["-c", "127.0.0.1", "-p", &port_s], LIMIT);
     assert_eq!(st.code(), Some(1));
     assert!(busy.stderr().contains("busy"), "{}", busy.stderr());
     assert!(
@@ -280,7 +280,7 @@ fn second_client_while_a_test_runs_is_denied() {
 fn client_fails(port: u16, within: Duration, says: &str) {
     let t = Instant::now();
     let port = port.to_string();
-    let (client, st) = common::run(&zcnet_perf(), &["-c", "127.0.0.1", "-p", &port], LIMIT);
+    let (client, st) = perf_common::run(&zcnet_perf(), &["-c", "127.0.0.1", "-p", &port], LIMIT);
     let took = t.elapsed();
     assert_eq!(st.code(), Some(1), "{}", client.stdout());
     let err = client.stderr();
@@ -320,7 +320,7 @@ fn fake_service(reply: &'static [u8]) -> u16 {
 #[zcnet_testkit::test]
 fn a_client_that_fails_early_still_says_whom_it_connected_to() {
     let port = fake_service(b"SSH-2.0-OpenSSH_9.2p1 Debian\r\n").to_string();
-    let (client, st) = common::run(
+    let (client, st) = perf_common::run(
         &zcnet_perf(),
         &["-c", "127.0.0.1", "-p", &port, "-J"],
         LIMIT,

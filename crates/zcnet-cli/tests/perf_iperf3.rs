@@ -7,11 +7,11 @@
 //! The `veth_` tests run the same checks between lab namespaces (root), the client in one, the
 //! server in the other.
 
-mod common;
+mod perf_common;
 
 use std::time::Duration;
 
-use common::{assert_clean, assert_close, run_pair, sum_bytes, End, Iperf3Peer, Net};
+use perf_common::{assert_clean, assert_close, run_pair, sum_bytes, End, Iperf3Peer, Net};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -205,7 +205,7 @@ fn iperf3_client_to_zcnet_server_bidir() {
 
 #[zcnet_testkit::test]
 fn iperf3_client_to_zcnet_server_bytes_reverse() {
-    if let Some(v) = common::iperf3().map(|p| common::iperf3_version(&p)) {
+    if let Some(v) = perf_common::iperf3().map(|p| perf_common::iperf3_version(&p)) {
         if v < (3, 10) {
             // Against an iperf3 server as well: the client counts only what it sends.
             zcnet_testkit::skip(
@@ -224,7 +224,7 @@ fn iperf3_client_to_zcnet_server_bytes_reverse() {
 
 #[zcnet_testkit::test]
 fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
-    let (_lab, veth) = common::veth_lab();
+    let (_lab, veth) = perf_common::veth_lab();
     let (z, i) = zcnet_to_iperf3_on(Net::Veth(&veth), &["-t", "1", "-P", "4"]);
     assert_clean(&z, "zcnet");
     assert_clean(&i, "iperf3");
@@ -249,7 +249,7 @@ fn veth_zcnet_client_to_iperf3_server_parallel_and_reverse() {
 
 #[zcnet_testkit::test]
 fn veth_iperf3_client_to_zcnet_server_bidir_and_bytes() {
-    let (_lab, veth) = common::veth_lab();
+    let (_lab, veth) = perf_common::veth_lab();
     let (i, z) = iperf3_to_zcnet_on(Net::Veth(&veth), &["-t", "1", "--bidir", "-P", "2"]);
     assert_clean(&i, "iperf3");
     assert_clean(&z, "zcnet");
@@ -269,9 +269,9 @@ fn veth_iperf3_client_to_zcnet_server_bidir_and_bytes() {
 #[zcnet_testkit::test]
 fn iperf3_text_output_is_what_iperf3_prints() {
     let iperf3 = need_iperf3!();
-    let (mut server, port) = common::zcnet_server(&["-1"]);
+    let (mut server, port) = perf_common::zcnet_server(&["-1"]);
     let port = port.to_string();
-    let (client, st) = common::run(
+    let (client, st) = perf_common::run(
         &iperf3,
         &["-c", "127.0.0.1", "-p", &port, "-n", "4M"],
         LIMIT,
@@ -289,7 +289,7 @@ fn iperf3_text_output_is_what_iperf3_prints() {
         .and_then(|r| r.split("Bytes").next())
         .map(|t| format!(" sec  {}Bytes ", t.trim_start()))
         .unwrap_or_else(|| panic!("no sender line in iperf3's output:\n{theirs}"));
-    if common::iperf3_version(&iperf3) >= (3, 10) {
+    if perf_common::iperf3_version(&iperf3) >= (3, 10) {
         assert_eq!(sent, " sec  4.00 MBytes ", "-n 4M sends exactly 4 MiB");
     }
     for want in [

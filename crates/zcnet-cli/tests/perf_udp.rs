@@ -1,9 +1,9 @@
 //! UDP tests over loopback: iperf3's handshake and datagram header both ways, datagram counts
 //! that agree between the two ends, and zcnet's sender with UDP GSO.
 
-mod common;
+mod perf_common;
 
-use common::{assert_clean, assert_clean_udp_peer, run_pair, End, Iperf3Peer, Net};
+use perf_common::{assert_clean, assert_clean_udp_peer, run_pair, End, Iperf3Peer, Net};
 use serde_json::Value;
 
 fn num(doc: &Value, path: &[&str]) -> u64 {
@@ -75,7 +75,7 @@ fn zcnet_client_to_iperf3_server_udp() {
 
 #[zcnet_testkit::test]
 fn veth_zcnet_client_to_iperf3_server_udp() {
-    let (_lab, veth) = common::veth_lab();
+    let (_lab, veth) = perf_common::veth_lab();
     zcnet_client_to_iperf3_server_udp_on(Net::Veth(&veth));
 }
 
@@ -101,7 +101,7 @@ fn iperf3_client_to_zcnet_server_udp() {
 
 #[zcnet_testkit::test]
 fn veth_iperf3_client_to_zcnet_server_udp() {
-    let (_lab, veth) = common::veth_lab();
+    let (_lab, veth) = perf_common::veth_lab();
     iperf3_client_to_zcnet_server_udp_on(Net::Veth(&veth));
 }
 

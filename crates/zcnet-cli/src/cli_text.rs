@@ -5,7 +5,7 @@
 //! ([`zcnet::text`](mod@zcnet::text)), never rewritten.
 
 use zcnet::region::MemoryKind;
-use zcnet::text::{Call, Field, Library, Term, Words};
+use zcnet::text::{Call, Field, Library, Term, Text, Words};
 #[cfg(test)]
 use zcnet::TxMode;
 use zcnet::{Error, Remedy, Voice};
@@ -139,16 +139,21 @@ pub fn error_text(e: &Error) -> String {
     e.render(&Cli)
 }
 
+/// A report's notes (zcnet-tools' benches), their terms in [`Cli`]'s words.
+pub fn notes(notes: &[Text]) -> Vec<String> {
+    notes.iter().map(|n| n.render(&Cli)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zcnet::text::{IfName, Text};
+    use zcnet::text::IfName;
 
     /// The library builds every message from words and typed terms: no string literal of the
     /// library, its sans-IO core or the tools names a config field, mode, memory kind or call
     /// as a Rust path (only zcnet-core's `text.rs`, the library's own words, and tests do). A
     /// message that did would reach the command's user as a Rust path: nothing rewrites text.
-    #[zcnet_testkit::test]
+    #[test]
     fn no_message_names_a_library_path_in_its_words() {
         const PATHS: [&str; 16] = [
             "RxConfig::",
@@ -218,7 +223,7 @@ mod tests {
         assert!(found.is_empty(), "library paths in words: {found:#?}");
     }
 
-    #[zcnet_testkit::test]
+    #[test]
     fn every_remedy_and_term_has_cli_words() {
         for r in Remedy::examples() {
             let lib = r.to_string();
