@@ -129,7 +129,7 @@ fn print_json(
                 .refused
                 .iter()
                 .map(|x| Refused {
-                    path: x.path.name(),
+                    path: x.tried.name(),
                     reason: x.reason.render(&Cli),
                 })
                 .collect(),
@@ -182,7 +182,7 @@ fn print_table(r: &GpuRxReport, standin: Option<&str>) {
             opt(r.ratio(row, "naive"), 2)
         );
         for x in &row.report.refused {
-            zcnet_tools::outln!("{:<9}   not {}: {}", "", x.path, x.reason.render(&Cli));
+            zcnet_tools::outln!("{:<9}   not {}: {}", "", x.tried, x.reason.render(&Cli));
         }
     }
     zcnet_tools::outln!("targets: GPU row >= 0.90 x host and >= 2.00 x naive on each path{label}");

@@ -21,7 +21,7 @@ struct RefusalJson {
 fn refusals_json(r: &[Refusal]) -> Vec<RefusalJson> {
     r.iter()
         .map(|r| RefusalJson {
-            path: r.path.name(),
+            path: r.tried.name(),
             reason: r.reason.render(&zcnet_cli::cli_text::Cli),
         })
         .collect()

@@ -57,7 +57,7 @@ fn child_udp_gpu_sender() {
     assert!(
         refused
             .iter()
-            .any(|r| r.path == GpuPath::Devmem && r.reason.contains("UDP")),
+            .any(|r| r.tried == GpuPath::Devmem && r.reason.contains("UDP")),
         "{refused:?}"
     );
     let pat = Pattern::new(5);

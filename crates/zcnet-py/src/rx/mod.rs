@@ -448,7 +448,7 @@ impl Receiver {
             let rl = pyo3::types::PyList::empty(py);
             for r in &g.refused {
                 let e = PyDict::new(py);
-                e.set_item("path", r.path.name())?;
+                e.set_item("path", r.tried.name())?;
                 e.set_item("reason", r.reason.render(&crate::errors::Py))?;
                 rl.append(e)?;
             }

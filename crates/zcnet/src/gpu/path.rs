@@ -43,27 +43,9 @@ impl std::fmt::Display for GpuPath {
     }
 }
 
-/// A better path that was not taken, and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// The path.
-    pub path: GpuPath,
-    /// Why (the kernel's or driver's answer, or what was not asked for), its terms typed.
-    pub reason: crate::text::Text,
-}
-
-impl Refusal {
-    /// "PATH refused: REASON" in a front end's words (`Display` is the library's).
-    pub fn render(&self, words: &dyn crate::text::Words) -> String {
-        format!("{} refused: {}", self.path, self.reason.render(words))
-    }
-}
-
-impl std::fmt::Display for Refusal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} refused: {}", self.path, self.reason)
-    }
-}
+/// A better path that was not taken, and why (`tried`: the path), as `auto`'s sends and
+/// receives report theirs.
+pub type Refusal = crate::fallback::Fallback<GpuPath>;
 
 /// Sends from GPU memory by the best path: devmem TX when asked for ([`TxMode::Devmem`]) or when
 /// `auto` finds it works (TCP only), else staging with `cfg.mode` (`auto` for the host leg under
@@ -115,7 +97,7 @@ impl GpuSender {
                 )));
             }
             refused.push(Refusal {
-                path: GpuPath::Devmem,
+                tried: GpuPath::Devmem,
                 reason: "not tried (a UDP socket: devmem TX sends TCP streams only)".into(),
             });
         } else if matches!(cfg.mode, TxMode::Devmem | TxMode::Auto) {
@@ -133,13 +115,13 @@ impl GpuSender {
                 // Asked for by name: its refusal is the answer.
                 Err(e) if cfg.mode == TxMode::Devmem => return Err(e),
                 Err(e) => refused.push(Refusal {
-                    path: GpuPath::Devmem,
+                    tried: GpuPath::Devmem,
                     reason: e.text(),
                 }),
             }
         } else {
             refused.push(Refusal {
-                path: GpuPath::Devmem,
+                tried: GpuPath::Devmem,
                 reason: crate::text!(
                     "not tried (",
                     cfg.mode.term(),
@@ -368,7 +350,7 @@ pub fn prepare_receive(
     ] {
         if cfg.mode != mode && !auto_with_iface {
             refused.push(Refusal {
-                path,
+                tried: path,
                 reason: not_tried(mode),
             });
             continue;
@@ -384,7 +366,7 @@ pub fn prepare_receive(
             // Asked for by name: its refusal is the answer.
             Err(e) if cfg.mode == mode => return Err(e),
             Err(e) => refused.push(Refusal {
-                path,
+                tried: path,
                 reason: e.text(),
             }),
         }
