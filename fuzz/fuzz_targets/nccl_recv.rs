@@ -1,7 +1,7 @@
 #![no_main]
 
-// The body is shared with the main workspace's fuzz smoke test of zcnet-nccl
-// (crates/zcnet-nccl/tests/fuzz_smoke_nccl.rs): see fuzz/README.md.
+// The body is shared with the main workspace's fuzz smoke test
+// (crates/zcnet-tools/tests/fuzz_smoke.rs): see fuzz/README.md.
 #[path = "../bodies/nccl_recv.rs"]
 mod body;
 #[path = "../bodies/input.rs"]

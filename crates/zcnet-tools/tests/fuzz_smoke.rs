@@ -1,6 +1,5 @@
 //! The fuzz smoke run of CI: every target body of fuzz/ (the cargo-fuzz project, which needs
-//! nightly and cargo-fuzz; the few in `SMOKED_ELSEWHERE` are run the same way by another crate's
-//! test) run here on stable, inside `cargo test`, over every file of its kept
+//! nightly and cargo-fuzz) run here on stable, inside `cargo test`, over every file of its kept
 //! corpus (fuzz/corpus/<target>/) and over seeded pseudo-random and mutated inputs. The bodies
 //! are the fuzz targets' own code (fuzz/bodies/<target>.rs, included here and by
 //! fuzz/fuzz_targets/<target>.rs with `#[path]`), so the invariants asserted are the same.
@@ -53,6 +52,8 @@ mod dgram;
 mod echo;
 #[path = "../../../fuzz/bodies/errqueue.rs"]
 mod errqueue;
+#[path = "../../../fuzz/bodies/nccl_recv.rs"]
+mod nccl_recv;
 #[path = "../../../fuzz/bodies/perf_client.rs"]
 mod perf_client;
 #[path = "../../../fuzz/bodies/perf_frame.rs"]
@@ -230,6 +231,7 @@ targets!(
     ethtool_rings,
     ethtool_rss,
     genl_family,
+    nccl_recv,
     netdev_dev,
     netdev_napi,
     netdev_page_pool,
@@ -253,15 +255,8 @@ targets!(
     zcrx_rx,
 );
 
-/// Bodies that use a crate this one does not depend on, each run by that crate's own smoke test
-/// (the same run as here): the file that includes it.
-const SMOKED_ELSEWHERE: &[(&str, &str)] = &[
-    // zcnet-nccl's proto (zcnet-tools does not depend on zcnet-nccl).
-    ("nccl_recv", "crates/zcnet-nccl/tests/fuzz_smoke_nccl.rs"),
-];
-
-/// Every body in fuzz/bodies/ is a fuzz target and is run here or by the smoke test named in
-/// [`SMOKED_ELSEWHERE`] (a new one cannot be left out of CI by mistake).
+/// Every body in fuzz/bodies/ is a fuzz target and is run here (a new one cannot be left out of
+/// CI by mistake).
 #[zcnet_testkit::test]
 fn every_body_is_a_target_and_is_smoked() {
     let toml = std::fs::read_to_string(fuzz_dir().join("Cargo.toml")).expect("fuzz/Cargo.toml");
@@ -274,28 +269,13 @@ fn every_body_is_a_target_and_is_smoked() {
         })
         .collect();
     bodies.sort();
-    let mut smoked: Vec<String> = TARGETS
-        .iter()
-        .chain(SMOKED_ELSEWHERE.iter().map(|(t, _)| t))
-        .map(|t| t.to_string())
-        .collect();
+    let mut smoked: Vec<String> = TARGETS.iter().map(|t| t.to_string()).collect();
     smoked.sort();
     assert_eq!(
         bodies, smoked,
-        "fuzz/bodies/ and this test's targets (with SMOKED_ELSEWHERE) differ"
+        "fuzz/bodies/ and this test's targets differ"
     );
-    for (t, file) in SMOKED_ELSEWHERE {
-        let src = std::fs::read_to_string(fuzz_dir().join("..").join(file))
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
-        assert!(
-            src.contains(&format!("\"../../../fuzz/bodies/{t}.rs\"")),
-            "{file} does not include the body {t}"
-        );
-    }
-    for t in TARGETS
-        .iter()
-        .chain(SMOKED_ELSEWHERE.iter().map(|(t, _)| t))
-    {
+    for t in TARGETS {
         let bin = format!("name = \"{t}\"\npath = \"fuzz_targets/{t}.rs\"");
         assert!(toml.contains(&bin), "fuzz/Cargo.toml has no [[bin]] {t}");
         let src = std::fs::read_to_string(fuzz_dir().join(format!("fuzz_targets/{t}.rs")))
