@@ -3,81 +3,62 @@
 //! CPU `zcnet bench xsk` gives its sender, the two interleaved, five rounds, medians printed.
 //! Frames go to another host's MAC address, so vB's stack drops each one at once and the send
 //! path is what is measured. Every run checks that all N frames completed and that vB counted
-//! at least N received frames. The frames, the batch and the CPU are bench xsk's
-//! (zcnet-tools' `xskbench`), rebuilt here from zcnet-core's frame builder: the library's tests
-//! do not depend on the tools.
+//! at least N received frames. The frames, the batch and the CPU are bench xsk's own
+//! (`zcnet_tools::xskbench`), which is why it lives with the tools.
 //!
 //! Ignored by default (it is a measurement, a few seconds); run it in release:
 //!
 //! ```text
-//! cargo test --release -p zcnet --test xsk_speed -- --ignored --nocapture
+//! cargo test --release -p zcnet-tools --test xsk_speed -- --ignored --nocapture
 //! ZCNET_XSK_SPEED_N=4000000 ZCNET_XSK_SPEED_ROUNDS=7 cargo test --release ...   # longer
 //! ZCNET_XSK_SPEED_ONLY=xsk perf record -g target/release/deps/xsk_speed-* --ignored   # one side
 //! ```
 
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
-mod common;
-
-use common::{in_ns, serial, veth_lab};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use zcnet::xsk::{Xsk, XskConfig};
 use zcnet::Region;
-use zcnet_core::udp_frame::{UdpFlow, HEADERS_LEN};
 use zcnet_sys::mem::Mapping;
 use zcnet_sys::xsk::XskBindMode;
 use zcnet_sys::xsk_socket::{UmemFrame, XdpSocket, XdpSocketConfig};
+use zcnet_tools::xskbench::{self, BATCH, SEQ_OFFSET};
 
 const FRAME: usize = 64;
 const FRAMES: u32 = 4096;
 const RING: u32 = 2048;
-/// Frames per send call: bench xsk's `BATCH` (zcnet-rawbench's `MAX_BATCH`).
-const BATCH: usize = 64;
-/// Where the sequence number sits in a frame (start of the UDP payload), as in bench xsk.
-const SEQ_OFFSET: usize = HEADERS_LEN;
-/// The destination MAC address of the frames: bench xsk's `OTHER_HOST_MAC` (locally
-/// administered, unicast, not vB's).
-const OTHER_HOST_MAC: [u8; 6] = [0x02, 0x7a, 0x63, 0x6e, 0x65, 0x74];
 
-/// The CPU bench xsk pins its sender to without `--cpus`: the first this process may use.
-fn sender_cpu() -> usize {
-    zcnet::os::thread_affinity().unwrap()[0]
+/// One lab test at a time in this process.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Bench xsk's veth flow to another host: vA's MAC to [`OTHER_HOST_MAC`] (another, should vB
-/// have drawn that one), 10.10.0.1:40000 → 10.10.0.2:47200, no UDP checksum.
-fn veth_flow(p: &zcnet_lab::VethPath) -> UdpFlow {
-    let mac = |ns: &str, dev: &str| in_ns(ns, || zcnet::xsk::interface_mac(dev).unwrap());
-    let dst_mac = if mac(&p.b, "vB") == OTHER_HOST_MAC {
-        [0x02, 0, 0, 0, 0, 1]
-    } else {
-        OTHER_HOST_MAC
-    };
-    UdpFlow {
-        src_mac: mac(&p.a, "vA"),
-        dst_mac,
-        src: std::net::Ipv4Addr::new(10, 10, 0, 1),
-        dst: std::net::Ipv4Addr::new(10, 10, 0, 2),
-        src_port: 40_000,
-        dst_port: 47_200,
-        udp_checksum: false,
+/// A lab with a veth pair; skips the test (reported as ignored) when not root.
+fn veth_lab() -> (zcnet_tools::lab::Lab, zcnet_tools::lab::VethPath) {
+    match zcnet_tools::lab::Lab::new() {
+        Ok(mut lab) => {
+            let p = lab.veth().unwrap();
+            (lab, p)
+        }
+        Err(zcnet::Error::NotRoot { .. }) => {
+            zcnet_testkit::skip(zcnet_testkit::Need::Root, "network namespaces for the lab")
+        }
+        Err(e) => panic!("lab: {e}"),
     }
 }
 
-/// Bench xsk's frame template: `size` bytes, the payload a fixed byte pattern whose first 8
-/// bytes (the sequence number) are 0.
-fn template(flow: &UdpFlow, size: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; size];
-    let n = flow
-        .write_with(&mut buf, 0, size - HEADERS_LEN, |p| {
-            for (i, b) in p.iter_mut().enumerate() {
-                *b = (i as u8).wrapping_mul(7).wrapping_add(3);
-            }
-            p[..8].fill(0);
+/// Runs `f` on a thread inside namespace `ns` (the test thread's namespace stays as it is).
+fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            zcnet_tools::lab::enter(ns).unwrap();
+            f()
         })
-        .unwrap();
-    assert_eq!(n, size);
-    buf
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -197,9 +178,9 @@ fn xsk_facade_vs_direct_send_rate() {
     let n = env_u64("ZCNET_XSK_SPEED_N", 2_000_000);
     let rounds = env_u64("ZCNET_XSK_SPEED_ROUNDS", 5);
     let only = std::env::var("ZCNET_XSK_SPEED_ONLY").ok();
-    let cpu = sender_cpu();
-    let flow = veth_flow(&p);
-    let tmpl = template(&flow, FRAME);
+    let (cpu, _) = xskbench::pick_cpus(None).unwrap();
+    let flow = xskbench::veth_flow(&p, false).unwrap();
+    let tmpl = xskbench::template(&flow, FRAME).unwrap();
     // Per round: Mpps and CPU ns per frame of each, and their ratios (the machine is shared
     // and drifts: a ratio within one round is steadier than either figure).
     let (mut d, mut x, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
