@@ -347,3 +347,6 @@ pub(crate) fn run_limits(
     };
     (limit, duration.map(|d| Instant::now() + d))
 }
+
+/// The `--tx`/`--rx` name of AF_XDP.
+pub const AF_XDP: &str = "af-xdp";

@@ -5,11 +5,12 @@
 use crate::args::{RecvArgs, SendArgs};
 use crate::endpoints::listen_announced;
 use crate::output::print_json;
+use crate::plan::{RecvPlan, SendPlan};
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::Instant;
 use zcnet::gpu::{self, GpuSender, Refusal, StagingOptions};
-use zcnet::{net, Error, MemoryKind, Pattern, Region, RxConfig, TxConfig};
+use zcnet::{net, Error, MemoryKind, Pattern, Region};
 use zcnet_tools::sendloop::next_chunk;
 
 #[derive(Serialize)]
@@ -52,31 +53,16 @@ fn label_of(region: &Region) -> (Option<&'static str>, String) {
     let l = region.device_ordinal().and_then(gpu::standin_label);
     (l, l.map_or(String::new(), |l| format!("  {l}")))
 }
-
-/// Checks what `--mem cuda` cannot do, before anything is connected or allocated.
-pub fn check_send(a: &SendArgs) -> Result<(), Error> {
-    if a.udp && a.naive {
-        return Err(Error::invalid_input(
-            "--naive with --udp: the naive baseline sends a TCP stream; drop --naive or --udp",
-        ));
-    }
-    if !a.verify && a.duration.is_none() && a.bytes.is_none() {
-        return Err(Error::invalid_input(
-            "--mem cuda sends what is in GPU memory, not stdin: give --bytes, --duration or --verify",
-        ));
-    }
-    Ok(())
-}
-
 /// `zcnet send --mem cuda[:N]`.
-pub fn send(
-    a: &SendArgs,
-    addr: SocketAddr,
-    memory: MemoryKind,
-    cfg: &TxConfig,
-    limit: Option<u64>,
-    deadline: Option<Instant>,
-) -> Result<(), Error> {
+pub fn send(a: &SendArgs, plan: &SendPlan) -> Result<(), Error> {
+    let SendPlan {
+        addr,
+        memory,
+        ref cfg,
+        limit,
+        deadline,
+        ..
+    } = *plan;
     if a.naive {
         return naive_send(a, addr, memory, cfg.buf_size, limit, deadline);
     }
@@ -156,12 +142,13 @@ struct GpuRecvJson {
 }
 
 /// `zcnet recv --mem cuda[:N]`: the GPU memory is a ring of `--area` bytes.
-pub fn recv(
-    a: &RecvArgs,
-    memory: MemoryKind,
-    cfg: &RxConfig,
-    want_bytes: Option<u64>,
-) -> Result<(), Error> {
+pub fn recv(a: &RecvArgs, plan: &RecvPlan) -> Result<(), Error> {
+    let RecvPlan {
+        memory,
+        ref cfg,
+        want_bytes,
+        ..
+    } = *plan;
     let addr = net::parse_addr(&a.listen)?;
     let mut region = Region::new(memory, cfg.area_len)?;
     if a.naive {

@@ -15,6 +15,7 @@ mod endpoints;
 mod gpu_cmd;
 mod nic_cmd;
 mod output;
+mod plan;
 mod probe_cmd;
 mod sendrecv;
 mod udp_cmd;

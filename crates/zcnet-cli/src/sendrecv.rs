@@ -1,16 +1,12 @@
 //! `zcnet send` and `zcnet recv`: netcat-style, over the same backends as the benchmark.
 
-use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs};
+use crate::args::{RecvArgs, SendArgs};
 use crate::endpoints::{listen_announced, nothing_to_verify, stream_length, Source, Stdout};
 use crate::output::print_json;
-use crate::units::{
-    count_arg, seconds_arg, size_arg, total_arg, window_arg, MAX_BUFFER, MAX_INFLIGHT,
-};
+use crate::plan::{RecvPlan, SendPlan};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
-use zcnet::{
-    net, Error, MemoryKind, Pattern, Receiver, Region, RxConfig, RxMode, Sender, Socket, TxConfig,
-};
+use zcnet::{net, Error, MemoryKind, Pattern, Receiver, Region, RxMode, Sender, Socket};
 use zcnet_tools::sendloop::{SendLoop, Until};
 
 #[derive(Serialize)]
@@ -32,51 +28,23 @@ struct SendJson<'a> {
 }
 
 pub fn send(a: &SendArgs) -> Result<(), Error> {
-    if a.tx == crate::udp_cmd::AF_XDP {
+    if a.tx == crate::args::AF_XDP {
         return crate::udp_cmd::send_af_xdp(a);
     }
     // Every argument is checked before anything is connected or allocated (exit code 2).
-    let mode = crate::udp_cmd::tx_mode(&a.tx)?;
-    crate::udp_cmd::check_send_flags(a)?;
-    let addr = crate::args::dest_addr(&a.addr)?;
-    let mut size = size_arg("--size", a.size_or_default(), MAX_BUFFER)?;
-    if a.udp {
-        // 64K (the default) does not fit a datagram: sent as 64,000 B, bench tx's rule on its
-        // UDP path.
-        size = zcnet_tools::bench::effective_size(zcnet_tools::bench::PathKind::Sink, size);
+    let plan = SendPlan::from_args(a)?;
+    if plan.memory.is_device() {
+        return crate::gpu_cmd::send(a, &plan);
     }
-    let inflight = count_arg("--inflight", a.inflight, MAX_INFLIGHT)?;
-    total_arg(("--size", size), ("--inflight", inflight))?;
-    let window = window_arg(&a.window)?;
-    let (bytes, duration) = send_amount(a)?;
-    let stall_timeout = a
-        .stall_timeout
-        .map(|s| seconds_arg("--stall-timeout", s))
-        .transpose()?;
-    let memory = parse_mem(&a.mem)?;
-    crate::args::check_naive(a.naive, memory)?;
-    if memory.is_device() {
-        crate::gpu_cmd::check_send(a)?;
-    }
-    if a.udp && size > zcnet_tools::bench::UDP_MAX_PAYLOAD {
-        return Err(Error::invalid_input(format!(
-            "--size {} ({size} B) is larger than one UDP datagram can carry ({} B over IPv4): use a smaller --size",
-            a.size_or_default(),
-            zcnet_tools::bench::UDP_MAX_PAYLOAD
-        )));
-    }
-    let (limit, deadline) = run_limits(bytes, duration, a.verify);
-    let mut cfg = TxConfig::new(mode);
-    cfg.cancel = zcnet_tools::interrupt::token();
-    cfg.inflight = inflight;
-    cfg.window = window;
-    cfg.buf_size = size;
-    if let Some(t) = stall_timeout {
-        cfg.stall_timeout = t;
-    }
-    if memory.is_device() {
-        return crate::gpu_cmd::send(a, addr, memory, &cfg, limit, deadline);
-    }
+    let SendPlan {
+        mode,
+        addr,
+        size,
+        memory,
+        cfg,
+        limit,
+        deadline,
+    } = plan;
     // The region, and whether RLIMIT_MEMLOCK can hold what the sender will lock (its ring and
     // the registered region), before connecting: a limit too small is said before any peer
     // sees a connection (exit code 2, the message the sender's own refusal would have).
@@ -166,71 +134,6 @@ pub fn send(a: &SendArgs) -> Result<(), Error> {
     Ok(())
 }
 
-/// `--rx zcrx` and `--rx devmem` receive on one NIC queue, so they need `--iface`: refused
-/// here as a usage error naming the flag, before the library would refuse its unset field
-/// (`RxConfig::iface`). `--naive` receives with `recv()` and needs none.
-pub fn check_rx_iface(mode: RxMode, iface: Option<&str>, naive: bool) -> Result<(), Error> {
-    if matches!(mode, RxMode::Zcrx | RxMode::Devmem) && iface.is_none() && !naive {
-        return Err(Error::invalid_input(format!(
-            "--rx {mode} needs --iface IFACE: the NIC whose queue the flows are steered to (see 'zcnet nic setup'); or use --rx auto"
-        )));
-    }
-    Ok(())
-}
-
-/// `--iface` and `--queue` name the NIC queue a zero-copy receiver binds (zcrx, devmem, and
-/// auto, which tries zcrx with them): with `--rx copy` or `uring`, or a `--queue` without an
-/// interface, they would be ignored, so they are refused (exit code 2). The naive GPU loop
-/// receives with `recv()` and binds none either.
-fn check_rx_queue_flags(a: &RecvArgs, mode: RxMode) -> Result<(), Error> {
-    let flag = match (a.iface.is_some(), a.queue.is_some()) {
-        (true, _) => "--iface",
-        (false, true) => "--queue",
-        (false, false) => return Ok(()),
-    };
-    if matches!(mode, RxMode::Copy | RxMode::Uring) {
-        return Err(Error::invalid_input(format!(
-            "{flag} names the NIC queue a zero-copy receiver binds (--rx zcrx, devmem or auto); --rx {mode} receives from a socket on any interface: drop {flag}"
-        )));
-    }
-    if a.naive {
-        return Err(Error::invalid_input(format!(
-            "{flag} names the NIC queue a zero-copy receiver binds; --naive receives with recv() from a socket on any interface: drop {flag}"
-        )));
-    }
-    if a.iface.is_none() {
-        return Err(Error::invalid_input(format!(
-            "--queue is a queue of the --iface interface: add --iface IFACE or drop --queue (--rx {mode})"
-        )));
-    }
-    Ok(())
-}
-
-/// `recv --no-device`: only with `--rx zcrx` (auto never takes it: it copies), without an
-/// interface, a queue, device memory or the naive loop (exit code 2).
-fn check_no_device(a: &RecvArgs, mode: RxMode) -> Result<(), Error> {
-    if !a.no_device {
-        return Ok(());
-    }
-    if mode != RxMode::Zcrx {
-        return Err(Error::invalid_input(format!(
-            "--no-device applies to --rx zcrx (zcrx without a network device), not --rx {mode}: add --rx zcrx or drop --no-device"
-        )));
-    }
-    let clash = [
-        (a.iface.is_some(), "--iface"),
-        (a.queue.is_some(), "--queue"),
-        (a.naive, "--naive"),
-        (a.mem != "host", "--mem other than host"),
-    ];
-    if let Some((_, flag)) = clash.iter().find(|(on, _)| *on) {
-        return Err(Error::invalid_input(format!(
-            "--no-device receives into host memory without a NIC queue: drop {flag}"
-        )));
-    }
-    Ok(())
-}
-
 #[derive(Serialize)]
 struct FallbackJson {
     tried: &'static str,
@@ -266,7 +169,7 @@ struct RecvJson {
 const RECV_LOW_WATER: u32 = 128 << 10;
 
 pub fn recv(a: &RecvArgs) -> Result<(), Error> {
-    if a.udp || a.rx == crate::udp_cmd::AF_XDP {
+    if a.udp || a.rx == crate::args::AF_XDP {
         if a.no_device {
             return Err(Error::invalid_input(
                 "--no-device is zcrx without a network device, a TCP receive mode: drop it, or drop --udp and use --rx zcrx",
@@ -275,51 +178,18 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         return crate::udp_cmd::recv_udp(a);
     }
     // Every argument is checked before anything is listened on or allocated (exit code 2).
-    let mode = RxMode::parse(&a.rx)?;
-    let want_bytes = crate::udp_cmd::check_stream_recv_flags(a)?;
-    check_no_device(a, mode)?;
-    if !a.no_device {
-        check_rx_iface(mode, a.iface.as_deref(), a.naive)?;
+    let plan = RecvPlan::from_args(a)?;
+    if plan.memory.is_device() {
+        return crate::gpu_cmd::recv(a, &plan);
     }
-    let addr = net::parse_addr(&a.listen)?;
-    let mut cfg = RxConfig::new(mode);
-    cfg.cancel = zcnet_tools::interrupt::token();
-    cfg.iface = a.iface.clone();
-    cfg.queue = a.queue;
-    cfg.no_device = a.no_device;
-    cfg.buf_size = size_arg("--buf-size", &a.buf_size, MAX_BUFFER)?;
-    cfg.buffers = count_arg("--buffers", a.buffers, usize::MAX)?;
-    total_arg(("--buf-size", cfg.buf_size), ("--buffers", cfg.buffers))?;
-    cfg.area_len = size_arg("--area", &a.area, crate::units::MAX_AREA)?;
-    if let Some(len) = &a.rx_buf_len {
-        if mode != RxMode::Zcrx {
-            return Err(Error::invalid_input(format!(
-                "--rx-buf-len is the zcrx receive buffer size, not one of --rx {mode}: add --rx zcrx or drop --rx-buf-len"
-            )));
-        }
-        cfg.rx_buf_len = size_arg("--rx-buf-len", len, 2 << 20)?;
-        if !cfg.rx_buf_len.is_power_of_two() || cfg.rx_buf_len < 4096 {
-            return Err(Error::invalid_input(format!(
-                "--rx-buf-len {len}: give a power of two from a page (4K) to 2M"
-            )));
-        }
-    }
-    let lowat = crate::units::lowat_arg("--rcvlowat", &a.rcvlowat)?;
-    let memory = parse_mem(&a.mem)?;
-    crate::args::check_naive(a.naive, memory)?;
-    check_rx_queue_flags(a, mode)?;
-    // A queue the interface does not have: refused before anything is made (exit code 2).
-    if let (Some(iface), Some(queue)) = (a.iface.as_deref(), a.queue) {
-        zcnet::nic::check_queue(
-            iface,
-            queue,
-            false,
-            Some("leave --queue out (the interface's last RX queue)"),
-        )?;
-    }
-    if memory.is_device() {
-        return crate::gpu_cmd::recv(a, memory, &cfg, want_bytes);
-    }
+    let RecvPlan {
+        mode,
+        addr,
+        mut cfg,
+        memory,
+        lowat,
+        want_bytes,
+    } = plan;
     // The udmabuf the kernel writes into, kept to read what landed there back (--verify).
     let mut udmabuf: Option<Region> = None;
     if memory == MemoryKind::Udmabuf {

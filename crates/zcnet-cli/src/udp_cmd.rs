@@ -2,76 +2,20 @@
 //! checks and the output; sending, receiving and the accounting are
 //! `zcnet_tools::dgram`'s.
 
-use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs};
+use crate::args::{parse_mem, run_limits, send_amount, RecvArgs, SendArgs, AF_XDP};
 use crate::endpoints::{Source, Stdout};
 use crate::output::print_json;
 use crate::units::{bytes_arg, seconds_arg, size_arg, MAX_BUFFER};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
-use zcnet::{net, Error, Pattern, RxMode, TxMode};
+use zcnet::{net, Error, Pattern, RxMode};
 use zcnet_tools::dgram::{
     Stop, UdpReceiver, UdpRecvConfig, UdpRxMode, XskLimits, XskSendConfig, XskUdpSender, BATCH,
 };
 use zcnet_tools::sendloop::Until;
 
-/// The `--tx`/`--rx` name of AF_XDP.
-pub const AF_XDP: &str = "af-xdp";
-
 /// How long `recv --udp` waits after the last datagram by default (`--idle`).
 const DEFAULT_IDLE: f64 = 2.0;
-
-/// `--tx` for the socket mechanisms; the refusal of an unknown name lists af-xdp too.
-pub fn tx_mode(s: &str) -> Result<TxMode, Error> {
-    TxMode::parse(s).map_err(|e| match e {
-        Error::UnknownMode { .. } => Error::invalid_input(format!(
-            "unknown send mode '{s}': use one of {}, or {AF_XDP} (with --udp and --iface)",
-            TxMode::NAMED
-                .iter()
-                .map(|m| m.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-        e => e,
-    })
-}
-
-/// `--tx devmem` is TCP only; `--iface`/`--queue` of `send` belong to `--tx af-xdp` (devmem
-/// finds its interface from the socket).
-pub fn check_send_flags(a: &SendArgs) -> Result<(), Error> {
-    // devmem transmit is TCP only: refused here, before a socket or memory is made (the
-    // library's refusal comes after both, exit 1).
-    if a.udp && TxMode::parse(&a.tx).is_ok_and(|m| m == TxMode::Devmem) {
-        return Err(Error::invalid_input(
-            "--tx devmem with --udp: devmem transmit is TCP only: drop --udp, or use --tx msg-zerocopy or uring-zc for UDP",
-        ));
-    }
-    if a.iface.is_some() || a.queue.is_some() {
-        let flag = if a.iface.is_some() {
-            "--iface"
-        } else {
-            "--queue"
-        };
-        return Err(Error::invalid_input(format!(
-            "{flag} applies to --tx {AF_XDP} (frames sent from an interface's queue), not --tx {}: drop {flag} or use --udp --tx {AF_XDP}",
-            a.tx
-        )));
-    }
-    Ok(())
-}
-
-/// `--idle` of `recv` belongs to `--udp` (a stream ends by itself); `--bytes` on a stream is
-/// the length it must have. Returns that length.
-pub fn check_stream_recv_flags(a: &RecvArgs) -> Result<Option<u64>, Error> {
-    if a.idle.is_some() {
-        return Err(Error::invalid_input(
-            "--idle applies to --udp (datagrams have no end of stream); a TCP stream ends when the sender closes it: drop --idle or add --udp",
-        ));
-    }
-    a.bytes
-        .as_deref()
-        .map(|b| bytes_arg("--bytes", b))
-        .transpose()
-}
 
 /// `zcnet send --udp --tx af-xdp --iface IFACE [--queue Q] ADDR:PORT`.
 pub fn send_af_xdp(a: &SendArgs) -> Result<(), Error> {
@@ -266,19 +210,4 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_unknown_send_mode_names_af_xdp_too() {
-        let m = tx_mode("warp").unwrap_err().to_string();
-        assert!(
-            m.contains("'warp'") && m.contains("uring-zc") && m.contains(AF_XDP),
-            "{m}"
-        );
-        assert_eq!(tx_mode("copy").unwrap(), TxMode::Copy);
-    }
 }
