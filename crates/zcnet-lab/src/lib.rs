@@ -200,6 +200,19 @@ pub fn enter(ns: &str) -> Result<()> {
     zcnet_sys::os::enter_netns(&f).map_err(|e| Error::io(format!("setns into {ns}"), e))
 }
 
+/// Runs `f` on a thread of its own inside namespace `ns`, the calling thread's namespace left
+/// as it is; a panic in `f` goes on in the caller.
+pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            enter(ns)?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
 impl Lab {
     /// An empty lab. Needs root; cleans up namespaces left by dead zcnet processes first.
     pub fn new() -> Result<Lab> {

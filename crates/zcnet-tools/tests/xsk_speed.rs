@@ -51,14 +51,7 @@ fn veth_lab() -> (zcnet_tools::lab::Lab, zcnet_tools::lab::VethPath) {
 
 /// Runs `f` on a thread inside namespace `ns` (the test thread's namespace stays as it is).
 fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            zcnet_tools::lab::enter(ns).unwrap();
-            f()
-        })
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-    })
+    zcnet_lab::in_ns(ns, f).unwrap()
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {

@@ -41,14 +41,7 @@ pub fn veth_lab() -> (Lab, VethPath) {
 
 /// Runs `f` on a thread inside namespace `ns` (the test thread's namespace stays as it is).
 pub fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            lab::enter(ns).unwrap();
-            f()
-        })
-        .join()
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))
-    })
+    lab::in_ns(ns, f).unwrap()
 }
 
 /// Reads a TCP stream to its end (the peer of the send tests, no receive backend); with
