@@ -46,6 +46,8 @@ SET=(
   zcnet-sys/interrupt
   zcnet-netlink/live
   zcnet-cli/probe
+  zcnet-cli/probe_xsk
+  zcnet-cli/nic
   zcnet-cli/zcrx_nodev
   zcnet-cli/bench_rx_nodev
   zcnet-cli/memlock

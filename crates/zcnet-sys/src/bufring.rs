@@ -49,7 +49,6 @@
 //! mode is in force.
 
 use crate::epoll::ReturnQueue;
-use crate::foreign::ForeignBuf;
 use crate::mem::{Mapping, Slot};
 use crate::ring::{Core, TaskRun, CANCEL_TAG};
 use io_uring::{cqueue, opcode, types};
@@ -123,100 +122,9 @@ struct Armed {
     bundle: bool,
 }
 
-/// Receive buffers typed by who may touch them (see "Who may touch a buffer" above).
-mod target {
-    use crate::mem::{Mapping, Slot};
-    use std::sync::Arc;
-
-    /// A buffer the kernel may write: published in the ring, or taken by the kernel and its
-    /// completion not yet drained. Nothing reaches its bytes: only its address (to publish it)
-    /// and its mapping (which stays mapped) can be read, and it becomes a [`Slot`] again only
-    /// through [`Target::drained`], for a buffer a drained completion names.
-    #[derive(Debug)]
-    pub(super) struct InKernel(Slot);
-
-    /// One buffer of the ring.
-    #[derive(Debug)]
-    pub(super) enum Target {
-        /// The kernel's.
-        InKernel(InKernel),
-        /// The application's: readable until it is recycled. `taken`: a `HeldBuf` has it out,
-        /// and only `give_back` (or the handle's drop) returns it.
-        Held { slot: Slot, taken: bool },
-        /// Between two states, inside one method only.
-        Moving,
-    }
-
-    impl Target {
-        /// A buffer the application holds (as every buffer does before it is first published).
-        pub(super) fn held(slot: Slot) -> Target {
-            Target::Held { slot, taken: false }
-        }
-
-        pub(super) fn is_held(&self) -> bool {
-            matches!(self, Target::Held { .. })
-        }
-
-        pub(super) fn is_taken(&self) -> bool {
-            matches!(self, Target::Held { taken: true, .. })
-        }
-
-        /// The slot of a held buffer; `None` while the kernel may write it.
-        pub(super) fn held_slot(&self) -> Option<&Slot> {
-            match self {
-                Target::Held { slot, .. } => Some(slot),
-                _ => None,
-            }
-        }
-
-        /// The mapping the buffer lies in (its bytes are not reached through it).
-        pub(super) fn mapping(&self) -> Option<&Arc<Mapping>> {
-            match self {
-                Target::InKernel(InKernel(slot)) | Target::Held { slot, .. } => {
-                    Some(slot.mapping())
-                }
-                Target::Moving => None,
-            }
-        }
-
-        /// Marks a held buffer taken out (or back in); whether it was held and `taken` changed.
-        pub(super) fn set_taken(&mut self, to: bool) -> bool {
-            match self {
-                Target::Held { taken, .. } if *taken != to => {
-                    *taken = to;
-                    true
-                }
-                _ => false,
-            }
-        }
-
-        /// A held buffer not taken out becomes the kernel's: its address, for the ring entry
-        /// that lends it. `None`, unchanged, for any other.
-        pub(super) fn publish(&mut self) -> Option<usize> {
-            match std::mem::replace(self, Target::Moving) {
-                Target::Held { slot, taken: false } => {
-                    let addr = slot.addr();
-                    *self = Target::InKernel(InKernel(slot));
-                    Some(addr)
-                }
-                other => {
-                    *self = other;
-                    None
-                }
-            }
-        }
-
-        /// A drained completion names the buffer: the kernel wrote it and let go, so it is the
-        /// application's. A held one stays as it is.
-        pub(super) fn drained(&mut self) {
-            if let Target::InKernel(_) = self {
-                if let Target::InKernel(InKernel(slot)) = std::mem::replace(self, Target::Moving) {
-                    *self = Target::held(slot);
-                }
-            }
-        }
-    }
-}
+mod held;
+mod target;
+pub use held::HeldBuf;
 use target::Target;
 
 /// An io_uring with a registered provided-buffer ring for multishot receives.
@@ -666,76 +574,6 @@ impl RecvRing {
         Ok(())
     }
 
-    /// Takes held buffer `buf_id` out of the ring as an owned handle: until the handle comes
-    /// back through [`give_back`](Self::give_back), nothing can recycle the buffer, so the
-    /// kernel cannot receive into it while whoever holds the handle (e.g. an asynchronous copy
-    /// to a GPU) reads it. `EINVAL` if the application does not hold it or it is already taken.
-    pub fn take(&mut self, buf_id: u16) -> io::Result<HeldBuf> {
-        let t = self.bufs.get_mut(buf_id as usize).ok_or_else(einval)?;
-        if !t.set_taken(true) {
-            return Err(einval());
-        }
-        let slot = t.held_slot().ok_or_else(einval)?;
-        Ok(HeldBuf {
-            map: Arc::clone(slot.mapping()),
-            addr: slot.addr(),
-            len: self.buf_size as usize,
-            id: buf_id,
-            back: Some(Arc::clone(&self.lent_back)),
-        })
-    }
-
-    /// Lends the first `len` bytes of held buffer `buf_id` on, read-only (to send them without
-    /// a copy): the buffer is taken out of the ring ([`take`](Self::take)), and comes back to
-    /// it at the first [`wait`](Self::wait) after the returned value (and every clone of an
-    /// `Arc` around it) is dropped. `EINVAL` as for `take`, or when `len` exceeds the buffer.
-    pub fn lend(&mut self, buf_id: u16, len: usize) -> io::Result<ForeignBuf> {
-        if len > self.buf_size as usize {
-            return Err(einval());
-        }
-        let h = self.take(buf_id)?;
-        ForeignBuf::returning(h, len).ok_or_else(einval)
-    }
-
-    /// Gives back every lent buffer whose lease ended (each [`wait`](Self::wait) does this
-    /// first; a caller deciding whether buffers are [`available`](Self::available) calls it
-    /// before asking).
-    pub fn reclaim_lent(&mut self) {
-        let mut back = Vec::new();
-        self.lent_back.take_into(&mut back);
-        for id in back {
-            // A taken buffer of this ring (only its handles hold this queue).
-            let Some(t) = self.bufs.get_mut(id as usize) else {
-                continue;
-            };
-            if t.set_taken(false) && self.recycle(id).is_err() {
-                self.bufs[id as usize].set_taken(true);
-            }
-        }
-    }
-
-    /// Recycles a buffer taken with [`take`](Self::take) (see [`recycle`](Self::recycle)).
-    /// `EINVAL`, with the handle back, if it is not one of this ring's.
-    #[allow(clippy::result_large_err)] // the handle comes back with the error
-    pub fn give_back(&mut self, mut buf: HeldBuf) -> Result<(), (HeldBuf, io::Error)> {
-        let id = buf.id as usize;
-        let mine = self
-            .bufs
-            .get(id)
-            .and_then(Target::held_slot)
-            .is_some_and(|s| Arc::ptr_eq(s.mapping(), &buf.map) && s.addr() == buf.addr);
-        if !mine || !self.bufs[id].set_taken(false) {
-            return Err((buf, einval()));
-        }
-        if let Err(e) = self.recycle(buf.id) {
-            self.bufs[id].set_taken(true);
-            return Err((buf, e));
-        }
-        // Given back here: its drop must not queue it again.
-        buf.back = None;
-        Ok(())
-    }
-
     /// Asks the kernel to cancel the armed request `user_data` (`IORING_OP_ASYNC_CANCEL` by
     /// user_data) and submits. Its final completion (`ECANCELED`, or whatever ended it first)
     /// arrives through [`drain`](Self::drain) as usual; until then the socket must stay open.
@@ -801,54 +639,6 @@ impl Drop for RecvRing {
     }
 }
 
-/// A received buffer taken out of its [`RecvRing`] ([`RecvRing::take`]): the ring cannot give
-/// it back to the kernel until [`RecvRing::give_back`] returns this handle, so its bytes stay
-/// as received for as long as it lives (a [`crate::mem::StableBytes`]: an asynchronous copy to
-/// the GPU keeps it until the copy completed; several copies share it through an `Arc`).
-/// Dropped instead of given back, the buffer goes back to the ring at its next wait.
-#[derive(Debug)]
-pub struct HeldBuf {
-    /// Keeps the buffers mapped, even past the ring.
-    map: Arc<Mapping>,
-    addr: usize,
-    len: usize,
-    id: u16,
-    /// The ring's queue of dropped handles: a handle dropped instead of given back goes back
-    /// to the ring at its next wait (`None` once given back).
-    back: Option<Arc<ReturnQueue<u16>>>,
-}
-
-impl Drop for HeldBuf {
-    fn drop(&mut self) {
-        if let Some(back) = self.back.take() {
-            back.push(self.id);
-        }
-    }
-}
-
-impl HeldBuf {
-    /// The buffer's id in its ring.
-    pub fn id(&self) -> u16 {
-        self.id
-    }
-
-    /// The whole buffer (the ring's buffer size; what was received is at its start).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: [addr, addr+len) is one buffer of the mapping `map` keeps alive; the ring
-        // marked it taken, so it is neither published to the kernel (which writes only
-        // published buffers) nor written by the ring until this handle comes back.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
-    }
-}
-
-// SAFETY: `bytes` is the same range for the handle's whole life, wherever it moves (the mapping
-// stays put), and nothing writes it while the handle lives (see `bytes`).
-unsafe impl crate::mem::StableBytes for HeldBuf {
-    fn host_bytes(&self) -> &[u8] {
-        self.bytes()
-    }
-}
-
 /// The buffers of one completion, in order: `(buf_id, bytes)`. See [`RecvRing::segments`].
 #[derive(Debug)]
 pub struct Segments<'a> {
@@ -877,77 +667,4 @@ impl<'a> Iterator for Segments<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[zcnet_testkit::test]
-    fn entry_layout_matches_uapi() {
-        assert_eq!(std::mem::align_of::<IoUringBuf>(), 8);
-        assert_eq!(std::mem::offset_of!(IoUringBuf, len), 8);
-        assert_eq!(std::mem::offset_of!(IoUringBuf, bid), 12);
-    }
-
-    #[zcnet_testkit::test]
-    fn bad_sizes_are_refused() {
-        for (n, s) in [(0, 4096), (3, 4096), (65536, 64), (8, 0)] {
-            let e = RecvRing::new(8, n, s, 0).unwrap_err();
-            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{n} x {s}");
-        }
-    }
-
-    #[zcnet_testkit::test]
-    fn all_buffers_start_in_the_kernel() {
-        let r = RecvRing::new(8, 16, 1024, 3).unwrap();
-        assert_eq!(r.held_count(), 0);
-        assert_eq!(r.tail, 16);
-        // SAFETY: test: reads the tail we wrote, through the same atomic view.
-        let t = unsafe { AtomicU16::from_ptr(std::ptr::addr_of_mut!((*r.entries).resv)) };
-        assert_eq!(t.load(Ordering::Acquire), 16);
-        assert!(r.buf(0, 1).is_err());
-    }
-
-    /// The readiness fd an event loop waits on: an eventfd registered with the ring becomes
-    /// readable when data arrives for an armed receive — on a DEFER_TASKRUN ring too, where
-    /// the work only runs inside the owner's next wait — and the wait then completes it.
-    #[zcnet_testkit::test]
-    fn a_registered_eventfd_wakes_a_poller_when_data_arrives() {
-        use std::io::Write;
-        use std::os::fd::AsRawFd;
-        let mut r = RecvRing::new(8, 16, 4096, 0).unwrap();
-        let efd = crate::epoll::EventFd::new().unwrap();
-        r.register_eventfd(&efd).unwrap();
-        assert_eq!(
-            r.register_eventfd(&efd).unwrap_err().raw_os_error(),
-            Some(libc::EBUSY)
-        );
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (b, _) = l.accept().unwrap();
-        r.arm(b.as_raw_fd(), 5, false).unwrap();
-        let mut ep = crate::epoll::Epoll::new(4).unwrap();
-        ep.add(efd.as_raw_fd(), 1, crate::epoll::IN).unwrap();
-        // Arming may itself complete something to signal: start from a quiet state.
-        r.wait(1, std::time::Duration::ZERO).unwrap();
-        r.drain(|_| {});
-        efd.drain().unwrap();
-        let mut out = Vec::new();
-        ep.wait(&mut out, 0).unwrap();
-        assert!(out.is_empty(), "nothing arrived yet: {out:?}");
-        a.write_all(b"hello").unwrap();
-        ep.wait(&mut out, 5000).unwrap();
-        assert_eq!(
-            out.len(),
-            1,
-            "the eventfd woke the poller (defer_taskrun: {})",
-            r.defer_taskrun()
-        );
-        let mut got = 0;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while got == 0 && std::time::Instant::now() < deadline {
-            // min 1 (with a zero timeout) so that the call runs the deferred work.
-            r.wait(1, std::time::Duration::ZERO).unwrap();
-            r.drain(|c| got += c.result.as_ref().copied().unwrap_or(0));
-        }
-        assert_eq!(got, 5);
-    }
-}
+mod tests;

@@ -2,7 +2,9 @@
 //! part of them).
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod lab_guest;
+pub mod probe;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
