@@ -39,8 +39,10 @@ use crate::sendzc::IORING_CQE_F_MORE;
 use std::collections::{BTreeMap, VecDeque};
 
 mod accounting;
+mod socket_share;
 mod types;
 pub use accounting::{CopySplit, ZcrxCopyAccount, ZcrxCopyKnowledge};
+pub use socket_share::zcrx_socket_limit;
 pub use types::{RecvZcCqe, RefillEntry, RxError, RxEvent, RxStats};
 
 #[cfg(test)]

@@ -37,7 +37,13 @@ pub struct RxConfig {
     /// `zcrx`, `devmem`: the receive queue. Default: the interface's last queue (the one
     /// `zcnet nic setup` reserves).
     pub queue: Option<u32>,
-    /// `zcrx`: bytes of host memory registered as the receive area. Default 64 MiB.
+    /// `zcrx`: bytes of host memory registered as the receive area. Default 64 MiB. Each
+    /// connection added to an area a NIC writes into may hold at most half of it: where its
+    /// receive buffer, or autotuning's maximum (`net.ipv4.tcp_rmem`), is larger, it is lowered
+    /// to half the area (`SO_RCVBUF`), so that out-of-order segments can never take the
+    /// buffers the missing segment needs (zcnet_core::rxring::zcrx_socket_limit). Several
+    /// connections on one small area can still take it all: give it twice the sum of their
+    /// receive buffers.
     pub area_len: usize,
     /// `devmem`: the dma-buf to bind (e.g. exported by a GPU driver). `None`: a udmabuf of
     /// `area_len` bytes is made from host memory (needs `/dev/udmabuf`).
