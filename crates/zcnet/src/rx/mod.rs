@@ -32,6 +32,7 @@ mod copy;
 #[cfg(test)]
 mod device_verify_tests;
 mod devmem;
+mod socket_limit;
 mod stream;
 mod uring;
 mod zcrx;

@@ -50,9 +50,7 @@ use std::io;
 use std::os::fd::{AsFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
-use zcnet_core::rxring::{
-    zcrx_socket_limit, Frag, RxEvent, ZcrxCopyAccount, ZcrxCopyKnowledge, ZcrxRx,
-};
+use zcnet_core::rxring::{Frag, RxEvent, ZcrxCopyAccount, ZcrxCopyKnowledge, ZcrxRx};
 use zcnet_netlink::netdev::{Netdev, QueueKind};
 use zcnet_sys::mem::Mapping;
 use zcnet_sys::uring_query::ZcrxCaps;
@@ -171,15 +169,6 @@ fn receive_area(len: usize, rx_buf_len: u32) -> Result<Mapping> {
         source: e,
         remedy: Remedy::Other("reserve huge pages (sysctl vm.nr_hugepages=N, N x 2 MiB at least the area) or leave the buffer size at its default"),
     })
-}
-
-/// `net.ipv4.tcp_rmem`'s maximum in this network namespace: how far autotuning may grow a
-/// socket's receive buffer (0 when it cannot be read).
-fn tcp_rmem_max() -> u64 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rmem")
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The device range of fragment `frag` of a dma-buf area of `area_len` bytes at `area_offset`
@@ -368,24 +357,15 @@ impl ZcrxBackend {
         .map_err(|e| refusal(target, e, Some(len)))
     }
 
-    /// Keeps the connection from holding more than half the area in its receive and
-    /// out-of-order queues, or it could hold every buffer while the segment that fills its
-    /// hole finds none (zcnet_core::rxring::zcrx_socket_limit says why). Only an area a NIC
-    /// writes into: without a device the kernel copies from ordinary pages at receive time.
+    /// Keeps the connection from holding more than half the area (see
+    /// [`super::socket_limit`]). Only an area a NIC writes into: without a device the kernel
+    /// copies from ordinary pages at receive time.
     fn limit_socket(&self, conn: ConnId, fd: RawFd) -> Result<()> {
         let ifq = self.rx.ifq();
         if ifq.is_nodev() {
             return Ok(());
         }
-        let what = || {
-            format!("limiting connection {conn}'s receive buffer to half the zcrx area (SO_RCVBUF)")
-        };
-        let now = zcnet_sys::sock::recv_buffer(fd).map_err(|e| Error::io(what(), e))?;
-        let Some(limit) = zcrx_socket_limit(ifq.area().len(), now as u64, tcp_rmem_max()) else {
-            return Ok(());
-        };
-        zcnet_sys::sock::limit_recv_buffer(fd, limit as usize).map_err(|e| Error::io(what(), e))?;
-        Ok(())
+        super::socket_limit::limit_to_half_area(conn, fd, ifq.area().len())
     }
 
     fn arm(&mut self, conn: ConnId, fd: RawFd) -> Result<()> {
