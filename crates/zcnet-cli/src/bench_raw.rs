@@ -127,7 +127,7 @@ pub fn run(a: &BenchRawArgs) -> Result<(), Error> {
     .map_err(|e| match e.kind() {
         // The kernel's ICMP port unreachable, reported on the connected socket's next send.
         std::io::ErrorKind::ConnectionRefused => Error::io(
-            format!("raw {} loop to {addr}: nothing receives UDP there (ICMP port unreachable): start a receiver first (zcnet recv --udp --listen {addr}), or send where something listens", a.which),
+            format!("raw {} loop to {addr}: nothing receives UDP there (ICMP port unreachable): start a receiver first (zcnet recv --udp --listen {addr}), or send where something listens", a.which, addr = zcnet::net::AddrText(addr)),
             e,
         ),
         _ => Error::io(format!("raw {} loop", a.which), e),

@@ -59,7 +59,10 @@ impl Voice for Cli {
             Remedy::LessGpuMemory => "use less GPU memory (send: --size, --inflight; recv: --area) or free GPU memory (nvidia-smi shows who holds it)".into(),
             Remedy::RaiseMemlock => "raise the locked-memory limit (ulimit -l)".into(),
             Remedy::StartReceiver(addr) => {
-                format!("start a receiver there first (zcnet recv --listen {addr})")
+                format!(
+                    "start a receiver there first (zcnet recv --listen {})",
+                    zcnet::net::AddrText(*addr)
+                )
             }
             _ => return None,
         })

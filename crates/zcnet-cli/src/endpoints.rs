@@ -72,7 +72,7 @@ pub fn listen_announced(addr: std::net::SocketAddr) -> Result<std::net::TcpListe
     let at = listener
         .local_addr()
         .map_err(|e| Error::io("local_addr", e))?;
-    zcnet_tools::eoutln!("zcnet recv: listening on {at}");
+    zcnet_tools::eoutln!("zcnet recv: listening on {}", net::AddrText(at));
     Ok(listener)
 }
 

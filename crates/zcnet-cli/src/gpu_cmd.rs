@@ -163,6 +163,7 @@ pub fn recv(a: &RecvArgs, plan: &RecvPlan) -> Result<(), Error> {
     }
     let listener = listen_announced(addr)?;
     let (s, peer) = net::accept(&listener, &zcnet_tools::interrupt::token())?;
+    let peer = net::AddrText(peer);
     let pattern = a.verify.then(|| Pattern::new(a.seed));
     let rep = prepared.run(
         s,

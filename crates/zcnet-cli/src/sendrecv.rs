@@ -230,6 +230,7 @@ pub fn recv(a: &RecvArgs) -> Result<(), Error> {
         }
     }
     let (s, peer) = net::accept(&listener, &zcnet_tools::interrupt::token())?;
+    let peer = net::AddrText(peer);
     let mut out = if discard { None } else { Some(Stdout::open()?) };
     let sink = out.as_mut().map(|o| o as &mut dyn Write);
     let verify = a.verify.then(|| Pattern::new(a.seed));

@@ -168,7 +168,10 @@ pub fn recv_udp(a: &RecvArgs) -> Result<(), Error> {
         idle,
     };
     let mut rx = UdpReceiver::open(&cfg)?;
-    zcnet_tools::eoutln!("zcnet recv: listening on {}", rx.local_addr());
+    zcnet_tools::eoutln!(
+        "zcnet recv: listening on {}",
+        zcnet::net::AddrText(rx.local_addr())
+    );
     if !a.json {
         if let Some(why) = rx.zerocopy_refused() {
             zcnet_tools::eoutln!("zcnet recv: note: AF_XDP zero copy refused ({why}): copy mode");

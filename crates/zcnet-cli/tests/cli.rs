@@ -48,6 +48,22 @@ fn refused_connection_names_the_fix() {
     );
 }
 
+/// A link-local address is said back with its scope by name, as it can be typed again: the
+/// standard library would say `[fe80::1%1]`.
+#[zcnet_testkit::test(timeout = 30)]
+fn a_scoped_address_is_said_by_its_interface_name() {
+    // Nothing on lo has fe80::1: the connect fails at once (no route), the listen with
+    // EADDRNOTAVAIL ("not an address of this host"), and both lines name the address.
+    let o = run(&["send", "[fe80::1%lo]:9", "--bytes", "1K"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("[fe80::1%lo]:9") && !e.contains("%1]"), "{e}");
+    let o = run(&["recv", "--listen", "[fe80::1%lo]:9"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("[fe80::1%lo]:9") && !e.contains("%1]"), "{e}");
+}
+
 #[zcnet_testkit::test]
 fn oversized_udp_payload_is_refused() {
     // A bad argument: exit 2 (docs/cli.md, "Exit codes").

@@ -320,10 +320,11 @@ impl Error {
             ),
             Error::NotLocalAddress { addr } => write!(
                 f,
-                "{addr} is not an address of this host: listen on one of its addresses ('ip -brief address' lists them), or on 0.0.0.0 or [::] for all of them"
+                "{} is not an address of this host: listen on one of its addresses ('ip -brief address' lists them), or on 0.0.0.0 or [::] for all of them",
+                crate::addr::AddrText(*addr)
             ),
             Error::ConnectionRefused { addr } => {
-                write!(f, "connection refused by {addr}: ")?;
+                write!(f, "connection refused by {}: ", crate::addr::AddrText(*addr))?;
                 f.push(fix(&Remedy::StartReceiver(*addr)));
                 Ok(())
             }

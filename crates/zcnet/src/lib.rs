@@ -36,6 +36,7 @@
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
+mod addr;
 pub mod cancel;
 mod cuda;
 pub mod engine;

@@ -30,6 +30,15 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr> {
     })
 }
 
+/// `addr` as [`parse_addr`] reads it back: a link-local IPv6 address's scope by the name of its
+/// interface (`[fe80::1%eth1]:5201`, not the standard library's `[fe80::1%3]:5201`); an index
+/// that names no interface in this network namespace stays a number.
+pub fn addr_text(addr: &SocketAddr) -> String {
+    AddrText(*addr).to_string()
+}
+
+pub use crate::addr::AddrText;
+
 /// [`parse_addr`] with the name lookup given (the tests' stand-in never asks a resolver).
 fn parse_addr_with(
     s: &str,
@@ -94,12 +103,13 @@ pub fn connect_tcp_within(
         std::io::ErrorKind::Interrupted => Error::Interrupted,
         std::io::ErrorKind::TimedOut => Error::io(
             format!(
-                "connect {addr}: no answer within {:.1} s (is the path to it up, and does nothing drop the handshake?)",
+                "connect {}: no answer within {:.1} s (is the path to it up, and does nothing drop the handshake?)",
+                AddrText(addr),
                 limit.map_or(0.0, |l| l.as_secs_f64())
             ),
             e,
         ),
-        _ => Error::io(format!("connect {addr}"), e),
+        _ => Error::io(format!("connect {}", AddrText(addr)), e),
     })
 }
 
@@ -200,7 +210,7 @@ pub fn connect_udp(addr: SocketAddr, gso: Option<u16>) -> Result<UdpSocket> {
     })?;
     let s = UdpSocket::bind(bind).map_err(|e| Error::io("bind UDP socket", e))?;
     s.connect(addr)
-        .map_err(|e| Error::io(format!("connect UDP {addr}"), e))?;
+        .map_err(|e| Error::io(format!("connect UDP {}", AddrText(addr)), e))?;
     if let Some(seg) = gso {
         set_segment(&s, seg)?;
     }
@@ -229,8 +239,12 @@ pub fn udp_payload_for_mtu(mtu: u32, v6: bool) -> u16 {
 /// 8,972 B for 9000); sends that fit go out as one datagram each, with no segmentation.
 pub fn connect_udp_for(addr: SocketAddr, size: usize) -> Result<UdpSocket> {
     let s = connect_udp(addr, None)?;
-    let mtu = zcnet_sys::sock::path_mtu(s.as_raw_fd(), addr.is_ipv6())
-        .map_err(|e| Error::io(format!("reading the path MTU to {addr} (IP_MTU)"), e))?;
+    let mtu = zcnet_sys::sock::path_mtu(s.as_raw_fd(), addr.is_ipv6()).map_err(|e| {
+        Error::io(
+            format!("reading the path MTU to {} (IP_MTU)", AddrText(addr)),
+            e,
+        )
+    })?;
     let seg = udp_payload_for_mtu(mtu, addr.is_ipv6());
     if size > usize::from(seg) && seg > 0 {
         set_segment(&s, seg)?;
@@ -253,15 +267,15 @@ pub struct RecvReport {
 pub fn listen_tcp(addr: SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(addr).map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => Error::io(
-            format!("listen {addr}: address in use (pick another port)"),
+            format!("listen {}: address in use (pick another port)", AddrText(addr)),
             e,
         ),
         std::io::ErrorKind::AddrNotAvailable => Error::NotLocalAddress { addr },
         std::io::ErrorKind::PermissionDenied if addr.port() < 1024 => Error::io(
-            format!("listen {addr}: a port below 1024 needs root (CAP_NET_BIND_SERVICE; net.ipv4.ip_unprivileged_port_start): listen on a port of 1024 or above, or run it as root"),
+            format!("listen {}: a port below 1024 needs root (CAP_NET_BIND_SERVICE; net.ipv4.ip_unprivileged_port_start): listen on a port of 1024 or above, or run it as root", AddrText(addr)),
             e,
         ),
-        _ => Error::io(format!("listen {addr}"), e),
+        _ => Error::io(format!("listen {}", AddrText(addr)), e),
     })
 }
 
@@ -319,6 +333,15 @@ mod addr_tests {
             panic!()
         };
         assert_eq!(v6.scope_id(), lo);
+        // Said back by name, and read back to the same address.
+        let a = p(&format!("[fe80::1%{lo}]:7")).unwrap();
+        assert_eq!(addr_text(&a), "[fe80::1%lo]:7");
+        assert_eq!(p(&addr_text(&a)).unwrap(), a);
+        // An index that names no interface stays a number; no scope, the standard form.
+        let none = p("[fe80::1%999999]:7").unwrap();
+        assert_eq!(addr_text(&none), "[fe80::1%999999]:7");
+        assert_eq!(addr_text(&p("[::1]:7").unwrap()), "[::1]:7");
+        assert_eq!(addr_text(&p("127.0.0.1:7").unwrap()), "127.0.0.1:7");
         assert!(matches!(
             p("[fe80::1%nosuch0]:7"),
             Err(Error::UnknownInterface { .. })

@@ -256,9 +256,11 @@ impl Remedy {
             Remedy::EnableIoUring => {
                 "turn io_uring on: 'sysctl -w kernel.io_uring_disabled=0'".into()
             }
-            Remedy::StartReceiver(addr) => {
-                format!("start a receiver listening on {addr} first").into()
-            }
+            Remedy::StartReceiver(addr) => format!(
+                "start a receiver listening on {} first",
+                crate::addr::AddrText(*addr)
+            )
+            .into(),
             Remedy::NeedKernel(k) => format!("needs {k}").into(),
             Remedy::KernelConfig(opt) => format!("boot a kernel built with {opt}=y").into(),
             Remedy::KernelModule(m) => format!(

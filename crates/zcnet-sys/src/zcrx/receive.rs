@@ -25,6 +25,21 @@ pub fn if_index(name: &str) -> Option<u32> {
     (idx != 0).then_some(idx)
 }
 
+/// The name of interface `index` in the calling thread's network namespace
+/// (`if_indextoname(3)`); `None` when there is none.
+pub fn if_name(index: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `buf` holds IF_NAMESIZE bytes, the most if_indextoname writes (the name and its
+    // NUL); it returns NULL, writing nothing usable, when there is no such interface.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success `buf` holds a NUL-terminated name.
+    let name = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 /// Completion-queue entries of the ring [`receive_ring`] makes (the `*_for_receive` ifqs'): every
 /// received fragment is one CQE, and a RECV_ZC request that finds the CQ full ends with
 /// `-ENOSPC` (io_uring/zcrx.c `io_zcrx_queue_cqe`), so the CQ is sized for a burst.
