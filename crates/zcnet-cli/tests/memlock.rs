@@ -139,7 +139,8 @@ fn msg_zerocopy_under_a_small_limit_names_rlimit_memlock_not_optmem() {
     let args = ["--tx", "msg-zerocopy", "--size", "64K", "--inflight", "8"];
     let (o, _) = send_limited(64, &args);
     let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{e}");
+    // One 64 KiB send pins 18 pages: refused before connecting (exit 2), as the others.
+    assert_eq!(o.status.code(), Some(2), "{e}");
     assert_eq!(e.lines().count(), 1, "{e}");
     assert!(
         e.contains("RLIMIT_MEMLOCK (65536 B) is too small for MSG_ZEROCOPY")
@@ -214,7 +215,8 @@ fn optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself() {
     // optmem_max and said to raise it to 1048576.
     let o = in_netns_with_optmem(1 << 20, &format!("ulimit -l 64 && {}", as_fresh_user()));
     let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{e}");
+    // Not even one 64 KiB send fits: refused before connecting (exit 2).
+    assert_eq!(o.status.code(), Some(2), "{e}");
     assert!(
         e.contains("RLIMIT_MEMLOCK (65536 B)") && !e.contains("optmem"),
         "{e}"
@@ -240,13 +242,16 @@ fn optmem_is_blamed_only_when_it_is_the_cause_and_never_raised_to_itself() {
     );
 }
 
-/// `send --tx uring-zc` (and `uring`) under a limit too small for its ring and region is
-/// refused before it connects: exit 2 with the sender's own message, and the listener never
-/// sees a connection.
+/// `send --tx uring-zc` (and `uring`) under a limit too small for its ring and region, and
+/// `msg-zerocopy` under one too small for a single send, is refused before it connects: exit 2
+/// with the sender's own message, and the listener never sees a connection.
 #[zcnet_testkit::test]
 fn memlock_refusal_comes_before_any_connection() {
     need_fresh_user();
-    let mut cases = vec![("uring-zc", 64, "region registered with")];
+    let mut cases = vec![
+        ("uring-zc", 64, "region registered with"),
+        ("msg-zerocopy", 64, "MSG_ZEROCOPY sends of 64 KiB"),
+    ];
     // `uring` locks only its ring: nothing to refuse where the kernel does not charge it.
     if ring_kib() > 0 {
         cases.push(("uring", 4, "the io_uring ring ("));

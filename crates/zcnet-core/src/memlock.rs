@@ -95,7 +95,7 @@ pub fn registered_bytes(addr: u64, len: u64, page: u64, folio: u64) -> u64 {
 /// Bytes one `MSG_ZEROCOPY` send call of `len` bytes charges until its notification, rounded
 /// up: the kernel charges `(size >> PAGE_SHIFT) + 2` pages of the size it is given (for UDP
 /// that includes the 8-byte header, hence the round-up here).
-pub(crate) fn msg_zerocopy_send_bytes(len: u64, page: u64) -> u64 {
+pub fn msg_zerocopy_send_bytes(len: u64, page: u64) -> u64 {
     (len.div_ceil(page) + 2) * page
 }
 

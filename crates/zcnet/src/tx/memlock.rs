@@ -101,9 +101,12 @@ pub(crate) fn msg_zerocopy_enobufs(
 /// The RLIMIT_MEMLOCK refusal a [`crate::Sender`] of `cfg` on `region` would meet when it is
 /// made, found before anything else is (a connection, the sender): `uring-zc` locks its ring
 /// and registers the region, `uring` locks its ring, each charged in full when the sender is
-/// made (what the uring backend's `Charges` counts, the figures of the refusal itself). `None` when
-/// they fit the limit, when the kernel does not apply it (CAP_IPC_LOCK, unlimited), and for the
-/// other modes (`msg-zerocopy` is charged per send in flight, `auto` falls back instead).
+/// made (what the uring backend's `Charges` counts, the figures of the refusal itself);
+/// `msg-zerocopy` is charged per send until its notification, so it is refused only when the
+/// limit cannot hold even one send (a limit between one send and all in flight makes the sender
+/// wait for notifications instead), with the same error its send would meet. `None` when they
+/// fit the limit, when the kernel does not apply it (CAP_IPC_LOCK, unlimited), and for the
+/// other modes (`auto` falls back instead).
 /// Other locked memory of the same user can still make the sender's own setup fail.
 pub fn memlock_refusal(region: &crate::Region, cfg: &super::TxConfig) -> Option<Error> {
     memlock_refusal_for(region, cfg, 1)
@@ -116,13 +119,19 @@ pub fn memlock_refusal_for(
     cfg: &super::TxConfig,
     senders: u64,
 ) -> Option<Error> {
+    let stride = super::buffer_stride(cfg.buf_size).max(1);
+    let buffers = cfg.buffers().min(region.len() / stride);
     let zero_copy = match cfg.mode {
         super::TxMode::UringZc => true,
         super::TxMode::Uring => false,
+        super::TxMode::MsgZerocopy => {
+            let limit = applying_limit()?;
+            let one = core_memlock::msg_zerocopy_send_bytes(cfg.buf_size as u64, page());
+            return (limit < one)
+                .then(|| msg_zerocopy_enobufs(cfg.buf_size, buffers, cfg.buf_size, false));
+        }
         _ => return None,
     };
-    let stride = super::buffer_stride(cfg.buf_size).max(1);
-    let buffers = cfg.buffers().min(region.len() / stride);
     let c = super::uring::Charges::of(region.mapping(), buffers, zero_copy);
     let senders = senders.max(1);
     let need = (c.ring_bytes + c.region_bytes).saturating_mul(senders);
