@@ -35,6 +35,19 @@ pub(super) enum OnRearmError {
     FailConnection,
 }
 
+/// What one pass of [`Conns::rearm_waiting`] did.
+#[derive(Debug, Default)]
+pub(super) struct Rearmed {
+    /// Connections re-armed.
+    pub count: u64,
+    /// [`OnRearmError::KeepWaiting`]: the refusal that stopped the pass (that connection and
+    /// those behind it still wait).
+    pub stopped: Option<Error>,
+    /// [`OnRearmError::FailConnection`]: the connections that could not be re-armed, with
+    /// their errors (they are no longer received).
+    pub failed: Vec<(ConnId, Error)>,
+}
+
 /// The connection set of a multishot backend (see the module docs).
 #[derive(Debug, Default)]
 pub(super) struct Conns {
@@ -85,16 +98,14 @@ impl Conns {
         &self.waiting
     }
 
-    /// Re-arms every waiting connection still receiving, oldest first, with `arm`; how many
-    /// were re-armed. A refusal does what `on_error` says; with
-    /// [`OnRearmError::FailConnection`] the failed connections come back with their errors.
+    /// Re-arms every waiting connection still receiving, oldest first, with `arm`. A refusal
+    /// does what `on_error` says ([`Rearmed`] holds which).
     pub fn rearm_waiting(
         &mut self,
         on_error: OnRearmError,
         mut arm: impl FnMut(ConnId, RawFd) -> Result<()>,
-    ) -> (u64, Result<Vec<(ConnId, Error)>>) {
-        let mut rearmed = 0;
-        let mut failed = Vec::new();
+    ) -> Rearmed {
+        let mut done = Rearmed::default();
         let mut waiting = std::mem::take(&mut self.waiting).into_iter();
         while let Some(conn) = waiting.next() {
             let armed = match self.fds.get(&conn) {
@@ -105,22 +116,23 @@ impl Conns {
                 None => self.fd(conn).map(drop),
             };
             match armed {
-                Ok(()) => rearmed += 1,
+                Ok(()) => done.count += 1,
                 Err(e) => match on_error {
                     OnRearmError::KeepWaiting => {
                         // This one and the rest still wait: the next poll tries them again.
                         self.waiting.push(conn);
                         self.waiting.extend(waiting);
-                        return (rearmed, Err(e));
+                        done.stopped = Some(e);
+                        return done;
                     }
                     OnRearmError::FailConnection => {
                         self.fds.remove(&conn);
-                        failed.push((conn, e));
+                        done.failed.push((conn, e));
                     }
                 },
             }
         }
-        (rearmed, Ok(failed))
+        done
     }
 
     /// Stops receiving on `conn`: `armed` says whether its request is still in the kernel, and
@@ -222,24 +234,25 @@ mod tests {
             c.insert(ConnId(n), n as RawFd);
             c.wait(ConnId(n));
         }
-        let (n, r) = c.rearm_waiting(OnRearmError::KeepWaiting, refuse_two);
-        assert_eq!(n, 1);
-        assert!(r.is_err());
+        let r = c.rearm_waiting(OnRearmError::KeepWaiting, refuse_two);
+        assert_eq!(r.count, 1);
+        assert!(r.stopped.is_some() && r.failed.is_empty());
         assert_eq!(c.waiting(), [ConnId(2), ConnId(3)]);
-        let (n, r) = c.rearm_waiting(OnRearmError::FailConnection, refuse_two);
-        assert_eq!(n, 1);
-        let failed = r.expect("failures are per connection");
-        assert_eq!(failed.len(), 1);
-        assert_eq!(failed[0].0, ConnId(2));
+        let r = c.rearm_waiting(OnRearmError::FailConnection, refuse_two);
+        assert_eq!(r.count, 1);
+        assert!(r.stopped.is_none(), "failures are per connection");
+        assert_eq!(r.failed.len(), 1);
+        assert_eq!(r.failed[0].0, ConnId(2));
         assert!(!c.contains(ConnId(2)) && c.contains(ConnId(3)));
         assert!(!c.any_waiting());
         // A connection that ended while it waited is skipped (or, kept waiting, named).
         c.wait(ConnId(9));
-        let (n, r) = c.rearm_waiting(OnRearmError::FailConnection, refuse_two);
-        assert_eq!((n, r.map(|f| f.len()).ok()), (0, Some(0)));
+        let r = c.rearm_waiting(OnRearmError::FailConnection, refuse_two);
+        assert_eq!(r.count, 0);
+        assert!(r.stopped.is_none() && r.failed.is_empty());
         c.wait(ConnId(9));
-        let (_, r) = c.rearm_waiting(OnRearmError::KeepWaiting, refuse_two);
-        let e = r.expect_err("named, not receiving");
+        let r = c.rearm_waiting(OnRearmError::KeepWaiting, refuse_two);
+        let e = r.stopped.expect("named, not receiving");
         assert!(e.to_string().contains("#9"), "{e}");
         assert_eq!(c.waiting(), [ConnId(9)]);
     }

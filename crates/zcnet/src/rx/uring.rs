@@ -99,13 +99,13 @@ impl UringRx {
         }
         let (ring, bundle) = (&mut self.ring, self.bundle);
         // A refusal is the ring's (its queue), not the connection's: all keep waiting.
-        let (rearmed, r) = self
+        let r = self
             .conns
             .rearm_waiting(OnRearmError::KeepWaiting, |conn, fd| {
                 Self::arm(ring, bundle, conn, fd)
             });
-        self.rearms += rearmed;
-        r.map(drop)
+        self.rearms += r.count;
+        r.stopped.map_or(Ok(()), Err)
     }
 
     fn complete(&mut self, ctx: &mut Ctx<'_>, c: RecvCompletion) {

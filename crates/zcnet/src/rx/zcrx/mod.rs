@@ -404,11 +404,10 @@ impl ZcrxBackend {
             return;
         }
         let mut conns = std::mem::take(&mut self.conns);
-        let (rearmed, failed) =
-            conns.rearm_waiting(OnRearmError::FailConnection, |conn, fd| self.arm(conn, fd));
+        let r = conns.rearm_waiting(OnRearmError::FailConnection, |conn, fd| self.arm(conn, fd));
         self.conns = conns;
-        ctx.stats.rearms += rearmed;
-        for (conn, e) in failed.unwrap_or_default() {
+        ctx.stats.rearms += r.count;
+        for (conn, e) in r.failed {
             ctx.failed(conn, e);
         }
     }
