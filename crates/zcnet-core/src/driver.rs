@@ -78,14 +78,20 @@ impl SendDriver {
         d
     }
 
-    /// Whether the next payload goes with zero copy, at `now_ns` of the caller's clock.
+    /// How the next payload goes, at `now_ns` of the caller's clock.
+    #[inline]
+    pub fn mode(&mut self, now_ns: u64) -> Mode {
+        match &mut self.kind {
+            Kind::Copy => Mode::Copy,
+            Kind::ZeroCopy => Mode::ZeroCopy,
+            Kind::Auto(p) => p.mode(now_ns),
+        }
+    }
+
+    /// Whether the next payload goes with zero copy ([`SendDriver::mode`]).
     #[inline]
     pub fn zero_copy(&mut self, now_ns: u64) -> bool {
-        match &mut self.kind {
-            Kind::Copy => false,
-            Kind::ZeroCopy => true,
-            Kind::Auto(p) => p.mode(now_ns) == Mode::ZeroCopy,
-        }
+        self.mode(now_ns) == Mode::ZeroCopy
     }
 
     /// Zero copy was refused for `why`: the sender copies from now on. True the first time

@@ -148,11 +148,7 @@ impl TxBackend for AutoTx {
         if self.sends.is_multiple_of(CLOCK_EVERY) {
             self.now_ns = sh.now_ns();
         }
-        let mode = if self.driver.zero_copy(self.now_ns) {
-            Mode::ZeroCopy
-        } else {
-            Mode::Copy
-        };
+        let mode = self.driver.mode(self.now_ns);
         if self.event_loop {
             // Under an event loop nothing may block: copying goes through the same ring
             // (IORING_OP_SEND, in order after the zero-copy sends), no settling needed.
