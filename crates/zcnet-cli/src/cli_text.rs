@@ -98,16 +98,22 @@ fn field_flag(f: Field) -> &'static str {
 /// The command (or words) that makes a library call.
 fn call_command(c: &Call) -> String {
     match c {
-        // A command for this interface reads as part of the sentence; one with placeholders is
-        // quoted, as a shape to fill in.
-        Call::NicSetup { iface: Some(_), .. } | Call::SetChannels { iface: Some(_), .. } => {
-            c.command().unwrap_or_default()
-        }
-        Call::NicSetup { .. }
-        | Call::NicSetupFlow
-        | Call::NicRestore { .. }
-        | Call::SetChannels { .. }
-        | Call::Probe => format!("'{}'", c.command().unwrap_or_default()),
+        Call::NicSetup {
+            iface: Some(i),
+            queue: Some(q),
+        } => format!("zcnet nic setup --iface {i} --queue {q} --port PORT"),
+        Call::NicSetup { iface: Some(i), .. } => format!("zcnet nic setup --iface {i}"),
+        Call::NicSetup { .. } => "'zcnet nic setup --iface IFACE'".into(),
+        Call::NicSetupFlow => "'zcnet nic setup --iface IFACE --queue Q --port P'".into(),
+        Call::NicRestore { iface: Some(i) } => format!("'zcnet nic restore --iface {i}'"),
+        Call::NicRestore { iface: None } => "'zcnet nic restore'".into(),
+        Call::SetChannels {
+            iface: Some(i),
+            change: Some((kind, n)),
+        } => format!("zcnet nic channels --iface {i} --{kind} {n}"),
+        Call::SetChannels { iface: Some(i), .. } => format!("zcnet nic channels --iface {i}"),
+        Call::SetChannels { .. } => "'zcnet nic channels'".into(),
+        Call::Probe => "'zcnet probe --iface IFACE'".into(),
         Call::RegionAnonymous => "--mem host".into(),
         Call::RegionHuge => "--mem hugepage".into(),
         Call::RegionCuda => "--mem cuda".into(),

@@ -343,33 +343,6 @@ impl Words for Library {
     }
 }
 
-impl Call {
-    /// The `zcnet` command line that makes this call, unquoted, with placeholders (`IFACE`, `Q`,
-    /// `P`, `PORT`) for what is not known: for front ends without the library call (the CLI,
-    /// the C ABI), each quoting it its own way. `None` for a call no command makes.
-    pub fn command(&self) -> Option<String> {
-        Some(match self {
-            Call::NicSetup {
-                iface: Some(i),
-                queue: Some(q),
-            } => format!("zcnet nic setup --iface {i} --queue {q} --port PORT"),
-            Call::NicSetup { iface: Some(i), .. } => format!("zcnet nic setup --iface {i}"),
-            Call::NicSetup { .. } => "zcnet nic setup --iface IFACE".into(),
-            Call::NicSetupFlow => "zcnet nic setup --iface IFACE --queue Q --port P".into(),
-            Call::NicRestore { iface: Some(i) } => format!("zcnet nic restore --iface {i}"),
-            Call::NicRestore { iface: None } => "zcnet nic restore".into(),
-            Call::SetChannels {
-                iface: Some(i),
-                change: Some((kind, n)),
-            } => format!("zcnet nic channels --iface {i} --{kind} {n}"),
-            Call::SetChannels { iface: Some(i), .. } => format!("zcnet nic channels --iface {i}"),
-            Call::SetChannels { .. } => "zcnet nic channels".into(),
-            Call::Probe => "zcnet probe --iface IFACE".into(),
-            _ => return None,
-        })
-    }
-}
-
 fn library_call(c: &Call) -> String {
     match c {
         Call::NicSetup {
@@ -694,54 +667,6 @@ mod tests {
         ];
         for (c, want) in cases {
             assert_eq!(Text::from(c).to_string(), want);
-        }
-    }
-
-    #[test]
-    fn nic_calls_have_a_zcnet_command_with_what_is_known_filled_in() {
-        let eth = Some(IfName::new("eth1"));
-        let cases = [
-            (
-                Call::NicSetup {
-                    iface: eth,
-                    queue: Some(3),
-                },
-                Some("zcnet nic setup --iface eth1 --queue 3 --port PORT"),
-            ),
-            (
-                Call::NicSetup {
-                    iface: None,
-                    queue: Some(3),
-                },
-                Some("zcnet nic setup --iface IFACE"),
-            ),
-            (
-                Call::NicSetupFlow,
-                Some("zcnet nic setup --iface IFACE --queue Q --port P"),
-            ),
-            (
-                Call::NicRestore { iface: eth },
-                Some("zcnet nic restore --iface eth1"),
-            ),
-            (
-                Call::SetChannels {
-                    iface: eth,
-                    change: None,
-                },
-                Some("zcnet nic channels --iface eth1"),
-            ),
-            (
-                Call::SetChannels {
-                    iface: eth,
-                    change: Some(("rx", 2)),
-                },
-                Some("zcnet nic channels --iface eth1 --rx 2"),
-            ),
-            (Call::Probe, Some("zcnet probe --iface IFACE")),
-            (Call::RegionHuge, None),
-        ];
-        for (c, want) in cases {
-            assert_eq!(c.command().as_deref(), want, "{c:?}");
         }
     }
 

@@ -56,11 +56,20 @@ fn field(f: Field) -> Option<&'static str> {
 
 fn call(c: &Call) -> Option<String> {
     Some(match c {
-        // The ABI has no NIC calls: the command that makes one, quoted.
-        Call::NicSetup { .. }
-        | Call::NicSetupFlow
-        | Call::NicRestore { .. }
-        | Call::SetChannels { .. } => format!("'{}'", c.command()?),
+        Call::NicSetup {
+            iface: Some(i),
+            queue: Some(q),
+        } => format!("'zcnet nic setup --iface {i} --queue {q} --port PORT'"),
+        Call::NicSetup { iface: Some(i), .. } => format!("'zcnet nic setup --iface {i}'"),
+        Call::NicSetup { .. } => "'zcnet nic setup --iface IFACE'".into(),
+        Call::NicSetupFlow => "'zcnet nic setup --iface IFACE --queue Q --port P'".into(),
+        Call::NicRestore { iface: Some(i) } => format!("'zcnet nic restore --iface {i}'"),
+        Call::NicRestore { iface: None } => "'zcnet nic restore'".into(),
+        Call::SetChannels {
+            iface: Some(i),
+            change: Some((kind, n)),
+        } => format!("'zcnet nic channels --iface {i} --{kind} {n}'"),
+        Call::SetChannels { .. } => "'zcnet nic channels'".into(),
         Call::Probe => "zcnet_probe_json".into(),
         Call::RegionAnonymous => "zcnet_region_new(\"host\", ...)".into(),
         Call::RegionHuge => "zcnet_region_new(\"hugepage\", ...)".into(),

@@ -87,13 +87,9 @@ impl Words for Py {
             Term::Memory(Memory::Huge) => "huge pages".into(),
             Term::Memory(Memory::Udmabuf) => "a udmabuf".into(),
             Term::Memory(Memory::Auto) => "host memory".into(),
-            // The binding has no NIC calls: the command that makes one, quoted.
-            Term::Call(
-                c @ (Call::NicSetup { .. }
-                | Call::NicSetupFlow
-                | Call::SetChannels { .. }
-                | Call::NicRestore { .. }),
-            ) => format!("'{}'", c.command().unwrap_or_default()),
+            Term::Call(Call::NicSetup { .. } | Call::NicSetupFlow) => "'zcnet nic setup'".into(),
+            Term::Call(Call::SetChannels { .. }) => "'zcnet nic channels'".into(),
+            Term::Call(Call::NicRestore { .. }) => "'zcnet nic restore'".into(),
             other => Library.term(other),
         }
     }
