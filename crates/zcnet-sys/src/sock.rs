@@ -189,16 +189,6 @@ pub fn recv_buffer(fd: RawFd) -> io::Result<usize> {
     Ok(usize::try_from(getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?).unwrap_or(0))
 }
 
-/// Lowers the receive buffer with plain `SO_RCVBUF` (no privilege: the kernel takes any value up
-/// to `net.core.rmem_max` and keeps twice it, and stops autotuning the socket: socket(7)) so
-/// that `SO_RCVBUF` reads at most `bytes` (at least the kernel's floor, `SOCK_MIN_RCVBUF`).
-/// Returns what it reads afterwards.
-pub fn limit_recv_buffer(fd: RawFd, bytes: usize) -> io::Result<usize> {
-    let v = (bytes / 2).min(i32::MAX as usize) as libc::c_int;
-    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, v)?;
-    recv_buffer(fd)
-}
-
 /// `SK_MEMINFO_DROPS` of `SO_MEMINFO` (include/uapi/linux/sock_diag.h): packets the kernel
 /// dropped for this socket (a full receive buffer, a failed filter) since it was made.
 pub fn socket_drops(fd: RawFd) -> io::Result<u32> {

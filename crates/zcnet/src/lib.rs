@@ -68,11 +68,16 @@ pub use zcnet_core::Pattern;
 
 /// Reads an integer sysctl (`/proc/sys/<path>`), if present.
 pub(crate) fn sysctl_u64(path: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/sys/{path}"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    sysctl_text(path)?.trim().parse().ok()
+}
+
+/// Field `n` (from 0) of a sysctl of several integers (`net/ipv4/tcp_rmem`: min, default, max).
+pub(crate) fn sysctl_field(path: &str, n: usize) -> Option<u64> {
+    sysctl_text(path)?.split_whitespace().nth(n)?.parse().ok()
+}
+
+fn sysctl_text(path: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/sys/{path}")).ok()
 }
 
 // The unit tests' harness (`[lib] harness = false`): see zcnet-testkit.
