@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 /// Displays a socket address as `zcnet::net::parse_addr` reads it back: a link-local IPv6
 /// address's scope by its interface's name (`[fe80::1%eth1]:5201`; an index that names no
 /// interface in this network namespace stays a number). Every message that names an address
-/// says it this way (`zcnet::net::addr_text`).
+/// says it this way.
 #[derive(Debug, Clone, Copy)]
 pub struct AddrText(pub SocketAddr);
 

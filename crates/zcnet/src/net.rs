@@ -30,13 +30,8 @@ pub fn parse_addr(s: &str) -> Result<SocketAddr> {
     })
 }
 
-/// `addr` as [`parse_addr`] reads it back: a link-local IPv6 address's scope by the name of its
-/// interface (`[fe80::1%eth1]:5201`, not the standard library's `[fe80::1%3]:5201`); an index
-/// that names no interface in this network namespace stays a number.
-pub fn addr_text(addr: &SocketAddr) -> String {
-    AddrText(*addr).to_string()
-}
-
+/// A socket address as [`parse_addr`] reads it back (`[fe80::1%eth1]:5201`, not the standard
+/// library's `[fe80::1%3]:5201`).
 pub use crate::addr::AddrText;
 
 /// [`parse_addr`] with the name lookup given (the tests' stand-in never asks a resolver).
@@ -335,13 +330,16 @@ mod addr_tests {
         assert_eq!(v6.scope_id(), lo);
         // Said back by name, and read back to the same address.
         let a = p(&format!("[fe80::1%{lo}]:7")).unwrap();
-        assert_eq!(addr_text(&a), "[fe80::1%lo]:7");
-        assert_eq!(p(&addr_text(&a)).unwrap(), a);
+        assert_eq!(AddrText(a).to_string(), "[fe80::1%lo]:7");
+        assert_eq!(p(&AddrText(a).to_string()).unwrap(), a);
         // An index that names no interface stays a number; no scope, the standard form.
         let none = p("[fe80::1%999999]:7").unwrap();
-        assert_eq!(addr_text(&none), "[fe80::1%999999]:7");
-        assert_eq!(addr_text(&p("[::1]:7").unwrap()), "[::1]:7");
-        assert_eq!(addr_text(&p("127.0.0.1:7").unwrap()), "127.0.0.1:7");
+        assert_eq!(AddrText(none).to_string(), "[fe80::1%999999]:7");
+        assert_eq!(AddrText(p("[::1]:7").unwrap()).to_string(), "[::1]:7");
+        assert_eq!(
+            AddrText(p("127.0.0.1:7").unwrap()).to_string(),
+            "127.0.0.1:7"
+        );
         assert!(matches!(
             p("[fe80::1%nosuch0]:7"),
             Err(Error::UnknownInterface { .. })
