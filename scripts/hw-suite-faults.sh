@@ -214,17 +214,15 @@ t_devmem_killed() {
   killed_case "$((FPORT + 1))" --rx devmem --mem "$DMEM"
 }
 
-# devmem into a dma-buf of 16 pages. zcnic hands a TSO frame over whole (up to 16 pages), and
-# before zcnet held each connection's receive buffer to half the dma-buf, out-of-order segments
-# could hold every page while the resent frame waited for some: this size stalled. Now TCP prunes
-# them and the stream completes; the driver's allocations may still fail now and then (dropped,
-# sent again), which the line reports. (zcrx with a small area is hw-suite-zcrx.sh's zcrx-copies.)
+# devmem into a dma-buf of 64 pages: the binding runs dry whenever more is in flight than that
+# (the window is larger), the driver's allocations fail and it drops; TCP sends again once tokens
+# are back. (zcrx with a small area is scripts/hw-suite-zcrx.sh's zcrx-copies.)
 t_devmem_tokens() {
   need_gpu
   [ "$MEM" = udmabuf ] || skip "needs ZCNET_HW_MEM=udmabuf (the dma-buf's size is --area)"
   local q f=$TW/recv.out rx ver dev lin secs drv=0 af nm counters="the driver has no per-queue counters (ethtool -S rxN_alloc_fail)"
   drv_stats "$TW/drv-0.txt" && drv=1
-  rx_case "$((FPORT + 2))" --rx devmem --mem udmabuf --area 64K --verify
+  rx_case "$((FPORT + 2))" --rx devmem --mem udmabuf --area 256K --verify
   q=$RX_Q
   rx=$(py get "$f" last 'd["rx"]')
   ver=$(py get "$f" last 'd["verified"]')
@@ -238,10 +236,10 @@ t_devmem_tokens() {
     drv_stats "$TW/drv-1.txt" || fail "ethtool -S $T_IF stopped working"
     af=$(drv_delta "$TW/drv-0.txt" "$TW/drv-1.txt" "$q" alloc_fail)
     nm=$(drv_delta "$TW/drv-0.txt" "$TW/drv-1.txt" "$q" payload_netmem)
-    [ "$nm" -ge "$dev" ] || fail "the driver wrote $nm B into the dma-buf on queue $q, less than the $dev B zcnet counted there"
+    [ "$af" -gt 0 ] || fail "the 256 KiB dma-buf never ran dry (no allocation failure on queue $q): nothing was tested"
     counters="the driver's allocations on queue $q failed $af times (dropped, sent again), $nm B written into the dma-buf"
   fi
-  pass "$BYTES B verified through a 64 KiB dma-buf on queue $q in $secs s: $dev B in device memory, $lin linear fallback(s); $counters; NIC restored"
+  pass "$BYTES B verified through a 256 KiB dma-buf on queue $q in $secs s: $dev B in device memory, $lin linear fallback(s); $counters; NIC restored"
 }
 
 t_peer_reset() {

@@ -91,8 +91,8 @@ Tests (--only takes a comma-separated list of these):
                          kernel lets go of the queue, nic restore undoes the setup, the driver
                          module's refcnt is as before (scripts/hw-suite-faults.sh has these)
   devmem-killed          the same for recv --rx devmem (its tokens not given back)
-  devmem-tokens          devmem into a 64 KiB dma-buf (ZCNET_HW_MEM=udmabuf), which each
-                         connection may hold half of: the stream completes, every byte checked
+  devmem-tokens          devmem into a 256 KiB dma-buf (ZCNET_HW_MEM=udmabuf): the provider runs
+                         dry over and over; the stream completes, every byte checked
   peer-reset             the peer killed mid-stream (FIN) and resetting (RST): recv exits 1 with
                          its one line ('cut short', 'reset by the peer'), NIC restored, area freed
   two-receivers          a second zcrx (and devmem) receiver on a bound queue is refused in one

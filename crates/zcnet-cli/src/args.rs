@@ -132,7 +132,7 @@ pub struct RecvArgs {
     #[arg(long, allow_hyphen_values = true)]
     pub rx_buf_len: Option<String>,
     /// zcrx: bytes of registered receive area; devmem: size of the udmabuf made when no
-    /// dma-buf is given. A connection may hold at most half of it (its receive buffer is
+    /// dma-buf is given. zcrx: a connection may hold at most half of it (its receive buffer is
     /// lowered to that where larger), so that TCP's out-of-order segments never take it all.
     #[arg(long, default_value = "64M", allow_hyphen_values = true)]
     pub area: String,

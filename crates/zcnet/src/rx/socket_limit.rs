@@ -1,5 +1,5 @@
-//! The receive buffer of a connection whose payload lands in an area a NIC writes into (zcrx,
-//! devmem): at most half the area, so that TCP's out-of-order queue cannot hold every buffer
+//! The receive buffer of a connection whose payload lands in a zcrx area a NIC writes into:
+//! at most half the area, so that TCP's out-of-order queue cannot hold every buffer
 //! while the segment that fills its hole waits for one (zcnet_core::rxring::zcrx_socket_limit
 //! says why and when).
 

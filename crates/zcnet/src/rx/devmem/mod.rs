@@ -422,11 +422,6 @@ impl Socks {
             ));
         }
         let slot = self.next_slot;
-        // Unread payload and out-of-order segments hold the dma-buf's chunks as zcrx's hold
-        // its area: no connection may hold more than half of it.
-        if self.dmabuf_len > 0 {
-            super::socket_limit::limit_to_half_area(conn, fd, self.dmabuf_len)?;
-        }
         self.conns.add(conn, fd)?;
         self.next_slot += 1;
         let mut toks = DevmemRx::new();
